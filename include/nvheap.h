@@ -1,0 +1,486 @@
+/* nvheap.h — the public API of libnvheap.
+ *
+ * nvheap builds crash-consistent data structures directly in byte-addressable
+ * persistent memory: real PMem/CXL memory under DAX, or any mmap-able file.
+ *
+ * Reading guide (the header is meant to be learnt from, like lmdb.h):
+ *   1. Errors          every call reports an nvh_error code and a message.
+ *   2. Pools           a pool is one file mapped at one contiguous address
+ *                      range; it holds a superblock, a root area and a heap.
+ *   3. Relative ptrs   pointers stored in a pool are offsets from its base.
+ *   4. Persistence     nvh_flush / nvh_drain / nvh_persist and friends make
+ *                      stores durable; how depends on the pool's domain.
+ *   5. Statistics      every pool counts flushed lines, fences, msyncs.
+ *   6. Crash simulator the `sim` domain and nvh_crash_explore(), the tool every
+ *                      nvheap feature is tested with, offered to users too.
+ *
+ * Threading: a pool handle may be used from several threads at once; the
+ * persistence primitives are thread-safe. Create/open/close/grow of one pool
+ * must not race with each other.
+ */
+#ifndef NVHEAP_H
+#define NVHEAP_H
+
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define NVH_VERSION_MAJOR 0
+#define NVH_VERSION_MINOR 1
+#define NVH_VERSION_PATCH 0
+
+/* Size of a cache line: the unit of flushing and of crash simulation. */
+#define NVH_CACHELINE 64u
+
+/* ==========================================================================
+ * 1. Errors
+ * ==========================================================================
+ * Functions returning int return NVH_OK (0) or a negative nvh_error code.
+ * Functions returning a pointer return NULL on error. In both cases the
+ * calling thread's last error code and a human-readable message (naming the
+ * file and the cause) are available from nvh_errcode()/nvh_errormsg() until
+ * the thread's next failing call. */
+typedef enum nvh_error {
+    NVH_OK = 0,
+    NVH_E_INVAL = -1,      /* bad argument (NULL, misaligned, out of range)  */
+    NVH_E_NOENT = -2,      /* pool file does not exist                        */
+    NVH_E_EXISTS = -3,     /* create refuses to overwrite an existing file    */
+    NVH_E_BADMAGIC = -4,   /* not an nvheap pool                              */
+    NVH_E_LAYOUT = -5,     /* pool was created with another layout name       */
+    NVH_E_VERSION = -6,    /* pool format is newer than this library          */
+    NVH_E_TRUNCATED = -7,  /* file is shorter than the size its superblock says */
+    NVH_E_CHECKSUM = -8,   /* superblock (or other metadata) checksum mismatch */
+    NVH_E_BUSY = -9,       /* pool is open elsewhere (this or another process) */
+    NVH_E_SIZE = -10,      /* requested size too small or too large           */
+    NVH_E_READONLY = -11,  /* file or pool not writable                       */
+    NVH_E_IO = -12,        /* an OS call failed (message names it and errno)  */
+    NVH_E_NOMEM = -13,     /* out of DRAM or virtual address space            */
+    NVH_E_NOSPACE = -14,   /* pool full (and cannot grow), or disk full       */
+    NVH_E_CORRUPT = -15,   /* on-media structure fails validation             */
+    NVH_E_NOTSUP = -16,    /* not supported here (domain, CPU, file system)   */
+    NVH_E_BADPTR = -17,    /* pointer not inside the pool / not an object     */
+    NVH_E_DOUBLEFREE = -18,/* object already free                             */
+    NVH_E_NOTFOUND = -19,  /* name or key not present                         */
+    NVH_E_TOOLONG = -20,   /* name or key longer than the limit               */
+    NVH_E_ABORTED = -21,   /* transaction aborted                             */
+} nvh_error;
+
+/* Code of the calling thread's last failure (NVH_OK if none yet). */
+int nvh_errcode(void);
+/* Message of the calling thread's last failure ("" if none). The string is
+ * thread-local and valid until the thread's next failing nvheap call. */
+const char *nvh_errormsg(void);
+/* Static description of an error code ("pool is in use", ...). */
+const char *nvh_strerror(int code);
+
+/* ==========================================================================
+ * 2. Pools
+ * ==========================================================================
+ * A pool file starts with a 4 KiB superblock (format in docs/FORMAT.md),
+ * followed by the root area (fixed size chosen at create time, zeroed), then
+ * the heap, which later layers (the allocator) manage. The whole pool is
+ * mapped at one base address inside a reserved virtual range, so growing it
+ * never moves the base and pointers into the pool stay valid while it is open.
+ *
+ * Persistence domain: each open pool runs in exactly one domain, chosen by the
+ * NVH_DOMAIN_* value in the flags, else by the NVHEAP_DOMAIN environment
+ * variable (pmem|eadr|msync|process|sim), else auto-detected: a DAX file that
+ * accepts MAP_SYNC → pmem; tmpfs → process; anything else → msync.
+ */
+typedef struct nvh_pool nvh_pool;
+
+typedef enum nvh_domain {
+    NVH_DOMAIN_AUTO = 0,
+    NVH_DOMAIN_PMEM = 1,    /* cache-line flush (CLWB/CLFLUSHOPT/CLFLUSH) + SFENCE */
+    NVH_DOMAIN_EADR = 2,    /* caches are persistent: SFENCE only                 */
+    NVH_DOMAIN_MSYNC = 3,   /* ordinary file: msync(MS_SYNC) the dirtied pages    */
+    NVH_DOMAIN_PROCESS = 4, /* survives process crashes only (tmpfs, or asked)    */
+    NVH_DOMAIN_SIM = 5,     /* crash simulator: private working copy + media image */
+} nvh_domain;
+
+/* Flags for nvh_pool_create / nvh_pool_open. The low 4 bits hold an
+ * nvh_domain (0 = AUTO); the others are option bits. */
+#define NVH_DOMAIN_MASK 0xFu
+#define NVH_OPEN_READONLY 0x100u   /* open: map read-only, shared lock, epoch untouched */
+#define NVH_CREATE_NOFALLOCATE 0x200u /* create/grow: sparse file (skip posix_fallocate) */
+
+/* Sizes. A pool is at least NVH_POOL_MIN_SIZE bytes and at most
+ * NVH_POOL_MAX_SIZE; its root area is 4 KiB unless options say otherwise. */
+#define NVH_POOL_MIN_SIZE ((uint64_t)1 << 20)          /* 1 MiB  */
+#define NVH_POOL_MAX_SIZE ((uint64_t)1 << 44)          /* 16 TiB */
+#define NVH_ROOT_DEFAULT_SIZE 4096u
+#define NVH_ROOT_MAX_SIZE ((uint64_t)1 << 30)
+#define NVH_LAYOUT_MAX 63u                             /* bytes, without NUL */
+
+/* Extended create options; zero-initialise and set what you need. */
+typedef struct nvh_pool_options {
+    uint64_t root_size;     /* root area bytes (rounded up to 4 KiB); 0 = 4 KiB   */
+    uint64_t max_size;      /* growth limit and size of the reserved virtual
+                               range; 0 = NVHEAP_MAX_SIZE env or 64 GiB           */
+} nvh_pool_options;
+
+/* Create a new pool file of `size` bytes with the given layout name (NULL or
+ * "" means no layout). Refuses (NVH_E_EXISTS) to overwrite an existing file.
+ * The file is created with mode 0600 and its space allocated up front unless
+ * NVH_CREATE_NOFALLOCATE is given. Returns the open pool. */
+nvh_pool *nvh_pool_create(const char *path, const char *layout, uint64_t size,
+                          unsigned flags);
+nvh_pool *nvh_pool_create_ex(const char *path, const char *layout, uint64_t size,
+                             unsigned flags, const nvh_pool_options *options);
+
+/* Open an existing pool. `layout` must match the one given at create time
+ * (NULL accepts any layout). Validates the superblock before touching
+ * anything, takes an exclusive lock (NVH_E_BUSY if the pool is open
+ * elsewhere), increments and persists the epoch. On any error the file is
+ * left byte-for-byte unchanged. */
+nvh_pool *nvh_pool_open(const char *path, const char *layout, unsigned flags);
+
+/* Close: persist what the library owns, unmap, unlock. NULL is a no-op.
+ * Data the application stored but never flushed is only guaranteed to be
+ * durable in the domains whose caches survive (eadr, process); in the sim
+ * domain a clean close writes the working copy back (no crash happened). */
+int nvh_pool_close(nvh_pool *pool);
+
+/* Grow the pool file to new_size bytes (>= current size, <= max_size). The
+ * base address does not change. The new bytes read as zero. */
+int nvh_pool_grow(nvh_pool *pool, uint64_t new_size);
+
+/* Facts about an open pool. */
+typedef struct nvh_pool_info {
+    char layout[NVH_LAYOUT_MAX + 1];
+    uint8_t uuid[16];
+    uint64_t size;           /* current pool size in bytes                      */
+    uint64_t max_size;       /* reserved virtual range / growth limit           */
+    uint64_t epoch;          /* incremented at every open (read-write)          */
+    uint32_t format_version;
+    nvh_domain domain;       /* domain of this open                             */
+    nvh_domain created_domain; /* domain the pool was created in               */
+    uint64_t root_offset, root_size;
+    uint64_t heap_offset, heap_size;
+    uint64_t create_time;    /* seconds since the Unix epoch                    */
+    const char *flush_instruction; /* "clwb", "clflushopt", "clflush", "none"   */
+} nvh_pool_info;
+
+int nvh_pool_info_get(const nvh_pool *pool, nvh_pool_info *info);
+const char *nvh_domain_name(nvh_domain domain); /* "pmem", ...; NULL if invalid */
+int nvh_domain_parse(const char *name, nvh_domain *domain);
+void *nvh_pool_base(const nvh_pool *pool);
+uint64_t nvh_pool_size(const nvh_pool *pool);
+nvh_domain nvh_pool_domain(const nvh_pool *pool);
+uint64_t nvh_pool_epoch(const nvh_pool *pool);
+
+/* The root area: a fixed-size zero-initialised region the application owns,
+ * typically holding the relative pointers to its data structures. */
+void *nvh_root(const nvh_pool *pool, uint64_t *size_out);
+
+/* ==========================================================================
+ * 3. Relative pointers
+ * ==========================================================================
+ * Pointers stored inside a pool are 64-bit offsets from the pool base; 0 is
+ * NULL (offset 0 is the superblock, never an object). Declare typed ones with
+ * NVH_RELPTR(type) and convert with nvh_ptr()/nvh_off() or the typed macros:
+ *
+ *   typedef NVH_RELPTR(struct node) node_ref;
+ *   struct node { node_ref next; int value; };
+ *   struct node *n = NVH_DEREF(pool, head);   // NULL-safe
+ *   NVH_SET(pool, head, n);                     // store (not yet persisted)
+ */
+typedef uint64_t nvh_off_t;
+
+#define NVH_RELPTR(type) union { nvh_off_t off; type *type_tag_[0]; }
+#define NVH_DEREF(pool, ref) \
+    ((__typeof__((ref).type_tag_[0]))nvh_ptr((pool), (ref).off))
+#define NVH_SET(pool, ref, pointer) \
+    ((ref).off = nvh_off((pool), (1 ? (pointer) : (ref).type_tag_[0])))
+#define NVH_IS_NULL(ref) ((ref).off == 0)
+
+/* ==========================================================================
+ * 4. Persistence primitives (inline fast paths)
+ * ==========================================================================
+ * nvh_flush(pool, p, len)   start writing back the cache lines of [p, p+len)
+ * nvh_drain(pool)           wait until every earlier flush of this thread is
+ *                           durable (the fence; in msync domain: msync)
+ * nvh_persist(pool, p, len) flush + drain
+ * nvh_memcpy_persist / nvh_memset_persist: copy/set then persist; large copies
+ *                           use non-temporal stores in the pmem domain.
+ * nvh_memcpy_nodrain / nvh_memset_nodrain: the same without the final fence.
+ *
+ * The common case (pmem/eadr/process domains) is inlined: one switch on the
+ * domain, a loop of flush instructions, and one relaxed counter update per
+ * call — no indirect call per flush. */
+
+/* ---- internal: what the inline paths need to see of a pool. Do not use. --- */
+typedef enum nvh_flush_kind {
+    NVH_FLUSH_NONE = 0, NVH_FLUSH_CLFLUSH = 1, NVH_FLUSH_CLFLUSHOPT = 2, NVH_FLUSH_CLWB = 3,
+} nvh_flush_kind;
+
+enum { NVH_STAT_LINES, NVH_STAT_FENCES, NVH_STAT_MSYNCS, NVH_STAT_NT_BYTES,
+       NVH_STAT_FLUSH_CALLS, NVH_STAT_COUNT_ };
+#define NVH_STAT_STRIPES 16
+typedef struct nvh_stat_stripe_ {
+    _Atomic uint64_t value[8];            /* indexed by NVH_STAT_*; one line */
+} nvh_stat_stripe_;
+
+typedef struct nvh_persist_ctx_ {
+    char *base;                           /* pool base address               */
+    _Atomic uint64_t size;                /* mapped pool size (grows)        */
+    uint8_t domain;                       /* nvh_domain                      */
+    uint8_t flush_kind;                   /* nvh_flush_kind (pmem domain)    */
+    uint8_t pad_[6];
+    uint64_t nt_threshold;                /* copies >= this use NT stores    */
+    nvh_stat_stripe_ stats[NVH_STAT_STRIPES];
+} nvh_persist_ctx_;
+
+/* Every nvh_pool begins with its nvh_persist_ctx_. */
+#define NVH_CTX_(pool) ((nvh_persist_ctx_ *)(void *)(pool))
+
+extern _Thread_local unsigned nvh_thread_stripe_
+    __attribute__((tls_model("initial-exec")));
+unsigned nvh_assign_stripe_(void);
+void nvh_flush_slow_(nvh_pool *pool, const void *addr, size_t len);
+void nvh_drain_slow_(nvh_pool *pool);
+void nvh_memcpy_nt_(nvh_pool *pool, void *dst, const void *src, size_t len);
+
+static inline void nvh_stat_add_(nvh_persist_ctx_ *ctx, unsigned stat, uint64_t n)
+{
+    unsigned stripe = nvh_thread_stripe_;
+    if (__builtin_expect(stripe == 0, 0)) stripe = nvh_assign_stripe_();
+    atomic_fetch_add_explicit(&ctx->stats[stripe - 1].value[stat], n,
+                              memory_order_relaxed);
+}
+/* ---- end of internal section ---------------------------------------------- */
+
+static inline void *nvh_ptr(const nvh_pool *pool, nvh_off_t off)
+{
+    return off ? (void *)(NVH_CTX_(pool)->base + off) : NULL;
+}
+static inline nvh_off_t nvh_off(const nvh_pool *pool, const void *ptr)
+{
+    return ptr ? (nvh_off_t)((const char *)ptr - NVH_CTX_(pool)->base) : 0;
+}
+/* True if [ptr, ptr+len) lies inside the pool's current mapping. */
+static inline int nvh_contains(const nvh_pool *pool, const void *ptr, size_t len)
+{
+    const nvh_persist_ctx_ *ctx = NVH_CTX_(pool);
+    uintptr_t p = (uintptr_t)ptr, b = (uintptr_t)ctx->base;
+    uint64_t size = atomic_load_explicit(&ctx->size, memory_order_relaxed);
+    return p >= b && p - b <= size && len <= size - (p - b);
+}
+
+static inline void nvh_flush(nvh_pool *pool, const void *addr, size_t len)
+{
+    nvh_persist_ctx_ *ctx = NVH_CTX_(pool);
+    if (len == 0) return;
+    uintptr_t line = (uintptr_t)addr & ~(uintptr_t)(NVH_CACHELINE - 1);
+    uintptr_t end = (uintptr_t)addr + len;
+    uint64_t lines = (end - line + NVH_CACHELINE - 1) / NVH_CACHELINE;
+    nvh_stat_add_(ctx, NVH_STAT_LINES, lines);
+    switch ((nvh_domain)ctx->domain) {
+    case NVH_DOMAIN_PMEM:
+#if defined(__x86_64__)
+        if (ctx->flush_kind == NVH_FLUSH_CLWB) {
+            for (; line < end; line += NVH_CACHELINE)
+                __asm__ volatile("clwb %0" : "+m"(*(volatile char *)line));
+        } else if (ctx->flush_kind == NVH_FLUSH_CLFLUSHOPT) {
+            for (; line < end; line += NVH_CACHELINE)
+                __asm__ volatile("clflushopt %0" : "+m"(*(volatile char *)line));
+        } else {
+            for (; line < end; line += NVH_CACHELINE)
+                __asm__ volatile("clflush %0" : "+m"(*(volatile char *)line));
+        }
+#else
+        nvh_flush_slow_(pool, addr, len);
+#endif
+        return;
+    case NVH_DOMAIN_EADR:
+    case NVH_DOMAIN_PROCESS:
+        __asm__ volatile("" ::: "memory");
+        return;
+    default: /* msync, sim */
+        nvh_flush_slow_(pool, addr, len);
+        return;
+    }
+}
+
+static inline void nvh_drain(nvh_pool *pool)
+{
+    nvh_persist_ctx_ *ctx = NVH_CTX_(pool);
+    nvh_stat_add_(ctx, NVH_STAT_FENCES, 1);
+    switch ((nvh_domain)ctx->domain) {
+    case NVH_DOMAIN_PMEM:
+    case NVH_DOMAIN_EADR:
+#if defined(__x86_64__)
+        __asm__ volatile("sfence" ::: "memory");
+#else
+        atomic_thread_fence(memory_order_seq_cst);
+#endif
+        return;
+    case NVH_DOMAIN_PROCESS:
+        __asm__ volatile("" ::: "memory");
+        return;
+    default:
+        nvh_drain_slow_(pool);
+        return;
+    }
+}
+
+static inline void nvh_persist(nvh_pool *pool, const void *addr, size_t len)
+{
+    nvh_flush(pool, addr, len);
+    nvh_drain(pool);
+}
+
+/* Copy then flush, without the fence. Uses non-temporal stores for copies of
+ * at least the pool's NT threshold (default 256 B, NVHEAP_NT_THRESHOLD) in the
+ * pmem domain. Returns dst. */
+static inline void *nvh_memcpy_nodrain(nvh_pool *pool, void *dst, const void *src,
+                                       size_t len)
+{
+    nvh_persist_ctx_ *ctx = NVH_CTX_(pool);
+    if (ctx->domain == NVH_DOMAIN_PMEM && len >= ctx->nt_threshold) {
+        nvh_memcpy_nt_(pool, dst, src, len);
+        return dst;
+    }
+    memcpy(dst, src, len);
+    nvh_flush(pool, dst, len);
+    return dst;
+}
+static inline void *nvh_memcpy_persist(nvh_pool *pool, void *dst, const void *src,
+                                       size_t len)
+{
+    nvh_memcpy_nodrain(pool, dst, src, len);
+    nvh_drain(pool);
+    return dst;
+}
+static inline void *nvh_memset_nodrain(nvh_pool *pool, void *dst, int c, size_t len)
+{
+    memset(dst, c, len);
+    nvh_flush(pool, dst, len);
+    return dst;
+}
+static inline void *nvh_memset_persist(nvh_pool *pool, void *dst, int c, size_t len)
+{
+    nvh_memset_nodrain(pool, dst, c, len);
+    nvh_drain(pool);
+    return dst;
+}
+
+/* ==========================================================================
+ * 5. Statistics
+ * ==========================================================================
+ * Counted in every domain (so counts are hardware-independent figures):
+ * `lines_flushed` counts 64 B lines passed to nvh_flush (and NT-copied lines),
+ * `fences` counts nvh_drain calls, `msyncs` msync(2) calls actually made,
+ * `nt_bytes` bytes copied with non-temporal stores. */
+typedef struct nvh_stats {
+    uint64_t lines_flushed;
+    uint64_t fences;
+    uint64_t msyncs;
+    uint64_t nt_bytes;
+    uint64_t flush_calls;
+} nvh_stats;
+
+void nvh_stats_get(const nvh_pool *pool, nvh_stats *stats);
+void nvh_stats_reset(nvh_pool *pool);
+
+/* Which flush instruction this CPU would use (after NVHEAP_FLUSH). */
+nvh_flush_kind nvh_flush_kind_detect(void);
+const char *nvh_flush_kind_name(nvh_flush_kind kind);
+
+/* ==========================================================================
+ * 6. Crash simulator
+ * ==========================================================================
+ * In the sim domain the pool's working mapping is private memory and a
+ * separate *media image* holds only what was flushed and then fenced. A crash
+ * image at fence k is the media just before fence k takes effect, plus, for
+ * every cache line whose working copy differs from the media, an independent
+ * choice: old (never written back) or new (evicted early). In adversarial mode
+ * each differing line instead gets a random subset of its 8-byte words new.
+ * Choices are deterministic given (seed, fence index).
+ *
+ * nvh_crash_explore() runs a workload on a copy of a pool in the sim domain,
+ * and at each chosen fence forks a child that writes the crash image to a
+ * scratch file, calls the checker on it (the checker opens it — running
+ * recovery — and verifies invariants), and exits. A checker that returns
+ * non-zero, or a child that crashes, is a failure, recorded with the fence
+ * index, the seed and the backtrace of the crash point. Fork-based: the child
+ * sees the workload's volatile state as of the crash (e.g. what was already
+ * acknowledged), which checkers use to decide what must have survived.
+ * The workload should be single-threaded and deterministic for a given seed
+ * (sampling runs it twice: once to count fences). */
+typedef enum nvh_crash_mode {
+    NVH_CRASH_LINES = 0,       /* each differing line: all old or all new */
+    NVH_CRASH_WORDS = 1,       /* adversarial: random subset of 8-byte words */
+} nvh_crash_mode;
+
+typedef struct nvh_crash_point {
+    uint64_t fence;            /* index of the fence (0-based); == fence_count
+                                  means "after the workload, before close"  */
+    uint64_t fence_count;      /* fences in the whole run (0 if not counted) */
+    uint64_t seed;             /* seed from which this image was derived    */
+    uint64_t lines_differing;  /* lines where working copy != media         */
+} nvh_crash_point;
+
+/* Runs in the parent on the working copy (open in the sim domain). Return 0
+ * on success. */
+typedef int (*nvh_crash_workload_fn)(nvh_pool *pool, void *arg);
+/* Runs in a forked child on the crash image at image_path. Return 0 if the
+ * image recovers to a consistent state. Print findings to stderr. */
+typedef int (*nvh_crash_check_fn)(const char *image_path, const nvh_crash_point *point,
+                                  void *arg);
+
+typedef struct nvh_crash_failure {
+    nvh_crash_point point;
+    int status;                /* checker's return, or 128+signal if it crashed */
+    char backtrace[2048];      /* symbolised stack of the crash point            */
+} nvh_crash_failure;
+
+typedef struct nvh_crash_config {
+    const char *pool_path;     /* an existing pool; it is copied, never modified */
+    const char *layout;        /* layout for opening it (NULL = any)             */
+    nvh_crash_workload_fn workload;
+    nvh_crash_check_fn check;
+    void *arg;
+    uint64_t seed;             /* base seed; 0 = 1                               */
+    nvh_crash_mode mode;
+    uint64_t budget;           /* 0: crash at every fence; N: N sampled fences   */
+    unsigned images_per_point; /* random images per crash point; 0 = 1           */
+    const char *scratch_dir;   /* for images; NULL = NVHEAP_SCRATCH or /dev/shm  */
+    int keep_failed_images;    /* keep image files of failures (path printed)    */
+} nvh_crash_config;
+
+typedef struct nvh_crash_report {
+    uint64_t fences;           /* fences the workload executed                   */
+    uint64_t points_tested;    /* crash images checked                           */
+    uint64_t failures;         /* how many failed                                */
+    nvh_crash_failure first[8];/* the first failures, in order                   */
+    int workload_status;       /* what the workload returned                     */
+} nvh_crash_report;
+
+/* Returns NVH_OK if the exploration ran (inspect report->failures), or an
+ * error if it could not run (bad config, pool unreadable, fork failed). */
+int nvh_crash_explore(const nvh_crash_config *config, nvh_crash_report *report);
+/* Print a report (failures with fence, seed and backtrace) to a stream
+ * (FILE *, given as void * to keep <stdio.h> out of this header). */
+void nvh_crash_report_print(const nvh_crash_report *report, void *file);
+
+/* Low-level: build the crash image of a sim-domain pool as of now (the state
+ * a power failure right now could leave) and write it to path. */
+int nvh_sim_write_image(nvh_pool *pool, const char *path, uint64_t seed,
+                        nvh_crash_mode mode);
+/* Number of fences executed by this sim-domain pool so far. */
+uint64_t nvh_sim_fence_count(const nvh_pool *pool);
+/* Hook called at every fence of a sim-domain pool, before the fence takes
+ * effect (used by nvh_crash_explore; NULL removes it). */
+typedef void (*nvh_sim_fence_hook)(nvh_pool *pool, uint64_t fence, void *arg);
+void nvh_sim_set_fence_hook(nvh_pool *pool, nvh_sim_fence_hook hook, void *arg);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* NVHEAP_H */

@@ -1,0 +1,93 @@
+/* internal.h — what every layer of libnvheap shares but users never see:
+ * the error-reporting helpers, CRC32C, debug invariant checks, and the full
+ * definition of struct nvh_pool (whose first member is the nvh_persist_ctx_
+ * that the public inline fast paths read). */
+#ifndef NVH_INTERNAL_H
+#define NVH_INTERNAL_H
+
+#include "nvheap.h"
+
+#include <assert.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* --------------------------------------------------------------------------
+ * Invariant checks: on in debug builds, free in release builds.
+ * -------------------------------------------------------------------------- */
+#ifndef NDEBUG
+#define NVH_ASSERT(cond) assert(cond)
+#else
+#define NVH_ASSERT(cond) ((void)0)
+#endif
+
+#define NVH_ALIGN_UP(x, a) (((x) + ((a) - 1)) & ~((__typeof__(x))(a) - 1))
+#define NVH_ALIGN_DOWN(x, a) ((x) & ~((__typeof__(x))(a) - 1))
+#define NVH_PAGE 4096u
+
+/* --------------------------------------------------------------------------
+ * Errors (src/common/error.c)
+ * -------------------------------------------------------------------------- */
+/* Record code + formatted message for this thread; returns code so callers
+ * can write `return nvh_fail(NVH_E_INVAL, "...")`. */
+int nvh_fail(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Same, appending ": strerror(errno_value)". */
+int nvh_fail_errno(int code, int errno_value, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* --------------------------------------------------------------------------
+ * CRC32C (src/common/crc32c.c): SSE4.2 instruction when the CPU has it,
+ * table-driven otherwise. Castagnoli polynomial, as in iSCSI/ext4.
+ * -------------------------------------------------------------------------- */
+uint32_t nvh_crc32c(uint32_t crc, const void *data, size_t len);
+
+/* --------------------------------------------------------------------------
+ * Persistence (src/persist)
+ * -------------------------------------------------------------------------- */
+typedef struct nvh_sim nvh_sim;       /* crash simulator state, sim.c  */
+typedef struct nvh_msync_set nvh_msync_set; /* dirty page ranges, msync.c */
+
+/* Resolve the domain for a pool: explicit flag, else NVHEAP_DOMAIN, else the
+ * detected one. `detected` comes from probing the file. */
+int nvh_domain_resolve(unsigned flags, nvh_domain detected, nvh_domain *out);
+/* The flush instruction to use: NVHEAP_FLUSH override, else best by CPUID. */
+nvh_flush_kind nvh_flush_kind_select(void);
+uint64_t nvh_nt_threshold_default(void);
+
+int nvh_msync_init(nvh_pool *pool);
+void nvh_msync_fini(nvh_pool *pool);
+
+int nvh_sim_attach(nvh_pool *pool);    /* after the working copy is loaded */
+int nvh_sim_grow(nvh_pool *pool, uint64_t old_size, uint64_t new_size);
+void nvh_sim_detach(nvh_pool *pool);
+
+/* --------------------------------------------------------------------------
+ * The pool handle
+ * -------------------------------------------------------------------------- */
+struct nvh_superblock;
+
+struct nvh_pool {
+    nvh_persist_ctx_ ctx;          /* MUST be first: read by inline fast paths */
+    int fd;
+    unsigned flags;
+    bool readonly;
+    char *path;
+    char *reserved;                /* start of reserved virtual range (== base) */
+    uint64_t reserved_size;
+    uint64_t max_size;
+    struct nvh_superblock *sb;     /* == base */
+    unsigned state_slot;           /* which superblock state slot is current */
+    uint64_t epoch;
+    uint64_t state_seq;
+    nvh_domain created_domain;
+
+    pthread_mutex_t grow_lock;     /* serialises grow against itself */
+    nvh_msync_set *msync;          /* msync domain only */
+    nvh_sim *sim;                  /* sim domain only   */
+};
+
+/* Write the next superblock state slot (size, epoch) durably. */
+int nvh_superblock_commit_state(nvh_pool *pool, uint64_t size, uint64_t epoch);
+
+#endif /* NVH_INTERNAL_H */

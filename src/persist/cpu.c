@@ -1,0 +1,151 @@
+/* cpu.c — choosing how to persist: the flush instruction (runtime CPUID,
+ * overridable by NVHEAP_FLUSH), the persistence domain (flag, NVHEAP_DOMAIN,
+ * or detection), and the non-temporal copy threshold. */
+#include "../common/internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+#if defined(__x86_64__)
+#include <cpuid.h>
+#endif
+
+/* --------------------------------------------------------------------------
+ * Flush instruction
+ * -------------------------------------------------------------------------- */
+static bool cpu_has(nvh_flush_kind kind)
+{
+#if defined(__x86_64__)
+    unsigned eax, ebx, ecx, edx;
+    switch (kind) {
+    case NVH_FLUSH_CLFLUSH:
+        return __get_cpuid(1, &eax, &ebx, &ecx, &edx) && (edx & (1u << 19));
+    case NVH_FLUSH_CLFLUSHOPT:
+        return __get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx) && (ebx & bit_CLFLUSHOPT);
+    case NVH_FLUSH_CLWB:
+        return __get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx) && (ebx & bit_CLWB);
+    default:
+        return true;
+    }
+#else
+    return kind == NVH_FLUSH_NONE;
+#endif
+}
+
+nvh_flush_kind nvh_flush_kind_detect(void)
+{
+    if (cpu_has(NVH_FLUSH_CLWB)) return NVH_FLUSH_CLWB;
+    if (cpu_has(NVH_FLUSH_CLFLUSHOPT)) return NVH_FLUSH_CLFLUSHOPT;
+    if (cpu_has(NVH_FLUSH_CLFLUSH)) return NVH_FLUSH_CLFLUSH;
+    return NVH_FLUSH_NONE;
+}
+
+const char *nvh_flush_kind_name(nvh_flush_kind kind)
+{
+    switch (kind) {
+    case NVH_FLUSH_CLWB: return "clwb";
+    case NVH_FLUSH_CLFLUSHOPT: return "clflushopt";
+    case NVH_FLUSH_CLFLUSH: return "clflush";
+    case NVH_FLUSH_NONE: return "none";
+    }
+    return "none";
+}
+
+/* NVHEAP_FLUSH may only pick an instruction the CPU has: executing one it
+ * lacks would be SIGILL, so an unsupported choice falls back to detection. */
+nvh_flush_kind nvh_flush_kind_select(void)
+{
+    const char *env = getenv("NVHEAP_FLUSH");
+    if (env && *env) {
+        static const nvh_flush_kind kinds[] = {NVH_FLUSH_CLWB, NVH_FLUSH_CLFLUSHOPT,
+                                               NVH_FLUSH_CLFLUSH};
+        for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++)
+            if (strcmp(env, nvh_flush_kind_name(kinds[i])) == 0 && cpu_has(kinds[i]))
+                return kinds[i];
+    }
+    return nvh_flush_kind_detect();
+}
+
+uint64_t nvh_nt_threshold_default(void)
+{
+    const char *env = getenv("NVHEAP_NT_THRESHOLD");
+    if (env && *env) {
+        char *end;
+        unsigned long long v = strtoull(env, &end, 10);
+        if (*end == '\0') return v ? v : UINT64_MAX;  /* 0 disables NT copies */
+    }
+    return 256;
+}
+
+/* --------------------------------------------------------------------------
+ * Domains
+ * -------------------------------------------------------------------------- */
+static const char *const domain_names[] = {"auto", "pmem", "eadr", "msync", "process", "sim"};
+
+const char *nvh_domain_name(nvh_domain domain)
+{
+    if ((unsigned)domain < sizeof domain_names / sizeof domain_names[0])
+        return domain_names[domain];
+    return NULL;
+}
+
+int nvh_domain_parse(const char *name, nvh_domain *domain)
+{
+    if (!name || !domain) return nvh_fail(NVH_E_INVAL, "nvh_domain_parse: NULL argument");
+    for (unsigned i = 0; i < sizeof domain_names / sizeof domain_names[0]; i++)
+        if (strcmp(name, domain_names[i]) == 0) {
+            *domain = (nvh_domain)i;
+            return NVH_OK;
+        }
+    return nvh_fail(NVH_E_INVAL, "unknown persistence domain '%s' "
+                    "(expected pmem, eadr, msync, process, sim or auto)", name);
+}
+
+int nvh_domain_resolve(unsigned flags, nvh_domain detected, nvh_domain *out)
+{
+    nvh_domain d = (nvh_domain)(flags & NVH_DOMAIN_MASK);
+    if (d > NVH_DOMAIN_SIM) return nvh_fail(NVH_E_INVAL, "invalid domain %u in flags", (unsigned)d);
+    if (d == NVH_DOMAIN_AUTO) {
+        const char *env = getenv("NVHEAP_DOMAIN");
+        if (env && *env) {
+            int rc = nvh_domain_parse(env, &d);
+            if (rc) return nvh_fail(rc, "NVHEAP_DOMAIN: %s", nvh_errormsg());
+        }
+    }
+    if (d == NVH_DOMAIN_AUTO) d = detected;
+    *out = d;
+    return NVH_OK;
+}
+
+/* --------------------------------------------------------------------------
+ * Statistics stripes: each thread adds to its own cache line of counters so
+ * that two threads flushing the same pool do not bounce one line.
+ * -------------------------------------------------------------------------- */
+_Thread_local unsigned nvh_thread_stripe_ __attribute__((tls_model("initial-exec")));
+static _Atomic unsigned next_stripe;
+
+unsigned nvh_assign_stripe_(void)
+{
+    unsigned s = atomic_fetch_add_explicit(&next_stripe, 1, memory_order_relaxed);
+    nvh_thread_stripe_ = 1 + s % NVH_STAT_STRIPES;
+    return nvh_thread_stripe_;
+}
+
+void nvh_stats_get(const nvh_pool *pool, nvh_stats *stats)
+{
+    uint64_t sum[NVH_STAT_COUNT_] = {0};
+    for (unsigned s = 0; s < NVH_STAT_STRIPES; s++)
+        for (unsigned i = 0; i < NVH_STAT_COUNT_; i++)
+            sum[i] += atomic_load_explicit(&pool->ctx.stats[s].value[i], memory_order_relaxed);
+    stats->lines_flushed = sum[NVH_STAT_LINES];
+    stats->fences = sum[NVH_STAT_FENCES];
+    stats->msyncs = sum[NVH_STAT_MSYNCS];
+    stats->nt_bytes = sum[NVH_STAT_NT_BYTES];
+    stats->flush_calls = sum[NVH_STAT_FLUSH_CALLS];
+}
+
+void nvh_stats_reset(nvh_pool *pool)
+{
+    for (unsigned s = 0; s < NVH_STAT_STRIPES; s++)
+        for (unsigned i = 0; i < NVH_STAT_COUNT_; i++)
+            atomic_store_explicit(&pool->ctx.stats[s].value[i], 0, memory_order_relaxed);
+}

@@ -1,0 +1,242 @@
+/* sim.c — the `sim` persistence domain: the crash simulator's media model.
+ *
+ * The pool's working mapping is private (MAP_PRIVATE), so nothing the program
+ * stores reaches the file by itself. Beside it lives the *media image*: a
+ * DRAM copy holding only what the program made durable. nvh_flush snapshots
+ * each flushed line (x86 guarantees the content as of the flush, or newer, is
+ * written back); nvh_drain — the fence — first calls the fence hook (where
+ * nvh_crash_explore forks a crash child) and then copies the snapshots into
+ * the media. A crash image is the media plus a seeded random choice for every
+ * line still in flight (see nvh_sim_write_image).
+ */
+#include "../common/internal.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+typedef struct sim_line {
+    uint64_t offset;                     /* line offset from the pool base */
+    unsigned char data[NVH_CACHELINE];   /* content at flush time          */
+} sim_line;
+
+struct nvh_sim {
+    pthread_mutex_t lock;
+    char *media;                         /* reserved like the pool, same size  */
+    uint64_t media_reserved;
+    sim_line *pending;                   /* flushed, not yet fenced            */
+    size_t pending_count, pending_cap;
+    uint64_t fences;
+    nvh_sim_fence_hook hook;
+    void *hook_arg;
+};
+
+/* --------------------------------------------------------------------------
+ * Deterministic randomness: splitmix64, seeded from (seed, fence).
+ * -------------------------------------------------------------------------- */
+static inline uint64_t splitmix64(uint64_t *state)
+{
+    uint64_t z = (*state += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+/* --------------------------------------------------------------------------
+ * Attach / grow / detach
+ * -------------------------------------------------------------------------- */
+int nvh_sim_attach(nvh_pool *pool)
+{
+    nvh_sim *sim = calloc(1, sizeof *sim);
+    if (!sim) return nvh_fail(NVH_E_NOMEM, "out of memory for crash simulator");
+    sim->media_reserved = pool->reserved_size;
+    sim->media = mmap(NULL, sim->media_reserved, PROT_NONE,
+                      MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (sim->media == MAP_FAILED) {
+        free(sim);
+        return nvh_fail_errno(NVH_E_NOMEM, errno, "cannot reserve the simulated media");
+    }
+    if (mprotect(sim->media, pool->ctx.size, PROT_READ | PROT_WRITE) != 0) {
+        int e = errno;
+        munmap(sim->media, sim->media_reserved);
+        free(sim);
+        return nvh_fail_errno(NVH_E_NOMEM, e, "cannot map the simulated media");
+    }
+    memcpy(sim->media, pool->ctx.base, pool->ctx.size);  /* the file is durable */
+    pthread_mutex_init(&sim->lock, NULL);
+    pool->sim = sim;
+    return NVH_OK;
+}
+
+int nvh_sim_grow(nvh_pool *pool, uint64_t old_size, uint64_t new_size)
+{
+    nvh_sim *sim = pool->sim;
+    (void)old_size;
+    if (mprotect(sim->media, new_size, PROT_READ | PROT_WRITE) != 0)
+        return nvh_fail_errno(NVH_E_NOMEM, errno, "cannot grow the simulated media");
+    return NVH_OK;
+}
+
+void nvh_sim_detach(nvh_pool *pool)
+{
+    nvh_sim *sim = pool->sim;
+    if (!sim) return;
+    munmap(sim->media, sim->media_reserved);
+    free(sim->pending);
+    pthread_mutex_destroy(&sim->lock);
+    free(sim);
+    pool->sim = NULL;
+}
+
+/* --------------------------------------------------------------------------
+ * Flush and fence
+ * -------------------------------------------------------------------------- */
+void nvh_sim_flush(nvh_pool *pool, const void *addr, size_t len)
+{
+    nvh_sim *sim = pool->sim;
+    uintptr_t base = (uintptr_t)pool->ctx.base;
+    uintptr_t start = NVH_ALIGN_DOWN((uintptr_t)addr, NVH_CACHELINE);
+    uintptr_t end = (uintptr_t)addr + len;
+    NVH_ASSERT(nvh_contains(pool, addr, len));
+    pthread_mutex_lock(&sim->lock);
+    for (uintptr_t line = start; line < end; line += NVH_CACHELINE) {
+        if (sim->pending_count == sim->pending_cap) {
+            size_t cap = sim->pending_cap ? sim->pending_cap * 2 : 256;
+            sim_line *grown = realloc(sim->pending, cap * sizeof *grown);
+            if (!grown) abort(); /* a test instrument: no sane way to continue */
+            sim->pending = grown;
+            sim->pending_cap = cap;
+        }
+        sim_line *rec = &sim->pending[sim->pending_count++];
+        rec->offset = line - base;
+        memcpy(rec->data, (const void *)line, NVH_CACHELINE);
+    }
+    pthread_mutex_unlock(&sim->lock);
+}
+
+void nvh_sim_drain(nvh_pool *pool)
+{
+    nvh_sim *sim = pool->sim;
+    pthread_mutex_lock(&sim->lock);
+    uint64_t fence = sim->fences++;
+    nvh_sim_fence_hook hook = sim->hook;
+    void *hook_arg = sim->hook_arg;
+    pthread_mutex_unlock(&sim->lock);
+
+    if (hook) hook(pool, fence, hook_arg);   /* crash point: before the fence */
+
+    pthread_mutex_lock(&sim->lock);
+    for (size_t i = 0; i < sim->pending_count; i++)
+        memcpy(sim->media + sim->pending[i].offset, sim->pending[i].data, NVH_CACHELINE);
+    sim->pending_count = 0;
+    pthread_mutex_unlock(&sim->lock);
+}
+
+uint64_t nvh_sim_fence_count(const nvh_pool *pool)
+{
+    return pool->sim ? pool->sim->fences : 0;
+}
+
+void nvh_sim_set_fence_hook(nvh_pool *pool, nvh_sim_fence_hook hook, void *arg)
+{
+    if (!pool->sim) return;
+    pthread_mutex_lock(&pool->sim->lock);
+    pool->sim->hook = hook;
+    pool->sim->hook_arg = arg;
+    pthread_mutex_unlock(&pool->sim->lock);
+}
+
+/* --------------------------------------------------------------------------
+ * Crash images
+ * -------------------------------------------------------------------------- */
+/* Mix the `fresh` line into `image` word by word: each 8-byte word
+ * independently old or new (adversarial mode). */
+static void mix_words(unsigned char *image, const unsigned char *fresh, uint64_t *rng)
+{
+    uint64_t bits = splitmix64(rng);
+    for (unsigned w = 0; w < NVH_CACHELINE / 8; w++)
+        if (bits & (1ull << w)) memcpy(image + 8 * w, fresh + 8 * w, 8);
+}
+
+/* Build the image a power failure right now could leave:
+ *  1. start from the media (what was fenced);
+ *  2. each flushed-but-unfenced line's snapshot may have been written back;
+ *  3. each line whose working copy still differs may have been evicted.
+ * Returns the number of lines that differed (the image's degrees of freedom). */
+static uint64_t build_image(nvh_pool *pool, unsigned char *image, uint64_t seed,
+                            nvh_crash_mode mode)
+{
+    nvh_sim *sim = pool->sim;
+    uint64_t size = pool->ctx.size, differing = 0;
+    uint64_t rng = seed;
+    const unsigned char *work = (const unsigned char *)pool->ctx.base;
+
+    memcpy(image, sim->media, size);
+    for (size_t i = 0; i < sim->pending_count; i++) {
+        const sim_line *rec = &sim->pending[i];
+        if (memcmp(image + rec->offset, rec->data, NVH_CACHELINE) == 0) continue;
+        differing++;
+        if (mode == NVH_CRASH_WORDS) mix_words(image + rec->offset, rec->data, &rng);
+        else if (splitmix64(&rng) & 1) memcpy(image + rec->offset, rec->data, NVH_CACHELINE);
+    }
+    for (uint64_t off = 0; off < size; off += NVH_CACHELINE) {
+        if (memcmp(image + off, work + off, NVH_CACHELINE) == 0) continue;
+        differing++;
+        if (mode == NVH_CRASH_WORDS) mix_words(image + off, work + off, &rng);
+        else if (splitmix64(&rng) & 1) memcpy(image + off, work + off, NVH_CACHELINE);
+    }
+    return differing;
+}
+
+static int write_all(int fd, const void *buf, uint64_t len)
+{
+    const char *p = buf;
+    while (len) {
+        ssize_t n = write(fd, p, len > (1u << 30) ? (1u << 30) : len);
+        if (n < 0) {
+            if (errno == EINTR) continue;
+            return -1;
+        }
+        p += n;
+        len -= (uint64_t)n;
+    }
+    return 0;
+}
+
+int nvh_sim_image_(nvh_pool *pool, const char *path, uint64_t seed, nvh_crash_mode mode,
+                   uint64_t *differing_out)
+{
+    if (!pool || !path) return nvh_fail(NVH_E_INVAL, "nvh_sim_write_image: NULL argument");
+    if (!pool->sim)
+        return nvh_fail(NVH_E_INVAL, "nvh_sim_write_image: pool %s is not in the sim domain",
+                        pool->path);
+    uint64_t size = pool->ctx.size;
+    unsigned char *image = mmap(NULL, size, PROT_READ | PROT_WRITE,
+                                MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (image == MAP_FAILED)
+        return nvh_fail_errno(NVH_E_NOMEM, errno, "cannot allocate a crash image of %llu bytes",
+                              (unsigned long long)size);
+    pthread_mutex_lock(&pool->sim->lock);
+    uint64_t differing = build_image(pool, image, seed, mode);
+    pthread_mutex_unlock(&pool->sim->lock);
+
+    int rc = NVH_OK;
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    if (fd < 0) rc = nvh_fail_errno(NVH_E_IO, errno, "cannot create crash image %s", path);
+    else {
+        if (write_all(fd, image, size) != 0)
+            rc = nvh_fail_errno(NVH_E_IO, errno, "cannot write crash image %s", path);
+        close(fd);
+    }
+    munmap(image, size);
+    if (differing_out) *differing_out = differing;
+    return rc;
+}
+
+int nvh_sim_write_image(nvh_pool *pool, const char *path, uint64_t seed, nvh_crash_mode mode)
+{
+    return nvh_sim_image_(pool, path, seed, mode, NULL);
+}

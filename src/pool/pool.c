@@ -1,0 +1,593 @@
+/* pool.c — pool files: create, open (validate, lock, detect the domain, map),
+ * grow, close, and the superblock's state updates.
+ *
+ * Mapping: a pool is mapped at the start of a reserved PROT_NONE virtual
+ * range as large as its max_size, so nvh_pool_grow maps the new tail in place
+ * and the base never moves (seed 002 §3.2: "a contiguous range in virtual
+ * memory"). Validation reads the superblock with pread before anything is
+ * mapped or written, so a bad file is reported without being touched. */
+#include "../common/internal.h"
+#include "format.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/mman.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <sys/vfs.h>
+#include <time.h>
+#include <unistd.h>
+
+#ifndef MAP_SYNC
+#define MAP_SYNC 0x80000
+#endif
+#ifndef MAP_SHARED_VALIDATE
+#define MAP_SHARED_VALIDATE 0x03
+#endif
+#ifndef TMPFS_MAGIC
+#define TMPFS_MAGIC 0x01021994
+#endif
+
+#define DEFAULT_MAX_SIZE ((uint64_t)64 << 30)
+#define MAP_ALIGN ((uint64_t)2 << 20)   /* 2 MiB: lets DAX use huge pages */
+
+/* --------------------------------------------------------------------------
+ * Small helpers
+ * -------------------------------------------------------------------------- */
+static uint64_t default_max_size(void)
+{
+    const char *env = getenv("NVHEAP_MAX_SIZE");
+    if (env && *env) {
+        char *end;
+        unsigned long long v = strtoull(env, &end, 0);
+        if (*end == '\0' && v >= NVH_POOL_MIN_SIZE && v <= NVH_POOL_MAX_SIZE) return v;
+    }
+    return DEFAULT_MAX_SIZE;
+}
+
+static uint32_t header_checksum(const struct nvh_superblock_header *h)
+{
+    return nvh_crc32c(0, h, offsetof(struct nvh_superblock_header, checksum));
+}
+
+static uint32_t state_checksum(const struct nvh_superblock_state *s)
+{
+    return nvh_crc32c(0, s, offsetof(struct nvh_superblock_state, checksum));
+}
+
+static bool state_valid(const struct nvh_superblock_header *h,
+                        const struct nvh_superblock_state *s)
+{
+    return s->sequence != 0 && s->checksum == state_checksum(s) &&
+           s->uuid_crc == nvh_crc32c(0, h->uuid, sizeof h->uuid);
+}
+
+/* Index of the current state slot, or -1 if neither is valid. */
+static int current_slot(const struct nvh_superblock *sb)
+{
+    bool v0 = state_valid(&sb->header, &sb->state[0]);
+    bool v1 = state_valid(&sb->header, &sb->state[1]);
+    if (v0 && v1) return sb->state[1].sequence > sb->state[0].sequence ? 1 : 0;
+    if (v0) return 0;
+    if (v1) return 1;
+    return -1;
+}
+
+static int open_errno_code(int e)
+{
+    switch (e) {
+    case ENOENT: return NVH_E_NOENT;
+    case EEXIST: return NVH_E_EXISTS;
+    case EACCES: case EPERM: case EROFS: return NVH_E_READONLY;
+    case ENOSPC: case EDQUOT: return NVH_E_NOSPACE;
+    case ENOMEM: return NVH_E_NOMEM;
+    default: return NVH_E_IO;
+    }
+}
+
+static int read_full(int fd, void *buf, size_t len, off_t off)
+{
+    char *p = buf;
+    while (len) {
+        ssize_t n = pread(fd, p, len, off);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) return -1;
+        p += n; len -= (size_t)n; off += n;
+    }
+    return 0;
+}
+
+static int write_full(int fd, const void *buf, size_t len, off_t off)
+{
+    const char *p = buf;
+    while (len) {
+        ssize_t n = pwrite(fd, p, len, off);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) return -1;
+        p += n; len -= (size_t)n; off += n;
+    }
+    return 0;
+}
+
+/* Give the file `size` bytes, really allocated unless the caller asked for a
+ * sparse file: a sparse pool on a full disk would SIGBUS at some later store
+ * instead of failing here with NVH_E_NOSPACE. */
+static int size_file(int fd, uint64_t size, unsigned flags, const char *path)
+{
+    if (!(flags & NVH_CREATE_NOFALLOCATE)) {
+        int e = posix_fallocate(fd, 0, (off_t)size);
+        if (e == 0) return NVH_OK;
+        if (e != EOPNOTSUPP && e != EINVAL)
+            return nvh_fail_errno(open_errno_code(e), e, "cannot allocate %llu bytes for %s",
+                                  (unsigned long long)size, path);
+    }
+    if (ftruncate(fd, (off_t)size) != 0)
+        return nvh_fail_errno(open_errno_code(errno), errno, "cannot size %s to %llu bytes",
+                              path, (unsigned long long)size);
+    return NVH_OK;
+}
+
+/* --------------------------------------------------------------------------
+ * Domain detection and mapping
+ * -------------------------------------------------------------------------- */
+static bool file_is_dax(int fd, uint64_t size)
+{
+    void *p = mmap(NULL, size < NVH_PAGE ? NVH_PAGE : NVH_PAGE, PROT_READ | PROT_WRITE,
+                   MAP_SHARED_VALIDATE | MAP_SYNC, fd, 0);
+    if (p == MAP_FAILED) return false;
+    munmap(p, NVH_PAGE);
+    return true;
+}
+
+static nvh_domain detect_domain(int fd, uint64_t size)
+{
+    if (file_is_dax(fd, size)) return NVH_DOMAIN_PMEM;
+    struct statfs fs;
+    if (fstatfs(fd, &fs) == 0 && (unsigned long)fs.f_type == TMPFS_MAGIC)
+        return NVH_DOMAIN_PROCESS;
+    return NVH_DOMAIN_MSYNC;
+}
+
+static int mmap_flags_for(const nvh_pool *pool, bool dax)
+{
+    if (pool->ctx.domain == NVH_DOMAIN_SIM) return MAP_PRIVATE | MAP_FIXED;
+    if (dax && !pool->readonly) return MAP_SHARED_VALIDATE | MAP_SYNC | MAP_FIXED;
+    return MAP_SHARED | MAP_FIXED;
+}
+
+/* Map file bytes [from, to) at base+from. */
+static int map_range(nvh_pool *pool, uint64_t from, uint64_t to, bool dax)
+{
+    int prot = pool->readonly ? PROT_READ : PROT_READ | PROT_WRITE;
+    void *want = pool->ctx.base + from;
+    void *got = mmap(want, to - from, prot, mmap_flags_for(pool, dax), pool->fd, (off_t)from);
+    if (got == MAP_FAILED)
+        return nvh_fail_errno(NVH_E_IO, errno, "cannot map %s", pool->path);
+    NVH_ASSERT(got == want);
+    return NVH_OK;
+}
+
+/* --------------------------------------------------------------------------
+ * State updates
+ * -------------------------------------------------------------------------- */
+static int commit_state(nvh_pool *pool, uint64_t size, uint64_t epoch, uint32_t clean)
+{
+    struct nvh_superblock *sb = pool->sb;
+    uint64_t seq = pool->state_seq + 1;
+    struct nvh_superblock_state *slot = &sb->state[seq % 2];
+    struct nvh_superblock_state next = {
+        .sequence = seq, .pool_size = size, .epoch = epoch, .clean = clean,
+        .uuid_crc = nvh_crc32c(0, sb->header.uuid, sizeof sb->header.uuid),
+    };
+    next.checksum = state_checksum(&next);
+    memcpy(slot, &next, sizeof next);
+    nvh_persist(pool, slot, sizeof *slot);
+    pool->state_seq = seq;
+    pool->state_slot = (unsigned)(seq % 2);
+    pool->epoch = epoch;
+    return NVH_OK;
+}
+
+int nvh_superblock_commit_state(nvh_pool *pool, uint64_t size, uint64_t epoch)
+{
+    return commit_state(pool, size, epoch, 0);
+}
+
+/* --------------------------------------------------------------------------
+ * Validation of a pool file (pread only: never writes)
+ * -------------------------------------------------------------------------- */
+static int validate(int fd, const char *path, const char *layout,
+                    struct nvh_superblock *sb, uint64_t *file_size_out, int *slot_out)
+{
+    struct stat st;
+    if (fstat(fd, &st) != 0) return nvh_fail_errno(NVH_E_IO, errno, "cannot stat %s", path);
+    if (!S_ISREG(st.st_mode)) return nvh_fail(NVH_E_INVAL, "%s is not a regular file", path);
+    uint64_t file_size = (uint64_t)st.st_size;
+    memset(sb, 0, sizeof *sb);
+    size_t have = file_size < sizeof *sb ? (size_t)file_size : sizeof *sb;
+    if (have && read_full(fd, sb, have, 0) != 0)
+        return nvh_fail_errno(NVH_E_IO, errno, "cannot read the superblock of %s", path);
+    if (have < sizeof sb->header.magic ||
+        memcmp(sb->header.magic, NVH_MAGIC, sizeof sb->header.magic) != 0)
+        return nvh_fail(NVH_E_BADMAGIC, "%s is not an nvheap pool (bad magic)", path);
+    if (file_size < NVH_SUPERBLOCK_SIZE)
+        return nvh_fail(NVH_E_TRUNCATED, "%s is truncated: %llu bytes, shorter than its "
+                        "superblock", path, (unsigned long long)file_size);
+    if (sb->header.format_version > NVH_FORMAT_VERSION)
+        return nvh_fail(NVH_E_VERSION, "%s has format version %u; this library reads up to %u",
+                        path, sb->header.format_version, NVH_FORMAT_VERSION);
+    if (sb->header.checksum != header_checksum(&sb->header))
+        return nvh_fail(NVH_E_CHECKSUM, "%s: superblock header checksum mismatch "
+                        "(stored %08x, computed %08x)", path, sb->header.checksum,
+                        header_checksum(&sb->header));
+    if (sb->header.format_version == 0 || sb->header.header_size != sizeof sb->header)
+        return nvh_fail(NVH_E_CORRUPT, "%s: superblock header has version %u, size %u",
+                        path, sb->header.format_version, sb->header.header_size);
+    if (sb->header.layout[NVH_LAYOUT_MAX] != '\0')
+        return nvh_fail(NVH_E_CORRUPT, "%s: layout name is not terminated", path);
+    if (layout && strcmp(layout, sb->header.layout) != 0)
+        return nvh_fail(NVH_E_LAYOUT, "%s has layout '%s', expected '%s'", path,
+                        sb->header.layout, layout);
+    int slot = current_slot(sb);
+    if (slot < 0)
+        return nvh_fail(NVH_E_CHECKSUM, "%s: both superblock state slots fail their checksum",
+                        path);
+    const struct nvh_superblock_state *s = &sb->state[slot];
+    const struct nvh_superblock_header *h = &sb->header;
+    if (s->pool_size < NVH_POOL_MIN_SIZE || s->pool_size > NVH_POOL_MAX_SIZE ||
+        s->pool_size % NVH_PAGE || h->root_offset != NVH_SUPERBLOCK_SIZE ||
+        h->root_size % NVH_PAGE || h->heap_offset != h->root_offset + h->root_size ||
+        h->heap_offset > s->pool_size)
+        return nvh_fail(NVH_E_CORRUPT, "%s: superblock describes an impossible layout "
+                        "(size %llu, root %llu+%llu, heap at %llu)", path,
+                        (unsigned long long)s->pool_size, (unsigned long long)h->root_offset,
+                        (unsigned long long)h->root_size, (unsigned long long)h->heap_offset);
+    if (file_size < s->pool_size)
+        return nvh_fail(NVH_E_TRUNCATED, "%s is truncated: %llu bytes, its superblock says %llu",
+                        path, (unsigned long long)file_size, (unsigned long long)s->pool_size);
+    *file_size_out = file_size;
+    *slot_out = slot;
+    return NVH_OK;
+}
+
+/* --------------------------------------------------------------------------
+ * Open (shared by create and open: fd is open, locked and validated)
+ * -------------------------------------------------------------------------- */
+static void pool_free(nvh_pool *pool)
+{
+    if (!pool) return;
+    nvh_sim_detach(pool);
+    nvh_msync_fini(pool);
+    if (pool->reserved) munmap(pool->reserved, pool->reserved_size);
+    if (pool->fd >= 0) close(pool->fd);   /* also drops the flock */
+    pthread_mutex_destroy(&pool->grow_lock);
+    free(pool->path);
+    free(pool);
+}
+
+static nvh_pool *pool_attach(int fd, const char *path, unsigned flags,
+                             const struct nvh_superblock *sb_copy, int slot,
+                             uint64_t max_size, bool bump_epoch)
+{
+    nvh_pool *pool = aligned_alloc(64, NVH_ALIGN_UP(sizeof *pool, 64));
+    if (!pool) {
+        close(fd);
+        nvh_fail(NVH_E_NOMEM, "out of memory opening %s", path);
+        return NULL;
+    }
+    memset(pool, 0, sizeof *pool);
+    pool->fd = fd;
+    pool->flags = flags;
+    pool->readonly = (flags & NVH_OPEN_READONLY) != 0;
+    pthread_mutex_init(&pool->grow_lock, NULL);
+    pool->path = strdup(path);
+    uint64_t size = sb_copy->state[slot].pool_size;
+    pool->state_seq = sb_copy->state[slot].sequence;
+    pool->state_slot = (unsigned)slot;
+    pool->epoch = sb_copy->state[slot].epoch;
+    pool->created_domain = (nvh_domain)sb_copy->header.created_domain;
+
+    bool dax = file_is_dax(fd, size) && !pool->readonly;
+    nvh_domain domain;
+    if (!pool->path || nvh_domain_resolve(flags, dax ? NVH_DOMAIN_PMEM : detect_domain(fd, size),
+                                          &domain) != NVH_OK) {
+        if (!pool->path) nvh_fail(NVH_E_NOMEM, "out of memory opening %s", path);
+        goto fail;
+    }
+    if (domain == NVH_DOMAIN_SIM && pool->readonly) {
+        nvh_fail(NVH_E_INVAL, "%s: the sim domain needs a read-write open", path);
+        goto fail;
+    }
+    pool->ctx.domain = (uint8_t)domain;
+    pool->ctx.flush_kind = (uint8_t)(domain == NVH_DOMAIN_PMEM ? nvh_flush_kind_select()
+                                                                : NVH_FLUSH_NONE);
+    pool->ctx.nt_threshold = nvh_nt_threshold_default();
+    if (max_size < size) max_size = size;
+    pool->max_size = max_size;
+
+    /* reserve max_size (+ alignment slack), then map the file at its start */
+    pool->reserved_size = max_size + MAP_ALIGN;
+    pool->reserved = mmap(NULL, pool->reserved_size, PROT_NONE,
+                          MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (pool->reserved == MAP_FAILED) {
+        pool->reserved = NULL;
+        nvh_fail_errno(NVH_E_NOMEM, errno, "cannot reserve %llu bytes of address space for %s",
+                       (unsigned long long)pool->reserved_size, path);
+        goto fail;
+    }
+    pool->ctx.base = (char *)NVH_ALIGN_UP((uintptr_t)pool->reserved, MAP_ALIGN);
+    atomic_store_explicit(&pool->ctx.size, size, memory_order_relaxed);
+    if (map_range(pool, 0, size, dax && domain != NVH_DOMAIN_SIM) != NVH_OK) goto fail;
+    pool->sb = (struct nvh_superblock *)pool->ctx.base;
+
+    if (domain == NVH_DOMAIN_MSYNC && nvh_msync_init(pool) != NVH_OK) goto fail;
+    if (domain == NVH_DOMAIN_SIM && nvh_sim_attach(pool) != NVH_OK) goto fail;
+
+    if (bump_epoch && !pool->readonly)
+        commit_state(pool, size, pool->epoch + 1, 0);
+    return pool;
+fail:
+    pool_free(pool);
+    return NULL;
+}
+
+static int lock_file(int fd, const char *path, bool shared)
+{
+    while (flock(fd, (shared ? LOCK_SH : LOCK_EX) | LOCK_NB) != 0) {
+        if (errno == EINTR) continue;
+        if (errno == EWOULDBLOCK)
+            return nvh_fail(NVH_E_BUSY, "pool %s is in use (open in this or another process)",
+                            path);
+        return nvh_fail_errno(NVH_E_IO, errno, "cannot lock %s", path);
+    }
+    return NVH_OK;
+}
+
+nvh_pool *nvh_pool_open(const char *path, const char *layout, unsigned flags)
+{
+    if (!path) {
+        nvh_fail(NVH_E_INVAL, "nvh_pool_open: path is NULL");
+        return NULL;
+    }
+    bool readonly = (flags & NVH_OPEN_READONLY) != 0;
+    int fd = open(path, (readonly ? O_RDONLY : O_RDWR) | O_CLOEXEC);
+    if (fd < 0) {
+        int e = errno;
+        nvh_fail_errno(open_errno_code(e), e, "cannot open pool %s%s", path,
+                       e == EACCES && !readonly ? " for writing" : "");
+        return NULL;
+    }
+    struct nvh_superblock sb;
+    uint64_t file_size = 0;
+    int slot = -1;
+    if (lock_file(fd, path, readonly) != NVH_OK ||
+        validate(fd, path, layout, &sb, &file_size, &slot) != NVH_OK) {
+        close(fd);
+        return NULL;
+    }
+    return pool_attach(fd, path, flags, &sb, slot, default_max_size(), true);
+}
+
+/* --------------------------------------------------------------------------
+ * Create
+ * -------------------------------------------------------------------------- */
+static void make_uuid(uint8_t uuid[16])
+{
+    if (getrandom(uuid, 16, 0) != 16) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        uint64_t x = (uint64_t)ts.tv_nsec ^ ((uint64_t)ts.tv_sec << 20) ^ (uint64_t)getpid();
+        for (int i = 0; i < 16; i++) { x = x * 6364136223846793005ull + 1; uuid[i] = (uint8_t)(x >> 56); }
+    }
+    uuid[6] = (uint8_t)((uuid[6] & 0x0F) | 0x40);   /* version 4 */
+    uuid[8] = (uint8_t)((uuid[8] & 0x3F) | 0x80);   /* RFC 4122 variant */
+}
+
+nvh_pool *nvh_pool_create_ex(const char *path, const char *layout, uint64_t size,
+                             unsigned flags, const nvh_pool_options *options)
+{
+    nvh_pool_options opts = {0};
+    if (options) opts = *options;
+    if (!layout) layout = "";
+    if (!path) { nvh_fail(NVH_E_INVAL, "nvh_pool_create: path is NULL"); return NULL; }
+    if (strlen(layout) > NVH_LAYOUT_MAX) {
+        nvh_fail(NVH_E_TOOLONG, "layout name is %zu bytes; at most %u allowed",
+                 strlen(layout), NVH_LAYOUT_MAX);
+        return NULL;
+    }
+    if (flags & NVH_OPEN_READONLY) {
+        nvh_fail(NVH_E_INVAL, "cannot create %s read-only", path);
+        return NULL;
+    }
+    uint64_t root_size = opts.root_size ? opts.root_size : NVH_ROOT_DEFAULT_SIZE;
+    if (root_size > NVH_ROOT_MAX_SIZE) {
+        nvh_fail(NVH_E_SIZE, "root area of %llu bytes exceeds the maximum %llu",
+                 (unsigned long long)root_size, (unsigned long long)NVH_ROOT_MAX_SIZE);
+        return NULL;
+    }
+    root_size = NVH_ALIGN_UP(root_size, (uint64_t)NVH_PAGE);
+    if (size > NVH_POOL_MAX_SIZE) {
+        nvh_fail(NVH_E_SIZE, "pool size %llu exceeds the maximum %llu",
+                 (unsigned long long)size, (unsigned long long)NVH_POOL_MAX_SIZE);
+        return NULL;
+    }
+    size = NVH_ALIGN_UP(size, (uint64_t)NVH_PAGE);
+    uint64_t min = NVH_POOL_MIN_SIZE;
+    if (NVH_SUPERBLOCK_SIZE + root_size + NVH_PAGE > min) min = NVH_SUPERBLOCK_SIZE + root_size + NVH_PAGE;
+    if (size < min) {
+        nvh_fail(NVH_E_SIZE, "pool size %llu is below the minimum %llu",
+                 (unsigned long long)size, (unsigned long long)min);
+        return NULL;
+    }
+    uint64_t max_size = opts.max_size ? opts.max_size : default_max_size();
+    if (max_size > NVH_POOL_MAX_SIZE) {
+        nvh_fail(NVH_E_SIZE, "max_size %llu exceeds the maximum %llu",
+                 (unsigned long long)max_size, (unsigned long long)NVH_POOL_MAX_SIZE);
+        return NULL;
+    }
+    nvh_domain domain;
+    if (nvh_domain_resolve(flags, NVH_DOMAIN_AUTO, &domain) != NVH_OK) return NULL;
+
+    int fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    if (fd < 0) {
+        int e = errno;
+        nvh_fail_errno(open_errno_code(e), e, "cannot create pool %s", path);
+        return NULL;
+    }
+    if (lock_file(fd, path, false) != NVH_OK || size_file(fd, size, flags, path) != NVH_OK)
+        goto fail;
+
+    struct nvh_superblock sb;
+    memset(&sb, 0, sizeof sb);
+    struct nvh_superblock_header *h = &sb.header;
+    memcpy(h->magic, NVH_MAGIC, sizeof h->magic);
+    h->format_version = NVH_FORMAT_VERSION;
+    h->header_size = sizeof *h;
+    make_uuid(h->uuid);
+    strncpy(h->layout, layout, sizeof h->layout - 1);
+    h->create_time = (uint64_t)time(NULL);
+    h->created_domain = domain == NVH_DOMAIN_AUTO ? detect_domain(fd, size) : domain;
+    h->root_offset = NVH_SUPERBLOCK_SIZE;
+    h->root_size = root_size;
+    h->heap_offset = NVH_SUPERBLOCK_SIZE + root_size;
+    h->area_count = 2;
+    h->areas[0] = (struct nvh_area){.kind = NVH_AREA_ROOT, .offset = h->root_offset,
+                                    .size = root_size};
+    h->areas[1] = (struct nvh_area){.kind = NVH_AREA_HEAP, .offset = h->heap_offset, .size = 0};
+    h->checksum = header_checksum(h);
+    struct nvh_superblock_state *s = &sb.state[1];
+    *s = (struct nvh_superblock_state){.sequence = 1, .pool_size = size, .epoch = 0, .clean = 1,
+                                       .uuid_crc = nvh_crc32c(0, h->uuid, sizeof h->uuid)};
+    s->checksum = state_checksum(s);
+
+    /* Everything but the magic first, then the magic: a crash during create
+     * leaves a file that open rejects as "not a pool", never a half pool. */
+    if (write_full(fd, (char *)&sb + 8, sizeof sb - 8, 8) != 0 || fsync(fd) != 0 ||
+        write_full(fd, sb.header.magic, 8, 0) != 0 || fsync(fd) != 0) {
+        nvh_fail_errno(open_errno_code(errno), errno, "cannot write the superblock of %s", path);
+        goto fail;
+    }
+    nvh_pool *pool = pool_attach(fd, path, flags, &sb, 1, max_size, true);
+    if (!pool) {
+        int code = nvh_errcode();
+        char msg[512];
+        snprintf(msg, sizeof msg, "%s", nvh_errormsg());
+        unlink(path);
+        nvh_fail(code, "%s", msg);
+    }
+    return pool;
+fail:
+    {
+        int code = nvh_errcode();
+        char msg[512];
+        snprintf(msg, sizeof msg, "%s", nvh_errormsg());
+        close(fd);
+        unlink(path);
+        nvh_fail(code, "%s", msg);
+    }
+    return NULL;
+}
+
+nvh_pool *nvh_pool_create(const char *path, const char *layout, uint64_t size, unsigned flags)
+{
+    return nvh_pool_create_ex(path, layout, size, flags, NULL);
+}
+
+/* --------------------------------------------------------------------------
+ * Grow
+ * -------------------------------------------------------------------------- */
+int nvh_pool_grow(nvh_pool *pool, uint64_t new_size)
+{
+    if (!pool) return nvh_fail(NVH_E_INVAL, "nvh_pool_grow: pool is NULL");
+    if (pool->readonly) return nvh_fail(NVH_E_READONLY, "pool %s is open read-only", pool->path);
+    new_size = NVH_ALIGN_UP(new_size, (uint64_t)NVH_PAGE);
+    pthread_mutex_lock(&pool->grow_lock);
+    uint64_t old_size = atomic_load_explicit(&pool->ctx.size, memory_order_relaxed);
+    int rc = NVH_OK;
+    if (new_size < old_size) {
+        rc = nvh_fail(NVH_E_SIZE, "cannot shrink pool %s from %llu to %llu bytes", pool->path,
+                      (unsigned long long)old_size, (unsigned long long)new_size);
+    } else if (new_size > pool->max_size) {
+        rc = nvh_fail(NVH_E_SIZE, "pool %s cannot grow to %llu bytes: its maximum is %llu",
+                      pool->path, (unsigned long long)new_size, (unsigned long long)pool->max_size);
+    } else if (new_size > old_size) {
+        bool dax = pool->ctx.domain == NVH_DOMAIN_PMEM && file_is_dax(pool->fd, old_size);
+        rc = size_file(pool->fd, new_size, pool->flags, pool->path);
+        if (rc == NVH_OK) rc = map_range(pool, old_size, new_size, dax);
+        if (rc == NVH_OK && pool->sim) rc = nvh_sim_grow(pool, old_size, new_size);
+        if (rc == NVH_OK) {
+            atomic_store_explicit(&pool->ctx.size, new_size, memory_order_release);
+            /* The file grew before the superblock says so: a crash in between
+             * leaves a longer file, which open accepts. */
+            commit_state(pool, new_size, pool->epoch, 0);
+        }
+    }
+    pthread_mutex_unlock(&pool->grow_lock);
+    return rc;
+}
+
+/* --------------------------------------------------------------------------
+ * Close
+ * -------------------------------------------------------------------------- */
+int nvh_pool_close(nvh_pool *pool)
+{
+    if (!pool) return NVH_OK;
+    int rc = NVH_OK;
+    if (!pool->readonly) {
+        uint64_t size = atomic_load_explicit(&pool->ctx.size, memory_order_relaxed);
+        commit_state(pool, size, pool->epoch, 1);
+        if (pool->ctx.domain == NVH_DOMAIN_SIM) {
+            /* No crash happened: every cached line would reach the media. */
+            if (write_full(pool->fd, pool->ctx.base, size, 0) != 0)
+                rc = nvh_fail_errno(NVH_E_IO, errno, "cannot write back sim pool %s", pool->path);
+        } else if (pool->ctx.domain == NVH_DOMAIN_PROCESS || pool->ctx.domain == NVH_DOMAIN_EADR) {
+            /* nothing: the page cache / persistent caches hold the data */
+        }
+    }
+    pool_free(pool);
+    return rc;
+}
+
+/* --------------------------------------------------------------------------
+ * Accessors
+ * -------------------------------------------------------------------------- */
+int nvh_pool_info_get(const nvh_pool *pool, nvh_pool_info *info)
+{
+    if (!pool || !info) return nvh_fail(NVH_E_INVAL, "nvh_pool_info_get: NULL argument");
+    const struct nvh_superblock_header *h = &pool->sb->header;
+    memset(info, 0, sizeof *info);
+    memcpy(info->layout, h->layout, NVH_LAYOUT_MAX);
+    memcpy(info->uuid, h->uuid, sizeof info->uuid);
+    info->size = atomic_load_explicit(&pool->ctx.size, memory_order_relaxed);
+    info->max_size = pool->max_size;
+    info->epoch = pool->epoch;
+    info->format_version = h->format_version;
+    info->domain = (nvh_domain)pool->ctx.domain;
+    info->created_domain = pool->created_domain;
+    info->root_offset = h->root_offset;
+    info->root_size = h->root_size;
+    info->heap_offset = h->heap_offset;
+    info->heap_size = info->size - h->heap_offset;
+    info->create_time = h->create_time;
+    info->flush_instruction = nvh_flush_kind_name((nvh_flush_kind)pool->ctx.flush_kind);
+    return NVH_OK;
+}
+
+void *nvh_pool_base(const nvh_pool *pool) { return pool->ctx.base; }
+uint64_t nvh_pool_size(const nvh_pool *pool)
+{
+    return atomic_load_explicit(&pool->ctx.size, memory_order_relaxed);
+}
+nvh_domain nvh_pool_domain(const nvh_pool *pool) { return (nvh_domain)pool->ctx.domain; }
+uint64_t nvh_pool_epoch(const nvh_pool *pool) { return pool->epoch; }
+
+void *nvh_root(const nvh_pool *pool, uint64_t *size_out)
+{
+    if (!pool) { nvh_fail(NVH_E_INVAL, "nvh_root: pool is NULL"); return NULL; }
+    if (size_out) *size_out = pool->sb->header.root_size;
+    return pool->ctx.base + pool->sb->header.root_offset;
+}

@@ -1,0 +1,64 @@
+/* test_util.h — helpers shared by the test programs: scratch paths, file
+ * hashing (to prove a failed open left a file untouched), byte pokes. */
+#ifndef NVH_TEST_UTIL_H
+#define NVH_TEST_UTIL_H
+
+#include <errno.h>
+#include <fcntl.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "nvheap.h"
+
+/* A fresh path under $NVHEAP_TEST_DIR (or /tmp) that does not exist yet. */
+static inline const char *test_path(const char *name)
+{
+    static char buf[8][512];
+    static unsigned next;
+    const char *dir = getenv("NVHEAP_TEST_DIR");
+    if (!dir || !*dir) dir = "/tmp";
+    mkdir(dir, 0700);
+    char *p = buf[next++ % 8];
+    snprintf(p, 512, "%s/%s-%d.pool", dir, name, (int)getpid());
+    unlink(p);
+    return p;
+}
+
+/* FNV-1a of a whole file: equal before and after means "not modified". */
+static inline uint64_t test_file_hash(const char *path)
+{
+    uint64_t h = 1469598103934665603ull;
+    FILE *f = fopen(path, "rb");
+    if (!f) return 0;
+    int c;
+    while ((c = fgetc(f)) != EOF) h = (h ^ (uint64_t)(unsigned char)c) * 1099511628211ull;
+    fclose(f);
+    return h;
+}
+
+static inline void test_poke(const char *path, off_t off, const void *bytes, size_t len)
+{
+    int fd = open(path, O_WRONLY);
+    assert_true(fd >= 0);
+    assert_int_equal(pwrite(fd, bytes, len, off), (ssize_t)len);
+    close(fd);
+}
+
+static inline void test_peek(const char *path, off_t off, void *bytes, size_t len)
+{
+    int fd = open(path, O_RDONLY);
+    assert_true(fd >= 0);
+    assert_int_equal(pread(fd, bytes, len, off), (ssize_t)len);
+    close(fd);
+}
+
+#endif
