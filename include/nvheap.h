@@ -220,7 +220,7 @@ typedef enum nvh_flush_kind {
 } nvh_flush_kind;
 
 enum { NVH_STAT_LINES, NVH_STAT_FENCES, NVH_STAT_MSYNCS, NVH_STAT_NT_BYTES,
-       NVH_STAT_FLUSH_CALLS, NVH_STAT_COUNT_ };
+       NVH_STAT_COUNT_ };
 #define NVH_STAT_STRIPES 16
 typedef struct nvh_stat_stripe_ {
     _Atomic uint64_t value[8];            /* indexed by NVH_STAT_*; one line */
@@ -250,8 +250,14 @@ static inline void nvh_stat_add_(nvh_persist_ctx_ *ctx, unsigned stat, uint64_t 
 {
     unsigned stripe = nvh_thread_stripe_;
     if (__builtin_expect(stripe == 0, 0)) stripe = nvh_assign_stripe_();
-    atomic_fetch_add_explicit(&ctx->stats[stripe - 1].value[stat], n,
-                              memory_order_relaxed);
+    /* A plain load + store, not atomic_fetch_add: a LOCKed read-modify-write
+     * is ordered after earlier CLWB/CLFLUSHOPT, so it would make every
+     * nvh_flush wait for the previous one (bench/run persist: 8 flushes + 1
+     * fence took 6.6x PMDK's time). Exact while a stripe has one writer (up
+     * to NVH_STAT_STRIPES threads); beyond that a race may drop a count. */
+    _Atomic uint64_t *counter = &ctx->stats[stripe - 1].value[stat];
+    atomic_store_explicit(counter, atomic_load_explicit(counter, memory_order_relaxed) + n,
+                          memory_order_relaxed);
 }
 /* ---- end of internal section ---------------------------------------------- */
 
@@ -382,7 +388,6 @@ typedef struct nvh_stats {
     uint64_t fences;
     uint64_t msyncs;
     uint64_t nt_bytes;
-    uint64_t flush_calls;
 } nvh_stats;
 
 void nvh_stats_get(const nvh_pool *pool, nvh_stats *stats);
@@ -479,6 +484,135 @@ uint64_t nvh_sim_fence_count(const nvh_pool *pool);
  * effect (used by nvh_crash_explore; NULL removes it). */
 typedef void (*nvh_sim_fence_hook)(nvh_pool *pool, uint64_t fence, void *arg);
 void nvh_sim_set_fence_hook(nvh_pool *pool, nvh_sim_fence_hook hook, void *arg);
+
+/* ==========================================================================
+ * 7. Allocator
+ * ==========================================================================
+ * The heap area of a pool is managed by a persistent, failure-atomic,
+ * wear-aware allocator (design in docs/ALLOC.md): chunks (4 MiB) of 4 KiB
+ * blocks; objects up to 1984 B live in runs (one block, 64 B size classes),
+ * larger ones in whole blocks (large) or whole chunks (huge). Every object is
+ * at least 64 B and 64 B aligned. Pools grow automatically up to max_size;
+ * a full pool fails with NVH_E_NOSPACE.
+ *
+ * Publication is two-step (seed 002): nvh_reserve returns memory that only
+ * DRAM knows about; the application initialises and persists it, then
+ * nvh_activate makes the allocation durable AND stores its offset into up to
+ * NVH_LINKS_MAX link pointers (8-byte relative pointers inside the pool) in
+ * one failure-atomic step: after a crash either the object is allocated and
+ * every link points at it, or nothing happened. Cost: one fence, and one
+ * flushed record line plus one line per link (amortised: see docs/ALLOC.md).
+ * nvh_free is the mirror image. Named objects live in a persistent object
+ * table (constant-time lookup right after open, no DRAM index to rebuild).
+ *
+ * Threads: all calls are thread-safe; each thread allocates from its own
+ * arena (round robin over nvh_heap_config.arenas), frees of objects owned by
+ * another arena are performed in the owner's log. */
+#define NVH_ALLOC_ALIGN 64u
+#define NVH_LINKS_MAX 14u          /* link pointers per activate/free       */
+#define NVH_NAME_MAX 55u           /* bytes of a name, without the NUL      */
+
+/* Reserve `size` bytes (0 counts as 1). DRAM only: after a crash the memory
+ * is free again. NULL with NVH_E_NOSPACE if the pool is full. */
+void *nvh_reserve(nvh_pool *pool, size_t size);
+/* Give back a reservation that was never activated. */
+int nvh_cancel(nvh_pool *pool, void *ptr);
+/* Make a reservation durable and set *links[i] = nvh_off(pool, ptr) for every
+ * i, failure-atomically. Links must be 8-byte aligned words inside the pool
+ * (root area or heap objects), not inside the allocator's metadata. The
+ * object's content should be persisted before (nvh_persist). */
+int nvh_activate(nvh_pool *pool, void *ptr, nvh_off_t *const links[], unsigned nlinks);
+
+/* One link update for nvh_free: *link (which must point at the object) is
+ * set to value (0 = clear, or redirect elsewhere). */
+typedef struct nvh_link {
+    nvh_off_t *link;
+    nvh_off_t value;
+} nvh_link;
+/* Free an activated object and update its links, failure-atomically.
+ * NVH_E_BADPTR: not an object of this pool (outside, misaligned, interior,
+ * not activated); NVH_E_DOUBLEFREE: already free; NVH_E_CORRUPT: its header
+ * fails its checksum (reported, the region is quarantined, nothing changes).
+ * The space rests in the don't-allocate FIFO before it is reused. */
+int nvh_free(nvh_pool *pool, void *ptr, const nvh_link *links, unsigned nlinks);
+
+/* Constructor for nvh_alloc: initialise ptr (size usable bytes); return 0,
+ * or non-zero to abandon the allocation (nvh_alloc then fails, NVH_E_ABORTED). */
+typedef int (*nvh_ctor_fn)(nvh_pool *pool, void *ptr, size_t size, void *arg);
+/* reserve + constructor (or zero-fill if NULL) + persist + activate with one
+ * link (link may be NULL). Returns the object or NULL. */
+void *nvh_alloc(nvh_pool *pool, size_t size, nvh_ctor_fn ctor, void *arg, nvh_off_t *link);
+
+/* Named objects (names of 1..NVH_NAME_MAX bytes; NVH_E_TOOLONG, NVH_E_EXISTS). */
+void *nvh_reserve_named(nvh_pool *pool, const char *name, size_t size);
+int nvh_activate_named(nvh_pool *pool, const char *name);
+/* The object of that name (NULL and NVH_E_NOTFOUND if none); *size_out gets
+ * its usable size if not NULL. */
+void *nvh_get_named(nvh_pool *pool, const char *name, size_t *size_out);
+int nvh_free_named(nvh_pool *pool, const char *name);
+/* Calls fn for every named object; stops when fn returns non-zero (and
+ * returns that value). */
+typedef int (*nvh_named_fn)(const char *name, void *ptr, size_t size, void *arg);
+int nvh_named_foreach(nvh_pool *pool, nvh_named_fn fn, void *arg);
+
+/* Usable bytes of an activated or reserved object (0 and NVH_E_BADPTR if not). */
+size_t nvh_usable_size(nvh_pool *pool, const void *ptr);
+/* Calls fn for every activated object (not while other threads free). */
+typedef int (*nvh_object_fn)(void *ptr, size_t usable, void *arg);
+int nvh_heap_foreach(nvh_pool *pool, nvh_object_fn fn, void *arg);
+
+/* Retire every log ring: all allocator effects reach the media (2 fences per
+ * ring with work). Done by close; useful before a pool is copied. */
+int nvh_heap_sync(nvh_pool *pool);
+
+/* Settings (per open pool; defaults from NVHEAP_FIFO_DELAY_NS,
+ * NVHEAP_FIFO_MAX_BYTES, NVHEAP_ARENAS). Freed space stays in the
+ * don't-allocate FIFO for fifo_delay_ns, unless the FIFO holds more than
+ * fifo_max_bytes or the pool is otherwise full. */
+typedef struct nvh_heap_config {
+    uint64_t fifo_delay_ns;    /* T: minimum time before freed space is reused */
+    uint64_t fifo_max_bytes;   /* space bound of the FIFO                      */
+    unsigned arenas;           /* 1..16 arenas for new threads                 */
+} nvh_heap_config;
+int nvh_heap_config_get(nvh_pool *pool, nvh_heap_config *config);
+int nvh_heap_config_set(nvh_pool *pool, const nvh_heap_config *config);
+
+/* Corruption: a header that fails its checksum is reported to this callback
+ * (offset of the header from the pool base, description), counted, and the
+ * damaged region is contained (never handed out). */
+typedef void (*nvh_corruption_fn)(nvh_pool *pool, uint64_t offset, const char *what, void *arg);
+void nvh_heap_set_corruption_handler(nvh_pool *pool, nvh_corruption_fn fn, void *arg);
+uint64_t nvh_heap_corruptions(const nvh_pool *pool);
+
+/* Check every region header (for `nvheap check`): fn is called for each
+ * corrupt region (offset, length). With repair the regions are quarantined
+ * durably. Returns NVH_OK, or NVH_E_CORRUPT if corruption was found and not
+ * repaired; *corrupt_out (may be NULL) gets the count. The _path form opens
+ * the pool itself (read-only unless repairing). */
+typedef void (*nvh_check_fn)(uint64_t offset, uint64_t length, const char *what, void *arg);
+int nvh_heap_check(nvh_pool *pool, nvh_check_fn fn, void *arg, int repair,
+                   uint64_t *corrupt_out);
+int nvh_heap_check_path(const char *path, nvh_check_fn fn, void *arg, int repair,
+                        uint64_t *corrupt_out);
+
+/* Usage statistics (for `nvheap info --stats`), from a walk of all headers. */
+typedef struct nvh_heap_class_stats {
+    uint64_t runs, slots_used, slots_total;
+} nvh_heap_class_stats;
+typedef struct nvh_heap_stats {
+    uint64_t chunk_size, chunks;     /* chunks in use (high-water mark)          */
+    uint64_t heap_bytes;             /* bytes covered by chunks in use           */
+    uint64_t live_objects, live_bytes;
+    uint64_t large_objects, huge_objects, run_bytes;
+    uint64_t free_bytes, free_regions, largest_free;
+    double fragmentation;            /* 1 - largest_free / free_bytes            */
+    uint64_t quarantined_bytes, corrupt_regions, corruptions;
+    uint64_t fifo_entries, fifo_bytes, fifo_oldest_ns; /* don't-allocate list   */
+    uint64_t fifo_delay_ns, fifo_max_bytes;
+    uint64_t records_replayed;       /* by the last open                         */
+    nvh_heap_class_stats cls[32];    /* index = class (size = 64 * index), 1..31 */
+} nvh_heap_stats;
+int nvh_heap_stats(nvh_pool *pool, nvh_heap_stats *stats);
 
 #ifdef __cplusplus
 }

@@ -3,6 +3,7 @@
  * or detection), and the non-temporal copy threshold. */
 #include "../common/internal.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #if defined(__x86_64__)
@@ -31,7 +32,8 @@ static bool cpu_has(nvh_flush_kind kind)
 #endif
 }
 
-nvh_flush_kind nvh_flush_kind_detect(void)
+/* The best instruction the CPU has, ignoring NVHEAP_FLUSH. */
+static nvh_flush_kind cpu_best_kind(void)
 {
     if (cpu_has(NVH_FLUSH_CLWB)) return NVH_FLUSH_CLWB;
     if (cpu_has(NVH_FLUSH_CLFLUSHOPT)) return NVH_FLUSH_CLFLUSHOPT;
@@ -62,7 +64,14 @@ nvh_flush_kind nvh_flush_kind_select(void)
             if (strcmp(env, nvh_flush_kind_name(kinds[i])) == 0 && cpu_has(kinds[i]))
                 return kinds[i];
     }
-    return nvh_flush_kind_detect();
+    return cpu_best_kind();
+}
+
+/* Public: what a pmem-domain pool opened now would use, i.e. after
+ * NVHEAP_FLUSH (as nvheap.h documents), not merely the CPU's best. */
+nvh_flush_kind nvh_flush_kind_detect(void)
+{
+    return nvh_flush_kind_select();
 }
 
 uint64_t nvh_nt_threshold_default(void)
@@ -108,7 +117,12 @@ int nvh_domain_resolve(unsigned flags, nvh_domain detected, nvh_domain *out)
         const char *env = getenv("NVHEAP_DOMAIN");
         if (env && *env) {
             int rc = nvh_domain_parse(env, &d);
-            if (rc) return nvh_fail(rc, "NVHEAP_DOMAIN: %s", nvh_errormsg());
+            if (rc) {
+                /* copy first: nvh_errormsg() is the buffer nvh_fail writes */
+                char msg[256];
+                snprintf(msg, sizeof msg, "%s", nvh_errormsg());
+                return nvh_fail(rc, "NVHEAP_DOMAIN: %s", msg);
+            }
         }
     }
     if (d == NVH_DOMAIN_AUTO) d = detected;
@@ -133,6 +147,11 @@ unsigned nvh_assign_stripe_(void)
 void nvh_stats_get(const nvh_pool *pool, nvh_stats *stats)
 {
     uint64_t sum[NVH_STAT_COUNT_] = {0};
+    if (!stats) return;
+    if (!pool) {
+        memset(stats, 0, sizeof *stats);
+        return;
+    }
     for (unsigned s = 0; s < NVH_STAT_STRIPES; s++)
         for (unsigned i = 0; i < NVH_STAT_COUNT_; i++)
             sum[i] += atomic_load_explicit(&pool->ctx.stats[s].value[i], memory_order_relaxed);
@@ -140,11 +159,11 @@ void nvh_stats_get(const nvh_pool *pool, nvh_stats *stats)
     stats->fences = sum[NVH_STAT_FENCES];
     stats->msyncs = sum[NVH_STAT_MSYNCS];
     stats->nt_bytes = sum[NVH_STAT_NT_BYTES];
-    stats->flush_calls = sum[NVH_STAT_FLUSH_CALLS];
 }
 
 void nvh_stats_reset(nvh_pool *pool)
 {
+    if (!pool) return;
     for (unsigned s = 0; s < NVH_STAT_STRIPES; s++)
         for (unsigned i = 0; i < NVH_STAT_COUNT_; i++)
             atomic_store_explicit(&pool->ctx.stats[s].value[i], 0, memory_order_relaxed);

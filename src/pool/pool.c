@@ -89,6 +89,16 @@ static int open_errno_code(int e)
     }
 }
 
+/* Re-raise the thread's last error with the pool file named in front, for
+ * errors raised by layers that do not know the path (domain resolution). */
+static int fail_naming_file(const char *what, const char *path)
+{
+    int code = nvh_errcode();
+    char msg[512];
+    snprintf(msg, sizeof msg, "%s", nvh_errormsg());   /* nvh_fail rewrites it */
+    return nvh_fail(code, "%s %s: %s", what, path, msg);
+}
+
 static int read_full(int fd, void *buf, size_t len, off_t off)
 {
     char *p = buf;
@@ -136,8 +146,10 @@ static int size_file(int fd, uint64_t size, unsigned flags, const char *path)
  * -------------------------------------------------------------------------- */
 static bool file_is_dax(int fd, uint64_t size)
 {
-    void *p = mmap(NULL, size < NVH_PAGE ? NVH_PAGE : NVH_PAGE, PROT_READ | PROT_WRITE,
-                   MAP_SHARED_VALIDATE | MAP_SYNC, fd, 0);
+    /* PROT_READ only, so the probe also works on a read-only descriptor:
+     * MAP_SYNC is validated against the file whatever the protection. */
+    (void)size;
+    void *p = mmap(NULL, NVH_PAGE, PROT_READ, MAP_SHARED_VALIDATE | MAP_SYNC, fd, 0);
     if (p == MAP_FAILED) return false;
     munmap(p, NVH_PAGE);
     return true;
@@ -291,11 +303,12 @@ static nvh_pool *pool_attach(int fd, const char *path, unsigned flags,
     pool->epoch = sb_copy->state[slot].epoch;
     pool->created_domain = (nvh_domain)sb_copy->header.created_domain;
 
-    bool dax = file_is_dax(fd, size) && !pool->readonly;
+    bool dax = file_is_dax(fd, size);
     nvh_domain domain;
     if (!pool->path || nvh_domain_resolve(flags, dax ? NVH_DOMAIN_PMEM : detect_domain(fd, size),
                                           &domain) != NVH_OK) {
         if (!pool->path) nvh_fail(NVH_E_NOMEM, "out of memory opening %s", path);
+        else fail_naming_file("cannot open pool", path);
         goto fail;
     }
     if (domain == NVH_DOMAIN_SIM && pool->readonly) {
@@ -395,8 +408,8 @@ nvh_pool *nvh_pool_create_ex(const char *path, const char *layout, uint64_t size
     if (!layout) layout = "";
     if (!path) { nvh_fail(NVH_E_INVAL, "nvh_pool_create: path is NULL"); return NULL; }
     if (strlen(layout) > NVH_LAYOUT_MAX) {
-        nvh_fail(NVH_E_TOOLONG, "layout name is %zu bytes; at most %u allowed",
-                 strlen(layout), NVH_LAYOUT_MAX);
+        nvh_fail(NVH_E_TOOLONG, "cannot create pool %s: layout name is %zu bytes; at most %u "
+                 "allowed", path, strlen(layout), NVH_LAYOUT_MAX);
         return NULL;
     }
     if (flags & NVH_OPEN_READONLY) {
@@ -405,32 +418,36 @@ nvh_pool *nvh_pool_create_ex(const char *path, const char *layout, uint64_t size
     }
     uint64_t root_size = opts.root_size ? opts.root_size : NVH_ROOT_DEFAULT_SIZE;
     if (root_size > NVH_ROOT_MAX_SIZE) {
-        nvh_fail(NVH_E_SIZE, "root area of %llu bytes exceeds the maximum %llu",
-                 (unsigned long long)root_size, (unsigned long long)NVH_ROOT_MAX_SIZE);
+        nvh_fail(NVH_E_SIZE, "cannot create pool %s: root area of %llu bytes exceeds the "
+                 "maximum %llu", path, (unsigned long long)root_size,
+                 (unsigned long long)NVH_ROOT_MAX_SIZE);
         return NULL;
     }
     root_size = NVH_ALIGN_UP(root_size, (uint64_t)NVH_PAGE);
     if (size > NVH_POOL_MAX_SIZE) {
-        nvh_fail(NVH_E_SIZE, "pool size %llu exceeds the maximum %llu",
-                 (unsigned long long)size, (unsigned long long)NVH_POOL_MAX_SIZE);
+        nvh_fail(NVH_E_SIZE, "cannot create pool %s: size %llu exceeds the maximum %llu",
+                 path, (unsigned long long)size, (unsigned long long)NVH_POOL_MAX_SIZE);
         return NULL;
     }
     size = NVH_ALIGN_UP(size, (uint64_t)NVH_PAGE);
     uint64_t min = NVH_POOL_MIN_SIZE;
     if (NVH_SUPERBLOCK_SIZE + root_size + NVH_PAGE > min) min = NVH_SUPERBLOCK_SIZE + root_size + NVH_PAGE;
     if (size < min) {
-        nvh_fail(NVH_E_SIZE, "pool size %llu is below the minimum %llu",
-                 (unsigned long long)size, (unsigned long long)min);
+        nvh_fail(NVH_E_SIZE, "cannot create pool %s: size %llu is below the minimum %llu",
+                 path, (unsigned long long)size, (unsigned long long)min);
         return NULL;
     }
     uint64_t max_size = opts.max_size ? opts.max_size : default_max_size();
     if (max_size > NVH_POOL_MAX_SIZE) {
-        nvh_fail(NVH_E_SIZE, "max_size %llu exceeds the maximum %llu",
-                 (unsigned long long)max_size, (unsigned long long)NVH_POOL_MAX_SIZE);
+        nvh_fail(NVH_E_SIZE, "cannot create pool %s: max_size %llu exceeds the maximum %llu",
+                 path, (unsigned long long)max_size, (unsigned long long)NVH_POOL_MAX_SIZE);
         return NULL;
     }
     nvh_domain domain;
-    if (nvh_domain_resolve(flags, NVH_DOMAIN_AUTO, &domain) != NVH_OK) return NULL;
+    if (nvh_domain_resolve(flags, NVH_DOMAIN_AUTO, &domain) != NVH_OK) {
+        fail_naming_file("cannot create pool", path);
+        return NULL;
+    }
 
     int fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
     if (fd < 0) {
@@ -516,7 +533,16 @@ int nvh_pool_grow(nvh_pool *pool, uint64_t new_size)
                       pool->path, (unsigned long long)new_size, (unsigned long long)pool->max_size);
     } else if (new_size > old_size) {
         bool dax = pool->ctx.domain == NVH_DOMAIN_PMEM && file_is_dax(pool->fd, old_size);
-        rc = size_file(pool->fd, new_size, pool->flags, pool->path);
+        /* Bytes past the recorded size are not part of the pool (a crash
+         * between an earlier grow's resize and its commit leaves them, and
+         * anyone may have appended): drop them so the new bytes read as zero. */
+        struct stat st;
+        if (fstat(pool->fd, &st) != 0)
+            rc = nvh_fail_errno(NVH_E_IO, errno, "cannot stat %s", pool->path);
+        else if ((uint64_t)st.st_size > old_size && ftruncate(pool->fd, (off_t)old_size) != 0)
+            rc = nvh_fail_errno(NVH_E_IO, errno, "cannot trim %s to its recorded size %llu",
+                                pool->path, (unsigned long long)old_size);
+        if (rc == NVH_OK) rc = size_file(pool->fd, new_size, pool->flags, pool->path);
         if (rc == NVH_OK) rc = map_range(pool, old_size, new_size, dax);
         if (rc == NVH_OK && pool->sim) rc = nvh_sim_grow(pool, old_size, new_size);
         if (rc == NVH_OK) {
@@ -577,13 +603,17 @@ int nvh_pool_info_get(const nvh_pool *pool, nvh_pool_info *info)
     return NVH_OK;
 }
 
-void *nvh_pool_base(const nvh_pool *pool) { return pool->ctx.base; }
+/* The accessors accept NULL (and answer NULL / 0 / NVH_DOMAIN_AUTO). */
+void *nvh_pool_base(const nvh_pool *pool) { return pool ? pool->ctx.base : NULL; }
 uint64_t nvh_pool_size(const nvh_pool *pool)
 {
-    return atomic_load_explicit(&pool->ctx.size, memory_order_relaxed);
+    return pool ? atomic_load_explicit(&pool->ctx.size, memory_order_relaxed) : 0;
 }
-nvh_domain nvh_pool_domain(const nvh_pool *pool) { return (nvh_domain)pool->ctx.domain; }
-uint64_t nvh_pool_epoch(const nvh_pool *pool) { return pool->epoch; }
+nvh_domain nvh_pool_domain(const nvh_pool *pool)
+{
+    return pool ? (nvh_domain)pool->ctx.domain : NVH_DOMAIN_AUTO;
+}
+uint64_t nvh_pool_epoch(const nvh_pool *pool) { return pool ? pool->epoch : 0; }
 
 void *nvh_root(const nvh_pool *pool, uint64_t *size_out)
 {

@@ -1,0 +1,821 @@
+/* test_cli.c — the `nvheap` tool and the hello_pool example, run as real
+ * programs (their paths come from $NVHEAP_CLI and $NVHEAP_HELLO, set by
+ * tests/cli/CMakeLists.txt): help and usage errors, create (sizes, refusing
+ * to overwrite), info (keys, values, JSON, statistics), check (good pool,
+ * corrupt header, state slots, truncation, files it cannot check), that
+ * info and check never modify a pool, and hello_pool run twice. */
+#include "test_util.h"
+
+#include "pool/format.h"
+
+#include <stdbool.h>
+#include <sys/file.h>
+#include <sys/wait.h>
+#include <time.h>
+
+/* ==========================================================================
+ * Running a program and looking at what it printed
+ * ========================================================================== */
+struct run {
+    int status;              /* exit status, or 128+signal */
+    char out[32768];
+    char err[8192];
+};
+
+static const char *scratch_dir(void)
+{
+    const char *dir = getenv("NVHEAP_TEST_DIR");
+    if (!dir || !*dir) dir = "/tmp";
+    mkdir(dir, 0700);
+    return dir;
+}
+
+static void slurp(const char *path, char *buf, size_t len)
+{
+    FILE *f = fopen(path, "rb");
+    size_t n = f ? fread(buf, 1, len - 1, f) : 0;
+    buf[n] = '\0';
+    if (f) fclose(f);
+}
+
+/* Run argv (argv[0] looked up in PATH unless it contains a '/'), stdout and
+ * stderr captured into r. Returns the exit status. */
+static int run_argv(struct run *r, const char *const argv[])
+{
+    char out_path[512], err_path[512];
+    snprintf(out_path, sizeof out_path, "%s/cli-stdout-%d.txt", scratch_dir(), (int)getpid());
+    snprintf(err_path, sizeof err_path, "%s/cli-stderr-%d.txt", scratch_dir(), (int)getpid());
+    fflush(stdout);
+    fflush(stderr);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        int out = open(out_path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+        int err = open(err_path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+        if (out < 0 || err < 0 || dup2(out, 1) < 0 || dup2(err, 2) < 0) _exit(126);
+        execvp(argv[0], (char *const *)argv);
+        _exit(127);
+    }
+    int wstatus;
+    while (waitpid(pid, &wstatus, 0) < 0) assert_int_equal(errno, EINTR);
+    r->status = WIFEXITED(wstatus) ? WEXITSTATUS(wstatus) : 128 + WTERMSIG(wstatus);
+    slurp(out_path, r->out, sizeof r->out);
+    slurp(err_path, r->err, sizeof r->err);
+    unlink(out_path);
+    unlink(err_path);
+    return r->status;
+}
+
+static const char *program(const char *env)
+{
+    const char *path = getenv(env);
+    if (!path || !*path) fail_msg("%s is not set (run this test through ctest)", env);
+    return path;
+}
+
+/* Run `program` with the NULL-terminated arguments that follow. */
+static int run_program(struct run *r, const char *prog, va_list ap)
+{
+    const char *argv[32] = {prog};
+    size_t n = 1;
+    const char *arg;
+    while ((arg = va_arg(ap, const char *)) != NULL) {
+        assert_true(n < 31);
+        argv[n++] = arg;
+    }
+    argv[n] = NULL;
+    return run_argv(r, argv);
+}
+
+static int run_cli_(struct run *r, ...)
+{
+    va_list ap;
+    va_start(ap, r);
+    int status = run_program(r, program("NVHEAP_CLI"), ap);
+    va_end(ap);
+    return status;
+}
+#define CLI(r, ...) run_cli_((r), __VA_ARGS__, (const char *)NULL)
+
+static int run_hello_(struct run *r, ...)
+{
+    va_list ap;
+    va_start(ap, r);
+    int status = run_program(r, program("NVHEAP_HELLO"), ap);
+    va_end(ap);
+    return status;
+}
+#define HELLO(r, ...) run_hello_((r), __VA_ARGS__, (const char *)NULL)
+
+/* Fail with the program's output when a status is not the expected one. */
+#define EXPECT_STATUS(r, expected)                                                     \
+    do {                                                                               \
+        if ((r)->status != (expected))                                                 \
+            fail_msg("exit status %d, expected %d\nstdout:\n%s\nstderr:\n%s",          \
+                     (r)->status, (expected), (r)->out, (r)->err);                     \
+    } while (0)
+
+#define EXPECT_CONTAINS(text, needle)                                                  \
+    do {                                                                               \
+        if (!strstr((text), (needle)))                                                 \
+            fail_msg("expected \"%s\" in:\n%s", (needle), (text));                     \
+    } while (0)
+
+/* The value of "key: value" in `nvheap info` output, or NULL. */
+static const char *value_of(const char *out, const char *key, char *buf, size_t len)
+{
+    size_t key_len = strlen(key);
+    for (const char *line = out; *line;) {
+        if (strncmp(line, key, key_len) == 0 && line[key_len] == ':') {
+            const char *v = line + key_len + 1;
+            if (*v == ' ') v++;
+            size_t n = strcspn(v, "\n");
+            if (n >= len) n = len - 1;
+            memcpy(buf, v, n);
+            buf[n] = '\0';
+            return buf;
+        }
+        const char *nl = strchr(line, '\n');
+        if (!nl) break;
+        line = nl + 1;
+    }
+    return NULL;
+}
+
+static const char *str_of(const char *out, const char *key)
+{
+    static char buf[4][256];
+    static unsigned next;
+    char *b = buf[next++ % 4];
+    if (!value_of(out, key, b, sizeof buf[0])) fail_msg("no key '%s' in:\n%s", key, out);
+    return b;
+}
+
+static uint64_t u64_of(const char *out, const char *key)
+{
+    const char *v = str_of(out, key);
+    char *end;
+    unsigned long long n = strtoull(v, &end, 10);
+    if (!*v || *end) fail_msg("key '%s' is '%s', not a number", key, v);
+    return n;
+}
+
+/* ==========================================================================
+ * Files
+ * ========================================================================== */
+/* A fresh scratch path (copied: test_path's buffers rotate). */
+static void fresh_path(char *buf, size_t len, const char *name)
+{
+    snprintf(buf, len, "%s", test_path(name));
+}
+
+static bool exists(const char *path)
+{
+    return access(path, F_OK) == 0;
+}
+
+/* Everything observable of a file without opening it as a pool. */
+struct fingerprint {
+    uint64_t hash;
+    off_t size;
+    struct timespec mtime;
+};
+
+static struct fingerprint fingerprint(const char *path)
+{
+    struct fingerprint f = {.hash = test_file_hash(path)};
+    struct stat st;
+    assert_int_equal(stat(path, &st), 0);
+    f.size = st.st_size;
+    f.mtime = st.st_mtim;
+    return f;
+}
+
+static void assert_unchanged(const char *path, struct fingerprint before)
+{
+    struct fingerprint after = fingerprint(path);
+    assert_int_equal(after.hash, before.hash);
+    assert_int_equal(after.size, before.size);
+    assert_int_equal(after.mtime.tv_sec, before.mtime.tv_sec);
+    assert_int_equal(after.mtime.tv_nsec, before.mtime.tv_nsec);
+}
+
+static void create_pool(const char *path, const char *size, const char *layout)
+{
+    struct run r;
+    CLI(&r, "create", path, "--size", size, "--layout", layout);
+    EXPECT_STATUS(&r, 0);
+    EXPECT_CONTAINS(r.out, "created");
+}
+
+static void flip_byte(const char *path, off_t off)
+{
+    unsigned char b;
+    test_peek(path, off, &b, 1);
+    b ^= 0xff;
+    test_poke(path, off, &b, 1);
+}
+
+static void write_file(const char *path, const void *data, size_t len)
+{
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    assert_true(fd >= 0);
+    assert_int_equal(write(fd, data, len), (ssize_t)len);
+    close(fd);
+}
+
+/* ==========================================================================
+ * help and usage
+ * ========================================================================== */
+static void help_everywhere(void **state)
+{
+    (void)state;
+    static const char *const helps[][3] = {
+        {"--help"}, {"-h"}, {"help"}, {"help", "create"}, {"help", "info"}, {"help", "check"},
+        {"create", "--help"}, {"info", "--help"}, {"check", "--help"}, {"check", "-h"},
+        {"info", "some.pool", "--help"},
+    };
+    struct run r;
+    for (size_t i = 0; i < sizeof helps / sizeof helps[0]; i++) {
+        const char *argv[5] = {program("NVHEAP_CLI"), helps[i][0], helps[i][1], helps[i][2]};
+        run_argv(&r, argv);
+        EXPECT_STATUS(&r, 0);
+        EXPECT_CONTAINS(r.out, "usage: nvheap");
+        assert_string_equal(r.err, "");
+    }
+    CLI(&r, "help", "create");
+    EXPECT_CONTAINS(r.out, "--root-size");
+    CLI(&r, "--version");
+    EXPECT_STATUS(&r, 0);
+    EXPECT_CONTAINS(r.out, "nvheap 0.1.0");
+}
+
+static void usage_errors(void **state)
+{
+    (void)state;
+    char path[512];
+    fresh_path(path, sizeof path, "usage");
+    struct run r;
+    const char *bare[] = {program("NVHEAP_CLI"), NULL};
+    run_argv(&r, bare);
+    EXPECT_STATUS(&r, 2);
+    EXPECT_CONTAINS(r.err, "usage: nvheap");
+
+    static const char *const bad[][4] = {
+        {"frobnicate"},                          /* unknown command */
+        {"help", "frobnicate"},
+        {"info"},                                /* missing PATH */
+        {"info", "a.pool", "--bogus"},           /* unknown option */
+        {"info", "a.pool", "-x"},
+        {"info", "a.pool", "--size", "1M"},      /* option of another command */
+        {"info", "a.pool", "--json=yes"},        /* flag given a value */
+        {"check", "a.pool", "b.pool"},           /* two paths */
+        {"create", "a.pool", "--size"},          /* option without its value */
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        const char *argv[6] = {program("NVHEAP_CLI"), bad[i][0], bad[i][1], bad[i][2],
+                               bad[i][3]};
+        run_argv(&r, argv);
+        EXPECT_STATUS(&r, 2);
+        EXPECT_CONTAINS(r.err, "nvheap: ");
+        EXPECT_CONTAINS(r.err, "usage: nvheap");
+        assert_string_equal(r.out, "");
+    }
+    CLI(&r, "create", path);                     /* --size is required */
+    EXPECT_STATUS(&r, 2);
+    EXPECT_CONTAINS(r.err, "--size");
+    assert_false(exists(path));
+}
+
+/* ==========================================================================
+ * create and info
+ * ========================================================================== */
+static bool is_uuid(const char *s)
+{
+    if (strlen(s) != 36) return false;
+    for (int i = 0; i < 36; i++) {
+        bool dash = i == 8 || i == 13 || i == 18 || i == 23;
+        if (dash ? s[i] != '-' : !strchr("0123456789abcdef", s[i])) return false;
+    }
+    return s[14] == '4';   /* version 4 (random) */
+}
+
+static bool is_domain(const char *s)
+{
+    nvh_domain d;
+    return nvh_domain_parse(s, &d) == NVH_OK && d != NVH_DOMAIN_AUTO;
+}
+
+static void create_then_info(void **state)
+{
+    (void)state;
+    char path[512];
+    fresh_path(path, sizeof path, "info");
+    create_pool(path, "2M", "cli-info");
+    struct run r;
+    CLI(&r, "info", path);
+    EXPECT_STATUS(&r, 0);
+    assert_string_equal(str_of(r.out, "path"), path);
+    assert_string_equal(str_of(r.out, "layout"), "cli-info");
+    assert_int_equal(u64_of(r.out, "size"), 2 << 20);
+    assert_int_equal(u64_of(r.out, "epoch"), 1);           /* create's open */
+    assert_int_equal(u64_of(r.out, "format-version"), 1);
+    assert_int_equal(u64_of(r.out, "root-offset"), 4096);
+    assert_int_equal(u64_of(r.out, "root-size"), 4096);
+    assert_int_equal(u64_of(r.out, "heap-offset"), 8192);
+    assert_int_equal(u64_of(r.out, "heap-size"), (2 << 20) - 8192);
+    assert_string_equal(str_of(r.out, "open-mode"), "read-only");
+    assert_true(is_domain(str_of(r.out, "domain")));
+    assert_true(is_domain(str_of(r.out, "detected-domain")));
+    const char *flush = str_of(r.out, "flush-instruction");
+    assert_true(strcmp(flush, "clwb") == 0 || strcmp(flush, "clflushopt") == 0 ||
+                strcmp(flush, "clflush") == 0 || strcmp(flush, "none") == 0);
+    char max_size[64];
+    assert_null(value_of(r.out, "max-size", max_size, sizeof max_size)); /* not recorded */
+    assert_null(value_of(r.out, "fences", max_size, sizeof max_size));   /* only with --stats */
+
+    /* uuid: canonical form, and the one the library reads */
+    const char *uuid = str_of(r.out, "uuid");
+    assert_true(is_uuid(uuid));
+    nvh_pool *pool = nvh_pool_open(path, "cli-info", NVH_OPEN_READONLY);
+    assert_non_null(pool);
+    nvh_pool_info info;
+    assert_int_equal(nvh_pool_info_get(pool, &info), NVH_OK);
+    char expected[40];
+    snprintf(expected, sizeof expected,
+             "%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x",
+             info.uuid[0], info.uuid[1], info.uuid[2], info.uuid[3], info.uuid[4], info.uuid[5],
+             info.uuid[6], info.uuid[7], info.uuid[8], info.uuid[9], info.uuid[10],
+             info.uuid[11], info.uuid[12], info.uuid[13], info.uuid[14], info.uuid[15]);
+    assert_string_equal(uuid, expected);
+    assert_string_equal(str_of(r.out, "domain"), nvh_domain_name(info.created_domain));
+    assert_int_equal(nvh_pool_close(pool), NVH_OK);
+
+    /* created: ISO-8601 UTC, within a day of now */
+    struct tm tm = {0};
+    const char *created = str_of(r.out, "created");
+    const char *rest = strptime(created, "%Y-%m-%dT%H:%M:%SZ", &tm);
+    assert_non_null(rest);
+    assert_int_equal(*rest, '\0');
+    double age = difftime(time(NULL), timegm(&tm));
+    assert_true(age > -86400 && age < 86400);
+    unlink(path);
+
+    /* options of create show up in info */
+    CLI(&r, "create", path, "--size", "4M", "--root-size", "8K", "--domain", "process",
+        "--max-size", "1G");
+    EXPECT_STATUS(&r, 0);
+    CLI(&r, "info", path, "--layout", "");
+    EXPECT_STATUS(&r, 0);
+    assert_string_equal(str_of(r.out, "layout"), "");
+    assert_string_equal(str_of(r.out, "domain"), "process");
+    assert_int_equal(u64_of(r.out, "root-size"), 8192);
+    assert_int_equal(u64_of(r.out, "heap-offset"), 12288);
+    assert_int_equal(u64_of(r.out, "heap-size"), (4 << 20) - 12288);
+    CLI(&r, "info", path, "--layout", "other");            /* wrong layout */
+    EXPECT_STATUS(&r, 2);
+    EXPECT_CONTAINS(r.err, "nvheap: ");
+    EXPECT_CONTAINS(r.err, "layout");
+    unlink(path);
+}
+
+static void create_refuses_existing(void **state)
+{
+    (void)state;
+    char path[512];
+    fresh_path(path, sizeof path, "exists");
+    create_pool(path, "1M", "first");
+    struct fingerprint before = fingerprint(path);
+    struct run r;
+    CLI(&r, "create", path, "--size", "2M", "--layout", "second");
+    EXPECT_STATUS(&r, 2);
+    EXPECT_CONTAINS(r.err, "nvheap: ");
+    EXPECT_CONTAINS(r.err, "exists");
+    assert_unchanged(path, before);
+    unlink(path);
+
+    /* nor any other file */
+    write_file(path, "precious data\n", 14);
+    before = fingerprint(path);
+    CLI(&r, "create", path, "--size", "1M");
+    EXPECT_STATUS(&r, 2);
+    EXPECT_CONTAINS(r.err, "exists");
+    assert_unchanged(path, before);
+    unlink(path);
+}
+
+static void size_suffixes(void **state)
+{
+    (void)state;
+    static const struct { const char *text; uint64_t bytes; bool sparse; } sizes[] = {
+        {"1M", 1 << 20, false},     {"2m", 2 << 20, false},        {"3MiB", 3 << 20, false},
+        {"1048576", 1 << 20, false}, {"1536K", 1536 << 10, false}, {"2048kib", 2 << 20, false},
+        {"2MB", 2 << 20, false},     {"1048576B", 1 << 20, false}, {"1G", 1ull << 30, true},
+        {"1gib", 1ull << 30, true},
+    };
+    char path[512];
+    struct run r;
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+        fresh_path(path, sizeof path, "sizes");
+        if (sizes[i].sparse)
+            CLI(&r, "create", path, "--size", sizes[i].text, "--sparse");
+        else
+            CLI(&r, "create", path, "--size", sizes[i].text);
+        EXPECT_STATUS(&r, 0);
+        CLI(&r, "info", path);
+        EXPECT_STATUS(&r, 0);
+        if (u64_of(r.out, "size") != sizes[i].bytes)
+            fail_msg("--size %s gave %llu bytes", sizes[i].text,
+                     (unsigned long long)u64_of(r.out, "size"));
+        unlink(path);
+    }
+}
+
+static void bad_sizes_rejected(void **state)
+{
+    (void)state;
+    static const char *const bad[] = {
+        "", "abc", "M", "1.5M", "-1M", "+1M", " 1M", "1M ", "1X", "1MM", "1Mi", "5iB",
+        "1KiBB", "0x100000", "1e6", "99999999999999999999", "18446744073709551616",
+        "16777216T", "17179869184G",
+    };
+    char path[512];
+    fresh_path(path, sizeof path, "badsize");
+    struct run r;
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        CLI(&r, "create", path, "--size", bad[i]);
+        EXPECT_STATUS(&r, 2);
+        EXPECT_CONTAINS(r.err, "nvheap: invalid --size");
+        assert_false(exists(path));
+        CLI(&r, "create", path, "--size", "1M", "--root-size", bad[i]);
+        EXPECT_STATUS(&r, 2);
+        EXPECT_CONTAINS(r.err, "nvheap: invalid --root-size");
+        assert_false(exists(path));
+    }
+    /* well-formed but out of range: the library or the tool says why */
+    static const char *const out_of_range[][6] = {
+        {"--size", "0"},
+        {"--size", "512K"},                           /* below 1 MiB */
+        {"--size", "17T"},                            /* above 16 TiB */
+        {"--size", "1M", "--root-size", "0"},
+        {"--size", "4M", "--root-size", "2G"},
+        {"--size", "1M", "--root-size", "1M"},        /* root leaves no heap page */
+        {"--size", "2M", "--max-size", "1M"},
+        {"--size", "2M", "--max-size", "0"},
+        {"--size", "2M", "--domain", "bogus"},
+        {"--size", "2M", "--layout",
+         "0123456789012345678901234567890123456789012345678901234567890123"}, /* 64 bytes */
+    };
+    for (size_t i = 0; i < sizeof out_of_range / sizeof out_of_range[0]; i++) {
+        const char *argv[10] = {program("NVHEAP_CLI"), "create", path};
+        for (size_t j = 0; j < 6; j++) argv[3 + j] = out_of_range[i][j];
+        run_argv(&r, argv);
+        EXPECT_STATUS(&r, 2);
+        EXPECT_CONTAINS(r.err, "nvheap: ");
+        assert_false(exists(path));
+    }
+}
+
+/* Run python3's json module on `json_text` and return what the script
+ * printed; false if there is no python3 here. */
+static bool python_json(const char *json_text, const char *script, struct run *r)
+{
+    struct run probe;
+    const char *probe_argv[] = {"python3", "-c", "import json", NULL};
+    if (run_argv(&probe, probe_argv) != 0) return false;
+    char file[512];
+    snprintf(file, sizeof file, "%s/cli-json-%d.json", scratch_dir(), (int)getpid());
+    write_file(file, json_text, strlen(json_text));
+    const char *argv[] = {"python3", "-c", script, file, NULL};
+    run_argv(r, argv);
+    unlink(file);
+    return true;
+}
+
+static void info_json(void **state)
+{
+    (void)state;
+    char path[512];
+    fresh_path(path, sizeof path, "json");
+    create_pool(path, "2M", "we\"ird\\name");
+    struct run r;
+    CLI(&r, "info", path, "--json", "--stats");
+    EXPECT_STATUS(&r, 0);
+    /* key search works without python */
+    assert_int_equal(r.out[0], '{');
+    EXPECT_CONTAINS(r.out, "\n}\n");
+    EXPECT_CONTAINS(r.out, "\"size\": 2097152");
+    EXPECT_CONTAINS(r.out, "\"epoch\": 1");
+    EXPECT_CONTAINS(r.out, "\"layout\": \"we\\\"ird\\\\name\"");
+    EXPECT_CONTAINS(r.out, "\"heap-offset\": 8192");
+    EXPECT_CONTAINS(r.out, "\"lines-flushed\": 0");
+    struct run py;
+    if (python_json(r.out,
+                    "import json, sys\n"
+                    "d = json.load(open(sys.argv[1]))\n"
+                    "print(d['layout'], d['size'], d['epoch'], d['format-version'],\n"
+                    "      d['fences'], d['open-mode'], len(d['uuid']), sep='|')\n",
+                    &py)) {
+        EXPECT_STATUS(&py, 0);
+        assert_string_equal(py.out, "we\"ird\\name|2097152|1|1|0|read-only|36\n");
+    } else {
+        print_message("python3 not found: JSON checked by key search only\n");
+    }
+    /* the same keys as the text form */
+    struct run text;
+    CLI(&text, "info", path, "--stats");
+    EXPECT_STATUS(&text, 0);
+    for (const char *line = text.out; *line && strchr(line, '\n');
+         line = strchr(line, '\n') + 1) {
+        char key[64];
+        size_t n = strcspn(line, ":");
+        assert_true(n < sizeof key - 3);
+        snprintf(key, sizeof key, "\"%.*s\":", (int)n, line);
+        EXPECT_CONTAINS(r.out, key);
+    }
+    unlink(path);
+}
+
+static void info_stats(void **state)
+{
+    (void)state;
+    char path[512];
+    fresh_path(path, sizeof path, "stats");
+    create_pool(path, "1M", "stats");
+    struct fingerprint before = fingerprint(path);
+    struct run r;
+    /* read-only open: flushes nothing, changes nothing */
+    CLI(&r, "info", path, "--stats");
+    EXPECT_STATUS(&r, 0);
+    assert_int_equal(u64_of(r.out, "lines-flushed"), 0);
+    assert_int_equal(u64_of(r.out, "fences"), 0);
+    assert_int_equal(u64_of(r.out, "msyncs"), 0);
+    assert_int_equal(u64_of(r.out, "nt-bytes"), 0);
+    assert_unchanged(path, before);
+    /* --rw: a real open; the epoch bump costs a flushed line and a fence */
+    CLI(&r, "info", path, "--stats", "--rw", "--domain", "msync");
+    EXPECT_STATUS(&r, 0);
+    assert_string_equal(str_of(r.out, "open-mode"), "read-write");
+    assert_string_equal(str_of(r.out, "detected-domain"), "msync");
+    assert_int_equal(u64_of(r.out, "epoch"), 2);
+    assert_true(u64_of(r.out, "lines-flushed") >= 1);
+    assert_true(u64_of(r.out, "fences") >= 1);
+    assert_true(u64_of(r.out, "msyncs") >= 1);
+    CLI(&r, "info", path);
+    EXPECT_STATUS(&r, 0);
+    assert_int_equal(u64_of(r.out, "epoch"), 2);
+    CLI(&r, "info", path, "--domain", "sim");   /* sim needs a read-write open */
+    EXPECT_STATUS(&r, 2);
+    EXPECT_CONTAINS(r.err, "nvheap: ");
+    unlink(path);
+}
+
+/* ==========================================================================
+ * check
+ * ========================================================================== */
+static void read_only_commands_never_modify(void **state)
+{
+    (void)state;
+    char path[512];
+    fresh_path(path, sizeof path, "readonly");
+    create_pool(path, "2M", "ro");
+    /* a corrupt non-current slot too: check reports it, must not repair it */
+    flip_byte(path, NVH_STATE_SLOT_OFFSET + 16);
+    struct fingerprint before = fingerprint(path);
+    static const char *const commands[][4] = {
+        {"info"}, {"info", "--stats"}, {"info", "--json"}, {"info", "--stats", "--json"},
+        {"info", "--layout", "ro"}, {"info", "--domain", "pmem"}, {"check"},
+        {"check", "--layout", "ro"},
+    };
+    struct run r;
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++) {
+        const char *argv[7] = {program("NVHEAP_CLI"), commands[i][0], path, commands[i][1],
+                               commands[i][2], commands[i][3]};
+        run_argv(&r, argv);
+        EXPECT_STATUS(&r, 0);
+        assert_unchanged(path, before);
+    }
+    unlink(path);
+}
+
+static void check_good_pool(void **state)
+{
+    (void)state;
+    char path[512];
+    fresh_path(path, sizeof path, "good");
+    create_pool(path, "2M", "good");
+    struct run r;
+    CLI(&r, "check", path);
+    EXPECT_STATUS(&r, 0);
+    EXPECT_CONTAINS(r.out, "consistent (0 errors, 0 warnings)");
+    CLI(&r, "check", path, "--layout", "good");
+    EXPECT_STATUS(&r, 0);
+    CLI(&r, "check", path, "--layout", "bad");
+    EXPECT_STATUS(&r, 2);
+    EXPECT_CONTAINS(r.err, "layout 'good', expected 'bad'");
+    unlink(path);
+}
+
+static void check_corrupt_header(void **state)
+{
+    (void)state;
+    char path[512];
+    fresh_path(path, sizeof path, "header");
+    create_pool(path, "2M", "header");
+    flip_byte(path, 20);                          /* inside the uuid */
+    struct fingerprint before = fingerprint(path);
+    struct run r;
+    CLI(&r, "check", path);
+    EXPECT_STATUS(&r, 1);
+    EXPECT_CONTAINS(r.out, "error: offset 0: superblock header");
+    EXPECT_CONTAINS(r.out, "offset 508");
+    EXPECT_CONTAINS(r.out, "INCONSISTENT");
+    assert_unchanged(path, before);
+    CLI(&r, "info", path);                        /* the library refuses it too */
+    EXPECT_STATUS(&r, 2);
+    EXPECT_CONTAINS(r.err, "checksum");
+    unlink(path);
+}
+
+static void check_state_slots(void **state)
+{
+    (void)state;
+    char path[512];
+    fresh_path(path, sizeof path, "slots");
+    create_pool(path, "2M", "slots");
+    struct nvh_superblock sb;
+    test_peek(path, 0, &sb, sizeof sb);
+    unsigned cur = sb.state[1].sequence > sb.state[0].sequence ? 1 : 0, other = 1 - cur;
+    off_t cur_off = NVH_STATE_SLOT_OFFSET + 64 * cur, other_off = NVH_STATE_SLOT_OFFSET + 64 * other;
+    char cur_at[64], other_at[64];
+    snprintf(cur_at, sizeof cur_at, "offset %lld:", (long long)cur_off);
+    snprintf(other_at, sizeof other_at, "offset %lld:", (long long)other_off);
+    struct run r;
+
+    /* the non-current slot is torn: a warning, the pool is consistent */
+    flip_byte(path, other_off + 16);
+    CLI(&r, "check", path);
+    EXPECT_STATUS(&r, 0);
+    EXPECT_CONTAINS(r.out, "warning: ");
+    EXPECT_CONTAINS(r.out, other_at);
+    EXPECT_CONTAINS(r.out, "consistent (0 errors, 1 warning)");
+    nvh_pool *pool = nvh_pool_open(path, "slots", NVH_OPEN_READONLY);
+    assert_non_null(pool);
+    assert_int_equal(nvh_pool_epoch(pool), sb.state[cur].epoch);
+    nvh_pool_close(pool);
+    flip_byte(path, other_off + 16);              /* repaired */
+
+    /* the newest slot is torn: the pool falls back to the previous state,
+     * which is what a crash during a state update leaves — still consistent */
+    flip_byte(path, cur_off + 16);
+    CLI(&r, "check", path);
+    EXPECT_STATUS(&r, 0);
+    EXPECT_CONTAINS(r.out, cur_at);
+    EXPECT_CONTAINS(r.out, "newer than the current slot's");
+
+    /* both torn: nothing to open, inconsistent */
+    flip_byte(path, other_off + 16);
+    struct fingerprint before = fingerprint(path);
+    CLI(&r, "check", path);
+    EXPECT_STATUS(&r, 1);
+    EXPECT_CONTAINS(r.out, "error: offset 512: state slot 0");
+    EXPECT_CONTAINS(r.out, "error: offset 576: state slot 1");
+    EXPECT_CONTAINS(r.out, "INCONSISTENT");
+    assert_unchanged(path, before);
+    assert_null(nvh_pool_open(path, NULL, NVH_OPEN_READONLY));
+    assert_int_equal(nvh_errcode(), NVH_E_CHECKSUM);
+    unlink(path);
+}
+
+static void check_truncated(void **state)
+{
+    (void)state;
+    char path[512];
+    fresh_path(path, sizeof path, "trunc");
+    create_pool(path, "2M", "trunc");
+    struct run r;
+    assert_int_equal(truncate(path, 1 << 20), 0);
+    CLI(&r, "check", path);
+    EXPECT_STATUS(&r, 1);
+    EXPECT_CONTAINS(r.out, "error: offset 1048576: file is truncated");
+    assert_int_equal(truncate(path, 100), 0);     /* not even a superblock */
+    CLI(&r, "check", path);
+    EXPECT_STATUS(&r, 1);
+    EXPECT_CONTAINS(r.out, "truncated");
+    unlink(path);
+}
+
+static void check_cannot_check(void **state)
+{
+    (void)state;
+    char path[512];
+    fresh_path(path, sizeof path, "cannot");
+    struct run r;
+    CLI(&r, "check", path);                       /* missing */
+    EXPECT_STATUS(&r, 2);
+    EXPECT_CONTAINS(r.err, "nvheap: ");
+    EXPECT_CONTAINS(r.err, path);
+    CLI(&r, "info", path);
+    EXPECT_STATUS(&r, 2);
+    EXPECT_CONTAINS(r.err, "nvheap: ");
+
+    unsigned char junk[8192];
+    for (size_t i = 0; i < sizeof junk; i++) junk[i] = (unsigned char)(i * 131 + 7);
+    write_file(path, junk, sizeof junk);          /* not a pool */
+    struct fingerprint before = fingerprint(path);
+    CLI(&r, "check", path);
+    EXPECT_STATUS(&r, 2);
+    EXPECT_CONTAINS(r.err, "not an nvheap pool");
+    assert_unchanged(path, before);
+    write_file(path, "", 0);                      /* empty */
+    CLI(&r, "check", path);
+    EXPECT_STATUS(&r, 2);
+    unlink(path);
+    CLI(&r, "check", scratch_dir());              /* a directory */
+    EXPECT_STATUS(&r, 2);
+
+    create_pool(path, "1M", "cannot");            /* newer format version */
+    uint32_t version = 99;
+    test_poke(path, 8, &version, sizeof version);
+    CLI(&r, "check", path);
+    EXPECT_STATUS(&r, 2);
+    EXPECT_CONTAINS(r.err, "format version 99");
+    unlink(path);
+
+    create_pool(path, "1M", "cannot");            /* busy: open read-write here */
+    nvh_pool *pool = nvh_pool_open(path, "cannot", NVH_DOMAIN_PROCESS);
+    assert_non_null(pool);
+    CLI(&r, "check", path);
+    EXPECT_STATUS(&r, 2);
+    EXPECT_CONTAINS(r.err, "in use");
+    CLI(&r, "info", path);
+    EXPECT_STATUS(&r, 2);
+    EXPECT_CONTAINS(r.err, "in use");
+    assert_int_equal(nvh_pool_close(pool), NVH_OK);
+    CLI(&r, "check", path);
+    EXPECT_STATUS(&r, 0);
+    unlink(path);
+}
+
+/* ==========================================================================
+ * hello_pool, the first example
+ * ========================================================================== */
+static void hello_pool_twice(void **state)
+{
+    (void)state;
+    char path[512];
+    fresh_path(path, sizeof path, "hello");
+    struct run r;
+    HELLO(&r, path);
+    EXPECT_STATUS(&r, 0);
+    EXPECT_CONTAINS(r.out, "creating");
+    EXPECT_CONTAINS(r.out, "wrote record: counter 1,");
+    EXPECT_CONTAINS(r.out, "counter 1, message \"hello #1 from pid");
+    EXPECT_CONTAINS(r.out, "verified");
+    HELLO(&r, path);
+    EXPECT_STATUS(&r, 0);
+    assert_null(strstr(r.out, "creating"));
+    EXPECT_CONTAINS(r.out, "wrote record: counter 2,");
+    EXPECT_CONTAINS(r.out, "message \"hello #2 from pid");
+    EXPECT_CONTAINS(r.out, "verified");
+
+    CLI(&r, "check", path, "--layout", "hello_pool");
+    EXPECT_STATUS(&r, 0);
+    CLI(&r, "info", path);
+    EXPECT_STATUS(&r, 0);
+    assert_string_equal(str_of(r.out, "layout"), "hello_pool");
+    assert_int_equal(u64_of(r.out, "epoch"), 4);   /* two opens per run */
+    unlink(path);
+
+    create_pool(path, "1M", "not-hello");          /* someone else's pool */
+    HELLO(&r, path);
+    assert_int_not_equal(r.status, 0);
+    EXPECT_CONTAINS(r.err, "layout");
+    unlink(path);
+}
+
+int main(void)
+{
+    /* The tool's behaviour under test must not depend on the caller's
+     * environment (a CI matrix may force a domain). */
+    unsetenv("NVHEAP_DOMAIN");
+    unsetenv("NVHEAP_MAX_SIZE");
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(help_everywhere),
+        cmocka_unit_test(usage_errors),
+        cmocka_unit_test(create_then_info),
+        cmocka_unit_test(create_refuses_existing),
+        cmocka_unit_test(size_suffixes),
+        cmocka_unit_test(bad_sizes_rejected),
+        cmocka_unit_test(info_json),
+        cmocka_unit_test(info_stats),
+        cmocka_unit_test(read_only_commands_never_modify),
+        cmocka_unit_test(check_good_pool),
+        cmocka_unit_test(check_corrupt_header),
+        cmocka_unit_test(check_state_slots),
+        cmocka_unit_test(check_truncated),
+        cmocka_unit_test(check_cannot_check),
+        cmocka_unit_test(hello_pool_twice),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,925 @@
+/* nvheap.c — the `nvheap` command-line tool: create a pool, print the facts
+ * about one, and verify one offline.
+ *
+ *   nvheap create PATH --size SIZE [options]   new pool file (never overwrites)
+ *   nvheap info PATH [options]                 facts about a pool (read-only)
+ *   nvheap check PATH [options]                offline consistency check
+ *
+ * Every command, option, output key and exit code is documented in
+ * docs/CLI.md. Exit status: 0 success (check: consistent), 1 check found the
+ * pool inconsistent, 2 any error (usage, missing file, not a pool, busy...).
+ *
+ * Extending: `info` prints the sections of the info_providers[] table and
+ * `check` runs the checkers[] table in order. A later layer (the allocator's
+ * per-class usage, its heap scan) adds one function and one table row. */
+#include "nvheap.h"
+#include "common/internal.h"   /* nvh_crc32c */
+#include "pool/format.h"       /* on-media superblock layout, read by `check` */
+
+#include <ctype.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+enum { EXIT_OK = 0, EXIT_INCONSISTENT = 1, EXIT_ERROR = 2 };
+
+/* ==========================================================================
+ * Messages
+ * ========================================================================== */
+/* Print "nvheap: <message>" to stderr; returns EXIT_ERROR. */
+static int fail_msg(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static int fail_msg(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("nvheap: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+    return EXIT_ERROR;
+}
+
+/* The library's message for its last failure. */
+static int fail_lib(void)
+{
+    return fail_msg("%s", nvh_errormsg());
+}
+
+/* ==========================================================================
+ * Sizes: "1048576", "64M", "1g", "512KiB", "2MB" (binary multiples)
+ * ========================================================================== */
+static bool parse_size(const char *text, const char *option, uint64_t *out)
+{
+    const char *p = text;
+    uint64_t value = 0;
+    if (!isdigit((unsigned char)*p)) {
+        fail_msg("invalid %s '%s': expected a number of bytes, optionally followed by "
+                 "K, M, G or T", option, text);
+        return false;
+    }
+    for (; isdigit((unsigned char)*p); p++) {
+        unsigned digit = (unsigned)(*p - '0');
+        if (value > (UINT64_MAX - digit) / 10) goto overflow;
+        value = value * 10 + digit;
+    }
+    unsigned shift = 0;
+    switch (tolower((unsigned char)*p)) {
+    case 'k': shift = 10; break;
+    case 'm': shift = 20; break;
+    case 'g': shift = 30; break;
+    case 't': shift = 40; break;
+    }
+    if (shift) p++;
+    if (shift && tolower((unsigned char)p[0]) == 'i' && tolower((unsigned char)p[1]) == 'b')
+        p += 2;                                         /* KiB, MiB, ... */
+    else if (tolower((unsigned char)*p) == 'b')
+        p++;                                            /* KB, MB, ... or bare B */
+    if (*p != '\0') {
+        fail_msg("invalid %s '%s': unknown suffix '%s' (use K, M, G or T, optionally "
+                 "followed by B or iB)", option, text, p);
+        return false;
+    }
+    if (shift && value > (UINT64_MAX >> shift)) goto overflow;
+    *out = value << shift;
+    return true;
+overflow:
+    fail_msg("invalid %s '%s': does not fit in 64 bits", option, text);
+    return false;
+}
+
+/* "64 MiB" when the size is an exact multiple of a unit, else "N bytes". */
+static const char *format_size(uint64_t size, char buf[32])
+{
+    static const char *const units[] = {"TiB", "GiB", "MiB", "KiB"};
+    for (unsigned i = 0; i < 4; i++) {
+        unsigned shift = 40 - 10 * i;
+        if (size >= ((uint64_t)1 << shift) && size % ((uint64_t)1 << shift) == 0) {
+            snprintf(buf, 32, "%llu %s", (unsigned long long)(size >> shift), units[i]);
+            return buf;
+        }
+    }
+    snprintf(buf, 32, "%llu bytes", (unsigned long long)size);
+    return buf;
+}
+
+static const char *format_uuid(const uint8_t uuid[16], char buf[37])
+{
+    char *p = buf;
+    for (unsigned i = 0; i < 16; i++) {
+        if (i == 4 || i == 6 || i == 8 || i == 10) *p++ = '-';
+        p += sprintf(p, "%02x", uuid[i]);
+    }
+    return buf;
+}
+
+static const char *format_time_utc(uint64_t seconds, char buf[32])
+{
+    time_t t = (time_t)seconds;
+    struct tm tm;
+    if (!gmtime_r(&t, &tm) || strftime(buf, 32, "%Y-%m-%dT%H:%M:%SZ", &tm) == 0)
+        snprintf(buf, 32, "@%llu", (unsigned long long)seconds);
+    return buf;
+}
+
+/* Domain name, or "invalid(N)" for a value no domain has. */
+static const char *domain_label(nvh_domain domain, char buf[32])
+{
+    const char *name = nvh_domain_name(domain);
+    if (name && domain != NVH_DOMAIN_AUTO) return name;
+    snprintf(buf, 32, "invalid(%u)", (unsigned)domain);
+    return buf;
+}
+
+/* ==========================================================================
+ * Command line: commands, options, parsing, help
+ * ========================================================================== */
+enum opt_id {
+    OPT_HELP, OPT_SIZE, OPT_LAYOUT, OPT_DOMAIN, OPT_ROOT_SIZE, OPT_MAX_SIZE,
+    OPT_SPARSE, OPT_STATS, OPT_JSON, OPT_RW, OPT_COUNT_
+};
+#define OPT_BIT(id) (1u << (id))
+
+static const struct option_def {
+    const char *name;       /* long name, without "--" */
+    bool takes_value;
+} option_defs[OPT_COUNT_] = {
+    [OPT_HELP] = {"help", false},
+    [OPT_SIZE] = {"size", true},
+    [OPT_LAYOUT] = {"layout", true},
+    [OPT_DOMAIN] = {"domain", true},
+    [OPT_ROOT_SIZE] = {"root-size", true},
+    [OPT_MAX_SIZE] = {"max-size", true},
+    [OPT_SPARSE] = {"sparse", false},
+    [OPT_STATS] = {"stats", false},
+    [OPT_JSON] = {"json", false},
+    [OPT_RW] = {"rw", false},
+};
+
+struct command;
+
+struct args {
+    const struct command *command;
+    const char *path;
+    bool given[OPT_COUNT_];
+    const char *value[OPT_COUNT_];
+};
+
+struct command {
+    const char *name;
+    const char *synopsis;   /* after "nvheap " */
+    const char *summary;    /* one line for the global help */
+    const char *details;    /* options and notes for `nvheap help CMD` */
+    unsigned options;       /* OPT_BIT()s this command accepts */
+    int (*run)(const struct args *args);
+};
+
+static int run_create(const struct args *args);
+static int run_info(const struct args *args);
+static int run_check(const struct args *args);
+
+static const struct command commands[] = {
+    {"create", "create PATH --size SIZE [--layout NAME] [--domain D] [--root-size SIZE] "
+               "[--max-size SIZE] [--sparse]",
+     "create a new pool file (never overwrites an existing file)",
+     "  --size SIZE        pool size (at least 1 MiB; rounded up to 4 KiB)\n"
+     "  --layout NAME      layout name that opens must match (at most 63 bytes)\n"
+     "  --domain D         persistence domain: pmem, eadr, msync, process, sim or\n"
+     "                     auto (default: NVHEAP_DOMAIN, else detected); recorded\n"
+     "                     as the pool's created domain\n"
+     "  --root-size SIZE   root area size (default 4K; rounded up to 4 KiB; max 1G)\n"
+     "  --max-size SIZE    growth limit of the creating open (not recorded in the\n"
+     "                     pool: each open takes NVHEAP_MAX_SIZE or 64 GiB)\n"
+     "  --sparse           do not allocate the file's space up front\n",
+     OPT_BIT(OPT_SIZE) | OPT_BIT(OPT_LAYOUT) | OPT_BIT(OPT_DOMAIN) | OPT_BIT(OPT_ROOT_SIZE) |
+         OPT_BIT(OPT_MAX_SIZE) | OPT_BIT(OPT_SPARSE),
+     run_create},
+    {"info", "info PATH [--stats] [--json] [--layout NAME] [--domain D] [--rw]",
+     "print the facts about a pool (read-only: never modifies the file)",
+     "  --stats            add the statistics sections (persistence counters of\n"
+     "                     this open)\n"
+     "  --json             print one JSON object with the same keys\n"
+     "  --layout NAME      refuse a pool of another layout\n"
+     "  --domain D         domain to open in (default: NVHEAP_DOMAIN, else detected)\n"
+     "  --rw               open read-write like an application does: bumps the\n"
+     "                     epoch (the file changes); with --stats the counters show\n"
+     "                     what that open cost in this domain\n",
+     OPT_BIT(OPT_STATS) | OPT_BIT(OPT_JSON) | OPT_BIT(OPT_LAYOUT) | OPT_BIT(OPT_DOMAIN) |
+         OPT_BIT(OPT_RW),
+     run_info},
+    {"check", "check PATH [--layout NAME]",
+     "verify a pool offline (reads the file, never modifies it)",
+     "  --layout NAME      refuse a pool of another layout\n"
+     "\n"
+     "Prints one finding per line (error/warning/note, byte offset, what is wrong),\n"
+     "then a summary. Exit status: 0 consistent (warnings allowed), 1 inconsistent,\n"
+     "2 could not check (missing file, not a pool, pool in use, ...).\n",
+     OPT_BIT(OPT_LAYOUT),
+     run_check},
+};
+#define COMMAND_COUNT (sizeof commands / sizeof commands[0])
+
+static void print_usage(FILE *out)
+{
+    fprintf(out, "usage: nvheap COMMAND PATH [OPTIONS]\n\nCommands:\n");
+    for (size_t i = 0; i < COMMAND_COUNT; i++)
+        fprintf(out, "  %-8s %s\n", commands[i].name, commands[i].summary);
+    fprintf(out, "  %-8s %s\n", "help", "print this help, or a command's (nvheap help info)");
+    fprintf(out,
+            "\nOptions:\n"
+            "  -h, --help   print help (also after a command: nvheap info --help)\n"
+            "  --version    print the version\n"
+            "\nSIZE: bytes, or a number with a binary suffix K, M, G or T (any case,\n"
+            "optionally followed by B or iB): 1048576, 64M, 1g, 512KiB.\n"
+            "Exit status: 0 success, 1 check found the pool inconsistent, 2 error.\n"
+            "Documentation: docs/CLI.md\n");
+}
+
+static void print_command_help(const struct command *cmd, FILE *out)
+{
+    fprintf(out, "usage: nvheap %s\n\n%s.\n\nOptions:\n%s", cmd->synopsis, cmd->summary,
+            cmd->details);
+    fprintf(out, "  -h, --help         print this help\n");
+}
+
+/* A usage error: message, the command's synopsis, exit 2. */
+static int usage_error(const struct command *cmd, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+static int usage_error(const struct command *cmd, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("nvheap: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+    if (cmd)
+        fprintf(stderr, "usage: nvheap %s\nTry 'nvheap %s --help'.\n", cmd->synopsis,
+                cmd->name);
+    else
+        print_usage(stderr);
+    return EXIT_ERROR;
+}
+
+static const struct command *find_command(const char *name)
+{
+    for (size_t i = 0; i < COMMAND_COUNT; i++)
+        if (strcmp(commands[i].name, name) == 0) return &commands[i];
+    return NULL;
+}
+
+/* Parse a command's arguments: one PATH and the options the command accepts,
+ * as "--name value" or "--name=value", in any order; "--" ends the options.
+ * Returns EXIT_OK or a usage error (already printed). */
+static int parse_args(const struct command *cmd, int argc, char **argv, struct args *args)
+{
+    memset(args, 0, sizeof *args);
+    args->command = cmd;
+    bool options_done = false;
+    for (int i = 0; i < argc; i++) {
+        const char *arg = argv[i];
+        if (!options_done && strcmp(arg, "--") == 0) {
+            options_done = true;
+            continue;
+        }
+        if (!options_done && strcmp(arg, "-h") == 0) {
+            args->given[OPT_HELP] = true;
+            continue;
+        }
+        if (!options_done && arg[0] == '-' && arg[1] != '\0') {
+            if (arg[1] != '-') return usage_error(cmd, "unknown option '%s'", arg);
+            const char *name = arg + 2;
+            const char *eq = strchr(name, '=');
+            size_t name_len = eq ? (size_t)(eq - name) : strlen(name);
+            int id = -1;
+            for (int o = 0; o < OPT_COUNT_; o++)
+                if (strlen(option_defs[o].name) == name_len &&
+                    strncmp(option_defs[o].name, name, name_len) == 0 &&
+                    (o == OPT_HELP || (cmd->options & OPT_BIT(o))))
+                    id = o;
+            if (id < 0) return usage_error(cmd, "unknown option '%s' for '%s'", arg, cmd->name);
+            if (option_defs[id].takes_value) {
+                if (eq) {
+                    args->value[id] = eq + 1;
+                } else if (i + 1 < argc) {
+                    args->value[id] = argv[++i];
+                } else {
+                    return usage_error(cmd, "option '--%s' needs a value", option_defs[id].name);
+                }
+            } else if (eq) {
+                return usage_error(cmd, "option '--%s' takes no value", option_defs[id].name);
+            }
+            args->given[id] = true;
+            continue;
+        }
+        if (args->path) return usage_error(cmd, "unexpected argument '%s'", arg);
+        args->path = arg;
+    }
+    if (!args->given[OPT_HELP] && !args->path) return usage_error(cmd, "missing PATH");
+    return EXIT_OK;
+}
+
+/* --domain NAME into create/open flags (0 = auto). */
+static bool parse_domain(const struct args *args, unsigned *flags)
+{
+    nvh_domain domain = NVH_DOMAIN_AUTO;
+    if (args->given[OPT_DOMAIN] && nvh_domain_parse(args->value[OPT_DOMAIN], &domain) != NVH_OK) {
+        fail_lib();
+        return false;
+    }
+    *flags |= (unsigned)domain;
+    return true;
+}
+
+/* ==========================================================================
+ * create
+ * ========================================================================== */
+static int run_create(const struct args *args)
+{
+    if (!args->given[OPT_SIZE]) return usage_error(args->command, "--size is required");
+    uint64_t size;
+    nvh_pool_options options = {0};
+    unsigned flags = args->given[OPT_SPARSE] ? NVH_CREATE_NOFALLOCATE : 0;
+    if (!parse_size(args->value[OPT_SIZE], "--size", &size)) return EXIT_ERROR;
+    /* The library reads 0 as "default": refuse it rather than silently
+     * giving the user something else than asked. */
+    if (args->given[OPT_ROOT_SIZE]) {
+        if (!parse_size(args->value[OPT_ROOT_SIZE], "--root-size", &options.root_size))
+            return EXIT_ERROR;
+        if (options.root_size == 0) return fail_msg("--root-size must be at least 1 byte");
+    }
+    if (args->given[OPT_MAX_SIZE]) {
+        if (!parse_size(args->value[OPT_MAX_SIZE], "--max-size", &options.max_size))
+            return EXIT_ERROR;
+        if (options.max_size < size)
+            return fail_msg("--max-size (%llu) is smaller than --size (%llu)",
+                            (unsigned long long)options.max_size, (unsigned long long)size);
+    }
+    if (!parse_domain(args, &flags)) return EXIT_ERROR;
+
+    nvh_pool *pool = nvh_pool_create_ex(args->path, args->value[OPT_LAYOUT], size, flags,
+                                        &options);
+    if (!pool) return fail_lib();
+    nvh_pool_info info;
+    nvh_pool_info_get(pool, &info);
+    char size_buf[32], uuid_buf[37], domain_buf[32];
+    printf("created %s: %s, layout \"%s\", domain %s, uuid %s\n", args->path,
+           format_size(info.size, size_buf), info.layout,
+           domain_label(info.created_domain, domain_buf), format_uuid(info.uuid, uuid_buf));
+    if (nvh_pool_close(pool) != NVH_OK) return fail_lib();
+    return EXIT_OK;
+}
+
+/* ==========================================================================
+ * Output of `info`: "key: value" lines, or one JSON object with the same
+ * (kebab-case) keys; numbers stay numbers in JSON.
+ * ========================================================================== */
+struct emitter {
+    FILE *out;
+    bool json;
+    unsigned fields;     /* emitted so far */
+};
+
+static void emit_begin(struct emitter *e)
+{
+    if (e->json) fputc('{', e->out);
+}
+
+static void emit_key(struct emitter *e, const char *key)
+{
+    if (e->json)
+        fprintf(e->out, "%s\n  \"%s\": ", e->fields ? "," : "", key);
+    else
+        fprintf(e->out, "%s:", key);
+    e->fields++;
+}
+
+static void emit_json_string(FILE *out, const char *s)
+{
+    fputc('"', out);
+    for (; *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c == '"' || c == '\\') fprintf(out, "\\%c", c);
+        else if (c == '\n') fputs("\\n", out);
+        else if (c == '\t') fputs("\\t", out);
+        else if (c < 0x20 || c == 0x7f) fprintf(out, "\\u%04x", c);
+        else fputc(c, out);
+    }
+    fputc('"', out);
+}
+
+static void emit_str(struct emitter *e, const char *key, const char *value)
+{
+    emit_key(e, key);
+    if (e->json) emit_json_string(e->out, value);
+    else if (*value) fprintf(e->out, " %s\n", value);
+    else fputc('\n', e->out);
+}
+
+static void emit_u64(struct emitter *e, const char *key, uint64_t value)
+{
+    emit_key(e, key);
+    fprintf(e->out, e->json ? "%llu" : " %llu\n", (unsigned long long)value);
+}
+
+static void emit_end(struct emitter *e)
+{
+    if (e->json) fputs(e->fields ? "\n}\n" : "}\n", e->out);
+}
+
+/* ==========================================================================
+ * info: sections come from providers
+ * ========================================================================== */
+struct info_ctx {
+    const char *path;
+    nvh_pool *pool;
+    nvh_pool_info info;
+    bool read_write;
+};
+
+/* The pool: superblock facts plus how this open runs. max_size is left out
+ * on purpose: the pool does not record it (it is a property of each open). */
+static void info_pool(const struct info_ctx *ctx, struct emitter *e)
+{
+    const nvh_pool_info *info = &ctx->info;
+    char buf[40];
+    emit_str(e, "path", ctx->path);
+    emit_str(e, "layout", info->layout);
+    emit_u64(e, "size", info->size);
+    emit_str(e, "uuid", format_uuid(info->uuid, buf));
+    emit_u64(e, "epoch", info->epoch);
+    emit_str(e, "domain", domain_label(info->created_domain, buf));
+    emit_str(e, "detected-domain", domain_label(info->domain, buf));
+    emit_str(e, "open-mode", ctx->read_write ? "read-write" : "read-only");
+    emit_u64(e, "format-version", info->format_version);
+    emit_u64(e, "root-offset", info->root_offset);
+    emit_u64(e, "root-size", info->root_size);
+    emit_u64(e, "heap-offset", info->heap_offset);
+    emit_u64(e, "heap-size", info->heap_size);
+    emit_str(e, "created", format_time_utc(info->create_time, buf));
+    emit_str(e, "flush-instruction", info->flush_instruction ? info->flush_instruction : "none");
+}
+
+/* Persistence counters of this open: all zero for a read-only open (it
+ * flushes nothing); with --rw they show what opening cost (the epoch bump). */
+static void info_persistence_stats(const struct info_ctx *ctx, struct emitter *e)
+{
+    nvh_stats stats;
+    nvh_stats_get(ctx->pool, &stats);
+    emit_u64(e, "lines-flushed", stats.lines_flushed);
+    emit_u64(e, "fences", stats.fences);
+    emit_u64(e, "msyncs", stats.msyncs);
+    emit_u64(e, "nt-bytes", stats.nt_bytes);
+}
+
+static const struct info_provider {
+    const char *name;
+    bool stats;          /* shown only with --stats */
+    void (*emit)(const struct info_ctx *ctx, struct emitter *e);
+} info_providers[] = {
+    {"pool", false, info_pool},
+    {"persistence", true, info_persistence_stats},
+    /* later layers: {"allocator", true, info_allocator_usage}, ... */
+};
+
+static int run_info(const struct args *args)
+{
+    unsigned flags = args->given[OPT_RW] ? 0 : NVH_OPEN_READONLY;
+    if (!parse_domain(args, &flags)) return EXIT_ERROR;
+    struct info_ctx ctx = {.path = args->path, .read_write = args->given[OPT_RW]};
+    ctx.pool = nvh_pool_open(args->path, args->value[OPT_LAYOUT], flags);
+    if (!ctx.pool) return fail_lib();
+    nvh_pool_info_get(ctx.pool, &ctx.info);
+
+    struct emitter e = {.out = stdout, .json = args->given[OPT_JSON]};
+    emit_begin(&e);
+    for (size_t i = 0; i < sizeof info_providers / sizeof info_providers[0]; i++)
+        if (!info_providers[i].stats || args->given[OPT_STATS])
+            info_providers[i].emit(&ctx, &e);
+    emit_end(&e);
+    if (nvh_pool_close(ctx.pool) != NVH_OK) return fail_lib();
+    return fflush(stdout) == 0 ? EXIT_OK : fail_msg("cannot write the output: %s",
+                                                    strerror(errno));
+}
+
+/* ==========================================================================
+ * check: pread the superblock, then run the checkers in order
+ * ========================================================================== */
+enum severity { SEV_NOTE, SEV_WARNING, SEV_ERROR };
+
+struct check_ctx {
+    const char *path;
+    const char *layout;        /* --layout, or NULL */
+    int fd;
+    uint64_t file_size;
+    struct nvh_superblock sb;  /* as read from the file */
+    int current;               /* current state slot, -1 if none is valid */
+    nvh_pool *pool;            /* read-only open, for checkers of later layers */
+    unsigned errors, warnings;
+    bool stop;                 /* a checker found the rest cannot run */
+};
+
+/* One finding per line: "<severity>: offset <byte offset>: <what>".
+ * Errors make the pool inconsistent; warnings and notes do not. */
+static void finding(struct check_ctx *c, enum severity sev, uint64_t offset, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static void finding(struct check_ctx *c, enum severity sev, uint64_t offset, const char *fmt, ...)
+{
+    static const char *const names[] = {"note", "warning", "error"};
+    va_list ap;
+    va_start(ap, fmt);
+    printf("%s: offset %llu: ", names[sev], (unsigned long long)offset);
+    vprintf(fmt, ap);
+    putchar('\n');
+    va_end(ap);
+    if (sev == SEV_ERROR) c->errors++;
+    if (sev == SEV_WARNING) c->warnings++;
+}
+
+static bool all_zero(const void *p, size_t len, size_t *first_nonzero)
+{
+    const unsigned char *b = p;
+    for (size_t i = 0; i < len; i++)
+        if (b[i]) {
+            if (first_nonzero) *first_nonzero = i;
+            return false;
+        }
+    return true;
+}
+
+static int read_full(int fd, void *buf, size_t len, off_t off)
+{
+    char *p = buf;
+    while (len) {
+        ssize_t n = pread(fd, p, len, off);
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) return -1;
+        if (n == 0) break;   /* end of file: the caller sized len from fstat */
+        p += n;
+        len -= (size_t)n;
+        off += n;
+    }
+    return 0;
+}
+
+#define HDR_OFF(field) ((uint64_t)offsetof(struct nvh_superblock_header, field))
+#define SLOT_OFF(i) ((uint64_t)NVH_STATE_SLOT_OFFSET + (uint64_t)(i) * sizeof(struct nvh_superblock_state))
+#define STATE_OFF(i, field) (SLOT_OFF(i) + offsetof(struct nvh_superblock_state, field))
+
+static uint32_t header_checksum(const struct nvh_superblock_header *h)
+{
+    return nvh_crc32c(0, h, offsetof(struct nvh_superblock_header, checksum));
+}
+
+static uint32_t state_checksum(const struct nvh_superblock_state *s)
+{
+    return nvh_crc32c(0, s, offsetof(struct nvh_superblock_state, checksum));
+}
+
+/* ---- the file holds a whole superblock ------------------------------------ */
+static void check_file(struct check_ctx *c)
+{
+    if (c->file_size < NVH_SUPERBLOCK_SIZE) {
+        finding(c, SEV_ERROR, c->file_size, "file is truncated: %llu bytes, shorter than "
+                "the %u-byte superblock", (unsigned long long)c->file_size, NVH_SUPERBLOCK_SIZE);
+        c->stop = true;
+    }
+}
+
+/* ---- superblock header: written once at create ---------------------------- */
+static void check_area_table(struct check_ctx *c)
+{
+    const struct nvh_superblock_header *h = &c->sb.header;
+    if (h->area_count > NVH_AREA_MAX) {
+        finding(c, SEV_ERROR, HDR_OFF(area_count), "area table claims %u entries; it has room "
+                "for %u", h->area_count, NVH_AREA_MAX);
+        return;
+    }
+    bool root_seen = false, heap_seen = false;
+    for (unsigned i = 0; i < NVH_AREA_MAX; i++) {
+        const struct nvh_area *a = &h->areas[i];
+        uint64_t off = HDR_OFF(areas) + (uint64_t)i * sizeof *a;
+        if (i >= h->area_count) {
+            if (!all_zero(a, sizeof *a, NULL))
+                finding(c, SEV_WARNING, off, "unused area table entry %u is not zero", i);
+            continue;
+        }
+        if (a->flags)
+            finding(c, SEV_WARNING, off + offsetof(struct nvh_area, flags),
+                    "area %u has reserved flags %#x set", i, a->flags);
+        if (a->kind == NVH_AREA_ROOT) {
+            if (root_seen) finding(c, SEV_ERROR, off, "area %u is a second root area", i);
+            root_seen = true;
+            if (a->offset != h->root_offset || a->size != h->root_size)
+                finding(c, SEV_ERROR, off, "root area entry says %llu+%llu, the header says "
+                        "%llu+%llu", (unsigned long long)a->offset, (unsigned long long)a->size,
+                        (unsigned long long)h->root_offset, (unsigned long long)h->root_size);
+        } else if (a->kind == NVH_AREA_HEAP) {
+            if (heap_seen) finding(c, SEV_ERROR, off, "area %u is a second heap area", i);
+            heap_seen = true;
+            if (a->offset != h->heap_offset || a->size != 0)
+                finding(c, SEV_ERROR, off, "heap area entry says %llu+%llu, the header says "
+                        "the heap starts at %llu and runs to the end of the pool",
+                        (unsigned long long)a->offset, (unsigned long long)a->size,
+                        (unsigned long long)h->heap_offset);
+        } else {
+            finding(c, SEV_ERROR, off, "area %u has unknown kind %u", i, a->kind);
+        }
+    }
+    if (!root_seen) finding(c, SEV_ERROR, HDR_OFF(areas), "area table has no root area");
+    if (!heap_seen) finding(c, SEV_ERROR, HDR_OFF(areas), "area table has no heap area");
+}
+
+static void check_header(struct check_ctx *c)
+{
+    const struct nvh_superblock_header *h = &c->sb.header;
+    size_t at;
+    uint32_t sum = header_checksum(h);
+    if (h->checksum != sum)
+        finding(c, SEV_ERROR, 0, "superblock header (bytes 0..%llu) fails its checksum: "
+                "stored %08x at offset %llu, computed %08x; the pool cannot be opened",
+                (unsigned long long)HDR_OFF(checksum) - 1, h->checksum,
+                (unsigned long long)HDR_OFF(checksum), sum);
+    if (h->format_version == 0)
+        finding(c, SEV_ERROR, HDR_OFF(format_version), "format version is 0");
+    if (h->header_size != sizeof *h)
+        finding(c, SEV_ERROR, HDR_OFF(header_size), "header size is %u, expected %zu",
+                h->header_size, sizeof *h);
+    if (h->layout[NVH_LAYOUT_MAX] != '\0')
+        finding(c, SEV_ERROR, HDR_OFF(layout), "layout name is not NUL-terminated");
+    else {
+        size_t len = strlen(h->layout);
+        if (!all_zero(h->layout + len, sizeof h->layout - len, &at))
+            finding(c, SEV_WARNING, HDR_OFF(layout) + len + at,
+                    "layout name is not NUL-padded");
+    }
+    if (h->created_domain < NVH_DOMAIN_PMEM || h->created_domain > NVH_DOMAIN_SIM)
+        finding(c, SEV_ERROR, HDR_OFF(created_domain), "created domain %u is not a domain",
+                h->created_domain);
+    if (h->feature_flags)
+        finding(c, SEV_WARNING, HDR_OFF(feature_flags), "reserved feature flags %#x are set",
+                h->feature_flags);
+    if (h->root_offset != NVH_SUPERBLOCK_SIZE)
+        finding(c, SEV_ERROR, HDR_OFF(root_offset), "root area starts at %llu, expected %u",
+                (unsigned long long)h->root_offset, NVH_SUPERBLOCK_SIZE);
+    if (h->root_size == 0 || h->root_size % NVH_PAGE || h->root_size > NVH_ROOT_MAX_SIZE)
+        finding(c, SEV_ERROR, HDR_OFF(root_size), "root area size %llu is not a multiple of "
+                "4 KiB between 4 KiB and 1 GiB", (unsigned long long)h->root_size);
+    if (h->heap_offset != h->root_offset + h->root_size)
+        finding(c, SEV_ERROR, HDR_OFF(heap_offset), "heap starts at %llu, not where the root "
+                "area ends (%llu)", (unsigned long long)h->heap_offset,
+                (unsigned long long)(h->root_offset + h->root_size));
+    check_area_table(c);
+    if (h->reserved0)
+        finding(c, SEV_WARNING, HDR_OFF(reserved0), "reserved header field is %#x, not 0",
+                h->reserved0);
+    if (!all_zero(h->reserved1, sizeof h->reserved1, &at))
+        finding(c, SEV_WARNING, HDR_OFF(reserved1) + at, "reserved header bytes are not zero");
+    if (!all_zero(c->sb.reserved, sizeof c->sb.reserved, &at))
+        finding(c, SEV_WARNING, offsetof(struct nvh_superblock, reserved) + at,
+                "reserved superblock bytes are not zero");
+}
+
+/* ---- superblock state slots: the mutable facts ---------------------------- */
+enum slot_status { SLOT_VALID, SLOT_UNUSED, SLOT_BAD };
+
+/* Valid exactly when the library would accept the slot (pool.c). */
+static enum slot_status classify_slot(const struct check_ctx *c, unsigned i, char *why,
+                                      size_t why_len)
+{
+    const struct nvh_superblock_state *s = &c->sb.state[i];
+    uint32_t sum = state_checksum(s);
+    uint32_t uuid_crc = nvh_crc32c(0, c->sb.header.uuid, sizeof c->sb.header.uuid);
+    if (all_zero(s, sizeof *s, NULL)) {
+        snprintf(why, why_len, "never written");
+        return SLOT_UNUSED;
+    }
+    if (s->checksum != sum) {
+        snprintf(why, why_len, "checksum mismatch (stored %08x at offset %llu, computed %08x)",
+                 s->checksum, (unsigned long long)STATE_OFF(i, checksum), sum);
+        return SLOT_BAD;
+    }
+    if (s->sequence == 0) {
+        snprintf(why, why_len, "sequence number is 0");
+        return SLOT_BAD;
+    }
+    if (s->uuid_crc != uuid_crc) {
+        snprintf(why, why_len, "uuid crc %08x does not match the header's uuid (%08x): "
+                 "the slot is another pool's, or the header is damaged", s->uuid_crc, uuid_crc);
+        return SLOT_BAD;
+    }
+    return SLOT_VALID;
+}
+
+static void check_current_state(struct check_ctx *c, unsigned i)
+{
+    const struct nvh_superblock_header *h = &c->sb.header;
+    const struct nvh_superblock_state *s = &c->sb.state[i];
+    size_t at;
+    if (s->sequence % 2 != i)
+        finding(c, SEV_ERROR, STATE_OFF(i, sequence), "current state slot %u holds sequence "
+                "%llu, which belongs in slot %llu (the next update would overwrite the "
+                "current state)", i, (unsigned long long)s->sequence,
+                (unsigned long long)(s->sequence % 2));
+    if (s->pool_size < NVH_POOL_MIN_SIZE || s->pool_size > NVH_POOL_MAX_SIZE ||
+        s->pool_size % NVH_PAGE)
+        finding(c, SEV_ERROR, STATE_OFF(i, pool_size), "pool size %llu is not a multiple of "
+                "4 KiB between 1 MiB and 16 TiB", (unsigned long long)s->pool_size);
+    if (h->heap_offset > s->pool_size)
+        finding(c, SEV_ERROR, STATE_OFF(i, pool_size), "pool size %llu ends before the heap "
+                "starts (%llu)", (unsigned long long)s->pool_size,
+                (unsigned long long)h->heap_offset);
+    if (c->file_size < s->pool_size)
+        finding(c, SEV_ERROR, c->file_size, "file is truncated: %llu bytes, the pool is %llu",
+                (unsigned long long)c->file_size, (unsigned long long)s->pool_size);
+    else if (c->file_size > s->pool_size)
+        finding(c, SEV_NOTE, s->pool_size, "file is %llu bytes longer than the pool (an "
+                "interrupted grow leaves this; harmless)",
+                (unsigned long long)(c->file_size - s->pool_size));
+    if (s->clean > 1)
+        finding(c, SEV_WARNING, STATE_OFF(i, clean), "clean flag is %u, not 0 or 1", s->clean);
+    else if (s->clean == 0)
+        finding(c, SEV_NOTE, STATE_OFF(i, clean), "pool was not closed cleanly (the last "
+                "read-write open crashed or never closed it)");
+    if (s->reserved0 || !all_zero(s->reserved1, sizeof s->reserved1, &at))
+        finding(c, SEV_WARNING, s->reserved0 ? STATE_OFF(i, reserved0)
+                                             : STATE_OFF(i, reserved1) + at,
+                "reserved bytes of state slot %u are not zero", i);
+}
+
+/* A bad slot is an error only when neither slot is valid (the pool cannot be
+ * opened). The non-current slot is where the next update goes: a crash in
+ * the middle of an update leaves it torn, by design, and the pool runs on
+ * the other slot — so damage there is a warning, not an inconsistency. */
+static void check_state(struct check_ctx *c)
+{
+    enum slot_status status[2];
+    char why[2][160];
+    for (unsigned i = 0; i < 2; i++) status[i] = classify_slot(c, i, why[i], sizeof why[i]);
+    const struct nvh_superblock_state *st = c->sb.state;
+    if (status[0] == SLOT_VALID && status[1] == SLOT_VALID)
+        c->current = st[1].sequence > st[0].sequence ? 1 : 0;
+    else
+        c->current = status[0] == SLOT_VALID ? 0 : status[1] == SLOT_VALID ? 1 : -1;
+
+    if (c->current < 0) {
+        for (unsigned i = 0; i < 2; i++)
+            finding(c, SEV_ERROR, SLOT_OFF(i), "state slot %u: %s", i, why[i]);
+        finding(c, SEV_ERROR, SLOT_OFF(0), "no valid state slot: the pool cannot be opened");
+        c->stop = true;
+        return;
+    }
+    unsigned cur = (unsigned)c->current, other = 1 - cur;
+    check_current_state(c, cur);
+    if (status[other] == SLOT_BAD) {
+        char newer[256] = "";
+        if (st[other].sequence > st[cur].sequence)
+            snprintf(newer, sizeof newer, "; its sequence field (%llu) is newer than the "
+                     "current slot's (%llu): the latest state update was torn or lost and "
+                     "the pool falls back to the previous state",
+                     (unsigned long long)st[other].sequence, (unsigned long long)st[cur].sequence);
+        finding(c, SEV_WARNING, SLOT_OFF(other), "state slot %u (not current): %s%s; the "
+                "pool is usable, the next state update overwrites this slot", other,
+                why[other], newer);
+    } else if (status[other] == SLOT_VALID && st[other].sequence % 2 != other) {
+        finding(c, SEV_WARNING, STATE_OFF(other, sequence), "state slot %u (not current) "
+                "holds sequence %llu, which belongs in slot %llu", other,
+                (unsigned long long)st[other].sequence,
+                (unsigned long long)(st[other].sequence % 2));
+    }
+}
+
+/* ---- the library agrees: a read-only open succeeds and sees the same ------ */
+static void check_library_open(struct check_ctx *c)
+{
+    if (c->errors) return;   /* it would refuse for the reasons already printed */
+    /* Reading only, so the domain does not matter; naming one keeps an
+     * NVHEAP_DOMAIN=sim environment (read-write only) from refusing. */
+    c->pool = nvh_pool_open(c->path, c->layout, NVH_OPEN_READONLY | NVH_DOMAIN_PROCESS);
+    if (!c->pool) {
+        finding(c, SEV_ERROR, 0, "the library refuses to open the pool: %s", nvh_errormsg());
+        c->stop = true;
+        return;
+    }
+    nvh_pool_info info;
+    nvh_pool_info_get(c->pool, &info);
+    const struct nvh_superblock_state *s = &c->sb.state[c->current];
+    if (info.size != s->pool_size || info.epoch != s->epoch)
+        finding(c, SEV_ERROR, SLOT_OFF(c->current), "the library opens the pool with size "
+                "%llu and epoch %llu, this check read size %llu and epoch %llu",
+                (unsigned long long)info.size, (unsigned long long)info.epoch,
+                (unsigned long long)s->pool_size, (unsigned long long)s->epoch);
+}
+
+static const struct checker {
+    const char *name;
+    void (*run)(struct check_ctx *c);
+} checkers[] = {
+    {"file", check_file},
+    {"superblock header", check_header},
+    {"superblock state", check_state},
+    {"library open", check_library_open},
+    /* later layers, on the read-only c->pool: {"heap", check_heap}, ... */
+};
+
+/* Open, lock (shared: a read-write open elsewhere makes it busy), read the
+ * superblock. Returns EXIT_OK, or EXIT_ERROR (printed) when the file cannot
+ * be checked at all: missing, unreadable, not a pool, newer format, wrong
+ * layout, in use. */
+static int check_prepare(struct check_ctx *c)
+{
+    c->fd = open(c->path, O_RDONLY | O_CLOEXEC);
+    if (c->fd < 0) return fail_msg("cannot open %s: %s", c->path, strerror(errno));
+    struct stat st;
+    if (fstat(c->fd, &st) != 0) return fail_msg("cannot stat %s: %s", c->path, strerror(errno));
+    if (!S_ISREG(st.st_mode)) return fail_msg("%s is not a regular file", c->path);
+    while (flock(c->fd, LOCK_SH | LOCK_NB) != 0) {
+        if (errno == EINTR) continue;
+        if (errno == EWOULDBLOCK)
+            return fail_msg("pool %s is in use (open read-write in this or another process)",
+                            c->path);
+        return fail_msg("cannot lock %s: %s", c->path, strerror(errno));
+    }
+    c->file_size = (uint64_t)st.st_size;
+    size_t have = c->file_size < sizeof c->sb ? (size_t)c->file_size : sizeof c->sb;
+    memset(&c->sb, 0, sizeof c->sb);
+    if (read_full(c->fd, &c->sb, have, 0) != 0)
+        return fail_msg("cannot read %s: %s", c->path, strerror(errno));
+    const struct nvh_superblock_header *h = &c->sb.header;
+    if (have < sizeof h->magic || memcmp(h->magic, NVH_MAGIC, sizeof h->magic) != 0)
+        return fail_msg("%s is not an nvheap pool (bad magic)", c->path);
+    if (h->format_version > NVH_FORMAT_VERSION)
+        return fail_msg("%s has format version %u; this nvheap reads up to %u", c->path,
+                        h->format_version, NVH_FORMAT_VERSION);
+    /* Compare the layout only if the header can be trusted; a corrupt header
+     * is reported as a finding instead. */
+    if (c->layout && h->checksum == header_checksum(h) && h->layout[NVH_LAYOUT_MAX] == '\0' &&
+        strcmp(h->layout, c->layout) != 0)
+        return fail_msg("%s has layout '%s', expected '%s'", c->path, h->layout, c->layout);
+    return EXIT_OK;
+}
+
+static int run_check(const struct args *args)
+{
+    struct check_ctx c = {.path = args->path, .layout = args->value[OPT_LAYOUT], .fd = -1,
+                          .current = -1};
+    int rc = check_prepare(&c);
+    if (rc == EXIT_OK) {
+        for (size_t i = 0; i < sizeof checkers / sizeof checkers[0] && !c.stop; i++)
+            checkers[i].run(&c);
+        printf("%s: %s (%u error%s, %u warning%s)\n", c.path,
+               c.errors ? "INCONSISTENT" : "consistent", c.errors, c.errors == 1 ? "" : "s",
+               c.warnings, c.warnings == 1 ? "" : "s");
+        rc = c.errors ? EXIT_INCONSISTENT : EXIT_OK;
+    }
+    if (c.pool) nvh_pool_close(c.pool);
+    if (c.fd >= 0) close(c.fd);
+    if (fflush(stdout) != 0) return fail_msg("cannot write the output: %s", strerror(errno));
+    return rc;
+}
+
+/* ==========================================================================
+ * main
+ * ========================================================================== */
+int main(int argc, char **argv)
+{
+    if (argc < 2) return usage_error(NULL, "missing command");
+    const char *name = argv[1];
+    if (strcmp(name, "--help") == 0 || strcmp(name, "-h") == 0) {
+        print_usage(stdout);
+        return EXIT_OK;
+    }
+    if (strcmp(name, "--version") == 0) {
+        printf("nvheap %d.%d.%d (pool format %u)\n", NVH_VERSION_MAJOR, NVH_VERSION_MINOR,
+               NVH_VERSION_PATCH, NVH_FORMAT_VERSION);
+        return EXIT_OK;
+    }
+    if (strcmp(name, "help") == 0) {
+        if (argc == 2) {
+            print_usage(stdout);
+            return EXIT_OK;
+        }
+        const struct command *cmd = find_command(argv[2]);
+        if (!cmd) return usage_error(NULL, "help: unknown command '%s'", argv[2]);
+        if (argc > 3) return usage_error(NULL, "help: unexpected argument '%s'", argv[3]);
+        print_command_help(cmd, stdout);
+        return EXIT_OK;
+    }
+    const struct command *cmd = find_command(name);
+    if (!cmd) return usage_error(NULL, "unknown command '%s'", name);
+    struct args args;
+    int rc = parse_args(cmd, argc - 2, argv + 2, &args);
+    if (rc != EXIT_OK) return rc;
+    if (args.given[OPT_HELP]) {
+        print_command_help(cmd, stdout);
+        return EXIT_OK;
+    }
+    return cmd->run(&args);
+}
