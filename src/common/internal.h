@@ -61,6 +61,10 @@ void nvh_msync_fini(nvh_pool *pool);
 int nvh_sim_attach(nvh_pool *pool);    /* after the working copy is loaded */
 int nvh_sim_grow(nvh_pool *pool, uint64_t old_size, uint64_t new_size);
 void nvh_sim_detach(nvh_pool *pool);
+/* nvh_sim_write_image that also reports how many lines were in flight (the
+ * image's degrees of freedom); used by nvh_crash_explore (crash.c). */
+int nvh_sim_image_(nvh_pool *pool, const char *path, uint64_t seed, nvh_crash_mode mode,
+                   uint64_t *differing_out);
 
 /* --------------------------------------------------------------------------
  * The pool handle
@@ -85,6 +89,7 @@ struct nvh_pool {
     pthread_mutex_t grow_lock;     /* serialises grow against itself */
     nvh_msync_set *msync;          /* msync domain only */
     nvh_sim *sim;                  /* sim domain only   */
+    struct nvh_heap *heap;         /* allocator state (src/alloc), NULL if none */
 };
 
 /* Write the next superblock state slot (size, epoch) durably. */

@@ -137,12 +137,12 @@ void nvh_sim_drain(nvh_pool *pool)
 
 uint64_t nvh_sim_fence_count(const nvh_pool *pool)
 {
-    return pool->sim ? pool->sim->fences : 0;
+    return pool && pool->sim ? pool->sim->fences : 0;
 }
 
 void nvh_sim_set_fence_hook(nvh_pool *pool, nvh_sim_fence_hook hook, void *arg)
 {
-    if (!pool->sim) return;
+    if (!pool || !pool->sim) return;
     pthread_mutex_lock(&pool->sim->lock);
     pool->sim->hook = hook;
     pool->sim->hook_arg = arg;
@@ -161,16 +161,33 @@ static void mix_words(unsigned char *image, const unsigned char *fresh, uint64_t
         if (bits & (1ull << w)) memcpy(image + 8 * w, fresh + 8 * w, 8);
 }
 
+/* Lines whose content after a crash is not decided by the media: the working
+ * copy differs from it, or (rarely: a line flushed, then stored back to its
+ * old value) only a pending snapshot does. Counted from the state alone, not
+ * from the coin flips, so it is the same for every seed at one crash point. */
+static uint64_t lines_in_flight(const nvh_sim *sim, const unsigned char *work, uint64_t size)
+{
+    uint64_t n = 0;
+    for (uint64_t off = 0; off < size; off += NVH_CACHELINE)
+        n += memcmp(sim->media + off, work + off, NVH_CACHELINE) != 0;
+    for (size_t i = 0; i < sim->pending_count; i++) {
+        const sim_line *rec = &sim->pending[i];
+        n += memcmp(sim->media + rec->offset, rec->data, NVH_CACHELINE) != 0 &&
+             memcmp(sim->media + rec->offset, work + rec->offset, NVH_CACHELINE) == 0;
+    }
+    return n;
+}
+
 /* Build the image a power failure right now could leave:
  *  1. start from the media (what was fenced);
  *  2. each flushed-but-unfenced line's snapshot may have been written back;
  *  3. each line whose working copy still differs may have been evicted.
- * Returns the number of lines that differed (the image's degrees of freedom). */
+ * Returns the number of lines in flight (the image's degrees of freedom). */
 static uint64_t build_image(nvh_pool *pool, unsigned char *image, uint64_t seed,
                             nvh_crash_mode mode)
 {
     nvh_sim *sim = pool->sim;
-    uint64_t size = pool->ctx.size, differing = 0;
+    uint64_t size = pool->ctx.size;
     uint64_t rng = seed;
     const unsigned char *work = (const unsigned char *)pool->ctx.base;
 
@@ -178,17 +195,15 @@ static uint64_t build_image(nvh_pool *pool, unsigned char *image, uint64_t seed,
     for (size_t i = 0; i < sim->pending_count; i++) {
         const sim_line *rec = &sim->pending[i];
         if (memcmp(image + rec->offset, rec->data, NVH_CACHELINE) == 0) continue;
-        differing++;
         if (mode == NVH_CRASH_WORDS) mix_words(image + rec->offset, rec->data, &rng);
         else if (splitmix64(&rng) & 1) memcpy(image + rec->offset, rec->data, NVH_CACHELINE);
     }
     for (uint64_t off = 0; off < size; off += NVH_CACHELINE) {
         if (memcmp(image + off, work + off, NVH_CACHELINE) == 0) continue;
-        differing++;
         if (mode == NVH_CRASH_WORDS) mix_words(image + off, work + off, &rng);
         else if (splitmix64(&rng) & 1) memcpy(image + off, work + off, NVH_CACHELINE);
     }
-    return differing;
+    return lines_in_flight(sim, work, size);
 }
 
 static int write_all(int fd, const void *buf, uint64_t len)
