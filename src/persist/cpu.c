@@ -137,11 +137,53 @@ int nvh_domain_resolve(unsigned flags, nvh_domain detected, nvh_domain *out)
 _Thread_local unsigned nvh_thread_stripe_ __attribute__((tls_model("initial-exec")));
 static _Atomic unsigned next_stripe;
 
+/* Counters are updated with a plain load + store (nvheap.h), so they are
+ * exact only while no two live threads share a stripe. A thread therefore
+ * takes a free stripe and gives it back when it exits; only when all
+ * NVH_STAT_STRIPES are owned by live threads does a newcomer share one. */
+static _Atomic uint32_t stripes_owned;        /* bit s-1: stripe s has an owner */
+static pthread_key_t stripe_key;              /* value: the owned stripe (1-based) */
+static pthread_once_t stripe_once = PTHREAD_ONCE_INIT;
+
+static void stripe_release(void *value)
+{
+    unsigned s = (unsigned)(uintptr_t)value;
+    atomic_fetch_and_explicit(&stripes_owned, ~(1u << (s - 1)), memory_order_relaxed);
+    nvh_thread_stripe_ = 0;   /* counting later in this exit reassigns */
+}
+
+/* In a forked child only the forking thread lives on. */
+static void stripe_atfork_child(void)
+{
+    unsigned s = (unsigned)(uintptr_t)pthread_getspecific(stripe_key);
+    atomic_store_explicit(&stripes_owned, s ? 1u << (s - 1) : 0, memory_order_relaxed);
+}
+
+static void stripe_init(void)
+{
+    pthread_key_create(&stripe_key, stripe_release);
+    pthread_atfork(NULL, NULL, stripe_atfork_child);
+}
+
 unsigned nvh_assign_stripe_(void)
 {
-    unsigned s = atomic_fetch_add_explicit(&next_stripe, 1, memory_order_relaxed);
-    nvh_thread_stripe_ = 1 + s % NVH_STAT_STRIPES;
-    return nvh_thread_stripe_;
+    const uint32_t all = (1u << NVH_STAT_STRIPES) - 1;
+    pthread_once(&stripe_once, stripe_init);
+    unsigned s = 0;
+    uint32_t owned = atomic_load_explicit(&stripes_owned, memory_order_relaxed);
+    while ((owned & all) != all) {
+        unsigned bit = (unsigned)__builtin_ctz(~owned & all);
+        if (atomic_compare_exchange_weak_explicit(&stripes_owned, &owned, owned | (1u << bit),
+                                                  memory_order_relaxed, memory_order_relaxed)) {
+            s = bit + 1;
+            pthread_setspecific(stripe_key, (void *)(uintptr_t)s);
+            break;
+        }
+    }
+    if (!s) s = 1 + atomic_fetch_add_explicit(&next_stripe, 1, memory_order_relaxed) %
+                        NVH_STAT_STRIPES;
+    nvh_thread_stripe_ = s;
+    return s;
 }
 
 void nvh_stats_get(const nvh_pool *pool, nvh_stats *stats)
