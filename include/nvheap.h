@@ -321,7 +321,10 @@ static inline void nvh_drain(nvh_pool *pool)
     case NVH_DOMAIN_PMEM:
     case NVH_DOMAIN_EADR:
 #if defined(__x86_64__)
-        __asm__ volatile("sfence" ::: "memory");
+        /* CLFLUSH is ordered with later stores by itself (Intel SDM), so as
+         * in PMDK it needs no SFENCE; CLWB and CLFLUSHOPT do. */
+        if (ctx->flush_kind != NVH_FLUSH_CLFLUSH) __asm__ volatile("sfence" ::: "memory");
+        else __asm__ volatile("" ::: "memory");
 #else
         atomic_thread_fence(memory_order_seq_cst);
 #endif
@@ -612,7 +615,283 @@ typedef struct nvh_heap_stats {
     uint64_t records_replayed;       /* by the last open                         */
     nvh_heap_class_stats cls[32];    /* index = class (size = 64 * index), 1..31 */
 } nvh_heap_stats;
-int nvh_heap_stats(nvh_pool *pool, nvh_heap_stats *stats);
+int nvh_heap_stats_get(nvh_pool *pool, nvh_heap_stats *stats);
+
+/* ==========================================================================
+ * 8. Persist groups
+ * ==========================================================================
+ * The software form of seed 000's cache-line counters (design: docs/GROUP.md).
+ * A group is a set of stores whose durability one deferred *action* waits for:
+ *
+ *   nvh_group_begin(g);
+ *   rec->a = ...; rec->b = ...;                 // ordinary stores
+ *   nvh_group_add(g, rec, sizeof *rec);         // after the stores
+ *   nvh_group_end(g, publish, rec);             // publish(pool, g, rec) runs later
+ *
+ * add starts the write-back at once (no wait); an action runs only after a
+ * fence issued after its group's adds, so its effect (publish a pointer,
+ * write a validation key, bump a count) can never be durable before the
+ * group's data. Actions run exactly once, in begin order. Fences are shared:
+ * one fence retires every waiting group once batch_count groups wait or the
+ * oldest waited batch_ns. Stores an action makes should be flushed by it
+ * (nvh_flush); they become durable at the next fence (monotonic
+ * consistency), at the latest at nvh_group_sync. When `slots` groups wait
+ * (the counters are exhausted) begin falls back to synchronous persistence
+ * (the paper's counter C0): write back and fence everything, run the actions.
+ *
+ * Threads: a context belongs to the thread that created it (nvh_drain orders
+ * only the calling thread's flushes); other threads get NVH_E_INVAL. Several
+ * threads on one pool each create their own. Destroy every context before
+ * closing its pool.
+ *
+ * Models (what "written back" means), for experiments with seed 000 Fig. 7.
+ * Lower/upper are bounds on throughput, as in the paper:
+ *   REAL       flush at add, batched fences. The default; crash-consistent.
+ *   SIM_CACHE  exact counters over a simulated cache of cache_lines lines:
+ *              add only tags lines dirty; a line is written back (flushed)
+ *              when evicted (LRU or seeded random) or at sync; a group's
+ *              counter falls as its lines are written back and its action
+ *              runs when it is zero (after one fence acknowledging the
+ *              write-backs). Crash-consistent.
+ *   SIM_LOWER  transient states last forever: nothing is written back until
+ *              nvh_group_sync or the ring is full. Crash-consistent.
+ *   SIM_UPPER  transient states end at once: no flush, no fence, the action
+ *              runs at end. NOT crash-consistent: a performance bound only.
+ */
+typedef struct nvh_group_ctx nvh_group_ctx;
+
+/* An action: runs on the context's thread from begin/end/poll/sync. It may
+ * store and nvh_flush, and may begin/add/end further groups on ctx (chained
+ * groups run after it); nvh_group_sync/destroy from an action fail. */
+typedef void (*nvh_group_action)(nvh_pool *pool, nvh_group_ctx *ctx, void *arg);
+
+typedef enum nvh_group_model {
+    NVH_GROUP_REAL = 0,
+    NVH_GROUP_SIM_CACHE = 1,
+    NVH_GROUP_SIM_LOWER = 2,
+    NVH_GROUP_SIM_UPPER = 3,
+    NVH_GROUP_SIM_FOREVER = NVH_GROUP_SIM_LOWER,   /* the same, named by behaviour */
+    NVH_GROUP_SIM_INSTANT = NVH_GROUP_SIM_UPPER,
+} nvh_group_model;
+
+typedef enum nvh_group_evict {
+    NVH_GROUP_EVICT_LRU = 0,     /* least recently added line first          */
+    NVH_GROUP_EVICT_RANDOM = 1,  /* uniformly random line (deterministic seed) */
+} nvh_group_evict;
+
+#define NVH_GROUP_NEVER UINT64_MAX       /* batch_ns / cache_lines: no limit   */
+#define NVH_GROUP_SLOTS_MAX (1u << 20)
+
+/* Zero-initialise and set what you need; 0 means the default. */
+typedef struct nvh_group_options {
+    unsigned slots;          /* groups waiting for their action; 0 = 64        */
+    unsigned batch_count;    /* REAL: fence when this many wait; 0 = 32,
+                                UINT_MAX = only when the ring is full         */
+    uint64_t batch_ns;       /* REAL: ... or when the oldest waited this long
+                                (checked at 1, 2, 4, ... waiting and at poll, so
+                                up to ~2x); 0 = 100 us; NVH_GROUP_NEVER = none
+                                (for deterministic crash exploration)         */
+    nvh_group_model model;
+    uint64_t cache_lines;    /* SIM_CACHE: capacity; 0 = 131072 (8 MiB)       */
+    nvh_group_evict evict;   /* SIM_CACHE: eviction policy                    */
+    uint64_t seed;           /* SIM_CACHE random eviction; 0 = 1              */
+    int sgroup_fence;        /* SIM_*: one fence per begin, as seed 000 emulated
+                                the sgroup instruction                        */
+} nvh_group_options;
+
+/* Counters of one context (hardware-independent figures for benchmarks). */
+typedef struct nvh_group_stats {
+    uint64_t groups;         /* groups ended                                  */
+    uint64_t actions;        /* groups retired (their action, if any, ran)    */
+    uint64_t fences;         /* nvh_drain calls made by the group layer       */
+    uint64_t batch_fences;   /* REAL: ... of them triggered by batch_count     */
+    uint64_t timed_fences;   /* REAL: ... by batch_ns                          */
+    uint64_t syncs;          /* nvh_group_sync calls that had work             */
+    uint64_t fallbacks;      /* ring full: synchronous write-back (C0)        */
+    uint64_t lines_added;    /* cache lines passed to add                     */
+    uint64_t lines_written_back; /* lines the layer flushed                   */
+    uint64_t evictions;      /* SIM_CACHE: write-backs caused by eviction      */
+    uint64_t delay_groups;   /* sum over retired groups of the groups ended
+                                after it before its action ran (/ actions =
+                                mean transient-state length, in groups)       */
+    uint64_t pending;        /* groups waiting now                            */
+    uint64_t max_pending;
+} nvh_group_stats;
+
+/* Create a context for the calling thread on pool (options NULL = defaults).
+ * NVH_E_INVAL for bad options, NVH_E_READONLY for a read-only pool. */
+nvh_group_ctx *nvh_group_ctx_create(nvh_pool *pool, const nvh_group_options *options);
+/* nvh_group_sync, then free. An open group is ended without an action.
+ * NULL is a no-op. */
+int nvh_group_ctx_destroy(nvh_group_ctx *ctx);
+
+/* Groups do not nest: begin with a group open, add/end without one fail
+ * with NVH_E_INVAL. add: [addr, addr+len) must lie in the pool (NVH_E_BADPTR),
+ * len 0 is a no-op; call it after the stores (later stores need another add).
+ * end: action may be NULL (the group is still ordered and synced). */
+int nvh_group_begin(nvh_group_ctx *ctx);
+int nvh_group_add(nvh_group_ctx *ctx, const void *addr, size_t len);
+int nvh_group_end(nvh_group_ctx *ctx, nvh_group_action action, void *arg);
+
+/* Run what is ready without forcing (REAL: fence if the oldest group is
+ * older than batch_ns). For idle threads. Returns actions run, or an error. */
+int nvh_group_poll(nvh_group_ctx *ctx);
+/* Force everything: write back, fence, run every waiting action (and those
+ * they chain), fence again so their flushed effects are durable. */
+int nvh_group_sync(nvh_group_ctx *ctx);
+
+uint64_t nvh_group_pending(const nvh_group_ctx *ctx);  /* groups waiting */
+nvh_pool *nvh_group_pool(const nvh_group_ctx *ctx);
+/* Effective options (defaults filled in). */
+int nvh_group_options_get(const nvh_group_ctx *ctx, nvh_group_options *options);
+void nvh_group_stats_get(const nvh_group_ctx *ctx, nvh_group_stats *stats);
+void nvh_group_stats_reset(nvh_group_ctx *ctx);       /* keeps pending     */
+
+/* ==========================================================================
+ * 9. Transactions
+ * ==========================================================================
+ * Durable, failure-atomic transactions over pool memory (design: docs/TX.md).
+ * A transaction belongs to the calling thread and one pool; each thread has
+ * its own log lane in the pool (NVH_TX_LANES_MAX threads at once).
+ *
+ * Two ways to modify data, mixable in one transaction:
+ *
+ *   In place (PMDK style, no isolation: the caller serialises threads):
+ *     nvh_tx_begin(pool);
+ *     nvh_tx_add_range(pool, &acct->balance, 8);  // snapshot, THEN store
+ *     acct->balance -= 10;
+ *     nvh_tx_commit(pool);                         // durable when it returns
+ *
+ *   Objects (NVTM style, isolated: threads may share objects):
+ *     const struct a *r = nvh_tx_open_read(pool, x, sizeof *x);  // snapshot
+ *     struct a *w = nvh_tx_open_write(pool, y, sizeof *y);       // private copy
+ *     w->balance = r->balance + 1;                // applied to y at commit
+ *   Conflicts abort the transaction (NULL + NVH_E_ABORTED); nvh_tx_run()
+ *   retries it under the contention policy. Eager write locks, commit-time
+ *   validation of read versions: no lost update, no torn or inconsistent read.
+ *
+ * Cost (pmem domain): a transaction with one added range or one written
+ * object costs 2 fences; an empty or read-only one none. Every
+ * nvh_tx_add_* call costs one fence (add several ranges with one
+ * nvh_tx_add_ranges call to pay one); object writes cost no fence until
+ * commit. Allocations cost the allocator's fence each at commit.
+ *
+ * Abort: every added range is restored exactly, objects allocated in the
+ * transaction are released, frees are dropped. Nothing else is restored:
+ * local variables and DRAM keep the values they had at the abort (there is
+ * no setjmp/longjmp), so after a failed commit re-read what you need.
+ *
+ * Nesting is flattened: begin inside a transaction only counts a level; the
+ * outermost commit commits. An abort at any level rolls back at once; the
+ * transaction then stays open in the aborted state, every call but
+ * commit/abort fails with NVH_E_ABORTED, and each level's commit returns
+ * NVH_E_ABORTED until the outermost one closes it.
+ *
+ * Errors: every call returns a code (or NULL + nvh_errcode()): NVH_E_INVAL
+ * (no transaction, bad argument), NVH_E_BADPTR (range not inside the pool,
+ * object not allocated), NVH_E_NOSPACE (pool full, or the log would exceed
+ * its limit: logs grow on demand up to nvh_tx_config.log_limit per thread),
+ * NVH_E_ABORTED (aborted, or a conflict), NVH_E_BUSY (no free lane),
+ * NVH_E_NOTSUP (read-only pool). After a failed call inside a transaction
+ * the transaction is aborted (rolled back) except for NVH_E_INVAL on a bad
+ * argument, which leaves it untouched.
+ *
+ * Recovery: nvh_pool_open rolls back every incomplete transaction and
+ * finishes every committed one whose data might not be durable; a crash
+ * during recovery is recovered by the next open. Read-only opens skip it.
+ *
+ * Rules: store only into ranges added to the transaction (or into objects
+ * it allocated); modify shared objects only through open_write; another
+ * thread's NON-transactional store to data a transaction of this thread
+ * just committed must come after nvh_tx_quiesce (or any later fence of this
+ * thread), otherwise recovery could replay the older transaction over it. */
+#define NVH_TX_LANES_MAX 64u
+
+typedef enum nvh_tx_hint {
+    NVH_TX_HINT_AUTO = 0,    /* word record for <= 8 bytes in one word, else object */
+    NVH_TX_HINT_WORD = 1,    /* one word record per 8-byte word (metadata-heavy) */
+    NVH_TX_HINT_OBJECT = 2,  /* one object record with a copy of the range       */
+} nvh_tx_hint;
+
+typedef struct nvh_tx_range {
+    void *ptr;
+    size_t len;
+    nvh_tx_hint hint;
+} nvh_tx_range;
+
+int nvh_tx_begin(nvh_pool *pool);
+/* Snapshot [ptr, ptr+len) before modifying it in place (len 0: no-op).
+ * Adding a range already added is cheap (no record). */
+int nvh_tx_add_range(nvh_pool *pool, void *ptr, size_t len);
+int nvh_tx_add_range_hint(nvh_pool *pool, void *ptr, size_t len, nvh_tx_hint hint);
+int nvh_tx_add_ranges(nvh_pool *pool, const nvh_tx_range *ranges, unsigned n);
+/* One 8-byte aligned word. */
+int nvh_tx_add_word(nvh_pool *pool, void *word);
+/* Zeroed memory that exists only if the transaction commits. */
+void *nvh_tx_alloc(nvh_pool *pool, size_t size);
+/* Free an object (activated, or allocated in this transaction) at commit. */
+int nvh_tx_free(nvh_pool *pool, void *ptr);
+/* Outermost: make everything durable, return NVH_OK; NVH_E_ABORTED if the
+ * transaction was aborted (or a read was invalidated by a concurrent
+ * commit: then nothing happened and a retry may succeed). */
+int nvh_tx_commit(nvh_pool *pool);
+/* Roll back now (see above). NVH_E_INVAL if no transaction is open. */
+int nvh_tx_abort(nvh_pool *pool);
+
+typedef enum nvh_tx_stage {
+    NVH_TX_NONE = 0, NVH_TX_WORK = 1, NVH_TX_ABORTED = 2,
+} nvh_tx_stage;
+nvh_tx_stage nvh_tx_stage_get(nvh_pool *pool);
+int nvh_tx_depth(nvh_pool *pool);
+
+/* Object transactions. obj must lie inside the pool; size > 0. The returned
+ * pointers are valid until the transaction ends. Opening the same object
+ * again returns the same pointer (a read after a write sees the write).
+ * On a conflict: NULL, NVH_E_ABORTED, transaction rolled back. */
+const void *nvh_tx_open_read(nvh_pool *pool, const void *obj, size_t size);
+void *nvh_tx_open_write(nvh_pool *pool, void *obj, size_t size);
+
+/* Run fn in a transaction, retrying on conflicts (fn returns NVH_OK to
+ * commit, anything else to abort and return that code). */
+typedef int (*nvh_tx_fn)(nvh_pool *pool, void *arg);
+int nvh_tx_run(nvh_pool *pool, nvh_tx_fn fn, void *arg);
+
+/* Make every committed transaction's retirement durable (one fence). */
+int nvh_tx_quiesce(nvh_pool *pool);
+
+/* Settings (per open pool). Contention policy: a transaction that finds an
+ * object locked spins `spin` times, then aborts; nvh_tx_run then waits a
+ * random time in [backoff_min_ns, min(backoff_max_ns, min << attempt)] and
+ * retries, at most max_retries times (0 = forever). */
+typedef struct nvh_tx_config {
+    uint64_t log_limit;        /* bytes of log per thread; default 64 MiB       */
+    unsigned max_retries;      /* default 0 (forever)                          */
+    unsigned spin;             /* default 64                                    */
+    uint64_t backoff_min_ns;   /* default 200                                   */
+    uint64_t backoff_max_ns;   /* default 100000                                */
+} nvh_tx_config;
+int nvh_tx_config_get(nvh_pool *pool, nvh_tx_config *config);
+int nvh_tx_config_set(nvh_pool *pool, const nvh_tx_config *config);
+
+typedef struct nvh_tx_stats {
+    uint64_t commits, aborts;  /* outermost transactions                         */
+    uint64_t conflicts;        /* aborts caused by conflicts                      */
+    uint64_t retries;          /* by nvh_tx_run                                   */
+    uint64_t bytes_logged;     /* log bytes written (records, copies, commits)    */
+    uint64_t recovered;        /* transactions rolled back/forward at open        */
+} nvh_tx_stats;
+int nvh_tx_stats_get(nvh_pool *pool, nvh_tx_stats *stats);
+void nvh_tx_stats_reset(nvh_pool *pool);
+
+/* Epoch-based persistent locks (seed 004): a lock is one 8-byte word in the
+ * pool, held when it equals the pool's current epoch. Every open bumps the
+ * epoch, so all locks are free after a restart without any scan. Zero is
+ * "free". Not recursive. Locks need no flushing. */
+typedef struct nvh_plock { _Atomic uint64_t word; } nvh_plock;
+int nvh_plock_acquire(nvh_pool *pool, nvh_plock *lock);
+int nvh_plock_try(nvh_pool *pool, nvh_plock *lock);   /* NVH_E_BUSY if held */
+int nvh_plock_release(nvh_pool *pool, nvh_plock *lock);
+int nvh_plock_held(nvh_pool *pool, const nvh_plock *lock);  /* 1 or 0 */
 
 #ifdef __cplusplus
 }
