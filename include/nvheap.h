@@ -714,7 +714,7 @@ typedef struct nvh_group_stats {
     uint64_t delay_groups;   /* sum over retired groups of the groups ended
                                 after it before its action ran (/ actions =
                                 mean transient-state length, in groups)       */
-    uint64_t pending;        /* groups waiting now                            */
+    uint64_t pending;        /* begun, action not yet run (incl. an open one) */
     uint64_t max_pending;
 } nvh_group_stats;
 
@@ -740,7 +740,7 @@ int nvh_group_poll(nvh_group_ctx *ctx);
  * they chain), fence again so their flushed effects are durable. */
 int nvh_group_sync(nvh_group_ctx *ctx);
 
-uint64_t nvh_group_pending(const nvh_group_ctx *ctx);  /* groups waiting */
+uint64_t nvh_group_pending(const nvh_group_ctx *ctx);  /* begun, action not run */
 nvh_pool *nvh_group_pool(const nvh_group_ctx *ctx);
 /* Effective options (defaults filled in). */
 int nvh_group_options_get(const nvh_group_ctx *ctx, nvh_group_options *options);

@@ -1,0 +1,151 @@
+/* group_test.h — helpers for the persist-group tests: pools in a chosen
+ * domain with a roomy root area, records that straddle cache lines and carry
+ * a checksum (so a torn record is detected), and an action log that checks
+ * "exactly once, in order". */
+#ifndef NVH_GROUP_TEST_H
+#define NVH_GROUP_TEST_H
+
+#include "test_util.h"
+
+#include <limits.h>
+#include <sys/mman.h>
+#include <time.h>
+
+/* Under TSan every fork (one per crash image) costs ~70 ms: the crash and
+ * image-heavy tests check fewer images there (they are single-threaded, so
+ * TSan has nothing to find in them anyway). */
+#if defined(__SANITIZE_THREAD__)
+#define GT_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define GT_TSAN 1
+#endif
+#endif
+#ifndef GT_TSAN
+#define GT_TSAN 0
+#endif
+/* images per crash point: n normally, 1 under TSan */
+#define GT_IMAGES(n) (GT_TSAN ? 1u : (unsigned)(n))
+
+#define GT_LAYOUT "grouptest"
+#define GT_ROOT_SIZE (256u * 1024u)
+
+/* A fresh pool (open) in `domain`, with a 256 KiB root area. */
+static inline nvh_pool *gt_pool_create(const char *name, nvh_domain domain, const char **path_out)
+{
+    const char *path = test_path(name);
+    nvh_pool_options opts = {.root_size = GT_ROOT_SIZE};
+    nvh_pool *pool = nvh_pool_create_ex(path, GT_LAYOUT, 1 << 20, domain, &opts);
+    assert_non_null(pool);
+    if (path_out) *path_out = path;
+    return pool;
+}
+
+static inline void gt_pool_destroy(nvh_pool *pool, const char *path)
+{
+    assert_int_equal(nvh_pool_close(pool), NVH_OK);
+    unlink(path);
+}
+
+static inline uint64_t gt_rng(uint64_t *s)
+{
+    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+static inline uint64_t gt_pool_fences(const nvh_pool *pool)
+{
+    nvh_stats st;
+    nvh_stats_get(pool, &st);
+    return st.fences;
+}
+
+/* The whole file in a malloc'd buffer (crash images). */
+static inline unsigned char *gt_read_file(const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    assert_non_null(f);
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    unsigned char *buf = malloc((size_t)n);
+    assert_non_null(buf);
+    assert_int_equal(fread(buf, 1, (size_t)n, f), (size_t)n);
+    fclose(f);
+    *len = (size_t)n;
+    return buf;
+}
+
+/* --------------------------------------------------------------------------
+ * Records: 200 bytes, so they straddle lines and neighbours share lines.
+ * `key` is the validation key an action may write (seed 000 §6 change 2).
+ * -------------------------------------------------------------------------- */
+#define GT_WORDS 23
+typedef struct gt_record {
+    uint64_t key;               /* written by the publishing action        */
+    uint64_t seq;               /* index + 1                               */
+    uint64_t word[GT_WORDS];
+    uint64_t check;
+} gt_record;
+_Static_assert(sizeof(gt_record) == 208, "record size");
+
+#define GT_MAX_RECORDS 1200
+typedef struct gt_root {
+    _Alignas(64) uint64_t count;          /* published records (its own line) */
+    _Alignas(64) gt_record rec[GT_MAX_RECORDS];
+} gt_root;
+_Static_assert(sizeof(gt_root) <= GT_ROOT_SIZE, "root area too small");
+
+static inline uint64_t gt_key(uint64_t i) { return 0x4B455900ull ^ ((i + 1) * 0x2545F4914F6CDD1Dull); }
+
+static inline uint64_t gt_word(uint64_t i, unsigned w, uint64_t gen)
+{
+    return ((i + 1) * 0x9E3779B97F4A7C15ull) ^ ((uint64_t)w << 56) ^ (gen * 0xD1B54A32D192ED03ull);
+}
+
+static inline uint64_t gt_check(const gt_record *r)
+{
+    uint64_t c = r->seq * 0xBF58476D1CE4E5B9ull;
+    for (unsigned w = 0; w < GT_WORDS; w++) c = (c ^ r->word[w]) * 0x94D049BB133111EBull;
+    return c;
+}
+
+/* Fill record i (not its key). */
+static inline void gt_fill(gt_record *r, uint64_t i, uint64_t gen)
+{
+    r->seq = i + 1;
+    for (unsigned w = 0; w < GT_WORDS; w++) r->word[w] = gt_word(i, w, gen);
+    r->check = gt_check(r);
+}
+
+static inline int gt_intact(const gt_record *r, uint64_t i)
+{
+    if (r->seq != i + 1 || r->check != gt_check(r)) return 0;
+    for (unsigned w = 0; w < GT_WORDS; w++)
+        if (r->word[w] != gt_word(i, w, 0)) return 0;
+    return 1;
+}
+
+/* --------------------------------------------------------------------------
+ * Action log: every action appends its argument; tests compare with the
+ * begin order.
+ * -------------------------------------------------------------------------- */
+typedef struct gt_log {
+    uint64_t n;
+    uint64_t id[4096];
+    nvh_pool *expect_pool;
+} gt_log;
+
+static inline void gt_log_action(nvh_pool *pool, nvh_group_ctx *ctx, void *arg)
+{
+    (void)ctx;
+    extern gt_log *gt_current_log;
+    gt_log *log = gt_current_log;
+    if (log->expect_pool) assert_ptr_equal(pool, log->expect_pool);
+    assert_true(log->n < 4096);
+    log->id[log->n++] = (uint64_t)(uintptr_t)arg;
+}
+
+#endif
