@@ -893,6 +893,352 @@ int nvh_plock_try(nvh_pool *pool, nvh_plock *lock);   /* NVH_E_BUSY if held */
 int nvh_plock_release(nvh_pool *pool, nvh_plock *lock);
 int nvh_plock_held(nvh_pool *pool, const nvh_plock *lock);  /* 1 or 0 */
 
+/* Reference-counted objects (seed 004): zeroed objects with a count, whose
+ * references (nvh_off_t fields) are assigned failure-atomically with the
+ * count changes (each assignment is a small transaction: its log records are
+ * the operation descriptors). When a count reaches zero the object is
+ * destroyed recursively: the type's refs callback lists the reference fields
+ * of an object; a crash in the middle is finished by nvh_rc_recover (call it
+ * after registering the types, once per open). Counts are guarded by epoch
+ * locks, so assignment is thread-safe; cycles are never reclaimed.
+ * Objects are 64-byte aligned; a 64-byte header precedes each. */
+typedef unsigned (*nvh_rc_refs_fn)(nvh_pool *pool, void *obj, nvh_off_t **refs, unsigned max);
+int nvh_rc_register(nvh_pool *pool, uint32_t type, nvh_rc_refs_fn refs);  /* type < 256 */
+/* New object (count 1) referenced by *dst; the object *dst referenced before
+ * loses that reference. NULL on error. */
+void *nvh_rc_new(nvh_pool *pool, size_t size, uint32_t type, nvh_off_t *dst);
+/* *dst = obj (NULL allowed), counts adjusted atomically with the store. */
+int nvh_rc_assign(nvh_pool *pool, nvh_off_t *dst, void *obj);
+uint64_t nvh_rc_count(nvh_pool *pool, const void *obj);
+int nvh_rc_recover(nvh_pool *pool);
+
+/* ==========================================================================
+ * 10. B+ tree
+ * ==========================================================================
+ * The consistent B+ tree of seed 000 §6 (design: docs/BTREE.md): 64-bit keys,
+ * values of any size in their own allocation. Nodes are append-only; a value
+ * becomes valid when its key is written into its record after the record is
+ * durable (persist groups); a split builds two new nodes and retires the old
+ * one only after they and the parent's pointers are durable; deletes null a
+ * pointer. Monotonic: whatever was recoverable once stays recoverable.
+ *
+ * Durability: in the default GROUPS mode a put returns before it is durable;
+ * it is acknowledged when nvh_btree_durable() reaches its operation number
+ * (ops are numbered 1, 2, ... in issue order; every op <= durable() survives
+ * a crash, and a crash recovers the state after some op in
+ * [durable(), ops()]). nvh_btree_sync() makes everything durable. Deletes
+ * and updates are durable when they return.
+ *
+ * Recovery: open does no scan. Records that were never validated and splits
+ * that were interrupted are ignored by readers and repaired/reclaimed by the
+ * next write that reaches them (nvh_btree_reclaim does all of them at once).
+ *
+ * Threads: one thread at a time per tree; a GROUPS tree belongs to the thread
+ * that opened it (its persist-group context does). Close before the pool. */
+typedef struct nvh_btree nvh_btree;
+
+typedef enum nvh_btree_mode {
+    NVH_BTREE_GROUPS = 0,    /* persist groups (the paper's design; default)  */
+    NVH_BTREE_FLUSH = 1,     /* same tree, flush + fence at every step        */
+    NVH_BTREE_NT = 2,        /* same tree, non-temporal stores + fence         */
+    NVH_BTREE_VOLATILE = 3,  /* DRAM only (malloc), no consistency: baseline  */
+} nvh_btree_mode;
+
+typedef struct nvh_btree_options {
+    nvh_btree_mode mode;
+    int sorted;              /* VOLATILE only: classic sorted nodes, shifting
+                                inserts, in-place splits (the "original" tree) */
+    int count_wear;          /* count stores per 64 B line of node memory       */
+    const nvh_group_options *group; /* GROUPS: context options (NULL = defaults) */
+} nvh_btree_options;
+
+typedef struct nvh_btree_stats {
+    uint64_t splits, root_splits, repairs, leaves_removed, reclaimed;
+    uint64_t syncs;          /* group syncs forced by structural changes       */
+    uint64_t nodes;          /* nodes allocated                                */
+} nvh_btree_stats;
+
+/* Called (from the op or group action that made it so) when the durable
+ * watermark advances. */
+typedef void (*nvh_btree_durable_fn)(nvh_btree *tree, uint64_t durable, void *arg);
+
+/* Open the tree `name` (1..40 bytes) of pool, creating it if `create` and it
+ * does not exist (NVH_E_NOTFOUND otherwise). VOLATILE: pool may be NULL and
+ * the tree lives in DRAM. options NULL = GROUPS with defaults. */
+nvh_btree *nvh_btree_open(nvh_pool *pool, const char *name, int create,
+                          const nvh_btree_options *options);
+/* Sync, then free the DRAM state (the tree stays in the pool). */
+int nvh_btree_close(nvh_btree *tree);
+
+/* Insert or replace. */
+int nvh_btree_put(nvh_btree *tree, uint64_t key, const void *value, size_t len);
+/* Value of key: *value points into the pool, valid until the next write.
+ * NVH_E_NOTFOUND if absent. value/len may be NULL. */
+int nvh_btree_get(nvh_btree *tree, uint64_t key, const void **value, size_t *len);
+int nvh_btree_delete(nvh_btree *tree, uint64_t key);   /* NVH_E_NOTFOUND */
+/* Keys in [from, to] in ascending order; stops when fn returns non-zero
+ * (and returns that value). */
+typedef int (*nvh_btree_scan_fn)(uint64_t key, const void *value, size_t len, void *arg);
+int nvh_btree_scan(nvh_btree *tree, uint64_t from, uint64_t to,
+                   nvh_btree_scan_fn fn, void *arg);
+/* Live keys (counted by one walk after open, then maintained). */
+uint64_t nvh_btree_count(nvh_btree *tree);
+
+int nvh_btree_sync(nvh_btree *tree);
+uint64_t nvh_btree_ops(const nvh_btree *tree);
+uint64_t nvh_btree_durable(const nvh_btree *tree);
+void nvh_btree_set_durable_fn(nvh_btree *tree, nvh_btree_durable_fn fn, void *arg);
+
+/* Repair every interrupted split and free every unvalidated record now. */
+int nvh_btree_reclaim(nvh_btree *tree);
+/* Check every invariant (ranges, magic, pointers inside the pool and
+ * allocated, no duplicate live key); NVH_E_CORRUPT with a message if not. */
+int nvh_btree_check(nvh_btree *tree);
+void nvh_btree_stats_get(const nvh_btree *tree, nvh_btree_stats *stats);
+nvh_group_ctx *nvh_btree_group(const nvh_btree *tree);
+/* count_wear: writes per line of node memory. Calls fn(count, arg) for every
+ * line written at least once; returns the number of lines. */
+uint64_t nvh_btree_wear_foreach(const nvh_btree *tree, void (*fn)(uint64_t writes, void *arg),
+                                void *arg);
+
+/* ==========================================================================
+ * 12. Stray-write protection
+ * ==========================================================================
+ * Keeps a pool's pages read-only except inside write windows, so a stray
+ * store (a wild pointer, an overflow from DRAM data) into persistent memory
+ * traps instead of corrupting the pool for good (seed 000 §4, in user space
+ * on stock Linux; design and rules: docs/PROTECT.md).
+ *
+ *   nvh_protect_set_mode(pool, NVH_PROTECT_ASYNC, 40000000);   // 40 ms
+ *   nvh_unprotect(pool, node, sizeof *node);    // open a write window
+ *   node->count++;                              // legal store
+ *   nvh_protect(pool, node, sizeof *node);      // close it
+ *
+ * Windows are counted per 4 KiB page: a page is writable while at least one
+ * window covering it is open (in any thread); nested and overlapping windows
+ * are fine, every nvh_unprotect needs its nvh_protect.
+ *
+ * Modes:
+ *   OFF    no protection; unprotect/protect cost one load and a branch.
+ *   SYNC   each call that opens the first / closes the last window on a page
+ *          calls mprotect(2) before returning (a page-state bitmap skips
+ *          redundant calls): the paper's baseline.
+ *   ASYNC  calls only queue the page (lock-free) and return; a service
+ *          thread wakes every interval_ns, sorts and coalesces the queued
+ *          pages into ranges, drops protect/unprotect pairs that cancel and
+ *          applies the rest with as few mprotect calls as it can. A store to
+ *          a page whose unprotect is still queued faults; the SIGSEGV handler
+ *          sees the open window, makes the page writable at once and the
+ *          store proceeds transparently. A closed window's page stays
+ *          writable until the next pass (at most ~interval_ns later).
+ *
+ * Stray writes: a store to a protected page with no open window. The handler
+ * reports it: it calls the pool's stray handler if one is set, else writes
+ *   "nvheap: stray write to protected pool memory at ADDR (pool PATH,
+ *    offset 0xOFF, page N, protection MODE)"
+ * to stderr and aborts (SIGABRT). Never ignored, never silently allowed.
+ * Other SIGSEGVs (outside every protected pool) go to the handler that was
+ * installed before nvheap's, or get the default action.
+ *
+ * Threads: unprotect/protect/sync/stats are thread-safe. set_mode and
+ * configure must not race with other calls on the same pool, and must be
+ * called with no window open. Pools: up to 64 protected at once per process.
+ * Library writes (superblock, and the other layers as they adopt it) open
+ * their own windows, so protection may stay on across every nvheap call.
+ * grow keeps new pages protected; close makes its own writes in a window,
+ * then turns protection off and stops the service thread. */
+typedef enum nvh_protect_mode {
+    NVH_PROTECT_OFF = 0,
+    NVH_PROTECT_SYNC = 1,
+    NVH_PROTECT_ASYNC = 2,
+} nvh_protect_mode;
+
+#define NVH_PROTECT_INTERVAL_DEFAULT 1000000ull      /* 1 ms                 */
+#define NVH_PROTECT_INTERVAL_MIN 1000ull             /* 1 us                 */
+#define NVH_PROTECT_INTERVAL_MAX 10000000000ull      /* 10 s                 */
+
+/* Option bits (nvh_protect_options.flags). */
+#define NVH_PROTECT_EAGER_UNPROTECT 0x1u  /* async: an unprotect of a read-only
+                                             page applies at once (one mprotect
+                                             instead of a later fault); protects
+                                             stay queued                        */
+#define NVH_PROTECT_NO_LATENCY 0x2u       /* async: do not timestamp requests   */
+
+typedef struct nvh_protect_options {
+    nvh_protect_mode mode;
+    uint64_t interval_ns;   /* async service period; 0 = 1 ms; MIN..MAX      */
+    unsigned queue_slots;   /* async request ring (rounded up to a power of
+                               two); 0 = 65536. A full ring makes the producer
+                               apply the queue itself.                        */
+    unsigned flags;         /* NVH_PROTECT_* bits                            */
+} nvh_protect_options;
+
+/* Turn protection on (every page read-only; interval_ns for ASYNC, 0 =
+ * default), change mode or interval, or turn it off (every page writable).
+ * NVH_E_READONLY on a read-only pool, NVH_E_INVAL for a bad mode/interval,
+ * NVH_E_NOTSUP if the SIGSEGV handler cannot be installed (for instance ASan
+ * with allow_user_segv_handler=0). */
+int nvh_protect_set_mode(nvh_pool *pool, nvh_protect_mode mode, uint64_t interval_ns);
+int nvh_protect_configure(nvh_pool *pool, const nvh_protect_options *options);
+nvh_protect_mode nvh_protect_get_mode(const nvh_pool *pool);
+/* Change only the async interval (takes effect at the next wake-up). */
+int nvh_protect_set_interval(nvh_pool *pool, uint64_t interval_ns);
+
+/* Open / close a write window on the pages of [p, p+len). len 0 is a no-op;
+ * NVH_E_BADPTR if the range is not inside the pool; nvh_protect of a page
+ * with no open window counts as unbalanced and returns NVH_E_INVAL (the
+ * other pages of the range are still processed). NVH_OK when off. */
+int nvh_unprotect(nvh_pool *pool, const void *p, size_t len);
+int nvh_protect(nvh_pool *pool, const void *p, size_t len);
+/* Apply every queued request now, in the caller (async); no-op otherwise. */
+int nvh_protect_sync(nvh_pool *pool);
+
+/* Stray handler: runs IN THE SIGNAL HANDLER of the faulting thread, so it
+ * must be async-signal-safe (no malloc, stdio, locks). Return ABORT for the
+ * default report and abort, ALLOW to let the store proceed: this opens a
+ * window on the page, which the application closes with nvh_protect (until
+ * then the page is writable). It may also siglongjmp out. */
+typedef enum nvh_stray_action {
+    NVH_STRAY_ABORT = 0,
+    NVH_STRAY_ALLOW = 1,
+} nvh_stray_action;
+
+typedef struct nvh_stray_info {
+    nvh_pool *pool;
+    void *addr;             /* faulting address                               */
+    uint64_t offset;        /* addr - pool base                               */
+    const char *path;       /* pool file                                      */
+    nvh_protect_mode mode;
+} nvh_stray_info;
+
+typedef nvh_stray_action (*nvh_stray_handler)(const nvh_stray_info *info, void *arg);
+/* Per pool; NULL restores the default (report + abort). */
+int nvh_protect_set_stray_handler(nvh_pool *pool, nvh_stray_handler fn, void *arg);
+
+/* Counters since protection was first turned on (kept across mode changes,
+ * reset by nvh_protect_stats_reset). */
+typedef struct nvh_protect_stats {
+    uint64_t mprotect_calls;   /* every mprotect(2) made for the pool           */
+    uint64_t pages_changed;    /* pages whose protection those calls changed     */
+    uint64_t requests;         /* async: page ranges queued                      */
+    uint64_t batches;          /* async: passes that found requests              */
+    uint64_t cancelled;        /* queued pages that needed no change when
+                                  processed (protect/unprotect pairs)            */
+    uint64_t faults_resolved;  /* faults on pages with an open window, made
+                                  writable by the handler (queued unprotects)   */
+    uint64_t internal_faults;  /* faults inside library (implicit) windows       */
+    uint64_t strays;           /* stray writes caught                            */
+    uint64_t queue_full;       /* producer found the ring full, applied itself   */
+    uint64_t unbalanced;       /* nvh_protect of a page with no open window       */
+    uint64_t sync_applies;     /* sync mode / eager / nvh_protect_sync applies    */
+} nvh_protect_stats;
+int nvh_protect_stats_get(const nvh_pool *pool, nvh_protect_stats *stats);
+void nvh_protect_stats_reset(nvh_pool *pool);
+
+/* Request-to-applied latency (seed 000 Fig. 6): for each queued request, the
+ * time from the call that queued it to the end of the mprotect pass that
+ * handled it (sync mode: the duration of the call's mprotect). kind 0 =
+ * unprotect requests (may have been applied earlier by a fault), 1 = protect.
+ * Percentiles come from a log-linear histogram (resolution ~9%). */
+typedef struct nvh_protect_latency {
+    uint64_t count;
+    double mean_ns;
+    uint64_t max_ns;
+    uint64_t p50_ns, p90_ns, p99_ns, p999_ns;
+} nvh_protect_latency;
+int nvh_protect_latency_get(const nvh_pool *pool, int kind, nvh_protect_latency *out);
+/* The histogram itself, for CDF plots: fills up to max (upper bound in ns,
+ * count) pairs of the non-empty buckets in ascending order; returns how many. */
+unsigned nvh_protect_latency_buckets(const nvh_pool *pool, int kind, uint64_t *upper_ns,
+                                     uint64_t *counts, unsigned max);
+
+/* ==========================================================================
+ * 11. Hash map
+ * ==========================================================================
+ * A persistent hash map with byte-string keys (0..NVH_HMAP_KEY_MAX bytes)
+ * and values (design: docs/HASHMAP.md). It is a split-ordered list: all
+ * entries in one list sorted by bit-reversed hash, buckets are sentinels in
+ * that list. Every operation is failure-atomic and durable when it returns:
+ * a new key costs 2 fences (entry content, then one allocator activation
+ * that publishes it), a delete 1 (one allocator free that unlinks it), a
+ * replacement 3. Resizing doubles the bucket count with one O(1) allocation
+ * when count > buckets * max_load_pct / 100 (default 200); buckets are linked
+ * lazily on first use; no entry ever moves. Open after a crash is O(1) (plus
+ * finishing an interrupted replacement: one bucket search).
+ *
+ *   nvh_off_t *slot = nvh_root(pool, NULL);          // where the map lives
+ *   if (!*slot) nvh_hmap_create(pool, slot, NULL);
+ *   nvh_hmap *m = nvh_hmap_open(pool, *slot);
+ *   nvh_hmap_put(m, "k", 1, "v", 1);
+ *   nvh_hmap_close(m);
+ *
+ * Threads: calls on one handle are serialised by its mutex. Open a map once
+ * per process. Pointers returned by get are valid until the next call that
+ * modifies the map. Close every map before its pool. */
+typedef struct nvh_hmap nvh_hmap;
+
+#define NVH_HMAP_KEY_MAX 65536u
+#define NVH_HMAP_VALUE_MAX ((uint64_t)UINT32_MAX - 65600u)
+
+typedef struct nvh_hmap_options {
+    unsigned initial_buckets_log2; /* 1..24; 0 = 8 (256 buckets)                */
+    unsigned max_load_pct;         /* 10..10000; 0 = 200 (2 entries per bucket) */
+    uint64_t seed;                 /* hash seed; 0 = derived from the pool uuid  */
+} nvh_hmap_options;
+
+typedef struct nvh_hmap_stats {
+    uint64_t count;            /* entries                                       */
+    uint64_t buckets;          /* current bucket count (a power of two)         */
+    uint64_t segments;         /* bucket segments (1 + doublings)               */
+    double load_factor;        /* count / buckets                               */
+    uint64_t resizes;          /* doublings done by this handle                 */
+    uint64_t buckets_inited;   /* buckets linked by this handle                 */
+    uint64_t recovered_pending;/* 1 if open finished an interrupted replacement */
+    /* filled by nvh_hmap_check only (they need a walk): */
+    uint64_t buckets_linked, buckets_marked, buckets_unmarked;
+    uint64_t max_chain;        /* most entries between two linked buckets        */
+    uint64_t key_bytes, value_bytes;
+    int64_t count_repaired;    /* walk count minus the count the handle had      */
+} nvh_hmap_stats;
+
+/* Create an empty map and store its offset into *link (an aligned word in
+ * the pool, e.g. in the root area) failure-atomically. options may be NULL. */
+int nvh_hmap_create(nvh_pool *pool, nvh_off_t *link, const nvh_hmap_options *options);
+/* Open the map at offset root (recovering an interrupted replacement). NULL
+ * and NVH_E_BADMAGIC / NVH_E_CORRUPT / NVH_E_INVAL on error. */
+nvh_hmap *nvh_hmap_open(nvh_pool *pool, nvh_off_t root);
+/* Persist the count hint and free the handle (the map stays in the pool). */
+int nvh_hmap_close(nvh_hmap *map);
+/* Free every entry, the buckets and the map, clearing *link (which must
+ * point at the map); the handle is freed on success. A crash in the middle
+ * leaves a smaller (possibly empty) valid map. */
+int nvh_hmap_destroy(nvh_hmap *map, nvh_off_t *link);
+
+/* Insert or replace. NVH_E_TOOLONG for a key or value over the limit,
+ * NVH_E_NOSPACE if the pool is full (the map is unchanged). */
+int nvh_hmap_put(nvh_hmap *map, const void *key, size_t klen, const void *value, size_t vlen);
+/* Insert only: NVH_E_EXISTS if the key is present. */
+int nvh_hmap_insert(nvh_hmap *map, const void *key, size_t klen, const void *value, size_t vlen);
+/* Replace only: NVH_E_NOTFOUND if the key is absent. */
+int nvh_hmap_update(nvh_hmap *map, const void *key, size_t klen, const void *value, size_t vlen);
+/* *value points into the pool (valid until the next modification); value
+ * and vlen may be NULL. NVH_E_NOTFOUND if absent. Never writes. */
+int nvh_hmap_get(nvh_hmap *map, const void *key, size_t klen, const void **value, size_t *vlen);
+/* 1 if present, 0 if not, or an error code. */
+int nvh_hmap_contains(nvh_hmap *map, const void *key, size_t klen);
+int nvh_hmap_delete(nvh_hmap *map, const void *key, size_t klen);   /* NVH_E_NOTFOUND */
+
+/* Every entry, in split order (stable while the map is unchanged); stops
+ * when fn returns non-zero and returns that. fn must not call the map. */
+typedef int (*nvh_hmap_fn)(const void *key, size_t klen, const void *value, size_t vlen,
+                           void *arg);
+int nvh_hmap_foreach(nvh_hmap *map, nvh_hmap_fn fn, void *arg);
+uint64_t nvh_hmap_count(nvh_hmap *map);
+int nvh_hmap_stats_get(nvh_hmap *map, nvh_hmap_stats *stats);
+/* Check every invariant (docs/HASHMAP.md §5) with a walk of the list and the
+ * buckets; NVH_E_CORRUPT with a message if one fails. Repairs the count. */
+int nvh_hmap_check(nvh_hmap *map, nvh_hmap_stats *stats);
+
 #ifdef __cplusplus
 }
 #endif

@@ -90,6 +90,8 @@ struct nvh_pool {
     nvh_msync_set *msync;          /* msync domain only */
     nvh_sim *sim;                  /* sim domain only   */
     struct nvh_heap *heap;         /* allocator state (src/alloc), NULL if none */
+    /* stray-write protection (src/protect), NULL until first turned on */
+    struct nvh_protect *_Atomic protect;
 };
 
 /* Write the next superblock state slot (size, epoch) durably. */

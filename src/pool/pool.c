@@ -32,6 +32,21 @@
 #define TMPFS_MAGIC 0x01021994
 #endif
 
+#ifdef NVH_LAYER_ALLOC
+/* src/alloc/heap.c: format/recover the heap at open, quiesce and free it at close */
+int nvh_heap_open_(nvh_pool *pool, bool create);
+void nvh_heap_quiesce_(nvh_pool *pool);
+void nvh_heap_close_(nvh_pool *pool);
+#endif
+#ifdef NVH_LAYER_TX
+/* src/tx/tx.c: transaction recovery at open (after the heap's), retire at close */
+int nvh_tx_open_(nvh_pool *pool);
+void nvh_tx_close_(nvh_pool *pool);
+#endif
+/* src/protect: write windows around superblock stores (no-ops without the
+ * layer), new pages protected at grow, protection off at close */
+#include "../protect/protect.h"
+
 #define DEFAULT_MAX_SIZE ((uint64_t)64 << 30)
 #define MAP_ALIGN ((uint64_t)2 << 20)   /* 2 MiB: lets DAX use huge pages */
 
@@ -196,8 +211,10 @@ static int commit_state(nvh_pool *pool, uint64_t size, uint64_t epoch, uint32_t 
         .uuid_crc = nvh_crc32c(0, sb->header.uuid, sizeof sb->header.uuid),
     };
     next.checksum = state_checksum(&next);
+    nvh_protect_open_(pool, slot, sizeof *slot);
     memcpy(slot, &next, sizeof next);
     nvh_persist(pool, slot, sizeof *slot);
+    nvh_protect_close_(pool, slot, sizeof *slot);
     pool->state_seq = seq;
     pool->state_slot = (unsigned)(seq % 2);
     pool->epoch = epoch;
@@ -272,6 +289,12 @@ static int validate(int fd, const char *path, const char *layout,
 static void pool_free(nvh_pool *pool)
 {
     if (!pool) return;
+#ifdef NVH_LAYER_PROTECT
+    nvh_protect_detach_(pool);            /* first: the layers below may write */
+#endif
+#ifdef NVH_LAYER_ALLOC
+    nvh_heap_close_(pool);
+#endif
     nvh_sim_detach(pool);
     nvh_msync_fini(pool);
     if (pool->reserved) munmap(pool->reserved, pool->reserved_size);
@@ -340,6 +363,14 @@ static nvh_pool *pool_attach(int fd, const char *path, unsigned flags,
     if (domain == NVH_DOMAIN_MSYNC && nvh_msync_init(pool) != NVH_OK) goto fail;
     if (domain == NVH_DOMAIN_SIM && nvh_sim_attach(pool) != NVH_OK) goto fail;
 
+#ifdef NVH_LAYER_ALLOC
+    /* before the epoch commit: a heap that fails validation must fail the
+     * open with the file unchanged (nvh_pool_open's promise) */
+    if (nvh_heap_open_(pool, false) != NVH_OK) goto fail;
+#endif
+#ifdef NVH_LAYER_TX
+    if (nvh_tx_open_(pool) != NVH_OK) goto fail;
+#endif
     if (bump_epoch && !pool->readonly)
         commit_state(pool, size, pool->epoch + 1, 0);
     return pool;
@@ -547,6 +578,9 @@ int nvh_pool_grow(nvh_pool *pool, uint64_t new_size)
         if (rc == NVH_OK && pool->sim) rc = nvh_sim_grow(pool, old_size, new_size);
         if (rc == NVH_OK) {
             atomic_store_explicit(&pool->ctx.size, new_size, memory_order_release);
+#ifdef NVH_LAYER_PROTECT
+            nvh_protect_grow_(pool, old_size, new_size);   /* new pages read-only */
+#endif
             /* The file grew before the superblock says so: a crash in between
              * leaves a longer file, which open accepts. */
             commit_state(pool, new_size, pool->epoch, 0);
@@ -564,8 +598,18 @@ int nvh_pool_close(nvh_pool *pool)
     if (!pool) return NVH_OK;
     int rc = NVH_OK;
     if (!pool->readonly) {
+        /* an implicit window: the layers' close-time stores stay legal under
+         * protection whether or not they open windows themselves */
+        nvh_protect_internal_begin(pool);
+#ifdef NVH_LAYER_TX
+        nvh_tx_close_(pool);
+#endif
+#ifdef NVH_LAYER_ALLOC
+        nvh_heap_quiesce_(pool);
+#endif
         uint64_t size = atomic_load_explicit(&pool->ctx.size, memory_order_relaxed);
         commit_state(pool, size, pool->epoch, 1);
+        nvh_protect_internal_end(pool);
         if (pool->ctx.domain == NVH_DOMAIN_SIM) {
             /* No crash happened: every cached line would reach the media. */
             if (write_full(pool->fd, pool->ctx.base, size, 0) != 0)

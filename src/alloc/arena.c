@@ -1,0 +1,909 @@
+/* arena.c — the allocation paths: reserve (DRAM only), cancel, activate and
+ * free (one redo record + one fence, log.c), the convenience nvh_alloc, and
+ * the per-arena DRAM structures behind them: bins of non-full runs with a
+ * rotating slot cursor, free-block extents, and the wear-aware
+ * don't-allocate FIFO that freed space passes through before reuse. */
+#include "alloc.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ==========================================================================
+ * Arena setup
+ * ========================================================================== */
+void nvh_arena_init(nvh_heap *h, nvh_arena *a, unsigned index)
+{
+    (void)h;
+    memset(a, 0, sizeof *a);
+    pthread_mutex_init(&a->lock, NULL);
+    a->index = index;
+    atomic_init(&a->unretired_min, UINT64_MAX);
+}
+
+void nvh_arena_fini(nvh_arena *a)
+{
+    free(a->ext);
+    free(a->resv);
+    free(a->fifo);
+    free(a->dirty);
+    pthread_mutex_destroy(&a->lock);
+}
+
+static inline nvh_heap *heap_of(nvh_pool *pool, bool write)
+{
+    if (!pool) {
+        nvh_fail(NVH_E_INVAL, "pool is NULL");
+        return NULL;
+    }
+    nvh_heap *h = nvh_heap_get_(pool);
+    if (!h) return NULL;
+    if (write && pool->readonly) {
+        nvh_fail(NVH_E_READONLY, "pool %s is open read-only", pool->path);
+        return NULL;
+    }
+    return h;
+}
+
+/* ==========================================================================
+ * Free extents (sorted by block, merged on insert; best fit, from the start)
+ * ========================================================================== */
+void nvh_extent_put(nvh_arena *a, uint64_t block, uint64_t n)
+{
+    size_t lo = 0, hi = a->next;
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        if (a->ext[mid].block < block) lo = mid + 1; else hi = mid;
+    }
+    size_t i = lo;
+    /* invariant: free space is never inserted twice */
+    NVH_ASSERT(!(i > 0 && a->ext[i - 1].block + a->ext[i - 1].nblocks > block));
+    NVH_ASSERT(!(i < a->next && block + n > a->ext[i].block));
+    bool left = i > 0 && a->ext[i - 1].block + a->ext[i - 1].nblocks == block;
+    bool right = i < a->next && block + n == a->ext[i].block;
+    /* never merge across chunk ends: arena regions live inside one chunk.
+     * (extents of different chunks are adjacent only at chunk boundaries,
+     * which the bpc check below excludes) */
+    if (left && right) {
+        a->ext[i - 1].nblocks += n + a->ext[i].nblocks;
+        memmove(&a->ext[i], &a->ext[i + 1], (a->next - i - 1) * sizeof *a->ext);
+        a->next--;
+        return;
+    }
+    if (left) { a->ext[i - 1].nblocks += n; return; }
+    if (right) { a->ext[i].block = block; a->ext[i].nblocks += n; return; }
+    if (a->next == a->ext_cap) {
+        size_t cap = a->ext_cap ? a->ext_cap * 2 : 32;
+        nvh_extent *g = realloc(a->ext, cap * sizeof *g);
+        if (!g) return;
+        a->ext = g;
+        a->ext_cap = cap;
+    }
+    memmove(&a->ext[i + 1], &a->ext[i], (a->next - i) * sizeof *a->ext);
+    a->ext[i] = (nvh_extent){block, n};
+    a->next++;
+}
+
+static nvh_run *run_lookup(nvh_heap *h, uint64_t block);
+
+/* Remove [block, block+n) from the free extents (containment of a damaged
+ * span found after its chunk was scanned). */
+static void extent_remove(nvh_arena *a, uint64_t block, uint64_t n)
+{
+    uint64_t end = block + n;
+    for (size_t i = 0; i < a->next;) {
+        uint64_t s = a->ext[i].block, e = s + a->ext[i].nblocks;
+        if (e <= block || s >= end) { i++; continue; }
+        /* keep the parts outside the span */
+        a->ext[i].nblocks = block > s ? block - s : 0;
+        if (a->ext[i].nblocks == 0) {
+            memmove(&a->ext[i], &a->ext[i + 1], (a->next - i - 1) * sizeof *a->ext);
+            a->next--;
+        } else {
+            i++;
+        }
+        if (e > end) nvh_extent_put(a, end, e - end);
+    }
+}
+
+/* Never hand out [block, block+n) again in this session: take it out of
+ * every arena's free extents and quarantine the runs inside it. Called with
+ * no allocator lock held. */
+void nvh_arena_exclude(nvh_heap *h, uint64_t block, uint64_t n)
+{
+    for (unsigned i = 0; i < NVH_RINGS; i++) {
+        nvh_arena *a = &h->arenas[i];
+        pthread_mutex_lock(&a->lock);
+        extent_remove(a, block, n);
+        for (uint64_t b = block; b < block + n; b++) {
+            nvh_run *run = run_lookup(h, b);
+            if (run) run->quarantined = true;
+        }
+        pthread_mutex_unlock(&a->lock);
+    }
+}
+
+/* Best fit inside one chunk. Extents may span chunk boundaries after a merge,
+ * so the candidate range is clipped to the chunk of its start. */
+static bool extent_take(nvh_heap *h, nvh_arena *a, uint64_t n, uint64_t *block_out)
+{
+    size_t best = SIZE_MAX;
+    uint64_t best_len = UINT64_MAX, best_start = 0;
+    for (size_t i = 0; i < a->next; i++) {
+        uint64_t s = a->ext[i].block, e = s + a->ext[i].nblocks;
+        /* find the first chunk-clipped piece of this extent that fits */
+        while (s < e) {
+            uint64_t cend = (s / h->bpc + 1) * h->bpc;
+            uint64_t pe = e < cend ? e : cend;
+            uint64_t len = pe - s;
+            if (len >= n && len < best_len) { best = i; best_len = len; best_start = s; }
+            s = pe;
+        }
+        if (best_len == n) break;
+    }
+    if (best == SIZE_MAX) return false;
+    nvh_extent *x = &a->ext[best];
+    uint64_t xs = x->block, xe = x->block + x->nblocks;
+    /* remove [best_start, best_start+n) from [xs, xe) */
+    if (best_start == xs) {
+        x->block += n;
+        x->nblocks -= n;
+        if (x->nblocks == 0) {
+            memmove(&a->ext[best], &a->ext[best + 1], (a->next - best - 1) * sizeof *a->ext);
+            a->next--;
+        }
+    } else {
+        x->nblocks = best_start - xs;
+        if (best_start + n < xe) nvh_extent_put(a, best_start + n, xe - best_start - n);
+    }
+    *block_out = best_start;
+    return true;
+}
+
+/* ==========================================================================
+ * Bins and runs
+ * ========================================================================== */
+void nvh_bin_add(nvh_arena *a, nvh_run *run)
+{
+    if (run->in_bin || run->quarantined) return;
+    run->in_bin = true;
+    run->next = a->bins[run->cls];
+    a->bins[run->cls] = run;
+}
+
+static nvh_run *run_lookup(nvh_heap *h, uint64_t block)
+{
+    uint64_t c = nvh_chunk_of_block(h, block);
+    if (c >= h->max_chunks || !h->chunks[c].runs) return NULL;
+    return h->chunks[c].runs[block - c * h->bpc];
+}
+
+static nvh_run *run_new(nvh_heap *h, nvh_arena *a, uint64_t block, unsigned cls)
+{
+    nvh_chunk *ch = nvh_chunk_get(h, nvh_chunk_of_block(h, block));
+    nvh_run *run = ch ? calloc(1, sizeof *run) : NULL;
+    if (!run) return NULL;
+    run->block = block;
+    run->cls = (uint8_t)cls;
+    run->nslots = (uint8_t)nvh_cls_slots(cls);
+    run->avail = run->nslots == 64 ? ~0ull : (1ull << run->nslots) - 1;
+    ch->runs[block % h->bpc] = run;
+    nvh_bin_add(a, run);
+    return run;
+}
+
+/* Next available slot at or after the rotating cursor: consecutive
+ * reservations walk through the run instead of reusing the last-freed slot. */
+static unsigned run_pick(nvh_run *run)
+{
+    uint64_t av = run->avail;
+    uint64_t hi = run->cursor < 64 ? av & (~0ull << run->cursor) : 0;
+    unsigned slot = (unsigned)__builtin_ctzll(hi ? hi : av);
+    NVH_ASSERT(!((run->pbits | run->resv) & (1ull << slot)));
+    run->avail &= ~(1ull << slot);
+    run->resv |= 1ull << slot;
+    run->cursor = (uint8_t)(slot + 1 >= run->nslots ? 0 : slot + 1);
+    return slot;
+}
+
+/* ==========================================================================
+ * Don't-allocate FIFO
+ * ========================================================================== */
+static void fifo_push(nvh_heap *h, nvh_arena *a, uint64_t off, uint64_t nblocks, uint8_t huge,
+                      uint64_t seq, uint64_t bytes)
+{
+    if (a->fifo_len == a->fifo_cap) {
+        size_t cap = a->fifo_cap ? a->fifo_cap * 2 : 256;
+        nvh_fifo_entry *g = malloc(cap * sizeof *g);
+        if (!g) return;                 /* space lost until the next open */
+        for (size_t i = 0; i < a->fifo_len; i++) g[i] = a->fifo[(a->fifo_head + i) % a->fifo_cap];
+        free(a->fifo);
+        a->fifo = g;
+        a->fifo_cap = cap;
+        a->fifo_head = 0;
+    }
+    /* no clock read when T is 0: the FIFO then only orders reuse */
+    uint64_t t = atomic_load_explicit(&h->fifo_delay_ns, memory_order_relaxed) ? nvh_now_ns() : 0;
+    a->fifo[(a->fifo_head + a->fifo_len) % a->fifo_cap] =
+        (nvh_fifo_entry){off, nblocks, seq, t, huge};
+    a->fifo_len++;
+    a->fifo_bytes += bytes;
+}
+
+static void fifo_release(nvh_heap *h, nvh_arena *a, const nvh_fifo_entry *e)
+{
+    if (e->nblocks == 0) {
+        uint64_t rel = e->off - h->chunks_off;
+        uint64_t b = rel / NVH_BLOCK;
+        nvh_run *run = run_lookup(h, b);
+        if (!run || run->quarantined) return;
+        unsigned slot = (unsigned)((rel % NVH_BLOCK - NVH_HDR) / nvh_cls_size(run->cls));
+        run->avail |= 1ull << slot;
+        a->fifo_bytes -= nvh_cls_size(run->cls);
+        nvh_bin_add(a, run);
+    } else if (e->huge) {
+        a->fifo_bytes -= e->nblocks * NVH_BLOCK;
+        nvh_huge_put(h, e->off / h->bpc, e->nblocks / h->bpc);
+    } else {
+        a->fifo_bytes -= e->nblocks * NVH_BLOCK;
+        nvh_extent_put(a, e->off, e->nblocks);
+    }
+}
+
+/* Release FIFO heads whose time is up (or all, if force) and whose free
+ * record is retired in every ring (so no replay can touch the space's old
+ * incarnation once it is reused). Returns how many were released. */
+static size_t fifo_drain(nvh_heap *h, nvh_arena *a, bool force, bool may_retire)
+{
+    if (!a->fifo_len) return 0;
+    uint64_t delay = atomic_load_explicit(&h->fifo_delay_ns, memory_order_relaxed);
+    uint64_t maxb = atomic_load_explicit(&h->fifo_max_bytes, memory_order_relaxed);
+    uint64_t now = delay && !force ? nvh_now_ns() : UINT64_MAX;
+    uint64_t retired = nvh_log_retired_before(h);
+    size_t released = 0;
+    while (a->fifo_len) {
+        nvh_fifo_entry *e = &a->fifo[a->fifo_head];
+        bool time_ok = force || now - e->time_ns >= delay || a->fifo_bytes > maxb;
+        if (!time_ok) break;
+        if (e->seq >= retired) {
+            if (!may_retire) break;
+            if (atomic_load_explicit(&a->unretired_min, memory_order_relaxed) <= e->seq)
+                nvh_log_retire(h, a);
+            retired = nvh_log_retired_before(h);
+            if (e->seq >= retired) break;
+        }
+        nvh_fifo_entry copy = *e;
+        a->fifo_head = (a->fifo_head + 1) % a->fifo_cap;
+        a->fifo_len--;
+        fifo_release(h, a, &copy);
+        released++;
+    }
+    return released;
+}
+
+/* Find more space for arena a (held locked; may be dropped and retaken). */
+static int refill(nvh_heap *h, nvh_arena *a)
+{
+    if (fifo_drain(h, a, false, true)) return NVH_OK;
+    for (int tries = 0; tries < 4; tries++) {
+        int rc = nvh_chunk_claim(h, a);
+        if (rc == NVH_OK) return NVH_OK;
+        if (rc != NVH_E_BUSY) break;
+        pthread_mutex_unlock(&a->lock);
+        nvh_log_retire_all(h);
+        pthread_mutex_lock(&a->lock);
+    }
+    /* pool full: take FIFO space early (space pressure overrides T) */
+    if (fifo_drain(h, a, true, true)) return NVH_OK;
+    if (a->fifo_len) {
+        pthread_mutex_unlock(&a->lock);
+        nvh_log_retire_all(h);
+        pthread_mutex_lock(&a->lock);
+        if (fifo_drain(h, a, true, true)) return NVH_OK;
+    }
+    if (nvh_errcode() != NVH_E_NOSPACE)
+        nvh_fail(NVH_E_NOSPACE, "pool %s is full", h->pool->path);
+    return NVH_E_NOSPACE;
+}
+
+/* ==========================================================================
+ * Reserve / cancel
+ * ========================================================================== */
+static int reserve_small(nvh_heap *h, nvh_arena *a, unsigned cls, uint64_t *off)
+{
+    for (;;) {
+        nvh_run *run = a->bins[cls];
+        while (run && (run->avail == 0 || run->quarantined)) {
+            a->bins[cls] = run->next;
+            run->in_bin = false;
+            run->next = NULL;
+            run = a->bins[cls];
+        }
+        if (run) {
+            unsigned slot = run_pick(run);
+            *off = nvh_block_off(h, run->block) + NVH_HDR + (uint64_t)slot * nvh_cls_size(cls);
+            return NVH_OK;
+        }
+        uint64_t b;
+        if (extent_take(h, a, 1, &b)) {
+            if (!run_new(h, a, b, cls)) {
+                nvh_extent_put(a, b, 1);
+                return nvh_fail(NVH_E_NOMEM, "out of memory for a run descriptor");
+            }
+            continue;
+        }
+        int rc = refill(h, a);
+        if (rc != NVH_OK) return rc;
+    }
+}
+
+static int resv_add(nvh_arena *a, uint64_t block, uint64_t blocks, uint8_t kind)
+{
+    if (a->nresv == a->resv_cap) {
+        size_t cap = a->resv_cap ? a->resv_cap * 2 : 16;
+        nvh_resv *g = realloc(a->resv, cap * sizeof *g);
+        if (!g) return nvh_fail(NVH_E_NOMEM, "out of memory for a reservation");
+        a->resv = g;
+        a->resv_cap = cap;
+    }
+    a->resv[a->nresv++] = (nvh_resv){block, blocks, kind};
+    return NVH_OK;
+}
+
+static nvh_resv *resv_find(nvh_arena *a, uint64_t block)
+{
+    for (size_t i = a->nresv; i-- > 0;)
+        if (a->resv[i].block == block) return &a->resv[i];
+    return NULL;
+}
+
+static void resv_remove(nvh_arena *a, nvh_resv *r)
+{
+    *r = a->resv[--a->nresv];
+}
+
+/* Debug invariant: no free extent covers a run or a persistent non-free
+ * region start (NVHEAP_DEBUG_ALLOC=1). */
+static void debug_validate(nvh_heap *h, nvh_arena *a, const char *where)
+{
+    static _Atomic int on = -1;
+    int v = atomic_load_explicit(&on, memory_order_relaxed);
+    if (v < 0) {
+        v = getenv("NVHEAP_DEBUG_ALLOC") != NULL;
+        atomic_store_explicit(&on, v, memory_order_relaxed);
+    }
+    if (!v) return;
+    for (size_t i = 0; i < a->next; i++) {
+        if (i && a->ext[i - 1].block + a->ext[i - 1].nblocks > a->ext[i].block) {
+            fprintf(stderr, "nvheap debug (%s): free extents overlap at %zu\n", where, i); abort();
+        }
+        for (uint64_t b = a->ext[i].block; b < a->ext[i].block + a->ext[i].nblocks; b++) {
+            if (run_lookup(h, b)) { fprintf(stderr, "nvheap debug (%s): free extent [%llu,+%llu) covers the run at block %llu\n", where, (unsigned long long)a->ext[i].block, (unsigned long long)a->ext[i].nblocks, (unsigned long long)b); abort(); }
+            if (h->pview[b] && nvh_rhdr_valid(h, b) && nvh_rhdr_at(h, b)->state == NVH_RS_USED) { fprintf(stderr, "nvheap debug (%s): free extent covers the used region at block %llu\n", where, (unsigned long long)b); abort(); }
+        }
+    }
+}
+
+void *nvh_reserve(nvh_pool *pool, size_t size)
+{
+    nvh_heap *h = heap_of(pool, true);
+    if (!h) return NULL;
+    if (size > pool->max_size) {
+        nvh_fail(NVH_E_NOSPACE, "cannot reserve %zu bytes: larger than the pool's maximum", size);
+        return NULL;
+    }
+    nvh_arena *a = nvh_arena_mine(h);
+    uint64_t off = 0;
+    int rc;
+    unsigned cls = nvh_cls_of(size);
+    pthread_mutex_lock(&a->lock);
+    if (cls) {
+        rc = reserve_small(h, a, cls, &off);
+    } else {
+        uint64_t need = ((uint64_t)size + NVH_HDR + NVH_BLOCK - 1) / NVH_BLOCK;
+        if (need <= h->bpc / 2) {
+            uint64_t b = 0;
+            for (;;) {
+                if (extent_take(h, a, need, &b)) { rc = NVH_OK; break; }
+                rc = refill(h, a);
+                if (rc != NVH_OK) break;
+            }
+            if (rc == NVH_OK) {
+                rc = resv_add(a, b, need, NVH_RK_LARGE);
+                if (rc != NVH_OK) nvh_extent_put(a, b, need);
+                else off = nvh_block_off(h, b) + NVH_HDR;
+            }
+        } else {
+            uint64_t nch = ((uint64_t)size + NVH_HDR + h->chunk_size - 1) / h->chunk_size;
+            uint64_t c = 0, rem = 0;
+            rc = nvh_huge_take(h, nch, &c, &rem);
+            if (rc == NVH_OK) {
+                atomic_store_explicit(&h->owner[c], (int16_t)a->index, memory_order_release);
+                rc = resv_add(a, c * h->bpc, nch * h->bpc, NVH_RK_HUGE);
+                if (rc != NVH_OK) nvh_huge_put(h, c, nch);
+                else off = nvh_block_off(h, c * h->bpc) + NVH_HDR;
+            }
+        }
+    }
+    debug_validate(h, a, "reserve");
+    pthread_mutex_unlock(&a->lock);
+    if (rc != NVH_OK) return NULL;
+    return h->base + off;
+}
+
+static int check_heap_ptr(nvh_heap *h, const void *ptr, uint64_t *off_out)
+{
+    if (!ptr) return nvh_fail(NVH_E_INVAL, "pointer is NULL");
+    if (!nvh_contains(h->pool, ptr, 1))
+        return nvh_fail(NVH_E_BADPTR, "pointer %p is outside pool %s", ptr, h->pool->path);
+    uint64_t off = nvh_off(h->pool, ptr);
+    if (off < h->chunks_off + NVH_HDR || off % NVH_ALLOC_ALIGN ||
+        (off - h->chunks_off) % NVH_BLOCK == 0)
+        return nvh_fail(NVH_E_BADPTR, "offset %llu of pool %s is not an object",
+                        (unsigned long long)off, h->pool->path);
+    *off_out = off;
+    return NVH_OK;
+}
+
+int nvh_cancel(nvh_pool *pool, void *ptr)
+{
+    nvh_heap *h = heap_of(pool, true);
+    if (!h) return nvh_errcode();
+    uint64_t off;
+    int rc = check_heap_ptr(h, ptr, &off);
+    if (rc != NVH_OK) return rc;
+    nvh_named_drop_pending(h, off);
+    uint64_t rel = off - h->chunks_off, b = rel / NVH_BLOCK;
+    uint64_t c = nvh_chunk_of_block(h, b);
+    if (c >= h->max_chunks || atomic_load(&h->owner[c]) < 0)
+        return nvh_fail(NVH_E_BADPTR, "%p is not a reservation", ptr);
+    nvh_arena *a = &h->arenas[atomic_load(&h->owner[c])];
+    pthread_mutex_lock(&a->lock);
+    rc = nvh_fail(NVH_E_BADPTR, "%p is not a reservation", ptr);
+    nvh_run *run = run_lookup(h, b);
+    nvh_resv *r;
+    if (run && rel % NVH_BLOCK >= NVH_HDR &&
+        (rel % NVH_BLOCK - NVH_HDR) % nvh_cls_size(run->cls) == 0) {
+        unsigned slot = (unsigned)((rel % NVH_BLOCK - NVH_HDR) / nvh_cls_size(run->cls));
+        if (slot < run->nslots && (run->resv & (1ull << slot))) {
+            run->resv &= ~(1ull << slot);
+            run->avail |= 1ull << slot;
+            nvh_bin_add(a, run);
+            rc = NVH_OK;
+        }
+    } else if (rel % NVH_BLOCK == NVH_HDR && (r = resv_find(a, b))) {
+        if (r->kind == NVH_RK_HUGE) nvh_huge_put(h, b / h->bpc, r->blocks / h->bpc);
+        else nvh_extent_put(a, b, r->blocks);
+        resv_remove(a, r);
+        rc = NVH_OK;
+    }
+    pthread_mutex_unlock(&a->lock);
+    return rc;
+}
+
+/* ==========================================================================
+ * Activate
+ * ========================================================================== */
+/* Fill prefix/remainder so that the persistent tiling stays a tiling: the
+ * free region containing the new one is split around it. */
+static int plan_split(nvh_heap *h, uint64_t b, uint64_t n, bool huge, struct nvh_rec *rec)
+{
+    uint64_t plen = 0, qlen = 0;
+    uint64_t p = nvh_pview_containing(h, b, &plen);
+    uint64_t q = nvh_pview_containing(h, b + n - 1, &qlen);
+    uint64_t prefix = p == UINT64_MAX ? 0 : b - p;
+    uint64_t rem = q == UINT64_MAX ? 0 : q + qlen - (b + n);
+    if (q != UINT64_MAX && q + qlen < b + n) rem = 0;
+    if (huge) {
+        if (prefix % h->bpc || prefix / h->bpc > UINT16_MAX)
+            return nvh_fail(NVH_E_NOTSUP, "huge region split too far from its free region");
+        prefix /= h->bpc;
+    } else if (prefix > UINT16_MAX) {
+        return nvh_fail(NVH_E_NOTSUP, "region split too far from its free region");
+    }
+    if (rem > UINT32_MAX) return nvh_fail(NVH_E_NOTSUP, "remainder too large");
+    rec->prefix = (uint16_t)prefix;
+    rec->remainder = (uint32_t)rem;
+    return NVH_OK;
+}
+
+static void pview_after(nvh_heap *h, const struct nvh_rec *rec, uint64_t b, uint64_t n, bool huge)
+{
+    uint64_t pre = huge ? (uint64_t)rec->prefix * h->bpc : rec->prefix;
+    if (pre) nvh_pview_set(h, b - pre, pre);
+    if (huge) {
+        for (uint64_t x = b + h->bpc; x < b + n; x += h->bpc) nvh_pview_set(h, x, 0);
+    } else {
+        for (uint64_t x = b + 1; x < b + n; x++) nvh_pview_set(h, x, 0);
+    }
+    nvh_pview_set(h, b, n);
+    if (rec->remainder) nvh_pview_set(h, b + n, rec->remainder);
+}
+
+int nvh_activate_off_(nvh_heap *h, uint64_t off, const struct nvh_link_entry *links,
+                      unsigned nlinks, int64_t named_slot)
+{
+    uint64_t rel = off - h->chunks_off, b = rel / NVH_BLOCK, in = rel % NVH_BLOCK;
+    uint64_t c = nvh_chunk_of_block(h, b);
+    int16_t own = c < h->max_chunks ? atomic_load(&h->owner[c]) : -1;
+    if (own < 0) return nvh_fail(NVH_E_BADPTR, "offset %llu is not a reservation",
+                                 (unsigned long long)off);
+    nvh_arena *a = &h->arenas[own];
+    struct nvh_rec rec;
+    memset(&rec, 0, sizeof rec);
+    rec.obj = off;
+    rec.kind_links = named_slot >= 0 ? NVH_REC_ACT_NAMED : NVH_REC_ACT;
+    if (named_slot >= 0) rec.link[0].addr = (uint64_t)named_slot;
+
+    pthread_mutex_lock(&a->lock);
+    int rc = NVH_OK;
+    bool heap_locked = false;
+    nvh_run *run = run_lookup(h, b);
+    nvh_resv *rv = NULL;
+    unsigned slot = 0;
+    if (run && in >= NVH_HDR && (in - NVH_HDR) % nvh_cls_size(run->cls) == 0 &&
+        (slot = (unsigned)((in - NVH_HDR) / nvh_cls_size(run->cls))) < run->nslots &&
+        (run->resv & (1ull << slot))) {
+        if (run->persisted && !nvh_rhdr_valid(h, b)) {
+            nvh_corrupt_report(h, nvh_block_off(h, b), "run header corrupt at activation");
+            run->quarantined = true;
+            run->resv &= ~(1ull << slot);
+            rc = nvh_fail(NVH_E_CORRUPT, "run header at offset %llu fails its checksum; "
+                          "the run is quarantined", (unsigned long long)nvh_block_off(h, b));
+            goto out;
+        }
+        rec.cls_flags = (uint8_t)(run->cls | (NVH_RK_RUN << NVH_RECF_KIND_SHIFT));
+        rec.blocks = 1;
+        if (!run->persisted) {
+            rec.cls_flags |= NVH_RECF_NEWRUN;
+            rc = plan_split(h, b, 1, false, &rec);
+            if (rc != NVH_OK) goto out;
+        }
+    } else if (in == NVH_HDR && (rv = resv_find(a, b))) {
+        bool huge = rv->kind == NVH_RK_HUGE;
+        /* huge regions split free regions that span chunks other arenas may
+         * be splitting too: plan and apply under the heap lock */
+        if (huge) { pthread_mutex_lock(&h->lock); heap_locked = true; }
+        rec.cls_flags = (uint8_t)(rv->kind << NVH_RECF_KIND_SHIFT);
+        rec.blocks = (uint32_t)rv->blocks;
+        rc = plan_split(h, b, rv->blocks, huge, &rec);
+        if (rc != NVH_OK) goto out;
+    } else {
+        bool active = run ? (in >= NVH_HDR && (run->pbits & (1ull << slot)))
+                          : (nvh_rhdr_valid(h, b) && nvh_rhdr_at(h, b)->state == NVH_RS_USED);
+        rc = nvh_fail(active ? NVH_E_INVAL : NVH_E_BADPTR, "offset %llu is %s",
+                      (unsigned long long)off, active ? "already active" : "not a reservation");
+        goto out;
+    }
+    struct nvh_link_entry named_links[6];
+    if (named_slot >= 0) {
+        /* the record's second line carries the name (see log.c) */
+        memset(named_links, 0, sizeof named_links);
+        named_links[0].addr = (uint64_t)named_slot;
+        memcpy(&named_links[2], nvh_named_pending_name(h, off), 56);
+        links = named_links;
+        nlinks = 6;
+    }
+    nvh_log_append(h, a, &rec, links, nlinks);
+    nvh_rec_apply_state(h, &rec, links, a, false);
+    nvh_rec_apply_links(h, &rec, links, a, false);
+    if (run && !rv) {
+        if (!run->persisted) pview_after(h, &rec, b, 1, false);
+        run->resv &= ~(1ull << slot);
+        run->pbits |= 1ull << slot;
+        run->persisted = true;
+    } else {
+        pview_after(h, &rec, b, rv->blocks, rv->kind == NVH_RK_HUGE);
+        resv_remove(a, rv);
+    }
+out:
+    if (heap_locked) pthread_mutex_unlock(&h->lock);
+    pthread_mutex_unlock(&a->lock);
+    return rc;
+}
+
+static int check_link(nvh_heap *h, const nvh_off_t *link, uint64_t *off_out)
+{
+    if (!link) return nvh_fail(NVH_E_INVAL, "link pointer is NULL");
+    if (!nvh_contains(h->pool, link, 8) || (uintptr_t)link % 8)
+        return nvh_fail(NVH_E_INVAL, "link %p is not an aligned word inside the pool",
+                        (const void *)link);
+    uint64_t off = nvh_off(h->pool, link);
+    if (off < h->pool->sb->header.root_offset || (off >= h->heap_off && off < h->chunks_off))
+        return nvh_fail(NVH_E_INVAL, "link at offset %llu lies in pool metadata",
+                        (unsigned long long)off);
+    *off_out = off;
+    return NVH_OK;
+}
+
+int nvh_activate(nvh_pool *pool, void *ptr, nvh_off_t *const links[], unsigned nlinks)
+{
+    nvh_heap *h = heap_of(pool, true);
+    if (!h) return nvh_errcode();
+    uint64_t off;
+    int rc = check_heap_ptr(h, ptr, &off);
+    if (rc != NVH_OK) return rc;
+    if (nlinks > NVH_LINKS_MAX || (nlinks && !links))
+        return nvh_fail(NVH_E_INVAL, "nvh_activate: %u links (at most %u)", nlinks, NVH_LINKS_MAX);
+    struct nvh_link_entry e[NVH_LINKS_MAX_];
+    for (unsigned i = 0; i < nlinks; i++) {
+        rc = check_link(h, links[i], &e[i].addr);
+        if (rc != NVH_OK) return rc;
+        e[i].value = atomic_load_explicit((_Atomic uint64_t *)links[i], memory_order_relaxed);
+    }
+    return nvh_activate_off_(h, off, e, nlinks, -1);
+}
+
+/* ==========================================================================
+ * Free
+ * ========================================================================== */
+/* Unscanned chunk: does the persistent chain from the chunk's start reach
+ * block b exactly (so b is a region start, even if its header is damaged)? */
+static bool chain_reaches(nvh_heap *h, uint64_t b)
+{
+    uint64_t x = nvh_chunk_of_block(h, b) * h->bpc;
+    if (x == b) return true;
+    if (!nvh_rhdr_valid(h, x) || nvh_rhdr_at(h, x)->kind == NVH_RK_HUGE) return false;
+    while (x < b) {
+        if (!nvh_rhdr_valid(h, x)) return false;
+        x += nvh_rhdr_at(h, x)->blocks;
+    }
+    return x == b;
+}
+
+int nvh_free_off_(nvh_heap *h, uint64_t off, const struct nvh_link_entry *links,
+                  unsigned nlinks, int64_t named_slot)
+{
+    uint64_t rel = off - h->chunks_off, b = rel / NVH_BLOCK, in = rel % NVH_BLOCK;
+    uint64_t c = nvh_chunk_of_block(h, b);
+    if (c >= h->max_chunks || c >= __atomic_load_n(&h->hwm, __ATOMIC_ACQUIRE))
+        return nvh_fail(NVH_E_BADPTR, "offset %llu is beyond the heap's chunks",
+                        (unsigned long long)off);
+    nvh_arena *a;
+    for (;;) {   /* the owner may change while we wait (lazy scan claims) */
+        a = nvh_owner_arena(h, b);
+        pthread_mutex_lock(&a->lock);
+        if (atomic_load_explicit(&h->owner[c], memory_order_acquire) == (int16_t)a->index) break;
+        pthread_mutex_unlock(&a->lock);
+    }
+    int rc = NVH_OK;
+    struct nvh_rhdr *hd = nvh_rhdr_at(h, b);
+    nvh_chunk *ch = &h->chunks[c];
+    bool scanned = __atomic_load_n(&ch->scanned, __ATOMIC_ACQUIRE);
+    struct nvh_rec rec;
+    memset(&rec, 0, sizeof rec);
+    rec.obj = off;
+    rec.kind_links = named_slot >= 0 ? NVH_REC_FREE_NAMED : NVH_REC_FREE;
+    if (named_slot >= 0) rec.link[0].addr = (uint64_t)named_slot;
+    {   /* a reservation that was never activated: nvh_cancel is the way back */
+        nvh_run *run = run_lookup(h, b);
+        bool reserved = false;
+        if (run && in >= NVH_HDR && (in - NVH_HDR) % nvh_cls_size(run->cls) == 0) {
+            unsigned s = (unsigned)((in - NVH_HDR) / nvh_cls_size(run->cls));
+            reserved = s < run->nslots && (run->resv & (1ull << s));
+        } else if (in == NVH_HDR) {
+            reserved = resv_find(a, b) != NULL;
+        }
+        if (reserved) {
+            rc = nvh_fail(NVH_E_BADPTR, "offset %llu is reserved, not activated (use nvh_cancel)",
+                          (unsigned long long)off);
+            goto out;
+        }
+    }
+    if (!nvh_rhdr_valid(h, b)) {
+        bool known_start = scanned ? (h->pview[b] != 0 || run_lookup(h, b)) : chain_reaches(h, b);
+        if (known_start || hd->magic == NVH_RHDR_MAGIC) {
+            nvh_corrupt_report(h, nvh_block_off(h, b), "region header corrupt at free");
+            nvh_run *run = run_lookup(h, b);
+            if (run) run->quarantined = true;
+            else nvh_quarantine_add(h, b, 1);
+            rc = nvh_fail(NVH_E_CORRUPT, "header at offset %llu fails its checksum; the region "
+                          "is quarantined", (unsigned long long)nvh_block_off(h, b));
+        } else {
+            rc = nvh_fail(NVH_E_BADPTR, "offset %llu is not an object", (unsigned long long)off);
+        }
+        goto out;
+    }
+    if (hd->state == NVH_RS_QUARANTINE) {
+        rc = nvh_fail(NVH_E_CORRUPT, "offset %llu lies in a quarantined region",
+                      (unsigned long long)off);
+        goto out;
+    }
+    unsigned slot = 0;
+    if (hd->kind == NVH_RK_RUN) {
+        unsigned size = hd->cls && hd->cls <= NVH_SMALL_CLASSES ? nvh_cls_size(hd->cls) : 0;
+        if (!size || in < NVH_HDR || (in - NVH_HDR) % size ||
+            (slot = (unsigned)((in - NVH_HDR) / size)) >= hd->nslots) {
+            rc = nvh_fail(NVH_E_BADPTR, "offset %llu is not a slot of its run",
+                          (unsigned long long)off);
+            goto out;
+        }
+        uint64_t bits = atomic_load_explicit(&hd->bitmap, memory_order_relaxed);
+        if (!(bits & (1ull << slot))) {
+            nvh_run *run = run_lookup(h, b);
+            if (run && (run->resv & (1ull << slot)))
+                rc = nvh_fail(NVH_E_BADPTR, "offset %llu is reserved, not activated "
+                              "(use nvh_cancel)", (unsigned long long)off);
+            else
+                rc = nvh_fail(NVH_E_DOUBLEFREE, "offset %llu is already free",
+                              (unsigned long long)off);
+            goto out;
+        }
+        rec.cls_flags = (uint8_t)(hd->cls | (NVH_RK_RUN << NVH_RECF_KIND_SHIFT));
+        rec.blocks = 1;
+    } else if (hd->kind == NVH_RK_LARGE || hd->kind == NVH_RK_HUGE) {
+        if (in != NVH_HDR || (scanned && h->pview[b] != hd->blocks)) {
+            rc = nvh_fail(NVH_E_BADPTR, "offset %llu is not the start of an object",
+                          (unsigned long long)off);
+            goto out;
+        }
+        if (hd->state != NVH_RS_USED) {
+            rc = nvh_fail(NVH_E_DOUBLEFREE, "offset %llu is already free",
+                          (unsigned long long)off);
+            goto out;
+        }
+        rec.cls_flags = (uint8_t)(hd->kind << NVH_RECF_KIND_SHIFT);
+        rec.blocks = hd->blocks;
+    } else {
+        rc = nvh_fail(hd->state == NVH_RS_FREE ? NVH_E_DOUBLEFREE : NVH_E_BADPTR,
+                      "offset %llu is not an allocated object", (unsigned long long)off);
+        goto out;
+    }
+    uint64_t seq = nvh_log_append(h, a, &rec, links, nlinks);
+    nvh_rec_apply_state(h, &rec, links, a, false);
+    nvh_rec_apply_links(h, &rec, links, a, false);
+    unsigned rk = rec.cls_flags >> NVH_RECF_KIND_SHIFT;
+    if (!scanned) {
+        /* DRAM knows nothing of this chunk yet: the scan will find the space
+         * free; it must not be reused before this record is retired */
+        uint64_t cur = atomic_load(&h->unscanned_free_seq);
+        while (cur < seq && !atomic_compare_exchange_weak(&h->unscanned_free_seq, &cur, seq)) {
+        }
+    } else if (rk == NVH_RK_RUN) {
+        nvh_run *run = run_lookup(h, b);
+        if (run) {
+            run->pbits &= ~(1ull << slot);
+            fifo_push(h, a, off, 0, 0, seq, nvh_cls_size(run->cls));
+        }
+    } else {
+        fifo_push(h, a, b, rec.blocks, rk == NVH_RK_HUGE, seq, (uint64_t)rec.blocks * NVH_BLOCK);
+    }
+    if (a->fifo_bytes > atomic_load_explicit(&h->fifo_max_bytes, memory_order_relaxed))
+        fifo_drain(h, a, false, true);
+    else
+        fifo_drain(h, a, false, false);
+    debug_validate(h, a, "free");
+out:
+    pthread_mutex_unlock(&a->lock);
+    return rc;
+}
+
+int nvh_free(nvh_pool *pool, void *ptr, const nvh_link *links, unsigned nlinks)
+{
+    nvh_heap *h = heap_of(pool, true);
+    if (!h) return nvh_errcode();
+    uint64_t off;
+    int rc = check_heap_ptr(h, ptr, &off);
+    if (rc != NVH_OK) return rc;
+    if (nlinks > NVH_LINKS_MAX || (nlinks && !links))
+        return nvh_fail(NVH_E_INVAL, "nvh_free: %u links (at most %u)", nlinks, NVH_LINKS_MAX);
+    struct nvh_link_entry e[NVH_LINKS_MAX_];
+    for (unsigned i = 0; i < nlinks; i++) {
+        rc = check_link(h, links[i].link, &e[i].addr);
+        if (rc != NVH_OK) return rc;
+        if (*links[i].link != off)
+            return nvh_fail(NVH_E_INVAL, "link %u does not point at the object", i);
+        e[i].value = links[i].value;
+    }
+    return nvh_free_off_(h, off, e, nlinks, -1);
+}
+
+/* ==========================================================================
+ * nvh_alloc, usable size, settings
+ * ========================================================================== */
+void *nvh_alloc(nvh_pool *pool, size_t size, nvh_ctor_fn ctor, void *arg, nvh_off_t *link)
+{
+    void *p = nvh_reserve(pool, size);
+    if (!p) return NULL;
+    if (ctor) {
+        if (ctor(pool, p, size, arg) != 0) {
+            nvh_cancel(pool, p);
+            nvh_fail(NVH_E_ABORTED, "nvh_alloc: the constructor failed");
+            return NULL;
+        }
+    } else {
+        memset(p, 0, size);
+    }
+    /* the content must be durable before the record can be: its own fence */
+    nvh_persist(pool, p, size ? size : 1);
+    nvh_off_t *links[1] = {link};
+    if (nvh_activate(pool, p, links, link ? 1 : 0) != NVH_OK) {
+        int code = nvh_errcode();
+        nvh_cancel(pool, p);
+        nvh_fail(code, "nvh_alloc: activation failed");
+        return NULL;
+    }
+    return p;
+}
+
+int nvh_heap_usable(nvh_heap *h, uint64_t off, uint64_t *usable)
+{
+    uint64_t rel = off - h->chunks_off, b = rel / NVH_BLOCK, in = rel % NVH_BLOCK;
+    nvh_run *run = run_lookup(h, b);
+    if (run && in >= NVH_HDR && (in - NVH_HDR) % nvh_cls_size(run->cls) == 0) {
+        unsigned slot = (unsigned)((in - NVH_HDR) / nvh_cls_size(run->cls));
+        if (slot < run->nslots && ((run->resv | run->pbits) & (1ull << slot))) {
+            *usable = nvh_cls_size(run->cls);
+            return NVH_OK;
+        }
+    }
+    if (nvh_rhdr_valid(h, b)) {
+        const struct nvh_rhdr *r = nvh_rhdr_at(h, b);
+        if (r->state == NVH_RS_USED && r->kind == NVH_RK_RUN && r->cls &&
+            r->cls <= NVH_SMALL_CLASSES && in >= NVH_HDR &&
+            (in - NVH_HDR) % nvh_cls_size(r->cls) == 0 &&
+            (in - NVH_HDR) / nvh_cls_size(r->cls) < r->nslots &&
+            (atomic_load(&((struct nvh_rhdr *)r)->bitmap) &
+             (1ull << ((in - NVH_HDR) / nvh_cls_size(r->cls))))) {
+            *usable = nvh_cls_size(r->cls);
+            return NVH_OK;
+        }
+        if (r->state == NVH_RS_USED && (r->kind == NVH_RK_LARGE || r->kind == NVH_RK_HUGE) &&
+            in == NVH_HDR) {
+            *usable = (uint64_t)r->blocks * NVH_BLOCK - NVH_HDR;
+            return NVH_OK;
+        }
+    }
+    uint64_t c = nvh_chunk_of_block(h, b);
+    int16_t own = c < h->max_chunks ? atomic_load(&h->owner[c]) : -1;
+    if (own >= 0 && in == NVH_HDR) {
+        nvh_arena *a = &h->arenas[own];
+        pthread_mutex_lock(&a->lock);
+        nvh_resv *r = resv_find(a, b);
+        if (r) *usable = r->blocks * NVH_BLOCK - NVH_HDR;
+        pthread_mutex_unlock(&a->lock);
+        if (r) return NVH_OK;
+    }
+    return nvh_fail(NVH_E_BADPTR, "offset %llu is not an object", (unsigned long long)off);
+}
+
+size_t nvh_usable_size(nvh_pool *pool, const void *ptr)
+{
+    nvh_heap *h = heap_of(pool, false);
+    if (!h) return 0;
+    uint64_t off, usable = 0;
+    if (check_heap_ptr(h, ptr, &off) != NVH_OK) return 0;
+    if (nvh_heap_usable(h, off, &usable) != NVH_OK) return 0;
+    return (size_t)usable;
+}
+
+int nvh_heap_sync(nvh_pool *pool)
+{
+    nvh_heap *h = heap_of(pool, true);
+    if (!h) return nvh_errcode();
+    nvh_log_retire_all(h);
+    return NVH_OK;
+}
+
+int nvh_heap_config_get(nvh_pool *pool, nvh_heap_config *config)
+{
+    nvh_heap *h = heap_of(pool, false);
+    if (!h) return nvh_errcode();
+    if (!config) return nvh_fail(NVH_E_INVAL, "config is NULL");
+    config->fifo_delay_ns = atomic_load(&h->fifo_delay_ns);
+    config->fifo_max_bytes = atomic_load(&h->fifo_max_bytes);
+    config->arenas = atomic_load(&h->narenas);
+    return NVH_OK;
+}
+
+int nvh_heap_config_set(nvh_pool *pool, const nvh_heap_config *config)
+{
+    nvh_heap *h = heap_of(pool, false);
+    if (!h) return nvh_errcode();
+    if (!config || config->arenas < 1 || config->arenas > NVH_RINGS)
+        return nvh_fail(NVH_E_INVAL, "arenas must be 1..%u", NVH_RINGS);
+    atomic_store(&h->fifo_delay_ns, config->fifo_delay_ns);
+    atomic_store(&h->fifo_max_bytes, config->fifo_max_bytes);
+    atomic_store(&h->narenas, config->arenas);
+    return NVH_OK;
+}

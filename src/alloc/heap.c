@@ -1,0 +1,711 @@
+/* heap.c — the heap as a whole: format at pool create, open-time recovery
+ * (which only replays the bounded redo rings: constant time), close; the
+ * chunk layer (high-water mark, pool growth, huge free-chunk list) and the
+ * lazy rebuild of DRAM free-space state by scanning one chunk at a time.
+ *
+ * Heap area layout (offsets from the pool base; heap_off from the superblock):
+ *   heap_off + 0      heap header (immutable, CRC)
+ *   heap_off + 64     heap state: high-water mark (one 8-byte word)
+ *   heap_off + 4096   object table: NVH_NAMED_CAP x 64 B entries
+ *   rings_off         NVH_RINGS ring headers (64 B each), then the ring bodies
+ *   chunks_off        chunk 0, chunk 1, ... (64 KiB aligned)
+ */
+#include "alloc.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+/* ==========================================================================
+ * Helpers
+ * ========================================================================== */
+static uint32_t heap_hdr_checksum(const struct nvh_heap_hdr *hh)
+{
+    return nvh_crc32c(0, hh, offsetof(struct nvh_heap_hdr, checksum));
+}
+
+static uint64_t env_chunk_size(void)
+{
+    const char *e = getenv("NVHEAP_CHUNK_SIZE");
+    if (e && *e) {
+        unsigned long long v = strtoull(e, NULL, 0);
+        if (v >= NVH_CHUNK_MIN && v <= NVH_CHUNK_MAX && (v & (v - 1)) == 0) return v;
+    }
+    return NVH_CHUNK_DEFAULT;
+}
+
+static bool all_zero(const void *p, size_t len)
+{
+    const unsigned char *c = p;
+    for (size_t i = 0; i < len; i++)
+        if (c[i]) return false;
+    return true;
+}
+
+/* ==========================================================================
+ * Format
+ * ========================================================================== */
+static int heap_format(nvh_pool *pool, uint64_t heap_off)
+{
+    char *base = pool->ctx.base;
+    uint64_t size = nvh_pool_size(pool);
+    struct nvh_heap_hdr hh;
+    memset(&hh, 0, sizeof hh);
+    memcpy(hh.magic, NVH_HEAP_MAGIC, 8);
+    hh.version = NVH_HEAP_VERSION;
+    hh.hdr_size = sizeof hh;
+    hh.chunk_size = env_chunk_size();
+    hh.table_off = heap_off + 4096;
+    hh.table_cap = NVH_NAMED_CAP;
+    hh.rings_off = hh.table_off + (uint64_t)NVH_NAMED_CAP * 64;
+    hh.rings = NVH_RINGS;
+    hh.ring_lines = NVH_RING_LINES;
+    uint64_t end = hh.rings_off + (uint64_t)NVH_RINGS * 64 +
+                   (uint64_t)NVH_RINGS * NVH_RING_LINES * 64;
+    hh.chunks_off = NVH_ALIGN_UP(end, (uint64_t)64 << 10);
+    if (hh.chunks_off > size)
+        return nvh_fail(NVH_E_NOSPACE, "pool %s is too small for the heap metadata "
+                        "(%llu bytes needed)", pool->path, (unsigned long long)hh.chunks_off);
+    hh.checksum = heap_hdr_checksum(&hh);
+
+    /* Everything but the header first (the file is fresh: zero), then the
+     * header: a crash in between leaves a zero header, which open formats. */
+    memset(base + heap_off + 64, 0, 64);
+    nvh_flush(pool, base + heap_off + 64, 64);
+    memset(base + hh.table_off, 0, (size_t)NVH_NAMED_CAP * 64);
+    nvh_flush(pool, base + hh.table_off, (size_t)NVH_NAMED_CAP * 64);
+    for (unsigned i = 0; i < NVH_RINGS; i++) {
+        struct nvh_ring_hdr *rh = (struct nvh_ring_hdr *)(base + hh.rings_off + i * 64u);
+        memset(rh, 0, sizeof *rh);
+        rh->magic = NVH_RING_MAGIC;
+        rh->index = i;
+        nvh_flush(pool, rh, sizeof *rh);
+    }
+    char *body = base + hh.rings_off + NVH_RINGS * 64u;
+    memset(body, 0, (size_t)NVH_RINGS * NVH_RING_LINES * 64);
+    nvh_flush(pool, body, (size_t)NVH_RINGS * NVH_RING_LINES * 64);
+    /* the header without its magic, fence, then the magic (one 8-byte
+     * store): a crash leaves either a zero magic (open formats again) or a
+     * complete header */
+    memcpy(base + heap_off + 8, (char *)&hh + 8, sizeof hh - 8);
+    nvh_flush(pool, base + heap_off, sizeof hh);
+    nvh_drain(pool);
+    uint64_t magic;
+    memcpy(&magic, hh.magic, 8);
+    __atomic_store_n((uint64_t *)(void *)(base + heap_off), magic, __ATOMIC_RELAXED);
+    nvh_persist(pool, base + heap_off, sizeof hh);
+    return NVH_OK;
+}
+
+static int heap_validate(nvh_pool *pool, const struct nvh_heap_hdr *hh, uint64_t heap_off)
+{
+    uint64_t size = nvh_pool_size(pool);
+    if (memcmp(hh->magic, NVH_HEAP_MAGIC, 8) != 0)
+        return nvh_fail(NVH_E_CORRUPT, "%s: heap header has a bad magic", pool->path);
+    if (hh->checksum != heap_hdr_checksum(hh))
+        return nvh_fail(NVH_E_CHECKSUM, "%s: heap header checksum mismatch", pool->path);
+    if (hh->version > NVH_HEAP_VERSION)
+        return nvh_fail(NVH_E_VERSION, "%s: heap format version %u is newer than %u",
+                        pool->path, hh->version, NVH_HEAP_VERSION);
+    uint64_t cs = hh->chunk_size;
+    if (hh->hdr_size != sizeof *hh || cs < NVH_CHUNK_MIN || cs > NVH_CHUNK_MAX ||
+        (cs & (cs - 1)) || hh->table_off != heap_off + 4096 ||
+        hh->table_cap != NVH_NAMED_CAP || hh->rings != NVH_RINGS ||
+        hh->ring_lines != NVH_RING_LINES ||
+        hh->rings_off != hh->table_off + (uint64_t)NVH_NAMED_CAP * 64 ||
+        hh->chunks_off < hh->rings_off + (uint64_t)NVH_RINGS * 64 * (1 + NVH_RING_LINES) ||
+        hh->chunks_off % NVH_BLOCK || hh->chunks_off > size)
+        return nvh_fail(NVH_E_CORRUPT, "%s: heap header describes an impossible layout",
+                        pool->path);
+    return NVH_OK;
+}
+
+/* ==========================================================================
+ * Open / close
+ * ========================================================================== */
+static void heap_free(nvh_heap *h)
+{
+    if (!h) return;
+    for (unsigned i = 0; i < NVH_RINGS; i++) nvh_arena_fini(&h->arenas[i]);
+    if (h->chunks) {
+        for (uint64_t c = 0; c < h->max_chunks; c++) {
+            nvh_chunk *ch = &h->chunks[c];
+            if (ch->runs) {
+                for (uint64_t b = 0; b < h->bpc; b++) free(ch->runs[b]);
+                free(ch->runs);
+            }
+        }
+        free(h->chunks);
+    }
+    if (h->pview) munmap(h->pview, (h->max_chunks * h->bpc) * sizeof(uint32_t));
+    free((void *)h->owner);
+    free(h->huge);
+    free(h->pending);
+    free(h->quar);
+    pthread_mutex_destroy(&h->lock);
+    pthread_mutex_destroy(&h->named_lock);
+    pthread_mutex_destroy(&h->quar_lock);
+    free(h);
+}
+
+static unsigned default_arenas(void)
+{
+    const char *e = getenv("NVHEAP_ARENAS");
+    if (e && *e) {
+        long v = strtol(e, NULL, 0);
+        if (v >= 1 && v <= (long)NVH_RINGS) return (unsigned)v;
+    }
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    if (n < 1) n = 1;
+    if (n > (long)NVH_RINGS) n = NVH_RINGS;
+    return (unsigned)n;
+}
+
+static uint64_t env_u64(const char *name, uint64_t dflt)
+{
+    const char *e = getenv(name);
+    if (e && *e) return strtoull(e, NULL, 0);
+    return dflt;
+}
+
+/* Open the heap of a pool. A pool whose heap was never used (zero header)
+ * gets its heap formatted lazily, by the first allocator call (create=true
+ * from nvh_heap_get_), so pools that never allocate stay untouched. */
+int nvh_heap_open_(nvh_pool *pool, bool create)
+{
+    char *base = pool->ctx.base;
+    uint64_t heap_off = pool->sb->header.heap_offset;
+    struct nvh_heap_hdr *hh = (struct nvh_heap_hdr *)(base + heap_off);
+    if (heap_off + 4096 > nvh_pool_size(pool)) {
+        if (!create) return NVH_OK;
+        return nvh_fail(NVH_E_NOSPACE, "%s: no room for a heap", pool->path);
+    }
+    if (all_zero(hh->magic, sizeof hh->magic)) {
+        if (!create || pool->readonly) return NVH_OK;  /* no heap yet */
+        int rc = heap_format(pool, heap_off);
+        if (rc != NVH_OK) return rc;
+    }
+    int rc = heap_validate(pool, hh, heap_off);
+    if (rc != NVH_OK) return rc;
+
+    nvh_heap *h = calloc(1, sizeof *h);
+    if (!h) return nvh_fail(NVH_E_NOMEM, "out of memory for the heap of %s", pool->path);
+    pthread_mutex_init(&h->lock, NULL);
+    pthread_mutex_init(&h->named_lock, NULL);
+    pthread_mutex_init(&h->quar_lock, NULL);
+    h->pool = pool;
+    h->base = base;
+    h->heap_off = heap_off;
+    h->hdr = hh;
+    h->state = (struct nvh_heap_state *)(base + heap_off + 64);
+    h->table = (struct nvh_named_entry *)(base + hh->table_off);
+    h->ring_hdr = (struct nvh_ring_hdr *)(base + hh->rings_off);
+    h->ring_body = base + hh->rings_off + NVH_RINGS * 64u;
+    h->chunk_size = hh->chunk_size;
+    h->bpc = hh->chunk_size / NVH_BLOCK;
+    h->chunks_off = hh->chunks_off;
+    uint64_t max = pool->max_size > nvh_pool_size(pool) ? pool->max_size : nvh_pool_size(pool);
+    h->max_chunks = max > h->chunks_off ? (max - h->chunks_off) / h->chunk_size : 0;
+    if (h->max_chunks == 0) h->max_chunks = 1;
+    h->chunks = calloc(h->max_chunks, sizeof *h->chunks);
+    h->owner = malloc(h->max_chunks * sizeof *h->owner);
+    /* one u32 per block of the whole reservable heap: untouched pages are
+     * never materialised, so this costs only what is used */
+    h->pview = mmap(NULL, h->max_chunks * h->bpc * sizeof(uint32_t), PROT_READ | PROT_WRITE,
+                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (h->pview == MAP_FAILED) h->pview = NULL;
+    if (!h->chunks || !h->owner || !h->pview) {
+        heap_free(h);
+        return nvh_fail(NVH_E_NOMEM, "out of memory for the heap of %s", pool->path);
+    }
+    for (uint64_t c = 0; c < h->max_chunks; c++) atomic_init(&h->owner[c], -1);
+    for (unsigned i = 0; i < NVH_RINGS; i++) nvh_arena_init(h, &h->arenas[i], i);
+    atomic_init(&h->narenas, default_arenas());
+    atomic_init(&h->fifo_delay_ns, env_u64("NVHEAP_FIFO_DELAY_NS", 0));
+    atomic_init(&h->fifo_max_bytes, env_u64("NVHEAP_FIFO_MAX_BYTES", (uint64_t)64 << 20));
+    h->hwm = atomic_load_explicit((_Atomic uint64_t *)&h->state->hwm_chunks,
+                                  memory_order_relaxed);
+    if (h->hwm > h->max_chunks) h->hwm = h->max_chunks;
+    if (!pool->readonly) {
+        rc = nvh_log_recover(h);
+        if (rc != NVH_OK) {
+            heap_free(h);
+            return rc;
+        }
+    }
+    /* recovery may have raised the persistent high-water mark */
+    uint64_t hw = atomic_load_explicit((_Atomic uint64_t *)&h->state->hwm_chunks,
+                                       memory_order_relaxed);
+    if (hw > h->hwm) h->hwm = hw < h->max_chunks ? hw : h->max_chunks;
+    __atomic_store_n(&pool->heap, h, __ATOMIC_RELEASE);
+    return NVH_OK;
+}
+
+/* The heap of a pool, formatting it on first use. */
+nvh_heap *nvh_heap_get_(nvh_pool *pool)
+{
+    /* the pool's own lock, not a global one: crash-simulator children are
+     * forked at fences (possibly inside the format) and open other pools */
+    nvh_heap *h = __atomic_load_n(&pool->heap, __ATOMIC_ACQUIRE);
+    if (h) return h;
+    if (pool->readonly) {
+        nvh_fail(NVH_E_NOTSUP, "pool %s has no heap (and is open read-only)", pool->path);
+        return NULL;
+    }
+    pthread_mutex_lock(&pool->grow_lock);
+    h = __atomic_load_n(&pool->heap, __ATOMIC_ACQUIRE);
+    if (!h && nvh_heap_open_(pool, true) == NVH_OK) h = pool->heap;
+    pthread_mutex_unlock(&pool->grow_lock);
+    return h;
+}
+
+/* Quiesce: retire every ring so the media holds all effects. */
+void nvh_heap_quiesce_(nvh_pool *pool)
+{
+    if (pool->heap && !pool->readonly) nvh_log_retire_all(pool->heap);
+}
+
+void nvh_heap_close_(nvh_pool *pool)
+{
+    nvh_heap *h = pool->heap;
+    if (!h) return;
+    pool->heap = NULL;
+    heap_free(h);
+}
+
+/* ==========================================================================
+ * Persistent tiling view (DRAM): pview[b] = length of the region starting at
+ * block b as the media will have it once all applied records are durable.
+ * ========================================================================== */
+void nvh_pview_set(nvh_heap *h, uint64_t block, uint64_t nblocks)
+{
+    h->pview[block] = (uint32_t)nblocks;
+}
+
+/* The persistent region containing `block`: returns its start and length,
+ * or UINT64_MAX if none (never-formatted space). Arena regions never cross a
+ * chunk end; huge regions start at chunk starts. */
+uint64_t nvh_pview_containing(nvh_heap *h, uint64_t block, uint64_t *len_out)
+{
+    uint64_t chunk = nvh_chunk_of_block(h, block);
+    uint64_t c0 = chunk * h->bpc;
+    for (uint64_t b = block + 1; b-- > c0;) {
+        if (h->pview[b]) {
+            if (b + h->pview[b] > block) { *len_out = h->pview[b]; return b; }
+            return UINT64_MAX;
+        }
+    }
+    if (h->chunks[chunk].arena_chunk) return UINT64_MAX;
+    for (uint64_t c = chunk; c-- > 0;) {
+        uint64_t b = c * h->bpc;
+        if (h->chunks[c].arena_chunk) return UINT64_MAX;
+        if (h->pview[b]) {
+            if (b + h->pview[b] > block) { *len_out = h->pview[b]; return b; }
+            return UINT64_MAX;
+        }
+    }
+    return UINT64_MAX;
+}
+
+/* ==========================================================================
+ * Chunks
+ * ========================================================================== */
+nvh_chunk *nvh_chunk_get(nvh_heap *h, uint64_t chunk)
+{
+    nvh_chunk *ch = &h->chunks[chunk];
+    if (!ch->runs) {
+        ch->runs = calloc(h->bpc, sizeof *ch->runs);
+        if (!ch->runs) return NULL;
+    }
+    return ch;
+}
+
+/* Make the pool large enough for `chunks` chunks (grows geometrically). */
+int nvh_heap_ensure_size(nvh_heap *h, uint64_t chunks)
+{
+    nvh_pool *pool = h->pool;
+    uint64_t need = h->chunks_off + chunks * h->chunk_size;
+    uint64_t size = nvh_pool_size(pool);
+    if (need <= size) return NVH_OK;
+    if (chunks > h->max_chunks || need > pool->max_size)
+        return nvh_fail(NVH_E_NOSPACE, "pool %s is full: %llu bytes needed, maximum size %llu",
+                        pool->path, (unsigned long long)need,
+                        (unsigned long long)pool->max_size);
+    uint64_t want = size + size / 2;
+    if (want < need) want = need;
+    if (want > pool->max_size) want = pool->max_size;
+    want = NVH_ALIGN_DOWN(want - h->chunks_off, h->chunk_size) + h->chunks_off;
+    if (want < need) want = need;
+    int rc = nvh_pool_grow(pool, want);
+    if (rc != NVH_OK && want > need) rc = nvh_pool_grow(pool, need);
+    if (rc != NVH_OK)
+        return nvh_fail(NVH_E_NOSPACE, "pool %s is full and cannot grow to %llu bytes: %s",
+                        pool->path, (unsigned long long)need, nvh_errormsg());
+    return NVH_OK;
+}
+
+/* Raise the persistent high-water mark. A single 8-byte word: never torn.
+ * From apply: flushed at the ring's retire (dirty list); else persisted. */
+void nvh_hwm_raise(nvh_heap *h, uint64_t chunks, bool from_apply)
+{
+    _Atomic uint64_t *w = (_Atomic uint64_t *)&h->state->hwm_chunks;
+    uint64_t cur = atomic_load_explicit(w, memory_order_relaxed);
+    while (cur < chunks &&
+           !atomic_compare_exchange_weak_explicit(w, &cur, chunks, memory_order_relaxed,
+                                                  memory_order_relaxed)) {
+    }
+    if (!from_apply) nvh_flush(h->pool, w, 8);
+}
+
+/* Insert a free chunk extent into the huge list (sorted, merged). Caller
+ * holds h->lock. */
+static void huge_put_locked(nvh_heap *h, uint64_t chunk, uint64_t n)
+{
+    size_t i = 0;
+    while (i < h->nhuge && h->huge[i].block < chunk) i++;
+    if (i > 0 && h->huge[i - 1].block + h->huge[i - 1].nblocks == chunk) {
+        h->huge[i - 1].nblocks += n;
+        if (i < h->nhuge && chunk + n == h->huge[i].block) {
+            h->huge[i - 1].nblocks += h->huge[i].nblocks;
+            memmove(&h->huge[i], &h->huge[i + 1], (h->nhuge - i - 1) * sizeof *h->huge);
+            h->nhuge--;
+        }
+        return;
+    }
+    if (i < h->nhuge && chunk + n == h->huge[i].block) {
+        h->huge[i].block = chunk;
+        h->huge[i].nblocks += n;
+        return;
+    }
+    if (h->nhuge == h->huge_cap) {
+        size_t cap = h->huge_cap ? h->huge_cap * 2 : 16;
+        nvh_extent *g = realloc(h->huge, cap * sizeof *g);
+        if (!g) return;            /* lose track of it (leak in DRAM only) */
+        h->huge = g;
+        h->huge_cap = cap;
+    }
+    memmove(&h->huge[i + 1], &h->huge[i], (h->nhuge - i) * sizeof *h->huge);
+    h->huge[i] = (nvh_extent){chunk, n};
+    h->nhuge++;
+}
+
+void nvh_huge_put(nvh_heap *h, uint64_t chunk, uint64_t nchunks)
+{
+    pthread_mutex_lock(&h->lock);
+    huge_put_locked(h, chunk, nchunks);
+    pthread_mutex_unlock(&h->lock);
+}
+
+/* Find nchunks contiguous chunks: first fit from the free list (taking the
+ * start of an extent), else fresh chunks above the high-water mark. */
+int nvh_huge_take(nvh_heap *h, uint64_t nchunks, uint64_t *chunk_out, uint64_t *rem_out)
+{
+    pthread_mutex_lock(&h->lock);
+    for (size_t i = 0; i < h->nhuge; i++) {
+        if (h->huge[i].nblocks >= nchunks) {
+            *chunk_out = h->huge[i].block;
+            *rem_out = h->huge[i].nblocks - nchunks;
+            h->huge[i].block += nchunks;
+            h->huge[i].nblocks -= nchunks;
+            if (h->huge[i].nblocks == 0) {
+                memmove(&h->huge[i], &h->huge[i + 1], (h->nhuge - i - 1) * sizeof *h->huge);
+                h->nhuge--;
+            }
+            pthread_mutex_unlock(&h->lock);
+            return NVH_OK;
+        }
+    }
+    /* fresh chunks; but never while chunks below the mark are unscanned
+     * free space we could not yet see: that is only a missed opportunity */
+    uint64_t c = h->hwm;
+    int rc = nvh_heap_ensure_size(h, c + nchunks);
+    if (rc == NVH_OK) {
+        __atomic_store_n(&h->hwm, c + nchunks, __ATOMIC_RELEASE);
+        for (uint64_t i = 0; i < nchunks; i++)
+            __atomic_store_n(&h->chunks[c + i].scanned, true, __ATOMIC_RELEASE);
+        *chunk_out = c;
+        *rem_out = 0;
+    }
+    pthread_mutex_unlock(&h->lock);
+    return rc;
+}
+
+/* ==========================================================================
+ * Lazy rebuild: scan chunk `c` (an arena chunk: its first header is a
+ * non-huge region) into arena `a`. Caller holds a->lock and h->lock.
+ * ========================================================================== */
+static uint64_t next_valid_nonfree(nvh_heap *h, uint64_t b, uint64_t end)
+{
+    for (; b < end; b++) {
+        if (nvh_rhdr_valid(h, b) && nvh_rhdr_at(h, b)->state != NVH_RS_FREE) return b;
+    }
+    return end;
+}
+
+static void scan_arena_chunk(nvh_heap *h, nvh_arena *a, uint64_t c)
+{
+    nvh_chunk *ch = nvh_chunk_get(h, c);
+    uint64_t b = c * h->bpc, end = b + h->bpc;
+    ch->arena_chunk = true;
+    while (b < end) {
+        const struct nvh_rhdr *r = nvh_rhdr_at(h, b);
+        if (!nvh_rhdr_valid(h, b) || r->blocks == 0 || b + r->blocks > end ||
+            r->kind == NVH_RK_HUGE) {
+            nvh_corrupt_report(h, nvh_block_off(h, b), "invalid region header during scan");
+            uint64_t q = next_valid_nonfree(h, b + 1, end);
+            nvh_pview_set(h, b, q - b);
+            nvh_quarantine_add(h, b, q - b);
+            b = q;
+            continue;
+        }
+        nvh_pview_set(h, b, r->blocks);
+        if (r->state == NVH_RS_FREE) {
+            nvh_extent_put(a, b, r->blocks);
+        } else if (r->state == NVH_RS_QUARANTINE) {
+            nvh_quarantine_add(h, b, r->blocks);
+        } else if (r->kind == NVH_RK_RUN) {
+            if (r->cls == 0 || r->cls > NVH_SMALL_CLASSES || r->nslots != nvh_cls_slots(r->cls) ||
+                r->blocks != 1) {
+                nvh_corrupt_report(h, nvh_block_off(h, b), "run header with a bad class");
+                nvh_quarantine_add(h, b, 1);
+            } else {
+                nvh_run *run = calloc(1, sizeof *run);
+                if (run) {
+                    uint64_t mask = r->nslots == 64 ? ~0ull : (1ull << r->nslots) - 1;
+                    run->block = b;
+                    run->cls = r->cls;
+                    run->nslots = r->nslots;
+                    run->pbits = atomic_load_explicit(&((struct nvh_rhdr *)r)->bitmap,
+                                                      memory_order_relaxed) & mask;
+                    run->avail = ~run->pbits & mask;
+                    run->persisted = true;
+                    ch->runs[b - c * h->bpc] = run;
+                    if (run->avail) nvh_bin_add(a, run);
+                }
+            }
+        }
+        b += r->blocks;
+    }
+    atomic_store_explicit(&h->owner[c], (int16_t)a->index, memory_order_relaxed);
+    __atomic_store_n(&ch->scanned, true, __ATOMIC_RELEASE);
+}
+
+/* Process the chunk at the scan cursor. Returns 1 if it became an arena
+ * chunk of `a`, 0 otherwise (huge, free, corrupt: cursor advanced). */
+static int scan_step(nvh_heap *h, nvh_arena *a)
+{
+    uint64_t c = h->scan_next;
+    uint64_t b = c * h->bpc;
+    const struct nvh_rhdr *r = nvh_rhdr_at(h, b);
+    if (nvh_rhdr_valid(h, b) && r->blocks) {
+        if (r->kind == NVH_RK_HUGE) {
+            uint64_t n = (r->blocks + h->bpc - 1) / h->bpc;
+            if (n == 0 || c + n > h->hwm) n = 1;
+            for (uint64_t i = 0; i < n; i++)
+                __atomic_store_n(&h->chunks[c + i].scanned, true, __ATOMIC_RELEASE);
+            nvh_pview_set(h, b, r->blocks);
+            if (r->state == NVH_RS_FREE) huge_put_locked(h, c, n);
+            else if (r->state == NVH_RS_QUARANTINE) nvh_quarantine_add(h, b, r->blocks);
+            h->scan_next = c + n;
+            return 0;
+        }
+        h->scan_next = c + 1;
+        scan_arena_chunk(h, a, c);
+        return 1;
+    }
+    h->scan_next = c + 1;
+    __atomic_store_n(&h->chunks[c].scanned, true, __ATOMIC_RELEASE);
+    if (all_zero(r, sizeof *r)) {
+        /* never formatted, unless a valid header follows (then the chunk's
+         * first header was zeroed: corruption, contained below) */
+        uint64_t q = next_valid_nonfree(h, b + 1, b + h->bpc);
+        if (q == b + h->bpc) {
+            huge_put_locked(h, c, 1);
+            return 0;
+        }
+    }
+    nvh_corrupt_report(h, nvh_block_off(h, b), "invalid header at a chunk start");
+    uint64_t q = next_valid_nonfree(h, b + 1, b + h->bpc);
+    if (q < b + h->bpc && nvh_rhdr_at(h, q)->kind != NVH_RK_HUGE) {
+        /* resynchronised inside the chunk: an arena chunk with a bad first header */
+        nvh_chunk *ch = nvh_chunk_get(h, c);
+        ch->arena_chunk = true;
+        atomic_store_explicit(&h->owner[c], (int16_t)a->index, memory_order_relaxed);
+        nvh_quarantine_add(h, b, q - b);
+        nvh_pview_set(h, b, q - b);
+        /* scan the rest with a temporary cursor: reuse scan_arena_chunk logic */
+        uint64_t bb = q, end = b + h->bpc;
+        while (bb < end) {
+            const struct nvh_rhdr *x = nvh_rhdr_at(h, bb);
+            if (!nvh_rhdr_valid(h, bb) || x->blocks == 0 || bb + x->blocks > end) {
+                uint64_t q2 = next_valid_nonfree(h, bb + 1, end);
+                nvh_quarantine_add(h, bb, q2 - bb);
+                nvh_pview_set(h, bb, q2 - bb);
+                bb = q2;
+                continue;
+            }
+            nvh_pview_set(h, bb, x->blocks);
+            if (x->state == NVH_RS_FREE) nvh_extent_put(a, bb, x->blocks);
+            else if (x->kind == NVH_RK_RUN && x->cls && x->cls <= NVH_SMALL_CLASSES &&
+                     x->state == NVH_RS_USED) {
+                nvh_run *run = calloc(1, sizeof *run);
+                if (run) {
+                    uint64_t mask = (1ull << x->nslots) - 1;
+                    run->block = bb; run->cls = x->cls; run->nslots = x->nslots;
+                    run->pbits = atomic_load_explicit(&((struct nvh_rhdr *)x)->bitmap,
+                                                      memory_order_relaxed) & mask;
+                    run->avail = ~run->pbits & mask;
+                    run->persisted = true;
+                    ch->runs[bb - c * h->bpc] = run;
+                    if (run->avail) nvh_bin_add(a, run);
+                }
+            }
+            bb += x->blocks;
+        }
+        __atomic_store_n(&ch->scanned, true, __ATOMIC_RELEASE);
+        return 1;
+    }
+    nvh_quarantine_add(h, b, h->bpc);
+    return 0;
+}
+
+/* Give arena `a` a chunk: next unscanned chunk that is an arena chunk, else
+ * the first chunk of a free huge extent, else a fresh chunk. Caller holds
+ * a->lock. Returns NVH_E_BUSY if the rings must be retired first (the caller
+ * drops its lock, calls nvh_log_retire_all and retries). */
+int nvh_chunk_claim(nvh_heap *h, nvh_arena *a)
+{
+    pthread_mutex_lock(&h->lock);
+    while (h->scan_next < h->hwm) {
+        if (__atomic_load_n(&h->chunks[h->scan_next].scanned, __ATOMIC_ACQUIRE)) {
+            /* claimed in this session */
+            h->scan_next++;
+            continue;
+        }
+        /* frees made into unscanned chunks must be retired before the
+         * chunk's free space is handed out (see docs/ALLOC.md) */
+        uint64_t fs = atomic_load_explicit(&h->unscanned_free_seq, memory_order_relaxed);
+        if (fs && fs >= nvh_log_retired_before(h)) {
+            pthread_mutex_unlock(&h->lock);
+            return NVH_E_BUSY;
+        }
+        /* A chunk touched by another arena's free (after the open) changes
+         * owner here: hold that arena's lock so no free of it is half way,
+         * and make sure its records are retired (checked above, again below). */
+        int16_t own = atomic_load_explicit(&h->owner[h->scan_next], memory_order_acquire);
+        nvh_arena *other = (own >= 0 && own != (int16_t)a->index) ? &h->arenas[own] : NULL;
+        if (other && pthread_mutex_trylock(&other->lock) != 0) {
+            pthread_mutex_unlock(&h->lock);
+            return NVH_E_BUSY;
+        }
+        fs = atomic_load_explicit(&h->unscanned_free_seq, memory_order_relaxed);
+        if (other && fs && fs >= nvh_log_retired_before(h)) {
+            pthread_mutex_unlock(&other->lock);
+            pthread_mutex_unlock(&h->lock);
+            return NVH_E_BUSY;
+        }
+        int got = scan_step(h, a);
+        if (other) pthread_mutex_unlock(&other->lock);
+        if (got) {
+            pthread_mutex_unlock(&h->lock);
+            return NVH_OK;
+        }
+    }
+    uint64_t c;
+    if (h->nhuge > 0) {
+        /* first chunk of the first free extent; the rest keeps a header */
+        nvh_extent *e = &h->huge[0];
+        c = e->block;
+        uint64_t n = e->nblocks;
+        uint64_t b = c * h->bpc;
+        uint64_t plen = 0, p = nvh_pview_containing(h, b, &plen);
+        /* fence 1: the new headers of c and c+1 (both still inside the old
+         * free region if p < c, so harmless until fence 2) */
+        if (n > 1) {
+            uint64_t end = (p != UINT64_MAX) ? p + plen : b + n * h->bpc;
+            if (end > b + h->bpc) {
+                nvh_rhdr_write(h, b + h->bpc, (uint32_t)(end - b - h->bpc), NVH_RS_FREE,
+                               NVH_RK_HUGE, 0, 0, 0);
+                nvh_flush(h->pool, nvh_rhdr_at(h, b + h->bpc), 64);
+                nvh_pview_set(h, b + h->bpc, end - b - h->bpc);
+            }
+        } else if (p != UINT64_MAX && p + plen > b + h->bpc) {
+            uint64_t end = p + plen;
+            nvh_rhdr_write(h, b + h->bpc, (uint32_t)(end - b - h->bpc), NVH_RS_FREE,
+                           NVH_RK_HUGE, 0, 0, 0);
+            nvh_flush(h->pool, nvh_rhdr_at(h, b + h->bpc), 64);
+            nvh_pview_set(h, b + h->bpc, end - b - h->bpc);
+        }
+        nvh_rhdr_write(h, b, (uint32_t)h->bpc, NVH_RS_FREE, NVH_RK_NONE, 0, 0, 0);
+        nvh_flush(h->pool, nvh_rhdr_at(h, b), 64);
+        nvh_drain(h->pool);
+        if (p != UINT64_MAX && p < b) {
+            nvh_rhdr_write(h, p, (uint32_t)(b - p), NVH_RS_FREE, NVH_RK_HUGE, 0, 0, 0);
+            nvh_persist(h->pool, nvh_rhdr_at(h, p), 64);
+            nvh_pview_set(h, p, b - p);
+        }
+        e->block++;
+        if (--e->nblocks == 0) {
+            memmove(&h->huge[0], &h->huge[1], (h->nhuge - 1) * sizeof *h->huge);
+            h->nhuge--;
+        }
+    } else {
+        c = h->hwm;
+        int rc = nvh_heap_ensure_size(h, c + 1);
+        if (rc != NVH_OK) {
+            pthread_mutex_unlock(&h->lock);
+            return rc;
+        }
+        uint64_t b = c * h->bpc;
+        /* header durable before the mark that makes the chunk count */
+        nvh_rhdr_write(h, b, (uint32_t)h->bpc, NVH_RS_FREE, NVH_RK_NONE, 0, 0, 0);
+        nvh_persist(h->pool, nvh_rhdr_at(h, b), 64);
+        __atomic_store_n(&h->hwm, c + 1, __ATOMIC_RELEASE);
+        nvh_hwm_raise(h, c + 1, false);
+        nvh_drain(h->pool);
+    }
+    nvh_chunk *ch = nvh_chunk_get(h, c);
+    if (!ch) {
+        pthread_mutex_unlock(&h->lock);
+        return nvh_fail(NVH_E_NOMEM, "out of memory for chunk metadata");
+    }
+    ch->arena_chunk = true;
+    nvh_pview_set(h, c * h->bpc, h->bpc);
+    atomic_store_explicit(&h->owner[c], (int16_t)a->index, memory_order_release);
+    __atomic_store_n(&ch->scanned, true, __ATOMIC_RELEASE);
+    pthread_mutex_unlock(&h->lock);
+    nvh_extent_put(a, c * h->bpc, h->bpc);
+    return NVH_OK;
+}
+
+/* ==========================================================================
+ * Arenas: thread -> arena (round robin), chunk -> owning arena
+ * ========================================================================== */
+static _Thread_local struct { nvh_heap *heap; unsigned arena; } tl_arena;
+
+nvh_arena *nvh_arena_mine(nvh_heap *h)
+{
+    if (tl_arena.heap != h) {
+        unsigned n = atomic_load_explicit(&h->narenas, memory_order_relaxed);
+        tl_arena.arena = atomic_fetch_add_explicit(&h->next_arena, 1, memory_order_relaxed) % n;
+        tl_arena.heap = h;
+    }
+    return &h->arenas[tl_arena.arena];
+}
+
+/* The arena whose ring orders the records about objects in block's chunk;
+ * claims the chunk for the caller's arena if nobody owns it yet. */
+nvh_arena *nvh_owner_arena(nvh_heap *h, uint64_t block)
+{
+    uint64_t c = nvh_chunk_of_block(h, block);
+    if (c >= h->max_chunks) return NULL;
+    int16_t own = atomic_load_explicit(&h->owner[c], memory_order_acquire);
+    if (own < 0) {
+        int16_t mine = (int16_t)nvh_arena_mine(h)->index;
+        if (atomic_compare_exchange_strong(&h->owner[c], &own, mine)) own = mine;
+    }
+    return &h->arenas[own];
+}

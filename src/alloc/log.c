@@ -1,0 +1,487 @@
+/* log.c — the per-arena persistent redo rings that make activate and free
+ * failure-atomic with a single fence.
+ *
+ * Protocol (docs/ALLOC.md has the argument):
+ *   1. write the record (1 line for up to 2 links), flush it;
+ *   2. ONE fence: the operation is now durable (acknowledged);
+ *   3. apply: link stores are flushed (durable at this thread's next fence),
+ *      header/bitmap stores are only remembered in the ring's dirty list.
+ * Retire (when the ring is full, or on demand): flush the dirty list, fence,
+ * store the watermark, fence. Recovery replays, in global sequence order, the
+ * state effects of every record above its ring's watermark, and the link
+ * effects of the newest record of each ring only (all older ones were made
+ * durable by the fence of the record that followed them in the same ring).
+ */
+#include "alloc.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* ==========================================================================
+ * Helpers
+ * ========================================================================== */
+static _Thread_local unsigned long tl_tid;
+static _Atomic unsigned long tid_next = 1;
+static inline unsigned long my_tid(void)
+{
+    if (!tl_tid) tl_tid = atomic_fetch_add(&tid_next, 1);
+    return tl_tid;
+}
+
+static inline char *ring_line(nvh_heap *h, unsigned ring, unsigned line)
+{
+    return h->ring_body + ((size_t)ring * NVH_RING_LINES + line) * 64u;
+}
+
+static uint32_t rec_checksum(const void *rec, unsigned nlines, unsigned ring, unsigned line)
+{
+    unsigned char buf[NVH_REC_MAX_LINES * 64];
+    memcpy(buf, rec, nlines * 64u);
+    memset(buf + offsetof(struct nvh_rec, checksum), 0, 4);
+    return nvh_crc32c(ring << 16 | line, buf, nlines * 64u);
+}
+
+static bool obj_in_heap(nvh_heap *h, uint64_t obj)
+{
+    return obj >= h->chunks_off + NVH_HDR && obj < nvh_pool_size(h->pool) && obj % 64 == 0;
+}
+
+void nvh_log_dirty(nvh_heap *h, nvh_arena *a, const void *addr)
+{
+    (void)h;
+    uint64_t line = (uint64_t)(uintptr_t)addr & ~(uint64_t)63;
+    /* cheap de-duplication: the same run line is typically hit repeatedly */
+    for (size_t i = a->ndirty, k = 0; i-- > 0 && k < 8; k++)
+        if (a->dirty[i] == line) return;
+    if (a->ndirty == a->dirty_cap) {
+        size_t cap = a->dirty_cap ? a->dirty_cap * 2 : 256;
+        uint64_t *g = realloc(a->dirty, cap * sizeof *g);
+        if (!g) {                       /* cannot defer: flush now */
+            nvh_flush(h->pool, (void *)(uintptr_t)line, 64);
+            return;
+        }
+        a->dirty = g;
+        a->dirty_cap = cap;
+    }
+    a->dirty[a->ndirty++] = line;
+}
+
+/* ==========================================================================
+ * Retire
+ * ========================================================================== */
+void nvh_log_retire(nvh_heap *h, nvh_arena *a)
+{
+    nvh_pool *pool = h->pool;
+    if (atomic_load_explicit(&a->unretired_min, memory_order_relaxed) == UINT64_MAX &&
+        a->ndirty == 0) {
+        a->ring_used = 0;
+        return;
+    }
+    for (size_t i = 0; i < a->ndirty; i++) nvh_flush(pool, (void *)(uintptr_t)a->dirty[i], 64);
+    /* the last links may have been flushed by another thread */
+    for (unsigned i = 0; i < a->nlast_links; i++)
+        nvh_flush(pool, h->base + a->last_links[i], 8);
+    nvh_drain(pool);
+    struct nvh_ring_hdr *rh = &h->ring_hdr[a->index];
+    atomic_store_explicit(&rh->watermark, a->last_seq, memory_order_relaxed);
+    nvh_persist(pool, rh, 8);
+    a->ndirty = 0;
+    a->ring_used = 0;
+    a->nlast_links = 0;
+    atomic_store_explicit(&a->unretired_min, UINT64_MAX, memory_order_release);
+}
+
+void nvh_log_retire_all(nvh_heap *h)
+{
+    for (unsigned i = 0; i < NVH_RINGS; i++) {
+        nvh_arena *a = &h->arenas[i];
+        pthread_mutex_lock(&a->lock);
+        nvh_log_retire(h, a);
+        pthread_mutex_unlock(&a->lock);
+    }
+}
+
+/* Every record with a smaller sequence number is retired in every ring. */
+uint64_t nvh_log_retired_before(nvh_heap *h)
+{
+    uint64_t m = UINT64_MAX;
+    for (unsigned i = 0; i < NVH_RINGS; i++) {
+        uint64_t u = atomic_load_explicit(&h->arenas[i].unretired_min, memory_order_acquire);
+        if (u < m) m = u;
+    }
+    return m;
+}
+
+/* ==========================================================================
+ * Append: write, flush, fence. Caller holds a->lock. Returns the sequence.
+ * ========================================================================== */
+uint64_t nvh_log_append(nvh_heap *h, nvh_arena *a, struct nvh_rec *head,
+                        const struct nvh_link_entry *links, unsigned nlinks)
+{
+    nvh_pool *pool = h->pool;
+    NVH_ASSERT(nlinks <= NVH_LINKS_MAX_);
+    NVH_ASSERT(obj_in_heap(h, head->obj));
+    unsigned nlines = nvh_rec_nlines(nlinks);
+    if (a->ring_pos + nlines > NVH_RING_LINES) {       /* pad to the ring start */
+        a->ring_used += NVH_RING_LINES - a->ring_pos;
+        a->ring_pos = 0;
+    }
+    if (a->ring_used + nlines > NVH_RING_LINES) nvh_log_retire(h, a);
+
+    unsigned char buf[NVH_REC_MAX_LINES * 64];
+    memset(buf + 64, 0, (nlines - 1) * 64u);
+    uint64_t seq = atomic_fetch_add_explicit(&h->seq, 1, memory_order_relaxed) + 1;
+    head->seq = seq;
+    head->kind_links = (uint8_t)((head->kind_links & 0x0F) | (nlinks << 4));
+    for (unsigned i = 0; i < nlinks && i < 2; i++) head->link[i] = links[i];
+    memcpy(buf, head, 64);
+    for (unsigned i = 2; i < nlinks; i++)
+        memcpy(buf + 64 + (i - 2) * 16u, &links[i], 16);
+    uint32_t crc = rec_checksum(buf, nlines, a->index, a->ring_pos);
+    memcpy(buf + offsetof(struct nvh_rec, checksum), &crc, 4);
+    head->checksum = crc;
+
+    char *dst = ring_line(h, a->index, a->ring_pos);
+    memcpy(dst, buf, nlines * 64u);
+    nvh_flush(pool, dst, nlines * 64u);
+    unsigned long me = my_tid();
+    if (a->last_tid != me) {
+        /* the previous record's links were flushed by another thread: this
+         * thread's fence must cover them too */
+        for (unsigned i = 0; i < a->nlast_links; i++)
+            nvh_flush(pool, h->base + a->last_links[i], 8);
+    }
+    nvh_drain(pool);
+
+    /* only the first record after a retire sets it (we hold a->lock) */
+    if (atomic_load_explicit(&a->unretired_min, memory_order_relaxed) == UINT64_MAX)
+        atomic_store_explicit(&a->unretired_min, seq, memory_order_release);
+    a->last_seq = seq;
+    a->ring_pos += nlines;
+    a->ring_used += nlines;
+    a->last_tid = me;
+    a->nlast_links = 0;
+    unsigned kind = head->kind_links & 0x0F;
+    if (kind == NVH_REC_ACT || kind == NVH_REC_FREE)
+        for (unsigned i = 0; i < nlinks; i++) a->last_links[a->nlast_links++] = links[i].addr;
+    return seq;
+}
+
+/* ==========================================================================
+ * Effects (shared by the normal path and replay)
+ * ========================================================================== */
+static inline void touch(nvh_heap *h, nvh_arena *a, const void *addr, bool replay)
+{
+    if (replay) nvh_flush(h->pool, addr, 64);
+    else nvh_log_dirty(h, a, addr);
+}
+
+
+/* Region layout effects of an activation: prefix header, region header,
+ * remainder header; all fully determined by the record. */
+static void apply_region(nvh_heap *h, const struct nvh_rec *r, nvh_arena *a, bool replay)
+{
+    unsigned rk = r->cls_flags >> NVH_RECF_KIND_SHIFT;
+    unsigned cls = r->cls_flags & 0x1F;
+    uint64_t rel = r->obj - h->chunks_off;
+    uint64_t b = rel / NVH_BLOCK;
+    if (rk == NVH_RK_RUN) {
+        unsigned size = nvh_cls_size(cls);
+        uint64_t slot = (rel - b * NVH_BLOCK - NVH_HDR) / size;
+        if (r->cls_flags & NVH_RECF_NEWRUN) {
+            if (r->prefix) {
+                nvh_rhdr_write(h, b - r->prefix, r->prefix, NVH_RS_FREE, NVH_RK_NONE, 0, 0, r->seq);
+                touch(h, a, nvh_rhdr_at(h, b - r->prefix), replay);
+            }
+            nvh_rhdr_write(h, b, 1, NVH_RS_USED, NVH_RK_RUN, (uint8_t)cls, 1ull << slot, r->seq);
+            touch(h, a, nvh_rhdr_at(h, b), replay);
+            if (r->remainder) {
+                nvh_rhdr_write(h, b + 1, r->remainder, NVH_RS_FREE, NVH_RK_NONE, 0, 0, r->seq);
+                touch(h, a, nvh_rhdr_at(h, b + 1), replay);
+            }
+        } else {
+            struct nvh_rhdr *hd = nvh_rhdr_at(h, b);
+            /* the normal path validated the header just before the record */
+            if (replay && (!nvh_rhdr_valid(h, b) || hd->kind != NVH_RK_RUN)) {
+                nvh_corrupt_report(h, nvh_block_off(h, b), "run header invalid during activation");
+                return;
+            }
+            atomic_fetch_or_explicit(&hd->bitmap, 1ull << slot, memory_order_relaxed);
+            touch(h, a, hd, replay);
+        }
+        return;
+    }
+    b = (r->obj - NVH_HDR - h->chunks_off) / NVH_BLOCK;
+    bool huge = rk == NVH_RK_HUGE;
+    uint64_t pre = huge ? (uint64_t)r->prefix * h->bpc : r->prefix;
+    if (pre) {
+        nvh_rhdr_write(h, b - pre, (uint32_t)pre, NVH_RS_FREE, huge ? NVH_RK_HUGE : NVH_RK_NONE,
+                       0, 0, r->seq);
+        touch(h, a, nvh_rhdr_at(h, b - pre), replay);
+    }
+    nvh_rhdr_write(h, b, r->blocks, NVH_RS_USED, (uint8_t)rk, 0, 0, r->seq);
+    touch(h, a, nvh_rhdr_at(h, b), replay);
+    if (r->remainder) {
+        nvh_rhdr_write(h, b + r->blocks, r->remainder, NVH_RS_FREE,
+                       huge ? NVH_RK_HUGE : NVH_RK_NONE, 0, 0, r->seq);
+        touch(h, a, nvh_rhdr_at(h, b + r->blocks), replay);
+    }
+    if (huge) {
+        uint64_t endc = (b + r->blocks + r->remainder + h->bpc - 1) / h->bpc;
+        nvh_hwm_raise(h, endc, true);
+        touch(h, a, h->state, replay);
+    }
+}
+
+static void free_region(nvh_heap *h, const struct nvh_rec *r, nvh_arena *a, bool replay)
+{
+    unsigned rk = r->cls_flags >> NVH_RECF_KIND_SHIFT;
+    unsigned cls = r->cls_flags & 0x1F;
+    uint64_t rel = r->obj - h->chunks_off;
+    if (rk == NVH_RK_RUN) {
+        uint64_t b = rel / NVH_BLOCK;
+        uint64_t slot = (rel - b * NVH_BLOCK - NVH_HDR) / nvh_cls_size(cls);
+        struct nvh_rhdr *hd = nvh_rhdr_at(h, b);
+        atomic_fetch_and_explicit(&hd->bitmap, ~(1ull << slot), memory_order_relaxed);
+        touch(h, a, hd, replay);
+        return;
+    }
+    uint64_t b = (rel - NVH_HDR) / NVH_BLOCK;
+    nvh_rhdr_write(h, b, r->blocks, NVH_RS_FREE, (uint8_t)rk, 0, 0, r->seq);
+    touch(h, a, nvh_rhdr_at(h, b), replay);
+}
+
+void nvh_rec_apply_state(nvh_heap *h, const struct nvh_rec *r,
+                         const struct nvh_link_entry *links, nvh_arena *a, bool replay)
+{
+    unsigned kind = r->kind_links & 0x0F;
+    switch (kind) {
+    case NVH_REC_ACT:
+        apply_region(h, r, a, replay);
+        break;
+    case NVH_REC_FREE:
+        free_region(h, r, a, replay);
+        break;
+    case NVH_REC_ACT_NAMED: {
+        /* the name travels in the record's second line (links[2..5]): the
+         * entry is written whole, name then offset, by apply and by replay */
+        apply_region(h, r, a, replay);
+        struct nvh_named_entry *e = &h->table[r->link[0].addr];
+        uint64_t cur = atomic_load_explicit(&e->off, memory_order_relaxed);
+        if (!replay || cur == 0 || cur == NVH_NAMED_TOMB || cur == r->obj) {
+            memcpy(e->name, &links[2], sizeof e->name);
+            e->name[sizeof e->name - 1] = '\0';
+            atomic_store_explicit(&e->off, r->obj, memory_order_release);
+        }
+        touch(h, a, e, replay);
+        break;
+    }
+    case NVH_REC_FREE_NAMED: {
+        free_region(h, r, a, replay);
+        struct nvh_named_entry *e = &h->table[r->link[0].addr];
+        if (atomic_load_explicit(&e->off, memory_order_relaxed) == r->obj)
+            atomic_store_explicit(&e->off, NVH_NAMED_TOMB, memory_order_relaxed);
+        touch(h, a, e, replay);
+        break;
+    }
+    default:
+        break;
+    }
+}
+
+/* Link effects. Normal path: store and flush (durable at the next fence of
+ * this thread). Replay: ACT sets a link only if it still holds the value it
+ * had before the activation; FREE only if it still points at the object. */
+void nvh_rec_apply_links(nvh_heap *h, const struct nvh_rec *r,
+                         const struct nvh_link_entry *links, nvh_arena *a, bool replay)
+{
+    (void)a;
+    unsigned kind = r->kind_links & 0x0F;
+    unsigned n = r->kind_links >> 4;
+    if (kind != NVH_REC_ACT && kind != NVH_REC_FREE) return;
+    for (unsigned i = 0; i < n; i++) {
+        _Atomic uint64_t *w = (_Atomic uint64_t *)(h->base + links[i].addr);
+        uint64_t cur = atomic_load_explicit(w, memory_order_relaxed);
+        if (kind == NVH_REC_ACT) {
+            if (!replay || cur == links[i].value)
+                atomic_store_explicit(w, r->obj, memory_order_relaxed);
+        } else if (kind == NVH_REC_FREE) {
+            if (cur == r->obj) atomic_store_explicit(w, links[i].value, memory_order_relaxed);
+        }
+        nvh_flush(h->pool, (void *)w, 8);
+    }
+}
+
+/* ==========================================================================
+ * Recovery
+ * ========================================================================== */
+typedef struct found_rec {
+    uint64_t seq;
+    unsigned ring, line;
+} found_rec;
+
+static int cmp_u64(const void *x, const void *y)
+{
+    uint64_t a = *(const uint64_t *)x, b = *(const uint64_t *)y;
+    return a < b ? -1 : a > b;
+}
+
+static int cmp_found(const void *x, const void *y)
+{
+    const found_rec *a = x, *b = y;
+    return a->seq < b->seq ? -1 : a->seq > b->seq;
+}
+
+static bool rec_sane(nvh_heap *h, const struct nvh_rec *r, const struct nvh_link_entry *links)
+{
+    unsigned kind = r->kind_links & 0x0F, n = r->kind_links >> 4;
+    unsigned rk = r->cls_flags >> NVH_RECF_KIND_SHIFT, cls = r->cls_flags & 0x1F;
+    uint64_t size = nvh_pool_size(h->pool);
+    if (kind < NVH_REC_ACT || kind > NVH_REC_FREE_NAMED || rk == 0) return false;
+    if (!obj_in_heap(h, r->obj)) return false;
+    if (rk == NVH_RK_RUN) {
+        if (cls == 0 || cls > NVH_SMALL_CLASSES) return false;
+        uint64_t rel = r->obj - h->chunks_off, in = rel % NVH_BLOCK;
+        if (in < NVH_HDR || (in - NVH_HDR) % nvh_cls_size(cls) ||
+            (in - NVH_HDR) / nvh_cls_size(cls) >= nvh_cls_slots(cls))
+            return false;
+    } else {
+        if ((r->obj - NVH_HDR - h->chunks_off) % NVH_BLOCK || r->blocks == 0) return false;
+        uint64_t b = (r->obj - NVH_HDR - h->chunks_off) / NVH_BLOCK;
+        if (nvh_block_off(h, b + r->blocks + r->remainder) > size &&
+            (r->kind_links & 0x0F) != NVH_REC_FREE && (r->kind_links & 0x0F) != NVH_REC_FREE_NAMED)
+            return false;
+    }
+    if (kind == NVH_REC_ACT_NAMED || kind == NVH_REC_FREE_NAMED) {
+        if (r->link[0].addr >= NVH_NAMED_CAP) return false;
+        if (kind == NVH_REC_ACT_NAMED ? n != 6 : n != 0) return false;
+    } else {
+        for (unsigned i = 0; i < n; i++)
+            if (links[i].addr % 8 || links[i].addr < 4096 || links[i].addr + 8 > size)
+                return false;
+    }
+    return true;
+}
+
+static void gather_links(nvh_heap *h, unsigned ring, unsigned line, struct nvh_link_entry *out)
+{
+    const struct nvh_rec *r = (const struct nvh_rec *)ring_line(h, ring, line);
+    unsigned n = r->kind_links >> 4;
+    for (unsigned i = 0; i < n && i < 2; i++) out[i] = r->link[i];
+    for (unsigned i = 2; i < n; i++)
+        memcpy(&out[i], ring_line(h, ring, line) + 64 + (i - 2) * 16u, 16);
+}
+
+int nvh_log_recover(nvh_heap *h)
+{
+    nvh_pool *pool = h->pool;
+    found_rec *found = malloc(sizeof *found * NVH_RINGS * NVH_RING_LINES);
+    if (!found) return nvh_fail(NVH_E_NOMEM, "out of memory for recovery");
+    size_t nfound = 0;
+    uint64_t maxseq = 0;
+    /* the two newest records of each ring: their link effects may not be
+     * durable (a record can reach the media before its own fence, by
+     * eviction, so the newest durable record does not prove that the one
+     * before it was fenced-over) */
+    uint64_t last_of[NVH_RINGS], prev_of[NVH_RINGS];
+    unsigned last_line[NVH_RINGS], prev_line[NVH_RINGS];
+    for (unsigned i = 0; i < NVH_RINGS; i++) {
+        uint64_t wm = atomic_load_explicit(&h->ring_hdr[i].watermark, memory_order_relaxed);
+        if (wm > maxseq) maxseq = wm;
+        last_of[i] = prev_of[i] = 0;
+        last_line[i] = prev_line[i] = 0;
+        for (unsigned j = 0; j < NVH_RING_LINES; j++) {
+            const struct nvh_rec *r = (const struct nvh_rec *)ring_line(h, i, j);
+            if (r->seq == 0) continue;
+            unsigned n = r->kind_links >> 4;
+            unsigned nlines = nvh_rec_nlines(n);
+            if (n > NVH_LINKS_MAX_ || j + nlines > NVH_RING_LINES) continue;
+            if (rec_checksum(r, nlines, i, j) != r->checksum) continue;
+            if (r->seq > maxseq) maxseq = r->seq;
+            if (r->seq <= wm) continue;
+            struct nvh_link_entry links[NVH_LINKS_MAX_];
+            gather_links(h, i, j, links);
+            if (!rec_sane(h, r, links)) {
+                nvh_corrupt_report(h, (uint64_t)((char *)r - h->base), "insane redo record");
+                continue;
+            }
+            found[nfound++] = (found_rec){r->seq, i, j};
+            if (r->seq > last_of[i]) {
+                prev_of[i] = last_of[i]; prev_line[i] = last_line[i];
+                last_of[i] = r->seq; last_line[i] = j;
+            } else if (r->seq > prev_of[i]) {
+                prev_of[i] = r->seq; prev_line[i] = j;
+            }
+        }
+    }
+    qsort(found, nfound, sizeof *found, cmp_found);
+    for (size_t k = 0; k < nfound; k++) {
+        if (k && found[k].seq == found[k - 1].seq) continue;
+        const struct nvh_rec *r = (const struct nvh_rec *)ring_line(h, found[k].ring, found[k].line);
+        struct nvh_link_entry links[NVH_LINKS_MAX_];
+        gather_links(h, found[k].ring, found[k].line, links);
+        nvh_rec_apply_state(h, r, links, &h->arenas[found[k].ring], true);
+    }
+    /* links: the newest two records of every ring, merged in global order */
+    found_rec tail[2 * NVH_RINGS];
+    size_t ntail = 0;
+    for (unsigned i = 0; i < NVH_RINGS; i++) {
+        if (prev_of[i]) tail[ntail++] = (found_rec){prev_of[i], i, prev_line[i]};
+        if (last_of[i]) tail[ntail++] = (found_rec){last_of[i], i, last_line[i]};
+    }
+    qsort(tail, ntail, sizeof *tail, cmp_found);
+    for (size_t k = 0; k < ntail; k++) {
+        const struct nvh_rec *r = (const struct nvh_rec *)ring_line(h, tail[k].ring, tail[k].line);
+        struct nvh_link_entry links[NVH_LINKS_MAX_];
+        gather_links(h, tail[k].ring, tail[k].line, links);
+        nvh_rec_apply_links(h, r, links, &h->arenas[tail[k].ring], true);
+    }
+    h->replayed = nfound;
+    if (nfound) {
+        nvh_drain(pool);
+        for (unsigned i = 0; i < NVH_RINGS; i++) {
+            if (!last_of[i]) continue;
+            atomic_store_explicit(&h->ring_hdr[i].watermark, last_of[i], memory_order_relaxed);
+            nvh_flush(pool, &h->ring_hdr[i], 8);
+        }
+        nvh_drain(pool);
+    }
+    for (unsigned i = 0; i < NVH_RINGS; i++) h->arenas[i].last_seq =
+        atomic_load_explicit(&h->ring_hdr[i].watermark, memory_order_relaxed);
+    atomic_store(&h->seq, maxseq);
+    free(found);
+    return NVH_OK;
+}
+
+/* ==========================================================================
+ * Read-only opens: the headers that unreplayed records will rewrite (a
+ * crashed pool checked without recovery may hold them torn; they are not
+ * corruption). Sorted block indexes, malloc'd; *n_out entries.
+ * ========================================================================== */
+uint64_t *nvh_log_pending_blocks(nvh_heap *h, size_t *n_out)
+{
+    uint64_t *v = malloc(sizeof *v * 3 * NVH_RINGS * NVH_RING_LINES);
+    size_t n = 0;
+    *n_out = 0;
+    if (!v) return NULL;
+    for (unsigned i = 0; i < NVH_RINGS; i++) {
+        uint64_t wm = atomic_load_explicit(&h->ring_hdr[i].watermark, memory_order_relaxed);
+        for (unsigned j = 0; j < NVH_RING_LINES; j++) {
+            const struct nvh_rec *r = (const struct nvh_rec *)ring_line(h, i, j);
+            unsigned nl = r->kind_links >> 4, nlines = nvh_rec_nlines(nl);
+            if (r->seq <= wm || nl > NVH_LINKS_MAX_ || j + nlines > NVH_RING_LINES) continue;
+            if (rec_checksum(r, nlines, i, j) != r->checksum) continue;
+            if (!obj_in_heap(h, r->obj)) continue;
+            unsigned rk = r->cls_flags >> NVH_RECF_KIND_SHIFT;
+            uint64_t rel = r->obj - h->chunks_off;
+            uint64_t b = rk == NVH_RK_RUN ? rel / NVH_BLOCK : (rel - NVH_HDR) / NVH_BLOCK;
+            uint64_t pre = rk == NVH_RK_HUGE ? (uint64_t)r->prefix * h->bpc : r->prefix;
+            v[n++] = b;
+            if (pre && pre <= b) v[n++] = b - pre;
+            if (r->remainder) v[n++] = b + (rk == NVH_RK_RUN ? 1 : r->blocks);
+        }
+    }
+    qsort(v, n, sizeof *v, cmp_u64);
+    *n_out = n;
+    return v;
+}

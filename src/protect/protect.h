@@ -1,0 +1,261 @@
+/* protect.h — internals of the stray-write protection layer (src/protect),
+ * and the calls other layers use to keep their own writes inside windows.
+ *
+ * Model (docs/PROTECT.md has the long version). Every page of a protected
+ * pool has
+ *   count[page]    open write windows (unprotect +1, protect -1); the page
+ *                  SHOULD be writable iff count > 0
+ *   state bit      the protection last applied to the page (1 = writable).
+ *                  Invariant: bit 0 => the page IS read-only. Bit 1 may
+ *                  be stale (really read-only), which only costs a fault.
+ *   pending bit    the page sits in the async request queue
+ * Every "applier" (the sync path, the async service thread, a producer that
+ * found the queue full) holds pr->apply_lock and RECONCILES: it sets each
+ * page it looks at to what its count says at that moment, never to what a
+ * request said. Requests are only hints that a page may need a look, so a
+ * protect/unprotect pair queued in one interval cancels by itself (count back
+ * to 0, state still read-only: nothing to do). The SIGSEGV handler is the
+ * one applier without the lock: it only ever makes a page writable whose
+ * count is > 0 (or whose thread is in an internal window), re-checks the
+ * count afterwards, never clears a state bit, and bumps fault_seq so an
+ * applier whose pass it raced redoes that pass by force (apply.c). Its races
+ * can cost a spurious fault, never leave a page writable with no window open.
+ *
+ * Lock-free pairs (all seq_cst, Dekker style), which let producers skip work:
+ *   producer: count RMW, then test-and-set pending  | applier: clear pending, then load count
+ *   producer: count RMW, then load state            | applier: store state, then load count
+ */
+#ifndef NVH_PROTECT_H
+#define NVH_PROTECT_H
+
+#include "../common/internal.h"
+
+#include <signal.h>
+#include <stdatomic.h>
+
+/* --------------------------------------------------------------------------
+ * Calls for the other layers (allocator, logs, transactions, containers)
+ * --------------------------------------------------------------------------
+ * Two ways to keep a library write legal while the pool is protected:
+ *
+ *   explicit   nvh_protect_open_(pool, p, len) ... stores ... nvh_protect_close_(pool, p, len)
+ *              the same counted windows as the public nvh_unprotect/nvh_protect
+ *              (cheap when protection is off: one load and a branch).
+ *   implicit   nvh_protect_internal_begin(pool) ... any stores into any
+ *              protected pool ... nvh_protect_internal_end(pool)
+ *              a thread-local "inside the library" window: a fault of this
+ *              thread on a protected pool page opens a window on that page
+ *              (the handler does it) and _end closes them all. Nestable. One
+ *              fault per page first written, so for cold paths (open, close,
+ *              recovery, rare metadata) rather than per-operation hot paths.
+ * Without NVH_LAYER_PROTECT in the build they compile to nothing. */
+#ifdef NVH_LAYER_PROTECT
+struct nvh_protect;
+int nvh_protect_open_slow_(nvh_pool *pool, const void *p, size_t len);
+int nvh_protect_close_slow_(nvh_pool *pool, const void *p, size_t len);
+void nvh_protect_internal_begin(nvh_pool *pool);
+void nvh_protect_internal_end(nvh_pool *pool);
+/* Pool hooks (src/pool/pool.c). */
+void nvh_protect_grow_(nvh_pool *pool, uint64_t old_size, uint64_t new_size);
+void nvh_protect_detach_(nvh_pool *pool);
+
+static inline int nvh_protect_open_(nvh_pool *pool, const void *p, size_t len)
+{
+    if (__builtin_expect(atomic_load_explicit(&pool->protect, memory_order_acquire) == NULL, 1))
+        return NVH_OK;
+    return nvh_protect_open_slow_(pool, p, len);
+}
+static inline int nvh_protect_close_(nvh_pool *pool, const void *p, size_t len)
+{
+    if (__builtin_expect(atomic_load_explicit(&pool->protect, memory_order_acquire) == NULL, 1))
+        return NVH_OK;
+    return nvh_protect_close_slow_(pool, p, len);
+}
+#else
+static inline int nvh_protect_open_(nvh_pool *pool, const void *p, size_t len)
+{ (void)pool; (void)p; (void)len; return NVH_OK; }
+static inline int nvh_protect_close_(nvh_pool *pool, const void *p, size_t len)
+{ (void)pool; (void)p; (void)len; return NVH_OK; }
+static inline void nvh_protect_internal_begin(nvh_pool *pool) { (void)pool; }
+static inline void nvh_protect_internal_end(nvh_pool *pool) { (void)pool; }
+#endif
+
+#ifdef NVH_PROTECT_INTERNALS_   /* defined by the files of src/protect only */
+
+#include <pthread.h>
+
+/* --------------------------------------------------------------------------
+ * Constants
+ * -------------------------------------------------------------------------- */
+#define PR_PAGE_SHIFT 12u
+#define PR_QUEUE_DEFAULT 65536u
+#define PR_QUEUE_MIN 64u
+#define PR_QUEUE_MAX (1u << 24)
+#define PR_REGISTRY_SLOTS 64u        /* protected pools at once, process-wide */
+#define PR_TLS_PAGES 256u            /* pages one implicit window remembers   */
+#define PR_TLS_POOLS 4u              /* distinct pools one implicit window names */
+#define PR_LAT_BUCKETS 320u          /* latency histogram, log2 x 8 sub-buckets */
+
+enum { PR_KIND_UNPROTECT = 0, PR_KIND_PROTECT = 1, PR_KIND_SWEEP = 2 };
+
+/* --------------------------------------------------------------------------
+ * The request queue (queue.c): bounded lock-free multi-producer ring
+ * (Vyukov's per-cell sequence numbers), drained by one applier at a time.
+ * -------------------------------------------------------------------------- */
+typedef struct pr_request {
+    uint64_t first_page;
+    uint32_t npages;
+    uint32_t kind;               /* PR_KIND_*                                  */
+    uint64_t t_ns;               /* request time (CLOCK_MONOTONIC), 0 = untimed */
+} pr_request;
+
+typedef struct pr_cell {
+    _Atomic uint64_t seq;
+    pr_request req;
+} pr_cell;
+
+typedef struct pr_queue {
+    _Alignas(64) _Atomic uint64_t tail;   /* producers                       */
+    _Alignas(64) uint64_t head;           /* the applier (under apply_lock)  */
+    uint64_t mask;
+    pr_cell *cells;
+} pr_queue;
+
+int pr_queue_init(pr_queue *q, unsigned slots);
+void pr_queue_fini(pr_queue *q);
+/* false if the ring is full. */
+bool pr_queue_push(pr_queue *q, const pr_request *r);
+/* Pop up to max published entries (the applier only). */
+size_t pr_queue_pop(pr_queue *q, pr_request *out, size_t max);
+
+/* --------------------------------------------------------------------------
+ * Latency histogram (apply.c): log-linear buckets, relaxed atomic counts.
+ * -------------------------------------------------------------------------- */
+typedef struct pr_hist {
+    _Atomic uint64_t bucket[PR_LAT_BUCKETS];
+    _Atomic uint64_t count, sum_ns, max_ns;
+} pr_hist;
+
+void pr_hist_add(pr_hist *h, uint64_t ns);
+unsigned pr_hist_index(uint64_t ns);
+uint64_t pr_hist_upper(unsigned index);      /* largest ns in bucket */
+
+/* --------------------------------------------------------------------------
+ * Per-pool state
+ * -------------------------------------------------------------------------- */
+enum { ST_MPROTECTS, ST_PAGES_CHANGED, ST_REQUESTS, ST_BATCHES, ST_CANCELLED,
+       ST_FAULTS_RESOLVED, ST_INTERNAL_FAULTS, ST_STRAYS, ST_QUEUE_FULL, ST_UNBALANCED,
+       ST_SYNC_APPLIES, ST_RECHECKS, ST_COUNT_ };
+
+struct nvh_protect {
+    nvh_pool *pool;
+    char *base;
+    uint64_t max_pages;                   /* arrays cover the reserved range  */
+    _Atomic int mode;                     /* nvh_protect_mode                 */
+    _Atomic int disabling;                /* switching to off: faults are legal */
+    _Atomic uint64_t fault_seq;           /* bumped by every handler mprotect(RW) */
+    unsigned flags;                       /* NVH_PROTECT_* option bits        */
+    _Atomic uint64_t interval_ns;
+    int registry_slot;
+
+    /* page arrays: mmap'ed MAP_NORESERVE for max_pages, touched on use */
+    _Atomic uint32_t *count;
+    _Atomic uint64_t *state;              /* 1 = writable (applied)           */
+    _Atomic uint64_t *pending;            /* 1 = queued                       */
+    size_t arrays_bytes;
+
+    /* async */
+    pr_queue queue;
+    pr_request *batch;                    /* applier scratch: popped requests */
+    uint64_t *pages;                      /* applier scratch: page list       */
+    size_t batch_cap, pages_cap;
+    pthread_t thread;
+    bool thread_running;
+    _Atomic bool stop;
+    _Atomic bool sweep_wanted;            /* an implicit window overflowed    */
+    pthread_mutex_t wake_lock;
+    pthread_cond_t wake;
+
+    pthread_mutex_t apply_lock;           /* one applier at a time            */
+
+    /* stray reporting */
+    _Atomic(nvh_stray_handler) stray_fn;
+    _Atomic(void *) stray_arg;
+
+    _Alignas(64) _Atomic uint64_t stats[ST_COUNT_];
+    pr_hist lat[2];                       /* by PR_KIND_UNPROTECT / PROTECT   */
+};
+
+static inline void pr_stat(struct nvh_protect *pr, unsigned which, uint64_t n)
+{
+    atomic_fetch_add_explicit(&pr->stats[which], n, memory_order_relaxed);
+}
+
+static inline uint64_t pr_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* Bit helpers on the state/pending bitmaps (seq_cst: see the pairs above). */
+static inline bool pr_bit_test(_Atomic uint64_t *map, uint64_t page)
+{
+    return (atomic_load(&map[page >> 6]) >> (page & 63)) & 1u;
+}
+static inline bool pr_bit_set(_Atomic uint64_t *map, uint64_t page)      /* old value */
+{
+    uint64_t bit = (uint64_t)1 << (page & 63);
+    return (atomic_fetch_or(&map[page >> 6], bit) & bit) != 0;
+}
+static inline void pr_bit_clear(_Atomic uint64_t *map, uint64_t page)
+{
+    atomic_fetch_and(&map[page >> 6], ~((uint64_t)1 << (page & 63)));
+}
+static inline bool pr_page_wanted(struct nvh_protect *pr, uint64_t page)
+{
+    return atomic_load(&pr->count[page]) != 0;
+}
+static inline char *pr_page_addr(struct nvh_protect *pr, uint64_t page)
+{
+    return pr->base + (page << PR_PAGE_SHIFT);
+}
+static inline uint64_t pr_mapped_pages(struct nvh_protect *pr)
+{
+    return atomic_load_explicit(&pr->pool->ctx.size, memory_order_acquire) >> PR_PAGE_SHIFT;
+}
+
+/* apply.c — everything under apply_lock */
+/* Bring pages [first, first+n) to what their counts say; sets the caller's
+ * mprotect count. Caller holds apply_lock. */
+void pr_reconcile_range(struct nvh_protect *pr, uint64_t first, uint64_t n);
+/* Drain the queue and reconcile what it names (sorted, coalesced). Caller
+ * holds apply_lock. Returns requests processed. */
+size_t pr_drain(struct nvh_protect *pr);
+/* mprotect wrapper that counts (async-signal-safe). */
+int pr_mprotect(struct nvh_protect *pr, uint64_t first, uint64_t n, bool writable);
+
+/* service.c */
+int pr_service_start(struct nvh_protect *pr);
+void pr_service_stop(struct nvh_protect *pr);
+void pr_service_kick(struct nvh_protect *pr);
+
+/* fault.c */
+int pr_handler_install(void);
+int pr_registry_add(struct nvh_protect *pr);
+void pr_registry_remove(struct nvh_protect *pr);
+
+/* window.c: the implicit window of the calling thread, read by the handler */
+typedef struct pr_tls {
+    unsigned depth;              /* nesting of internal_begin                 */
+    unsigned n;                  /* pages[] used                              */
+    bool overflow;               /* a page did not fit: sweep at the end      */
+    bool any_pool;               /* more than PR_TLS_POOLS pools named        */
+    unsigned npools;
+    nvh_pool *pools[PR_TLS_POOLS];
+    struct { struct nvh_protect *pr; uint64_t page; } pages[PR_TLS_PAGES];
+} pr_tls;
+extern _Thread_local pr_tls nvh_protect_tls_ __attribute__((tls_model("initial-exec")));
+
+#endif /* NVH_PROTECT_INTERNALS_ */
+#endif /* NVH_PROTECT_H */
