@@ -143,7 +143,7 @@ static const char *domain_label(nvh_domain domain, char buf[32])
  * ========================================================================== */
 enum opt_id {
     OPT_HELP, OPT_SIZE, OPT_LAYOUT, OPT_DOMAIN, OPT_ROOT_SIZE, OPT_MAX_SIZE,
-    OPT_SPARSE, OPT_STATS, OPT_JSON, OPT_RW, OPT_COUNT_
+    OPT_SPARSE, OPT_STATS, OPT_JSON, OPT_RW, OPT_REPAIR, OPT_COUNT_
 };
 #define OPT_BIT(id) (1u << (id))
 
@@ -161,6 +161,7 @@ static const struct option_def {
     [OPT_STATS] = {"stats", false},
     [OPT_JSON] = {"json", false},
     [OPT_RW] = {"rw", false},
+    [OPT_REPAIR] = {"repair", false},
 };
 
 struct command;
@@ -214,14 +215,18 @@ static const struct command commands[] = {
      OPT_BIT(OPT_STATS) | OPT_BIT(OPT_JSON) | OPT_BIT(OPT_LAYOUT) | OPT_BIT(OPT_DOMAIN) |
          OPT_BIT(OPT_RW),
      run_info},
-    {"check", "check PATH [--layout NAME]",
-     "verify a pool offline (reads the file, never modifies it)",
+    {"check", "check PATH [--layout NAME] [--repair]",
+     "verify a pool offline: superblock, then every heap region header",
      "  --layout NAME      refuse a pool of another layout\n"
+     "  --repair           quarantine corrupt heap regions durably (opens the pool\n"
+     "                     read-write: the file changes); without it check never\n"
+     "                     modifies the file\n"
      "\n"
      "Prints one finding per line (error/warning/note, byte offset, what is wrong),\n"
-     "then a summary. Exit status: 0 consistent (warnings allowed), 1 inconsistent,\n"
-     "2 could not check (missing file, not a pool, pool in use, ...).\n",
-     OPT_BIT(OPT_LAYOUT),
+     "then a summary. Exit status: 0 consistent (warnings allowed, or everything\n"
+     "found was repaired), 1 inconsistent, 2 could not check (missing file, not a\n"
+     "pool, pool in use, ...).\n",
+     OPT_BIT(OPT_LAYOUT) | OPT_BIT(OPT_REPAIR),
      run_check},
 };
 #define COMMAND_COUNT (sizeof commands / sizeof commands[0])
@@ -479,6 +484,45 @@ static void info_persistence_stats(const struct info_ctx *ctx, struct emitter *e
     emit_u64(e, "nt-bytes", stats.nt_bytes);
 }
 
+/* Allocator usage (a walk of every region header): per-class runs and
+ * slots, large/huge objects, free space and fragmentation, quarantine and the
+ * don't-allocate list. A pool whose heap was never used has only zeros. */
+static void info_allocator_stats(const struct info_ctx *ctx, struct emitter *e)
+{
+    nvh_heap_stats hs;
+    if (nvh_heap_stats_get(ctx->pool, &hs) != NVH_OK) return;
+    emit_u64(e, "heap-chunk-size", hs.chunk_size);
+    emit_u64(e, "heap-chunks", hs.chunks);
+    emit_u64(e, "heap-bytes", hs.heap_bytes);
+    emit_u64(e, "live-objects", hs.live_objects);
+    emit_u64(e, "live-bytes", hs.live_bytes);
+    emit_u64(e, "large-objects", hs.large_objects);
+    emit_u64(e, "huge-objects", hs.huge_objects);
+    emit_u64(e, "free-bytes", hs.free_bytes);
+    emit_u64(e, "free-regions", hs.free_regions);
+    emit_u64(e, "largest-free", hs.largest_free);
+    char buf[32];
+    snprintf(buf, sizeof buf, "%.4f", hs.fragmentation);
+    emit_key(e, "fragmentation");
+    fprintf(e->out, e->json ? "%s" : " %s\n", buf);
+    emit_u64(e, "quarantined-bytes", hs.quarantined_bytes);
+    emit_u64(e, "corrupt-regions", hs.corrupt_regions);
+    emit_u64(e, "dont-allocate-entries", hs.fifo_entries);
+    emit_u64(e, "dont-allocate-bytes", hs.fifo_bytes);
+    emit_u64(e, "dont-allocate-delay-ns", hs.fifo_delay_ns);
+    emit_u64(e, "records-replayed", hs.records_replayed);
+    for (unsigned c = 1; c < sizeof hs.cls / sizeof hs.cls[0]; c++) {
+        const nvh_heap_class_stats *k = &hs.cls[c];
+        if (!k->runs) continue;
+        char key[48], value[96];
+        snprintf(key, sizeof key, "class-%u", 64 * c);
+        snprintf(value, sizeof value, "runs %llu, slots %llu/%llu used",
+                 (unsigned long long)k->runs, (unsigned long long)k->slots_used,
+                 (unsigned long long)k->slots_total);
+        emit_str(e, key, value);
+    }
+}
+
 static const struct info_provider {
     const char *name;
     bool stats;          /* shown only with --stats */
@@ -486,7 +530,7 @@ static const struct info_provider {
 } info_providers[] = {
     {"pool", false, info_pool},
     {"persistence", true, info_persistence_stats},
-    /* later layers: {"allocator", true, info_allocator_usage}, ... */
+    {"allocator", true, info_allocator_stats},
 };
 
 static int run_info(const struct args *args)
@@ -522,6 +566,7 @@ struct check_ctx {
     struct nvh_superblock sb;  /* as read from the file */
     int current;               /* current state slot, -1 if none is valid */
     nvh_pool *pool;            /* read-only open, for checkers of later layers */
+    bool repair;               /* --repair: quarantine what the heap check finds */
     unsigned errors, warnings;
     bool stop;                 /* a checker found the rest cannot run */
 };
@@ -818,6 +863,34 @@ static void check_library_open(struct check_ctx *c)
                 (unsigned long long)s->pool_size, (unsigned long long)s->epoch);
 }
 
+/* ---- the heap: every region header's checksum (size, state, position) ---- */
+static void heap_finding(uint64_t offset, uint64_t length, const char *what, void *arg)
+{
+    struct check_ctx *c = arg;
+    finding(c, c->repair ? SEV_WARNING : SEV_ERROR, offset,
+            "heap region of %llu bytes: %s%s", (unsigned long long)length, what,
+            c->repair ? " (quarantined)" : "");
+}
+
+static void check_heap(struct check_ctx *c)
+{
+    if (!c->pool) return;
+    uint64_t corrupt = 0;
+    int rc;
+    if (c->repair) {
+        /* Repair needs a read-write open: give up this read-only one and the
+         * shared lock first, or the library would find the pool busy. */
+        nvh_pool_close(c->pool);
+        c->pool = NULL;
+        flock(c->fd, LOCK_UN);
+        rc = nvh_heap_check_path(c->path, heap_finding, c, 1, &corrupt);
+    } else {
+        rc = nvh_heap_check(c->pool, heap_finding, c, 0, &corrupt);
+    }
+    if (rc != NVH_OK && rc != NVH_E_CORRUPT)
+        finding(c, SEV_ERROR, 0, "heap check failed: %s", nvh_errormsg());
+}
+
 static const struct checker {
     const char *name;
     void (*run)(struct check_ctx *c);
@@ -826,7 +899,7 @@ static const struct checker {
     {"superblock header", check_header},
     {"superblock state", check_state},
     {"library open", check_library_open},
-    /* later layers, on the read-only c->pool: {"heap", check_heap}, ... */
+    {"heap", check_heap},
 };
 
 /* Open, lock (shared: a read-write open elsewhere makes it busy), read the
@@ -869,7 +942,7 @@ static int check_prepare(struct check_ctx *c)
 static int run_check(const struct args *args)
 {
     struct check_ctx c = {.path = args->path, .layout = args->value[OPT_LAYOUT], .fd = -1,
-                          .current = -1};
+                          .current = -1, .repair = args->given[OPT_REPAIR]};
     int rc = check_prepare(&c);
     if (rc == EXIT_OK) {
         for (size_t i = 0; i < sizeof checkers / sizeof checkers[0] && !c.stop; i++)

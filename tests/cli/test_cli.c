@@ -637,6 +637,66 @@ static void check_corrupt_header(void **state)
     unlink(path);
 }
 
+/* The heap checker: a corrupt region header is an error with its offset;
+ * --repair quarantines it; afterwards the pool checks clean, the region is
+ * gone from the live objects, and every other object is intact. */
+static void check_heap_corruption(void **state)
+{
+    (void)state;
+    enum { OBJECTS = 20, OBJECT_SIZE = 3000, VICTIM = 5 };
+    char path[512];
+    fresh_path(path, sizeof path, "heap");
+    create_pool(path, "8M", "heap");
+    nvh_pool *pool = nvh_pool_open(path, "heap", NVH_DOMAIN_PROCESS);
+    assert_non_null(pool);
+    nvh_off_t *links = nvh_root(pool, NULL);
+    for (unsigned i = 0; i < OBJECTS; i++) {
+        unsigned char *obj = nvh_reserve(pool, OBJECT_SIZE);
+        assert_non_null(obj);
+        memset(obj, 'a' + (int)i, OBJECT_SIZE);
+        nvh_persist(pool, obj, OBJECT_SIZE);
+        nvh_off_t *link = &links[i];
+        assert_int_equal(nvh_activate(pool, obj, &link, 1), NVH_OK);
+    }
+    uint64_t header = links[VICTIM] - 64;   /* a large object's header precedes it */
+    assert_int_equal(header % 4096, 0);
+    assert_int_equal(nvh_pool_close(pool), NVH_OK);
+
+    flip_byte(path, (off_t)header + 12);    /* the region's size in blocks */
+    struct fingerprint before = fingerprint(path);
+    struct run r;
+    char expect[128];
+    snprintf(expect, sizeof expect, "error: offset %llu: heap region", (unsigned long long)header);
+    CLI(&r, "check", path);
+    EXPECT_STATUS(&r, 1);
+    EXPECT_CONTAINS(r.out, expect);
+    EXPECT_CONTAINS(r.out, "corrupt region header");
+    assert_unchanged(path, before);
+
+    CLI(&r, "check", path, "--repair");
+    EXPECT_STATUS(&r, 0);
+    EXPECT_CONTAINS(r.out, "(quarantined)");
+    CLI(&r, "check", path);
+    EXPECT_STATUS(&r, 0);
+    EXPECT_CONTAINS(r.out, "consistent (0 errors, 0 warnings)");
+    CLI(&r, "info", path, "--stats");
+    EXPECT_STATUS(&r, 0);
+    assert_int_equal(u64_of(r.out, "live-objects"), OBJECTS - 1);
+    assert_true(u64_of(r.out, "quarantined-bytes") >= 4096);
+
+    pool = nvh_pool_open(path, "heap", NVH_DOMAIN_PROCESS);
+    assert_non_null(pool);
+    links = nvh_root(pool, NULL);
+    for (unsigned i = 0; i < OBJECTS; i++) {
+        if (i == VICTIM) continue;
+        const unsigned char *obj = nvh_ptr(pool, links[i]);
+        for (unsigned k = 0; k < OBJECT_SIZE; k++)
+            if (obj[k] != 'a' + i) fail_msg("object %u byte %u damaged", i, k);
+    }
+    assert_int_equal(nvh_pool_close(pool), NVH_OK);
+    unlink(path);
+}
+
 static void check_state_slots(void **state)
 {
     (void)state;
@@ -814,6 +874,7 @@ int main(void)
         cmocka_unit_test(check_corrupt_header),
         cmocka_unit_test(check_state_slots),
         cmocka_unit_test(check_truncated),
+        cmocka_unit_test(check_heap_corruption),
         cmocka_unit_test(check_cannot_check),
         cmocka_unit_test(hello_pool_twice),
     };
