@@ -1043,8 +1043,11 @@ uint64_t nvh_btree_wear_foreach(const nvh_btree *tree, void (*fn)(uint64_t write
  * Threads: unprotect/protect/sync/stats are thread-safe. set_mode and
  * configure must not race with other calls on the same pool, and must be
  * called with no window open. Pools: up to 64 protected at once per process.
- * Library writes (superblock, and the other layers as they adopt it) open
- * their own windows, so protection may stay on across every nvheap call.
+ * Library writes open their own windows, so protection may stay on across
+ * nvheap calls. As of this version the pool layer does (superblock updates
+ * at grow and close); the allocator, transactions, persist groups and the
+ * B+ tree do not yet (docs/PROTECT.md): until they do, a protected pool
+ * reports their stores as strays.
  * grow keeps new pages protected; close makes its own writes in a window,
  * then turns protection off and stops the service thread. */
 typedef enum nvh_protect_mode {

@@ -83,6 +83,7 @@ static inline void nvh_protect_internal_end(nvh_pool *pool) { (void)pool; }
 #ifdef NVH_PROTECT_INTERNALS_   /* defined by the files of src/protect only */
 
 #include <pthread.h>
+#include <time.h>
 
 /* --------------------------------------------------------------------------
  * Constants
@@ -92,7 +93,11 @@ static inline void nvh_protect_internal_end(nvh_pool *pool) { (void)pool; }
 #define PR_QUEUE_MIN 64u
 #define PR_QUEUE_MAX (1u << 24)
 #define PR_REGISTRY_SLOTS 64u        /* protected pools at once, process-wide */
-#define PR_TLS_PAGES 256u            /* pages one implicit window remembers   */
+/* Pages one implicit window remembers. Small on purpose: the list is
+ * initial-exec TLS (the handler must reach it without __tls_get_addr), and a
+ * dlopen'ed libnvheap.so only gets glibc's small static-TLS surplus. More
+ * pages than this still work: the rest are re-protected by a sweep. */
+#define PR_TLS_PAGES 64u
 #define PR_TLS_POOLS 4u              /* distinct pools one implicit window names */
 #define PR_LAT_BUCKETS 320u          /* latency histogram, log2 x 8 sub-buckets */
 
@@ -162,13 +167,14 @@ struct nvh_protect {
     _Atomic uint32_t *count;
     _Atomic uint64_t *state;              /* 1 = writable (applied)           */
     _Atomic uint64_t *pending;            /* 1 = queued                       */
+    _Atomic uint64_t *ptime;              /* async: when the last window closed
+                                             (ns), for the protect latency     */
     size_t arrays_bytes;
 
     /* async */
     pr_queue queue;
     pr_request *batch;                    /* applier scratch: popped requests */
-    uint64_t *pages;                      /* applier scratch: page list       */
-    size_t batch_cap, pages_cap;
+    size_t batch_cap;
     pthread_t thread;
     bool thread_running;
     _Atomic bool stop;

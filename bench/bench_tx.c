@@ -1,0 +1,544 @@
+/* bench_tx.c — durable transactions: NVTM's Table 3 and GUPS/GSPS (seed 004), hybrid logging (seed 003), vs PMDK
+ *
+ * Cases are GROUP/VARIANT (subjects: nvheap, nvheap-obj, pmdk):
+ *   latency/{empty,read,write,read-write}-{dur,nodur}   seed 004 Table 3: one
+ *        object transaction on one 8-byte object; dur = pmem domain (CLWB +
+ *        SFENCE on /dev/shm), nodur = process domain (no flush, no fence).
+ *        pmdk: TX_BEGIN/pmemobj_tx_add_range_direct (no read isolation: its
+ *        "read" is a plain load)
+ *   gups/U        1 thread, 1 M-element array, U random 8-byte updates per
+ *                 transaction (Fig. 4). nvheap: nvh_tx_add_ranges (one call
+ *                 for the U words) then in-place updates; nvheap-obj:
+ *                 nvh_tx_open_write per element; pmdk: add_range_direct per
+ *                 element
+ *   gsps/1        swap two random elements per transaction
+ *   contention/SIZE-Tt  GUPS with 1 update per transaction on arrays of SIZE
+ *                 elements by T threads (Fig. 5), object transactions
+ *                 (isolated); pmdk: 1 thread only (it has no isolation)
+ *   hash/{insert,delete}-{word,object,hybrid}  seed 003 Fig. 18: a persistent
+ *                 hash table; log bytes, lines and fences per operation with
+ *                 word-only, object-only and hybrid (AUTO) logging hints
+ * Metrics: ns_per_op, ops_per_s, lines_per_op, fences_per_op, log_bytes_per_op.
+ * The ratio column divides ns_per_op by PMDK's in the same case (< 1: faster).
+ * PMDK runs with PMEM_IS_PMEM_FORCE=1 on /dev/shm (the whole program re-runs
+ * itself as a child with that environment, since libpmem reads it at load).
+ */
+#include "bench_util.h"
+
+#include <libpmemobj.h>
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define MIB ((uint64_t)1 << 20)
+#define GUPS_N (1u << 20)
+
+static const bench_info info = {
+    .name = "tx",
+    .summary = "durable transactions: NVTM Table 3, GUPS/GSPS, hybrid logging, vs PMDK",
+    .baseline = "pmdk",
+    .ratio_metric = "ns_per_op",
+    .usage = NULL,
+};
+
+/* ==========================================================================
+ * Subjects' state
+ * ========================================================================== */
+typedef struct env {
+    const bench_opts *opts;
+    nvh_pool *pool;             /* pmem domain */
+    nvh_pool *nodur;            /* process domain */
+    uint64_t *arr;              /* GUPS_N words in pool */
+    uint64_t *arr_nodur;
+    PMEMobjpool *pop;
+    uint64_t *parr;             /* GUPS_N words in the PMDK pool */
+} env;
+
+static inline uint64_t xs(uint64_t *s)
+{
+    uint64_t x = *s;
+    x ^= x << 13; x ^= x >> 7; x ^= x << 17;
+    return *s = x;
+}
+
+/* ==========================================================================
+ * Measurement helpers
+ * ========================================================================== */
+typedef struct loop_ctx {
+    env *e;
+    nvh_pool *pool;
+    uint64_t *arr;
+    uint64_t n;                 /* array elements */
+    unsigned u;                 /* updates per tx */
+    uint64_t rng;
+    int kind;
+} loop_ctx;
+
+static void emit(const bench_opts *o, const char *c, const char *subj, double *ns, unsigned runs)
+{
+    bench_summary s = bench_summarize(ns, runs);
+    bench_emit(o, c, subj, "ns_per_op", s, "ns");
+    double ops[64];
+    for (unsigned i = 0; i < runs; i++) ops[i] = 1e9 / ns[i];
+    bench_emit(o, c, subj, "ops_per_s", bench_summarize(ops, runs), "ops/s");
+}
+
+static void emit_counts(const bench_opts *o, const char *c, const char *subj, nvh_pool *pool,
+                        uint64_t ops, uint64_t log0)
+{
+    bench_counts k = bench_counts_per_op(pool, ops);
+    bench_emit_counts(o, c, subj, &k);
+    nvh_tx_stats st;
+    nvh_tx_stats_get(pool, &st);
+    bench_emit(o, c, subj, "log_bytes_per_op", bench_exact((double)(st.bytes_logged - log0) / ops),
+               "B");
+}
+
+/* measure one body on one pool (nvheap subjects) */
+static void measure_nv(env *e, const char *c, const char *subj, bench_body_fn body, loop_ctx *x,
+                       double scale)
+{
+    const bench_opts *o = e->opts;
+    uint64_t iters = bench_calibrate(o, body, x, scale);
+    double ns[64];
+    nvh_tx_stats st;
+    for (unsigned r = 0; r < o->runs; r++) ns[r] = bench_time_ns(body, x, iters) / iters;
+    emit(o, c, subj, ns, o->runs);
+    bench_counts_begin(x->pool);
+    nvh_tx_stats_get(x->pool, &st);
+    bench_time_ns(body, x, iters);
+    emit_counts(o, c, subj, x->pool, iters, st.bytes_logged);
+}
+
+static void measure_pm(env *e, const char *c, bench_body_fn body, loop_ctx *x, double scale)
+{
+    const bench_opts *o = e->opts;
+    uint64_t iters = bench_calibrate(o, body, x, scale);
+    double ns[64];
+    for (unsigned r = 0; r < o->runs; r++) ns[r] = bench_time_ns(body, x, iters) / iters;
+    emit(o, c, "pmdk", ns, o->runs);
+}
+
+/* ==========================================================================
+ * Table 3: minimal object transactions
+ * ========================================================================== */
+enum { K_EMPTY, K_READ, K_WRITE, K_RW };
+
+static void t3_nv(void *p, uint64_t iters)
+{
+    loop_ctx *x = p;
+    nvh_pool *pool = x->pool;
+    uint64_t *a = x->arr, *b = x->arr + 8;
+    for (uint64_t i = 0; i < iters; i++) {
+        nvh_tx_begin(pool);
+        if (x->kind == K_READ || x->kind == K_RW) {
+            const uint64_t *r = nvh_tx_open_read(pool, b, 8);
+            if (x->kind == K_RW) {
+                uint64_t *w = nvh_tx_open_write(pool, a, 8);
+                *w = *r + i;
+            }
+        } else if (x->kind == K_WRITE) {
+            uint64_t *w = nvh_tx_open_write(pool, a, 8);
+            *w = i;
+        }
+        nvh_tx_commit(pool);
+    }
+}
+
+static void t3_pm(void *p, uint64_t iters)
+{
+    loop_ctx *x = p;
+    PMEMobjpool *pop = x->e->pop;
+    uint64_t *a = x->e->parr, *b = x->e->parr + 8;
+    for (uint64_t i = 0; i < iters; i++) {
+        pmemobj_tx_begin(pop, NULL, TX_PARAM_NONE);
+        if (x->kind == K_READ || x->kind == K_RW) {
+            uint64_t v = *(volatile uint64_t *)b;
+            if (x->kind == K_RW) {
+                pmemobj_tx_add_range_direct(a, 8);
+                *a = v + i;
+            }
+        } else if (x->kind == K_WRITE) {
+            pmemobj_tx_add_range_direct(a, 8);
+            *a = i;
+        }
+        pmemobj_tx_commit();
+        pmemobj_tx_end();
+    }
+}
+
+static void table3(env *e)
+{
+    static const char *names[] = {"empty", "read", "write", "read-write"};
+    for (int k = 0; k < 4; k++)
+        for (int dur = 1; dur >= 0; dur--) {
+            char c[64];
+            snprintf(c, sizeof c, "latency/%s-%s", names[k], dur ? "dur" : "nodur");
+            if (!bench_selected(e->opts, c)) continue;
+            loop_ctx x = {e, dur ? e->pool : e->nodur, dur ? e->arr : e->arr_nodur, 0, 0, 1, k};
+            measure_nv(e, c, "nvheap", t3_nv, &x, 0.5);
+            if (dur) measure_pm(e, c, t3_pm, &x, 0.5);
+        }
+}
+
+/* ==========================================================================
+ * GUPS / GSPS, one thread
+ * ========================================================================== */
+static void gups_nv(void *p, uint64_t iters)
+{
+    loop_ctx *x = p;
+    nvh_pool *pool = x->pool;
+    nvh_tx_range r[256];
+    uint64_t *w[256];
+    for (uint64_t i = 0; i < iters; i++) {
+        for (unsigned k = 0; k < x->u; k++) {
+            w[k] = &x->arr[xs(&x->rng) & (x->n - 1)];
+            r[k] = (nvh_tx_range){w[k], 8, NVH_TX_HINT_AUTO};
+        }
+        nvh_tx_begin(pool);
+        nvh_tx_add_ranges(pool, r, x->u);
+        for (unsigned k = 0; k < x->u; k++) *w[k] += i;
+        nvh_tx_commit(pool);
+    }
+}
+
+static void gups_obj(void *p, uint64_t iters)
+{
+    loop_ctx *x = p;
+    nvh_pool *pool = x->pool;
+    for (uint64_t i = 0; i < iters; i++) {
+        nvh_tx_begin(pool);
+        for (unsigned k = 0; k < x->u; k++) {
+            uint64_t *w = nvh_tx_open_write(pool, &x->arr[xs(&x->rng) & (x->n - 1)], 8);
+            *w += i;
+        }
+        nvh_tx_commit(pool);
+    }
+}
+
+static void gups_pm(void *p, uint64_t iters)
+{
+    loop_ctx *x = p;
+    PMEMobjpool *pop = x->e->pop;
+    for (uint64_t i = 0; i < iters; i++) {
+        pmemobj_tx_begin(pop, NULL, TX_PARAM_NONE);
+        for (unsigned k = 0; k < x->u; k++) {
+            uint64_t *w = &x->e->parr[xs(&x->rng) & (x->n - 1)];
+            pmemobj_tx_add_range_direct(w, 8);
+            *w += i;
+        }
+        pmemobj_tx_commit();
+        pmemobj_tx_end();
+    }
+}
+
+static void gsps_nv(void *p, uint64_t iters)
+{
+    loop_ctx *x = p;
+    nvh_pool *pool = x->pool;
+    for (uint64_t i = 0; i < iters; i++) {
+        uint64_t *a = &x->arr[xs(&x->rng) & (x->n - 1)], *b = &x->arr[xs(&x->rng) & (x->n - 1)];
+        nvh_tx_range r[2] = {{a, 8, NVH_TX_HINT_AUTO}, {b, 8, NVH_TX_HINT_AUTO}};
+        nvh_tx_begin(pool);
+        nvh_tx_add_ranges(pool, r, 2);
+        uint64_t t = *a; *a = *b; *b = t;
+        nvh_tx_commit(pool);
+    }
+}
+
+static void gsps_obj(void *p, uint64_t iters)
+{
+    loop_ctx *x = p;
+    nvh_pool *pool = x->pool;
+    for (uint64_t i = 0; i < iters; i++) {
+        nvh_tx_begin(pool);
+        uint64_t *a = nvh_tx_open_write(pool, &x->arr[xs(&x->rng) & (x->n - 1)], 8);
+        uint64_t *b = nvh_tx_open_write(pool, &x->arr[xs(&x->rng) & (x->n - 1)], 8);
+        uint64_t t = *a; *a = *b; *b = t;
+        nvh_tx_commit(pool);
+    }
+}
+
+static void gsps_pm(void *p, uint64_t iters)
+{
+    loop_ctx *x = p;
+    PMEMobjpool *pop = x->e->pop;
+    for (uint64_t i = 0; i < iters; i++) {
+        uint64_t *a = &x->e->parr[xs(&x->rng) & (x->n - 1)];
+        uint64_t *b = &x->e->parr[xs(&x->rng) & (x->n - 1)];
+        pmemobj_tx_begin(pop, NULL, TX_PARAM_NONE);
+        pmemobj_tx_add_range_direct(a, 8);
+        if (b != a) pmemobj_tx_add_range_direct(b, 8);
+        uint64_t t = *a; *a = *b; *b = t;
+        pmemobj_tx_commit();
+        pmemobj_tx_end();
+    }
+}
+
+static void gups(env *e)
+{
+    static const unsigned us[] = {1, 4, 16, 64, 256};
+    for (unsigned i = 0; i < sizeof us / sizeof us[0]; i++) {
+        char c[64];
+        snprintf(c, sizeof c, "gups/%u", us[i]);
+        if (!bench_selected(e->opts, c)) continue;
+        loop_ctx x = {e, e->pool, e->arr, GUPS_N, us[i], 88172645463325252ull, 0};
+        double scale = 1.0 / 3;
+        /* alternate subjects, same iteration counts come from calibration */
+        measure_nv(e, c, "nvheap", gups_nv, &x, scale);
+        measure_pm(e, c, gups_pm, &x, scale);
+        measure_nv(e, c, "nvheap-obj", gups_obj, &x, scale);
+    }
+    if (bench_selected(e->opts, "gsps/1")) {
+        loop_ctx x = {e, e->pool, e->arr, GUPS_N, 2, 88172645463325252ull, 0};
+        measure_nv(e, "gsps/1", "nvheap", gsps_nv, &x, 1.0 / 3);
+        measure_pm(e, "gsps/1", gsps_pm, &x, 1.0 / 3);
+        measure_nv(e, "gsps/1", "nvheap-obj", gsps_obj, &x, 1.0 / 3);
+    }
+}
+
+/* ==========================================================================
+ * Contention: object GUPS on small arrays, 1 and 2 threads
+ * ========================================================================== */
+typedef struct thr {
+    env *e;
+    uint64_t n;
+    uint64_t rng;
+    uint64_t ops;
+    _Atomic int *go, *stop;
+    int pmdk;
+    int gsps;
+} thr;
+
+static void *thr_run(void *p)
+{
+    thr *t = p;
+    nvh_pool *pool = t->e->pool;
+    while (!atomic_load_explicit(t->go, memory_order_acquire)) {}
+    uint64_t ops = 0;
+    while (!atomic_load_explicit(t->stop, memory_order_relaxed)) {
+        for (int k = 0; k < 16; k++) {
+            if (t->pmdk) {
+                loop_ctx x = {t->e, NULL, NULL, t->n, 1, t->rng, 0};
+                gups_pm(&x, 1);
+                t->rng = x.rng;
+                continue;
+            }
+            for (;;) {
+                nvh_tx_begin(pool);
+                uint64_t *w = nvh_tx_open_write(pool, &t->e->arr[(xs(&t->rng) % t->n) * 8], 8);
+                uint64_t *w2 = NULL;
+                if (w && t->gsps) w2 = nvh_tx_open_write(pool, &t->e->arr[(xs(&t->rng) % t->n) * 8], 8);
+                if (w && (!t->gsps || w2)) {
+                    if (t->gsps) { uint64_t v = *w; *w = *w2; *w2 = v; }
+                    else *w += 1;
+                    if (nvh_tx_commit(pool) == NVH_OK) break;
+                } else {
+                    nvh_tx_commit(pool);      /* closes the aborted transaction */
+                }
+            }
+        }
+        ops += 16;
+    }
+    t->ops = ops;
+    return NULL;
+}
+
+static double run_threads(env *e, unsigned nt, uint64_t n, int pmdk, int gsps)
+{
+    _Atomic int go = 0, stop = 0;
+    thr t[2];
+    pthread_t th[2];
+    for (unsigned i = 0; i < nt; i++) {
+        t[i] = (thr){e, n, 0x1234567ull * (i + 7), 0, &go, &stop, pmdk, gsps};
+        pthread_create(&th[i], NULL, thr_run, &t[i]);
+    }
+    uint64_t t0 = bench_now_ns();
+    atomic_store(&go, 1);
+    uint64_t dur = (uint64_t)e->opts->time_ns;
+    while (bench_now_ns() - t0 < dur) usleep(1000);
+    atomic_store(&stop, 1);
+    uint64_t ops = 0;
+    for (unsigned i = 0; i < nt; i++) {
+        pthread_join(th[i], NULL);
+        ops += t[i].ops;
+    }
+    double el = (double)(bench_now_ns() - t0);
+    return el / (double)ops;
+}
+
+static void contention(env *e)
+{
+    static const uint64_t sizes[] = {1, 4, 16, GUPS_N / 8};
+    for (int g = 0; g < 2; g++)
+        for (unsigned s = 0; s < 4; s++)
+            for (unsigned nt = 1; nt <= 2; nt++) {
+                char c[64];
+                snprintf(c, sizeof c, "%s/%llu-%ut", g ? "contention-gsps" : "contention",
+                         (unsigned long long)sizes[s], nt);
+                if (!bench_selected(e->opts, c)) continue;
+                double ns[64];
+                /* elements are 64 B apart (one per ownership record) */
+                for (unsigned r = 0; r < e->opts->runs; r++) ns[r] = run_threads(e, nt, sizes[s], 0, g);
+                emit(e->opts, c, "nvheap-obj", ns, e->opts->runs);
+                if (nt == 1 && !g) {
+                    for (unsigned r = 0; r < e->opts->runs; r++)
+                        ns[r] = run_threads(e, 1, sizes[s] * 8, 1, 0);
+                    emit(e->opts, c, "pmdk", ns, e->opts->runs);
+                }
+            }
+}
+
+/* ==========================================================================
+ * Hybrid logging: a persistent hash table (seed 003 §4.3, Fig. 18)
+ * ========================================================================== */
+#define HBUCKETS 4096u
+typedef struct hentry { uint64_t key, val, next; uint64_t pad[5]; } hentry;   /* 64 B */
+typedef struct htable { uint64_t count; uint64_t pad[7]; uint64_t bucket[HBUCKETS]; } htable;
+
+typedef struct hctx {
+    nvh_pool *pool;
+    htable *t;
+    nvh_tx_hint hint;
+    uint64_t next_key, del_key;
+} hctx;
+
+static void h_insert(void *p, uint64_t iters)
+{
+    hctx *h = p;
+    nvh_pool *pool = h->pool;
+    for (uint64_t i = 0; i < iters; i++) {
+        uint64_t key = h->next_key++;
+        uint64_t *head = &h->t->bucket[key % HBUCKETS];
+        nvh_tx_begin(pool);
+        hentry *en = nvh_tx_alloc(pool, sizeof *en);
+        /* the entry's three words are logged too (as in the seed's PHT, where
+         * the entry comes from a free list): word-only logs 5 words, object-only
+         * 3 objects, hybrid the entry as one object and the two counters as words */
+        nvh_tx_range r[3] = {{en, 24, h->hint}, {head, 8, h->hint}, {&h->t->count, 8, h->hint}};
+        nvh_tx_add_ranges(pool, r, 3);
+        en->key = key;
+        en->val = key * 3;
+        en->next = *head;
+        *head = nvh_off(pool, en);
+        h->t->count++;
+        nvh_tx_commit(pool);
+    }
+}
+
+static void h_delete(void *p, uint64_t iters)
+{
+    hctx *h = p;
+    nvh_pool *pool = h->pool;
+    for (uint64_t i = 0; i < iters; i++) {
+        uint64_t key = h->del_key++;
+        uint64_t *link = &h->t->bucket[key % HBUCKETS];
+        hentry *en = nvh_ptr(pool, *link);
+        while (en && en->key != key) { link = &en->next; en = nvh_ptr(pool, *link); }
+        if (!en) continue;
+        nvh_tx_begin(pool);
+        /* 3 word updates: the link, the count, the entry's next (cleared) */
+        nvh_tx_range r[3] = {{link, 8, h->hint}, {&h->t->count, 8, h->hint}, {&en->next, 8, h->hint}};
+        if (h->hint == NVH_TX_HINT_OBJECT) r[2] = (nvh_tx_range){en, 24, h->hint};
+        nvh_tx_add_ranges(pool, r, 3);
+        *link = en->next;
+        en->next = 0;
+        h->t->count--;
+        nvh_tx_free(pool, en);
+        nvh_tx_commit(pool);
+    }
+}
+
+static void hashbench(env *e)
+{
+    static const char *hn[] = {"hybrid", "word", "object"};
+    static const nvh_tx_hint hv[] = {NVH_TX_HINT_AUTO, NVH_TX_HINT_WORD, NVH_TX_HINT_OBJECT};
+    const bench_opts *o = e->opts;
+    uint64_t n = o->quick ? 2000 : 20000;
+    for (int k = 0; k < 3; k++) {
+        char ci[64], cd[64];
+        snprintf(ci, sizeof ci, "hash/insert-%s", hn[k]);
+        snprintf(cd, sizeof cd, "hash/delete-%s", hn[k]);
+        if (!bench_selected(o, ci) && !bench_selected(o, cd)) continue;
+        htable *t = nvh_alloc(e->pool, sizeof *t, NULL, NULL, NULL);
+        if (!t) { bench_error(o, "hash: %s", nvh_errormsg()); return; }
+        hctx h = {e->pool, t, hv[k], 1, 1};
+        double ns[64], dn[64];
+        for (unsigned r = 0; r < o->runs; r++) {
+            uint64_t log0;
+            nvh_tx_stats st;
+            bench_counts_begin(e->pool);
+            nvh_tx_stats_get(e->pool, &st);
+            log0 = st.bytes_logged;
+            ns[r] = bench_time_ns(h_insert, &h, n) / n;
+            if (r == o->runs - 1) emit_counts(o, ci, "nvheap", e->pool, n, log0);
+            bench_counts_begin(e->pool);
+            nvh_tx_stats_get(e->pool, &st);
+            log0 = st.bytes_logged;
+            dn[r] = bench_time_ns(h_delete, &h, n) / n;
+            if (r == o->runs - 1) emit_counts(o, cd, "nvheap", e->pool, n, log0);
+            if (r == o->runs - 1) {
+                bench_emit(o, ci, "nvheap", "ns_per_op", bench_summarize(ns, o->runs), "ns");
+                bench_emit(o, cd, "nvheap", "ns_per_op", bench_summarize(dn, o->runs), "ns");
+            }
+        }
+        nvh_free(e->pool, t, NULL, 0);
+    }
+}
+
+/* ==========================================================================
+ * Main
+ * ========================================================================== */
+int main(int argc, char **argv)
+{
+    bench_opts opts;
+    bench_parse(&opts, &info, argc, argv);
+    if (opts.argc) bench_usage_error(&opts, "unknown option: %s", opts.argv[0]);
+    if (!opts.child) {
+        /* libpmem reads PMEM_IS_PMEM_FORCE when it loads: run in a child */
+        const char *envs[] = {"PMEM_IS_PMEM_FORCE=1", NULL};
+        const char *args[] = {NULL};
+        bench_run_child(&opts, envs, args);
+        return bench_finish(&opts);
+    }
+    env e = {.opts = &opts};
+    const char *p1 = bench_scratch_path(&opts, NULL, "nvheap");
+    const char *p2 = bench_scratch_path(&opts, NULL, "nodur");
+    const char *p3 = bench_scratch_path(&opts, NULL, "pmdk");
+    e.pool = nvh_pool_create(p1, "bench", 96 * MIB, NVH_DOMAIN_PMEM);
+    e.nodur = nvh_pool_create(p2, "bench", 16 * MIB, NVH_DOMAIN_PROCESS);
+    if (!e.pool || !e.nodur) {
+        bench_error(&opts, "cannot create pools: %s", nvh_errormsg());
+        return bench_finish(&opts);
+    }
+    e.arr = nvh_alloc(e.pool, GUPS_N * 8, NULL, NULL, NULL);
+    e.arr_nodur = nvh_alloc(e.nodur, 4096, NULL, NULL, NULL);
+    e.pop = pmemobj_create(p3, "bench", 96 * MIB, 0600);
+    if (!e.arr || !e.arr_nodur || !e.pop) {
+        bench_error(&opts, "setup failed: %s / %s", nvh_errormsg(), pmemobj_errormsg());
+        return bench_finish(&opts);
+    }
+    PMEMoid root = pmemobj_root(e.pop, GUPS_N * 8);
+    e.parr = pmemobj_direct(root);
+    /* distinct values, so a swap always changes both words (an object
+     * transaction logs nothing for an unchanged copy) */
+    for (uint64_t i = 0; i < GUPS_N; i++) e.arr[i] = e.parr[i] = i + 1;
+    nvh_persist(e.pool, e.arr, GUPS_N * 8);
+    pmemobj_persist(e.pop, e.parr, GUPS_N * 8);
+    nvh_pool_info pi;
+    nvh_pool_info_get(e.pool, &pi);
+    bench_note(&opts, "nvheap: pmem domain on %s (%s); PMDK: PMEM_IS_PMEM_FORCE=1 on the same "
+               "directory", opts.dir, pi.flush_instruction);
+    table3(&e);
+    gups(&e);
+    contention(&e);
+    hashbench(&e);
+    pmemobj_close(e.pop);
+    nvh_pool_close(e.pool);
+    nvh_pool_close(e.nodur);
+    return bench_finish(&opts);
+}

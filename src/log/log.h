@@ -1,0 +1,238 @@
+/* log.h — internals of the transaction log (layer `log`): the on-media
+ * format of the per-thread log lanes (directory, lane headers, segments,
+ * records) and the DRAM state the `tx` layer drives.
+ *
+ * Files:
+ *   lane.c     the log directory (named object "nvheap.tx"), lane ownership,
+ *              segment chains and their growth, the pool registry
+ *   record.c   appending word / range / intent records, checksums, the
+ *              commit record, retirement and help-flushing
+ *   recover.c  open-time recovery of every lane (restartable)
+ *
+ * The protocol and why it needs only two fences per transaction are in
+ * docs/TX.md; the byte layout is pinned in docs/FORMAT.md ("Transaction log"). */
+#ifndef NVH_LOG_H
+#define NVH_LOG_H
+
+#include "../common/internal.h"
+
+#include <assert.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+/* ==========================================================================
+ * Geometry and constants
+ * ========================================================================== */
+#define NVH_TX_LANES 64u                     /* threads transacting at once    */
+#define NVH_TX_DIR_NAME "nvheap.tx"
+#define NVH_TX_DIR_MAGIC 0x31584c48564e0000ull /* "\0\0NVHLX1" little-endian  */
+#define NVH_TX_SEG_MAGIC 0x4745534c48564eull   /* "NVHLSEG"                    */
+#define NVH_TX_SEG_MIN 4096u                 /* first segment of a slot        */
+#define NVH_TX_LIMIT_DEFAULT ((uint64_t)64 << 20) /* bytes of log per lane     */
+
+/* Lane state word: tid << 3 | slot << 2 | st. One 8-byte word, so no crash
+ * (not even the simulator's adversarial word mode) can tear it. */
+enum { NVH_LS_IDLE = 0, NVH_LS_ACTIVE = 1, NVH_LS_COMMITTED = 2 };
+#define NVH_LS_MAKE(tid, slot, st) (((uint64_t)(tid) << 3) | ((uint64_t)(slot) << 2) | (uint64_t)(st))
+#define NVH_LS_TID(w) ((w) >> 3)
+#define NVH_LS_SLOT(w) ((unsigned)(((w) >> 2) & 1u))
+#define NVH_LS_ST(w) ((unsigned)((w) & 3u))
+#define NVH_TID_LANE_BITS 6u
+
+/* Record kinds */
+enum {
+    NVH_LR_WORD = 1,   /* up to 8 bytes inside one aligned word: old/new inline */
+    NVH_LR_RANGE = 2,  /* any range: old and new copies in the data area       */
+    NVH_LR_ALLOC = 3,  /* allocator intent: object reserved by the tx          */
+    NVH_LR_FREE = 4,   /* allocator intent: object freed at commit             */
+};
+
+/* ==========================================================================
+ * On-media structures
+ * ========================================================================== */
+
+/* Lane header: one line per lane, in the directory. */
+struct nvh_lane_hdr {
+    _Atomic uint64_t state;     /*  0 NVH_LS_MAKE(tid, slot, st)                 */
+    uint64_t slot_head[2];      /*  8 first segment of each slot (pool offset)   */
+    uint64_t nrecs;             /* 24 committed: records of the transaction      */
+    uint64_t cseq;              /* 32 committed: global commit order             */
+    uint32_t commit_crc;        /* 40 committed: CRC32C, see record.c            */
+    uint32_t reserved0;         /* 44                                            */
+    uint64_t reserved[2];       /* 48                                            */
+};
+static_assert(sizeof(struct nvh_lane_hdr) == 64, "lane header is one line");
+static_assert(offsetof(struct nvh_lane_hdr, commit_crc) == 40, "lane header layout");
+
+/* Directory: the named object "nvheap.tx". */
+struct nvh_tx_dir {
+    uint64_t magic;             /*  0 NVH_TX_DIR_MAGIC                           */
+    uint32_t version;           /*  8 1                                          */
+    uint32_t nlanes;            /* 12 NVH_TX_LANES                               */
+    uint8_t reserved[48];       /* 16                                            */
+    struct nvh_lane_hdr lane[NVH_TX_LANES]; /* 64                                */
+};
+static_assert(offsetof(struct nvh_tx_dir, lane) == 64, "directory layout");
+
+/* Segment: a heap object; header line, then nrec_cap 64-byte record slots
+ * (the metadata), then data_cap bytes of data (old and new copies). */
+struct nvh_seg {
+    uint64_t magic;             /*  0 NVH_TX_SEG_MAGIC                           */
+    uint64_t next;              /*  8 next segment of the slot (pool offset)     */
+    uint32_t nrec_cap;          /* 16                                            */
+    uint32_t data_cap;          /* 20 bytes                                      */
+    uint64_t size;              /* 24 bytes of the whole segment                 */
+    uint8_t reserved[32];       /* 32                                            */
+};
+static_assert(sizeof(struct nvh_seg) == 64, "segment header is one line");
+
+/* Record: one line. The undo checksum covers bytes 0..31 plus, for ranges,
+ * the old copy; `new_word` is written at commit and covered by the commit
+ * checksum; `link` (free intents) is cleared by the allocator atomically with
+ * the free and is covered by neither. */
+struct nvh_txrec {
+    uint64_t tid;               /*  0 transaction id                             */
+    uint64_t off;               /*  8 target (WORD/RANGE) or object (ALLOC/FREE) */
+    uint32_t len;               /* 16 bytes                                      */
+    uint16_t kind;              /* 20 NVH_LR_*                                   */
+    uint16_t seq;               /* 22 index in the transaction (mod 2^16)        */
+    uint64_t old_word;          /* 24 WORD: old bytes; RANGE: data offset in seg */
+    uint64_t new_word;          /* 32 WORD: new bytes (commit)                   */
+    uint64_t link;              /* 40 FREE: == off until the free is applied      */
+    uint32_t reserved;          /* 48                                            */
+    uint32_t pad;               /* 52                                            */
+    uint32_t crc;               /* 56 undo checksum                              */
+    uint32_t pad2;              /* 60                                            */
+};
+static_assert(sizeof(struct nvh_txrec) == 64, "record is one line");
+static_assert(offsetof(struct nvh_txrec, crc) == 56, "record layout");
+
+/* ==========================================================================
+ * DRAM structures
+ * ========================================================================== */
+typedef struct nvh_recref {
+    struct nvh_txrec *rec;      /* the record line in the pool                   */
+    char *data;                 /* RANGE: old copy (new copy follows, 8-aligned) */
+    struct nvh_txrec sh;        /* DRAM shadow: the hot path never reads a line
+                                   back after writing it (see nvh_log_line_)    */
+} nvh_recref;
+
+typedef struct nvh_lane {
+    struct nvh_lane_hdr *hdr;
+    struct nvh_lane_hdr sh;     /* DRAM shadow of *hdr (this lane's owner only)  */
+    unsigned index;
+    _Atomic int owned;
+    /* current transaction */
+    uint64_t tid;               /* (tid_seq << 6) | index: unique per lane    */
+    uint64_t tid_seq;           /* per lane, no shared counter: a LOCKed RMW
+                                   would wait for this lane's pending CLWBs  */
+    unsigned slot;              /* slot of the current / last transaction       */
+    struct nvh_seg *seg;        /* segment being filled                         */
+    uint32_t rec_next;          /* next record slot in seg                      */
+    uint32_t data_next;         /* next data byte in seg                        */
+    bool active_written;        /* state ACTIVE(tid) stored                     */
+    bool unfenced;              /* flushed log lines not yet fenced             */
+    nvh_recref *recs; size_t nrecs, recs_cap;
+    uint64_t chain_bytes[2];    /* bytes of segments in each slot's chain       */
+    /* retirement: read by other lanes (help-flushing), written by the owner */
+    _Atomic uint64_t last_cseq; /* commit order of this lane's last commit      */
+    _Atomic int retire_pending; /* IDLE stored and flushed, not yet fenced      */
+    /* statistics */
+    uint64_t bytes_logged;      /* log bytes written (records + data)           */
+    char pad[64];
+} nvh_lane;
+
+/* Per-pool state of the log and tx layers (registry, lane.c). */
+typedef struct nvh_txlog {
+    nvh_pool *pool;
+    struct nvh_tx_dir *dir;     /* NULL until the first transaction             */
+    pthread_mutex_t lock;       /* directory creation, lane assignment          */
+    nvh_lane lanes[NVH_TX_LANES];
+    _Atomic uint64_t next_tid;
+    _Atomic uint64_t next_cseq;   /* after recovery: above every logged cseq   */
+    _Atomic uint64_t lanes_used;  /* bit i: lane i was ever taken (never cleared) */
+    _Atomic uint64_t limit;     /* bytes of segments per slot chain             */
+    uint64_t gen;               /* registry generation                          */
+    void *tx;                   /* the tx layer's state (orec table ...)        */
+    void (*tx_free)(void *);
+    uint64_t recovered_txs;     /* by the last open                             */
+} nvh_txlog;
+
+/* ==========================================================================
+ * Internal API
+ * ========================================================================== */
+/* lane.c */
+nvh_txlog *nvh_txlog_get(nvh_pool *pool);             /* NULL + error if none */
+int nvh_txlog_dir_ensure(nvh_txlog *lg);              /* create the directory  */
+nvh_lane *nvh_txlog_lane_acquire(nvh_txlog *lg);      /* a free lane for this thread */
+nvh_lane *nvh_txlog_lane_get(nvh_pool *pool, nvh_txlog **lg_out); /* fast path    */
+void nvh_txlog_lane_release(nvh_txlog *lg, nvh_lane *lane);
+struct nvh_seg *nvh_txlog_seg_at(nvh_txlog *lg, uint64_t off);
+/* Make room for a record (and `data` bytes of data) in the current slot
+ * chain, growing it; sets lane->seg / rec_next / data_next. */
+int nvh_txlog_room(nvh_txlog *lg, nvh_lane *lane, uint64_t data);
+
+/* record.c */
+uint32_t nvh_txrec_crc(const struct nvh_txrec *r, const void *old_data);
+int nvh_txlog_begin(nvh_txlog *lg, nvh_lane *lane);   /* new tid, pick slot */
+/* Append records; they are flushed, not fenced (lane->unfenced). */
+int nvh_txlog_word(nvh_txlog *lg, nvh_lane *lane, uint64_t off, unsigned len);
+int nvh_txlog_range(nvh_txlog *lg, nvh_lane *lane, uint64_t off, uint64_t len,
+                    const void *old_src);
+int nvh_txlog_intent(nvh_txlog *lg, nvh_lane *lane, unsigned kind, uint64_t obj,
+                     uint64_t len, nvh_recref *out);
+/* Fence the records written so far, first help-flushing the headers of the
+ * lanes in help_mask whose retirement is pending (~0: all of them). */
+void nvh_txlog_fence(nvh_txlog *lg, nvh_lane *lane, uint64_t help_mask);
+/* Commit: capture the new bytes from their places into the records (redo),
+ * flush the data in place, write the commit record (with commit order cseq,
+ * from a global clock the caller advanced), FENCE 2. */
+int nvh_txlog_commit(nvh_txlog *lg, nvh_lane *lane, uint64_t cseq);
+/* After commit or abort: state IDLE, flushed (not fenced); lane marked
+ * retire-pending. */
+void nvh_txlog_retire(nvh_txlog *lg, nvh_lane *lane);
+/* Undo the current transaction in place (abort), reverse order. */
+void nvh_txlog_undo(nvh_txlog *lg, nvh_lane *lane);
+/* Help-flush the header lines of every lane in mask (except `self`) whose
+ * retirement is pending; returns the lanes flushed. */
+uint64_t nvh_txlog_help(nvh_txlog *lg, uint64_t mask, unsigned self);
+
+/* recover.c */
+int nvh_txlog_recover(nvh_txlog *lg);
+
+/* Write one 64-byte log line (dst line-aligned) from a DRAM image and start
+ * its write-back. In the pmem domain with CLWB/CLFLUSHOPT: non-temporal
+ * stores, which need no read-for-ownership of a line a previous flush
+ * evicted (on CPUs whose CLWB invalidates, re-writing a flushed line costs a
+ * memory read) and no flush; the next nvh_drain (SFENCE) makes them durable.
+ * Elsewhere: a copy and nvh_flush. Counted as one flushed line either way. */
+static inline void nvh_log_line_(nvh_pool *pool, void *dst, const void *src)
+{
+    NVH_ASSERT(((uintptr_t)dst & (NVH_CACHELINE - 1)) == 0);
+#if defined(__x86_64__)
+    nvh_persist_ctx_ *ctx = NVH_CTX_(pool);
+    if (ctx->domain == NVH_DOMAIN_PMEM && ctx->flush_kind != NVH_FLUSH_CLFLUSH) {
+        const uint64_t *s = src;
+        uint64_t *d = dst;
+        for (int i = 0; i < 8; i++) __asm__ volatile("movnti %1, %0" : "=m"(d[i]) : "r"(s[i]));
+        nvh_stat_add_(ctx, NVH_STAT_LINES, 1);
+        nvh_stat_add_(ctx, NVH_STAT_NT_BYTES, NVH_CACHELINE);
+        return;
+    }
+#endif
+    memcpy(dst, src, NVH_CACHELINE);
+    nvh_flush(pool, dst, NVH_CACHELINE);
+}
+
+/* Allocator hooks used by the log (src/alloc API, public). */
+static inline bool nvh_txlog_in_pool(const nvh_pool *pool, uint64_t off, uint64_t len)
+{
+    uint64_t size = nvh_pool_size(pool);
+    return off >= NVH_PAGE && off < size && len <= size - off;
+}
+
+#endif /* NVH_LOG_H */

@@ -1,0 +1,276 @@
+/* record.c — writing the log: word, range and allocator-intent records, the
+ * commit record, retirement, abort-time undo, and help-flushing of other
+ * lanes' retirements.
+ *
+ * The protocol (docs/TX.md):
+ *   add      undo record (old bytes) + lane state ACTIVE(tid), flushed;
+ *            FENCE 1 before the caller may store in place
+ *   commit   new bytes captured into the records (redo), data flushed in
+ *            place, commit record (state COMMITTED(tid) + CRC over the redo
+ *            data) flushed; FENCE 2. The transaction is durable.
+ *   retire   state IDLE(tid), flushed, not fenced: it becomes durable at this
+ *            lane's next fence, or at the next fence of any thread that
+ *            touches the same data (help-flush), whichever comes first.
+ * Recovery redoes a COMMITTED transaction whose commit CRC holds, and undoes
+ * every other non-IDLE one. Because the lane's slots alternate, a retiring
+ * transaction's records are never overwritten before its IDLE is durable. */
+#include "log.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+char *nvh_txlog_seg_data_(struct nvh_seg *s);
+
+/* ==========================================================================
+ * Checksums
+ * ========================================================================== */
+uint32_t nvh_txrec_crc(const struct nvh_txrec *r, const void *old_data)
+{
+    uint32_t c = nvh_crc32c(0, r, 32);
+    if (r->kind == NVH_LR_RANGE && old_data) c = nvh_crc32c(c, old_data, r->len);
+    return c ^ 0x5a5a5a5au;   /* an all-zero slot never checks */
+}
+
+static inline uint64_t alen8(uint64_t len) { return NVH_ALIGN_UP(len, (uint64_t)8); }
+
+/* ==========================================================================
+ * Begin and appending
+ * ========================================================================== */
+int nvh_txlog_begin(nvh_txlog *lg, nvh_lane *lane)
+{
+    (void)lg;
+    lane->tid = 0;                    /* assigned by the first record */
+    lane->seg = NULL;
+    lane->rec_next = lane->data_next = 0;
+    lane->nrecs = 0;
+    lane->active_written = false;
+    lane->unfenced = false;
+    return NVH_OK;
+}
+
+/* First record of a transaction: publish ACTIVE(tid) in the other slot than
+ * the one the header names now (whose records may still be needed). */
+static int first_record(nvh_txlog *lg, nvh_lane *lane)
+{
+    uint64_t w = atomic_load_explicit(&lane->sh.state, memory_order_relaxed);
+    lane->slot = NVH_LS_SLOT(w) ^ 1u;
+    /* tids are consumed only by transactions that log; every such
+     * transaction makes its ACTIVE durable (add, commit or abort fence), so
+     * only a crashed one can be ahead of the header, by one: recovery skips
+     * one sequence number (recover.c) and a tid is never reused */
+    lane->tid = (++lane->tid_seq << NVH_TID_LANE_BITS) | lane->index;
+    lane->seg = NULL;
+    int rc = nvh_txlog_room(lg, lane, 0);
+    if (rc != NVH_OK) return rc;
+    atomic_store_explicit(&lane->sh.state, NVH_LS_MAKE(lane->tid, lane->slot, NVH_LS_ACTIVE),
+                          memory_order_relaxed);
+    nvh_log_line_(lg->pool, lane->hdr, &lane->sh);
+    lane->active_written = true;
+    return NVH_OK;
+}
+
+static int push_ref(nvh_lane *lane, struct nvh_txrec *r, char *data)
+{
+    if (lane->nrecs == lane->recs_cap) {
+        size_t cap = lane->recs_cap ? lane->recs_cap * 2 : 64;
+        nvh_recref *g = realloc(lane->recs, cap * sizeof *g);
+        if (!g) return nvh_fail(NVH_E_NOMEM, "out of memory for the transaction's records");
+        lane->recs = g;
+        lane->recs_cap = cap;
+    }
+    nvh_recref *ref = &lane->recs[lane->nrecs++];
+    ref->rec = r;
+    ref->data = data;
+    return NVH_OK;
+}
+
+/* Reserve a record slot (and data) and fill the common fields. */
+static int new_record(nvh_txlog *lg, nvh_lane *lane, unsigned kind, uint64_t off, uint64_t len,
+                      uint64_t data_bytes, nvh_recref **out, char **data_out)
+{
+    int rc;
+    if (!lane->active_written && (rc = first_record(lg, lane)) != NVH_OK) return rc;
+    if ((rc = nvh_txlog_room(lg, lane, data_bytes)) != NVH_OK) return rc;
+    struct nvh_seg *s = lane->seg;
+    struct nvh_txrec *r = (struct nvh_txrec *)((char *)s + 64) + lane->rec_next;
+    char *data = NULL;
+    uint64_t doff = lane->data_next;
+    if (data_bytes) {
+        data = nvh_txlog_seg_data_(s) + doff;
+        lane->data_next += (uint32_t)alen8(data_bytes);
+    }
+    if ((rc = push_ref(lane, r, data)) != NVH_OK) return rc;
+    lane->rec_next++;
+    nvh_recref *ref = &lane->recs[lane->nrecs - 1];
+    ref->sh = (struct nvh_txrec){
+        .tid = lane->tid, .off = off, .len = (uint32_t)len, .kind = (uint16_t)kind,
+        .seq = (uint16_t)(lane->nrecs - 1), .old_word = data ? doff : 0,
+    };
+    *out = ref;
+    if (data_out) *data_out = data;
+    return NVH_OK;
+}
+
+int nvh_txlog_word(nvh_txlog *lg, nvh_lane *lane, uint64_t off, unsigned len)
+{
+    NVH_ASSERT(len >= 1 && len <= 8);
+    nvh_recref *ref;
+    int rc = new_record(lg, lane, NVH_LR_WORD, off, len, 0, &ref, NULL);
+    if (rc != NVH_OK) return rc;
+    struct nvh_txrec *r = &ref->sh;
+    uint64_t old = 0;
+    memcpy(&old, (char *)nvh_ptr(lg->pool, off), len);
+    r->old_word = old;
+    r->crc = nvh_txrec_crc(r, NULL);
+    nvh_log_line_(lg->pool, ref->rec, r);
+    lane->unfenced = true;
+    lane->bytes_logged += sizeof *r;
+    return NVH_OK;
+}
+
+int nvh_txlog_range(nvh_txlog *lg, nvh_lane *lane, uint64_t off, uint64_t len, const void *old_src)
+{
+    if (len > UINT32_MAX / 2)
+        return nvh_fail(NVH_E_SIZE, "range of %llu bytes is too large for one record",
+                        (unsigned long long)len);
+    nvh_recref *ref;
+    char *data;
+    int rc = new_record(lg, lane, NVH_LR_RANGE, off, len, 2 * alen8(len), &ref, &data);
+    if (rc != NVH_OK) return rc;
+    struct nvh_txrec *r = &ref->sh;
+    /* old copy now; the new copy's space follows it and is filled at commit */
+    nvh_memcpy_nodrain(lg->pool, data, old_src, len);
+    r->crc = nvh_txrec_crc(r, old_src);
+    nvh_log_line_(lg->pool, ref->rec, r);
+    lane->unfenced = true;
+    lane->bytes_logged += sizeof *r + len;
+    return NVH_OK;
+}
+
+int nvh_txlog_intent(nvh_txlog *lg, nvh_lane *lane, unsigned kind, uint64_t obj, uint64_t len,
+                     nvh_recref *out)
+{
+    nvh_recref *ref;
+    int rc = new_record(lg, lane, kind, obj, len, 0, &ref, NULL);
+    if (rc != NVH_OK) return rc;
+    struct nvh_txrec *r = &ref->sh;
+    r->link = kind == NVH_LR_FREE ? obj : 0;
+    r->crc = nvh_txrec_crc(r, NULL);
+    nvh_log_line_(lg->pool, ref->rec, r);
+    lane->unfenced = true;
+    lane->bytes_logged += sizeof *r;
+    if (out) *out = lane->recs[lane->nrecs - 1];
+    return NVH_OK;
+}
+
+/* ==========================================================================
+ * Fences and help-flushing
+ * ========================================================================== */
+uint64_t nvh_txlog_help(nvh_txlog *lg, uint64_t mask, unsigned self)
+{
+    mask &= atomic_load_explicit(&lg->lanes_used, memory_order_acquire);
+    if (self < 64) mask &= ~(1ull << self);
+    uint64_t flushed = 0;
+    while (mask) {
+        unsigned i = (unsigned)__builtin_ctzll(mask);
+        mask &= mask - 1;
+        if (!atomic_load_explicit(&lg->lanes[i].retire_pending, memory_order_acquire)) continue;
+        /* CLWB writes the line back from whichever core holds it: the other
+         * lane's IDLE store (ordered before its lock release or whatever
+         * synchronisation made us touch its data) reaches the media with
+         * our fence */
+        nvh_flush(lg->pool, lg->lanes[i].hdr, NVH_CACHELINE);
+        flushed |= 1ull << i;
+    }
+    return flushed;
+}
+
+void nvh_txlog_fence(nvh_txlog *lg, nvh_lane *lane, uint64_t help_mask)
+{
+    if (help_mask) nvh_txlog_help(lg, help_mask, lane->index);
+    nvh_drain(lg->pool);
+    lane->unfenced = false;
+    /* our own IDLE (flushed at retire) is durable now; a plain store, no
+     * shared cache line written per transaction */
+    if (atomic_load_explicit(&lane->retire_pending, memory_order_relaxed))
+        atomic_store_explicit(&lane->retire_pending, 0, memory_order_relaxed);
+}
+
+/* ==========================================================================
+ * Commit, retire, undo
+ * ========================================================================== */
+int nvh_txlog_commit(nvh_txlog *lg, nvh_lane *lane, uint64_t cseq)
+{
+    nvh_pool *pool = lg->pool;
+    struct nvh_lane_hdr *h = &lane->sh;
+    uint64_t head[3] = {lane->tid, lane->nrecs, cseq};
+    uint32_t c = nvh_crc32c(0, head, sizeof head);
+    for (size_t i = 0; i < lane->nrecs; i++) {
+        struct nvh_txrec *r = &lane->recs[i].sh;
+        char *place = (char *)pool->ctx.base + r->off;
+        c = nvh_crc32c(c, &r->crc, sizeof r->crc);
+        if (r->kind == NVH_LR_WORD) {
+            uint64_t nw = 0;
+            memcpy(&nw, place, r->len);
+            r->new_word = nw;
+            nvh_log_line_(pool, lane->recs[i].rec, r);
+            nvh_flush(pool, place, r->len);
+            c = nvh_crc32c(c, &nw, sizeof nw);
+            lane->bytes_logged += 8;
+        } else if (r->kind == NVH_LR_RANGE) {
+            char *newc = lane->recs[i].data + alen8(r->len);
+            nvh_memcpy_nodrain(pool, newc, place, r->len);
+            nvh_flush(pool, place, r->len);
+            c = nvh_crc32c(c, place, r->len);    /* == newc, without reading it back */
+            lane->bytes_logged += r->len;
+        }
+    }
+    h->nrecs = lane->nrecs;
+    h->cseq = cseq;
+    h->commit_crc = c;
+    atomic_store_explicit(&h->state, NVH_LS_MAKE(lane->tid, lane->slot, NVH_LS_COMMITTED),
+                          memory_order_relaxed);
+    nvh_log_line_(pool, lane->hdr, h);
+    lane->bytes_logged += 64;
+    nvh_txlog_fence(lg, lane, 0);      /* FENCE 2: the transaction is durable */
+    atomic_store_explicit(&lane->last_cseq, cseq, memory_order_relaxed);
+    return NVH_OK;
+}
+
+void nvh_txlog_retire(nvh_txlog *lg, nvh_lane *lane)
+{
+    if (!lane->active_written) return;
+    /* pending first, then the IDLE store: helpers that see the flag
+     * synchronised with this commit's end (lock release, user
+     * synchronisation), so they also see the IDLE store they flush */
+    atomic_store_explicit(&lane->retire_pending, 1, memory_order_relaxed);
+    /* a plain store (then CLWB), not a non-temporal one: another lane's
+     * help-flush (CLWB of this line) must be able to make it durable, and
+     * an NT store may still sit in this core's write-combining buffer */
+    uint64_t idle = NVH_LS_MAKE(lane->tid, lane->slot, NVH_LS_IDLE);
+    atomic_store_explicit(&lane->sh.state, idle, memory_order_relaxed);
+    atomic_store_explicit(&lane->hdr->state, idle, memory_order_release);
+    nvh_flush(lg->pool, lane->hdr, NVH_CACHELINE);
+    lane->active_written = false;
+    lane->nrecs = 0;
+}
+
+void nvh_txlog_undo(nvh_txlog *lg, nvh_lane *lane)
+{
+    nvh_pool *pool = lg->pool;
+    for (size_t i = lane->nrecs; i-- > 0;) {
+        struct nvh_txrec *r = &lane->recs[i].sh;
+        char *place = (char *)pool->ctx.base + r->off;
+        if (r->kind == NVH_LR_WORD) {
+            memcpy(place, &r->old_word, r->len);
+            nvh_flush(pool, place, r->len);
+        } else if (r->kind == NVH_LR_RANGE) {
+            memcpy(place, lane->recs[i].data, r->len);
+            nvh_flush(pool, place, r->len);
+        }
+    }
+    /* the restored bytes must be durable before the IDLE that disowns the
+     * undo records */
+    if (lane->active_written) nvh_txlog_fence(lg, lane, 0);
+}

@@ -1,0 +1,266 @@
+/* recover.c — open-time recovery of the transaction log.
+ *
+ * For every lane whose state is not IDLE: collect the records of its
+ * transaction (same tid, consecutive seq, valid undo CRC, in chain order).
+ *   COMMITTED with a valid commit CRC  -> redo: new bytes to their places,
+ *                                         pending frees applied
+ *   anything else                      -> undo: old bytes back, in reverse,
+ *                                         objects the tx allocated freed
+ * Redo runs in commit order across lanes, then undo in reverse tid order.
+ * Then one fence, then every lane is set IDLE, then a second fence.
+ *
+ * Restartable: every step is idempotent. Redo and undo write the same bytes
+ * again; a free intent is applied with the allocator's link update clearing
+ * the record's link word in the same failure-atomic step, so it is applied
+ * exactly once; freeing an allocation intent that is already free (or was
+ * never activated) fails harmlessly. A crash anywhere in here leaves the lane
+ * states untouched until everything is durable, so the next open starts over. */
+#include "log.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+char *nvh_txlog_seg_data_(struct nvh_seg *s);
+uint64_t nvh_txlog_chain_bytes_(nvh_txlog *lg, uint64_t head);
+
+typedef struct rtx {
+    nvh_lane *lane;
+    uint64_t tid, cseq;
+    bool redo;
+    nvh_recref *recs;
+    size_t n, cap;
+} rtx;
+
+static int rtx_push(rtx *t, struct nvh_txrec *r, char *data)
+{
+    if (t->n == t->cap) {
+        size_t cap = t->cap ? t->cap * 2 : 16;
+        nvh_recref *g = realloc(t->recs, cap * sizeof *g);
+        if (!g) return nvh_fail(NVH_E_NOMEM, "out of memory recovering transactions");
+        t->recs = g;
+        t->cap = cap;
+    }
+    t->recs[t->n++] = (nvh_recref){r, data, *r};
+    return NVH_OK;
+}
+
+/* Is this record a plausible, intact member of transaction `tid`? */
+static bool rec_ok(nvh_txlog *lg, struct nvh_seg *s, struct nvh_txrec *r, uint64_t tid,
+                   uint16_t seq, char **data_out)
+{
+    if (r->tid != tid || r->seq != seq) return false;
+    char *data = NULL;
+    switch (r->kind) {
+    case NVH_LR_WORD:
+        if (r->len < 1 || r->len > 8) return false;
+        break;
+    case NVH_LR_RANGE: {
+        uint64_t need = 2 * NVH_ALIGN_UP((uint64_t)r->len, (uint64_t)8);
+        if (r->old_word > s->data_cap || need > s->data_cap - r->old_word) return false;
+        data = nvh_txlog_seg_data_(s) + r->old_word;
+        break;
+    }
+    case NVH_LR_ALLOC:
+    case NVH_LR_FREE:
+        break;
+    default:
+        return false;
+    }
+    if (r->crc != nvh_txrec_crc(r, data)) return false;
+    if (r->kind <= NVH_LR_RANGE && !nvh_txlog_in_pool(lg->pool, r->off, r->len)) return false;
+    *data_out = data;
+    return true;
+}
+
+static int collect(nvh_txlog *lg, nvh_lane *lane, rtx *t, unsigned slot)
+{
+    uint16_t seq = 0;
+    unsigned guard = 0;
+    for (struct nvh_seg *s = nvh_txlog_seg_at(lg, lane->hdr->slot_head[slot]); s;
+         s = nvh_txlog_seg_at(lg, s->next)) {
+        if (++guard > 1u << 20) return nvh_fail(NVH_E_CORRUPT, "transaction log chain loops");
+        struct nvh_txrec *recs = (struct nvh_txrec *)((char *)s + 64);
+        for (uint32_t i = 0; i < s->nrec_cap; i++) {
+            char *data;
+            if (!rec_ok(lg, s, &recs[i], t->tid, seq, &data)) break;
+            int rc = rtx_push(t, &recs[i], data);
+            if (rc != NVH_OK) return rc;
+            seq++;
+        }
+    }
+    return NVH_OK;
+}
+
+static bool commit_valid(nvh_txlog *lg, const rtx *t, const struct nvh_lane_hdr *h)
+{
+    (void)lg;
+    if (h->nrecs > t->n) return false;
+    uint64_t head[3] = {t->tid, h->nrecs, h->cseq};
+    uint32_t c = nvh_crc32c(0, head, sizeof head);
+    for (size_t i = 0; i < h->nrecs; i++) {
+        const struct nvh_txrec *r = t->recs[i].rec;
+        c = nvh_crc32c(c, &r->crc, sizeof r->crc);
+        if (r->kind == NVH_LR_WORD) c = nvh_crc32c(c, &r->new_word, sizeof r->new_word);
+        else if (r->kind == NVH_LR_RANGE)
+            c = nvh_crc32c(c, t->recs[i].data + NVH_ALIGN_UP((uint64_t)r->len, (uint64_t)8), r->len);
+    }
+    return c == h->commit_crc;
+}
+
+/* Does [off, off+len) lie inside an object this committed tx freed? Such a
+ * write must not be redone: the space may belong to someone else by now. */
+static bool in_freed(const rtx *t, uint64_t off, uint64_t len)
+{
+    for (size_t i = 0; i < t->n; i++) {
+        const struct nvh_txrec *r = t->recs[i].rec;
+        if (r->kind == NVH_LR_FREE && off >= r->off && off + len <= r->off + r->len) return true;
+    }
+    return false;
+}
+
+static void redo(nvh_txlog *lg, rtx *t)
+{
+    nvh_pool *pool = lg->pool;
+    for (size_t i = 0; i < t->n; i++) {
+        struct nvh_txrec *r = t->recs[i].rec;
+        char *place = pool->ctx.base + r->off;
+        if ((r->kind == NVH_LR_WORD || r->kind == NVH_LR_RANGE) && in_freed(t, r->off, r->len))
+            continue;
+        if (r->kind == NVH_LR_WORD) {
+            memcpy(place, &r->new_word, r->len);
+            nvh_flush(pool, place, r->len);
+        } else if (r->kind == NVH_LR_RANGE) {
+            memcpy(place, t->recs[i].data + NVH_ALIGN_UP((uint64_t)r->len, (uint64_t)8), r->len);
+            nvh_flush(pool, place, r->len);
+        }
+    }
+    /* make the redone bytes durable before frees change the allocator */
+    nvh_drain(pool);
+    for (size_t i = 0; i < t->n; i++) {
+        struct nvh_txrec *r = t->recs[i].rec;
+        if (r->kind != NVH_LR_FREE || r->link != r->off) continue;
+        nvh_link l = {(nvh_off_t *)&r->link, 0};
+        int rc = nvh_free(pool, nvh_ptr(pool, r->off), &l, 1);
+        if (rc != NVH_OK) {
+            /* already free (the free's link update was lost? impossible: it
+             * is atomic with the free) or not an object: clear the intent */
+            r->link = 0;
+            nvh_persist(pool, &r->link, sizeof r->link);
+        }
+    }
+}
+
+static void undo(nvh_txlog *lg, rtx *t)
+{
+    nvh_pool *pool = lg->pool;
+    for (size_t i = t->n; i-- > 0;) {
+        struct nvh_txrec *r = t->recs[i].rec;
+        char *place = pool->ctx.base + r->off;
+        if (r->kind == NVH_LR_WORD) {
+            memcpy(place, &r->old_word, r->len);
+            nvh_flush(pool, place, r->len);
+        } else if (r->kind == NVH_LR_RANGE) {
+            memcpy(place, t->recs[i].data, r->len);
+            nvh_flush(pool, place, r->len);
+        }
+    }
+    nvh_drain(pool);
+    for (size_t i = t->n; i-- > 0;) {
+        struct nvh_txrec *r = t->recs[i].rec;
+        if (r->kind != NVH_LR_ALLOC) continue;
+        /* activated before the commit point that never came: free it. If it
+         * was never activated (or a previous recovery freed it) this fails
+         * with BADPTR/DOUBLEFREE and changes nothing. */
+        if (nvh_usable_size(pool, nvh_ptr(pool, r->off)) != 0)
+            (void)nvh_free(pool, nvh_ptr(pool, r->off), NULL, 0);
+    }
+}
+
+static int cmp_redo(const void *a, const void *b)
+{
+    const rtx *x = a, *y = b;
+    if (x->redo != y->redo) return x->redo ? -1 : 1;           /* redo first    */
+    if (x->redo) return x->cseq < y->cseq ? -1 : x->cseq > y->cseq;  /* commit order */
+    return x->tid > y->tid ? -1 : x->tid < y->tid;             /* undo: newest first */
+}
+
+typedef struct find_arg { void *ptr; size_t size; } find_arg;
+static int find_dir(const char *name, void *ptr, size_t size, void *arg)
+{
+    if (strcmp(name, NVH_TX_DIR_NAME) != 0) return 0;
+    ((find_arg *)arg)->ptr = ptr;
+    ((find_arg *)arg)->size = size;
+    return 1;
+}
+
+int nvh_txlog_recover(nvh_txlog *lg)
+{
+    nvh_pool *pool = lg->pool;
+    /* a walk rather than nvh_get_named: a pool without transactions must not
+     * leave NVH_E_NOTFOUND as the thread's last error after a good open */
+    if (!__atomic_load_n(&pool->heap, __ATOMIC_ACQUIRE)) return NVH_OK;  /* no heap yet:
+                                     never format it just to look (lazy format) */
+    find_arg fa = {NULL, 0};
+    nvh_named_foreach(pool, find_dir, &fa);
+    struct nvh_tx_dir *d = fa.ptr;
+    size_t size = fa.size;
+    if (!d) return NVH_OK;                       /* no transaction ever ran */
+    if (size < sizeof *d || d->magic != NVH_TX_DIR_MAGIC || d->version != 1 ||
+        d->nlanes != NVH_TX_LANES)
+        return nvh_fail(NVH_E_CORRUPT, "the transaction log directory of %s is corrupt",
+                        pool->path);
+    lg->dir = d;
+    uint64_t max_tid = 0, max_cseq = 0;
+    rtx txs[NVH_TX_LANES];
+    unsigned n = 0;
+    int rc = NVH_OK;
+    for (unsigned i = 0; i < NVH_TX_LANES; i++) {
+        nvh_lane *lane = &lg->lanes[i];
+        lane->hdr = &d->lane[i];
+        uint64_t w = atomic_load(&lane->hdr->state);
+        if (NVH_LS_TID(w) > max_tid) max_tid = NVH_LS_TID(w);
+        /* skip the sequence number a crashed transaction may have used */
+        lane->tid_seq = (NVH_LS_TID(w) >> NVH_TID_LANE_BITS) + 1;
+        if (lane->hdr->cseq > max_cseq) max_cseq = lane->hdr->cseq;
+        unsigned st = NVH_LS_ST(w);
+        lane->slot = NVH_LS_SLOT(w);
+        if (st == NVH_LS_IDLE) continue;
+        rtx *t = &txs[n++];
+        memset(t, 0, sizeof *t);
+        t->lane = lane;
+        t->tid = NVH_LS_TID(w);
+        t->cseq = lane->hdr->cseq;
+        if ((rc = collect(lg, lane, t, NVH_LS_SLOT(w))) != NVH_OK) goto out;
+        if (st == NVH_LS_COMMITTED && commit_valid(lg, t, lane->hdr)) {
+            t->redo = true;
+            t->n = lane->hdr->nrecs;
+        }
+    }
+    qsort(txs, n, sizeof txs[0], cmp_redo);
+    for (unsigned i = 0; i < n; i++) {
+        if (txs[i].redo) redo(lg, &txs[i]);
+        else undo(lg, &txs[i]);
+    }
+    if (n) nvh_drain(pool);
+    for (unsigned i = 0; i < n; i++) {
+        nvh_lane *lane = txs[i].lane;
+        atomic_store(&lane->hdr->state, NVH_LS_MAKE(txs[i].tid, NVH_LS_SLOT(atomic_load(&lane->hdr->state)),
+                                                    NVH_LS_IDLE));
+        nvh_flush(pool, lane->hdr, sizeof *lane->hdr);
+    }
+    if (n) nvh_drain(pool);
+    lg->recovered_txs = n;
+out:
+    for (unsigned i = 0; i < n; i++) free(txs[i].recs);
+    if (rc == NVH_OK) {
+        for (unsigned i = 0; i < NVH_TX_LANES; i++) {
+            nvh_lane *lane = &lg->lanes[i];
+            memcpy(&lane->sh, lane->hdr, sizeof lane->sh);   /* the shadow starts here */
+            lane->chain_bytes[0] = nvh_txlog_chain_bytes_(lg, lane->hdr->slot_head[0]);
+            lane->chain_bytes[1] = nvh_txlog_chain_bytes_(lg, lane->hdr->slot_head[1]);
+        }
+        atomic_store(&lg->next_tid, max_tid + 1);
+        atomic_store(&lg->next_cseq, max_cseq + 1);
+    }
+    return rc;
+}

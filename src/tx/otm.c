@@ -1,0 +1,361 @@
+/* otm.c — concurrent object transactions (NVTM, seed 004 §4.3): a volatile
+ * table of ownership records hashed by object offset, eager write locking
+ * at open-for-write, versioned reads validated at commit (and whenever the
+ * read version has to be extended), abort and retry under a contention
+ * policy, and the durable commit of deferred object writes.
+ *
+ * Why deferred writes (the caller modifies a private copy, applied at
+ * commit) rather than NVTM's in-place writes: readers never see a
+ * half-written object (no torn read even in a transaction that will abort),
+ * all shared accesses by the library are atomic (TSan-clean), and the undo
+ * and redo images are both known at commit, so the whole write set is logged
+ * under ONE fence instead of one per opened object.
+ *
+ * Reads follow TL2: a global version clock; a transaction's snapshot is
+ * consistent at its read version rv; an object newer than rv triggers a
+ * revalidation of the read set and an extension of rv. */
+#include "tx.h"
+
+#include <sched.h>
+#include <stdlib.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+/* ==========================================================================
+ * Helpers
+ * ========================================================================== */
+/* Copy with relaxed atomic word loads/stores: the bytes may be read by other
+ * transactions concurrently, and the compiler must not tear or fuse them. */
+static void atomic_copy_in(char *dst, const char *src, size_t n)
+{
+    size_t i = 0;
+    /* acquire loads (plain moves on x86): the ownership record re-read that
+     * validates the copy cannot move above them — a seqlock without a fence
+     * (TSan does not model atomic_thread_fence) */
+    if (((uintptr_t)src & 7) == 0)
+        for (; i + 8 <= n; i += 8) {
+            uint64_t v = __atomic_load_n((const uint64_t *)(src + i), __ATOMIC_ACQUIRE);
+            memcpy(dst + i, &v, 8);
+        }
+    for (; i < n; i++) dst[i] = (char)__atomic_load_n((const char *)(src + i), __ATOMIC_ACQUIRE);
+}
+
+static void atomic_copy_out(char *dst, const char *src, size_t n)
+{
+    size_t i = 0;
+    if (((uintptr_t)dst & 7) == 0)
+        for (; i + 8 <= n; i += 8) {
+            uint64_t v;
+            memcpy(&v, src + i, 8);
+            __atomic_store_n((uint64_t *)(dst + i), v, __ATOMIC_RELAXED);
+        }
+    for (; i < n; i++) __atomic_store_n(dst + i, src[i], __ATOMIC_RELAXED);
+}
+
+static inline void cpu_relax(void)
+{
+#if defined(__x86_64__)
+    __asm__ volatile("pause");
+#endif
+}
+
+static int conflict(nvh_tx *tx, const char *what)
+{
+    tx->conflict = true;
+    tx->conflicts++;
+    nvh_tx_rollback_(tx);
+    return nvh_fail(NVH_E_ABORTED, "%s: conflict with another transaction (aborted)", what);
+}
+
+static int push_r(nvh_tx *tx, _Atomic uint64_t *orec, uint64_t word)
+{
+    if (tx->nr == tx->rcap) {
+        size_t cap = tx->rcap ? tx->rcap * 2 : 32;
+        nvh_rentry *g = realloc(tx->rset, cap * sizeof *g);
+        if (!g) return nvh_fail(NVH_E_NOMEM, "out of memory");
+        tx->rset = g;
+        tx->rcap = cap;
+    }
+    tx->rset[tx->nr++] = (nvh_rentry){orec, word};
+    return NVH_OK;
+}
+
+static nvh_wentry *push_w(nvh_tx *tx)
+{
+    if (tx->nw == tx->wcap) {
+        size_t cap = tx->wcap ? tx->wcap * 2 : 16;
+        nvh_wentry *g = realloc(tx->wset, cap * sizeof *g);
+        if (!g) { nvh_fail(NVH_E_NOMEM, "out of memory"); return NULL; }
+        tx->wset = g;
+        tx->wcap = cap;
+    }
+    return &tx->wset[tx->nw++];
+}
+
+static nvh_wentry *wfind(nvh_tx *tx, const char *obj)
+{
+    for (size_t i = 0; i < tx->nw; i++)
+        if (tx->wset[i].obj == obj) return &tx->wset[i];
+    return NULL;
+}
+
+/* The unlocked word an orec had before this transaction locked it. */
+static bool locked_by_me(nvh_tx *tx, uint64_t w) { return OREC_LOCKED(w) && OREC_LANE(w) == tx->lane->index; }
+
+static uint64_t my_prev(nvh_tx *tx, _Atomic uint64_t *orec)
+{
+    for (size_t i = 0; i < tx->nw; i++)
+        if (tx->wset[i].orec == orec && tx->wset[i].owns_lock) return tx->wset[i].prev;
+    return 0;
+}
+
+/* Every read still current? */
+static bool validate(nvh_tx *tx)
+{
+    for (size_t i = 0; i < tx->nr; i++) {
+        nvh_rentry *e = &tx->rset[i];
+        uint64_t cur = atomic_load_explicit(e->orec, memory_order_acquire);
+        if (cur == e->word) continue;
+        if (locked_by_me(tx, cur) && my_prev(tx, e->orec) == e->word) continue;
+        return false;
+    }
+    return true;
+}
+
+/* An object version newer than rv: revalidate and move rv forward. */
+static bool extend(nvh_tx *tx)
+{
+    uint64_t now = atomic_load_explicit(&tx->st->gclock, memory_order_acquire);
+    if (!validate(tx)) return false;
+    tx->rv = now;
+    return true;
+}
+
+static nvh_tx *otm_tx(nvh_pool *pool, const void *obj, size_t size, const char *what)
+{
+    nvh_tx *tx = nvh_tx_cur_(pool, true);
+    if (!tx) return NULL;
+    if (tx->status == NVH_TXS_ABORTED) { nvh_tx_fail_aborted_(tx, what); return NULL; }
+    if (!obj || size == 0) { nvh_fail(NVH_E_INVAL, "%s: NULL object or size 0", what); return NULL; }
+    if (!nvh_contains(pool, obj, size) || nvh_off(pool, obj) < NVH_PAGE) {
+        nvh_fail(NVH_E_BADPTR, "%s: [%p, +%zu) is not inside the pool's data", what, obj, size);
+        return NULL;
+    }
+    return tx;
+}
+
+/* ==========================================================================
+ * Open for read / write
+ * ========================================================================== */
+const void *nvh_tx_open_read(nvh_pool *pool, const void *obj, size_t size)
+{
+    nvh_tx *tx = otm_tx(pool, obj, size, "nvh_tx_open_read");
+    if (!tx) return NULL;
+    nvh_wentry *we = wfind(tx, obj);
+    if (we) {
+        if (we->size < size) { nvh_fail(NVH_E_INVAL, "nvh_tx_open_read: size grew"); return NULL; }
+        return we->copy;
+    }
+    char *copy = nvh_tx_arena_(tx, size);
+    if (!copy) return NULL;
+    _Atomic uint64_t *orec = nvh_orec_for(tx->st, nvh_off(pool, obj));
+    unsigned spin = atomic_load_explicit(&tx->st->spin, memory_order_relaxed);
+    for (unsigned tries = 0;; tries++) {
+        uint64_t w1 = atomic_load_explicit(orec, memory_order_acquire);
+        if (OREC_LOCKED(w1)) {
+            if (locked_by_me(tx, w1)) {
+                /* the stripe is ours (another object hashed here): the bytes
+                 * in place are stable while we hold it */
+                atomic_copy_in(copy, obj, size);
+                return copy;
+            }
+            if (tries < spin) { cpu_relax(); continue; }
+            conflict(tx, "nvh_tx_open_read");
+            return NULL;
+        }
+        if (OREC_VER(w1) > tx->rv && !extend(tx)) {
+            conflict(tx, "nvh_tx_open_read");
+            return NULL;
+        }
+        atomic_copy_in(copy, obj, size);
+        uint64_t w2 = atomic_load_explicit(orec, memory_order_relaxed);
+        if (w1 != w2) {
+            if (tries < spin) continue;
+            conflict(tx, "nvh_tx_open_read");
+            return NULL;
+        }
+        if (push_r(tx, orec, w1) != NVH_OK) return NULL;
+        return copy;
+    }
+}
+
+void *nvh_tx_open_write(nvh_pool *pool, void *obj, size_t size)
+{
+    nvh_tx *tx = otm_tx(pool, obj, size, "nvh_tx_open_write");
+    if (!tx) return NULL;
+    nvh_wentry *we = wfind(tx, obj);
+    if (we) {
+        if (we->size < size) { nvh_fail(NVH_E_INVAL, "nvh_tx_open_write: size grew"); return NULL; }
+        return we->copy;
+    }
+    _Atomic uint64_t *orec = nvh_orec_for(tx->st, nvh_off(pool, obj));
+    unsigned spin = atomic_load_explicit(&tx->st->spin, memory_order_relaxed);
+    uint64_t prev = 0;
+    bool owns = false;
+    for (unsigned tries = 0;; tries++) {
+        uint64_t w = atomic_load_explicit(orec, memory_order_acquire);
+        if (OREC_LOCKED(w)) {
+            if (locked_by_me(tx, w)) { prev = my_prev(tx, orec); break; }
+            if (tries < spin) { cpu_relax(); continue; }
+            conflict(tx, "nvh_tx_open_write");
+            return NULL;
+        }
+        uint64_t locked = OREC_MAKE(OREC_VER(w), tx->lane->index, 1);
+        if (atomic_compare_exchange_weak_explicit(orec, &w, locked, memory_order_acq_rel,
+                                                  memory_order_relaxed)) {
+            prev = w;
+            owns = true;
+            break;
+        }
+    }
+    /* the object may have changed after our snapshot: reads of it (or of
+     * anything) must still be valid at the newer version */
+    if (OREC_VER(prev) > tx->rv && !extend(tx)) {
+        if (owns) atomic_store_explicit(orec, prev, memory_order_release);
+        conflict(tx, "nvh_tx_open_write");
+        return NULL;
+    }
+    we = push_w(tx);
+    char *copy = we ? nvh_tx_arena_(tx, size) : NULL;
+    if (!copy) {
+        if (we) tx->nw--;
+        if (owns) atomic_store_explicit(orec, prev, memory_order_release);
+        return NULL;
+    }
+    *we = (nvh_wentry){(char *)obj, size, copy, orec, prev, owns};
+    atomic_copy_in(copy, obj, size);
+    return copy;
+}
+
+/* ==========================================================================
+ * Commit and release
+ * ========================================================================== */
+int nvh_tx_otm_prepare_(nvh_tx *tx, uint64_t *wv_out)
+{
+    *wv_out = 0;
+    if (!tx->nw) return NVH_OK;                 /* read-only: snapshot is consistent */
+    uint64_t wv = atomic_fetch_add_explicit(&tx->st->gclock, 1, memory_order_acq_rel) + 1;
+    if (wv != tx->rv + 1 && !validate(tx)) {
+        tx->conflict = true;
+        tx->conflicts++;
+        return nvh_fail(NVH_E_ABORTED, "a value read was changed by a concurrent commit");
+    }
+    *wv_out = wv;
+    nvh_pool *pool = tx->pool;
+    uint64_t help = 0;
+    for (size_t i = 0; i < tx->nw; i++) {
+        nvh_wentry *e = &tx->wset[i];
+        if (!memcmp(e->copy, e->obj, e->size)) continue;   /* unchanged: no record */
+        uint64_t off = nvh_off(pool, e->obj);
+        int rc = (off & 7) + e->size <= 8
+                     ? nvh_txlog_word(tx->lg, tx->lane, off, (unsigned)e->size)
+                     : nvh_txlog_range(tx->lg, tx->lane, off, e->size, e->obj);
+        if (rc != NVH_OK) return rc;
+        /* help-flush the last writer's lane only if this object's version is
+         * that lane's latest commit (older commits are retired durably) */
+        unsigned L = OREC_LANE(e->prev);
+        if (e->owns_lock && L != tx->lane->index &&
+            atomic_load_explicit(&tx->lg->lanes[L].last_cseq, memory_order_relaxed) ==
+                OREC_VER(e->prev))
+            help |= 1ull << L;
+    }
+    if (!tx->lane->unfenced) return NVH_OK;
+    /* FENCE 1: old and new images durable before any byte changes in place;
+     * help-flush the retirements of the lanes that wrote these objects last */
+    nvh_txlog_fence(tx->lg, tx->lane, help);
+    for (size_t i = 0; i < tx->nw; i++) {
+        nvh_wentry *e = &tx->wset[i];
+        atomic_copy_out(e->obj, e->copy, e->size);
+    }
+    return NVH_OK;
+}
+
+void nvh_tx_otm_release_(nvh_tx *tx, uint64_t wv, bool committed)
+{
+    for (size_t i = 0; i < tx->nw; i++) {
+        nvh_wentry *e = &tx->wset[i];
+        if (!e->owns_lock) continue;
+        uint64_t w = committed ? OREC_MAKE(wv, tx->lane->index, 0) : e->prev;
+        atomic_store_explicit(e->orec, w, memory_order_release);
+    }
+    tx->nw = 0;
+    tx->nr = 0;
+}
+
+/* ==========================================================================
+ * Run with retries
+ * ========================================================================== */
+static void backoff(nvh_tx *tx, unsigned attempt)
+{
+    uint64_t lo = atomic_load_explicit(&tx->st->backoff_min_ns, memory_order_relaxed);
+    uint64_t hi = atomic_load_explicit(&tx->st->backoff_max_ns, memory_order_relaxed);
+    uint64_t cap = attempt < 30 ? lo << attempt : hi;
+    if (cap > hi) cap = hi;
+    if (cap <= lo) cap = lo + 1;
+    tx->rng = tx->rng * 6364136223846793005ull + 1442695040888963407ull;
+    uint64_t ns = lo + (tx->rng >> 33) % (cap - lo);
+    if (ns < 2000) {
+        struct timespec t0;
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+        for (;;) {
+            struct timespec t;
+            clock_gettime(CLOCK_MONOTONIC, &t);
+            if ((uint64_t)(t.tv_sec - t0.tv_sec) * 1000000000ull + (uint64_t)t.tv_nsec -
+                    (uint64_t)t0.tv_nsec >= ns)
+                break;
+            cpu_relax();
+        }
+    } else {
+        struct timespec ts = {0, (long)ns};
+        nanosleep(&ts, NULL);
+    }
+}
+
+int nvh_tx_run(nvh_pool *pool, nvh_tx_fn fn, void *arg)
+{
+    if (!fn) return nvh_fail(NVH_E_INVAL, "nvh_tx_run: fn is NULL");
+    nvh_tx *tx = nvh_tx_cur_(pool, false);
+    if (!tx) return nvh_errcode();
+    if (tx->status != NVH_TXS_NONE) {
+        /* nested: flattened into the enclosing transaction, no retry here */
+        int rc = nvh_tx_begin(pool);
+        if (rc == NVH_OK) rc = fn(pool, arg);
+        if (rc != NVH_OK) { nvh_tx_abort(pool); return rc; }
+        return nvh_tx_commit(pool);
+    }
+    unsigned max = atomic_load_explicit(&tx->st->max_retries, memory_order_relaxed);
+    for (unsigned attempt = 0;; attempt++) {
+        int rc = nvh_tx_begin(pool);
+        if (rc != NVH_OK) return rc;
+        tx->conflict = false;
+        rc = fn(pool, arg);
+        bool conflicted;
+        if (rc == NVH_OK) {
+            rc = nvh_tx_commit(pool);
+            conflicted = rc == NVH_E_ABORTED && tx->conflict;
+        } else {
+            conflicted = tx->conflict;
+            char msg[256];
+            snprintf(msg, sizeof msg, "%s", nvh_errormsg());
+            nvh_tx_abort(pool);
+            if (!conflicted) return nvh_fail(rc, "%s", msg);
+        }
+        if (rc == NVH_OK || !conflicted) return rc;
+        if (max && attempt + 1 >= max)
+            return nvh_fail(NVH_E_ABORTED, "nvh_tx_run: gave up after %u conflicts", attempt + 1);
+        tx->retries++;
+        backoff(tx, attempt);
+    }
+}

@@ -1,0 +1,510 @@
+/* tx.c — the transaction API: begin / add / commit / abort with flattened
+ * nesting, the per-thread descriptor, settings and statistics, and the hooks
+ * the pool layer calls at open (recovery) and close.
+ *
+ * Commit order (docs/TX.md):
+ *   1. object writes: validate reads, log old/new, FENCE 1, apply in place
+ *   2. allocations: activate (after their intent records are durable)
+ *   3. commit record + data flush: FENCE 2 — durable from here
+ *   4. frees applied (each atomically clears its intent's link word)
+ *   5. retire (IDLE, flushed, not fenced), release object locks */
+#include "tx.h"
+
+#include <stdlib.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int nvh_txlog_register_(nvh_pool *pool, nvh_txlog *lg);
+void nvh_txlog_unregister_(nvh_txlog *lg);
+
+/* ==========================================================================
+ * Descriptor lookup
+ * ========================================================================== */
+static inline nvh_tx *tx_of(nvh_pool *pool)
+{
+    nvh_txlog *lg;
+    nvh_lane *lane = nvh_txlog_lane_get(pool, &lg);
+    if (!lane) return NULL;
+    nvh_txstate *st = lg->tx;
+    nvh_tx *tx = &st->txs[lane->index];
+    if (__builtin_expect(tx->lane != lane, 0)) {
+        tx->pool = pool;
+        tx->lg = lg;
+        tx->lane = lane;
+        tx->st = st;
+        tx->rng = 0x9E3779B97F4A7C15ull * (lane->index + 1);
+    }
+    return tx;
+}
+
+nvh_tx *nvh_tx_cur_(nvh_pool *pool, bool need_active)
+{
+    nvh_tx *tx = tx_of(pool);
+    if (!tx) return NULL;
+    if (need_active && tx->status == NVH_TXS_NONE) {
+        nvh_fail(NVH_E_INVAL, "no transaction is open on this thread");
+        return NULL;
+    }
+    return tx;
+}
+
+int nvh_tx_fail_aborted_(nvh_tx *tx, const char *what)
+{
+    (void)tx;
+    return nvh_fail(NVH_E_ABORTED, "%s: the transaction was aborted", what);
+}
+
+void *nvh_tx_arena_(nvh_tx *tx, size_t size)
+{
+    size = NVH_ALIGN_UP(size, (size_t)16);
+    if (tx->arena_used + size > tx->arena_cap) {
+        /* never realloc: earlier pointers handed out must stay valid; chain
+         * a bigger block and keep the old ones until the transaction ends */
+        size_t cap = tx->arena_cap ? tx->arena_cap * 2 : 4096;
+        while (cap < size + 16) cap *= 2;
+        char *b = malloc(cap);
+        if (!b) { nvh_fail(NVH_E_NOMEM, "out of memory for transaction copies"); return NULL; }
+        *(char **)b = tx->arena;               /* link to the previous block */
+        tx->arena = b;
+        tx->arena_cap = cap;
+        tx->arena_used = 16;
+    }
+    void *p = tx->arena + tx->arena_used;
+    tx->arena_used += size;
+    return p;
+}
+
+static void arena_reset(nvh_tx *tx)
+{
+    if (!tx->arena) return;
+    /* keep the newest block, free the older ones */
+    char *old = *(char **)tx->arena;
+    while (old) {
+        char *n = *(char **)old;
+        free(old);
+        old = n;
+    }
+    *(char **)tx->arena = NULL;
+    tx->arena_used = 16;
+}
+
+/* ==========================================================================
+ * Dedupe of added ranges (open addressing on the offset)
+ * ========================================================================== */
+static bool dd_has(nvh_tx *tx, uint64_t off, uint64_t len)
+{
+    if (!tx->dd_n) return false;
+    size_t mask = tx->dd_cap - 1;
+    for (size_t i = (size_t)((off * 0x9E3779B97F4A7C15ull) >> 20) & mask;; i = (i + 1) & mask) {
+        if (tx->dd_off[i] == 0) return false;
+        if (tx->dd_off[i] == off) return tx->dd_len[i] >= len;
+    }
+}
+
+static void dd_put(nvh_tx *tx, uint64_t off, uint64_t len)
+{
+    if (len > UINT32_MAX) return;
+    if ((tx->dd_n + 1) * 2 > tx->dd_cap) {
+        size_t cap = tx->dd_cap ? tx->dd_cap * 2 : 64;
+        uint64_t *no = calloc(cap, sizeof *no);
+        uint32_t *nl = calloc(cap, sizeof *nl);
+        uint32_t *nu = calloc(cap / 2 + 1, sizeof *nu);
+        if (!no || !nl || !nu) { free(no); free(nl); free(nu); return; }  /* an optimisation */
+        size_t n = 0;
+        for (size_t i = 0; i < tx->dd_cap; i++) {
+            if (!tx->dd_off[i]) continue;
+            size_t j = (size_t)((tx->dd_off[i] * 0x9E3779B97F4A7C15ull) >> 20) & (cap - 1);
+            while (no[j]) j = (j + 1) & (cap - 1);
+            no[j] = tx->dd_off[i];
+            nl[j] = tx->dd_len[i];
+            nu[n++] = (uint32_t)j;
+        }
+        free(tx->dd_off);
+        free(tx->dd_len);
+        free(tx->dd_used);
+        tx->dd_off = no;
+        tx->dd_len = nl;
+        tx->dd_used = nu;
+        tx->dd_cap = cap;
+    }
+    size_t mask = tx->dd_cap - 1;
+    for (size_t i = (size_t)((off * 0x9E3779B97F4A7C15ull) >> 20) & mask;; i = (i + 1) & mask) {
+        if (tx->dd_off[i] == off) { if (tx->dd_len[i] < len) tx->dd_len[i] = (uint32_t)len; return; }
+        if (tx->dd_off[i] == 0) {
+            tx->dd_off[i] = off;
+            tx->dd_len[i] = (uint32_t)len;
+            tx->dd_used[tx->dd_n++] = (uint32_t)i;
+            return;
+        }
+    }
+}
+
+static void dd_clear(nvh_tx *tx)
+{
+    for (size_t i = 0; i < tx->dd_n; i++) tx->dd_off[tx->dd_used[i]] = 0;
+    tx->dd_n = 0;
+}
+
+/* ==========================================================================
+ * Begin / end bookkeeping
+ * ========================================================================== */
+static void tx_reset(nvh_tx *tx)
+{
+    tx->status = NVH_TXS_NONE;
+    tx->depth = 0;
+    tx->nallocs = tx->nfrees = 0;
+    tx->nr = tx->nw = 0;
+    dd_clear(tx);
+    arena_reset(tx);
+}
+
+int nvh_tx_begin(nvh_pool *pool)
+{
+    nvh_tx *tx = tx_of(pool);
+    if (!tx) return nvh_errcode();
+    if (tx->status != NVH_TXS_NONE) {
+        tx->depth++;
+        return tx->status == NVH_TXS_ABORTED ? nvh_tx_fail_aborted_(tx, "nvh_tx_begin") : NVH_OK;
+    }
+    tx->depth = 1;
+    tx->status = NVH_TXS_ACTIVE;
+    tx->conflict = false;
+    tx->rv = atomic_load_explicit(&tx->st->gclock, memory_order_acquire);
+    return nvh_txlog_begin(tx->lg, tx->lane);
+}
+
+/* Roll everything back (abort or a failed commit step). */
+void nvh_tx_rollback_(nvh_tx *tx)
+{
+    nvh_txlog_undo(tx->lg, tx->lane);
+    nvh_tx_alloc_abort_(tx);
+    nvh_txlog_retire(tx->lg, tx->lane);
+    nvh_tx_otm_release_(tx, 0, false);
+    tx->nallocs = tx->nfrees = 0;
+    tx->nr = tx->nw = 0;
+    dd_clear(tx);
+    tx->status = NVH_TXS_ABORTED;
+    tx->aborts++;
+}
+
+int nvh_tx_abort(nvh_pool *pool)
+{
+    nvh_tx *tx = nvh_tx_cur_(pool, true);
+    if (!tx) return nvh_errcode();
+    if (tx->status == NVH_TXS_ACTIVE) nvh_tx_rollback_(tx);
+    if (--tx->depth == 0) tx_reset(tx);
+    return NVH_OK;
+}
+
+int nvh_tx_commit(nvh_pool *pool)
+{
+    nvh_tx *tx = nvh_tx_cur_(pool, true);
+    if (!tx) return nvh_errcode();
+    if (tx->depth > 1) {
+        tx->depth--;
+        return tx->status == NVH_TXS_ABORTED ? nvh_tx_fail_aborted_(tx, "nvh_tx_commit") : NVH_OK;
+    }
+    if (tx->status == NVH_TXS_ABORTED) {
+        tx_reset(tx);
+        return nvh_fail(NVH_E_ABORTED, "nvh_tx_commit: the transaction was aborted");
+    }
+    nvh_txlog *lg = tx->lg;
+    nvh_lane *lane = tx->lane;
+    uint64_t wv = 0;
+    int rc = nvh_tx_otm_prepare_(tx, &wv);            /* step 1 */
+    if (rc == NVH_OK) rc = nvh_tx_alloc_commit_(tx);  /* step 2 */
+    if (rc != NVH_OK) {
+        int code = nvh_errcode();
+        nvh_tx_rollback_(tx);
+        tx_reset(tx);
+        return nvh_fail(code == NVH_E_ABORTED ? NVH_E_ABORTED : code,
+                        "nvh_tx_commit: %s", nvh_errormsg());
+    }
+    if (lane->active_written) {
+        /* commit order: the object write version, else a tick of the same
+         * global clock (recovery redoes committed lanes in this order) */
+        uint64_t cseq = wv ? wv : atomic_fetch_add_explicit(&tx->st->gclock, 1,
+                                                            memory_order_acq_rel) + 1;
+        nvh_txlog_commit(lg, lane, cseq);             /* step 3: FENCE 2 */
+        nvh_tx_alloc_finish_(tx);                     /* step 4 */
+        nvh_txlog_retire(lg, lane);                   /* step 5 */
+    }
+    nvh_tx_otm_release_(tx, wv, true);
+    tx->commits++;
+    tx_reset(tx);
+    return NVH_OK;
+}
+
+nvh_tx_stage nvh_tx_stage_get(nvh_pool *pool)
+{
+    nvh_tx *tx = nvh_tx_cur_(pool, false);
+    if (!tx) return NVH_TX_NONE;
+    return tx->status == NVH_TXS_ACTIVE ? NVH_TX_WORK
+         : tx->status == NVH_TXS_ABORTED ? NVH_TX_ABORTED : NVH_TX_NONE;
+}
+
+int nvh_tx_depth(nvh_pool *pool)
+{
+    nvh_tx *tx = nvh_tx_cur_(pool, false);
+    return tx ? tx->depth : 0;
+}
+
+/* ==========================================================================
+ * Adding ranges
+ * ========================================================================== */
+/* Validate and log one range; no fence. */
+static int add_one(nvh_tx *tx, void *ptr, size_t len, nvh_tx_hint hint)
+{
+    nvh_pool *pool = tx->pool;
+    if (len == 0) return NVH_OK;
+    if (!ptr) return nvh_fail(NVH_E_INVAL, "nvh_tx_add_range: pointer is NULL");
+    if (hint > NVH_TX_HINT_OBJECT) return nvh_fail(NVH_E_INVAL, "nvh_tx_add_range: bad hint %d", hint);
+    uint64_t off = nvh_off(pool, ptr);
+    if (!nvh_contains(pool, ptr, len) || off < NVH_PAGE)
+        return nvh_fail(NVH_E_BADPTR, "nvh_tx_add_range: [%p, +%zu) is not inside the pool's "
+                        "data", ptr, len);
+    if (dd_has(tx, off, len)) return NVH_OK;
+    int rc = NVH_OK;
+    bool one_word = (off & 7) + len <= 8;
+    if (hint == NVH_TX_HINT_OBJECT || (hint == NVH_TX_HINT_AUTO && !one_word)) {
+        rc = nvh_txlog_range(tx->lg, tx->lane, off, len, ptr);
+    } else {
+        /* word records: one per 8-byte word the range touches */
+        uint64_t end = off + len;
+        for (uint64_t w = off; w < end && rc == NVH_OK;) {
+            uint64_t next = NVH_ALIGN_DOWN(w, (uint64_t)8) + 8;
+            if (next > end) next = end;
+            rc = nvh_txlog_word(tx->lg, tx->lane, w, (unsigned)(next - w));
+            w = next;
+        }
+    }
+    if (rc == NVH_OK) dd_put(tx, off, len);
+    return rc;
+}
+
+static nvh_tx *tx_working(nvh_pool *pool, const char *what, int *rc)
+{
+    nvh_tx *tx = nvh_tx_cur_(pool, true);
+    if (!tx) { *rc = nvh_errcode(); return NULL; }
+    if (tx->status == NVH_TXS_ABORTED) { *rc = nvh_tx_fail_aborted_(tx, what); return NULL; }
+    return tx;
+}
+
+/* Failures other than bad arguments abort the transaction: the log may hold
+ * a partial record set the caller cannot reason about. */
+static int add_failed(nvh_tx *tx, int rc)
+{
+    if (rc == NVH_E_INVAL || rc == NVH_E_BADPTR) return rc;
+    int code = nvh_errcode();
+    char msg[256];
+    snprintf(msg, sizeof msg, "%s", nvh_errormsg());
+    nvh_tx_rollback_(tx);
+    return nvh_fail(code, "%s (transaction aborted)", msg);
+}
+
+int nvh_tx_add_ranges(nvh_pool *pool, const nvh_tx_range *ranges, unsigned n)
+{
+    int rc;
+    nvh_tx *tx = tx_working(pool, "nvh_tx_add_range", &rc);
+    if (!tx) return rc;
+    if (n && !ranges) return nvh_fail(NVH_E_INVAL, "nvh_tx_add_ranges: ranges is NULL");
+    bool logged = false;
+    size_t before = tx->lane->nrecs;
+    for (unsigned i = 0; i < n; i++) {
+        rc = add_one(tx, ranges[i].ptr, ranges[i].len, ranges[i].hint);
+        if (rc != NVH_OK) {
+            if (tx->lane->nrecs != before) nvh_txlog_fence(tx->lg, tx->lane, ~0ull);
+            return add_failed(tx, rc);
+        }
+    }
+    logged = tx->lane->nrecs != before || tx->lane->unfenced;
+    /* FENCE 1: the undo records are durable before the caller stores */
+    if (logged) nvh_txlog_fence(tx->lg, tx->lane, ~0ull);
+    return NVH_OK;
+}
+
+int nvh_tx_add_range_hint(nvh_pool *pool, void *ptr, size_t len, nvh_tx_hint hint)
+{
+    nvh_tx_range r = {ptr, len, hint};
+    return nvh_tx_add_ranges(pool, &r, 1);
+}
+
+int nvh_tx_add_range(nvh_pool *pool, void *ptr, size_t len)
+{
+    return nvh_tx_add_range_hint(pool, ptr, len, NVH_TX_HINT_AUTO);
+}
+
+int nvh_tx_add_word(nvh_pool *pool, void *word)
+{
+    if ((uintptr_t)word % 8)
+        return nvh_fail(NVH_E_INVAL, "nvh_tx_add_word: %p is not 8-byte aligned", word);
+    return nvh_tx_add_range_hint(pool, word, 8, NVH_TX_HINT_WORD);
+}
+
+int nvh_tx_quiesce(nvh_pool *pool)
+{
+    nvh_txlog *lg = nvh_txlog_get(pool);
+    if (!lg) return nvh_errcode();
+    if (!lg->dir) return NVH_OK;
+    uint64_t flushed = nvh_txlog_help(lg, ~0ull, NVH_TX_LANES);
+    nvh_drain(pool);
+    (void)flushed;   /* their owners clear their flags at their next fence */
+    return NVH_OK;
+}
+
+/* ==========================================================================
+ * Settings and statistics
+ * ========================================================================== */
+int nvh_tx_config_get(nvh_pool *pool, nvh_tx_config *c)
+{
+    nvh_txlog *lg = nvh_txlog_get(pool);
+    if (!lg) return nvh_errcode();
+    if (!c) return nvh_fail(NVH_E_INVAL, "nvh_tx_config_get: config is NULL");
+    nvh_txstate *st = lg->tx;
+    c->log_limit = atomic_load(&lg->limit);
+    c->max_retries = atomic_load(&st->max_retries);
+    c->spin = atomic_load(&st->spin);
+    c->backoff_min_ns = atomic_load(&st->backoff_min_ns);
+    c->backoff_max_ns = atomic_load(&st->backoff_max_ns);
+    return NVH_OK;
+}
+
+int nvh_tx_config_set(nvh_pool *pool, const nvh_tx_config *c)
+{
+    nvh_txlog *lg = nvh_txlog_get(pool);
+    if (!lg) return nvh_errcode();
+    if (!c) return nvh_fail(NVH_E_INVAL, "nvh_tx_config_set: config is NULL");
+    if (c->log_limit < 2 * NVH_TX_SEG_MIN)
+        return nvh_fail(NVH_E_INVAL, "log_limit %llu is below the minimum %u",
+                        (unsigned long long)c->log_limit, 2 * NVH_TX_SEG_MIN);
+    if (c->backoff_min_ns > c->backoff_max_ns)
+        return nvh_fail(NVH_E_INVAL, "backoff_min_ns > backoff_max_ns");
+    nvh_txstate *st = lg->tx;
+    atomic_store(&lg->limit, c->log_limit);
+    atomic_store(&st->max_retries, c->max_retries);
+    atomic_store(&st->spin, c->spin);
+    atomic_store(&st->backoff_min_ns, c->backoff_min_ns);
+    atomic_store(&st->backoff_max_ns, c->backoff_max_ns);
+    return NVH_OK;
+}
+
+int nvh_tx_stats_get(nvh_pool *pool, nvh_tx_stats *s)
+{
+    nvh_txlog *lg = nvh_txlog_get(pool);
+    if (!lg) return nvh_errcode();
+    if (!s) return nvh_fail(NVH_E_INVAL, "nvh_tx_stats_get: stats is NULL");
+    nvh_txstate *st = lg->tx;
+    memset(s, 0, sizeof *s);
+    for (unsigned i = 0; i < NVH_TX_LANES; i++) {
+        s->commits += st->txs[i].commits;
+        s->aborts += st->txs[i].aborts;
+        s->conflicts += st->txs[i].conflicts;
+        s->retries += st->txs[i].retries;
+        s->bytes_logged += lg->lanes[i].bytes_logged;
+    }
+    s->recovered = lg->recovered_txs;
+    return NVH_OK;
+}
+
+void nvh_tx_stats_reset(nvh_pool *pool)
+{
+    nvh_txlog *lg = nvh_txlog_get(pool);
+    if (!lg) return;
+    nvh_txstate *st = lg->tx;
+    for (unsigned i = 0; i < NVH_TX_LANES; i++) {
+        st->txs[i].commits = st->txs[i].aborts = st->txs[i].conflicts = st->txs[i].retries = 0;
+        lg->lanes[i].bytes_logged = 0;
+    }
+}
+
+/* ==========================================================================
+ * Pool hooks
+ * ========================================================================== */
+static void state_free(void *p)
+{
+    nvh_txstate *st = p;
+    if (!st) return;
+    for (unsigned i = 0; i < NVH_TX_LANES; i++) {
+        nvh_tx *tx = &st->txs[i];
+        free(tx->dd_off); free(tx->dd_len); free(tx->dd_used); free(tx->allocs); free(tx->frees);
+        free(tx->rset); free(tx->wset);
+        while (tx->arena) { char *n = *(char **)tx->arena; free(tx->arena); tx->arena = n; }
+    }
+    free((void *)st->orecs);
+    free(st);
+}
+
+static void txlog_free(nvh_txlog *lg)
+{
+    if (!lg) return;
+    for (unsigned i = 0; i < NVH_TX_LANES; i++) free(lg->lanes[i].recs);
+    if (lg->tx_free) lg->tx_free(lg->tx);
+    pthread_mutex_destroy(&lg->lock);
+    free(lg);
+}
+
+/* Called by nvh_pool_open/create after the allocator opened: recovery. */
+int nvh_tx_open_(nvh_pool *pool)
+{
+    if (pool->readonly) return NVH_OK;
+    nvh_txlog *lg = calloc(1, sizeof *lg);
+    nvh_txstate *st = calloc(1, sizeof *st);
+    _Atomic uint64_t *orecs = st ? calloc(NVH_OREC_COUNT, sizeof *orecs) : NULL;
+    if (!lg || !st || !orecs) {
+        free(lg); free(st); free((void *)orecs);
+        return nvh_fail(NVH_E_NOMEM, "out of memory opening the transaction log");
+    }
+    st->orecs = orecs;
+    atomic_store(&st->gclock, 1);
+    atomic_store(&st->spin, 64);
+    atomic_store(&st->backoff_min_ns, 200);
+    atomic_store(&st->backoff_max_ns, 100000);
+    lg->pool = pool;
+    lg->tx = st;
+    lg->tx_free = state_free;
+    pthread_mutex_init(&lg->lock, NULL);
+    for (unsigned i = 0; i < NVH_TX_LANES; i++) lg->lanes[i].index = i;
+    atomic_store(&lg->limit, NVH_TX_LIMIT_DEFAULT);
+    atomic_store(&lg->next_tid, 1);
+    atomic_store(&lg->next_cseq, 1);
+    /* NVHEAP_TX_SKIP_RECOVERY=1: open without recovering (tests run the
+     * recovery themselves under the crash simulator; forensics) */
+    const char *skip = getenv("NVHEAP_TX_SKIP_RECOVERY");
+    int rc = skip && *skip == '1' ? NVH_OK : nvh_txlog_recover(lg);
+    /* the global clock continues above every commit order in the log */
+    atomic_store(&st->gclock, atomic_load(&lg->next_cseq));
+    if (rc == NVH_OK) rc = nvh_txlog_register_(pool, lg);
+    if (rc != NVH_OK) {
+        int code = nvh_errcode();
+        char msg[256];
+        snprintf(msg, sizeof msg, "%s", nvh_errormsg());
+        txlog_free(lg);
+        return nvh_fail(code, "transaction recovery failed: %s", msg);
+    }
+    return NVH_OK;
+}
+
+/* Called by nvh_pool_close before the allocator quiesces. */
+void nvh_rc_forget_(nvh_pool *pool);
+
+void nvh_tx_close_(nvh_pool *pool)
+{
+    nvh_txlog *lg = NULL;
+    nvh_rc_forget_(pool);
+    if (pool->readonly) return;
+    lg = nvh_txlog_get(pool);
+    if (!lg) return;
+    if (lg->dir && nvh_txlog_help(lg, ~0ull, NVH_TX_LANES)) nvh_drain(pool);
+    nvh_txlog_unregister_(lg);
+    txlog_free(lg);
+}
+
+/* Test hook: run recovery now on an open pool (opened with
+ * NVHEAP_TX_SKIP_RECOVERY=1), as nvh_pool_open would have. */
+int nvh_tx_recover_(nvh_pool *pool)
+{
+    nvh_txlog *lg = nvh_txlog_get(pool);
+    if (!lg) return nvh_errcode();
+    return nvh_txlog_recover(lg);
+}

@@ -1,0 +1,113 @@
+/* tx.h — internals of the transaction layer (layer `tx`): the per-thread
+ * transaction descriptor, the volatile ownership-record table of the object
+ * transactions (NVTM, seed 004 §4.3), and the per-pool state.
+ *
+ * Files:
+ *   tx.c      begin / add / commit / abort, nesting, pool open/close hooks
+ *   txalloc.c transactional alloc / free (allocator intents)
+ *   otm.c     object transactions: open-for-read / open-for-write, ownership
+ *             records, commit-time validation, nvh_tx_run with retry policy
+ *   plock.c   epoch-based persistent locks
+ *   rc.c      reference-counted objects, restartable recursive destruction */
+#ifndef NVH_TX_H
+#define NVH_TX_H
+
+#include "../log/log.h"
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+/* ==========================================================================
+ * Ownership records
+ * ==========================================================================
+ * One word each, hashed by object offset:
+ *   unlocked  version << 8 | last_writer_lane << 1 | 0
+ *   locked    version << 8 | owner_lane << 1       | 1   (version: the one
+ *             before locking, restored on abort)
+ * The last writer's lane tells a later writer whose retirement to help-flush. */
+#define NVH_OREC_BITS 20u
+#define NVH_OREC_COUNT (1u << NVH_OREC_BITS)
+#define OREC_LOCKED(w) ((w) & 1u)
+#define OREC_LANE(w) ((unsigned)(((w) >> 1) & 0x7fu))
+#define OREC_VER(w) ((w) >> 8)
+#define OREC_MAKE(ver, lane, locked) (((uint64_t)(ver) << 8) | ((uint64_t)(lane) << 1) | (uint64_t)(locked))
+
+typedef struct nvh_rentry {       /* read set */
+    _Atomic uint64_t *orec;
+    uint64_t word;                /* unlocked word seen                      */
+} nvh_rentry;
+
+typedef struct nvh_wentry {       /* write set (deferred object writes)      */
+    char *obj;
+    size_t size;
+    char *copy;                   /* private copy the caller modifies        */
+    _Atomic uint64_t *orec;
+    uint64_t prev;                /* unlocked word before we locked it       */
+    bool owns_lock;               /* false: another entry locked the orec    */
+} nvh_wentry;
+
+typedef struct nvh_talloc {
+    char *ptr;
+    uint64_t size;
+    bool cancelled;               /* freed again in the same transaction     */
+} nvh_talloc;
+
+enum { NVH_TXS_NONE = 0, NVH_TXS_ACTIVE = 1, NVH_TXS_ABORTED = 2 };
+
+typedef struct nvh_tx {
+    nvh_pool *pool;
+    nvh_txlog *lg;
+    nvh_lane *lane;
+    struct nvh_txstate *st;
+    int depth;
+    int status;
+    bool conflict;                /* aborted by a conflict (retry may help)  */
+    /* ranges added (dedupe): open addressing on offset */
+    uint64_t *dd_off; uint32_t *dd_len; size_t dd_cap, dd_n;
+    uint32_t *dd_used;            /* slots filled, so clearing costs O(n)   */
+    /* allocator intents */
+    nvh_talloc *allocs; size_t nallocs, allocs_cap;
+    nvh_recref *frees; size_t nfrees, frees_cap;
+    /* object transactions */
+    uint64_t rv;                  /* read version (global clock at begin)    */
+    nvh_rentry *rset; size_t nr, rcap;
+    nvh_wentry *wset; size_t nw, wcap;
+    char *arena; size_t arena_used, arena_cap;  /* snapshots and copies */
+    unsigned attempt;             /* nvh_tx_run retries                      */
+    uint64_t rng;
+    /* statistics */
+    uint64_t commits, aborts, conflicts, retries;
+} nvh_tx;
+
+typedef struct nvh_txstate {
+    nvh_tx txs[NVH_TX_LANES];
+    _Atomic uint64_t *orecs;
+    _Atomic uint64_t gclock;
+    _Atomic unsigned max_retries;
+    _Atomic uint64_t backoff_min_ns, backoff_max_ns;
+    _Atomic unsigned spin;
+} nvh_txstate;
+
+/* tx.c */
+nvh_tx *nvh_tx_cur_(nvh_pool *pool, bool need_active);
+int nvh_tx_fail_aborted_(nvh_tx *tx, const char *what);
+void nvh_tx_rollback_(nvh_tx *tx);
+void *nvh_tx_arena_(nvh_tx *tx, size_t size);
+
+/* txalloc.c */
+int nvh_tx_alloc_commit_(nvh_tx *tx);   /* activate before the commit point */
+void nvh_tx_alloc_finish_(nvh_tx *tx);  /* frees after it                    */
+void nvh_tx_alloc_abort_(nvh_tx *tx);
+
+/* otm.c */
+int nvh_tx_otm_prepare_(nvh_tx *tx, uint64_t *wv_out); /* validate, log, fence 1, apply */
+void nvh_tx_otm_release_(nvh_tx *tx, uint64_t wv, bool committed);
+
+static inline _Atomic uint64_t *nvh_orec_for(nvh_txstate *st, uint64_t off)
+{
+    uint64_t h = (off >> 6) * 0x9E3779B97F4A7C15ull;
+    return &st->orecs[h >> (64 - NVH_OREC_BITS)];
+}
+
+#endif /* NVH_TX_H */
