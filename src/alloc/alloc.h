@@ -6,7 +6,7 @@
  * Files:
  *   heap.c   format, open (recovery), close; chunks, growth, lazy chunk scan
  *   log.c    per-arena redo record rings: append, retire, replay
- *   arena.c  reserve / cancel / activate / free / alloc, bins, FIFO
+ *   arena.c  reserve / cancel / activate / free / alloc, thread caches, bins, FIFO
  *   named.c  the persistent object table (named allocations)
  *   check.c  header validation, corruption reports, check/repair, stats, iteration
  *
@@ -23,6 +23,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 #include <time.h>
 
 /* ==========================================================================
@@ -39,6 +40,7 @@
 #define NVH_RINGS 16u                     /* persistent rings = max arenas       */
 #define NVH_RING_LINES 128u               /* 64 B lines per ring                 */
 #define NVH_NAMED_CAP 1024u               /* object-table entries (power of 2)   */
+#define NVH_FIFO_BATCH 16u                /* frees drain the FIFO in batches     */
 #define NVH_HEAP_VERSION 1u
 #define NVH_HEAP_MAGIC "NVHHEAP\1"
 #define NVH_RHDR_MAGIC 0x5248564eu        /* "NVHR" */
@@ -152,6 +154,9 @@ typedef struct nvh_run {
     uint64_t avail;             /* slots free for reservation (DRAM only)     */
     uint64_t pbits;             /* persistent view: activated slots           */
     uint64_t resv;              /* reserved, not yet activated                */
+    uint64_t tcached;           /* taken by a thread cache: still cached, or
+                                   handed out by it and not yet activated or
+                                   cancelled (counts as reserved)            */
     uint8_t cls, nslots, cursor;
     bool persisted;             /* run header written (by an activation)      */
     bool in_bin;
@@ -193,11 +198,28 @@ typedef struct nvh_arena {
     unsigned ring_used;         /* lines used since the last retire           */
     uint64_t last_seq;          /* seq of the newest record in the ring       */
     _Atomic uint64_t unretired_min; /* oldest unretired seq, UINT64_MAX none  */
+    uint64_t fifo_blocked;      /* 1 + h->retire_epoch when the FIFO head last
+                                   waited for a retire (0: not waiting); frees
+                                   skip the drain until some ring retires     */
     uint64_t *dirty; size_t ndirty, dirty_cap; /* offsets of lines to flush at retire */
     uint64_t last_links[NVH_LINKS_MAX_]; unsigned nlast_links;
     unsigned long last_tid;
     char pad[64];
 } nvh_arena;
+
+/* Per-thread reservation cache (arena.c): small slots taken from the arena
+ * in batches under its lock and handed out by nvh_reserve without a lock or
+ * an atomic read-modify-write. One per thread, attached to one heap at a
+ * time; returned at thread exit and when the thread moves to another heap;
+ * detached (its slots dropped with the DRAM state) when the heap closes.
+ * DRAM only: a crash loses it like any reservation. */
+#define NVH_TC_SLOTS 8u
+typedef struct nvh_tcache {
+    _Atomic(struct nvh_heap *) heap; /* NULL: detached (written by close)   */
+    struct nvh_tcache *next, *prev;  /* the heap's list, under the tc lock  */
+    uint8_t n[NVH_SMALL_CLASSES + 1];
+    uint64_t off[NVH_SMALL_CLASSES + 1][NVH_TC_SLOTS]; /* stack, top = n-1 */
+} nvh_tcache;
 
 typedef struct nvh_named_pending {
     char name[56];
@@ -216,6 +238,7 @@ struct nvh_heap {
     char *ring_body;
     struct nvh_named_entry *table;
     uint64_t chunk_size, bpc, chunks_off;   /* bpc: blocks per chunk          */
+    unsigned bpc_shift;         /* log2(bpc): chunk of a block without a divide */
     uint64_t max_chunks;
 
     pthread_mutex_t lock;       /* chunks, hwm, scan cursor, huge list        */
@@ -232,6 +255,9 @@ struct nvh_heap {
     _Atomic unsigned narenas;
     _Atomic unsigned next_arena;
     _Atomic uint64_t seq;       /* last assigned record sequence              */
+    _Atomic uint64_t retire_epoch; /* +1 per retire of any ring (FIFO wake-up) */
+
+    nvh_tcache *tcaches;        /* attached thread caches (arena.c tc lock) */
 
     pthread_mutex_t named_lock;
     nvh_named_pending *pending; size_t npending, pending_cap;
@@ -274,11 +300,67 @@ static inline struct nvh_rhdr *nvh_rhdr_at(const nvh_heap *h, uint64_t block)
 }
 static inline uint64_t nvh_chunk_of_block(const nvh_heap *h, uint64_t block)
 {
-    return block / h->bpc;
+    return block >> h->bpc_shift;
+}
+/* Slot of the byte at `in` (offset inside its run's block) in class cls:
+ * true and *slot if `in` is the start of a slot. A multiply by a 16-bit
+ * reciprocal of the class instead of a divide (a div costs 25-40 cycles and
+ * the hot paths did several): y = (in - 64) / 64 < 63 and cls <= 31, so
+ * (y * ceil(65536 / cls)) >> 16 is exact. */
+static inline bool nvh_slot_of(uint64_t in, unsigned cls, unsigned *slot)
+{
+    static const uint16_t recip[NVH_SMALL_CLASSES + 1] = {
+        0, 65535, 32768, 21846, 16384, 13108, 10923, 9363, 8192, 7282, 6554, 5958,
+        5462, 5042, 4682, 4370, 4096, 3856, 3641, 3450, 3277, 3121, 2979, 2850,
+        2731, 2622, 2521, 2428, 2341, 2260, 2185, 2115};
+    if (in < NVH_HDR || (in & 63) || cls == 0 || cls > NVH_SMALL_CLASSES) return false;
+    unsigned y = (unsigned)((in - NVH_HDR) >> 6);
+    unsigned s = cls == 1 ? y : (y * recip[cls]) >> 16;
+    if (s * cls != y) return false;
+    *slot = s;
+    return true;
 }
 static inline unsigned nvh_rec_nlines(unsigned nlinks)
 {
     return nlinks <= 2 ? 1u : 1u + (nlinks - 2 + 3) / 4;
+}
+
+/* CRC32C on the allocator's hot paths (record and region-header checksums).
+ * Same result as nvh_crc32c (src/common/crc32c.c), but without its per-call
+ * pthread_once and dispatch: the SSE4.2 instruction is used directly, one
+ * 8-byte word at a time, when the CPU has it (decided once, cached). */
+extern _Atomic int nvh_crc_hw_;                 /* -1 unknown, 0 no, 1 yes   */
+int nvh_crc_hw_detect_(void);
+#if defined(__x86_64__)
+__attribute__((target("sse4.2"))) static inline uint32_t
+nvh_crc_hw_update_(uint32_t crc, const unsigned char *p, size_t len)
+{
+    uint64_t c = crc;
+    for (; len >= 8; p += 8, len -= 8) {
+        uint64_t w;
+        memcpy(&w, p, 8);
+        c = __builtin_ia32_crc32di(c, w);
+    }
+    uint32_t c32 = (uint32_t)c;
+    if (len >= 4) {
+        uint32_t w;
+        memcpy(&w, p, 4);
+        c32 = __builtin_ia32_crc32si(c32, w);
+        p += 4;
+        len -= 4;
+    }
+    while (len--) c32 = __builtin_ia32_crc32qi(c32, *p++);
+    return c32;
+}
+#endif
+static inline uint32_t nvh_crc_fast(uint32_t seed, const void *data, size_t len)
+{
+#if defined(__x86_64__)
+    int hw = atomic_load_explicit(&nvh_crc_hw_, memory_order_relaxed);
+    if (__builtin_expect(hw < 0, 0)) hw = nvh_crc_hw_detect_();
+    if (hw) return ~nvh_crc_hw_update_(~seed, (const unsigned char *)data, len);
+#endif
+    return nvh_crc32c(seed, data, len);
 }
 
 /* check.c */
@@ -324,6 +406,8 @@ void nvh_arena_fini(nvh_arena *a);
 void nvh_extent_put(nvh_arena *a, uint64_t block, uint64_t nblocks);
 void nvh_bin_add(nvh_arena *a, nvh_run *run);
 void nvh_arena_exclude(nvh_heap *h, uint64_t block, uint64_t n);
+
+void nvh_tcache_detach_all(nvh_heap *h);
 
 int nvh_activate_off_(nvh_heap *h, uint64_t off, const struct nvh_link_entry *links,
                       unsigned nlinks, int64_t named_slot);

@@ -1,6 +1,7 @@
-/* arena.c — the allocation paths: reserve (DRAM only), cancel, activate and
- * free (one redo record + one fence, log.c), the convenience nvh_alloc, and
- * the per-arena DRAM structures behind them: bins of non-full runs with a
+/* arena.c — the allocation paths: reserve (DRAM only; small sizes from a
+ * per-thread reservation cache, lock-free), cancel, activate and free (one
+ * redo record + one fence, log.c), the convenience nvh_alloc, and the
+ * per-arena DRAM structures behind them: bins of non-full runs with a
  * rotating slot cursor, free-block extents, and the wear-aware
  * don't-allocate FIFO that freed space passes through before reuse. */
 #include "alloc.h"
@@ -175,7 +176,7 @@ static nvh_run *run_lookup(nvh_heap *h, uint64_t block)
 {
     uint64_t c = nvh_chunk_of_block(h, block);
     if (c >= h->max_chunks || !h->chunks[c].runs) return NULL;
-    return h->chunks[c].runs[block - c * h->bpc];
+    return h->chunks[c].runs[block & (h->bpc - 1)];
 }
 
 static nvh_run *run_new(nvh_heap *h, nvh_arena *a, uint64_t block, unsigned cls)
@@ -216,7 +217,8 @@ static void fifo_push(nvh_heap *h, nvh_arena *a, uint64_t off, uint64_t nblocks,
         size_t cap = a->fifo_cap ? a->fifo_cap * 2 : 256;
         nvh_fifo_entry *g = malloc(cap * sizeof *g);
         if (!g) return;                 /* space lost until the next open */
-        for (size_t i = 0; i < a->fifo_len; i++) g[i] = a->fifo[(a->fifo_head + i) % a->fifo_cap];
+        for (size_t i = 0; i < a->fifo_len; i++)
+            g[i] = a->fifo[(a->fifo_head + i) & (a->fifo_cap - 1)];
         free(a->fifo);
         a->fifo = g;
         a->fifo_cap = cap;
@@ -224,7 +226,8 @@ static void fifo_push(nvh_heap *h, nvh_arena *a, uint64_t off, uint64_t nblocks,
     }
     /* no clock read when T is 0: the FIFO then only orders reuse */
     uint64_t t = atomic_load_explicit(&h->fifo_delay_ns, memory_order_relaxed) ? nvh_now_ns() : 0;
-    a->fifo[(a->fifo_head + a->fifo_len) % a->fifo_cap] =
+    /* the capacity is a power of 2 (256, doubled): mask, not divide */
+    a->fifo[(a->fifo_head + a->fifo_len) & (a->fifo_cap - 1)] =
         (nvh_fifo_entry){off, nblocks, seq, t, huge};
     a->fifo_len++;
     a->fifo_bytes += bytes;
@@ -236,8 +239,8 @@ static void fifo_release(nvh_heap *h, nvh_arena *a, const nvh_fifo_entry *e)
         uint64_t rel = e->off - h->chunks_off;
         uint64_t b = rel / NVH_BLOCK;
         nvh_run *run = run_lookup(h, b);
-        if (!run || run->quarantined) return;
-        unsigned slot = (unsigned)((rel % NVH_BLOCK - NVH_HDR) / nvh_cls_size(run->cls));
+        unsigned slot = 0;
+        if (!run || run->quarantined || !nvh_slot_of(rel % NVH_BLOCK, run->cls, &slot)) return;
         run->avail |= 1ull << slot;
         a->fifo_bytes -= nvh_cls_size(run->cls);
         nvh_bin_add(a, run);
@@ -259,21 +262,27 @@ static size_t fifo_drain(nvh_heap *h, nvh_arena *a, bool force, bool may_retire)
     uint64_t delay = atomic_load_explicit(&h->fifo_delay_ns, memory_order_relaxed);
     uint64_t maxb = atomic_load_explicit(&h->fifo_max_bytes, memory_order_relaxed);
     uint64_t now = delay && !force ? nvh_now_ns() : UINT64_MAX;
+    /* read before the rings: a retire after this read changes the epoch */
+    uint64_t epoch = atomic_load_explicit(&h->retire_epoch, memory_order_acquire);
     uint64_t retired = nvh_log_retired_before(h);
+    a->fifo_blocked = 0;
     size_t released = 0;
     while (a->fifo_len) {
         nvh_fifo_entry *e = &a->fifo[a->fifo_head];
         bool time_ok = force || now - e->time_ns >= delay || a->fifo_bytes > maxb;
         if (!time_ok) break;
         if (e->seq >= retired) {
-            if (!may_retire) break;
+            if (!may_retire) {
+                a->fifo_blocked = epoch + 1;
+                break;
+            }
             if (atomic_load_explicit(&a->unretired_min, memory_order_relaxed) <= e->seq)
                 nvh_log_retire(h, a);
             retired = nvh_log_retired_before(h);
             if (e->seq >= retired) break;
         }
         nvh_fifo_entry copy = *e;
-        a->fifo_head = (a->fifo_head + 1) % a->fifo_cap;
+        a->fifo_head = (a->fifo_head + 1) & (a->fifo_cap - 1);
         a->fifo_len--;
         fifo_release(h, a, &copy);
         released++;
@@ -337,6 +346,185 @@ static int reserve_small(nvh_heap *h, nvh_arena *a, unsigned cls, uint64_t *off)
     }
 }
 
+/* ==========================================================================
+ * Per-thread reservation cache
+ *
+ * nvh_reserve of a small size pops a slot from the calling thread's cache:
+ * no lock, no atomic read-modify-write, no clock. An empty cache is refilled
+ * under the arena lock with up to tc_batch(cls) slots picked by the same
+ * rotating cursor as before (wear). Cached and handed-out-but-not-activated
+ * slots carry run->tcached (instead of run->resv); activate and cancel accept
+ * either. The cache is DRAM only, so a crash frees it with every other
+ * reservation. Lock order: tc_lock -> arena -> heap.
+ * ========================================================================== */
+static pthread_mutex_t tc_lock = PTHREAD_MUTEX_INITIALIZER; /* lists, attach */
+static pthread_key_t tc_key;
+static pthread_once_t tc_once = PTHREAD_ONCE_INIT;
+static _Thread_local nvh_tcache *tl_tc;
+
+/* Give every slot in tc back to h's arenas. Caller holds tc_lock and tc is
+ * attached to h (so h is alive: close detaches under tc_lock first). */
+static void tc_return(nvh_heap *h, nvh_tcache *tc)
+{
+    for (unsigned cls = 1; cls <= NVH_SMALL_CLASSES; cls++) {
+        while (tc->n[cls]) {
+            uint64_t off = tc->off[cls][--tc->n[cls]];
+            uint64_t rel = off - h->chunks_off, b = rel / NVH_BLOCK;
+            nvh_arena *a = &h->arenas[atomic_load(&h->owner[nvh_chunk_of_block(h, b)])];
+            pthread_mutex_lock(&a->lock);
+            nvh_run *run = run_lookup(h, b);
+            unsigned slot = 0;
+            bool ok = nvh_slot_of(rel % NVH_BLOCK, cls, &slot);
+            NVH_ASSERT(ok && run && (run->tcached & (1ull << slot)));
+            if (ok && run) {
+                run->tcached &= ~(1ull << slot);
+                run->avail |= 1ull << slot;
+                nvh_bin_add(a, run);
+            }
+            pthread_mutex_unlock(&a->lock);
+        }
+    }
+}
+
+static void tc_unlink(nvh_heap *h, nvh_tcache *tc)
+{
+    if (tc->prev) tc->prev->next = tc->next;
+    else h->tcaches = tc->next;
+    if (tc->next) tc->next->prev = tc->prev;
+    tc->next = tc->prev = NULL;
+}
+
+/* Thread exit: the cache's slots go back to their arenas. */
+static void tc_thread_exit(void *arg)
+{
+    nvh_tcache *tc = arg;
+    pthread_mutex_lock(&tc_lock);
+    nvh_heap *h = atomic_load_explicit(&tc->heap, memory_order_relaxed);
+    if (h) {
+        tc_return(h, tc);
+        tc_unlink(h, tc);
+        atomic_store_explicit(&tc->heap, NULL, memory_order_relaxed);
+    }
+    pthread_mutex_unlock(&tc_lock);
+    if (tl_tc == tc) tl_tc = NULL;
+    free(tc);
+}
+
+/* Crash-simulator children are forked at fences, possibly while this
+ * thread holds an arena lock and other (absent) threads hold tc_lock: the
+ * child starts with a fresh, unattached cache (the old one stays, unused,
+ * on the parent heap's list copy) and a fresh lock. */
+static void tc_atfork_child(void)
+{
+    pthread_mutex_init(&tc_lock, NULL);
+    tl_tc = NULL;
+    pthread_setspecific(tc_key, NULL);
+}
+
+static void tc_init_once(void)
+{
+    pthread_key_create(&tc_key, tc_thread_exit);
+    pthread_atfork(NULL, NULL, tc_atfork_child);
+}
+
+/* Close: detach every cache of h (their owners drop the entries when they
+ * next reserve; the DRAM state the slots refer to is freed with h). */
+void nvh_tcache_detach_all(nvh_heap *h)
+{
+    pthread_mutex_lock(&tc_lock);
+    while (h->tcaches) {
+        nvh_tcache *tc = h->tcaches;
+        tc_unlink(h, tc);
+        atomic_store_explicit(&tc->heap, NULL, memory_order_relaxed);
+    }
+    pthread_mutex_unlock(&tc_lock);
+}
+
+/* The calling thread's cache, attached to h (slow path: first use, or the
+ * thread moved to another heap). NULL if out of memory. */
+static nvh_tcache *tc_attach(nvh_heap *h)
+{
+    nvh_tcache *tc = tl_tc;
+    if (!tc) {
+        pthread_once(&tc_once, tc_init_once);
+        tc = calloc(1, sizeof *tc);
+        if (!tc) return NULL;
+        tl_tc = tc;
+        pthread_setspecific(tc_key, tc);
+    }
+    pthread_mutex_lock(&tc_lock);
+    nvh_heap *old = atomic_load_explicit(&tc->heap, memory_order_relaxed);
+    if (old != h) {
+        if (old) {
+            tc_return(old, tc);
+            tc_unlink(old, tc);
+        }
+        memset(tc->n, 0, sizeof tc->n);       /* detached: entries are void */
+        tc->next = h->tcaches;
+        tc->prev = NULL;
+        if (h->tcaches) h->tcaches->prev = tc;
+        h->tcaches = tc;
+        atomic_store_explicit(&tc->heap, h, memory_order_relaxed);
+    }
+    pthread_mutex_unlock(&tc_lock);
+    return tc;
+}
+
+/* Is off one of the slots sitting in the calling thread's cache (not handed
+ * out)? Error paths only. */
+static bool tc_holds(nvh_heap *h, uint64_t off, unsigned cls)
+{
+    nvh_tcache *tc = tl_tc;
+    if (!tc || atomic_load_explicit(&tc->heap, memory_order_relaxed) != h) return false;
+    for (unsigned i = 0; i < tc->n[cls]; i++)
+        if (tc->off[cls][i] == off) return true;
+    return false;
+}
+
+/* Slots taken per refill: fewer for big classes, whose runs hold few. */
+static inline unsigned tc_batch(unsigned cls)
+{
+    unsigned n = nvh_cls_slots(cls) / 4;
+    return n < 1 ? 1 : n > NVH_TC_SLOTS ? NVH_TC_SLOTS : n;
+}
+
+/* Refill: one slot for the caller (*off) and up to tc_batch - 1 more for
+ * the cache, all from arena a's bins in cursor order. Caller holds a->lock. */
+static int tc_refill(nvh_heap *h, nvh_arena *a, nvh_tcache *tc, unsigned cls, uint64_t *off)
+{
+    uint64_t got[NVH_TC_SLOTS];
+    unsigned n = 0, want = tc_batch(cls);
+    int rc = reserve_small(h, a, cls, &got[n]);
+    if (rc != NVH_OK) return rc;
+    n++;
+    while (n < want) {
+        /* more only from runs already in the bin: no new run, no refill */
+        nvh_run *run = a->bins[cls];
+        while (run && (run->avail == 0 || run->quarantined)) {
+            a->bins[cls] = run->next;
+            run->in_bin = false;
+            run->next = NULL;
+            run = a->bins[cls];
+        }
+        if (!run) break;
+        unsigned slot = run_pick(run);
+        got[n++] = nvh_block_off(h, run->block) + NVH_HDR + (uint64_t)slot * nvh_cls_size(cls);
+    }
+    for (unsigned i = 0; i < n; i++) {   /* resv -> tcached */
+        uint64_t rel = got[i] - h->chunks_off, b = rel / NVH_BLOCK;
+        nvh_run *run = run_lookup(h, b);
+        unsigned slot = 0;
+        nvh_slot_of(rel % NVH_BLOCK, cls, &slot);
+        uint64_t bit = 1ull << slot;
+        run->resv &= ~bit;
+        run->tcached |= bit;
+    }
+    *off = got[0];
+    /* the cache is a stack: push in reverse so pops follow the cursor */
+    for (unsigned i = n; i-- > 1;) tc->off[cls][tc->n[cls]++] = got[i];
+    return NVH_OK;
+}
+
 static int resv_add(nvh_arena *a, uint64_t block, uint64_t blocks, uint8_t kind)
 {
     if (a->nresv == a->resv_cap) {
@@ -364,13 +552,20 @@ static void resv_remove(nvh_arena *a, nvh_resv *r)
 
 /* Debug invariant: no free extent covers a run or a persistent non-free
  * region start (NVHEAP_DEBUG_ALLOC=1). */
-static void debug_validate(nvh_heap *h, nvh_arena *a, const char *where)
+static _Atomic int debug_on = -1;
+static void debug_validate_(nvh_heap *h, nvh_arena *a, const char *where);
+/* inline flag test: the walk itself is out of line (and off by default) */
+static inline void debug_validate(nvh_heap *h, nvh_arena *a, const char *where)
 {
-    static _Atomic int on = -1;
-    int v = atomic_load_explicit(&on, memory_order_relaxed);
+    if (__builtin_expect(atomic_load_explicit(&debug_on, memory_order_relaxed) != 0, 0))
+        debug_validate_(h, a, where);
+}
+static void debug_validate_(nvh_heap *h, nvh_arena *a, const char *where)
+{
+    int v = atomic_load_explicit(&debug_on, memory_order_relaxed);
     if (v < 0) {
         v = getenv("NVHEAP_DEBUG_ALLOC") != NULL;
-        atomic_store_explicit(&on, v, memory_order_relaxed);
+        atomic_store_explicit(&debug_on, v, memory_order_relaxed);
     }
     if (!v) return;
     for (size_t i = 0; i < a->next; i++) {
@@ -392,13 +587,22 @@ void *nvh_reserve(nvh_pool *pool, size_t size)
         nvh_fail(NVH_E_NOSPACE, "cannot reserve %zu bytes: larger than the pool's maximum", size);
         return NULL;
     }
+    unsigned cls = nvh_cls_of(size);
+    nvh_tcache *tc = tl_tc;
+    if (cls) {
+        /* fast path: the thread's cache (no lock, no atomic RMW) */
+        if (__builtin_expect(tc != NULL, 1) &&
+            atomic_load_explicit(&tc->heap, memory_order_relaxed) == h && tc->n[cls])
+            return h->base + tc->off[cls][--tc->n[cls]];
+        if (!tc || atomic_load_explicit(&tc->heap, memory_order_relaxed) != h)
+            tc = tc_attach(h);
+    }
     nvh_arena *a = nvh_arena_mine(h);
     uint64_t off = 0;
     int rc;
-    unsigned cls = nvh_cls_of(size);
     pthread_mutex_lock(&a->lock);
     if (cls) {
-        rc = reserve_small(h, a, cls, &off);
+        rc = tc ? tc_refill(h, a, tc, cls, &off) : reserve_small(h, a, cls, &off);
     } else {
         uint64_t need = ((uint64_t)size + NVH_HDR + NVH_BLOCK - 1) / NVH_BLOCK;
         if (need <= h->bpc / 2) {
@@ -462,11 +666,12 @@ int nvh_cancel(nvh_pool *pool, void *ptr)
     rc = nvh_fail(NVH_E_BADPTR, "%p is not a reservation", ptr);
     nvh_run *run = run_lookup(h, b);
     nvh_resv *r;
-    if (run && rel % NVH_BLOCK >= NVH_HDR &&
-        (rel % NVH_BLOCK - NVH_HDR) % nvh_cls_size(run->cls) == 0) {
-        unsigned slot = (unsigned)((rel % NVH_BLOCK - NVH_HDR) / nvh_cls_size(run->cls));
-        if (slot < run->nslots && (run->resv & (1ull << slot))) {
+    unsigned slot = 0;
+    if (run && nvh_slot_of(rel % NVH_BLOCK, run->cls, &slot)) {
+        if (slot < run->nslots && ((run->resv | run->tcached) & (1ull << slot)) &&
+            !tc_holds(h, off, run->cls)) {
             run->resv &= ~(1ull << slot);
+            run->tcached &= ~(1ull << slot);
             run->avail |= 1ull << slot;
             nvh_bin_add(a, run);
             rc = NVH_OK;
@@ -541,13 +746,13 @@ int nvh_activate_off_(nvh_heap *h, uint64_t off, const struct nvh_link_entry *li
     nvh_run *run = run_lookup(h, b);
     nvh_resv *rv = NULL;
     unsigned slot = 0;
-    if (run && in >= NVH_HDR && (in - NVH_HDR) % nvh_cls_size(run->cls) == 0 &&
-        (slot = (unsigned)((in - NVH_HDR) / nvh_cls_size(run->cls))) < run->nslots &&
-        (run->resv & (1ull << slot))) {
+    if (run && nvh_slot_of(in, run->cls, &slot) && slot < run->nslots &&
+        ((run->resv | run->tcached) & (1ull << slot)) && !tc_holds(h, off, run->cls)) {
         if (run->persisted && !nvh_rhdr_valid(h, b)) {
             nvh_corrupt_report(h, nvh_block_off(h, b), "run header corrupt at activation");
             run->quarantined = true;
             run->resv &= ~(1ull << slot);
+            run->tcached &= ~(1ull << slot);
             rc = nvh_fail(NVH_E_CORRUPT, "run header at offset %llu fails its checksum; "
                           "the run is quarantined", (unsigned long long)nvh_block_off(h, b));
             goto out;
@@ -590,6 +795,7 @@ int nvh_activate_off_(nvh_heap *h, uint64_t off, const struct nvh_link_entry *li
     if (run && !rv) {
         if (!run->persisted) pview_after(h, &rec, b, 1, false);
         run->resv &= ~(1ull << slot);
+        run->tcached &= ~(1ull << slot);
         run->pbits |= 1ull << slot;
         run->persisted = true;
     } else {
@@ -678,9 +884,12 @@ int nvh_free_off_(nvh_heap *h, uint64_t off, const struct nvh_link_entry *links,
     {   /* a reservation that was never activated: nvh_cancel is the way back */
         nvh_run *run = run_lookup(h, b);
         bool reserved = false;
-        if (run && in >= NVH_HDR && (in - NVH_HDR) % nvh_cls_size(run->cls) == 0) {
-            unsigned s = (unsigned)((in - NVH_HDR) / nvh_cls_size(run->cls));
-            reserved = s < run->nslots && (run->resv & (1ull << s));
+        unsigned s = 0;
+        if (run && nvh_slot_of(in, run->cls, &s)) {
+            /* a slot still in the caller's own cache is free (DOUBLEFREE below) */
+            reserved = s < run->nslots && ((run->resv & (1ull << s)) ||
+                                           ((run->tcached & (1ull << s)) &&
+                                            !tc_holds(h, off, run->cls)));
         } else if (in == NVH_HDR) {
             reserved = resv_find(a, b) != NULL;
         }
@@ -711,9 +920,7 @@ int nvh_free_off_(nvh_heap *h, uint64_t off, const struct nvh_link_entry *links,
     }
     unsigned slot = 0;
     if (hd->kind == NVH_RK_RUN) {
-        unsigned size = hd->cls && hd->cls <= NVH_SMALL_CLASSES ? nvh_cls_size(hd->cls) : 0;
-        if (!size || in < NVH_HDR || (in - NVH_HDR) % size ||
-            (slot = (unsigned)((in - NVH_HDR) / size)) >= hd->nslots) {
+        if (!nvh_slot_of(in, hd->cls, &slot) || slot >= hd->nslots) {
             rc = nvh_fail(NVH_E_BADPTR, "offset %llu is not a slot of its run",
                           (unsigned long long)off);
             goto out;
@@ -768,9 +975,15 @@ int nvh_free_off_(nvh_heap *h, uint64_t off, const struct nvh_link_entry *links,
     } else {
         fifo_push(h, a, b, rec.blocks, rk == NVH_RK_HUGE, seq, (uint64_t)rec.blocks * NVH_BLOCK);
     }
+    /* Drain in batches: the FIFO head can only leave once its record is
+     * retired (and its time is up), so trying on every free mostly finds it
+     * blocked. Over the byte bound: drain now, retiring if need be. Else
+     * every NVH_FIFO_BATCH entries, unless the head is still waiting for a
+     * retire that has not happened. Reserve drains too when it needs space. */
     if (a->fifo_bytes > atomic_load_explicit(&h->fifo_max_bytes, memory_order_relaxed))
         fifo_drain(h, a, false, true);
-    else
+    else if (a->fifo_len >= NVH_FIFO_BATCH &&
+             a->fifo_blocked != 1 + atomic_load_explicit(&h->retire_epoch, memory_order_relaxed))
         fifo_drain(h, a, false, false);
     debug_validate(h, a, "free");
 out:
@@ -830,9 +1043,9 @@ int nvh_heap_usable(nvh_heap *h, uint64_t off, uint64_t *usable)
 {
     uint64_t rel = off - h->chunks_off, b = rel / NVH_BLOCK, in = rel % NVH_BLOCK;
     nvh_run *run = run_lookup(h, b);
-    if (run && in >= NVH_HDR && (in - NVH_HDR) % nvh_cls_size(run->cls) == 0) {
-        unsigned slot = (unsigned)((in - NVH_HDR) / nvh_cls_size(run->cls));
-        if (slot < run->nslots && ((run->resv | run->pbits) & (1ull << slot))) {
+    unsigned slot = 0;
+    if (run && nvh_slot_of(in, run->cls, &slot)) {
+        if (slot < run->nslots && ((run->resv | run->tcached | run->pbits) & (1ull << slot))) {
             *usable = nvh_cls_size(run->cls);
             return NVH_OK;
         }

@@ -13,11 +13,24 @@
 /* ==========================================================================
  * Headers
  * ========================================================================== */
+_Atomic int nvh_crc_hw_ = -1;
+
+int nvh_crc_hw_detect_(void)
+{
+    int hw = 0;
+#if defined(__x86_64__)
+    __builtin_cpu_init();
+    hw = __builtin_cpu_supports("sse4.2") ? 1 : 0;
+#endif
+    atomic_store_explicit(&nvh_crc_hw_, hw, memory_order_relaxed);
+    return hw;
+}
+
 uint32_t nvh_rhdr_checksum(const struct nvh_rhdr *r, uint64_t off)
 {
     /* bytes 8..59: everything but the bitmap (which changes with every slot
      * allocation and is a single atomic word) and the checksum itself */
-    return nvh_crc32c((uint32_t)(off ^ (off >> 32)) ^ 0x9E3779B9u,
+    return nvh_crc_fast((uint32_t)(off ^ (off >> 32)) ^ 0x9E3779B9u,
                       (const char *)r + 8, 52);
 }
 

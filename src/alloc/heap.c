@@ -206,6 +206,7 @@ int nvh_heap_open_(nvh_pool *pool, bool create)
     h->ring_body = base + hh->rings_off + NVH_RINGS * 64u;
     h->chunk_size = hh->chunk_size;
     h->bpc = hh->chunk_size / NVH_BLOCK;
+    h->bpc_shift = (unsigned)__builtin_ctzll(h->bpc);   /* chunk size is a power of 2 */
     h->chunks_off = hh->chunks_off;
     uint64_t max = pool->max_size > nvh_pool_size(pool) ? pool->max_size : nvh_pool_size(pool);
     h->max_chunks = max > h->chunks_off ? (max - h->chunks_off) / h->chunk_size : 0;
@@ -272,6 +273,7 @@ void nvh_heap_close_(nvh_pool *pool)
 {
     nvh_heap *h = pool->heap;
     if (!h) return;
+    nvh_tcache_detach_all(h);   /* thread caches must not outlive the heap */
     pool->heap = NULL;
     heap_free(h);
 }
