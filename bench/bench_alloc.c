@@ -1,0 +1,846 @@
+/* bench_alloc.c — allocation loops (seed 002 Figs. 4-7) vs glibc, jemalloc, mimalloc, PMDK
+ *
+ * The allocation benchmark of seed 002 (nvm_malloc) section 4.2.1, with every
+ * allocator measured in the same run. One measurement is one fresh process
+ * (a fork per subject and repetition, so every allocator starts empty, as
+ * the paper's runs did) in which each of `threads` threads performs
+ *   round 1  `ops` allocations              -> case alloc_W/T     (Figs. 4, 5)
+ *   free 1   frees of all of them            -> case free_W/T
+ *            round 1 + free 1 together       -> case alloc_free_W/T (Fig. 6)
+ *   round 2  the same allocations again      -> case realloc_W/T   (Fig. 7)
+ *   free 2   frees of all of them; nvheap frees without a link update here
+ *            (nvh_free(p, ptr, NULL, 0))    -> case free_nolink_W/T (nvheap only)
+ * W is the workload: `128` (128 B each) or `rand` (uniform 64..512 B, the same
+ * sequence for every subject); T is the thread count (1, 2). Metrics: ops_per_s
+ * (allocations, or frees, per second of wall time over all threads),
+ * ns_per_op (wall), and cpu_ops_per_s: operations per second of the busiest
+ * worker thread's CPU time (CLOCK_THREAD_CPUTIME_ID; kernel time of its page
+ * faults included). On a shared machine whose cores are taken by other
+ * programs, wall time also counts the time a worker waited for a core, CPU
+ * time does not; for 2 threads it misses lock waits that sleep.
+ *
+ * Subjects (what one allocation is):
+ *   nvheap-pmem     nvh_reserve + nvh_activate with one link (the link is the
+ *                   object's slot in a link array in the pool's root area);
+ *                   pmem domain on /dev/shm: real CLWB + SFENCE
+ *   nvheap-process  the same calls, process domain (no flush instructions)
+ *   pmdk            pmemobj_alloc with its destination PMEMoid in the pool's
+ *                   root object (the like-for-like of activate with one
+ *                   link); PMEM_IS_PMEM_FORCE=1, so libpmem flushes with CLWB
+ *   glibc           malloc, pointer stored in a DRAM array
+ *   jemalloc        malloc of libjemalloc.so.2 (dlopen'ed RTLD_LOCAL: Debian's
+ *                   jemalloc exports plain malloc, linking it would replace
+ *                   glibc's for the whole program)
+ *   mimalloc        mi_malloc of libmimalloc.so.2 (dlopen'ed for the same reason)
+ * Frees: nvh_free clearing the link | pmemobj_free(&oid) | free.
+ * No subject writes the object's content (pmemobj_alloc without constructor
+ * does not either).
+ *
+ * Counters (benchmark 2 of the allocator issue): lines_per_op and
+ * fences_per_op of alloc_W/1 and free_W/1 for nvheap-pmem are nvheap's pool
+ * statistics over the loop divided by its operations (amortised costs such
+ * as log-ring retirement included). For PMDK they are counted exactly: this
+ * program defines pmem_flush, pmem_drain, pmem_persist, pmem_memcpy,
+ * pmem_memmove, pmem_memset, pmem_msync and pmem_deep_flush, which
+ * libpmemobj imports from libpmem, so its calls land here (symbol
+ * interposition), are counted per thread, and are forwarded to libpmem
+ * (dlsym RTLD_NEXT). A memcpy/memset counts the lines of its destination
+ * (flushed or streamed) and one fence unless PMEM_F_MEM_NODRAIN or
+ * PMEM_F_MEM_NOFLUSH is set. A self-check at start verifies the interposition
+ * (one pmemobj_persist of one line must count 1 line and 1 fence).
+ *
+ * The whole run happens in a child started with PMEM_IS_PMEM_FORCE=1 (libpmem
+ * reads it when it loads). Options: --ops N (allocations per thread per round;
+ * default 200000, quick 10000), --threads LIST (default 1,2), --workloads LIST
+ * (default 128,rand), --subjects LIST.
+ */
+#include "bench_util.h"
+
+#include <libpmem.h>
+#include <libpmemobj.h>
+
+#include <dlfcn.h>
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define MIB ((uint64_t)1 << 20)
+#define MAX_THREADS 8
+#define LINE 64u
+
+/* ==========================================================================
+ * PMDK flush/fence counting by interposition of libpmem's entry points
+ * ========================================================================== */
+typedef struct pmdk_count {
+    uint64_t lines, fences;
+    char pad[48];
+} pmdk_count;
+
+static pmdk_count pmdk_counts[MAX_THREADS + 1];      /* indexed by worker id     */
+static _Thread_local unsigned worker_id;             /* 0 = main thread           */
+/* libpmem's pmem_persist calls pmem_flush and pmem_drain through its own PLT,
+ * so they land here too: only the outermost call of a thread counts. */
+static _Thread_local unsigned pmem_depth;
+#define COUNTED(lines_, fences_, call)                                                  \
+    do {                                                                                \
+        if (pmem_depth++ == 0) {                                                        \
+            pmdk_counts[worker_id].lines += (lines_);                                   \
+            pmdk_counts[worker_id].fences += (fences_);                                 \
+        }                                                                               \
+        call;                                                                           \
+        pmem_depth--;                                                                   \
+    } while (0)
+
+static struct {
+    void (*flush)(const void *, size_t);
+    void (*drain)(void);
+    void (*persist)(const void *, size_t);
+    void *(*memcpy_)(void *, const void *, size_t, unsigned);
+    void *(*memmove_)(void *, const void *, size_t, unsigned);
+    void *(*memset_)(void *, int, size_t, unsigned);
+    int (*msync_)(const void *, size_t);
+    void (*deep_flush)(const void *, size_t);
+} real_pmem;
+
+static void *real_symbol(const char *name)
+{
+    void *sym = dlsym(RTLD_NEXT, name);
+    if (!sym) {
+        fprintf(stderr, "bench_alloc: dlsym(RTLD_NEXT, %s): %s\n", name, dlerror());
+        abort();
+    }
+    return sym;
+}
+
+/* Resolve libpmem's real functions (called before any pool is created). */
+static void pmem_interpose_init(void)
+{
+    *(void **)&real_pmem.flush = real_symbol("pmem_flush");
+    *(void **)&real_pmem.drain = real_symbol("pmem_drain");
+    *(void **)&real_pmem.persist = real_symbol("pmem_persist");
+    *(void **)&real_pmem.memcpy_ = real_symbol("pmem_memcpy");
+    *(void **)&real_pmem.memmove_ = real_symbol("pmem_memmove");
+    *(void **)&real_pmem.memset_ = real_symbol("pmem_memset");
+    *(void **)&real_pmem.msync_ = real_symbol("pmem_msync");
+    *(void **)&real_pmem.deep_flush = real_symbol("pmem_deep_flush");
+}
+
+static inline uint64_t lines_of(const void *addr, size_t len)
+{
+    if (len == 0) return 0;
+    uintptr_t first = (uintptr_t)addr & ~(uintptr_t)(LINE - 1);
+    return ((uintptr_t)addr + len - first + LINE - 1) / LINE;
+}
+
+/* Lines a memcpy/memset to dst writes back, and whether it ends with a fence. */
+static inline uint64_t mem_lines(const void *dst, size_t len, unsigned flags)
+{
+    return (flags & PMEM_F_MEM_NOFLUSH) ? 0 : lines_of(dst, len);
+}
+static inline uint64_t mem_fences(unsigned flags)
+{
+    return (flags & (PMEM_F_MEM_NOFLUSH | PMEM_F_MEM_NODRAIN)) ? 0 : 1;
+}
+
+void pmem_flush(const void *addr, size_t len)
+{
+    COUNTED(lines_of(addr, len), 0, real_pmem.flush(addr, len));
+}
+void pmem_drain(void)
+{
+    COUNTED(0, 1, real_pmem.drain());
+}
+void pmem_persist(const void *addr, size_t len)
+{
+    COUNTED(lines_of(addr, len), 1, real_pmem.persist(addr, len));
+}
+void *pmem_memcpy(void *dst, const void *src, size_t len, unsigned flags)
+{
+    void *r;
+    COUNTED(mem_lines(dst, len, flags), mem_fences(flags),
+            r = real_pmem.memcpy_(dst, src, len, flags));
+    return r;
+}
+void *pmem_memmove(void *dst, const void *src, size_t len, unsigned flags)
+{
+    void *r;
+    COUNTED(mem_lines(dst, len, flags), mem_fences(flags),
+            r = real_pmem.memmove_(dst, src, len, flags));
+    return r;
+}
+void *pmem_memset(void *dst, int c, size_t len, unsigned flags)
+{
+    void *r;
+    COUNTED(mem_lines(dst, len, flags), mem_fences(flags),
+            r = real_pmem.memset_(dst, c, len, flags));
+    return r;
+}
+int pmem_msync(const void *addr, size_t len)
+{
+    int r;
+    COUNTED(lines_of(addr, len), 1, r = real_pmem.msync_(addr, len));
+    return r;
+}
+void pmem_deep_flush(const void *addr, size_t len)
+{
+    COUNTED(lines_of(addr, len), 0, real_pmem.deep_flush(addr, len));
+}
+
+static pmdk_count pmdk_count_total(void)
+{
+    pmdk_count t = {0};
+    for (unsigned i = 0; i <= MAX_THREADS; i++) {
+        t.lines += pmdk_counts[i].lines;
+        t.fences += pmdk_counts[i].fences;
+    }
+    return t;
+}
+
+static void pmdk_count_reset(void)
+{
+    memset(pmdk_counts, 0, sizeof pmdk_counts);
+}
+
+/* ==========================================================================
+ * Subjects and workloads
+ * ========================================================================== */
+typedef enum subject_id {
+    S_NVH_PMEM, S_NVH_PROCESS, S_PMDK, S_GLIBC, S_JEMALLOC, S_MIMALLOC, S_COUNT
+} subject_id;
+static const char *const subject_names[S_COUNT] = {
+    "nvheap-pmem", "nvheap-process", "pmdk", "glibc", "jemalloc", "mimalloc"};
+
+typedef enum workload_id { W_128, W_RAND, W_COUNT } workload_id;
+static const char *const workload_names[W_COUNT] = {"128", "rand"};
+
+enum { PH_ALLOC1, PH_FREE1, PH_ALLOC2, PH_FREE2, PH_COUNT };
+
+/* What a measurement child sends back. */
+typedef struct measurement {
+    int ok;
+    char error[200];
+    double ns[PH_COUNT];               /* wall time of each phase            */
+    double cpu_ns[PH_COUNT];           /* the busiest worker's CPU time      */
+    double lines[PH_COUNT], fences[PH_COUNT]; /* counters during each phase   */
+} measurement;
+
+/* The allocator under test, as seen by the loops. */
+typedef struct subject_ctx {
+    subject_id id;
+    nvh_pool *pool;                    /* nvheap subjects                    */
+    nvh_off_t *links;                  /* nvheap: link array (root area)     */
+    PMEMobjpool *pop;                  /* pmdk                               */
+    PMEMoid *oids;                     /* pmdk: destination oids (root obj)  */
+    void **ptrs;                       /* volatile allocators                */
+    void *(*malloc_fn)(size_t);
+    void (*free_fn)(void *);
+} subject_ctx;
+
+typedef struct worker {
+    subject_ctx *s;
+    unsigned id;                       /* 1..threads                         */
+    uint64_t first, count;             /* its slots in the link/ptr arrays   */
+    const uint32_t *sizes;             /* count sizes                        */
+    pthread_barrier_t *barrier;
+    uint64_t start_ns[4], end_ns[4];   /* per phase, taken by the worker     */
+    uint64_t cpu_ns[4];                /* the worker's CPU time in each phase */
+    int failed;
+    char error[160];
+} worker;
+
+/* ==========================================================================
+ * The loops
+ * ========================================================================== */
+static int alloc_loop(worker *w)
+{
+    subject_ctx *s = w->s;
+    const uint32_t *sizes = w->sizes;
+    uint64_t first = w->first, n = w->count;
+    switch (s->id) {
+    case S_NVH_PMEM:
+    case S_NVH_PROCESS:
+        for (uint64_t i = 0; i < n; i++) {
+            void *p = nvh_reserve(s->pool, sizes[i]);
+            nvh_off_t *link = &s->links[first + i];
+            if (!p || nvh_activate(s->pool, p, &link, 1) != NVH_OK) {
+                snprintf(w->error, sizeof w->error, "nvheap alloc %llu: %s",
+                         (unsigned long long)i, nvh_errormsg());
+                return -1;
+            }
+        }
+        return 0;
+    case S_PMDK:
+        for (uint64_t i = 0; i < n; i++)
+            if (pmemobj_alloc(s->pop, &s->oids[first + i], sizes[i], 0, NULL, NULL) != 0) {
+                snprintf(w->error, sizeof w->error, "pmemobj_alloc %llu: %s",
+                         (unsigned long long)i, pmemobj_errormsg());
+                return -1;
+            }
+        return 0;
+    default:
+        for (uint64_t i = 0; i < n; i++) {
+            void *p = s->malloc_fn(sizes[i]);
+            if (!p) {
+                snprintf(w->error, sizeof w->error, "malloc failed");
+                return -1;
+            }
+            s->ptrs[first + i] = p;
+        }
+        return 0;
+    }
+}
+
+/* with_link: nvheap clears the object's link in the free (the like-for-like
+ * of pmemobj_free(&oid)); without, it frees with no link update. */
+static int free_loop(worker *w, bool with_link)
+{
+    subject_ctx *s = w->s;
+    uint64_t first = w->first, n = w->count;
+    switch (s->id) {
+    case S_NVH_PMEM:
+    case S_NVH_PROCESS:
+        for (uint64_t i = 0; i < n; i++) {
+            nvh_off_t *link = &s->links[first + i];
+            nvh_link l = {link, 0};
+            if (nvh_free(s->pool, nvh_ptr(s->pool, *link), with_link ? &l : NULL,
+                         with_link ? 1u : 0u) != NVH_OK) {
+                snprintf(w->error, sizeof w->error, "nvh_free %llu: %s",
+                         (unsigned long long)i, nvh_errormsg());
+                return -1;
+            }
+        }
+        return 0;
+    case S_PMDK:
+        for (uint64_t i = 0; i < n; i++) pmemobj_free(&s->oids[first + i]);
+        return 0;
+    default:
+        for (uint64_t i = 0; i < n; i++) s->free_fn(s->ptrs[first + i]);
+        return 0;
+    }
+}
+
+/* CPU time of the calling thread: unlike wall time, it does not grow while
+ * other programs on this shared machine hold the cores. */
+static uint64_t thread_cpu_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static void *worker_main(void *arg)
+{
+    worker *w = arg;
+    worker_id = w->id;
+    for (int phase = 0; phase < PH_COUNT; phase++) {
+        pthread_barrier_wait(w->barrier);              /* start together      */
+        uint64_t cpu0 = thread_cpu_ns();
+        w->start_ns[phase] = bench_now_ns();
+        if (!w->failed)
+            w->failed = (phase == PH_ALLOC1 || phase == PH_ALLOC2)
+                            ? alloc_loop(w) : free_loop(w, phase == PH_FREE1);
+        w->end_ns[phase] = bench_now_ns();
+        w->cpu_ns[phase] = thread_cpu_ns() - cpu0;
+        pthread_barrier_wait(w->barrier);              /* phase over          */
+    }
+    return NULL;
+}
+
+/* ==========================================================================
+ * One measurement (runs in a forked child)
+ * ========================================================================== */
+typedef struct plan {
+    subject_id subject;
+    workload_id workload;
+    unsigned threads;
+    uint64_t ops;                      /* per thread per round               */
+    const char *path;                  /* pool file (nvheap, pmdk)           */
+    uint32_t *sizes;                   /* threads * ops sizes                */
+} plan;
+
+static void counters_reset(subject_ctx *s)
+{
+    if (s->pool) nvh_stats_reset(s->pool);
+    pmdk_count_reset();
+}
+
+static void counters_read(subject_ctx *s, double *lines, double *fences)
+{
+    if (s->pool) {
+        nvh_stats st;
+        nvh_stats_get(s->pool, &st);
+        *lines = (double)st.lines_flushed;
+        *fences = (double)st.fences;
+    } else {
+        pmdk_count c = pmdk_count_total();
+        *lines = (double)c.lines;
+        *fences = (double)c.fences;
+    }
+}
+
+/* Every link (nvheap) or oid (pmdk) set: what round 2 must leave. */
+static bool links_all_set(const subject_ctx *s, uint64_t total)
+{
+    for (uint64_t i = 0; i < total; i++) {
+        if (s->links && !s->links[i]) return false;
+        if (s->oids && OID_IS_NULL(s->oids[i])) return false;
+    }
+    return true;
+}
+
+static uint64_t pool_bytes_needed(const plan *p)
+{
+    uint64_t total = (uint64_t)p->threads * p->ops;
+    uint64_t avg = p->workload == W_128 ? 128 : 320;
+    return total * (avg + 64) * 2 + 64 * MIB;
+}
+
+static void measure(const plan *p, measurement *m)
+{
+    subject_ctx s = {.id = p->subject};
+    uint64_t total = (uint64_t)p->threads * p->ops;
+    void *dl = NULL;
+    memset(m, 0, sizeof *m);
+
+    /* ---- set the subject up (not timed) ---- */
+    if (p->subject == S_NVH_PMEM || p->subject == S_NVH_PROCESS) {
+        nvh_pool_options po = {.root_size = (total * sizeof(nvh_off_t) + 4095) & ~4095ull};
+        unsigned dom = p->subject == S_NVH_PMEM ? NVH_DOMAIN_PMEM : NVH_DOMAIN_PROCESS;
+        s.pool = nvh_pool_create_ex(p->path, "bench_alloc", pool_bytes_needed(p), dom, &po);
+        if (!s.pool) {
+            snprintf(m->error, sizeof m->error, "nvh_pool_create: %s", nvh_errormsg());
+            return;
+        }
+        s.links = nvh_root(s.pool, NULL);
+        memset(s.links, 0, total * sizeof(nvh_off_t));       /* prefault */
+        nvh_persist(s.pool, s.links, total * sizeof(nvh_off_t));
+    } else if (p->subject == S_PMDK) {
+        s.pop = pmemobj_create(p->path, "bench_alloc", pool_bytes_needed(p) + 256 * MIB, 0600);
+        if (!s.pop) {
+            snprintf(m->error, sizeof m->error, "pmemobj_create: %s", pmemobj_errormsg());
+            return;
+        }
+        PMEMoid root = pmemobj_root(s.pop, total * sizeof(PMEMoid));
+        if (OID_IS_NULL(root)) {
+            snprintf(m->error, sizeof m->error, "pmemobj_root: %s", pmemobj_errormsg());
+            return;
+        }
+        s.oids = pmemobj_direct(root);
+    } else {
+        s.ptrs = calloc(total, sizeof *s.ptrs);
+        if (!s.ptrs) {
+            snprintf(m->error, sizeof m->error, "out of memory");
+            return;
+        }
+        if (p->subject == S_GLIBC) {
+            s.malloc_fn = malloc;
+            s.free_fn = free;
+        } else {
+            const char *lib = p->subject == S_JEMALLOC ? "libjemalloc.so.2" : "libmimalloc.so.2";
+            dl = dlopen(lib, RTLD_NOW | RTLD_LOCAL);
+            if (!dl) {
+                snprintf(m->error, sizeof m->error, "dlopen %s: %s", lib, dlerror());
+                return;
+            }
+            const char *mname = p->subject == S_JEMALLOC ? "malloc" : "mi_malloc";
+            const char *fname = p->subject == S_JEMALLOC ? "free" : "mi_free";
+            *(void **)&s.malloc_fn = dlsym(dl, mname);
+            *(void **)&s.free_fn = dlsym(dl, fname);
+            if (!s.malloc_fn || !s.free_fn || (void *)s.malloc_fn == (void *)malloc) {
+                snprintf(m->error, sizeof m->error, "%s: no private %s/%s", lib, mname, fname);
+                return;
+            }
+        }
+    }
+
+    /* ---- the phases. Each worker times itself (the thread that wakes up
+     * last from a barrier may be scheduled late); a phase lasts from the
+     * first worker's start to the last one's end. ---- */
+    worker workers[MAX_THREADS];
+    pthread_t tids[MAX_THREADS];
+    pthread_barrier_t barrier;
+    pthread_barrier_init(&barrier, NULL, p->threads + 1);
+    for (unsigned t = 0; t < p->threads; t++) {
+        workers[t] = (worker){.s = &s, .id = t + 1, .first = t * p->ops, .count = p->ops,
+                              .sizes = p->sizes + t * p->ops, .barrier = &barrier};
+        if (pthread_create(&tids[t], NULL, worker_main, &workers[t]) != 0) {
+            snprintf(m->error, sizeof m->error, "pthread_create failed");
+            _exit(3);
+        }
+    }
+    for (int phase = 0; phase < PH_COUNT; phase++) {
+        counters_reset(&s);
+        pthread_barrier_wait(&barrier);
+        pthread_barrier_wait(&barrier);
+        uint64_t first = UINT64_MAX, last = 0, cpu = 0;
+        for (unsigned t = 0; t < p->threads; t++) {
+            if (workers[t].start_ns[phase] < first) first = workers[t].start_ns[phase];
+            if (workers[t].end_ns[phase] > last) last = workers[t].end_ns[phase];
+            if (workers[t].cpu_ns[phase] > cpu) cpu = workers[t].cpu_ns[phase];
+        }
+        m->ns[phase] = (double)(last - first);
+        m->cpu_ns[phase] = (double)cpu;
+        counters_read(&s, &m->lines[phase], &m->fences[phase]);
+        if (phase == PH_ALLOC2 && !m->error[0] && !links_all_set(&s, total))
+            snprintf(m->error, sizeof m->error, "a link/oid is not set after round 2");
+    }
+    for (unsigned t = 0; t < p->threads; t++) {
+        pthread_join(tids[t], NULL);
+        if (workers[t].failed) {
+            snprintf(m->error, sizeof m->error, "%s", workers[t].error);
+            return;
+        }
+    }
+    if (m->error[0]) return;
+    m->ok = 1;
+}
+
+/* Fork, measure in the child, return what it sent. */
+static void measure_in_child(const bench_opts *opts, const plan *p, measurement *m)
+{
+    int fds[2];
+    memset(m, 0, sizeof *m);
+    if (pipe(fds) != 0) {
+        snprintf(m->error, sizeof m->error, "pipe: %s", strerror(errno));
+        return;
+    }
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid == 0) {
+        close(fds[0]);
+        measurement r;
+        measure(p, &r);
+        ssize_t wr = write(fds[1], &r, sizeof r);
+        _exit(wr == (ssize_t)sizeof r ? 0 : 1);          /* no atexit: scratch is the parent's */
+    }
+    close(fds[1]);
+    if (pid < 0) {
+        snprintf(m->error, sizeof m->error, "fork: %s", strerror(errno));
+        close(fds[0]);
+        return;
+    }
+    ssize_t got = read(fds[0], m, sizeof *m);
+    close(fds[0]);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    if (got != (ssize_t)sizeof *m) {
+        memset(m, 0, sizeof *m);
+        snprintf(m->error, sizeof m->error, "child died (status %d)", status);
+    }
+    (void)opts;
+}
+
+/* ==========================================================================
+ * Checks made once before measuring
+ * ========================================================================== */
+/* One pmemobj_persist of one line must be counted as 1 line and 1 fence. */
+static int check_interposition(const bench_opts *opts)
+{
+    const char *path = bench_scratch_path(opts, NULL, "check.pmdk");
+    PMEMobjpool *pop = path ? pmemobj_create(path, "check", 16 * MIB, 0600) : NULL;
+    if (!pop) {
+        bench_error(opts, "pmemobj_create %s: %s", path ? path : "", pmemobj_errormsg());
+        return -1;
+    }
+    PMEMoid root = pmemobj_root(pop, 4096);
+    char *r = pmemobj_direct(root);
+    int is_pmem = pmem_is_pmem(r, 64);
+    pmdk_count_reset();
+    r[0] = 1;
+    pmemobj_persist(pop, r, 1);
+    pmdk_count c = pmdk_count_total();
+    pmemobj_close(pop);
+    bench_scratch_remove(path);
+    if (!is_pmem) {
+        bench_error(opts, "pmem_is_pmem() = 0 although PMEM_IS_PMEM_FORCE=1");
+        return -1;
+    }
+    if (c.lines != 1 || c.fences != 1) {
+        bench_error(opts, "PMDK counting self-check: pmemobj_persist(1 line) counted %llu "
+                    "lines, %llu fences (interposition broken?)",
+                    (unsigned long long)c.lines, (unsigned long long)c.fences);
+        return -1;
+    }
+    bench_note(opts, "pmdk: pmem_is_pmem()=1 (PMEM_IS_PMEM_FORCE=1); flush/fence counting "
+               "by interposition self-checked");
+    return 0;
+}
+
+/* ==========================================================================
+ * Driving the measurements and reporting
+ * ========================================================================== */
+typedef struct settings {
+    uint64_t ops;
+    unsigned threads[4], nthreads;
+    bool workload[W_COUNT];
+    bool subject[S_COUNT];
+} settings;
+
+static void fill_sizes(uint32_t *sizes, uint64_t n, workload_id w)
+{
+    uint64_t x = 0x9e3779b97f4a7c15ull;
+    for (uint64_t i = 0; i < n; i++) {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        sizes[i] = w == W_128 ? 128u : 64u + (uint32_t)(x % 449u);
+    }
+}
+
+static void emit_rate(const bench_opts *opts, const char *group, workload_id w, unsigned threads,
+                      const char *subject, const double *ns, const double *cpu_ns, unsigned runs,
+                      double ops)
+{
+    char name[96];
+    snprintf(name, sizeof name, "%s_%s/%u", group, workload_names[w], threads);
+    double *rate = calloc(runs, sizeof *rate), *per_op = calloc(runs, sizeof *per_op);
+    if (!rate || !per_op) {
+        free(rate);
+        free(per_op);
+        return;
+    }
+    for (unsigned r = 0; r < runs; r++) {
+        rate[r] = ops / (ns[r] / 1e9);
+        per_op[r] = ns[r] / ops;
+    }
+    bench_emit(opts, name, subject, "ops_per_s", bench_summarize(rate, runs), "ops/s");
+    bench_emit(opts, name, subject, "ns_per_op", bench_summarize(per_op, runs), "ns");
+    for (unsigned r = 0; r < runs; r++) rate[r] = ops / (cpu_ns[r] / 1e9);
+    bench_emit(opts, name, subject, "cpu_ops_per_s", bench_summarize(rate, runs), "ops/s");
+    free(rate);
+    free(per_op);
+}
+
+static void emit_counts(const bench_opts *opts, const char *group, workload_id w,
+                        const char *subject, double lines, double fences, double ops)
+{
+    char name[96];
+    snprintf(name, sizeof name, "%s_%s/1", group, workload_names[w]);
+    bench_emit(opts, name, subject, "lines_per_op", bench_exact(lines / ops), "lines");
+    bench_emit(opts, name, subject, "fences_per_op", bench_exact(fences / ops), "fences");
+}
+
+/* All subjects of one (workload, threads): `runs` repetitions, the subjects
+ * in a rotating order within each, then the figures. */
+static void run_config(const bench_opts *opts, const settings *set, workload_id w,
+                       unsigned threads)
+{
+    static const char *const groups[] = {"alloc", "free", "alloc_free", "realloc", "free_nolink"};
+    bool selected = false;
+    for (size_t g = 0; g < sizeof groups / sizeof groups[0]; g++) {
+        char name[96];
+        snprintf(name, sizeof name, "%s_%s/%u", groups[g], workload_names[w], threads);
+        selected = selected || bench_selected(opts, name);
+    }
+    if (!selected) return;                /* --only: every phase runs, or none */
+    unsigned runs = opts->runs;
+    uint64_t total = (uint64_t)threads * set->ops;
+    uint32_t *sizes = malloc(total * sizeof *sizes);
+    double(*ns)[PH_COUNT][16] = calloc(S_COUNT, sizeof *ns);   /* [subject][phase][run] */
+    double(*cpu)[PH_COUNT][16] = calloc(S_COUNT, sizeof *cpu);
+    double(*lines)[PH_COUNT] = calloc(S_COUNT, sizeof *lines);
+    double(*fences)[PH_COUNT] = calloc(S_COUNT, sizeof *fences);
+    bool ok[S_COUNT] = {0};
+    if (!sizes || !ns || !cpu || !lines || !fences || runs > 16) {
+        bench_error(opts, "out of memory (or --runs > 16)");
+        goto out;
+    }
+    fill_sizes(sizes, total, w);
+    for (int si = 0; si < S_COUNT; si++) ok[si] = set->subject[si];
+
+    for (unsigned r = 0; r < runs; r++) {
+        for (int k = 0; k < S_COUNT; k++) {
+            int si = (k + (int)r) % S_COUNT;
+            if (!ok[si]) continue;
+            const char *path = NULL;
+            if (si == S_NVH_PMEM || si == S_NVH_PROCESS || si == S_PMDK) {
+                path = bench_scratch_path(opts, NULL, subject_names[si]);
+                if (!path) {
+                    ok[si] = false;
+                    continue;
+                }
+            }
+            plan p = {.subject = si, .workload = w, .threads = threads, .ops = set->ops,
+                      .path = path, .sizes = sizes};
+            measurement m;
+            measure_in_child(opts, &p, &m);
+            if (path) bench_scratch_remove(path);
+            if (!m.ok) {
+                bench_error(opts, "%s, %s, %u thread(s): %s", subject_names[si],
+                            workload_names[w], threads, m.error);
+                ok[si] = false;
+                continue;
+            }
+            for (int ph = 0; ph < PH_COUNT; ph++) {
+                ns[si][ph][r] = m.ns[ph];
+                cpu[si][ph][r] = m.cpu_ns[ph];
+                lines[si][ph] = m.lines[ph];         /* exact counts: the last run's */
+                fences[si][ph] = m.fences[ph];
+            }
+        }
+    }
+
+    for (int si = 0; si < S_COUNT; si++) {
+        if (!ok[si]) continue;
+        const char *name = subject_names[si];
+        double both[16], both_cpu[16];
+        for (unsigned r = 0; r < runs; r++) {
+            both[r] = ns[si][PH_ALLOC1][r] + ns[si][PH_FREE1][r];
+            both_cpu[r] = cpu[si][PH_ALLOC1][r] + cpu[si][PH_FREE1][r];
+        }
+        double total_ops = (double)total;
+        emit_rate(opts, "alloc", w, threads, name, ns[si][PH_ALLOC1], cpu[si][PH_ALLOC1], runs,
+                  total_ops);
+        emit_rate(opts, "free", w, threads, name, ns[si][PH_FREE1], cpu[si][PH_FREE1], runs,
+                  total_ops);
+        emit_rate(opts, "alloc_free", w, threads, name, both, both_cpu, runs, total_ops);
+        emit_rate(opts, "realloc", w, threads, name, ns[si][PH_ALLOC2], cpu[si][PH_ALLOC2], runs,
+                  total_ops);
+        if (si == S_NVH_PMEM || si == S_NVH_PROCESS)
+            emit_rate(opts, "free_nolink", w, threads, name, ns[si][PH_FREE2],
+                      cpu[si][PH_FREE2], runs, total_ops);
+        if (threads == 1 && (si == S_NVH_PMEM || si == S_PMDK)) {
+            emit_counts(opts, "alloc", w, name, lines[si][PH_ALLOC1], fences[si][PH_ALLOC1],
+                        (double)total);
+            emit_counts(opts, "free", w, name, lines[si][PH_FREE1], fences[si][PH_FREE1],
+                        (double)total);
+            emit_counts(opts, "realloc", w, name, lines[si][PH_ALLOC2],
+                        fences[si][PH_ALLOC2], (double)total);
+            if (si == S_NVH_PMEM)
+                emit_counts(opts, "free_nolink", w, name, lines[si][PH_FREE2],
+                            fences[si][PH_FREE2], (double)total);
+        }
+    }
+    /* the targets of the allocator issue, as notes */
+    if (ok[S_NVH_PMEM] && ok[S_PMDK])
+        bench_note(opts, "target %s/%u: nvheap-pmem alloc throughput = %.2fx pmdk wall, %.2fx "
+                   "CPU time (>= 5x wanted)", workload_names[w], threads,
+                   bench_median(ns[S_PMDK][PH_ALLOC1], runs) /
+                       bench_median(ns[S_NVH_PMEM][PH_ALLOC1], runs),
+                   bench_median(cpu[S_PMDK][PH_ALLOC1], runs) /
+                       bench_median(cpu[S_NVH_PMEM][PH_ALLOC1], runs));
+    if (ok[S_NVH_PROCESS] && ok[S_GLIBC])
+        bench_note(opts, "target %s/%u: nvheap-process alloc throughput = %.2fx glibc wall, "
+                   "%.2fx CPU time; round 2: %.2fx wall, %.2fx CPU (>= 0.5x wanted)",
+                   workload_names[w], threads,
+                   bench_median(ns[S_GLIBC][PH_ALLOC1], runs) /
+                       bench_median(ns[S_NVH_PROCESS][PH_ALLOC1], runs),
+                   bench_median(cpu[S_GLIBC][PH_ALLOC1], runs) /
+                       bench_median(cpu[S_NVH_PROCESS][PH_ALLOC1], runs),
+                   bench_median(ns[S_GLIBC][PH_ALLOC2], runs) /
+                       bench_median(ns[S_NVH_PROCESS][PH_ALLOC2], runs),
+                   bench_median(cpu[S_GLIBC][PH_ALLOC2], runs) /
+                       bench_median(cpu[S_NVH_PROCESS][PH_ALLOC2], runs));
+out:
+    free(sizes);
+    free(ns);
+    free(cpu);
+    free(lines);
+    free(fences);
+}
+
+static const bench_info info = {
+    .name = "alloc",
+    .summary = "allocation loops (seed 002 Figs. 4-7) vs glibc, jemalloc, mimalloc, PMDK",
+    .baseline = "pmdk",
+    .ratio_metric = "ops_per_s",
+    .usage =
+        "  --ops N            allocations per thread per round (default 200000, quick 10000)\n"
+        "  --threads LIST     thread counts, comma-separated (default 1,2; at most 8)\n"
+        "  --workloads LIST   128,rand (default both)\n"
+        "  --subjects LIST    of nvheap-pmem,nvheap-process,pmdk,glibc,jemalloc,mimalloc\n"
+        "  --inner            run here (the parent re-runs itself with PMEM_IS_PMEM_FORCE=1)\n",
+};
+
+static bool parse_list(const char *text, const char *const *names, int count, bool *out)
+{
+    for (int i = 0; i < count; i++) out[i] = false;
+    for (const char *p = text; *p;) {
+        size_t len = strcspn(p, ",");
+        int found = -1;
+        for (int i = 0; i < count; i++)
+            if (strlen(names[i]) == len && strncmp(names[i], p, len) == 0) found = i;
+        if (found < 0) return false;
+        out[found] = true;
+        p += len + (p[len] == ',');
+    }
+    return true;
+}
+
+int main(int argc, char **argv)
+{
+    bench_opts opts;
+    bench_parse(&opts, &info, argc, argv);
+    settings set = {.ops = opts.quick ? 10000 : 200000, .threads = {1, 2}, .nthreads = 2};
+    for (int i = 0; i < W_COUNT; i++) set.workload[i] = true;
+    for (int i = 0; i < S_COUNT; i++) set.subject[i] = true;
+    bool inner = false;
+    const char *pass[16];
+    unsigned npass = 0;
+    for (int i = 0; i < opts.argc; i++) {
+        const char *arg = opts.argv[i];
+        bool has_value = i + 1 < opts.argc;
+        if (strcmp(arg, "--inner") == 0) {
+            inner = true;
+            continue;
+        }
+        if (!has_value) bench_usage_error(&opts, "unknown option or missing value: %s", arg);
+        const char *val = opts.argv[++i];
+        if (npass + 2 < 16) {
+            pass[npass++] = arg;
+            pass[npass++] = val;
+        }
+        if (strcmp(arg, "--ops") == 0) {
+            char *end;
+            set.ops = strtoull(val, &end, 10);
+            if (*end || set.ops == 0) bench_usage_error(&opts, "--ops: bad count '%s'", val);
+        } else if (strcmp(arg, "--threads") == 0) {
+            set.nthreads = 0;
+            for (const char *p = val; *p && set.nthreads < 4;) {
+                char *end;
+                unsigned long t = strtoul(p, &end, 10);
+                if (end == p || t == 0 || t > MAX_THREADS || (*end && *end != ','))
+                    bench_usage_error(&opts, "--threads: bad list '%s'", val);
+                set.threads[set.nthreads++] = (unsigned)t;
+                p = *end ? end + 1 : end;
+            }
+        } else if (strcmp(arg, "--workloads") == 0) {
+            if (!parse_list(val, workload_names, W_COUNT, set.workload))
+                bench_usage_error(&opts, "--workloads: bad list '%s'", val);
+        } else if (strcmp(arg, "--subjects") == 0) {
+            if (!parse_list(val, subject_names, S_COUNT, set.subject))
+                bench_usage_error(&opts, "--subjects: bad list '%s'", val);
+        } else {
+            bench_usage_error(&opts, "unknown option: %s", arg);
+        }
+    }
+
+    if (!inner) {
+        /* libpmem fixes its flush behaviour when it loads: re-run in a child */
+        /* jemalloc has 2.6 KiB of static TLS: more than dlopen's default reserve */
+        const char *env[] = {"PMEM_IS_PMEM_FORCE=1",
+                             "GLIBC_TUNABLES=glibc.rtld.optional_static_tls=65536", NULL};
+        pass[npass++] = "--inner";
+        pass[npass] = NULL;
+        bench_run_child(&opts, env, pass);
+        return bench_finish(&opts);
+    }
+
+    pmem_interpose_init();
+    nvh_flush_kind fk = nvh_flush_kind_detect();
+    bench_note(&opts, "nvheap-pmem: pmem domain, %s, pools in %s; %llu allocations per thread "
+               "per round; %u run%s, a fresh process per subject and run",
+               nvh_flush_kind_name(fk), opts.dir, (unsigned long long)set.ops, opts.runs,
+               opts.runs == 1 ? "" : "s");
+    if (set.subject[S_PMDK] && check_interposition(&opts) != 0) set.subject[S_PMDK] = false;
+    for (int w = 0; w < W_COUNT; w++) {
+        if (!set.workload[w]) continue;
+        for (unsigned t = 0; t < set.nthreads; t++) run_config(&opts, &set, w, set.threads[t]);
+    }
+    return bench_finish(&opts);
+}

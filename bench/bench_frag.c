@@ -1,0 +1,319 @@
+/* bench_frag.c — fragmentation and slowdown vs glibc, 1 M random ops (seed 000 Table 2)
+ *
+ * Seed 000 (NVMalloc) section 8.1.2: one million allocations and frees of
+ * sizes uniform in 10 B .. 4 KB, at free/alloc ratios 1/3, 1/2 and 1/1; total
+ * and external fragmentation at the end, and the allocator's slowdown
+ * against glibc malloc. The don't-allocate delay T is 0 (as in the seed's
+ * footnote 12).
+ *
+ * The operation sequence (one seed, identical for every subject): each op is
+ * a free of a uniformly chosen live block with probability r/(1+r) (r = the
+ * ratio; an alloc when nothing is live), else an allocation of a uniform size
+ * in 10..4096 B. Nothing is written into the blocks (the seed's tool "performs
+ * only memory allocations and deallocations").
+ *
+ * Subjects (a fresh process each):
+ *   glibc           malloc / free
+ *   nvheap          nvh_reserve + nvh_activate (no link) / nvh_free, process
+ *                   domain (the allocator's own cost, no flush instructions)
+ *   nvheap-pmem     the same in the pmem domain (CLWB + SFENCE on /dev/shm):
+ *                   slowdown only, fragmentation is the same
+ *
+ * Definitions (at the end of the sequence; "heap" = the memory the allocator
+ * has taken for its heap):
+ *   heap_bytes      glibc: mallinfo2 arena + hblkhd (sbrk'd + mmapped bytes);
+ *                   nvheap: nvh_heap_stats.heap_bytes (the chunks in use)
+ *   requested       sum of the sizes asked for by the live blocks
+ *   total_frag      (heap_bytes - requested) / heap_bytes: every byte of
+ *                   heap not holding requested data (headers, size rounding,
+ *                   free space)
+ *   external_frag   free bytes outside the largest free region / heap_bytes:
+ *                   free space split into holes. glibc: (fordblks - keepcost)
+ *                   / heap (keepcost = the top chunk, the free space at the
+ *                   end of the heap); nvheap: (free_bytes - largest_free) /
+ *                   heap (free whole-block regions; free slots inside runs
+ *                   are not free regions and count only in total_frag)
+ *   slowdown        this subject's time for the sequence / glibc's (medians);
+ *                   cpu_slowdown the same with the thread's CPU time, which
+ *                   other programs on a shared machine do not inflate
+ * Options: --ops N (default 1000000, quick 50000), --ratios LIST (of 1/3,1/2,1/1).
+ */
+#include "bench_util.h"
+
+#include <errno.h>
+#include <malloc.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define MIB ((uint64_t)1 << 20)
+#define MAX_RUNS 32
+
+typedef enum subject_id { S_GLIBC, S_NVHEAP, S_NVHEAP_PMEM, S_COUNT } subject_id;
+static const char *const subject_names[S_COUNT] = {"glibc", "nvheap", "nvheap-pmem"};
+
+typedef struct ratio {
+    const char *label;          /* case VARIANT                              */
+    unsigned num, den;          /* frees per allocations                     */
+} ratio;
+static const ratio ratios[] = {{"1:3", 1, 3}, {"1:2", 1, 2}, {"1:1", 1, 1}};
+#define RATIO_COUNT (sizeof ratios / sizeof ratios[0])
+
+/* What a child sends back. */
+typedef struct outcome {
+    int ok;
+    char error[160];
+    double ns, cpu_ns;          /* wall and CPU time of the sequence          */
+    uint64_t heap_bytes, requested, free_bytes, hole_bytes, live;
+} outcome;
+
+/* ==========================================================================
+ * The sequence
+ * ========================================================================== */
+typedef struct live_block {
+    void *ptr;
+    uint32_t size;
+} live_block;
+
+/* CPU time of the calling thread (immune to other programs taking the cores). */
+static uint64_t thread_cpu_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static inline uint64_t next_random(uint64_t *x)
+{
+    *x ^= *x << 13;
+    *x ^= *x >> 7;
+    *x ^= *x << 17;
+    return *x;
+}
+
+/* Runs the sequence on one subject; returns 0 or -1 with out->error set. */
+static int run_sequence(subject_id sub, nvh_pool *pool, const ratio *rt, uint64_t ops,
+                        live_block *live, outcome *out)
+{
+    uint64_t x = 0x2545f4914f6cdd1dull, nlive = 0, requested = 0;
+    /* free with probability num / (num + den) */
+    uint64_t free_threshold = (uint64_t)((double)UINT32_MAX * rt->num / (rt->num + rt->den));
+    uint64_t t0 = bench_now_ns(), cpu0 = thread_cpu_ns();
+    for (uint64_t i = 0; i < ops; i++) {
+        uint64_t r = next_random(&x);
+        if ((r & UINT32_MAX) < free_threshold && nlive > 0) {
+            uint64_t k = (r >> 32) % nlive;
+            if (sub == S_GLIBC) {
+                free(live[k].ptr);
+            } else if (nvh_free(pool, live[k].ptr, NULL, 0) != NVH_OK) {
+                snprintf(out->error, sizeof out->error, "nvh_free: %s", nvh_errormsg());
+                return -1;
+            }
+            requested -= live[k].size;
+            live[k] = live[--nlive];
+        } else {
+            uint32_t size = 10u + (uint32_t)((r >> 32) % 4087u);   /* 10 .. 4096 */
+            void *p;
+            if (sub == S_GLIBC) {
+                p = malloc(size);
+            } else {
+                p = nvh_reserve(pool, size);
+                if (p && nvh_activate(pool, p, NULL, 0) != NVH_OK) p = NULL;
+            }
+            if (!p) {
+                snprintf(out->error, sizeof out->error, "allocation %llu failed: %s",
+                         (unsigned long long)i, sub == S_GLIBC ? "malloc" : nvh_errormsg());
+                return -1;
+            }
+            live[nlive].ptr = p;
+            live[nlive].size = size;
+            nlive++;
+            requested += size;
+        }
+    }
+    out->ns = (double)(bench_now_ns() - t0);
+    out->cpu_ns = (double)(thread_cpu_ns() - cpu0);
+    out->requested = requested;
+    out->live = nlive;
+    return 0;
+}
+
+static void measure(subject_id sub, const ratio *rt, uint64_t ops, const char *path,
+                    outcome *out)
+{
+    memset(out, 0, sizeof *out);
+    /* the bookkeeping array is mmapped, so it is no part of glibc's heap */
+    live_block *live = mmap(NULL, ops * sizeof *live, PROT_READ | PROT_WRITE,
+                            MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
+    if (live == MAP_FAILED) {
+        snprintf(out->error, sizeof out->error, "mmap: %s", strerror(errno));
+        return;
+    }
+    nvh_pool *pool = NULL;
+    if (sub != S_GLIBC) {
+        unsigned dom = sub == S_NVHEAP ? NVH_DOMAIN_PROCESS : NVH_DOMAIN_PMEM;
+        pool = nvh_pool_create(path, "bench_frag", 64 * MIB, dom);
+        nvh_heap_config cfg;
+        if (!pool || nvh_heap_config_get(pool, &cfg) != NVH_OK) {
+            snprintf(out->error, sizeof out->error, "pool: %s", nvh_errormsg());
+            return;
+        }
+        cfg.fifo_delay_ns = 0;                              /* T = 0 */
+        if (nvh_heap_config_set(pool, &cfg) != NVH_OK) {
+            snprintf(out->error, sizeof out->error, "config: %s", nvh_errormsg());
+            return;
+        }
+    }
+    if (run_sequence(sub, pool, rt, ops, live, out) != 0) return;
+    if (sub == S_GLIBC) {
+        struct mallinfo2 mi = mallinfo2();
+        out->heap_bytes = mi.arena + mi.hblkhd;
+        out->free_bytes = mi.fordblks;
+        out->hole_bytes = mi.fordblks - mi.keepcost;
+    } else {
+        nvh_heap_stats st;
+        if (nvh_heap_stats_get(pool, &st) != NVH_OK) {
+            snprintf(out->error, sizeof out->error, "stats: %s", nvh_errormsg());
+            return;
+        }
+        out->heap_bytes = st.heap_bytes;
+        out->free_bytes = st.free_bytes;
+        out->hole_bytes = st.free_bytes - st.largest_free;
+        if (st.live_objects != out->live) {
+            snprintf(out->error, sizeof out->error, "heap stats: %llu live objects, expected %llu",
+                     (unsigned long long)st.live_objects, (unsigned long long)out->live);
+            return;
+        }
+    }
+    out->ok = 1;
+}
+
+static void measure_in_child(subject_id sub, const ratio *rt, uint64_t ops, const char *path,
+                             outcome *out)
+{
+    int fds[2];
+    memset(out, 0, sizeof *out);
+    if (pipe(fds) != 0) {
+        snprintf(out->error, sizeof out->error, "pipe: %s", strerror(errno));
+        return;
+    }
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid == 0) {
+        close(fds[0]);
+        outcome o;
+        measure(sub, rt, ops, path, &o);
+        ssize_t wr = write(fds[1], &o, sizeof o);
+        _exit(wr == (ssize_t)sizeof o ? 0 : 1);       /* no atexit: scratch is the parent's */
+    }
+    close(fds[1]);
+    if (pid < 0) {
+        snprintf(out->error, sizeof out->error, "fork: %s", strerror(errno));
+        close(fds[0]);
+        return;
+    }
+    ssize_t got = read(fds[0], out, sizeof *out);
+    close(fds[0]);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    if (got != (ssize_t)sizeof *out) {
+        memset(out, 0, sizeof *out);
+        snprintf(out->error, sizeof out->error, "child died (status %d)", status);
+    }
+}
+
+/* ==========================================================================
+ * Main
+ * ========================================================================== */
+static const bench_info info = {
+    .name = "frag",
+    .summary = "fragmentation and slowdown vs glibc, 1 M random ops (seed 000 Table 2)",
+    .baseline = "glibc",
+    .ratio_metric = "ns_per_op",
+    .usage = "  --ops N            operations per sequence (default 1000000, quick 50000)\n"
+             "  --ratios LIST      free/alloc ratios among 1:3,1:2,1:1 (default all)\n",
+};
+
+int main(int argc, char **argv)
+{
+    bench_opts opts;
+    bench_parse(&opts, &info, argc, argv);
+    uint64_t ops = opts.quick ? 50000 : 1000000;
+    bool want[RATIO_COUNT] = {true, true, true};
+    for (int i = 0; i < opts.argc; i++) {
+        const char *arg = opts.argv[i];
+        if (i + 1 >= opts.argc) bench_usage_error(&opts, "unknown option or missing value: %s", arg);
+        const char *val = opts.argv[++i];
+        if (strcmp(arg, "--ops") == 0) {
+            char *end;
+            ops = strtoull(val, &end, 10);
+            if (*end || ops == 0) bench_usage_error(&opts, "--ops: bad count '%s'", val);
+        } else if (strcmp(arg, "--ratios") == 0) {
+            for (size_t k = 0; k < RATIO_COUNT; k++) want[k] = strstr(val, ratios[k].label) != NULL;
+        } else {
+            bench_usage_error(&opts, "unknown option: %s", arg);
+        }
+    }
+    if (opts.runs > MAX_RUNS) bench_usage_error(&opts, "--runs: at most %d", MAX_RUNS);
+    bench_note(&opts, "%llu ops, sizes 10..4096 B, T = 0; %u runs, a fresh process each",
+               (unsigned long long)ops, opts.runs);
+
+    for (size_t k = 0; k < RATIO_COUNT; k++) {
+        const ratio *rt = &ratios[k];
+        char name[64];
+        snprintf(name, sizeof name, "frag/%s", rt->label);
+        if (!want[k] || !bench_selected(&opts, name)) continue;
+        double ns[S_COUNT][MAX_RUNS], cpu[S_COUNT][MAX_RUNS];
+        outcome last[S_COUNT];
+        bool ok[S_COUNT] = {true, true, true};
+        for (unsigned r = 0; r < opts.runs; r++) {
+            for (int j = 0; j < S_COUNT; j++) {
+                int s = (j + (int)r) % S_COUNT;             /* rotate the order */
+                if (!ok[s]) continue;
+                const char *path = s == S_GLIBC ? NULL : bench_scratch_path(&opts, NULL, "pool");
+                measure_in_child(s, rt, ops, path, &last[s]);
+                if (path) bench_scratch_remove(path);
+                if (!last[s].ok) {
+                    bench_error(&opts, "%s, ratio %s: %s", subject_names[s], rt->label,
+                                last[s].error);
+                    ok[s] = false;
+                    continue;
+                }
+                ns[s][r] = last[s].ns / (double)ops;
+                cpu[s][r] = last[s].cpu_ns / (double)ops;
+            }
+        }
+        double glibc_ns = ok[S_GLIBC] ? bench_median(ns[S_GLIBC], opts.runs) : 0;
+        double glibc_cpu = ok[S_GLIBC] ? bench_median(cpu[S_GLIBC], opts.runs) : 0;
+        for (int s = 0; s < S_COUNT; s++) {
+            if (!ok[s]) continue;
+            const outcome *o = &last[s];
+            double heap = (double)o->heap_bytes;
+            bench_emit(&opts, name, subject_names[s], "ns_per_op",
+                       bench_summarize(ns[s], opts.runs), "ns");
+            bench_emit(&opts, name, subject_names[s], "cpu_ns_per_op",
+                       bench_summarize(cpu[s], opts.runs), "ns");
+            if (glibc_ns > 0)
+                bench_emit(&opts, name, subject_names[s], "slowdown",
+                           bench_exact(bench_median(ns[s], opts.runs) / glibc_ns), "x");
+            if (glibc_cpu > 0)
+                bench_emit(&opts, name, subject_names[s], "cpu_slowdown",
+                           bench_exact(bench_median(cpu[s], opts.runs) / glibc_cpu), "x");
+            bench_emit(&opts, name, subject_names[s], "total_frag_pct",
+                       bench_exact(100.0 * (heap - (double)o->requested) / heap), "%");
+            bench_emit(&opts, name, subject_names[s], "external_frag_pct",
+                       bench_exact(100.0 * (double)o->hole_bytes / heap), "%");
+            bench_emit(&opts, name, subject_names[s], "heap_mib",
+                       bench_exact(heap / (double)MIB), "MiB");
+            bench_emit(&opts, name, subject_names[s], "requested_mib",
+                       bench_exact((double)o->requested / (double)MIB), "MiB");
+            bench_emit(&opts, name, subject_names[s], "live_blocks",
+                       bench_exact((double)o->live), "blocks");
+        }
+    }
+    return bench_finish(&opts);
+}
