@@ -351,8 +351,10 @@ static void *thr_run(void *p)
 static double run_threads(env *e, unsigned nt, uint64_t n, int pmdk, int gsps)
 {
     _Atomic int go = 0, stop = 0;
-    thr t[2];
-    pthread_t th[2];
+    enum { MAX_THREADS = 2 };
+    thr t[MAX_THREADS];
+    pthread_t th[MAX_THREADS];
+    if (nt > MAX_THREADS) nt = MAX_THREADS;
     for (unsigned i = 0; i < nt; i++) {
         t[i] = (thr){e, n, 0x1234567ull * (i + 7), 0, &go, &stop, pmdk, gsps};
         pthread_create(&th[i], NULL, thr_run, &t[i]);

@@ -13,6 +13,15 @@
  *   5. Statistics      every pool counts flushed lines, fences, msyncs.
  *   6. Crash simulator the `sim` domain and nvh_crash_explore(), the tool every
  *                      nvheap feature is tested with, offered to users too.
+ *   7. Allocator       reserve/activate/free with failure-atomic link pointers,
+ *                      named objects, checksummed headers, wear-aware reuse.
+ *   8. Persist groups  software cache-line counters: deferred actions that run
+ *                      once a shared, batched fence made their stores durable.
+ *   9. Transactions    durable undo/redo transactions, isolated object
+ *                      transactions (NVTM), epoch locks, reference counting.
+ *  10. B+ tree         the consistent B+ tree of seed 000 (64-bit keys).
+ *  11. Protection      stray-write protection: sync/async mprotect windows.
+ *  12. Hash map        byte-string keys and values, incremental resizing.
  *
  * Threading: a pool handle may be used from several threads at once; the
  * persistence primitives are thread-safe. Create/open/close/grow of one pool
@@ -522,8 +531,13 @@ void *nvh_reserve(nvh_pool *pool, size_t size);
 int nvh_cancel(nvh_pool *pool, void *ptr);
 /* Make a reservation durable and set *links[i] = nvh_off(pool, ptr) for every
  * i, failure-atomically. Links must be 8-byte aligned words inside the pool
- * (root area or heap objects), not inside the allocator's metadata. The
- * object's content should be persisted before (nvh_persist). */
+ * (root area or heap objects), not inside the allocator's metadata.
+ * Preconditions for crash consistency: the object's content must be durable
+ * (nvh_persist it first), and so must each link's CURRENT value: activate
+ * records it as the link's old value, and recovery re-applies the link only
+ * while the media still holds that value (so it never overwrites a link the
+ * application changed later). The link stores themselves become durable at
+ * the allocator's next fence; until then recovery restores them. */
 int nvh_activate(nvh_pool *pool, void *ptr, nvh_off_t *const links[], unsigned nlinks);
 
 /* One link update for nvh_free: *link (which must point at the object) is
@@ -1002,7 +1016,7 @@ uint64_t nvh_btree_wear_foreach(const nvh_btree *tree, void (*fn)(uint64_t write
                                 void *arg);
 
 /* ==========================================================================
- * 12. Stray-write protection
+ * 11. Stray-write protection
  * ==========================================================================
  * Keeps a pool's pages read-only except inside write windows, so a stray
  * store (a wild pointer, an overflow from DRAM data) into persistent memory
@@ -1097,7 +1111,8 @@ int nvh_protect(nvh_pool *pool, const void *p, size_t len);
 int nvh_protect_sync(nvh_pool *pool);
 
 /* Stray handler: runs IN THE SIGNAL HANDLER of the faulting thread, so it
- * must be async-signal-safe (no malloc, stdio, locks). Return ABORT for the
+ * must be async-signal-safe (no malloc, stdio, locks, nor nvh_protect /
+ * nvh_unprotect, which may take the pool's apply lock). Return ABORT for the
  * default report and abort, ALLOW to let the store proceed: this opens a
  * window on the page, which the application closes with nvh_protect (until
  * then the page is writable). It may also siglongjmp out. */
@@ -1156,7 +1171,7 @@ unsigned nvh_protect_latency_buckets(const nvh_pool *pool, int kind, uint64_t *u
                                      uint64_t *counts, unsigned max);
 
 /* ==========================================================================
- * 11. Hash map
+ * 12. Hash map
  * ==========================================================================
  * A persistent hash map with byte-string keys (0..NVH_HMAP_KEY_MAX bytes)
  * and values (design: docs/HASHMAP.md). It is a split-ordered list: all

@@ -1,0 +1,420 @@
+/* bench_btree.c — the consistent B+ tree vs its variants and PMDK's btree_map (seed 000 Fig. 7, Fig. 5)
+ *
+ * Cases (docs/BENCHMARKS.md, section "btree"):
+ *   insert/256B, insert/4KB   inserts/s of N random 8-byte keys with 256 B or
+ *                             4 KiB values into an empty tree (1 thread),
+ *                             durable at the end (the groups variants include
+ *                             the final sync in the time)
+ *   lookup/256B, lookup/4KB   lookups/s of the same keys in another random
+ *                             order, reading the value's first and last byte
+ *   wear_cdf/W                Fig. 5: fraction of the 64 B lines of node
+ *                             memory written at most W times during N_wear
+ *                             inserts, "original" (classic sorted nodes,
+ *                             in-place splits) vs "modified" (this tree)
+ * Subjects:
+ *   volatile      the same tree in DRAM (malloc), no flush, no fence
+ *   flush         flush + fence at every step (3 fences per insert)
+ *   nt            non-temporal stores + fence (3 fences per insert)
+ *   groups        persist groups, REAL model (the default tree)
+ *   groups-lower  SIM_LOWER: transient states last forever (a lower bound)
+ *   groups-upper  SIM_UPPER: transient states end at once (an upper bound;
+ *                 not crash-consistent)
+ *   pmdk          PMDK's btree_map example (order 8, sorted nodes), one
+ *                 transaction per insert that also pmemobj_tx_alloc's and
+ *                 fills the value (like for like: nvheap allocates the value
+ *                 in its own allocation too)
+ * nvheap runs in the pmem domain on --dir (default /dev/shm: CLWB + SFENCE);
+ * PMDK with PMEM_IS_PMEM_FORCE=1 on the same directory. The whole program
+ * re-runs in a child with that variable set (libpmem reads it at load).
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "bench_util.h"
+
+#ifdef NVH_BENCH_PMDK_BTREE
+#include <libpmemobj.h>
+#include "btree_map.h"
+#endif
+
+#define MIB (1024ull * 1024ull)
+
+static const bench_info info = {
+    .name = "btree",
+    .summary = "B+ tree inserts/lookups vs volatile, flush, NT variants and PMDK btree_map; wear CDF",
+    .baseline = "pmdk",
+    .ratio_metric = "ops_per_s",
+    .usage = "  --n N        entries for 256 B values (default 1000000, quick 5000)\n"
+             "  --n4k N      entries for 4 KiB values (default 250000, quick 1000)\n"
+             "  --wear-n N   inserts for the wear CDF (default 1000000, quick 5000)\n",
+};
+
+typedef struct subject {
+    const char *name;
+    nvh_btree_mode mode;
+    nvh_group_model model;
+} subject;
+
+static const subject g_subjects[] = {
+    {"volatile", NVH_BTREE_VOLATILE, NVH_GROUP_REAL},
+    {"flush", NVH_BTREE_FLUSH, NVH_GROUP_REAL},
+    {"nt", NVH_BTREE_NT, NVH_GROUP_REAL},
+    {"groups", NVH_BTREE_GROUPS, NVH_GROUP_REAL},
+    {"groups-lower", NVH_BTREE_GROUPS, NVH_GROUP_SIM_LOWER},
+    {"groups-upper", NVH_BTREE_GROUPS, NVH_GROUP_SIM_UPPER},
+};
+
+static uint64_t splitmix(uint64_t *s)
+{
+    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+/* N distinct random keys (a bijective mix of 1..N), and a shuffled copy. */
+static void make_keys(uint64_t n, uint64_t **ins, uint64_t **look)
+{
+    *ins = malloc(n * sizeof **ins);
+    *look = malloc(n * sizeof **look);
+    if (!*ins || !*look) { perror("malloc"); exit(1); }
+    for (uint64_t i = 0; i < n; i++) {
+        uint64_t s = i + 1;
+        (*ins)[i] = splitmix(&s);
+        (*look)[i] = (*ins)[i];
+    }
+    uint64_t s = 77;
+    for (uint64_t i = n - 1; i > 0; i--) {
+        uint64_t j = splitmix(&s) % (i + 1), x = (*look)[i];
+        (*look)[i] = (*look)[j];
+        (*look)[j] = x;
+    }
+}
+
+/* ==========================================================================
+ * nvheap subjects
+ * ========================================================================== */
+typedef struct run_result {
+    double insert_ns, lookup_ns;
+    bench_counts counts;
+    int ok;
+} run_result;
+
+static run_result run_nvheap(const bench_opts *opts, const subject *sub, uint64_t n,
+                             size_t vlen, const uint64_t *ins, const uint64_t *look)
+{
+    run_result res = {0};
+    unsigned char *val = malloc(vlen);
+    memset(val, 0x5a, vlen);
+    nvh_pool *pool = NULL;
+    const char *path = NULL;
+    if (sub->mode != NVH_BTREE_VOLATILE) {
+        path = bench_scratch_path(opts, NULL, sub->name);
+        /* records (rounded to 64 B) + nodes (~1 KiB per 30 entries) + slack */
+        uint64_t need = n * ((vlen + 32 + 63) / 64 * 64 + 64) + 64 * MIB;
+        nvh_pool_options po = {.max_size = need * 2};
+        pool = nvh_pool_create_ex(path, "bench", need, NVH_DOMAIN_PMEM, &po);
+        if (!pool) {
+            bench_error(opts, "%s: pool: %s", sub->name, nvh_errormsg());
+            free(val);
+            return res;
+        }
+    }
+    nvh_group_options go = {.model = sub->model};
+    if (sub->model != NVH_GROUP_REAL) go.slots = 8192;   /* the paper's 8 K counters */
+    nvh_btree_options bo = {.mode = sub->mode, .group = &go};
+    nvh_btree *t = nvh_btree_open(pool, "bench", 1, &bo);
+    if (!t) {
+        bench_error(opts, "%s: open: %s", sub->name, nvh_errormsg());
+        goto out;
+    }
+    if (pool) bench_counts_begin(pool);
+    uint64_t t0 = bench_now_ns();
+    for (uint64_t i = 0; i < n; i++) {
+        memcpy(val, &ins[i], 8);
+        if (nvh_btree_put(t, ins[i], val, vlen) != NVH_OK) {
+            bench_error(opts, "%s: put: %s", sub->name, nvh_errormsg());
+            goto out;
+        }
+    }
+    if (nvh_btree_sync(t) != NVH_OK) bench_error(opts, "%s: sync: %s", sub->name, nvh_errormsg());
+    res.insert_ns = (double)(bench_now_ns() - t0);
+    if (pool) res.counts = bench_counts_per_op(pool, n);
+    volatile uint64_t sink = 0;
+    t0 = bench_now_ns();
+    for (uint64_t i = 0; i < n; i++) {
+        const void *v;
+        size_t len;
+        if (nvh_btree_get(t, look[i], &v, &len) != NVH_OK) {
+            bench_error(opts, "%s: key missing", sub->name);
+            goto out;
+        }
+        sink += ((const unsigned char *)v)[0] + ((const unsigned char *)v)[len - 1];
+    }
+    res.lookup_ns = (double)(bench_now_ns() - t0);
+    (void)sink;
+    res.ok = nvh_btree_count(t) == n;
+    if (!res.ok) bench_error(opts, "%s: count %llu != %llu", sub->name,
+                             (unsigned long long)nvh_btree_count(t), (unsigned long long)n);
+out:
+    nvh_btree_close(t);
+    if (pool) nvh_pool_close(pool);
+    if (path) bench_scratch_remove(path);
+    free(val);
+    return res;
+}
+
+/* ==========================================================================
+ * PMDK btree_map
+ * ========================================================================== */
+#ifdef NVH_BENCH_PMDK_BTREE
+POBJ_LAYOUT_BEGIN(bench_btree);
+POBJ_LAYOUT_ROOT(bench_btree, struct bench_root);
+POBJ_LAYOUT_END(bench_btree);
+struct bench_root {
+    TOID(struct btree_map) map;
+};
+
+/* One insert: the value allocated and filled in the insert's transaction.
+ * Returns 0, or 1 if the transaction aborted. */
+static __attribute__((noinline)) int pmdk_insert(PMEMobjpool *pop, TOID(struct btree_map) map,
+                                                 uint64_t key, const unsigned char *val, size_t vlen)
+{
+    volatile int failed = 0;
+    TX_BEGIN(pop) {
+        PMEMoid v = pmemobj_tx_alloc(vlen, 1);
+        memcpy(pmemobj_direct(v), val, vlen);
+        btree_map_insert(pop, map, key, v);
+    } TX_ONABORT {
+        failed = 1;
+    } TX_END
+    return failed;
+}
+
+static run_result run_pmdk(const bench_opts *opts, uint64_t n, size_t vlen, const uint64_t *ins,
+                           const uint64_t *look)
+{
+    run_result res = {0};
+    const char *path = bench_scratch_path(opts, NULL, "pmdk");
+    uint64_t need = n * (vlen + 64 + 200) + 256 * MIB;
+    PMEMobjpool *pop = pmemobj_create(path, POBJ_LAYOUT_NAME(bench_btree), need, 0600);
+    if (!pop) {
+        bench_error(opts, "pmdk: pmemobj_create: %s", pmemobj_errormsg());
+        return res;
+    }
+    TOID(struct bench_root) root = POBJ_ROOT(pop, struct bench_root);
+    if (btree_map_create(pop, &D_RW(root)->map, NULL) != 0) {
+        bench_error(opts, "pmdk: btree_map_create failed");
+        goto out;
+    }
+    TOID(struct btree_map) map = D_RO(root)->map;
+    unsigned char *val = malloc(vlen);
+    memset(val, 0x5a, vlen);
+    uint64_t t0 = bench_now_ns();
+    for (uint64_t i = 0; i < n; i++) {
+        memcpy(val, &ins[i], 8);
+        if (pmdk_insert(pop, map, ins[i], val, vlen)) {
+            bench_error(opts, "pmdk: insert aborted");
+            free(val);
+            goto out;
+        }
+    }
+    res.insert_ns = (double)(bench_now_ns() - t0);
+    free(val);
+    volatile uint64_t sink = 0;
+    t0 = bench_now_ns();
+    for (uint64_t i = 0; i < n; i++) {
+        PMEMoid v = btree_map_get(pop, map, look[i]);
+        if (OID_IS_NULL(v)) {
+            bench_error(opts, "pmdk: key missing");
+            goto out;
+        }
+        const unsigned char *p = pmemobj_direct(v);
+        sink += p[0] + p[vlen - 1];
+    }
+    res.lookup_ns = (double)(bench_now_ns() - t0);
+    (void)sink;
+    res.ok = 1;
+out:
+    pmemobj_close(pop);
+    bench_scratch_remove(path);
+    return res;
+}
+#endif
+
+/* ==========================================================================
+ * Throughput cases
+ * ========================================================================== */
+static void emit_runs(const bench_opts *opts, const char *ins_case, const char *look_case,
+                      const char *subject, const run_result *r, unsigned runs, uint64_t n,
+                      int counts)
+{
+    double ins[16], look[16], ins_ns[16], look_ns[16];
+    unsigned k = 0;
+    for (unsigned i = 0; i < runs; i++) {
+        if (!r[i].ok) continue;
+        ins[k] = (double)n / (r[i].insert_ns / 1e9);
+        look[k] = (double)n / (r[i].lookup_ns / 1e9);
+        ins_ns[k] = r[i].insert_ns / (double)n;
+        look_ns[k] = r[i].lookup_ns / (double)n;
+        k++;
+    }
+    if (!k) return;
+    bench_emit(opts, ins_case, subject, "ops_per_s", bench_summarize(ins, k), "ops/s");
+    bench_emit(opts, ins_case, subject, "ns_per_op", bench_summarize(ins_ns, k), "ns");
+    bench_emit(opts, look_case, subject, "ops_per_s", bench_summarize(look, k), "ops/s");
+    bench_emit(opts, look_case, subject, "ns_per_op", bench_summarize(look_ns, k), "ns");
+    if (counts) bench_emit_counts(opts, ins_case, subject, &r[0].counts);
+}
+
+static void throughput(const bench_opts *opts, const char *label, uint64_t n, size_t vlen)
+{
+    char ins_case[64], look_case[64];
+    snprintf(ins_case, sizeof ins_case, "insert/%s", label);
+    snprintf(look_case, sizeof look_case, "lookup/%s", label);
+    if (!bench_selected(opts, ins_case) && !bench_selected(opts, look_case)) return;
+    uint64_t *ins, *look;
+    make_keys(n, &ins, &look);
+    unsigned runs = opts->runs > 16 ? 16 : opts->runs;
+    enum { NSUB = sizeof g_subjects / sizeof g_subjects[0] };
+    static run_result r[NSUB + 1][16];
+    /* Runs interleave the subjects (run 1 of each, then run 2 of each, ...)
+     * so that load changes on a shared machine hit them alike. */
+    for (unsigned i = 0; i < runs; i++) {
+        for (size_t s = 0; s < NSUB; s++) r[s][i] = run_nvheap(opts, &g_subjects[s], n, vlen, ins, look);
+#ifdef NVH_BENCH_PMDK_BTREE
+        r[NSUB][i] = run_pmdk(opts, n, vlen, ins, look);
+#endif
+    }
+    for (size_t s = 0; s < NSUB; s++)
+        emit_runs(opts, ins_case, look_case, g_subjects[s].name, r[s], runs, n,
+                  g_subjects[s].mode != NVH_BTREE_VOLATILE);
+#ifdef NVH_BENCH_PMDK_BTREE
+    emit_runs(opts, ins_case, look_case, "pmdk", r[NSUB], runs, n, 0);
+#else
+    bench_note(opts, "PMDK btree_map example sources not found: pmdk not measured");
+#endif
+    free(ins);
+    free(look);
+}
+
+/* ==========================================================================
+ * Fig. 5: writes per line of node memory
+ * ========================================================================== */
+typedef struct hist {
+    uint64_t *v;
+    uint64_t n, cap;
+} hist;
+
+static void hist_add(uint64_t w, void *arg)
+{
+    hist *h = arg;
+    if (h->n == h->cap) {
+        h->cap = h->cap ? h->cap * 2 : 4096;
+        h->v = realloc(h->v, h->cap * sizeof *h->v);
+        if (!h->v) { perror("realloc"); exit(1); }
+    }
+    h->v[h->n++] = w;
+}
+
+static int u64cmp(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+static void wear(const bench_opts *opts, uint64_t n)
+{
+    if (!bench_selected(opts, "wear_cdf")) return;
+    uint64_t *ins, *look;
+    make_keys(n, &ins, &look);
+    const char *names[2] = {"original", "modified"};
+    for (int v = 0; v < 2; v++) {
+        nvh_pool *pool = NULL;
+        const char *path = NULL;
+        if (v == 1) {
+            path = bench_scratch_path(opts, NULL, "wear");
+            uint64_t need = n * 128 + 64 * MIB;
+            nvh_pool_options po = {.max_size = need * 2};
+            pool = nvh_pool_create_ex(path, "bench", need, NVH_DOMAIN_PMEM, &po);
+            if (!pool) { bench_error(opts, "wear: pool: %s", nvh_errormsg()); break; }
+        }
+        nvh_btree_options bo = {.mode = v ? NVH_BTREE_GROUPS : NVH_BTREE_VOLATILE,
+                                .sorted = v == 0, .count_wear = 1};
+        nvh_btree *t = nvh_btree_open(pool, "wear", 1, &bo);
+        if (!t) { bench_error(opts, "wear: open: %s", nvh_errormsg()); break; }
+        for (uint64_t i = 0; i < n; i++) nvh_btree_put(t, ins[i], &ins[i], 8);
+        nvh_btree_sync(t);
+        hist h = {0};
+        nvh_btree_wear_foreach(t, hist_add, &h);
+        qsort(h.v, h.n, sizeof *h.v, u64cmp);
+        /* CDF at powers of two and a few more points */
+        uint64_t maxw = h.n ? h.v[h.n - 1] : 0;
+        for (uint64_t w = 1;; w = w < 4 ? w + 1 : w * 2) {
+            uint64_t below = 0;
+            /* upper bound: lines with <= w writes */
+            uint64_t a = 0, b = h.n;
+            while (a < b) {
+                uint64_t m = (a + b) / 2;
+                if (h.v[m] <= w) a = m + 1; else b = m;
+            }
+            below = a;
+            char c[64];
+            snprintf(c, sizeof c, "wear_cdf/%llu", (unsigned long long)w);
+            bench_emit(opts, c, names[v], "fraction", bench_exact((double)below / (double)h.n), "lines");
+            if (w >= maxw) break;
+        }
+        bench_emit(opts, "wear_summary/max", names[v], "writes", bench_exact((double)maxw), "writes");
+        bench_emit(opts, "wear_summary/p99", names[v], "writes",
+                   bench_exact((double)h.v[(uint64_t)((double)(h.n - 1) * 0.99)]), "writes");
+        bench_emit(opts, "wear_summary/p999", names[v], "writes",
+                   bench_exact((double)h.v[(uint64_t)((double)(h.n - 1) * 0.999)]), "writes");
+        bench_emit(opts, "wear_summary/lines", names[v], "lines", bench_exact((double)h.n), "lines");
+        uint64_t total = 0;
+        for (uint64_t i = 0; i < h.n; i++) total += h.v[i];
+        bench_emit(opts, "wear_summary/writes", names[v], "writes", bench_exact((double)total), "writes");
+        free(h.v);
+        nvh_btree_close(t);
+        if (pool) nvh_pool_close(pool);
+        if (path) bench_scratch_remove(path);
+    }
+    free(ins);
+    free(look);
+}
+
+int main(int argc, char **argv)
+{
+    bench_opts opts;
+    bench_parse(&opts, &info, argc, argv);
+    uint64_t n = opts.quick ? 5000 : 1000000, n4k = opts.quick ? 1000 : 250000;
+    uint64_t nwear = opts.quick ? 5000 : 1000000;
+    for (int i = 0; i < opts.argc; i++) {
+        const char *a = opts.argv[i];
+        uint64_t *dst = !strcmp(a, "--n") ? &n : !strcmp(a, "--n4k") ? &n4k
+                      : !strcmp(a, "--wear-n") ? &nwear : NULL;
+        if (!dst || i + 1 >= opts.argc) bench_usage_error(&opts, "unknown option: %s", a);
+        *dst = strtoull(opts.argv[++i], NULL, 0);
+        if (*dst < 100) bench_usage_error(&opts, "%s: at least 100", a);
+    }
+    if (!opts.child) {
+        /* libpmem reads PMEM_IS_PMEM_FORCE when it loads: run in a child */
+        const char *envs[] = {"PMEM_IS_PMEM_FORCE=1", NULL};
+        char sn[32], s4[32], sw[32];
+        snprintf(sn, sizeof sn, "%llu", (unsigned long long)n);
+        snprintf(s4, sizeof s4, "%llu", (unsigned long long)n4k);
+        snprintf(sw, sizeof sw, "%llu", (unsigned long long)nwear);
+        const char *args[] = {"--n", sn, "--n4k", s4, "--wear-n", sw, NULL};
+        bench_run_child(&opts, envs, args);
+        return bench_finish(&opts);
+    }
+    bench_note(&opts, "nvheap: pmem domain on %s (%s); PMDK btree_map: PMEM_IS_PMEM_FORCE=1 on the "
+               "same directory; %llu entries with 256 B values, %llu with 4 KiB; runs %u",
+               opts.dir, nvh_flush_kind_name(nvh_flush_kind_detect()), (unsigned long long)n,
+               (unsigned long long)n4k, opts.runs);
+    throughput(&opts, "256B", n, 256);
+    throughput(&opts, "4KB", n4k, 4096);
+    wear(&opts, nwear);
+    return bench_finish(&opts);
+}

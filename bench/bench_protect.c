@@ -1,0 +1,378 @@
+/* bench_protect.c — stray-write protection: off vs sync vs async intervals (seed 000 Table 4, Fig. 6)
+ *
+ * Seed 000 §8.2 times 1 M B+ tree inserts (8 B keys, 256 B values) with no
+ * protection, synchronous mprotect (with a page-state bitmap) and the
+ * asynchronous service at several wait times, and plots the distribution of
+ * the protection latency (request to applied) for 40 ms and 10 us.
+ *
+ * Until the B+ tree opens its own write windows (docs/PROTECT.md, "next
+ * steps"), the workloads here are synthetic, each op bracketing its stores
+ * with nvh_unprotect / nvh_protect exactly as the paper's tree did:
+ *
+ *   random   one 256 B record at a uniformly random slot of N records
+ *            (N x 256 B of records): every op on a cold page, the worst case
+ *   btree    the write set of one B+ tree insert: a new 256 B record
+ *            appended (log-like, as a bump allocator places them) and one
+ *            16 B slot of a random 1 KiB leaf (N/16 leaves), two windows
+ *   btree-early  the same, with the record pages' windows opened a block of
+ *            64 pages ahead (what an allocator can do for its next chunk)
+ *
+ * Case WORKLOAD/256B, subjects: off (the baseline of the ratio column), sync,
+ * async-10us, async-1ms, async-40ms, async-80ms, async-40ms-eager (unprotects
+ * applied in the call, protects queued). Metrics: ns_per_op (wall time; ratio
+ * = overhead), cpu_ns_per_op (CPU time of all the process's threads, user +
+ * system, per op: the figure to trust on a loaded machine), mprotect_per_op, faults_per_op (queued unprotects finished by
+ * the SIGSEGV handler), and for protect requests the request-to-applied
+ * latency p50/p90/p99 and mean in microseconds. With --cdf, cases
+ * fig6-WORKLOAD-INTERVAL/UPPER_MS carry the cumulative fraction (from 1%) of
+ * protect requests applied within UPPER_MS milliseconds, from the run with
+ * the median time (a line chart with --plot).
+ *
+ * Every measurement is a fresh pool (process domain, in --dir), its record
+ * area touched once before timing; the pool is checked for strays (none
+ * allowed) after each run.
+ *
+ * Options: --ops N (default 1000000, quick 10000), --workloads LIST
+ * (random,btree,btree-early), --subjects LIST (the subjects above), --cdf.
+ *
+ * Plugging in a workload (e.g. the real B+ tree): add an entry to
+ * `workloads[]` with setup (create what it needs in the pool, unprotected),
+ * run (n ops, opening windows around its stores) and the bytes of pool it
+ * needs for n ops.
+ */
+#include "bench_util.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define MIB ((uint64_t)1 << 20)
+#define VALUE 256u
+#define LEAF 1024u
+#define MAX_RUNS 32
+
+/* ==========================================================================
+ * Workloads
+ * ========================================================================== */
+typedef struct wl_ctx {
+    nvh_pool *pool;
+    char *area;              /* start of the workload's pool memory          */
+    uint64_t n;              /* ops of this run                              */
+    uint64_t seed;
+    uint64_t next;           /* append position                              */
+    unsigned char value[VALUE];
+} wl_ctx;
+
+typedef struct workload {
+    const char *name;
+    uint64_t (*bytes)(uint64_t n);       /* pool bytes the run needs        */
+    void (*run)(wl_ctx *c);              /* c->n ops                        */
+} workload;
+
+static inline uint64_t rnd(uint64_t *s)
+{
+    *s ^= *s << 13;
+    *s ^= *s >> 7;
+    *s ^= *s << 17;
+    return *s;
+}
+
+static inline void write_record(wl_ctx *c, char *p, uint64_t i)
+{
+    memcpy(c->value, &i, sizeof i);
+    nvh_unprotect(c->pool, p, VALUE);
+    memcpy(p, c->value, VALUE);
+    nvh_persist(c->pool, p, VALUE);
+    nvh_protect(c->pool, p, VALUE);
+}
+
+static uint64_t random_bytes(uint64_t n) { return n * VALUE; }
+static void random_run(wl_ctx *c)
+{
+    for (uint64_t i = 0; i < c->n; i++)
+        write_record(c, c->area + (rnd(&c->seed) % c->n) * VALUE, i);
+}
+
+static uint64_t btree_leaves(uint64_t n) { return n / 16 + 1; }
+static uint64_t btree_bytes(uint64_t n) { return n * VALUE + btree_leaves(n) * LEAF; }
+static void btree_run(wl_ctx *c)
+{
+    char *leaves = c->area + c->n * VALUE;
+    uint64_t nleaves = btree_leaves(c->n);
+    for (uint64_t i = 0; i < c->n; i++) {
+        write_record(c, c->area + (c->next++) * VALUE, i);       /* the record */
+        uint64_t r = rnd(&c->seed);
+        char *slot = leaves + (r % nleaves) * LEAF + ((r >> 32) % (LEAF / 16)) * 16;
+        uint64_t entry[2] = {r, (uint64_t)i * VALUE};            /* key, record offset */
+        nvh_unprotect(c->pool, slot, sizeof entry);
+        memcpy(slot, entry, sizeof entry);
+        nvh_persist(c->pool, slot, sizeof entry);
+        nvh_protect(c->pool, slot, sizeof entry);
+    }
+}
+
+/* btree with the records' pages opened early: the window over the next
+ * block of 64 record pages opens when the previous block starts filling, so
+ * the service applies it (one coalesced mprotect) before the first store;
+ * a block's window closes when the block after next starts. The per-record
+ * windows stay (they are nested and cost no mprotect). What an allocator can
+ * do for the chunk it is about to carve (docs/PROTECT.md). */
+#define EARLY_PAGES 64u
+static void open_block(wl_ctx *c, uint64_t blk, bool open)
+{
+    uint64_t bytes = (uint64_t)EARLY_PAGES * 4096, start = blk * bytes, total = c->n * VALUE;
+    if (start >= total) return;
+    uint64_t len = total - start < bytes ? total - start : bytes;
+    if (open) nvh_unprotect(c->pool, c->area + start, len);
+    else nvh_protect(c->pool, c->area + start, len);
+}
+static void btree_early_run(wl_ctx *c)
+{
+    const uint64_t per_block = (uint64_t)EARLY_PAGES * 4096 / VALUE;
+    char *leaves = c->area + c->n * VALUE;
+    uint64_t nleaves = btree_leaves(c->n);
+    open_block(c, 0, true);
+    for (uint64_t i = 0; i < c->n; i++) {
+        if (i % per_block == 0) {
+            uint64_t blk = i / per_block;
+            open_block(c, blk + 1, true);
+            if (blk >= 1) open_block(c, blk - 1, false);
+        }
+        write_record(c, c->area + (c->next++) * VALUE, i);
+        uint64_t r = rnd(&c->seed);
+        char *slot = leaves + (r % nleaves) * LEAF + ((r >> 32) % (LEAF / 16)) * 16;
+        uint64_t entry[2] = {r, (uint64_t)i * VALUE};
+        nvh_unprotect(c->pool, slot, sizeof entry);
+        memcpy(slot, entry, sizeof entry);
+        nvh_persist(c->pool, slot, sizeof entry);
+        nvh_protect(c->pool, slot, sizeof entry);
+    }
+    uint64_t last = (c->n - 1) / per_block;   /* blocks last and last+1 are open */
+    open_block(c, last, false);
+    open_block(c, last + 1, false);
+}
+
+static const workload workloads[] = {
+    {"random", random_bytes, random_run},
+    {"btree", btree_bytes, btree_run},
+    {"btree-early", btree_bytes, btree_early_run},
+};
+
+/* ==========================================================================
+ * Subjects (protection settings)
+ * ========================================================================== */
+typedef struct subject {
+    const char *name;
+    nvh_protect_mode mode;
+    uint64_t interval_ns;
+    unsigned flags;
+    const char *cdf_name;    /* fig6 case name, or NULL */
+} subject;
+
+static const subject subjects[] = {
+    {"off", NVH_PROTECT_OFF, 0, 0, NULL},
+    {"sync", NVH_PROTECT_SYNC, 0, 0, NULL},
+    {"async-10us", NVH_PROTECT_ASYNC, 10000, 0, "10us"},
+    {"async-1ms", NVH_PROTECT_ASYNC, 1000000, 0, "1ms"},
+    {"async-40ms", NVH_PROTECT_ASYNC, 40000000, 0, "40ms"},
+    {"async-80ms", NVH_PROTECT_ASYNC, 80000000, 0, "80ms"},
+    {"async-40ms-eager", NVH_PROTECT_ASYNC, 40000000, NVH_PROTECT_EAGER_UNPROTECT, NULL},
+};
+#define NSUBJECTS (sizeof subjects / sizeof subjects[0])
+
+static const bench_info info = {
+    .name = "protect",
+    .summary = "stray-write protection: off vs sync vs async intervals (seed 000 Table 4, Fig. 6)",
+    .baseline = "off",
+    .ratio_metric = "ns_per_op",
+    .usage = "  --ops N            operations per measurement (default 1000000, quick 10000)\n"
+             "  --workloads LIST   random,btree,btree-early (default all)\n"
+             "  --subjects LIST    off,sync,async-10us,async-1ms,async-40ms,async-80ms,\n"
+             "                     async-40ms-eager (default all)\n"
+             "  --cdf              also emit the protect-latency CDF (cases fig6-*)\n",
+};
+
+static bool listed(const char *list, const char *name)
+{
+    if (!list) return true;
+    size_t len = strlen(name);
+    for (const char *p = list; *p;) {
+        const char *comma = strchr(p, ',');
+        size_t n = comma ? (size_t)(comma - p) : strlen(p);
+        if (n == len && strncmp(p, name, n) == 0) return true;
+        p += n + (comma ? 1 : 0);
+    }
+    return false;
+}
+
+/* ==========================================================================
+ * One measurement
+ * ========================================================================== */
+/* CPU time of the whole process (all threads, user + system): the cost of
+ * protection including the service thread, and robust against a loaded
+ * machine where wall time mostly measures waiting for a CPU. */
+static uint64_t cpu_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+typedef struct result {
+    double ns_per_op, cpu_ns_per_op;
+    double mprotect_per_op, faults_per_op, requests_per_op;
+    nvh_protect_latency lat;      /* protect requests */
+    uint64_t cdf_upper[400], cdf_count[400];
+    unsigned cdf_n;
+    bool ok;
+} result;
+
+static void measure(const bench_opts *o, const workload *w, const subject *s, uint64_t n,
+                    unsigned run, result *res)
+{
+    memset(res, 0, sizeof *res);
+    const char *path = bench_scratch_path(o, NULL, "pool");
+    uint64_t need = w->bytes(n) + 4 * MIB;
+    uint64_t size = (need + 2 * MIB - 1) & ~(2 * MIB - 1);
+    nvh_pool *pool = nvh_pool_create(path, "bench_protect", size, NVH_DOMAIN_PROCESS);
+    if (!pool) {
+        bench_error(o, "create %s: %s", path, nvh_errormsg());
+        bench_scratch_remove(path);
+        return;
+    }
+    nvh_pool_info pi;
+    nvh_pool_info_get(pool, &pi);
+    wl_ctx c = {.pool = pool, .area = (char *)nvh_pool_base(pool) + pi.heap_offset, .n = n,
+                .seed = 0x243F6A8885A308D3ull + run};
+    memset(c.area, 0, w->bytes(n));                    /* fault the pages in first */
+    memset(c.value, 0x5a, sizeof c.value);
+    if (s->mode != NVH_PROTECT_OFF) {
+        nvh_protect_options po = {.mode = s->mode, .interval_ns = s->interval_ns,
+                                  .flags = s->flags};
+        if (nvh_protect_configure(pool, &po) != NVH_OK) {
+            bench_error(o, "protect %s: %s", s->name, nvh_errormsg());
+            goto out;
+        }
+        nvh_protect_stats_reset(pool);
+    }
+    uint64_t t0 = bench_now_ns(), c0 = cpu_now_ns();
+    w->run(&c);
+    nvh_protect_sync(pool);                 /* everything applied: part of the cost */
+    uint64_t t1 = bench_now_ns(), c1 = cpu_now_ns();
+    nvh_protect_stats st;
+    nvh_protect_stats_get(pool, &st);
+    if (st.strays || st.unbalanced) {
+        bench_error(o, "%s/%s: %llu strays, %llu unbalanced", w->name, s->name,
+                    (unsigned long long)st.strays, (unsigned long long)st.unbalanced);
+        goto out;
+    }
+    res->ns_per_op = (double)(t1 - t0) / (double)n;
+    res->cpu_ns_per_op = (double)(c1 - c0) / (double)n;
+    res->mprotect_per_op = (double)st.mprotect_calls / (double)n;
+    res->faults_per_op = (double)st.faults_resolved / (double)n;
+    res->requests_per_op = (double)st.requests / (double)n;
+    nvh_protect_latency_get(pool, 1, &res->lat);
+    res->cdf_n = nvh_protect_latency_buckets(pool, 1, res->cdf_upper, res->cdf_count, 400);
+    res->ok = true;
+out:
+    nvh_pool_close(pool);
+    bench_scratch_remove(path);
+}
+
+/* ==========================================================================
+ * Main
+ * ========================================================================== */
+static int by_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+int main(int argc, char **argv)
+{
+    bench_opts opts;
+    bench_parse(&opts, &info, argc, argv);
+    uint64_t n = opts.quick ? 10000 : 1000000;
+    const char *wl_list = NULL, *subj_list = NULL;
+    bool cdf = false;
+    for (int i = 0; i < opts.argc; i++) {
+        const char *a = opts.argv[i];
+        if (strcmp(a, "--ops") == 0 && i + 1 < opts.argc) n = strtoull(opts.argv[++i], NULL, 0);
+        else if (strcmp(a, "--workloads") == 0 && i + 1 < opts.argc) wl_list = opts.argv[++i];
+        else if (strcmp(a, "--subjects") == 0 && i + 1 < opts.argc) subj_list = opts.argv[++i];
+        else if (strcmp(a, "--cdf") == 0) cdf = true;
+        else bench_usage_error(&opts, "unknown option: %s", a);
+    }
+    if (n < 16) bench_usage_error(&opts, "--ops must be at least 16");
+    unsigned runs = opts.runs > MAX_RUNS ? MAX_RUNS : opts.runs;
+    bench_note(&opts, "%llu ops per measurement, %u runs, process domain in %s",
+               (unsigned long long)n, runs, opts.dir);
+
+    static result res[MAX_RUNS];
+    for (size_t wi = 0; wi < sizeof workloads / sizeof workloads[0]; wi++) {
+        const workload *w = &workloads[wi];
+        if (!listed(wl_list, w->name)) continue;
+        char cname[64];
+        snprintf(cname, sizeof cname, "%s/256B", w->name);
+        if (!bench_selected(&opts, cname)) continue;
+        for (size_t si = 0; si < NSUBJECTS; si++) {
+            const subject *s = &subjects[si];
+            if (!listed(subj_list, s->name)) continue;
+            double ns[MAX_RUNS], cpu[MAX_RUNS], mp[MAX_RUNS], fl[MAX_RUNS], rq[MAX_RUNS];
+            double p50[MAX_RUNS], p90[MAX_RUNS], p99[MAX_RUNS], mean[MAX_RUNS];
+            unsigned ok = 0, median_run = 0;
+            for (unsigned r = 0; r < runs; r++) {
+                measure(&opts, w, s, n, r, &res[r]);
+                if (!res[r].ok) continue;
+                ns[ok] = res[r].ns_per_op;
+                cpu[ok] = res[r].cpu_ns_per_op;
+                mp[ok] = res[r].mprotect_per_op;
+                fl[ok] = res[r].faults_per_op;
+                rq[ok] = res[r].requests_per_op;
+                p50[ok] = (double)res[r].lat.p50_ns / 1000.0;
+                p90[ok] = (double)res[r].lat.p90_ns / 1000.0;
+                p99[ok] = (double)res[r].lat.p99_ns / 1000.0;
+                mean[ok] = res[r].lat.mean_ns / 1000.0;
+                ok++;
+            }
+            if (!ok) continue;
+            /* the run whose time is the median provides the CDF */
+            double sorted[MAX_RUNS];
+            memcpy(sorted, ns, ok * sizeof *ns);
+            qsort(sorted, ok, sizeof *sorted, by_double);
+            for (unsigned r = 0, k = 0; r < runs; r++)
+                if (res[r].ok) { if (ns[k] == sorted[ok / 2]) median_run = r; k++; }
+
+            bench_emit(&opts, cname, s->name, "ns_per_op", bench_summarize(ns, ok), "ns");
+            bench_emit(&opts, cname, s->name, "cpu_ns_per_op", bench_summarize(cpu, ok), "ns");
+            if (s->mode == NVH_PROTECT_OFF) continue;
+            bench_emit(&opts, cname, s->name, "mprotect_per_op", bench_summarize(mp, ok), "calls");
+            bench_emit(&opts, cname, s->name, "faults_per_op", bench_summarize(fl, ok), "faults");
+            if (s->mode == NVH_PROTECT_ASYNC)
+                bench_emit(&opts, cname, s->name, "requests_per_op", bench_summarize(rq, ok), "req");
+            bench_emit(&opts, cname, s->name, "lat_p50_us", bench_summarize(p50, ok), "us");
+            bench_emit(&opts, cname, s->name, "lat_p90_us", bench_summarize(p90, ok), "us");
+            bench_emit(&opts, cname, s->name, "lat_p99_us", bench_summarize(p99, ok), "us");
+            bench_emit(&opts, cname, s->name, "lat_mean_us", bench_summarize(mean, ok), "us");
+            if (cdf && s->cdf_name) {
+                const result *m = &res[median_run];
+                uint64_t total = 0, seen = 0;
+                for (unsigned b = 0; b < m->cdf_n; b++) total += m->cdf_count[b];
+                for (unsigned b = 0; b < m->cdf_n && total; b++) {
+                    seen += m->cdf_count[b];
+                    /* from 1%: keeps plot.py's y axis linear (it goes log
+                     * beyond a 100x range) and the table short */
+                    if ((double)seen / (double)total < 0.01) continue;
+                    char cc[96];
+                    snprintf(cc, sizeof cc, "fig6-%s-%s/%.4g", w->name, s->cdf_name,
+                             (double)m->cdf_upper[b] / 1e6);
+                    bench_emit(&opts, cc, "nvheap", "cdf", bench_exact((double)seen / (double)total),
+                               "fraction");
+                }
+            }
+        }
+    }
+    return bench_finish(&opts);
+}

@@ -1,0 +1,441 @@
+/* btree.c — the consistent B+ tree: open/create/close, the variants'
+ * allocation and persistence helpers, lookup, ordered scan, count.
+ *
+ * Readers never repair anything: they follow the `successor` of a node whose
+ * split was interrupted and ignore entries outside a node's effective key
+ * range (the range its parent gives it), so an interrupted split's duplicate
+ * entries are invisible. Writers repair what they reach (btree_split.c).
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../common/internal.h"
+#include "btree.h"
+
+/* ==========================================================================
+ * Errors
+ * ========================================================================== */
+static int bt_fail(int code, const char *msg)
+{
+    nvh_fail(code, "btree: %s", msg);
+    return code;
+}
+
+/* ==========================================================================
+ * Allocation in the tree's variant
+ * ========================================================================== */
+void *bt_reserve(struct nvh_btree *t, size_t size)
+{
+    if (!t->pool) {
+        size_t sz = (size + NVH_ALLOC_ALIGN - 1) & ~(size_t)(NVH_ALLOC_ALIGN - 1);
+        void *p = aligned_alloc(NVH_ALLOC_ALIGN, sz);
+        if (!p) nvh_fail(NVH_E_NOMEM, "btree: out of memory");
+        return p;
+    }
+    return nvh_reserve(t->pool, size);
+}
+
+void bt_cancel(struct nvh_btree *t, void *p)
+{
+    if (!t->pool) free(p);
+    else nvh_cancel(t->pool, p);
+}
+
+int bt_activate(struct nvh_btree *t, void *p, nvh_off_t *const links[], unsigned n)
+{
+    for (unsigned i = 0; i < n; i++) bt_note(t, links[i], sizeof *links[i]);
+    if (!t->pool) {
+        for (unsigned i = 0; i < n; i++) *links[i] = bt_off(t, p);
+        return NVH_OK;
+    }
+    return nvh_activate(t->pool, p, links, n);
+}
+
+int bt_free(struct nvh_btree *t, void *p, const nvh_link *links, unsigned n)
+{
+    for (unsigned i = 0; i < n; i++) bt_note(t, links[i].link, sizeof *links[i].link);
+    if (!t->pool) {
+        for (unsigned i = 0; i < n; i++) *links[i].link = links[i].value;
+        free(p);
+        return NVH_OK;
+    }
+    return nvh_free(t->pool, p, links, n);
+}
+
+/* ==========================================================================
+ * Entries and ranges
+ * ========================================================================== */
+int bt_pending_has(const struct nvh_btree *t, const bt_entry *e)
+{
+    for (unsigned k = 0; k < t->pend_used; k++) {
+        const bt_pending *pd = &t->pend[(t->pend_next + t->pend_cap - t->pend_used + k) % t->pend_cap];
+        if (pd->entry == e && (bt_off(t, pd->rec) | BT_PENDING) == e->ptr) return 1;
+    }
+    return 0;
+}
+
+bt_record *bt_entry_record(const struct nvh_btree *t, const bt_entry *e)
+{
+    nvh_off_t p = e->ptr;
+    if (!p) return NULL;
+    if (p & BT_PENDING) {
+        /* Ours if this session reserved it; else a crash leftover whose
+         * activation never became durable: the slot is free. */
+        return bt_pending_has(t, e) ? bt_ptr(t, p & ~BT_PENDING) : NULL;
+    }
+    bt_record *r = bt_ptr(t, p);
+    if (r->vkey != e->key) return NULL;          /* never validated */
+    if (r->next) {
+        bt_record *n = bt_ptr(t, r->next);
+        if (n->vkey == e->key) return n;          /* interrupted update, new version valid */
+    }
+    return r;
+}
+
+void bt_child_range(const bt_node *n, uint64_t lo, uint64_t hi, unsigned i,
+                    uint64_t *clo, uint64_t *chi)
+{
+    uint64_t k = n->e[i].key, next = hi;
+    int have = 0;
+    for (unsigned j = 0; j < BT_NODE_CAP; j++) {
+        const bt_entry *e = &n->e[j];
+        if (!e->ptr || e->key <= k || e->key > hi || e->key < lo) continue;
+        if (!have || e->key - 1 < next) { next = e->key - 1; have = 1; }
+    }
+    *clo = k;
+    *chi = next;
+}
+
+int bt_child_for(const bt_node *n, uint64_t lo, uint64_t hi, uint64_t key)
+{
+    int best = -1;
+    if (n->sorted) {
+        /* classic variant: binary search for the last key <= key */
+        int a = 0, b = (int)n->count - 1;
+        while (a <= b) {
+            int m = (a + b) / 2;
+            if (n->e[m].key <= key) { best = m; a = m + 1; }
+            else b = m - 1;
+        }
+        return best;
+    }
+    for (unsigned j = 0; j < BT_NODE_CAP; j++) {
+        const bt_entry *e = &n->e[j];
+        if (!e->ptr || e->key > key || e->key < lo || e->key > hi) continue;
+        if (best < 0 || e->key > n->e[best].key) best = (int)j;
+    }
+    return best;
+}
+
+/* ==========================================================================
+ * Open / close
+ * ========================================================================== */
+#define BT_NAME_MAX 40u
+
+static void bt_name(char *buf, const char *name)
+{
+    snprintf(buf, NVH_NAME_MAX + 1, "nvh.btree.%s", name);
+}
+
+static int bt_header_init(nvh_pool *pool, void *p, size_t size, void *arg)
+{
+    (void)pool; (void)arg;
+    memset(p, 0, size);
+    bt_header *h = p;
+    h->magic = BT_MAGIC_TREE;
+    h->version = BT_VERSION;
+    h->node_size = BT_NODE_SIZE;
+    return 0;
+}
+
+
+nvh_btree *nvh_btree_open(nvh_pool *pool, const char *name, int create,
+                          const nvh_btree_options *options)
+{
+    nvh_btree_options def = {0};
+    if (!options) options = &def;
+    if (!name || !*name || strlen(name) > BT_NAME_MAX) {
+        bt_fail(NVH_E_INVAL, "tree name must be 1..40 bytes");
+        return NULL;
+    }
+    if (options->mode > NVH_BTREE_VOLATILE || (options->sorted && options->mode != NVH_BTREE_VOLATILE)) {
+        bt_fail(NVH_E_INVAL, "bad options (sorted nodes exist only in the volatile variant)");
+        return NULL;
+    }
+    if (!pool && options->mode != NVH_BTREE_VOLATILE) {
+        bt_fail(NVH_E_INVAL, "pool is NULL");
+        return NULL;
+    }
+    struct nvh_btree *t = calloc(1, sizeof *t);
+    if (!t) { bt_fail(NVH_E_NOMEM, "out of memory"); return NULL; }
+    t->mode = options->mode;
+    t->sorted = options->sorted;
+    t->count = -1;
+    if (options->count_wear) {
+        t->wear = calloc(1, sizeof *t->wear);
+        if (!t->wear) goto nomem;
+    }
+    if (t->mode == NVH_BTREE_VOLATILE) {
+        /* DRAM: offsets are plain addresses (base 0). */
+        t->pool = NULL;
+        t->base = 0;
+        t->hdr = calloc(1, sizeof *t->hdr);
+        if (!t->hdr) goto nomem;
+        bt_header_init(NULL, t->hdr, sizeof *t->hdr, NULL);
+        t->count = 0;
+        return t;
+    }
+    t->pool = pool;
+    t->base = (uintptr_t)nvh_pool_base(pool);
+    char full[NVH_NAME_MAX + 1];
+    bt_name(full, name);
+    size_t size = 0;
+    bt_header *h = nvh_get_named(pool, full, &size);
+    if (!h) {
+        if (!create) {
+            nvh_fail(NVH_E_NOTFOUND, "btree: no tree named '%s' in the pool", name);
+            goto fail;
+        }
+        h = nvh_reserve_named(pool, full, sizeof *h);
+        if (!h) goto fail;
+        bt_header_init(pool, h, sizeof *h, NULL);
+        nvh_persist(pool, h, sizeof *h);
+        if (nvh_activate_named(pool, full) != NVH_OK) goto fail;
+        t->count = 0;
+    } else if (size < sizeof *h || h->magic != BT_MAGIC_TREE || h->version != BT_VERSION ||
+               h->node_size != BT_NODE_SIZE) {
+        nvh_fail(NVH_E_CORRUPT, "btree: '%s' is not a B+ tree of this version", name);
+        goto fail;
+    }
+    t->hdr = h;
+    if (t->mode == NVH_BTREE_GROUPS) {
+        t->group = nvh_group_ctx_create(pool, options->group);
+        if (!t->group) goto fail;
+        nvh_group_options go;
+        nvh_group_options_get(t->group, &go);
+        /* Two groups per insert (record, then the ack of its key), so a ring
+         * of `slots` groups holds slots/2 inserts; keep room for a few more. */
+        t->pend_cap = go.slots + 8;
+        t->pend = calloc(t->pend_cap, sizeof *t->pend);
+        if (!t->pend) goto nomem;
+    }
+    return t;
+nomem:
+    bt_fail(NVH_E_NOMEM, "out of memory");
+fail:
+    if (t->group) nvh_group_ctx_destroy(t->group);
+    free(t->pend);
+    if (t->wear) { free(t->wear->keys); free(t->wear->counts); free(t->wear); }
+    free(t);
+    return NULL;
+}
+
+static void bt_free_volatile(struct nvh_btree *t, bt_node *n)
+{
+    if (!n) return;
+    if (n->level > 0) {
+        for (unsigned i = 0; i < BT_NODE_CAP; i++)
+            if (n->e[i].ptr && (!n->sorted || i < n->count)) bt_free_volatile(t, bt_ptr(t, n->e[i].ptr));
+    } else {
+        for (unsigned i = 0; i < BT_NODE_CAP; i++)
+            if (n->e[i].ptr && (!n->sorted || i < n->count)) free(bt_ptr(t, n->e[i].ptr));
+    }
+    free(n);
+}
+
+int nvh_btree_close(nvh_btree *t)
+{
+    if (!t) return NVH_OK;
+    int rc = NVH_OK;
+    if (t->group) {
+        rc = nvh_btree_sync(t);
+        int rc2 = nvh_group_ctx_destroy(t->group);
+        if (rc == NVH_OK) rc = rc2;
+    }
+    if (!t->pool) {
+        bt_free_volatile(t, bt_ptr(t, t->hdr->root));
+        free(t->hdr);
+    }
+    free(t->pend);
+    if (t->wear) { free(t->wear->keys); free(t->wear->counts); free(t->wear); }
+    free(t);
+    return rc;
+}
+
+/* ==========================================================================
+ * Durability bookkeeping
+ * ========================================================================== */
+static void bt_set_durable(struct nvh_btree *t, uint64_t seq)
+{
+    if (seq <= t->durable) return;
+    t->durable = seq;
+    if (t->durable_fn) t->durable_fn(t, seq, t->durable_arg);
+}
+
+/* Group action of the chained "ack" group: the record's validation key was
+ * flushed by the insert action and a fence has passed since. */
+static void bt_ack_action(nvh_pool *pool, nvh_group_ctx *ctx, void *arg)
+{
+    (void)pool; (void)ctx;
+    bt_pending *pd = arg;
+    struct nvh_btree *t = pd->tree;
+    /* Acks run in begin order, so the ring frees from its oldest end. */
+    assert(t->pend_used > 0);
+    assert(pd == &t->pend[(t->pend_next + t->pend_cap - t->pend_used) % t->pend_cap]);
+    pd->used = 0;
+    t->pend_used--;
+    bt_set_durable(t, pd->seq);
+}
+
+void bt_ack_(struct nvh_btree *t, uint64_t seq)
+{
+    if (t->pend_used == 0) bt_set_durable(t, seq);
+}
+
+nvh_group_action bt_ack_fn_(void) { return bt_ack_action; }
+
+int nvh_btree_sync(nvh_btree *t)
+{
+    if (!t) return bt_fail(NVH_E_INVAL, "tree is NULL");
+    if (t->group) {
+        int rc = nvh_group_sync(t->group);
+        if (rc != NVH_OK) return rc;
+    }
+    if (t->deferred_err) {
+        int rc = t->deferred_err;
+        t->deferred_err = 0;
+        return bt_fail(rc, "an insert failed in its group action (pool full?)");
+    }
+    if (t->pend_used == 0) bt_set_durable(t, t->ops);
+    return NVH_OK;
+}
+
+uint64_t nvh_btree_ops(const nvh_btree *t) { return t ? t->ops : 0; }
+uint64_t nvh_btree_durable(const nvh_btree *t) { return t ? t->durable : 0; }
+void nvh_btree_set_durable_fn(nvh_btree *t, nvh_btree_durable_fn fn, void *arg)
+{
+    if (!t) return;
+    t->durable_fn = fn;
+    t->durable_arg = arg;
+}
+void nvh_btree_stats_get(const nvh_btree *t, nvh_btree_stats *s)
+{
+    if (t && s) *s = t->stats;
+}
+nvh_group_ctx *nvh_btree_group(const nvh_btree *t) { return t ? t->group : NULL; }
+
+/* ==========================================================================
+ * Lookup
+ * ========================================================================== */
+/* Find the live leaf entry of key (read-only descent). */
+static bt_entry *bt_find(struct nvh_btree *t, uint64_t key, bt_record **rec)
+{
+    bt_path path[BT_MAX_DEPTH];
+    int d = bt_descend(t, key, 0, path, BT_MAX_DEPTH);
+    if (d < 0) return NULL;
+    bt_node *n = path[d].node;
+    if (n->sorted) {
+        int a = 0, b = (int)n->count - 1;
+        while (a <= b) {
+            int m = (a + b) / 2;
+            if (n->e[m].key == key) { *rec = bt_ptr(t, n->e[m].ptr); return &n->e[m]; }
+            if (n->e[m].key < key) a = m + 1; else b = m - 1;
+        }
+        return NULL;
+    }
+    for (unsigned i = 0; i < BT_NODE_CAP; i++) {
+        bt_entry *e = &n->e[i];
+        if (e->key != key || !e->ptr) continue;
+        if (key < path[d].lo || key > path[d].hi) continue;
+        bt_record *r = bt_entry_record(t, e);
+        if (r) { *rec = r; return e; }
+    }
+    return NULL;
+}
+
+int nvh_btree_get(nvh_btree *t, uint64_t key, const void **value, size_t *len)
+{
+    if (!t) return bt_fail(NVH_E_INVAL, "tree is NULL");
+    bt_record *r = NULL;
+    if (!bt_find(t, key, &r)) {
+        nvh_fail(NVH_E_NOTFOUND, "btree: key %llu not found", (unsigned long long)key);
+        return NVH_E_NOTFOUND;
+    }
+    if (value) *value = r->data;
+    if (len) *len = (size_t)r->len;
+    return NVH_OK;
+}
+
+/* ==========================================================================
+ * Ordered scan
+ * ========================================================================== */
+static int bt_entry_cmp(const void *a, const void *b)
+{
+    uint64_t x = ((const bt_entry *)a)->key, y = ((const bt_entry *)b)->key;
+    return x < y ? -1 : x > y;
+}
+
+/* Walk the subtree of n (effective range [lo, hi]) in key order. */
+static int bt_walk(struct nvh_btree *t, bt_node *n, uint64_t lo, uint64_t hi, uint64_t from,
+                   uint64_t to, nvh_btree_scan_fn fn, void *arg, uint64_t *counted)
+{
+    while (n->successor) n = bt_ptr(t, n->successor);
+    bt_entry v[BT_NODE_CAP];
+    bt_record *recs[BT_NODE_CAP];
+    unsigned k = 0;
+    unsigned limit = n->sorted ? n->count : BT_NODE_CAP;
+    if (n->level == 0) {
+        for (unsigned i = 0; i < limit; i++) {
+            bt_entry *e = &n->e[i];
+            if (!e->ptr || e->key < lo || e->key > hi || e->key < from || e->key > to) continue;
+            bt_record *r = n->sorted ? bt_ptr(t, e->ptr) : bt_entry_record(t, e);
+            if (!r) continue;
+            v[k].key = e->key;
+            v[k].ptr = (nvh_off_t)k;     /* index into recs after sorting */
+            recs[k++] = r;
+        }
+        if (counted) { *counted += k; return 0; }
+        if (!n->sorted) qsort(v, k, sizeof v[0], bt_entry_cmp);
+        for (unsigned i = 0; i < k; i++) {
+            bt_record *r = recs[v[i].ptr];
+            int rc = fn(v[i].key, r->data, (size_t)r->len, arg);
+            if (rc) return rc;
+        }
+        return 0;
+    }
+    for (unsigned i = 0; i < limit; i++) {
+        bt_entry *e = &n->e[i];
+        if (!e->ptr || e->key < lo || e->key > hi) continue;
+        v[k++] = *e;
+    }
+    if (!n->sorted) qsort(v, k, sizeof v[0], bt_entry_cmp);
+    for (unsigned i = 0; i < k; i++) {
+        uint64_t clo = v[i].key, chi = i + 1 < k ? v[i + 1].key - 1 : hi;
+        if (chi < from || clo > to) continue;
+        int rc = bt_walk(t, bt_ptr(t, v[i].ptr), clo, chi, from, to, fn, arg, counted);
+        if (rc) return rc;
+    }
+    return 0;
+}
+
+int nvh_btree_scan(nvh_btree *t, uint64_t from, uint64_t to, nvh_btree_scan_fn fn, void *arg)
+{
+    if (!t || !fn) return bt_fail(NVH_E_INVAL, "tree or callback is NULL");
+    bt_node *root = bt_ptr(t, t->hdr->root);
+    if (!root || from > to) return 0;
+    return bt_walk(t, root, 0, UINT64_MAX, from, to, fn, arg, NULL);
+}
+
+uint64_t nvh_btree_count(nvh_btree *t)
+{
+    if (!t) return 0;
+    if (t->count < 0) {
+        uint64_t c = 0;
+        bt_node *root = bt_ptr(t, t->hdr->root);
+        if (root) bt_walk(t, root, 0, UINT64_MAX, 0, UINT64_MAX, NULL, NULL, &c);
+        t->count = (int64_t)c;
+    }
+    return (uint64_t)t->count;
+}

@@ -1,0 +1,521 @@
+/* hashmap.c — the persistent hash map's life cycle: create, open (with
+ * recovery of an update in flight), close, destroy; the segment directory
+ * and resizing (one O(1) allocation per doubling); lazy bucket
+ * initialisation (linking a dummy into the split-ordered list); the count
+ * hint. Operations are in hashmap_ops.c, invariants in hashmap_check.c.
+ * Design: docs/HASHMAP.md. */
+#include "hashmap.h"
+
+#include <stdlib.h>
+
+/* ==========================================================================
+ * Helpers
+ * ========================================================================== */
+static inline void hm_lock(struct nvh_hmap *m) { pthread_mutex_lock(&m->lock); }
+static inline void hm_unlock(struct nvh_hmap *m) { pthread_mutex_unlock(&m->lock); }
+
+/* Recompute the DRAM view of the directory (nsegs, nbuckets, pointers). */
+static int hm_load_directory(struct nvh_hmap *m)
+{
+    struct nvh_hm_root *r = m->root;
+    unsigned n = 0;
+    while (n < NVH_HM_SEGS && r->seg[n] != 0) n++;
+    if (n == 0) return nvh_fail(NVH_E_CORRUPT, "hash map: no bucket segment");
+    for (unsigned k = n; k < NVH_HM_SEGS; k++)
+        if (r->seg[k] != 0)
+            return nvh_fail(NVH_E_CORRUPT, "hash map: hole in the segment directory at %u", n);
+    for (unsigned k = 0; k < n; k++) {
+        uint64_t bytes = hm_seg_buckets(m->base_log2, k) * sizeof(struct nvh_hm_dummy);
+        void *p = nvh_ptr(m->pool, r->seg[k]);
+        if (r->seg[k] % NVH_ALLOC_ALIGN || !nvh_contains(m->pool, p, bytes))
+            return nvh_fail(NVH_E_CORRUPT, "hash map: segment %u at %llu outside the pool", k,
+                            (unsigned long long)r->seg[k]);
+        m->seg_ptr[k] = p;
+    }
+    m->nsegs = n;
+    m->nbuckets = UINT64_C(1) << (m->base_log2 + n - 1);
+    return NVH_OK;
+}
+
+/* ==========================================================================
+ * Count hint
+ * ========================================================================== */
+/* The exact count lives in DRAM. The persistent hint is refreshed (store +
+ * flush, no fence: it rides on the next operation's fence) every 64 changes
+ * and at close, so it costs 1/64 line per operation; after a crash it may be
+ * off by the changes since its last refresh. It only steers resizing;
+ * nvh_hmap_check recounts and repairs it. */
+void nvh_hm_count_changed_(struct nvh_hmap *m, int64_t delta, bool force)
+{
+    m->count = (uint64_t)((int64_t)m->count + delta);
+    if (delta) m->count_dirty++;
+    if (force || m->count_dirty >= 64) {
+        if (m->root->count_hint != m->count) {
+            m->root->count_hint = m->count;
+            nvh_flush(m->pool, &m->root->count_hint, 8);
+        }
+        m->count_dirty = 0;
+    }
+}
+
+/* ==========================================================================
+ * Buckets: linking a dummy into the list
+ * ========================================================================== */
+/* Link dummy `bucket` after its parent's position. One fence of its own:
+ *   1. d->next = successor, d->so_key      persisted (fence): the dummy is
+ *                                            complete before anything can
+ *                                            reach it
+ *   2. pred->next = d                       flushed, NOT fenced here: it is
+ *      made durable by the caller's next fence, which always comes before
+ *      any allocator record that could depend on it — a put's content fence
+ *      (fence 1) precedes its activation record, and delete / recovery fence
+ *      first when m->link_unfenced is set (a free record could otherwise
+ *      reach the media by eviction while d is still unlinked there)
+ *   3. d->check = mark                      only once 2 is durable (a mark
+ *      that reached the media before the link would claim a bucket that is
+ *      not in the list): kept in m->marks until the caller's fence, then
+ *      written and flushed (nvh_hm_settle_); durable at the next fence.
+ * A crash after 2 but before 3 leaves d linked but unmarked: harmless
+ * (traversals from the parent pass through it), and the next use finds it
+ * already in the list and only marks it. A crash before 2 is durable leaves
+ * d unreachable garbage in its segment. Our own store to pred->next never
+ * restores a value an allocator redo record could still expect (the dummy
+ * was never in the list before), so link replay at recovery cannot undo it
+ * (docs/ALLOC.md, the A-B-A caveat). Cost: 1 fence + 3 lines per bucket,
+ * once per bucket (about 1/load-factor of the puts). */
+static struct nvh_hm_dummy *hm_init_bucket(struct nvh_hmap *m, uint64_t bucket)
+{
+    struct nvh_hm_dummy *d = hm_dummy(m, bucket);
+    if (hm_dummy_ready(m, bucket, d)) return d;
+    NVH_ASSERT(bucket != 0);                    /* bucket 0 is made at create */
+    struct nvh_hm_dummy *parent = hm_init_bucket(m, hm_parent(bucket));
+    if (!parent) return NULL;
+
+    uint64_t so = hm_dummy_so(bucket);
+    uint64_t d_off = nvh_off(m->pool, d);
+    uint64_t *prev = &parent->next;
+    uint64_t guard = 0;
+    for (;;) {
+        uint64_t cur = *prev;
+        if (cur == d_off) break;                /* already linked: crash left it */
+        if (cur == 0) break;
+        struct nvh_hm_link *n = hm_at(m, cur);
+        if (n->so_key > so) break;
+        prev = &n->next;
+        if (++guard > (UINT64_C(1) << 40)) {
+            nvh_fail(NVH_E_CORRUPT, "hash map: cycle while linking bucket %llu",
+                     (unsigned long long)bucket);
+            return NULL;
+        }
+    }
+    if (*prev != d_off) {
+        d->next = *prev;
+        d->so_key = so;
+        d->reserved = 0;
+        d->check = 0;
+        nvh_persist(m->pool, d, sizeof *d);
+        *prev = d_off;
+        nvh_flush(m->pool, prev, 8);
+        m->link_unfenced = true;
+    }
+    if (m->nmarks == sizeof m->marks / sizeof m->marks[0]) nvh_hm_settle_(m, true);
+    unsigned s;
+    uint64_t i;
+    hm_locate(m->base_log2, bucket, &s, &i);
+    m->marks[m->nmarks].d = d;
+    m->marks[m->nmarks].check = hm_dummy_check(m->seed, bucket, m->root->seg[s]);
+    m->nmarks++;
+    m->buckets_inited++;
+    return d;
+}
+
+void nvh_hm_settle_(struct nvh_hmap *m, bool drain)
+{
+    if (drain && m->link_unfenced) nvh_drain(m->pool);
+    m->link_unfenced = false;
+    for (unsigned k = 0; k < m->nmarks; k++) {
+        m->marks[k].d->check = m->marks[k].check;
+        nvh_flush(m->pool, &m->marks[k].d->check, 8);
+    }
+    m->nmarks = 0;
+}
+
+struct nvh_hm_dummy *nvh_hm_bucket_(struct nvh_hmap *m, uint64_t h63)
+{
+    uint64_t bucket = h63 & (m->nbuckets - 1);
+    struct nvh_hm_dummy *d = hm_dummy(m, bucket);
+    if (__builtin_expect(hm_dummy_ready(m, bucket, d), 1)) return d;
+    return hm_init_bucket(m, bucket);
+}
+
+/* Eager linking, in batches: up to HM_LINK_BATCH unlinked buckets of the
+ * newest segment per call, with ONE fence for the whole batch (step 1 of
+ * every dummy), their predecessor links flushed after it (step 2, durable
+ * with the caller's next fence) and their marks deferred as in
+ * hm_init_bucket. Two dummies of one batch never share a predecessor word
+ * (the second would be lost): a batch stops before such a bucket. */
+#define HM_LINK_BATCH 8u
+void nvh_hm_link_ahead_(struct nvh_hmap *m)
+{
+    struct nvh_hm_dummy *dd[HM_LINK_BATCH];
+    uint64_t *pred[HM_LINK_BATCH], bk[HM_LINK_BATCH];
+    unsigned n = 0;
+    for (unsigned looked = 0; looked < 4 * HM_LINK_BATCH && n < HM_LINK_BATCH &&
+                              m->link_cursor < m->nbuckets; looked++) {
+        uint64_t b = m->link_cursor;
+        struct nvh_hm_dummy *d = hm_dummy(m, b);
+        if (hm_dummy_ready(m, b, d)) {
+            m->link_cursor++;
+            continue;
+        }
+        uint64_t pb = hm_parent(b);
+        struct nvh_hm_dummy *parent = hm_dummy(m, pb);
+        if (!hm_dummy_ready(m, pb, parent)) {
+            if (n) break;                      /* keep batches simple */
+            parent = hm_init_bucket(m, pb);    /* rare: its own fence */
+            if (!parent) return;
+        }
+        uint64_t so = hm_dummy_so(b), d_off = nvh_off(m->pool, d);
+        uint64_t *prev = &parent->next;
+        bool linked = false;
+        for (;;) {
+            uint64_t cur = *prev;
+            if (cur == d_off) { linked = true; break; }
+            if (cur == 0 || hm_at(m, cur)->so_key > so) break;
+            prev = &hm_at(m, cur)->next;
+        }
+        bool clash = false;
+        for (unsigned k = 0; k < n; k++) clash |= pred[k] == prev;
+        if (clash) break;                      /* next call links it */
+        m->link_cursor++;
+        if (linked) {                          /* a crash left it linked, unmarked */
+            dd[n] = d, pred[n] = NULL, bk[n] = b, n++;
+            continue;
+        }
+        d->next = *prev;
+        d->so_key = so;
+        d->check = 0;
+        d->reserved = 0;
+        nvh_flush(m->pool, d, sizeof *d);
+        dd[n] = d, pred[n] = prev, bk[n] = b, n++;
+    }
+    if (n == 0) return;
+    nvh_drain(m->pool);                        /* every dummy complete */
+    for (unsigned k = 0; k < n; k++) {
+        if (pred[k]) {
+            *pred[k] = nvh_off(m->pool, dd[k]);
+            nvh_flush(m->pool, pred[k], 8);
+            m->link_unfenced = true;
+        }
+        if (m->nmarks == sizeof m->marks / sizeof m->marks[0]) nvh_hm_settle_(m, true);
+        unsigned s;
+        uint64_t i;
+        hm_locate(m->base_log2, bk[k], &s, &i);
+        m->marks[m->nmarks].d = dd[k];
+        m->marks[m->nmarks].check = hm_dummy_check(m->seed, bk[k], m->root->seg[s]);
+        m->nmarks++;
+        m->buckets_inited++;
+    }
+}
+
+/* ==========================================================================
+ * Resizing: one more segment doubles the bucket count
+ * ========================================================================== */
+/* O(1): reserve the segment and activate it with the directory slot as its
+ * link (one fence). Its dummies are garbage until linked (their check word
+ * tells), so nothing is zeroed or copied and no entry moves: entries of
+ * old bucket b that now belong to b + old_n are found through b + old_n's
+ * dummy once it is linked (after b's, in split order). */
+int nvh_hm_maybe_grow_(struct nvh_hmap *m)
+{
+    uint64_t limit = m->nbuckets * m->root->max_load_pct / 100;
+    if (m->count <= limit) return NVH_OK;
+    unsigned k = m->nsegs;
+    if (k >= NVH_HM_SEGS || m->base_log2 + k > NVH_HM_MAX_BUCKETS_LOG2) return NVH_OK;
+    uint64_t bytes = hm_seg_buckets(m->base_log2, k) * sizeof(struct nvh_hm_dummy);
+    void *seg = nvh_reserve(m->pool, bytes);
+    if (!seg) return NVH_OK;   /* no space to grow: keep working with longer chains */
+    nvh_off_t *links[1] = {&m->root->seg[k]};
+    int rc = nvh_activate(m->pool, seg, links, 1);
+    if (rc != NVH_OK) {
+        nvh_cancel(m->pool, seg);
+        return rc;
+    }
+    m->seg_ptr[k] = seg;
+    m->nsegs = k + 1;
+    m->link_cursor = m->nbuckets;  /* the new segment's first bucket */
+    m->nbuckets *= 2;
+    m->resizes++;
+    return NVH_OK;
+}
+
+/* ==========================================================================
+ * Create
+ * ========================================================================== */
+static uint64_t hm_fresh_seed(nvh_pool *pool, const void *where)
+{
+    nvh_pool_info info;
+    uint64_t s = (uint64_t)(uintptr_t)where ^ 0x6a09e667f3bcc908ull;
+    if (nvh_pool_info_get(pool, &info) == NVH_OK) {
+        uint64_t u0, u1;
+        memcpy(&u0, info.uuid, 8);
+        memcpy(&u1, info.uuid + 8, 8);
+        s ^= hm_mix(u0) ^ hm_mix(u1 + info.epoch) ^ info.create_time;
+    }
+    static _Atomic uint64_t counter;
+    s ^= hm_mix(atomic_fetch_add(&counter, 1) + nvh_off(pool, where));
+    return hm_mix(s) | 1u;
+}
+
+int nvh_hmap_create(nvh_pool *pool, nvh_off_t *link, const nvh_hmap_options *options)
+{
+    if (!pool || !link) return nvh_fail(NVH_E_INVAL, "nvh_hmap_create: NULL pool or link");
+    if (!nvh_contains(pool, link, 8) || (uintptr_t)link % 8)
+        return nvh_fail(NVH_E_INVAL, "nvh_hmap_create: link is not an aligned word in the pool");
+    unsigned base = options && options->initial_buckets_log2 ? options->initial_buckets_log2
+                                                            : NVH_HM_DEFAULT_BASE_LOG2;
+    unsigned pct = options && options->max_load_pct ? options->max_load_pct
+                                                   : NVH_HM_DEFAULT_LOAD_PCT;
+    if (base < 1 || base > 24)
+        return nvh_fail(NVH_E_INVAL, "nvh_hmap_create: initial_buckets_log2 %u not in 1..24", base);
+    if (pct < 10 || pct > 10000)
+        return nvh_fail(NVH_E_INVAL, "nvh_hmap_create: max_load_pct %u not in 10..10000", pct);
+
+    /* Segment 0 first (unlinked: if we crash before the root is activated
+     * the allocator frees the reservation — it only lives in DRAM). */
+    uint64_t seg_bytes = hm_seg_buckets(base, 0) * sizeof(struct nvh_hm_dummy);
+    struct nvh_hm_root *r = nvh_reserve(pool, sizeof *r);
+    if (!r) return nvh_errcode();
+    struct nvh_hm_dummy *seg0 = nvh_reserve(pool, seg_bytes);
+    if (!seg0) {
+        int rc = nvh_errcode();
+        nvh_cancel(pool, r);
+        return rc;
+    }
+    memset(r, 0, sizeof *r);
+    r->version = NVH_HM_VERSION;
+    r->base_log2 = base;
+    r->seed = options && options->seed ? options->seed : hm_fresh_seed(pool, r);
+    r->max_load_pct = pct;
+    /* Bucket 0's dummy is the list head: made here, marked, never unlinked. */
+    memset(seg0, 0, sizeof seg0[0]);
+    seg0[0].check = hm_dummy_check(r->seed, 0, nvh_off(pool, seg0));
+    r->magic = NVH_HM_MAGIC;
+    nvh_flush(pool, seg0, sizeof seg0[0]);
+    nvh_persist(pool, r, sizeof *r);
+    /* Activation 1: the root, linked from the caller's word; activation 2:
+     * segment 0, linked from the root's directory. The other order would
+     * leak the segment if a crash came between the two (it would be durable
+     * but linked only from a reservation). */
+    nvh_off_t *root_links[1] = {link};
+    int rc = nvh_activate(pool, r, root_links, 1);
+    if (rc != NVH_OK) {
+        nvh_cancel(pool, seg0);
+        nvh_cancel(pool, r);
+        return rc;
+    }
+    /* A crash here leaves a durable root with an empty directory: open
+     * finishes the creation (hm_finish_create). */
+    nvh_off_t *seg_links[1] = {&r->seg[0]};
+    rc = nvh_activate(pool, seg0, seg_links, 1);
+    if (rc != NVH_OK) {
+        nvh_cancel(pool, seg0);
+        return rc;
+    }
+    return NVH_OK;
+}
+
+/* A crash between the root's and segment 0's activation leaves a root with
+ * an empty directory: give it segment 0 now (the same as create would). */
+static int hm_finish_create(struct nvh_hmap *m)
+{
+    struct nvh_hm_root *r = m->root;
+    uint64_t seg_bytes = hm_seg_buckets(r->base_log2, 0) * sizeof(struct nvh_hm_dummy);
+    struct nvh_hm_dummy *seg0 = nvh_reserve(m->pool, seg_bytes);
+    if (!seg0) return nvh_errcode();
+    memset(seg0, 0, sizeof seg0[0]);
+    seg0[0].check = hm_dummy_check(r->seed, 0, nvh_off(m->pool, seg0));
+    nvh_persist(m->pool, seg0, sizeof seg0[0]);
+    nvh_off_t *seg_links[1] = {&r->seg[0]};
+    int rc = nvh_activate(m->pool, seg0, seg_links, 1);
+    if (rc != NVH_OK) nvh_cancel(m->pool, seg0);
+    return rc;
+}
+
+/* ==========================================================================
+ * Open / recovery / close
+ * ========================================================================== */
+/* An update writes root->pending = old entry (fenced), activates the new
+ * entry in the old one's place, then frees the old one with `pending` as the
+ * free's link (cleared atomically with the free). A crash in between leaves
+ * pending set: if the old entry is still in the list (the activation did not
+ * happen) the update is void and pending is cleared; otherwise the old entry
+ * is unreachable and is freed now. Cost: one bucket search. */
+static int hm_recover_pending(struct nvh_hmap *m)
+{
+    struct nvh_hm_root *r = m->root;
+    uint64_t off = r->pending;
+    if (off == 0) return NVH_OK;
+    struct nvh_hm_node *old = nvh_ptr(m->pool, off);
+    if (!nvh_contains(m->pool, old, sizeof *old) || off % NVH_ALLOC_ALIGN ||
+        old->magic != NVH_HM_NODE_MAGIC || !(old->so_key & 1))
+        return nvh_fail(NVH_E_CORRUPT, "hash map: pending entry at %llu is not an entry",
+                        (unsigned long long)off);
+    uint64_t h63 = hm_bitrev64(old->so_key & ~UINT64_C(1));
+    struct nvh_hm_dummy *d = nvh_hm_bucket_(m, h63);
+    if (!d) return nvh_errcode();
+    /* Is `old` itself reachable? Walk the run of equal split-order keys. */
+    uint64_t *prev = &d->next;
+    bool reachable = false;
+    while (*prev) {
+        struct nvh_hm_link *n = hm_at(m, *prev);
+        if (*prev == off) {
+            reachable = true;
+            break;
+        }
+        if (n->so_key > old->so_key) break;
+        prev = &n->next;
+    }
+    m->recovered_pending = 1;
+    if (reachable) {
+        nvh_hm_settle_(m, true);
+        r->pending = 0;
+        nvh_persist(m->pool, &r->pending, 8);
+        return NVH_OK;
+    }
+    nvh_hm_settle_(m, true);
+    nvh_link l = {&r->pending, 0};
+    return nvh_free(m->pool, old, &l, 1);
+}
+
+nvh_hmap *nvh_hmap_open(nvh_pool *pool, nvh_off_t root_off)
+{
+    if (!pool) {
+        nvh_fail(NVH_E_INVAL, "nvh_hmap_open: NULL pool");
+        return NULL;
+    }
+    struct nvh_hm_root *r = nvh_ptr(pool, root_off);
+    if (!r || root_off % NVH_ALLOC_ALIGN || !nvh_contains(pool, r, sizeof *r)) {
+        nvh_fail(NVH_E_INVAL, "nvh_hmap_open: offset %llu is not a hash map",
+                 (unsigned long long)root_off);
+        return NULL;
+    }
+    if (r->magic != NVH_HM_MAGIC) {
+        nvh_fail(NVH_E_BADMAGIC, "nvh_hmap_open: no hash map at offset %llu",
+                 (unsigned long long)root_off);
+        return NULL;
+    }
+    if (r->version != NVH_HM_VERSION) {
+        nvh_fail(NVH_E_VERSION, "nvh_hmap_open: hash map format %u (this library: %u)",
+                 r->version, NVH_HM_VERSION);
+        return NULL;
+    }
+    if (r->base_log2 < 1 || r->base_log2 > 24 || r->max_load_pct < 10) {
+        nvh_fail(NVH_E_CORRUPT, "nvh_hmap_open: bad geometry (base %u, load %u)", r->base_log2,
+                 r->max_load_pct);
+        return NULL;
+    }
+    struct nvh_hmap *m = calloc(1, sizeof *m);
+    if (!m) {
+        nvh_fail(NVH_E_NOMEM, "nvh_hmap_open: out of memory");
+        return NULL;
+    }
+    m->pool = pool;
+    m->root = r;
+    m->root_off = root_off;
+    m->base_log2 = r->base_log2;
+    m->seed = r->seed;
+    pthread_mutex_init(&m->lock, NULL);
+    int rc = NVH_OK;
+    /* A read-only open cannot repair: an interrupted create reads as a
+     * corrupt map, and a pending update is left for the next writable open
+     * (readers are unaffected by it: the old entry is either still in the
+     * list, or unreachable). */
+    if (r->seg[0] == 0 && !pool->readonly) rc = hm_finish_create(m);
+    if (rc == NVH_OK) rc = hm_load_directory(m);
+    if (rc == NVH_OK && !pool->readonly) rc = hm_recover_pending(m);
+    if (rc != NVH_OK) {
+        pthread_mutex_destroy(&m->lock);
+        free(m);
+        return NULL;
+    }
+    m->count = r->count_hint;
+    m->link_cursor = m->nsegs > 1 ? m->nbuckets / 2 : 1;
+    return m;
+}
+
+int nvh_hmap_close(nvh_hmap *m)
+{
+    if (!m) return NVH_OK;
+    hm_lock(m);
+    if (!m->pool->readonly) {
+        nvh_hm_settle_(m, true);
+        nvh_hm_count_changed_(m, 0, true);
+        nvh_drain(m->pool);
+    }
+    hm_unlock(m);
+    pthread_mutex_destroy(&m->lock);
+    free(m);
+    return NVH_OK;
+}
+
+/* ==========================================================================
+ * Destroy: entry by entry (each step failure-atomic), then the segments,
+ * then the root. A crash in the middle leaves a smaller, consistent map.
+ * ========================================================================== */
+int nvh_hmap_destroy(nvh_hmap *m, nvh_off_t *link)
+{
+    if (!m || !link) return nvh_fail(NVH_E_INVAL, "nvh_hmap_destroy: NULL map or link");
+    if (m->pool->readonly) return nvh_fail(NVH_E_READONLY, "nvh_hmap_destroy: pool is read-only");
+    if (*link != m->root_off)
+        return nvh_fail(NVH_E_INVAL, "nvh_hmap_destroy: link does not point at the map");
+    hm_lock(m);
+    int rc = NVH_OK;
+    nvh_hm_settle_(m, true);
+    /* Walk from bucket 0's dummy, unlinking each entry from its predecessor. */
+    uint64_t *prev = &m->seg_ptr[0][0].next;
+    while (rc == NVH_OK && *prev) {
+        struct nvh_hm_link *n = hm_at(m, *prev);
+        if (!(n->so_key & 1)) {                 /* a dummy: keep, step over it */
+            prev = &n->next;
+            continue;
+        }
+        nvh_link l = {prev, n->next};
+        rc = nvh_free(m->pool, n, &l, 1);
+        if (rc == NVH_OK) m->count = m->count ? m->count - 1 : 0;
+    }
+    /* Only dummies are left. Before our own stores unlink them, retire the
+     * allocator's redo rings so no replayed link store can bring a freed
+     * entry back (docs/ALLOC.md, A-B-A caveat). Then unmark every dummy but
+     * bucket 0's and cut the list after it (a crash leaves an empty map),
+     * and free the segments top down (the directory stays a prefix). */
+    if (rc == NVH_OK) rc = nvh_heap_sync(m->pool);
+    for (unsigned k = 0; rc == NVH_OK && k < m->nsegs; k++) {
+        uint64_t nb = hm_seg_buckets(m->base_log2, k);
+        for (uint64_t i = k == 0 ? 1 : 0; i < nb; i++) {
+            if (m->seg_ptr[k][i].check == 0) continue;
+            m->seg_ptr[k][i].check = 0;
+            nvh_flush(m->pool, &m->seg_ptr[k][i].check, 8);
+        }
+    }
+    if (rc == NVH_OK) {
+        nvh_drain(m->pool);
+        m->seg_ptr[0][0].next = 0;
+        nvh_persist(m->pool, &m->seg_ptr[0][0].next, 8);
+    }
+    /* Segment 0 last but one: a crash before the root is freed leaves a
+     * root with no segment, which open turns into an empty map again. */
+    for (unsigned k = m->nsegs; rc == NVH_OK && k-- > 0;) {
+        nvh_link l = {&m->root->seg[k], 0};
+        rc = nvh_free(m->pool, m->seg_ptr[k], &l, 1);
+    }
+    if (rc == NVH_OK) {
+        nvh_link l = {link, 0};
+        rc = nvh_free(m->pool, m->root, &l, 1);
+    }
+    hm_unlock(m);
+    if (rc != NVH_OK) return rc;
+    pthread_mutex_destroy(&m->lock);
+    free(m);
+    return NVH_OK;
+}

@@ -1,0 +1,268 @@
+/* hashmap.h — internal header of the persistent hash map (layer `ds`):
+ * on-media structs (fixed-width fields, explicit padding, static_asserted
+ * layout), the DRAM handle, the hash and split-order key helpers shared by
+ * hashmap.c (create/open/recovery/resize), hashmap_ops.c (put/get/delete/
+ * foreach) and hashmap_check.c (invariants, statistics).
+ *
+ * Design (docs/HASHMAP.md): a persistent *split-ordered list* (Shalev &
+ * Shavit). Every entry lives in ONE sorted singly linked list, ordered by the
+ * bit-reversed hash; a bucket is a sentinel ("dummy") node inside that list,
+ * kept in a segmented bucket directory. Doubling the table only adds a
+ * segment of (uninitialised) dummies; a bucket is linked into the list the
+ * first time it is used, after its parent. No entry ever moves, so resizing
+ * needs no migration and no log, and every put/delete is ONE allocator
+ * activate/free with one link word. */
+#ifndef NVH_DS_HASHMAP_H
+#define NVH_DS_HASHMAP_H
+
+#include "../common/internal.h"
+
+#include <assert.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <string.h>
+
+/* ==========================================================================
+ * On-media format (docs/FORMAT.md, "Hash map")
+ * ========================================================================== */
+#define NVH_HM_MAGIC 0x50414d4850564e31ull      /* "1NVPHMAP" little endian */
+#define NVH_HM_NODE_MAGIC 0x45444f4eu            /* "NODE"                   */
+#define NVH_HM_VERSION 1u
+#define NVH_HM_SEGS 48u                          /* directory entries        */
+#define NVH_HM_MAX_BUCKETS_LOG2 40u
+#define NVH_HM_DEFAULT_BASE_LOG2 8u              /* 256 buckets at create    */
+#define NVH_HM_DEFAULT_LOAD_PCT 200u             /* double above 2 per bucket */
+
+/* The map's root object (one allocation; 448 bytes). Line 0 holds the words
+ * that change (count hint, pending); lines 1..6 the segment directory. */
+struct nvh_hm_root {
+    uint64_t magic;          /* 0   NVH_HM_MAGIC, written last at create     */
+    uint32_t version;        /* 8                                            */
+    uint32_t base_log2;      /* 12  log2(buckets of segment 0)               */
+    uint64_t seed;           /* 16  hash seed and dummy check seed            */
+    uint64_t count_hint;     /* 24  entries, flushed every 64 changes: a hint */
+    uint64_t pending;        /* 32  entry being replaced by an update (0: none);
+                                    cleared by the free that retires it        */
+    uint32_t max_load_pct;   /* 40  resize when count > buckets * pct / 100  */
+    uint32_t flags;          /* 44  reserved, 0                              */
+    uint64_t reserved[2];    /* 48                                           */
+    uint64_t seg[NVH_HM_SEGS]; /* 64 directory: offsets of bucket segments; a
+                                    prefix is non-zero. seg[0] holds 2^base
+                                    buckets, seg[k>=1] holds 2^(base+k-1)      */
+};
+static_assert(sizeof(struct nvh_hm_root) == 448, "hm root size");
+static_assert(offsetof(struct nvh_hm_root, count_hint) == 24, "hm root count");
+static_assert(offsetof(struct nvh_hm_root, pending) == 32, "hm root pending");
+static_assert(offsetof(struct nvh_hm_root, seg) == 64, "hm root directory");
+
+/* A list node header. Dummies (buckets) and entries share the first 16
+ * bytes so a traversal reads one shape: so_key's low bit tells them apart
+ * (entries 1, dummies 0). */
+struct nvh_hm_link {
+    uint64_t next;           /* 0   offset of the next node in the list       */
+    uint64_t so_key;         /* 8   split-order key                           */
+};
+
+/* A bucket sentinel, 32 bytes, two per cache line, inside a segment. It is
+ * initialised iff `check` equals hm_dummy_check(): segments are never
+ * zeroed (resizing is O(1)), so garbage must not look initialised. */
+struct nvh_hm_dummy {
+    uint64_t next;           /* 0                                             */
+    uint64_t so_key;         /* 8   bitrev64(bucket index): low bit 0         */
+    uint64_t check;          /* 16  mix(seed, index, segment offset) once linked */
+    uint64_t reserved;       /* 24                                            */
+};
+static_assert(sizeof(struct nvh_hm_dummy) == 32, "hm dummy size");
+
+/* An entry: one allocation = header + key bytes + value bytes. Immutable
+ * once activated except `next` (changed only by the allocator's link
+ * updates: an insert after it, a delete of its successor, a dummy linked
+ * after it). */
+struct nvh_hm_node {
+    uint64_t next;           /* 0                                             */
+    uint64_t so_key;         /* 8   bitrev64(hash >> 1) | 1                   */
+    uint32_t klen;           /* 16  1..NVH_HMAP_KEY_MAX                        */
+    uint32_t vlen;           /* 20                                            */
+    uint32_t magic;          /* 24  NVH_HM_NODE_MAGIC                         */
+    uint32_t reserved;       /* 28  0                                         */
+    uint8_t data[];          /* 32  key bytes, then value bytes               */
+};
+static_assert(sizeof(struct nvh_hm_node) == 32, "hm node header size");
+static_assert(offsetof(struct nvh_hm_node, data) == 32, "hm node data offset");
+static_assert(offsetof(struct nvh_hm_node, next) == offsetof(struct nvh_hm_link, next), "shape");
+static_assert(offsetof(struct nvh_hm_node, so_key) == offsetof(struct nvh_hm_link, so_key), "shape");
+static_assert(offsetof(struct nvh_hm_dummy, so_key) == offsetof(struct nvh_hm_link, so_key), "shape");
+
+/* ==========================================================================
+ * DRAM handle (nothing here is needed by recovery: all derived at open)
+ * ========================================================================== */
+struct nvh_hmap {
+    nvh_pool *pool;
+    struct nvh_hm_root *root;
+    nvh_off_t root_off;
+    pthread_mutex_t lock;    /* one writer or reader at a time              */
+    unsigned base_log2;
+    unsigned nsegs;          /* non-zero prefix of root->seg                 */
+    uint64_t nbuckets;       /* 2^(base_log2 + nsegs - 1)                    */
+    uint64_t count;          /* exact while open (from the hint at open)     */
+    uint64_t count_dirty;    /* changes since the hint was last flushed      */
+    uint64_t seed;
+    struct nvh_hm_dummy *seg_ptr[NVH_HM_SEGS];
+    bool link_unfenced;      /* a dummy's predecessor link is flushed but not
+                                yet fenced: fence before the next free        */
+    unsigned nmarks;         /* dummies linked whose mark waits for that fence */
+    struct { struct nvh_hm_dummy *d; uint64_t check; } marks[64];
+    uint64_t link_cursor;    /* next bucket the eager linker looks at        */
+    uint64_t resizes;        /* segments added by this handle                */
+    uint64_t buckets_inited; /* dummies linked by this handle                */
+    uint64_t recovered_pending; /* 1 if open retired/cleared a pending update */
+};
+
+/* ==========================================================================
+ * Hashing and split-order keys
+ * ========================================================================== */
+static inline uint64_t hm_mix(uint64_t x)
+{
+    x ^= x >> 32;
+    x *= 0xd6e8feb86659fd93ull;
+    x ^= x >> 32;
+    x *= 0xd6e8feb86659fd93ull;
+    x ^= x >> 32;
+    return x;
+}
+
+static inline uint64_t hm_load64(const uint8_t *p)
+{
+    uint64_t w;
+    memcpy(&w, p, 8);
+    return w;
+}
+
+/* 64-bit hash of a byte string: two multiply-xorshift lanes over 16-byte
+ * blocks (so a 64 B key costs 4 dependent rounds), then a finaliser. */
+static inline uint64_t hm_hash(uint64_t seed, const void *key, size_t len)
+{
+    const uint8_t *p = key;
+    uint64_t a = seed ^ 0x9e3779b97f4a7c15ull, b = (seed + len) * 0xbf58476d1ce4e5b9ull;
+    size_t n = len;
+    while (n >= 16) {
+        a = (a ^ hm_load64(p)) * 0x94d049bb133111ebull;
+        b = (b ^ hm_load64(p + 8)) * 0xbf58476d1ce4e5b9ull;
+        a ^= a >> 29;
+        b ^= b >> 31;
+        p += 16;
+        n -= 16;
+    }
+    uint64_t t0 = 0, t1 = 0;
+    if (n >= 8) {
+        t0 = hm_load64(p);
+        p += 8;
+        n -= 8;
+    }
+    if (n) memcpy(&t1, p, n);      /* n == 0: p may be NULL (empty key) */
+    a = (a ^ t0) * 0x94d049bb133111ebull;
+    b = (b ^ t1 ^ ((uint64_t)n << 59)) * 0xbf58476d1ce4e5b9ull;
+    return hm_mix(a ^ (b >> 7) ^ (b << 57) ^ (uint64_t)len);
+}
+
+static inline uint64_t hm_bitrev64(uint64_t x)
+{
+    x = ((x >> 1) & 0x5555555555555555ull) | ((x & 0x5555555555555555ull) << 1);
+    x = ((x >> 2) & 0x3333333333333333ull) | ((x & 0x3333333333333333ull) << 2);
+    x = ((x >> 4) & 0x0f0f0f0f0f0f0f0full) | ((x & 0x0f0f0f0f0f0f0f0full) << 4);
+    return __builtin_bswap64(x);
+}
+
+/* The hash keeps 63 bits (bit 63 of the reversed value would collide with
+ * the entry/dummy tag bit). */
+static inline uint64_t hm_h63(uint64_t hash) { return hash >> 1; }
+static inline uint64_t hm_entry_so(uint64_t h63) { return hm_bitrev64(h63) | 1u; }
+static inline uint64_t hm_dummy_so(uint64_t bucket) { return hm_bitrev64(bucket); }
+
+/* Value that marks dummy `bucket` of the segment at seg_off as linked. */
+static inline uint64_t hm_dummy_check(uint64_t seed, uint64_t bucket, uint64_t seg_off)
+{
+    return hm_mix(seed ^ (bucket * 0x9e3779b97f4a7c15ull + seg_off)) | 1u;
+}
+
+/* Parent bucket: the index with its highest set bit cleared. */
+static inline uint64_t hm_parent(uint64_t bucket)
+{
+    return bucket & ~(UINT64_C(1) << (63 - __builtin_clzll(bucket)));
+}
+
+/* ==========================================================================
+ * Segment directory
+ * ========================================================================== */
+/* Segment and index of a bucket. */
+static inline void hm_locate(unsigned base_log2, uint64_t bucket, unsigned *seg, uint64_t *idx)
+{
+    if (bucket < (UINT64_C(1) << base_log2)) {
+        *seg = 0;
+        *idx = bucket;
+        return;
+    }
+    unsigned hb = 63u - (unsigned)__builtin_clzll(bucket);
+    *seg = hb - base_log2 + 1;
+    *idx = bucket - (UINT64_C(1) << hb);
+}
+
+/* Buckets held by segment k. */
+static inline uint64_t hm_seg_buckets(unsigned base_log2, unsigned k)
+{
+    return UINT64_C(1) << (k == 0 ? base_log2 : base_log2 + k - 1);
+}
+
+static inline struct nvh_hm_dummy *hm_dummy(const struct nvh_hmap *m, uint64_t bucket)
+{
+    unsigned s;
+    uint64_t i;
+    hm_locate(m->base_log2, bucket, &s, &i);
+    NVH_ASSERT(s < m->nsegs);
+    return &m->seg_ptr[s][i];
+}
+
+static inline bool hm_dummy_ready(const struct nvh_hmap *m, uint64_t bucket,
+                                  const struct nvh_hm_dummy *d)
+{
+    unsigned s;
+    uint64_t i;
+    hm_locate(m->base_log2, bucket, &s, &i);
+    return d->check == hm_dummy_check(m->seed, bucket, m->root->seg[s]);
+}
+
+static inline struct nvh_hm_link *hm_at(const struct nvh_hmap *m, uint64_t off)
+{
+    return (struct nvh_hm_link *)nvh_ptr(m->pool, off);
+}
+
+/* ==========================================================================
+ * Shared internal functions
+ * ========================================================================== */
+/* Dummy of the bucket of h63, linked into the list first if needed. NULL on
+ * error (allocation-free; only fails on corruption). */
+struct nvh_hm_dummy *nvh_hm_bucket_(struct nvh_hmap *m, uint64_t h63);
+
+/* Search the list from `start` for (so, key). Returns the node or NULL;
+ * *prev_out gets the word that points at the node (or, if not found, at the
+ * first node after the position where the key belongs). */
+struct nvh_hm_node *nvh_hm_find_(struct nvh_hmap *m, struct nvh_hm_link *start, uint64_t so,
+                                 const void *key, uint32_t klen, uint64_t **prev_out);
+
+/* After a fence (or with drain = true: after one it issues if a dummy link
+ * is unfenced), write the marks of the dummies linked since (flushed; they
+ * become durable with the next fence). */
+void nvh_hm_settle_(struct nvh_hmap *m, bool drain);
+
+/* Link one not-yet-linked bucket of the newest segment (after an insert),
+ * so that by the next doubling every bucket is linked and reads never start
+ * at a parent. Progress lives in DRAM only (restarts at open: idempotent). */
+void nvh_hm_link_ahead_(struct nvh_hmap *m);
+
+/* Add a segment if the load factor calls for it (after an insert). */
+int nvh_hm_maybe_grow_(struct nvh_hmap *m);
+/* Store and flush the count hint (no fence) every 64 changes, or now. */
+void nvh_hm_count_changed_(struct nvh_hmap *m, int64_t delta, bool force);
+
+#endif /* NVH_DS_HASHMAP_H */

@@ -1,0 +1,267 @@
+/* hashmap_ops.c — the persistent hash map's operations: search, put /
+ * insert / update (new entry published by one allocator activation whose
+ * link is the predecessor's `next`), delete (one allocator free whose link
+ * redirects the predecessor), get, foreach, count. Each modification is
+ * failure-atomic and durable when the call returns. Design and costs:
+ * docs/HASHMAP.md. */
+#include "hashmap.h"
+
+/* ==========================================================================
+ * Helpers
+ * ========================================================================== */
+static inline void hm_lock(struct nvh_hmap *m) { pthread_mutex_lock(&m->lock); }
+static inline void hm_unlock(struct nvh_hmap *m) { pthread_mutex_unlock(&m->lock); }
+
+enum hm_mode { HM_PUT, HM_INSERT, HM_UPDATE };
+
+static inline int hm_check_key(const void *key, size_t klen, const char *fn)
+{
+    if (!key && klen) return nvh_fail(NVH_E_INVAL, "%s: NULL key", fn);
+    if (klen > NVH_HMAP_KEY_MAX)
+        return nvh_fail(NVH_E_TOOLONG, "%s: key of %zu bytes (at most %u)", fn, klen,
+                        NVH_HMAP_KEY_MAX);
+    return NVH_OK;
+}
+
+/* Where a read-only search starts: the bucket's dummy if it is linked, else
+ * the nearest linked ancestor's (which precedes it in split order, so the
+ * entry, if present, lies further along the list). Never writes. */
+static inline struct nvh_hm_dummy *hm_start_ro(const struct nvh_hmap *m, uint64_t h63)
+{
+    uint64_t b = h63 & (m->nbuckets - 1);
+    for (;;) {
+        struct nvh_hm_dummy *d = hm_dummy(m, b);
+        if (__builtin_expect(hm_dummy_ready(m, b, d), 1) || b == 0) return d;
+        b = hm_parent(b);
+    }
+}
+
+/* ==========================================================================
+ * Search
+ * ========================================================================== */
+struct nvh_hm_node *nvh_hm_find_(struct nvh_hmap *m, struct nvh_hm_link *start, uint64_t so,
+                                 const void *key, uint32_t klen, uint64_t **prev_out)
+{
+    uint64_t *prev = &start->next;
+    for (;;) {
+        uint64_t cur = *prev;
+        if (!cur) break;
+        struct nvh_hm_link *n = hm_at(m, cur);
+        uint64_t nso = n->so_key;
+        if (nso > so) break;
+        if (nso == so) {             /* same 63-bit hash: compare the key bytes */
+            struct nvh_hm_node *e = (struct nvh_hm_node *)n;
+            /* the key and value may span 2 more lines: start those misses
+             * together rather than one after the other */
+            uint64_t len = sizeof *e + (uint64_t)e->klen + e->vlen;
+            if (len > 64) __builtin_prefetch((const char *)e + 64);
+            if (len > 128) __builtin_prefetch((const char *)e + 128);
+            if (e->klen == klen && (klen == 0 || memcmp(e->data, key, klen) == 0)) {
+                *prev_out = prev;
+                return e;
+            }
+        }
+        prev = &n->next;
+    }
+    *prev_out = prev;
+    return NULL;
+}
+
+/* ==========================================================================
+ * Put / insert / update
+ * ========================================================================== */
+/* Fill and persist a new entry, then publish it with ONE activation whose
+ * link is `*prev` (the predecessor's next, or a dummy's):
+ *   fence 1  entry content (+ root->pending for an update) durable: a redo
+ *            record must never reach the media before what it publishes
+ *            (its line can be evicted before its own fence);
+ *   fence 2  nvh_activate: allocation + link, failure-atomic;
+ *   fence 3  (update only) nvh_free of the old entry with root->pending as
+ *            its link, so the free and the clearing of pending are atomic.
+ * A crash between 2 and 3 leaves pending naming the unreachable old entry:
+ * open frees it (hashmap.c, hm_recover_pending). Nothing is ever reachable
+ * half-written, and a reader never sees the old and new entry both. */
+static int hm_write(struct nvh_hmap *m, const void *key, size_t klen, const void *val,
+                    size_t vlen, enum hm_mode mode, const char *fn)
+{
+    if (!m) return nvh_fail(NVH_E_INVAL, "%s: NULL map", fn);
+    int rc = hm_check_key(key, klen, fn);
+    if (rc != NVH_OK) return rc;
+    if (!val && vlen) return nvh_fail(NVH_E_INVAL, "%s: NULL value", fn);
+    if (vlen > NVH_HMAP_VALUE_MAX)
+        return nvh_fail(NVH_E_TOOLONG, "%s: value of %zu bytes (at most %llu)", fn, vlen,
+                        (unsigned long long)NVH_HMAP_VALUE_MAX);
+    nvh_pool *pool = m->pool;
+    if (pool->readonly) return nvh_fail(NVH_E_READONLY, "%s: pool is read-only", fn);
+    uint64_t h63 = hm_h63(hm_hash(m->seed, key, klen));
+    uint64_t so = hm_entry_so(h63);
+
+    hm_lock(m);
+    struct nvh_hm_dummy *d = nvh_hm_bucket_(m, h63);
+    if (!d) {
+        hm_unlock(m);
+        return nvh_errcode();
+    }
+    uint64_t *prev;
+    struct nvh_hm_node *old = nvh_hm_find_(m, (struct nvh_hm_link *)d, so, key, (uint32_t)klen,
+                                           &prev);
+    if (old && mode == HM_INSERT) {
+        hm_unlock(m);
+        return nvh_fail(NVH_E_EXISTS, "%s: key exists", fn);
+    }
+    if (!old && mode == HM_UPDATE) {
+        hm_unlock(m);
+        return nvh_fail(NVH_E_NOTFOUND, "%s: key not present", fn);
+    }
+
+    size_t size = sizeof(struct nvh_hm_node) + klen + vlen;
+    struct nvh_hm_node *e = nvh_reserve(pool, size);
+    if (!e) {
+        hm_unlock(m);
+        return nvh_errcode();
+    }
+    e->next = old ? old->next : *prev;
+    e->so_key = so;
+    e->klen = (uint32_t)klen;
+    e->vlen = (uint32_t)vlen;
+    e->magic = NVH_HM_NODE_MAGIC;
+    e->reserved = 0;
+    if (klen) memcpy(e->data, key, klen);
+    nvh_flush(pool, e, sizeof *e + klen);
+    if (vlen) nvh_memcpy_nodrain(pool, e->data + klen, val, vlen);
+    if (old) {
+        NVH_ASSERT(m->root->pending == 0);
+        m->root->pending = nvh_off(pool, old);
+        nvh_flush(pool, &m->root->pending, 8);
+    }
+    nvh_drain(pool);                                        /* fence 1 */
+    nvh_hm_settle_(m, false);      /* fence 1 also made new dummies' links durable */
+
+    nvh_off_t *links[1] = {prev};
+    rc = nvh_activate(pool, e, links, 1);                   /* fence 2 */
+    if (rc != NVH_OK) {
+        nvh_cancel(pool, e);
+        if (old) {
+            m->root->pending = 0;
+            nvh_persist(pool, &m->root->pending, 8);
+        }
+        hm_unlock(m);
+        return rc;
+    }
+    if (old) {
+        nvh_link l = {&m->root->pending, 0};
+        rc = nvh_free(pool, old, &l, 1);                    /* fence 3 */
+        /* A failure here (a corrupt header) leaves pending set: the next
+         * open retries the free. The update itself is durable. */
+        nvh_hm_count_changed_(m, 0, false);
+    } else {
+        nvh_hm_count_changed_(m, 1, false);
+        int grc = nvh_hm_maybe_grow_(m);
+        (void)grc;   /* a failed grow only leaves the chains longer */
+        nvh_hm_link_ahead_(m);
+    }
+    hm_unlock(m);
+    return rc;
+}
+
+int nvh_hmap_put(nvh_hmap *m, const void *key, size_t klen, const void *value, size_t vlen)
+{
+    return hm_write(m, key, klen, value, vlen, HM_PUT, "nvh_hmap_put");
+}
+
+int nvh_hmap_insert(nvh_hmap *m, const void *key, size_t klen, const void *value, size_t vlen)
+{
+    return hm_write(m, key, klen, value, vlen, HM_INSERT, "nvh_hmap_insert");
+}
+
+int nvh_hmap_update(nvh_hmap *m, const void *key, size_t klen, const void *value, size_t vlen)
+{
+    return hm_write(m, key, klen, value, vlen, HM_UPDATE, "nvh_hmap_update");
+}
+
+/* ==========================================================================
+ * Delete: one free whose link redirects the predecessor (one fence)
+ * ========================================================================== */
+int nvh_hmap_delete(nvh_hmap *m, const void *key, size_t klen)
+{
+    if (!m) return nvh_fail(NVH_E_INVAL, "nvh_hmap_delete: NULL map");
+    int rc = hm_check_key(key, klen, "nvh_hmap_delete");
+    if (rc != NVH_OK) return rc;
+    if (m->pool->readonly) return nvh_fail(NVH_E_READONLY, "nvh_hmap_delete: pool is read-only");
+    uint64_t h63 = hm_h63(hm_hash(m->seed, key, klen));
+    hm_lock(m);
+    /* Searching from the bucket's own dummy (linking it if needed) keeps the
+     * predecessor of a first entry a dummy of this bucket. */
+    struct nvh_hm_dummy *d = nvh_hm_bucket_(m, h63);
+    if (!d) {
+        hm_unlock(m);
+        return nvh_errcode();
+    }
+    uint64_t *prev;
+    struct nvh_hm_node *e =
+        nvh_hm_find_(m, (struct nvh_hm_link *)d, hm_entry_so(h63), key, (uint32_t)klen, &prev);
+    if (!e) {
+        hm_unlock(m);
+        return nvh_fail(NVH_E_NOTFOUND, "nvh_hmap_delete: key not present");
+    }
+    nvh_hm_settle_(m, true);       /* a dummy linked by this call or an earlier one */
+    nvh_link l = {prev, e->next};
+    rc = nvh_free(m->pool, e, &l, 1);
+    if (rc == NVH_OK) nvh_hm_count_changed_(m, -1, false);
+    hm_unlock(m);
+    return rc;
+}
+
+/* ==========================================================================
+ * Reads
+ * ========================================================================== */
+int nvh_hmap_get(nvh_hmap *m, const void *key, size_t klen, const void **value, size_t *vlen)
+{
+    if (!m) return nvh_fail(NVH_E_INVAL, "nvh_hmap_get: NULL map");
+    int rc = hm_check_key(key, klen, "nvh_hmap_get");
+    if (rc != NVH_OK) return rc;
+    uint64_t h63 = hm_h63(hm_hash(m->seed, key, klen));
+    hm_lock(m);
+    uint64_t *prev;
+    struct nvh_hm_node *e = nvh_hm_find_(m, (struct nvh_hm_link *)hm_start_ro(m, h63),
+                                         hm_entry_so(h63), key, (uint32_t)klen, &prev);
+    hm_unlock(m);
+    if (!e) return nvh_fail(NVH_E_NOTFOUND, "nvh_hmap_get: key not present");
+    if (value) *value = e->data + e->klen;
+    if (vlen) *vlen = e->vlen;
+    return NVH_OK;
+}
+
+int nvh_hmap_contains(nvh_hmap *m, const void *key, size_t klen)
+{
+    const void *v;
+    size_t n;
+    int rc = nvh_hmap_get(m, key, klen, &v, &n);
+    return rc == NVH_OK ? 1 : rc == NVH_E_NOTFOUND ? 0 : rc;
+}
+
+int nvh_hmap_foreach(nvh_hmap *m, nvh_hmap_fn fn, void *arg)
+{
+    if (!m || !fn) return nvh_fail(NVH_E_INVAL, "nvh_hmap_foreach: NULL map or function");
+    hm_lock(m);
+    int rc = 0;
+    uint64_t cur = m->seg_ptr[0][0].next;
+    while (cur && rc == 0) {
+        struct nvh_hm_link *n = hm_at(m, cur);
+        cur = n->next;
+        if (!(n->so_key & 1)) continue;          /* a bucket dummy */
+        const struct nvh_hm_node *e = (const struct nvh_hm_node *)n;
+        rc = fn(e->data, e->klen, e->data + e->klen, e->vlen, arg);
+    }
+    hm_unlock(m);
+    return rc;
+}
+
+uint64_t nvh_hmap_count(nvh_hmap *m)
+{
+    if (!m) return 0;
+    hm_lock(m);
+    uint64_t n = m->count;
+    hm_unlock(m);
+    return n;
+}

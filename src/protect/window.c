@@ -1,0 +1,255 @@
+/* window.c — opening and closing write windows: the public nvh_unprotect /
+ * nvh_protect, their internal aliases for the other layers, and the
+ * thread-local implicit windows (nvh_protect_internal_begin/end).
+ *
+ * The producer's job per page is one atomic count update; only the call that
+ * opens the first window (0 -> 1) or closes the last one (1 -> 0) may have
+ * anything else to do, and even then it skips when the page is already in
+ * the right applied state or already queued:
+ *
+ *   unprotect 0->1   sync: reconcile now           async: nothing if the page is
+ *                                                  still writable (a queued protect
+ *                                                  will see count > 0), nothing if
+ *                                                  already queued, else queue it
+ *   protect   1->0   sync: reconcile now           async: nothing if the page is
+ *                                                  still read-only (its unprotect
+ *                                                  was never applied), nothing if
+ *                                                  queued, else queue it
+ *
+ * Each skip is safe because the applier re-reads counts after it changes a
+ * state bit or clears a pending bit (the seq_cst pairs in protect.h). So in
+ * async mode a page written over and over inside one interval costs one
+ * queue entry per interval, not two per write.
+ */
+#define NVH_PROTECT_INTERNALS_ 1
+#include "protect.h"
+
+#include <sched.h>
+
+_Thread_local pr_tls nvh_protect_tls_ __attribute__((tls_model("initial-exec")));
+
+/* --------------------------------------------------------------------------
+ * Queueing runs of pages
+ * -------------------------------------------------------------------------- */
+typedef struct run_builder {
+    struct nvh_protect *pr;
+    uint32_t kind;
+    uint64_t first, n;
+    uint64_t t_ns;
+} run_builder;
+
+static void push_request(struct nvh_protect *pr, const pr_request *r)
+{
+    pr_stat(pr, ST_REQUESTS, 1);
+    while (!pr_queue_push(&pr->queue, r)) {
+        /* Full: apply the queue ourselves rather than wait for the thread.
+         * A producer preempted before publishing its cell can stall the
+         * drain at that cell; yield and retry until it has. */
+        pr_stat(pr, ST_QUEUE_FULL, 1);
+        pthread_mutex_lock(&pr->apply_lock);
+        size_t done = pr_drain(pr);
+        pthread_mutex_unlock(&pr->apply_lock);
+        if (done == 0) sched_yield();
+    }
+}
+
+static void run_flush(run_builder *b)
+{
+    if (b->n == 0) return;
+    if (b->t_ns == 0 && !(b->pr->flags & NVH_PROTECT_NO_LATENCY)) b->t_ns = pr_now_ns();
+    while (b->n > 0) {
+        uint32_t chunk = b->n > (1u << 30) ? (1u << 30) : (uint32_t)b->n;
+        pr_request r = {.first_page = b->first, .npages = chunk, .kind = b->kind,
+                        .t_ns = b->t_ns};
+        push_request(b->pr, &r);
+        b->first += chunk;
+        b->n -= chunk;
+    }
+}
+
+static inline void run_add(run_builder *b, uint64_t page)
+{
+    if (b->n && b->first + b->n == page) { b->n++; return; }
+    run_flush(b);
+    b->first = page;
+    b->n = 1;
+}
+
+/* Sync mode (and eager unprotects): reconcile the call's pages now. */
+static void apply_now(struct nvh_protect *pr, uint64_t first, uint64_t n, uint32_t kind)
+{
+    uint64_t t0 = pr_now_ns();
+    pthread_mutex_lock(&pr->apply_lock);
+    pr_reconcile_range(pr, first, n);
+    pthread_mutex_unlock(&pr->apply_lock);
+    pr_stat(pr, ST_SYNC_APPLIES, 1);
+    pr_hist_add(&pr->lat[kind], pr_now_ns() - t0);
+}
+
+/* --------------------------------------------------------------------------
+ * The per-page work (pr resolved, mode not off, pages inside the mapping)
+ * -------------------------------------------------------------------------- */
+static void open_pages(struct nvh_protect *pr, int mode, uint64_t first, uint64_t end)
+{
+    run_builder b = {.pr = pr, .kind = PR_KIND_UNPROTECT};
+    bool apply = false;
+    for (uint64_t page = first; page < end; page++) {
+        if (atomic_fetch_add(&pr->count[page], 1) != 0) continue;   /* already open */
+        if (mode == NVH_PROTECT_SYNC) { apply = true; continue; }
+        if (pr_bit_test(pr->state, page)) continue;                 /* still writable */
+        if (pr->flags & NVH_PROTECT_EAGER_UNPROTECT) { apply = true; continue; }
+        if (pr_bit_set(pr->pending, page)) continue;                 /* already queued */
+        run_add(&b, page);
+    }
+    run_flush(&b);
+    if (apply) apply_now(pr, first, end - first, PR_KIND_UNPROTECT);
+}
+
+static uint64_t close_pages(struct nvh_protect *pr, int mode, uint64_t first, uint64_t end)
+{
+    run_builder b = {.pr = pr, .kind = PR_KIND_PROTECT};
+    bool apply = false;
+    uint64_t unbalanced = 0, now = 0;
+    bool timed = mode == NVH_PROTECT_ASYNC && !(pr->flags & NVH_PROTECT_NO_LATENCY);
+    for (uint64_t page = first; page < end; page++) {
+        uint32_t c = atomic_load(&pr->count[page]);
+        do {
+            if (c == 0) break;
+        } while (!atomic_compare_exchange_weak(&pr->count[page], &c, c - 1));
+        if (c == 0) { unbalanced++; continue; }
+        if (c != 1) continue;                                        /* still open */
+        if (mode == NVH_PROTECT_SYNC) { apply = true; continue; }
+        if (timed) {            /* Fig. 6 latency: from this call to the page's mprotect */
+            if (!now) now = pr_now_ns();
+            atomic_store_explicit(&pr->ptime[page], now, memory_order_relaxed);
+        }
+        if (!pr_bit_test(pr->state, page)) continue;                /* never made writable */
+        if (pr_bit_set(pr->pending, page)) continue;                 /* already queued */
+        run_add(&b, page);
+    }
+    run_flush(&b);
+    if (apply) apply_now(pr, first, end - first, PR_KIND_PROTECT);
+    if (unbalanced) pr_stat(pr, ST_UNBALANCED, unbalanced);
+    return unbalanced;
+}
+
+/* --------------------------------------------------------------------------
+ * Public calls
+ * -------------------------------------------------------------------------- */
+static int resolve(nvh_pool *pool, const void *p, size_t len, const char *fn,
+                   struct nvh_protect **pr_out, int *mode_out, uint64_t *first, uint64_t *end)
+{
+    if (!pool) return nvh_fail(NVH_E_INVAL, "%s: pool is NULL", fn);
+    struct nvh_protect *pr = atomic_load_explicit(&pool->protect, memory_order_acquire);
+    *pr_out = NULL;
+    if (!pr || len == 0) return NVH_OK;
+    int mode = atomic_load_explicit(&pr->mode, memory_order_relaxed);
+    if (mode == NVH_PROTECT_OFF) return NVH_OK;
+    if (!nvh_contains(pool, p, len))
+        return nvh_fail(NVH_E_BADPTR, "%s: [%p, +%zu) is not inside pool %s", fn, p, len,
+                        pool->path);
+    uint64_t off = (uint64_t)((const char *)p - pool->ctx.base);
+    *first = off >> PR_PAGE_SHIFT;
+    *end = ((off + len - 1) >> PR_PAGE_SHIFT) + 1;
+    *pr_out = pr;
+    *mode_out = mode;
+    return NVH_OK;
+}
+
+int nvh_unprotect(nvh_pool *pool, const void *p, size_t len)
+{
+    struct nvh_protect *pr;
+    int mode = 0;
+    uint64_t first = 0, end = 0;
+    int rc = resolve(pool, p, len, "nvh_unprotect", &pr, &mode, &first, &end);
+    if (rc != NVH_OK || !pr) return rc;
+    open_pages(pr, mode, first, end);
+    return NVH_OK;
+}
+
+int nvh_protect(nvh_pool *pool, const void *p, size_t len)
+{
+    struct nvh_protect *pr;
+    int mode = 0;
+    uint64_t first = 0, end = 0;
+    int rc = resolve(pool, p, len, "nvh_protect", &pr, &mode, &first, &end);
+    if (rc != NVH_OK || !pr) return rc;
+    uint64_t unbalanced = close_pages(pr, mode, first, end);
+    if (unbalanced)
+        return nvh_fail(NVH_E_INVAL, "nvh_protect: %llu page(s) of [%p, +%zu) in pool %s had no "
+                        "open write window (unbalanced nvh_protect)",
+                        (unsigned long long)unbalanced, p, len, pool->path);
+    return NVH_OK;
+}
+
+/* The explicit windows of the other layers: the same counted windows. */
+int nvh_protect_open_slow_(nvh_pool *pool, const void *p, size_t len)
+{
+    return nvh_unprotect(pool, p, len);
+}
+
+int nvh_protect_close_slow_(nvh_pool *pool, const void *p, size_t len)
+{
+    return nvh_protect(pool, p, len);
+}
+
+/* --------------------------------------------------------------------------
+ * Implicit (thread-local) windows
+ * -------------------------------------------------------------------------- */
+void nvh_protect_internal_begin(nvh_pool *pool)
+{
+    pr_tls *tls = &nvh_protect_tls_;
+    if (tls->depth == 0) { tls->npools = 0; tls->any_pool = false; }
+    bool known = false;
+    for (unsigned i = 0; i < tls->npools; i++) known |= tls->pools[i] == pool;
+    if (!known) {
+        if (tls->npools < PR_TLS_POOLS) tls->pools[tls->npools++] = pool;
+        else tls->any_pool = true;
+    }
+    /* the handler (same thread) must see the pool list before the depth */
+    atomic_signal_fence(memory_order_seq_cst);
+    tls->depth++;
+    atomic_signal_fence(memory_order_seq_cst);
+}
+
+static void sweep(struct nvh_protect *pr)
+{
+    int mode = atomic_load(&pr->mode);
+    if (mode == NVH_PROTECT_OFF) return;
+    if (mode == NVH_PROTECT_ASYNC) {
+        pr_request r = {.first_page = 0, .npages = 0, .kind = PR_KIND_SWEEP, .t_ns = 0};
+        push_request(pr, &r);
+    } else {
+        pthread_mutex_lock(&pr->apply_lock);
+        pr_reconcile_range(pr, 0, pr_mapped_pages(pr));
+        pthread_mutex_unlock(&pr->apply_lock);
+    }
+}
+
+void nvh_protect_internal_end(nvh_pool *pool)
+{
+    (void)pool;
+    pr_tls *tls = &nvh_protect_tls_;
+    if (tls->depth == 0) return;               /* unbalanced: ignore */
+    if (tls->depth > 1) { tls->depth--; return; }
+    /* Leave the window first, so no fault of ours adds to the list while we
+     * close what it holds. */
+    atomic_signal_fence(memory_order_seq_cst);
+    tls->depth = 0;
+    atomic_signal_fence(memory_order_seq_cst);
+    for (unsigned i = 0; i < tls->n; i++) {
+        struct nvh_protect *pr = tls->pages[i].pr;
+        int mode = atomic_load(&pr->mode);
+        if (mode == NVH_PROTECT_OFF) continue;
+        uint64_t page = tls->pages[i].page;
+        close_pages(pr, mode, page, page + 1);
+    }
+    tls->n = 0;
+    if (tls->overflow) {
+        tls->overflow = false;
+        for (unsigned i = 0; i < tls->npools; i++) {
+            struct nvh_protect *pr = atomic_load(&tls->pools[i]->protect);
+            if (pr) sweep(pr);
+        }
+    }
+}

@@ -1,0 +1,290 @@
+/* test_btree_basic.c — the B+ tree's API, errors, and property tests against
+ * a DRAM model: random sequences of put (insert/update), delete and get in
+ * every variant, the tree compared with the model after every step (get of
+ * the key touched, count, and — in the small runs — a full ordered scan),
+ * invariants checked regularly; reopen after close; range scans; wear
+ * counting.
+ */
+#include "btree_test.h"
+
+#define MAXLEN 300
+
+typedef struct variant {
+    const char *name;
+    nvh_btree_mode mode;
+    int sorted;
+} variant;
+
+static const variant g_variants[] = {
+    {"groups", NVH_BTREE_GROUPS, 0},
+    {"flush", NVH_BTREE_FLUSH, 0},
+    {"nt", NVH_BTREE_NT, 0},
+    {"volatile", NVH_BTREE_VOLATILE, 0},
+    {"volatile-sorted", NVH_BTREE_VOLATILE, 1},
+};
+
+static nvh_pool *new_pool(const char *name, const char **path)
+{
+    *path = test_path(name);
+    nvh_pool *pool = nvh_pool_create(*path, BT_LAYOUT, 8u << 20, NVH_DOMAIN_PROCESS);
+    assert_non_null(pool);
+    return pool;
+}
+
+static void full_compare(nvh_btree *t, const bt_model *m)
+{
+    bt_scan_out o = {0};
+    assert_int_equal(nvh_btree_scan(t, 0, UINT64_MAX, bt_scan_cb, &o), 0);
+    if (!bt_scan_matches(&o, m, MAXLEN)) {
+        fprintf(stderr, "scan: %zu keys, model %llu\n", o.n, (unsigned long long)m->live);
+        fail_msg("scan differs from the model");
+    }
+    bt_scan_free(&o);
+}
+
+/* One random run: ops over nkeys keys, compared after every step. */
+static void property_run(const variant *v, uint64_t seed, unsigned ops, uint64_t nkeys,
+                         int scan_every_step)
+{
+    const char *path;
+    nvh_pool *pool = new_pool("bt-prop", &path);
+    nvh_btree_options opt = {.mode = v->mode, .sorted = v->sorted};
+    nvh_btree *t = nvh_btree_open(v->mode == NVH_BTREE_VOLATILE ? NULL : pool, "prop", 1, &opt);
+    assert_non_null(t);
+    bt_model m;
+    bt_model_init(&m, nkeys);
+    unsigned char buf[MAXLEN + 1];
+    uint64_t s = seed;
+    uint64_t cursor = 0;
+    for (unsigned step = 0; step < ops; step++) {
+        uint64_t r = bt_rng(&s);
+        uint64_t i = r % nkeys;
+        unsigned what = (unsigned)(r >> 40) % 10;
+        /* phases: grow, then churn, then shrink in key order, so whole
+         * leaves empty out (merge by deletion) */
+        int shrink = step > ops * 2 / 3;
+        if (shrink && what < 8) i = m.order[cursor++ % nkeys];
+        uint64_t key = bt_key_of(i);
+        if (what < 3 || (shrink && what < 8)) {
+            int rc = nvh_btree_delete(t, key);
+            if (m.ver[i]) {
+                assert_int_equal(rc, NVH_OK);
+                m.ver[i] = 0;
+                m.live--;
+            } else {
+                assert_int_equal(rc, NVH_E_NOTFOUND);
+            }
+        } else {
+            uint64_t ver = step + 1;
+            size_t len = bt_value(key, ver, buf, MAXLEN);
+            assert_int_equal(nvh_btree_put(t, key, buf, len), NVH_OK);
+            if (!m.ver[i]) m.live++;
+            m.ver[i] = ver;
+        }
+        /* compare after every step */
+        const void *val;
+        size_t len;
+        int rc = nvh_btree_get(t, key, &val, &len);
+        if (m.ver[i]) {
+            assert_int_equal(rc, NVH_OK);
+            size_t elen = bt_value(key, m.ver[i], buf, MAXLEN);
+            assert_int_equal(len, elen);
+            assert_memory_equal(val, buf, len);
+        } else {
+            assert_int_equal(rc, NVH_E_NOTFOUND);
+        }
+        assert_int_equal(nvh_btree_count(t), m.live);
+        if (scan_every_step || step % 97 == 0) full_compare(t, &m);
+        if (step % 211 == 0) {
+            if (nvh_btree_check(t) != NVH_OK) fail_msg("check: %s", nvh_errormsg());
+        }
+    }
+    full_compare(t, &m);
+    assert_int_equal(nvh_btree_check(t), NVH_OK);
+    assert_int_equal(nvh_btree_sync(t), NVH_OK);
+    assert_int_equal(nvh_btree_durable(t), nvh_btree_ops(t));
+    nvh_btree_stats st;
+    nvh_btree_stats_get(t, &st);
+    printf("  %-16s seed %llu: %u ops, %llu live, splits %llu, leaves removed %llu\n", v->name,
+           (unsigned long long)seed, ops, (unsigned long long)m.live,
+           (unsigned long long)st.splits, (unsigned long long)st.leaves_removed);
+    if (ops >= 2000 && nkeys >= 500) assert_true(st.splits > 0);
+    assert_int_equal(nvh_btree_close(t), NVH_OK);
+    /* persistent variants: everything is there after reopening the pool */
+    if (v->mode != NVH_BTREE_VOLATILE) {
+        assert_int_equal(nvh_pool_close(pool), NVH_OK);
+        pool = nvh_pool_open(path, BT_LAYOUT, NVH_DOMAIN_PROCESS);
+        assert_non_null(pool);
+        t = nvh_btree_open(pool, "prop", 0, &opt);
+        assert_non_null(t);
+        assert_int_equal(nvh_btree_check(t), NVH_OK);
+        full_compare(t, &m);
+        assert_int_equal(nvh_btree_count(t), m.live);
+        assert_int_equal(nvh_btree_close(t), NVH_OK);
+    }
+    bt_model_free(&m);
+    assert_int_equal(nvh_pool_close(pool), NVH_OK);
+    unlink(path);
+}
+
+static void property_small_every_step(void **state)
+{
+    (void)state;
+    for (size_t v = 0; v < sizeof g_variants / sizeof g_variants[0]; v++)
+        property_run(&g_variants[v], 11 + v, 1500, 150, 1);
+}
+
+static void property_large(void **state)
+{
+    (void)state;
+    for (size_t v = 0; v < sizeof g_variants / sizeof g_variants[0]; v++)
+        for (uint64_t seed = 1; seed <= 2; seed++) property_run(&g_variants[v], seed, 12000, 3000, 0);
+}
+
+/* ---------------------------------------------------------------------------
+ * API details
+ * ------------------------------------------------------------------------- */
+static void errors(void **state)
+{
+    (void)state;
+    const char *path;
+    nvh_pool *pool = new_pool("bt-err", &path);
+    assert_null(nvh_btree_open(pool, "", 1, NULL));
+    assert_int_equal(nvh_errcode(), NVH_E_INVAL);
+    assert_null(nvh_btree_open(pool, "01234567890123456789012345678901234567890", 1, NULL));
+    assert_int_equal(nvh_errcode(), NVH_E_INVAL);
+    assert_null(nvh_btree_open(pool, "absent", 0, NULL));
+    assert_int_equal(nvh_errcode(), NVH_E_NOTFOUND);
+    nvh_btree_options bad = {.mode = NVH_BTREE_GROUPS, .sorted = 1};
+    assert_null(nvh_btree_open(pool, "x", 1, &bad));
+    assert_int_equal(nvh_errcode(), NVH_E_INVAL);
+    assert_null(nvh_btree_open(NULL, "x", 1, NULL));
+    nvh_btree *t = nvh_btree_open(pool, "t", 1, NULL);
+    assert_non_null(t);
+    assert_int_equal(nvh_btree_get(t, 5, NULL, NULL), NVH_E_NOTFOUND);
+    assert_int_equal(nvh_btree_delete(t, 5), NVH_E_NOTFOUND);
+    assert_int_equal(nvh_btree_put(t, 5, NULL, 3), NVH_E_INVAL);
+    assert_int_equal(nvh_btree_put(t, 5, NULL, 0), NVH_OK);      /* empty value */
+    size_t len = 99;
+    assert_int_equal(nvh_btree_get(t, 5, NULL, &len), NVH_OK);
+    assert_int_equal(len, 0);
+    assert_int_equal(nvh_btree_count(t), 1);
+    assert_int_equal(nvh_btree_close(t), NVH_OK);
+    /* the name space is per tree */
+    t = nvh_btree_open(pool, "t", 0, NULL);
+    assert_non_null(t);
+    assert_int_equal(nvh_btree_count(t), 1);
+    nvh_btree *u = nvh_btree_open(pool, "u", 1, NULL);
+    assert_non_null(u);
+    assert_int_equal(nvh_btree_count(u), 0);
+    assert_int_equal(nvh_btree_close(u), NVH_OK);
+    assert_int_equal(nvh_btree_close(t), NVH_OK);
+    assert_int_equal(nvh_btree_close(NULL), NVH_OK);
+    assert_int_equal(nvh_pool_close(pool), NVH_OK);
+    unlink(path);
+}
+
+typedef struct range_ctx {
+    uint64_t n, last, stop_after;
+    int ordered;
+} range_ctx;
+
+static int range_cb(uint64_t key, const void *value, size_t len, void *arg)
+{
+    range_ctx *c = arg;
+    if (c->n && key <= c->last) c->ordered = 0;
+    assert_int_equal(len, 8);
+    uint64_t v;
+    memcpy(&v, value, 8);
+    assert_int_equal(v, key * 3);
+    c->last = key;
+    c->n++;
+    return c->stop_after && c->n == c->stop_after ? 42 : 0;
+}
+
+static void range_scan(void **state)
+{
+    (void)state;
+    const char *path;
+    nvh_pool *pool = new_pool("bt-range", &path);
+    nvh_btree *t = nvh_btree_open(pool, "r", 1, NULL);
+    assert_non_null(t);
+    /* descending then scattered inserts: the leaves are far from sorted */
+    uint64_t s = 5;
+    for (uint64_t k = 5000; k > 0; k--) {
+        uint64_t key = k * 10, v = key * 3;
+        assert_int_equal(nvh_btree_put(t, key, &v, 8), NVH_OK);
+        uint64_t x = (bt_rng(&s) % 50000) * 10 + 5, xv = x * 3;
+        if (k % 4 == 0) assert_int_equal(nvh_btree_put(t, x, &xv, 8), NVH_OK);
+    }
+    range_ctx c = {0, 0, 0, 1};
+    assert_int_equal(nvh_btree_scan(t, 1000, 2000, range_cb, &c), 0);
+    assert_true(c.ordered);
+    uint64_t expect = 101; /* 1000, 1010, ..., 2000 */
+    uint64_t extra = 0;
+    /* count the scattered keys in range through gets */
+    for (uint64_t k = 1005; k < 2000; k += 10) extra += nvh_btree_get(t, k, NULL, NULL) == NVH_OK;
+    assert_int_equal(c.n, expect + extra);
+    range_ctx all = {0, 0, 0, 1};
+    assert_int_equal(nvh_btree_scan(t, 0, UINT64_MAX, range_cb, &all), 0);
+    assert_true(all.ordered);
+    assert_int_equal(all.n, nvh_btree_count(t));
+    range_ctx stop = {0, 0, 10, 1};
+    assert_int_equal(nvh_btree_scan(t, 0, UINT64_MAX, range_cb, &stop), 42);
+    assert_int_equal(stop.n, 10);
+    range_ctx none = {0, 0, 0, 1};
+    assert_int_equal(nvh_btree_scan(t, 2000, 1000, range_cb, &none), 0);
+    assert_int_equal(none.n, 0);
+    assert_int_equal(nvh_btree_check(t), NVH_OK);
+    assert_int_equal(nvh_btree_close(t), NVH_OK);
+    assert_int_equal(nvh_pool_close(pool), NVH_OK);
+    unlink(path);
+}
+
+static int count_lines;
+static void wear_cb(uint64_t writes, void *arg)
+{
+    (void)arg;
+    assert_true(writes > 0);
+    count_lines++;
+}
+
+static void durable_and_wear(void **state)
+{
+    (void)state;
+    const char *path;
+    nvh_pool *pool = new_pool("bt-dur", &path);
+    nvh_group_options go = {.batch_count = 4, .batch_ns = NVH_GROUP_NEVER};
+    nvh_btree_options opt = {.mode = NVH_BTREE_GROUPS, .count_wear = 1, .group = &go};
+    nvh_btree *t = nvh_btree_open(pool, "d", 1, &opt);
+    assert_non_null(t);
+    for (uint64_t k = 0; k < 3; k++) assert_int_equal(nvh_btree_put(t, k, &k, 8), NVH_OK);
+    assert_int_equal(nvh_btree_ops(t), 3);
+    assert_true(nvh_btree_durable(t) < 3);           /* deferred: not yet acknowledged */
+    for (uint64_t k = 3; k < 500; k++) assert_int_equal(nvh_btree_put(t, k, &k, 8), NVH_OK);
+    assert_true(nvh_btree_durable(t) > 0);           /* the batches advanced it */
+    assert_int_equal(nvh_btree_sync(t), NVH_OK);
+    assert_int_equal(nvh_btree_durable(t), 500);
+    assert_int_equal(nvh_btree_delete(t, 7), NVH_OK); /* synchronous: durable at once */
+    assert_int_equal(nvh_btree_durable(t), 501);
+    count_lines = 0;
+    uint64_t lines = nvh_btree_wear_foreach(t, wear_cb, NULL);
+    assert_true(lines > 16);
+    assert_int_equal((uint64_t)count_lines, lines);
+    assert_non_null(nvh_btree_group(t));
+    assert_int_equal(nvh_btree_close(t), NVH_OK);
+    assert_int_equal(nvh_pool_close(pool), NVH_OK);
+    unlink(path);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(errors),
+        cmocka_unit_test(range_scan),
+        cmocka_unit_test(durable_and_wear),
+        cmocka_unit_test(property_small_every_step),
+        cmocka_unit_test(property_large),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

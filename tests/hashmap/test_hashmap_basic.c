@@ -1,0 +1,396 @@
+/* test_hashmap_basic.c — the persistent hash map without crashes: every
+ * operation and bad input, byte-string keys of 0 and 64 KiB, large values,
+ * resizing from 2 buckets to thousands, property tests against the DRAM
+ * model (random operation streams, compared after every step, with reopens),
+ * persistence across pool close/open, costs in fences and flushed lines,
+ * no leaked allocation, destroy, and two threads on one map. */
+#include "hm_model.h"
+
+#include <pthread.h>
+
+#define LAYOUT "hmtest"
+
+static nvh_pool *new_pool(const char *name, const char **path_out)
+{
+    const char *path = test_path(name);
+    nvh_pool_options o = {.root_size = 4096, .max_size = 1ull << 30};
+    nvh_pool *pool = nvh_pool_create_ex(path, LAYOUT, 8 << 20, NVH_DOMAIN_PROCESS, &o);
+    assert_non_null(pool);
+    if (path_out) *path_out = path;
+    return pool;
+}
+
+static nvh_hmap *new_map(nvh_pool *pool, unsigned base, unsigned pct)
+{
+    nvh_off_t *slot = nvh_root(pool, NULL);
+    nvh_hmap_options o = {.initial_buckets_log2 = base, .max_load_pct = pct};
+    assert_int_equal(nvh_hmap_create(pool, slot, &o), NVH_OK);
+    assert_true(*slot != 0);
+    nvh_hmap *m = nvh_hmap_open(pool, *slot);
+    assert_non_null(m);
+    return m;
+}
+
+static void check_ok(nvh_hmap *m)
+{
+    nvh_hmap_stats st;
+    int rc = nvh_hmap_check(m, &st);
+    if (rc != NVH_OK) fail_msg("check: %s", nvh_errormsg());
+}
+
+/* ---------------------------------------------------------------------------
+ * Operations and bad inputs
+ * ------------------------------------------------------------------------- */
+static void test_basic_ops(void **state)
+{
+    (void)state;
+    const char *path;
+    nvh_pool *pool = new_pool("hm-basic", &path);
+    nvh_hmap *m = new_map(pool, 0, 0);
+    const void *v;
+    size_t vl;
+    assert_int_equal(nvh_hmap_get(m, "a", 1, &v, &vl), NVH_E_NOTFOUND);
+    assert_int_equal(nvh_hmap_put(m, "a", 1, "one", 3), NVH_OK);
+    assert_int_equal(nvh_hmap_get(m, "a", 1, &v, &vl), NVH_OK);
+    assert_int_equal(vl, 3);
+    assert_memory_equal(v, "one", 3);
+    assert_int_equal(nvh_hmap_insert(m, "a", 1, "x", 1), NVH_E_EXISTS);
+    assert_int_equal(nvh_hmap_update(m, "b", 1, "x", 1), NVH_E_NOTFOUND);
+    assert_int_equal(nvh_hmap_update(m, "a", 1, "uno!", 4), NVH_OK);
+    assert_int_equal(nvh_hmap_get(m, "a", 1, &v, &vl), NVH_OK);
+    assert_int_equal(vl, 4);
+    assert_memory_equal(v, "uno!", 4);
+    assert_int_equal(nvh_hmap_put(m, "a", 1, "1", 1), NVH_OK);     /* put replaces */
+    assert_int_equal(nvh_hmap_insert(m, "b", 1, NULL, 0), NVH_OK); /* empty value */
+    assert_int_equal(nvh_hmap_get(m, "b", 1, NULL, &vl), NVH_OK);
+    assert_int_equal(vl, 0);
+    assert_int_equal(nvh_hmap_put(m, NULL, 0, "empty key", 9), NVH_OK);
+    assert_int_equal(nvh_hmap_get(m, "", 0, &v, &vl), NVH_OK);
+    assert_int_equal(vl, 9);
+    assert_int_equal(nvh_hmap_contains(m, "a", 1), 1);
+    assert_int_equal(nvh_hmap_contains(m, "zz", 2), 0);
+    assert_int_equal(nvh_hmap_count(m), 3);
+    assert_int_equal(nvh_hmap_delete(m, "a", 1), NVH_OK);
+    assert_int_equal(nvh_hmap_delete(m, "a", 1), NVH_E_NOTFOUND);
+    assert_int_equal(nvh_hmap_count(m), 2);
+    /* keys that differ only in length, or share prefixes */
+    assert_int_equal(nvh_hmap_put(m, "ab", 2, "2", 1), NVH_OK);
+    assert_int_equal(nvh_hmap_put(m, "ab\0", 3, "3", 1), NVH_OK);
+    assert_int_equal(nvh_hmap_get(m, "ab", 2, &v, &vl), NVH_OK);
+    assert_memory_equal(v, "2", 1);
+    assert_int_equal(nvh_hmap_get(m, "ab\0", 3, &v, &vl), NVH_OK);
+    assert_memory_equal(v, "3", 1);
+    check_ok(m);
+
+    /* bad inputs: codes, and nothing changes */
+    uint64_t n = nvh_hmap_count(m);
+    assert_int_equal(nvh_hmap_put(NULL, "a", 1, "b", 1), NVH_E_INVAL);
+    assert_int_equal(nvh_hmap_put(m, NULL, 3, "b", 1), NVH_E_INVAL);
+    assert_int_equal(nvh_hmap_put(m, "a", 1, NULL, 5), NVH_E_INVAL);
+    assert_int_equal(nvh_hmap_get(NULL, "a", 1, NULL, NULL), NVH_E_INVAL);
+    assert_int_equal(nvh_hmap_delete(NULL, "a", 1), NVH_E_INVAL);
+    assert_int_equal(nvh_hmap_foreach(m, NULL, NULL), NVH_E_INVAL);
+    uint8_t *big = malloc(NVH_HMAP_KEY_MAX + 1);
+    memset(big, 'x', NVH_HMAP_KEY_MAX + 1);
+    assert_int_equal(nvh_hmap_put(m, big, NVH_HMAP_KEY_MAX + 1, "v", 1), NVH_E_TOOLONG);
+    assert_int_equal(nvh_hmap_get(m, big, NVH_HMAP_KEY_MAX + 1, NULL, NULL), NVH_E_TOOLONG);
+    assert_int_equal(nvh_hmap_count(m), n);
+    /* the longest key, and a large value */
+    assert_int_equal(nvh_hmap_put(m, big, NVH_HMAP_KEY_MAX, "max", 3), NVH_OK);
+    big[NVH_HMAP_KEY_MAX - 1] = 'y';
+    assert_int_equal(nvh_hmap_get(m, big, NVH_HMAP_KEY_MAX, NULL, NULL), NVH_E_NOTFOUND);
+    big[NVH_HMAP_KEY_MAX - 1] = 'x';
+    assert_int_equal(nvh_hmap_get(m, big, NVH_HMAP_KEY_MAX, &v, &vl), NVH_OK);
+    assert_memory_equal(v, "max", 3);
+    size_t bigval = 300000;
+    uint8_t *val = malloc(bigval);
+    for (size_t i = 0; i < bigval; i++) val[i] = (uint8_t)(i * 7);
+    assert_int_equal(nvh_hmap_put(m, "large", 5, val, bigval), NVH_OK);
+    assert_int_equal(nvh_hmap_get(m, "large", 5, &v, &vl), NVH_OK);
+    assert_int_equal(vl, bigval);
+    assert_memory_equal(v, val, bigval);
+    check_ok(m);
+    free(big);
+    free(val);
+
+    /* open: bad offsets */
+    assert_null(nvh_hmap_open(NULL, 64));
+    assert_int_equal(nvh_errcode(), NVH_E_INVAL);
+    assert_null(nvh_hmap_open(pool, 3));
+    assert_int_equal(nvh_errcode(), NVH_E_INVAL);
+    nvh_pool_info info;
+    nvh_pool_info_get(pool, &info);
+    assert_null(nvh_hmap_open(pool, info.root_offset + 64));   /* zeroes: not a map */
+    assert_int_equal(nvh_errcode(), NVH_E_BADMAGIC);
+    assert_int_equal(nvh_hmap_create(pool, NULL, NULL), NVH_E_INVAL);
+    nvh_hmap_options bad = {.initial_buckets_log2 = 30};
+    assert_int_equal(nvh_hmap_create(pool, (nvh_off_t *)nvh_root(pool, NULL) + 1, &bad), NVH_E_INVAL);
+    bad = (nvh_hmap_options){.max_load_pct = 5};
+    assert_int_equal(nvh_hmap_create(pool, (nvh_off_t *)nvh_root(pool, NULL) + 1, &bad), NVH_E_INVAL);
+    assert_int_equal(nvh_hmap_close(m), NVH_OK);
+    assert_int_equal(nvh_hmap_close(NULL), NVH_OK);
+    nvh_pool_close(pool);
+    unlink(path);
+}
+
+/* ---------------------------------------------------------------------------
+ * Property test: random streams vs the DRAM model, after every step
+ * ------------------------------------------------------------------------- */
+static void run_property(uint64_t seed, uint32_t nkeys, unsigned steps, unsigned del_pct,
+                         unsigned base, unsigned pct)
+{
+    const char *path;
+    nvh_pool *pool = new_pool("hm-prop", &path);
+    nvh_hmap *m = new_map(pool, base, pct);
+    nvh_off_t mo = *(nvh_off_t *)nvh_root(pool, NULL);
+    uint32_t *ver = calloc(nkeys, sizeof *ver), clock = 0;
+    uint64_t rng = seed;
+    for (unsigned i = 0; i < steps; i++) {
+        hm_op op = hm_next_op(&rng, nkeys, del_pct);
+        int want = hm_model_apply(ver, &clock, op);
+        int got = hm_map_apply(m, op, ver[op.id]);
+        if (got != want) fail_msg("step %u: op %d key %u: rc %d, model %d", i, op.kind, op.id, got, want);
+        if (!hm_key_matches(m, op.id, ver[op.id])) fail_msg("step %u: key %u differs", i, op.id);
+        if (i % 97 == 0 && !hm_equals_model(m, ver, nkeys)) fail_msg("step %u: map != model", i);
+        if (i % 499 == 0) check_ok(m);
+        if (i % 1013 == 1012) {                      /* reopen the map, sometimes the pool */
+            assert_int_equal(nvh_hmap_close(m), NVH_OK);
+            if (i % 2026 == 2025) {
+                nvh_pool_close(pool);
+                pool = nvh_pool_open(path, LAYOUT, NVH_DOMAIN_PROCESS);
+                assert_non_null(pool);
+            }
+            m = nvh_hmap_open(pool, mo);
+            assert_non_null(m);
+        }
+    }
+    assert_true(hm_equals_model(m, ver, nkeys));
+    nvh_hmap_stats st;
+    assert_int_equal(nvh_hmap_check(m, &st), NVH_OK);
+    assert_int_equal(st.count_repaired, 0);
+    /* no leak: the heap holds the root, the segments and one object per entry */
+    assert_int_equal(hm_heap_objects(pool), 1 + st.segments + st.count);
+    print_message("  seed %llu: %u steps, %llu entries, %llu buckets (%llu linked), max chain %llu\n",
+                  (unsigned long long)seed, steps, (unsigned long long)st.count,
+                  (unsigned long long)st.buckets, (unsigned long long)st.buckets_linked,
+                  (unsigned long long)st.max_chain);
+    free(ver);
+    nvh_hmap_close(m);
+    nvh_pool_close(pool);
+    unlink(path);
+}
+
+static void test_property(void **state)
+{
+    (void)state;
+    run_property(1, 64, 6000, 30, 1, 100);       /* few keys: many updates/deletes */
+    run_property(2, 3000, 12000, 15, 2, 100);    /* growth through many doublings */
+    run_property(3, 800, 8000, 45, 0, 0);        /* default geometry, delete-heavy */
+    run_property(4, 400, 4000, 25, 1, 1000);     /* long chains (load 10) */
+}
+
+/* ---------------------------------------------------------------------------
+ * Resizing
+ * ------------------------------------------------------------------------- */
+static void test_resize(void **state)
+{
+    (void)state;
+    const char *path;
+    nvh_pool *pool = new_pool("hm-resize", &path);
+    nvh_hmap *m = new_map(pool, 1, 100);
+    const uint32_t n = 20000;
+    uint8_t k[HM_KEYBUF], v[HM_VALBUF];
+    for (uint32_t id = 0; id < n; id++) {
+        size_t kl = hm_key(id, k), vl = hm_val(id, 1, v);
+        assert_int_equal(nvh_hmap_insert(m, k, kl, v, vl), NVH_OK);
+    }
+    nvh_hmap_stats st;
+    assert_int_equal(nvh_hmap_check(m, &st), NVH_OK);
+    assert_int_equal(st.count, n);
+    assert_true(st.buckets >= n);                /* load factor <= 1 */
+    assert_true(st.buckets < 4ull * n);
+    assert_true(st.load_factor <= 1.0);
+    assert_int_equal(st.segments, 1 + st.resizes);
+    for (uint32_t id = 0; id < n; id++) assert_true(hm_key_matches(m, id, 1));
+    /* after reopen every bucket is still reachable, lazily linked ones too */
+    nvh_off_t mo = *(nvh_off_t *)nvh_root(pool, NULL);
+    nvh_hmap_close(m);
+    nvh_pool_close(pool);
+    pool = nvh_pool_open(path, LAYOUT, NVH_DOMAIN_PROCESS);
+    m = nvh_hmap_open(pool, mo);
+    assert_non_null(m);
+    assert_int_equal(nvh_hmap_count(m), n);
+    for (uint32_t id = 0; id < n; id += 3) {
+        size_t kl = hm_key(id, k);
+        assert_int_equal(nvh_hmap_delete(m, k, kl), NVH_OK);
+    }
+    assert_int_equal(nvh_hmap_check(m, &st), NVH_OK);
+    assert_int_equal(st.count, n - (n + 2) / 3);
+    print_message("  %u keys: %llu buckets, %llu segments, %llu linked, max chain %llu\n", n,
+                  (unsigned long long)st.buckets, (unsigned long long)st.segments,
+                  (unsigned long long)st.buckets_linked, (unsigned long long)st.max_chain);
+    nvh_hmap_close(m);
+    nvh_pool_close(pool);
+    unlink(path);
+}
+
+/* ---------------------------------------------------------------------------
+ * Costs: fences and lines per operation (the figures docs/HASHMAP.md quotes)
+ * ------------------------------------------------------------------------- */
+static void test_costs(void **state)
+{
+    (void)state;
+    const char *path;
+    nvh_pool *pool = new_pool("hm-cost", &path);
+    nvh_hmap *m = new_map(pool, 8, 10000);       /* no resize, every bucket warm */
+    uint8_t k[64], v[64];
+    memset(v, 'v', sizeof v);
+    const unsigned n = 4000;
+    nvh_stats s;
+    /* warm every bucket up: linking a bucket is a one-time cost */
+    for (unsigned i = 0; i < n; i++) {
+        memset(k, 0, sizeof k);
+        snprintf((char *)k, sizeof k, "warm-%u", i);
+        nvh_hmap_put(m, k, sizeof k, v, sizeof v);
+    }
+    nvh_stats_reset(pool);
+    for (unsigned i = 0; i < n; i++) {
+        memset(k, 0, sizeof k);
+        snprintf((char *)k, sizeof k, "key-%u", i);
+        assert_int_equal(nvh_hmap_put(m, k, sizeof k, v, sizeof v), NVH_OK);
+    }
+    nvh_stats_get(pool, &s);
+    double put_f = (double)s.fences / n, put_l = (double)s.lines_flushed / n;
+    nvh_stats_reset(pool);
+    for (unsigned i = 0; i < n; i++) {
+        memset(k, 0, sizeof k);
+        snprintf((char *)k, sizeof k, "key-%u", i);
+        assert_int_equal(nvh_hmap_update(m, k, sizeof k, v, sizeof v), NVH_OK);
+    }
+    nvh_stats_get(pool, &s);
+    double upd_f = (double)s.fences / n;
+    nvh_stats_reset(pool);
+    for (unsigned i = 0; i < n; i++) {
+        memset(k, 0, sizeof k);
+        snprintf((char *)k, sizeof k, "key-%u", i);
+        assert_int_equal(nvh_hmap_get(m, k, sizeof k, NULL, NULL), NVH_OK);
+    }
+    nvh_stats_get(pool, &s);
+    assert_int_equal(s.fences, 0);                /* gets never write */
+    assert_int_equal(s.lines_flushed, 0);
+    nvh_stats_reset(pool);
+    for (unsigned i = 0; i < n; i++) {
+        memset(k, 0, sizeof k);
+        snprintf((char *)k, sizeof k, "key-%u", i);
+        assert_int_equal(nvh_hmap_delete(m, k, sizeof k), NVH_OK);
+    }
+    nvh_stats_get(pool, &s);
+    double del_f = (double)s.fences / n, del_l = (double)s.lines_flushed / n;
+    print_message("  put (64 B key+value): %.3f fences, %.3f lines; update %.3f fences; "
+                  "delete %.3f fences, %.3f lines\n", put_f, put_l, upd_f, del_f, del_l);
+    assert_true(put_f <= 2.1);
+    assert_true(upd_f <= 3.1);
+    assert_true(del_f <= 1.1);
+    nvh_hmap_close(m);
+    nvh_pool_close(pool);
+    unlink(path);
+}
+
+/* ---------------------------------------------------------------------------
+ * Read-only pools: reads work, writes fail cleanly
+ * ------------------------------------------------------------------------- */
+static void test_readonly(void **state)
+{
+    (void)state;
+    const char *path;
+    nvh_pool *pool = new_pool("hm-ro", &path);
+    nvh_hmap *m = new_map(pool, 1, 100);
+    uint8_t k[HM_KEYBUF], v[HM_VALBUF];
+    for (uint32_t id = 0; id < 300; id++)
+        assert_int_equal(nvh_hmap_put(m, k, hm_key(id, k), v, hm_val(id, 1, v)), NVH_OK);
+    nvh_off_t mo = *(nvh_off_t *)nvh_root(pool, NULL);
+    nvh_hmap_close(m);
+    nvh_pool_close(pool);
+    uint64_t h = test_file_hash(path);
+    pool = nvh_pool_open(path, LAYOUT, NVH_DOMAIN_PROCESS | NVH_OPEN_READONLY);
+    assert_non_null(pool);
+    m = nvh_hmap_open(pool, mo);
+    assert_non_null(m);
+    for (uint32_t id = 0; id < 300; id++) assert_true(hm_key_matches(m, id, 1));
+    assert_int_equal(nvh_hmap_check(m, NULL), NVH_OK);
+    assert_int_equal(nvh_hmap_put(m, "x", 1, "y", 1), NVH_E_READONLY);
+    assert_int_equal(nvh_hmap_delete(m, k, hm_key(3, k)), NVH_E_READONLY);
+    nvh_hmap_close(m);
+    nvh_pool_close(pool);
+    assert_true(test_file_hash(path) == h);
+    unlink(path);
+}
+
+/* ---------------------------------------------------------------------------
+ * Destroy
+ * ------------------------------------------------------------------------- */
+static void test_destroy(void **state)
+{
+    (void)state;
+    const char *path;
+    nvh_pool *pool = new_pool("hm-destroy", &path);
+    uint64_t before = hm_heap_objects(pool);
+    nvh_hmap *m = new_map(pool, 1, 100);
+    uint8_t k[HM_KEYBUF], v[HM_VALBUF];
+    for (uint32_t id = 0; id < 500; id++)
+        assert_int_equal(nvh_hmap_put(m, k, hm_key(id, k), v, hm_val(id, 1, v)), NVH_OK);
+    nvh_off_t *slot = nvh_root(pool, NULL);
+    assert_int_equal(nvh_hmap_destroy(m, slot + 1), NVH_E_INVAL);   /* wrong link */
+    assert_int_equal(nvh_hmap_destroy(m, slot), NVH_OK);
+    assert_int_equal(*slot, 0);
+    assert_int_equal(hm_heap_objects(pool), before);
+    nvh_pool_close(pool);
+    unlink(path);
+}
+
+/* ---------------------------------------------------------------------------
+ * Threads: calls on one handle are serialised
+ * ------------------------------------------------------------------------- */
+typedef struct thr_arg { nvh_hmap *m; uint32_t first, n; int rc; } thr_arg;
+static void *thr_main(void *p)
+{
+    thr_arg *a = p;
+    uint8_t k[HM_KEYBUF], v[HM_VALBUF];
+    for (uint32_t id = a->first; id < a->first + a->n && !a->rc; id++) {
+        a->rc = nvh_hmap_put(a->m, k, hm_key(id, k), v, hm_val(id, 1, v));
+        if (!a->rc && !hm_key_matches(a->m, id, 1)) a->rc = -100;
+        if (!a->rc && id % 3 == 0) a->rc = nvh_hmap_delete(a->m, k, hm_key(id, k));
+    }
+    return NULL;
+}
+
+static void test_threads(void **state)
+{
+    (void)state;
+    const char *path;
+    nvh_pool *pool = new_pool("hm-thr", &path);
+    nvh_hmap *m = new_map(pool, 1, 100);
+    pthread_t t[2];
+    thr_arg a[2] = {{m, 0, 3000, 0}, {m, 3000, 3000, 0}};
+    for (int i = 0; i < 2; i++) pthread_create(&t[i], NULL, thr_main, &a[i]);
+    for (int i = 0; i < 2; i++) pthread_join(t[i], NULL);
+    assert_int_equal(a[0].rc, 0);
+    assert_int_equal(a[1].rc, 0);
+    nvh_hmap_stats st;
+    assert_int_equal(nvh_hmap_check(m, &st), NVH_OK);
+    assert_int_equal(st.count, 4000);
+    nvh_hmap_close(m);
+    nvh_pool_close(pool);
+    unlink(path);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_basic_ops), cmocka_unit_test(test_property),
+        cmocka_unit_test(test_resize),    cmocka_unit_test(test_costs),
+        cmocka_unit_test(test_destroy),   cmocka_unit_test(test_threads),
+        cmocka_unit_test(test_readonly),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

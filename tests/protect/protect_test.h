@@ -1,0 +1,95 @@
+/* protect_test.h — helpers for the protection tests: pools in the process
+ * domain, a non-faulting "is this page writable?" probe (/proc/self/maps),
+ * and running a piece of a test in a forked child with its stderr captured
+ * (stray writes abort the process, so they are tested in children). */
+#ifndef NVH_PROTECT_TEST_H
+#define NVH_PROTECT_TEST_H
+
+#define NVH_LAYER_PROTECT 1          /* the internal window calls, for real */
+#include "test_util.h"
+#include "protect/protect.h"
+
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+
+#define MIB ((uint64_t)1 << 20)
+#define PAGE 4096u
+
+static inline nvh_pool *pt_pool(const char *name, uint64_t size)
+{
+    nvh_pool *pool = nvh_pool_create(test_path(name), "protect", size, NVH_DOMAIN_PROCESS);
+    if (!pool) fprintf(stderr, "create: %s\n", nvh_errormsg());
+    return pool;
+}
+
+static inline void pt_close(nvh_pool *pool, const char *path)
+{
+    (void)path;
+    nvh_pool_close(pool);
+}
+
+/* Heap page i of the pool (past the superblock and root). */
+static inline char *pt_page(nvh_pool *pool, unsigned i)
+{
+    nvh_pool_info info;
+    nvh_pool_info_get(pool, &info);
+    return (char *)nvh_pool_base(pool) + info.heap_offset + (uint64_t)i * PAGE;
+}
+
+/* 1 if the page holding addr is mapped writable, 0 if not, -1 if unknown.
+ * Reads /proc/self/maps, so it never faults. */
+static inline int pt_writable(const void *addr)
+{
+    FILE *f = fopen("/proc/self/maps", "r");
+    if (!f) return -1;
+    uintptr_t a = (uintptr_t)addr;
+    char line[512];
+    int result = -1;
+    while (fgets(line, sizeof line, f)) {
+        unsigned long lo, hi;
+        char perms[5];
+        if (sscanf(line, "%lx-%lx %4s", &lo, &hi, perms) != 3) continue;
+        if (a >= lo && a < hi) { result = perms[1] == 'w'; break; }
+    }
+    fclose(f);
+    return result;
+}
+
+static inline nvh_protect_stats pt_stats(nvh_pool *pool)
+{
+    nvh_protect_stats s;
+    nvh_protect_stats_get(pool, &s);
+    return s;
+}
+
+/* Run fn(arg) in a forked child with stderr captured into out (NUL-ended).
+ * Returns the wait status. */
+typedef void (*pt_child_fn)(void *arg);
+static inline int pt_run_child(pt_child_fn fn, void *arg, char *out, size_t outlen)
+{
+    int fds[2];
+    if (pipe(fds) != 0) return -1;
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid == 0) {
+        close(fds[0]);
+        dup2(fds[1], STDERR_FILENO);
+        fn(arg);
+        _exit(0);
+    }
+    close(fds[1]);
+    size_t len = 0;
+    ssize_t n;
+    while ((n = read(fds[0], out + len, outlen - 1 - len)) > 0) {
+        len += (size_t)n;
+        if (len == outlen - 1) break;
+    }
+    out[len] = '\0';
+    close(fds[0]);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    return status;
+}
+
+#endif
