@@ -94,6 +94,16 @@ void nvh_sim_detach(nvh_pool *pool)
 /* --------------------------------------------------------------------------
  * Flush and fence
  * -------------------------------------------------------------------------- */
+/* Snapshot a line. In a multi-threaded workload another thread may be storing
+ * into the line while it is flushed; on hardware that is legal (CLWB writes
+ * back some version of the line) and the snapshot is likewise some version.
+ * So this read is deliberately not instrumented by TSan. */
+__attribute__((no_sanitize_thread))
+static void snapshot_line(unsigned char *dst, const volatile unsigned char *src)
+{
+    for (unsigned i = 0; i < NVH_CACHELINE; i++) dst[i] = src[i];
+}
+
 void nvh_sim_flush(nvh_pool *pool, const void *addr, size_t len)
 {
     nvh_sim *sim = pool->sim;
@@ -112,7 +122,7 @@ void nvh_sim_flush(nvh_pool *pool, const void *addr, size_t len)
         }
         sim_line *rec = &sim->pending[sim->pending_count++];
         rec->offset = line - base;
-        memcpy(rec->data, (const void *)line, NVH_CACHELINE);
+        snapshot_line(rec->data, (const volatile unsigned char *)line);
     }
     pthread_mutex_unlock(&sim->lock);
 }
