@@ -174,9 +174,12 @@ void nvh_bin_add(nvh_arena *a, nvh_run *run)
 
 static nvh_run *run_lookup(nvh_heap *h, uint64_t block)
 {
+    /* Read without the owner's lock (a free finds its arena here): the
+     * descriptor array and its slots are published with release stores. */
     uint64_t c = nvh_chunk_of_block(h, block);
-    if (c >= h->max_chunks || !h->chunks[c].runs) return NULL;
-    return h->chunks[c].runs[block & (h->bpc - 1)];
+    if (c >= h->max_chunks) return NULL;
+    nvh_run **runs = __atomic_load_n(&h->chunks[c].runs, __ATOMIC_ACQUIRE);
+    return runs ? __atomic_load_n(&runs[block & (h->bpc - 1)], __ATOMIC_ACQUIRE) : NULL;
 }
 
 static nvh_run *run_new(nvh_heap *h, nvh_arena *a, uint64_t block, unsigned cls)
@@ -188,7 +191,7 @@ static nvh_run *run_new(nvh_heap *h, nvh_arena *a, uint64_t block, unsigned cls)
     run->cls = (uint8_t)cls;
     run->nslots = (uint8_t)nvh_cls_slots(cls);
     run->avail = run->nslots == 64 ? ~0ull : (1ull << run->nslots) - 1;
-    ch->runs[block % h->bpc] = run;
+    __atomic_store_n(&ch->runs[block % h->bpc], run, __ATOMIC_RELEASE);
     nvh_bin_add(a, run);
     return run;
 }

@@ -319,8 +319,10 @@ nvh_chunk *nvh_chunk_get(nvh_heap *h, uint64_t chunk)
 {
     nvh_chunk *ch = &h->chunks[chunk];
     if (!ch->runs) {
-        ch->runs = calloc(h->bpc, sizeof *ch->runs);
-        if (!ch->runs) return NULL;
+        /* published with a release store: run_lookup reads it without a lock */
+        nvh_run **runs = calloc(h->bpc, sizeof *runs);
+        if (!runs) return NULL;
+        __atomic_store_n(&ch->runs, runs, __ATOMIC_RELEASE);
     }
     return ch;
 }
@@ -484,7 +486,7 @@ static void scan_arena_chunk(nvh_heap *h, nvh_arena *a, uint64_t c)
                                                       memory_order_relaxed) & mask;
                     run->avail = ~run->pbits & mask;
                     run->persisted = true;
-                    ch->runs[b - c * h->bpc] = run;
+                    __atomic_store_n(&ch->runs[b - c * h->bpc], run, __ATOMIC_RELEASE);
                     if (run->avail) nvh_bin_add(a, run);
                 }
             }
@@ -561,7 +563,7 @@ static int scan_step(nvh_heap *h, nvh_arena *a)
                                                       memory_order_relaxed) & mask;
                     run->avail = ~run->pbits & mask;
                     run->persisted = true;
-                    ch->runs[bb - c * h->bpc] = run;
+                    __atomic_store_n(&ch->runs[bb - c * h->bpc], run, __ATOMIC_RELEASE);
                     if (run->avail) nvh_bin_add(a, run);
                 }
             }
