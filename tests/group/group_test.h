@@ -62,22 +62,6 @@ static inline uint64_t gt_pool_fences(const nvh_pool *pool)
     return st.fences;
 }
 
-/* The whole file in a malloc'd buffer (crash images). */
-static inline unsigned char *gt_read_file(const char *path, size_t *len)
-{
-    FILE *f = fopen(path, "rb");
-    assert_non_null(f);
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    unsigned char *buf = malloc((size_t)n);
-    assert_non_null(buf);
-    assert_int_equal(fread(buf, 1, (size_t)n, f), (size_t)n);
-    fclose(f);
-    *len = (size_t)n;
-    return buf;
-}
-
 /* --------------------------------------------------------------------------
  * Records: 200 bytes, so they straddle lines and neighbours share lines.
  * `key` is the validation key an action may write (seed 000 §6 change 2).

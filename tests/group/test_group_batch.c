@@ -237,7 +237,7 @@ static void sync_makes_everything_durable(void **state)
         for (uint64_t seed = 1; seed <= 3; seed++) {
             assert_int_equal(nvh_sim_write_image(pool, image, seed, NVH_CRASH_WORDS), NVH_OK);
             size_t len;
-            unsigned char *img = gt_read_file(image, &len);
+            unsigned char *img = test_read_file(image, &len);
             const unsigned char *base = nvh_pool_base(pool);
             size_t off = (size_t)((const unsigned char *)root - base);
             assert_memory_equal(img + off, root, sizeof(uint64_t));

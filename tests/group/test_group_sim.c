@@ -160,7 +160,7 @@ static void cache_already_dirty_line_not_counted(void **state)
     snprintf(image, sizeof image, "%s.img", path);
     assert_int_equal(nvh_sim_write_image(pool, image, 7, NVH_CRASH_WORDS), NVH_OK);
     size_t len;
-    unsigned char *img = gt_read_file(image, &len);
+    unsigned char *img = test_read_file(image, &len);
     size_t off = (size_t)((char *)cell(pool, 0) - (char *)nvh_pool_base(pool));
     assert_int_equal(*(uint64_t *)(img + off), 1);
     free(img);
@@ -238,7 +238,7 @@ static void prop_action(nvh_pool *pool, nvh_group_ctx *ctx, void *arg)
     if (id % (GT_TSAN ? 40 : 8) != 0) return;            /* sample the costly check */
     assert_int_equal(nvh_sim_write_image(pool, p->image, 1000 + id, NVH_CRASH_WORDS), NVH_OK);
     size_t len;
-    unsigned char *img = gt_read_file(p->image, &len);
+    unsigned char *img = test_read_file(p->image, &len);
     for (uint32_t k = 0; k < gr->len; k++) {
         if (img[gr->off + k] != prop_byte(id, k)) {
             fprintf(stderr, "group %llu byte %u not durable when its action ran\n",

@@ -57,20 +57,4 @@ static inline void *sim_shared_alloc(size_t len)
     return p;
 }
 
-/* The whole file in a malloc'd buffer; *len gets its size. */
-static inline unsigned char *sim_read_file(const char *path, size_t *len)
-{
-    FILE *f = fopen(path, "rb");
-    assert_non_null(f);
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    unsigned char *buf = malloc((size_t)n);
-    assert_non_null(buf);
-    assert_int_equal(fread(buf, 1, (size_t)n, f), (size_t)n);
-    fclose(f);
-    *len = (size_t)n;
-    return buf;
-}
-
 #endif

@@ -68,8 +68,8 @@ static void same_seed_same_image(void **state)
         assert_int_equal(nvh_sim_write_image(pool, c, 43, (nvh_crash_mode)mode), NVH_OK);
         assert_int_equal(nvh_sim_write_image(pool, b, 42, (nvh_crash_mode)mode), NVH_OK);
         size_t la, lb, lc;
-        unsigned char *ia = sim_read_file(a, &la), *ib = sim_read_file(b, &lb);
-        unsigned char *ic = sim_read_file(c, &lc);
+        unsigned char *ia = test_read_file(a, &la), *ib = test_read_file(b, &lb);
+        unsigned char *ic = test_read_file(c, &lc);
         assert_int_equal(la, POOL_SIZE);
         assert_int_equal(lb, la);
         assert_int_equal(lc, la);
