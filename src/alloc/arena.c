@@ -1087,7 +1087,7 @@ size_t nvh_usable_size(nvh_pool *pool, const void *ptr)
 {
     nvh_heap *h = heap_of(pool, false);
     if (!h) return 0;
-    uint64_t off, usable = 0;
+    uint64_t off = 0, usable = 0;
     if (check_heap_ptr(h, ptr, &off) != NVH_OK) return 0;
     if (nvh_heap_usable(h, off, &usable) != NVH_OK) return 0;
     return (size_t)usable;
