@@ -130,7 +130,9 @@ typedef enum nvh_domain {
 typedef struct nvh_pool_options {
     uint64_t root_size;     /* root area bytes (rounded up to 4 KiB); 0 = 4 KiB   */
     uint64_t max_size;      /* growth limit and size of the reserved virtual
-                               range; 0 = NVHEAP_MAX_SIZE env or 64 GiB           */
+                               range; 0 = NVHEAP_MAX_SIZE env or 64 GiB. Recorded
+                               in the pool: reopening keeps it unless the
+                               NVHEAP_MAX_SIZE environment variable is set        */
 } nvh_pool_options;
 
 /* Create a new pool file of `size` bytes with the given layout name (NULL or

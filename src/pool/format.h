@@ -51,7 +51,9 @@ struct nvh_superblock_header {
     uint32_t area_count;            /* 136 entries used in areas[]                 */
     uint32_t reserved0;             /* 140                                         */
     struct nvh_area areas[NVH_AREA_MAX]; /* 144 .. 335                             */
-    uint8_t reserved1[172];         /* 336 .. 507, zero                            */
+    uint64_t max_size;              /* 336 growth limit chosen at create; 0 = not
+                                           recorded (default or NVHEAP_MAX_SIZE)   */
+    uint8_t reserved1[164];         /* 344 .. 507, zero                            */
     uint32_t checksum;              /* 508 CRC32C of bytes 0..507                  */
 };
 static_assert(sizeof(struct nvh_superblock_header) == 512, "header size");
@@ -62,6 +64,7 @@ static_assert(offsetof(struct nvh_superblock_header, create_time) == 96, "header
 static_assert(offsetof(struct nvh_superblock_header, root_offset) == 112, "header layout");
 static_assert(offsetof(struct nvh_superblock_header, heap_offset) == 128, "header layout");
 static_assert(offsetof(struct nvh_superblock_header, areas) == 144, "header layout");
+static_assert(offsetof(struct nvh_superblock_header, max_size) == 336, "header layout");
 static_assert(offsetof(struct nvh_superblock_header, checksum) == 508, "header layout");
 
 struct nvh_superblock_state {

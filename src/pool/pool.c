@@ -53,7 +53,8 @@ void nvh_tx_close_(nvh_pool *pool);
 /* --------------------------------------------------------------------------
  * Small helpers
  * -------------------------------------------------------------------------- */
-static uint64_t default_max_size(void)
+/* NVHEAP_MAX_SIZE if set to a valid size, else 0 (unset or junk: ignored). */
+static uint64_t env_max_size(void)
 {
     const char *env = getenv("NVHEAP_MAX_SIZE");
     if (env && *env) {
@@ -61,6 +62,24 @@ static uint64_t default_max_size(void)
         unsigned long long v = strtoull(env, &end, 0);
         if (*end == '\0' && v >= NVH_POOL_MIN_SIZE && v <= NVH_POOL_MAX_SIZE) return v;
     }
+    return 0;
+}
+
+/* The growth limit of a new pool that did not ask for one. */
+static uint64_t default_max_size(void)
+{
+    uint64_t v = env_max_size();
+    return v ? v : DEFAULT_MAX_SIZE;
+}
+
+/* The growth limit of a reopened pool: NVHEAP_MAX_SIZE if the operator set
+ * it (an explicit override, like LMDB's mapsize at open), else the max_size
+ * recorded at create, else the default (pools made before it was recorded). */
+static uint64_t open_max_size(const struct nvh_superblock_header *h)
+{
+    uint64_t v = env_max_size();
+    if (v) return v;
+    if (h->max_size >= NVH_POOL_MIN_SIZE && h->max_size <= NVH_POOL_MAX_SIZE) return h->max_size;
     return DEFAULT_MAX_SIZE;
 }
 
@@ -413,7 +432,7 @@ nvh_pool *nvh_pool_open(const char *path, const char *layout, unsigned flags)
         close(fd);
         return NULL;
     }
-    return pool_attach(fd, path, flags, &sb, slot, default_max_size(), true);
+    return pool_attach(fd, path, flags, &sb, slot, open_max_size(&sb.header), true);
 }
 
 /* --------------------------------------------------------------------------
@@ -502,6 +521,7 @@ nvh_pool *nvh_pool_create_ex(const char *path, const char *layout, uint64_t size
     h->root_offset = NVH_SUPERBLOCK_SIZE;
     h->root_size = root_size;
     h->heap_offset = NVH_SUPERBLOCK_SIZE + root_size;
+    h->max_size = max_size;
     h->area_count = 2;
     h->areas[0] = (struct nvh_area){.kind = NVH_AREA_ROOT, .offset = h->root_offset,
                                     .size = root_size};

@@ -324,7 +324,9 @@ static void on_media_layout_matches_format_doc(void **state)
     assert_int_equal(le32(page + 168), 2);                      /* HEAP */
     assert_int_equal(le64(page + 176), 4096 + 8192);
     assert_int_equal(le64(page + 184), 0);                      /* to the end */
-    for (int i = 192; i < 508; i++) assert_int_equal(page[i], 0);
+    for (int i = 192; i < 336; i++) assert_int_equal(page[i], 0);
+    assert_int_equal(le64(page + 336), (uint64_t)64 << 30);     /* max_size (default) */
+    for (int i = 344; i < 508; i++) assert_int_equal(page[i], 0);
     assert_int_equal(le32(page + 508), nvh_crc32c(0, page, 508));
 
     /* state slots: create = seq 1 (slot 1), open = seq 2 (slot 0), close = seq 3 */
@@ -402,11 +404,12 @@ static void pool_info_fields(void **state)
                 strcmp(again.flush_instruction, "clflushopt") == 0 ||
                 strcmp(again.flush_instruction, "clflush") == 0 ||
                 strcmp(again.flush_instruction, "none") == 0);
-    /* max_size is not stored in the file: the default applies on reopen */
-    assert_int_equal(again.max_size, (uint64_t)64 << 30);
+    /* max_size is recorded at create: the same limit applies on reopen */
+    assert_int_equal(again.max_size, 16 * MiB);
+    assert_int_equal(nvh_pool_grow(pool, 17 * MiB), NVH_E_SIZE);
     nvh_pool_close(pool);
 
-    /* NVHEAP_MAX_SIZE sets the default limit (and bad values are ignored) */
+    /* NVHEAP_MAX_SIZE overrides the recorded limit (and bad values are ignored) */
     setenv("NVHEAP_MAX_SIZE", "0x800000", 1);
     pool = nvh_pool_open(path, NULL, NVH_DOMAIN_PROCESS);
     nvh_pool_info_get(pool, &again);
@@ -424,7 +427,7 @@ static void pool_info_fields(void **state)
         setenv("NVHEAP_MAX_SIZE", ignored[i], 1);
         pool = nvh_pool_open(path, NULL, NVH_DOMAIN_PROCESS);
         nvh_pool_info_get(pool, &again);
-        assert_int_equal(again.max_size, (uint64_t)64 << 30);
+        assert_int_equal(again.max_size, 16 * MiB);   /* the recorded limit */
         nvh_pool_close(pool);
     }
     unsetenv("NVHEAP_MAX_SIZE");
