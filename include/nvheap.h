@@ -154,7 +154,9 @@ nvh_pool *nvh_pool_open(const char *path, const char *layout, unsigned flags);
 /* Close: persist what the library owns, unmap, unlock. NULL is a no-op.
  * Data the application stored but never flushed is only guaranteed to be
  * durable in the domains whose caches survive (eadr, process); in the sim
- * domain a clean close writes the working copy back (no crash happened). */
+ * domain a clean close writes the working copy back (no crash happened).
+ * The handle is always released; NVH_E_IO if an msync failed while the pool
+ * was open (nvh_pool_info.io_errors), since then durability was not kept. */
 int nvh_pool_close(nvh_pool *pool);
 
 /* Grow the pool file to new_size bytes (>= current size, <= max_size). The
@@ -175,6 +177,11 @@ typedef struct nvh_pool_info {
     uint64_t heap_offset, heap_size;
     uint64_t create_time;    /* seconds since the Unix epoch                    */
     const char *flush_instruction; /* "clwb", "clflushopt", "clflush", "none"   */
+    uint32_t clean_at_open;  /* 1 if the pool was closed cleanly before this
+                                open, 0 after a crash (recovery ran at open) */
+    uint32_t io_errors;      /* msync domain: failed msync calls since open.
+                                Sticky: the kernel may have dropped the dirty
+                                pages, so nvh_pool_close then fails NVH_E_IO */
 } nvh_pool_info;
 
 int nvh_pool_info_get(const nvh_pool *pool, nvh_pool_info *info);

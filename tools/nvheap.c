@@ -449,8 +449,9 @@ struct info_ctx {
     bool read_write;
 };
 
-/* The pool: superblock facts plus how this open runs. max_size is left out
- * on purpose: the pool does not record it (it is a property of each open). */
+/* The pool: superblock facts plus how this open runs. closed-cleanly is the
+ * state before this (read-only) open: "no" means the last writer crashed and
+ * the next read-write open runs recovery. */
 static void info_pool(const struct info_ctx *ctx, struct emitter *e)
 {
     const nvh_pool_info *info = &ctx->info;
@@ -458,8 +459,10 @@ static void info_pool(const struct info_ctx *ctx, struct emitter *e)
     emit_str(e, "path", ctx->path);
     emit_str(e, "layout", info->layout);
     emit_u64(e, "size", info->size);
+    emit_u64(e, "max-size", info->max_size);
     emit_str(e, "uuid", format_uuid(info->uuid, buf));
     emit_u64(e, "epoch", info->epoch);
+    emit_str(e, "closed-cleanly", info->clean_at_open ? "yes" : "no");
     emit_str(e, "domain", domain_label(info->created_domain, buf));
     emit_str(e, "detected-domain", domain_label(info->domain, buf));
     emit_str(e, "open-mode", ctx->read_write ? "read-write" : "read-only");

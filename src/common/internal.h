@@ -85,6 +85,8 @@ struct nvh_pool {
     uint64_t epoch;
     uint64_t state_seq;
     nvh_domain created_domain;
+    bool opened_clean;             /* the pool had been closed cleanly before this open */
+    _Atomic uint32_t io_errors;    /* msync failures since open (msync.c); sticky */
 
     pthread_mutex_t grow_lock;     /* serialises grow against itself */
     nvh_msync_set *msync;          /* msync domain only */

@@ -81,8 +81,13 @@ int nvh_msync_drain(nvh_pool *pool)
     for (unsigned i = 0; i < set->count; i++) {
         nvh_stat_add_(&pool->ctx, NVH_STAT_MSYNCS, 1);
         if (msync((void *)set->range[i].start, set->range[i].end - set->range[i].start,
-                  MS_SYNC) != 0 && rc == NVH_OK)
-            rc = nvh_fail_errno(NVH_E_IO, errno, "msync of pool %s failed", pool->path);
+                  MS_SYNC) != 0) {
+            /* nvh_drain returns nothing, so the failure is also kept in the
+             * pool: nvh_pool_info shows it and nvh_pool_close returns NVH_E_IO */
+            atomic_fetch_add_explicit(&pool->io_errors, 1, memory_order_relaxed);
+            if (rc == NVH_OK)
+                rc = nvh_fail_errno(NVH_E_IO, errno, "msync of pool %s failed", pool->path);
+        }
     }
     set->count = 0;
     pthread_mutex_unlock(&set->lock);

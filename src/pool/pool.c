@@ -344,6 +344,7 @@ static nvh_pool *pool_attach(int fd, const char *path, unsigned flags,
     pool->state_slot = (unsigned)slot;
     pool->epoch = sb_copy->state[slot].epoch;
     pool->created_domain = (nvh_domain)sb_copy->header.created_domain;
+    pool->opened_clean = sb_copy->state[slot].clean != 0;
 
     bool dax = file_is_dax(fd, size);
     nvh_domain domain;
@@ -630,6 +631,12 @@ int nvh_pool_close(nvh_pool *pool)
         uint64_t size = atomic_load_explicit(&pool->ctx.size, memory_order_relaxed);
         commit_state(pool, size, pool->epoch, 1);
         nvh_protect_internal_end(pool);
+        uint32_t io_errors = atomic_load_explicit(&pool->io_errors, memory_order_relaxed);
+        if (io_errors)
+            /* fsync-gate: after a failed msync the kernel may have dropped the
+             * dirty pages, so nothing written since open can be promised */
+            rc = nvh_fail(NVH_E_IO, "pool %s: %u msync call(s) failed while it was open; "
+                          "data written since the open may not be durable", pool->path, io_errors);
         if (pool->ctx.domain == NVH_DOMAIN_SIM) {
             /* No crash happened: every cached line would reach the media. */
             if (write_full(pool->fd, pool->ctx.base, size, 0) != 0)
@@ -654,6 +661,8 @@ int nvh_pool_info_get(const nvh_pool *pool, nvh_pool_info *info)
     memcpy(info->uuid, h->uuid, sizeof info->uuid);
     info->size = atomic_load_explicit(&pool->ctx.size, memory_order_relaxed);
     info->max_size = pool->max_size;
+    info->clean_at_open = pool->opened_clean;
+    info->io_errors = atomic_load_explicit(&pool->io_errors, memory_order_relaxed);
     info->epoch = pool->epoch;
     info->format_version = h->format_version;
     info->domain = (nvh_domain)pool->ctx.domain;

@@ -330,9 +330,12 @@ static void create_then_info(void **state)
     const char *flush = str_of(r.out, "flush-instruction");
     assert_true(strcmp(flush, "clwb") == 0 || strcmp(flush, "clflushopt") == 0 ||
                 strcmp(flush, "clflush") == 0 || strcmp(flush, "none") == 0);
-    char max_size[64];
-    assert_null(value_of(r.out, "max-size", max_size, sizeof max_size)); /* not recorded */
-    assert_null(value_of(r.out, "fences", max_size, sizeof max_size));   /* only with --stats */
+    assert_int_equal(u64_of(r.out, "max-size"), (uint64_t)64 << 30);  /* the default */
+    assert_string_equal(str_of(r.out, "closed-cleanly"), "yes");
+    char buf[64];
+    assert_null(value_of(r.out, "fences", buf, sizeof buf));   /* only with --stats */
+
+    /* --max-size is recorded in the pool and shown by every later info */
 
     /* uuid: canonical form, and the one the library reads */
     const char *uuid = str_of(r.out, "uuid");
@@ -377,6 +380,16 @@ static void create_then_info(void **state)
     EXPECT_CONTAINS(r.err, "nvheap: ");
     EXPECT_CONTAINS(r.err, "layout");
     unlink(path);
+
+    /* --max-size is recorded in the pool and shown by every later info */
+    char limited[512];
+    fresh_path(limited, sizeof limited, "info-max");
+    CLI(&r, "create", limited, "--size", "2M", "--max-size", "8M");
+    EXPECT_STATUS(&r, 0);
+    CLI(&r, "info", limited);
+    EXPECT_STATUS(&r, 0);
+    assert_int_equal(u64_of(r.out, "max-size"), 8 << 20);
+    unlink(limited);
 }
 
 static void create_refuses_existing(void **state)
