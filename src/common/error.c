@@ -3,17 +3,50 @@
  * that nvh_errcode()/nvh_errormsg() always describe the latest failure. */
 #include "internal.h"
 
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define NVH_ERRMSG_MAX 512
 
+/* The message buffer is allocated on a thread's first failure, not kept in
+ * TLS: the library has initial-exec TLS (the persistence stripes and the
+ * protection handler's state must be reachable without __tls_get_addr), and
+ * such a library can be dlopen()ed only if its whole TLS block fits in
+ * glibc's small static-TLS surplus (~1.6 KiB shared by every dlopen()ed
+ * module). 512 B of message would use a third of it. A pthread key frees
+ * the buffer when the thread exits. */
 static _Thread_local int thread_errcode;
-static _Thread_local char thread_errmsg[NVH_ERRMSG_MAX];
+static _Thread_local char *thread_errmsg;
+
+static pthread_key_t errmsg_key;
+static pthread_once_t errmsg_once = PTHREAD_ONCE_INIT;
+
+static void errmsg_key_create(void) { (void)pthread_key_create(&errmsg_key, free); }
+
+/* This thread's buffer, or NULL when there is no memory for one. */
+static char *errmsg_buffer(void)
+{
+    if (__builtin_expect(thread_errmsg != NULL, 1)) return thread_errmsg;
+    pthread_once(&errmsg_once, errmsg_key_create);
+    char *buf = malloc(NVH_ERRMSG_MAX);
+    if (!buf) return NULL;
+    buf[0] = '\0';
+    thread_errmsg = buf;
+    (void)pthread_setspecific(errmsg_key, buf);
+    return buf;
+}
 
 int nvh_errcode(void) { return thread_errcode; }
-const char *nvh_errormsg(void) { return thread_errmsg; }
+
+const char *nvh_errormsg(void)
+{
+    if (thread_errmsg) return thread_errmsg;
+    /* no failure yet on this thread, or no memory for its message */
+    return thread_errcode == NVH_OK ? "" : nvh_strerror(thread_errcode);
+}
 
 const char *nvh_strerror(int code)
 {
@@ -46,11 +79,12 @@ const char *nvh_strerror(int code)
 
 static int fail_v(int code, int errno_value, const char *fmt, va_list ap)
 {
-    int n = vsnprintf(thread_errmsg, sizeof thread_errmsg, fmt, ap);
-    if (errno_value && n >= 0 && (size_t)n < sizeof thread_errmsg)
-        snprintf(thread_errmsg + n, sizeof thread_errmsg - (size_t)n, ": %s",
-                 strerror(errno_value));
     thread_errcode = code;
+    char *msg = errmsg_buffer();
+    if (!msg) return code;              /* nvh_errormsg falls back to nvh_strerror */
+    int n = vsnprintf(msg, NVH_ERRMSG_MAX, fmt, ap);
+    if (errno_value && n >= 0 && (size_t)n < NVH_ERRMSG_MAX)
+        snprintf(msg + n, NVH_ERRMSG_MAX - (size_t)n, ": %s", strerror(errno_value));
     return code;
 }
 
