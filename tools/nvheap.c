@@ -34,15 +34,22 @@ enum { EXIT_OK = 0, EXIT_INCONSISTENT = 1, EXIT_ERROR = 2 };
 /* ==========================================================================
  * Messages
  * ========================================================================== */
+/* Print "nvheap: <message>\n" to stderr. */
+static void print_message(const char *fmt, va_list ap) __attribute__((format(printf, 1, 0)));
+static void print_message(const char *fmt, va_list ap)
+{
+    fputs("nvheap: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+}
+
 /* Print "nvheap: <message>" to stderr; returns EXIT_ERROR. */
 static int fail_msg(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 static int fail_msg(const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    fputs("nvheap: ", stderr);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
+    print_message(fmt, ap);
     va_end(ap);
     return EXIT_ERROR;
 }
@@ -261,9 +268,7 @@ static int usage_error(const struct command *cmd, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    fputs("nvheap: ", stderr);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
+    print_message(fmt, ap);
     va_end(ap);
     if (cmd)
         fprintf(stderr, "usage: nvheap %s\nTry 'nvheap %s --help'.\n", cmd->synopsis,
