@@ -16,6 +16,7 @@
 
 #include "../common/internal.h"
 #include "../pool/format.h"
+#include "../protect/protect.h"
 
 #include <assert.h>
 #include <pthread.h>
@@ -41,6 +42,7 @@
 #define NVH_RING_LINES 128u               /* 64 B lines per ring                 */
 #define NVH_NAMED_CAP 1024u               /* object-table entries (power of 2)   */
 #define NVH_FIFO_BATCH 16u                /* frees drain the FIFO in batches     */
+#define NVH_SCAN_BUDGET 1u                /* unscanned chunks per reservation    */
 #define NVH_HEAP_VERSION 1u
 #define NVH_HEAP_MAGIC "NVHHEAP\1"
 #define NVH_RHDR_MAGIC 0x5248564eu        /* "NVHR" */
@@ -161,6 +163,7 @@ typedef struct nvh_run {
     bool persisted;             /* run header written (by an activation)      */
     bool in_bin;
     bool quarantined;
+    bool bm_pending;            /* media bitmap behind pbits until the retire */
     struct nvh_run *next;       /* bin list                                   */
 } nvh_run;
 
@@ -168,6 +171,10 @@ typedef struct nvh_chunk {
     nvh_run **runs;             /* run descriptor per block (or NULL)         */
     bool scanned;               /* DRAM state built from the media            */
     bool arena_chunk;           /* formatted for arena use (vs huge)          */
+    /* newest free record into this chunk while it was unscanned (0: none);
+     * written and read under the chunk owner's lock. The scan hands the
+     * chunk's free space out only once that record is retired everywhere. */
+    _Atomic uint64_t unscanned_free_seq;
 } nvh_chunk;
 
 typedef struct nvh_extent { uint64_t block, nblocks; } nvh_extent;
@@ -198,10 +205,16 @@ typedef struct nvh_arena {
     unsigned ring_used;         /* lines used since the last retire           */
     uint64_t last_seq;          /* seq of the newest record in the ring       */
     _Atomic uint64_t unretired_min; /* oldest unretired seq, UINT64_MAX none  */
+    unsigned claim_scans;       /* chunks the current reservation scanned (the
+                                   lazy rebuild's budget per reservation)     */
     uint64_t fifo_blocked;      /* 1 + h->retire_epoch when the FIFO head last
                                    waited for a retire (0: not waiting); frees
                                    skip the drain until some ring retires     */
     uint64_t *dirty; size_t ndirty, dirty_cap; /* offsets of lines to flush at retire */
+    nvh_run **bm_runs; size_t nbm, bm_cap; /* runs whose media bitmap the
+                                   next retire writes (from pbits)            */
+    uint64_t dirty_seen[64];    /* lines already in the list, direct-mapped by
+                                   line address (a miss only adds a duplicate) */
     uint64_t last_links[NVH_LINKS_MAX_]; unsigned nlast_links;
     unsigned long last_tid;
     char pad[64];
@@ -244,7 +257,6 @@ struct nvh_heap {
     pthread_mutex_t lock;       /* chunks, hwm, scan cursor, huge list        */
     uint64_t hwm;               /* DRAM high-water mark (chunks)              */
     uint64_t scan_next;         /* lazy rebuild cursor (chunk index)          */
-    _Atomic uint64_t unscanned_free_seq;
     nvh_chunk *chunks;          /* max_chunks entries                         */
     uint32_t *pview;            /* per block: length of the region that starts
                                    there in the persistent tiling, 0 = none   */
@@ -363,6 +375,33 @@ static inline uint32_t nvh_crc_fast(uint32_t seed, const void *data, size_t len)
     return nvh_crc32c(seed, data, len);
 }
 
+/* Write windows (src/protect, docs/PROTECT.md): every store the allocator
+ * makes into the pool — headers, bitmaps, ring records and watermarks, the
+ * object table, and the links it sets or clears for the caller — sits
+ * inside an explicit window on exactly the bytes written, so the allocator
+ * runs with stray-write protection on. One load and a branch each while
+ * protection is off. Cold paths (format, recovery, close) use the implicit
+ * window instead (nvh_protect_internal_begin/end). */
+static inline void nvh_wopen(nvh_heap *h, const void *p, size_t len)
+{
+    nvh_protect_open_(h->pool, p, len);
+}
+static inline void nvh_wclose(nvh_heap *h, const void *p, size_t len)
+{
+    nvh_protect_close_(h->pool, p, len);
+}
+
+/* Run descriptor of a block, or NULL. Read without the owner's lock (a free
+ * finds its arena here): the descriptor array and its slots are published
+ * with release stores. */
+static inline nvh_run *nvh_run_lookup(const nvh_heap *h, uint64_t block)
+{
+    uint64_t c = nvh_chunk_of_block(h, block);
+    if (c >= h->max_chunks) return NULL;
+    nvh_run **runs = __atomic_load_n(&h->chunks[c].runs, __ATOMIC_ACQUIRE);
+    return runs ? __atomic_load_n(&runs[block & (h->bpc - 1)], __ATOMIC_ACQUIRE) : NULL;
+}
+
 /* check.c */
 uint32_t nvh_rhdr_checksum(const struct nvh_rhdr *r, uint64_t off);
 bool nvh_rhdr_valid(const nvh_heap *h, uint64_t block);
@@ -376,10 +415,11 @@ int nvh_heap_open_(nvh_pool *pool, bool create);
 nvh_heap *nvh_heap_get_(nvh_pool *pool);
 void nvh_heap_close_(nvh_pool *pool);
 nvh_chunk *nvh_chunk_get(nvh_heap *h, uint64_t chunk);       /* allocate DRAM view */
-int nvh_chunk_claim(nvh_heap *h, nvh_arena *a);              /* scanned or fresh   */
+int nvh_chunk_claim(nvh_heap *h, nvh_arena *a, bool fresh_first); /* scanned or fresh */
 int nvh_huge_take(nvh_heap *h, uint64_t nchunks, uint64_t *chunk_out, uint64_t *rem_out);
 void nvh_huge_put(nvh_heap *h, uint64_t chunk, uint64_t nchunks);
 void nvh_hwm_raise(nvh_heap *h, uint64_t chunks, bool from_apply);
+void nvh_prefault(nvh_heap *h, uint64_t block, uint64_t nblocks);
 int nvh_heap_ensure_size(nvh_heap *h, uint64_t chunks);
 void nvh_pview_set(nvh_heap *h, uint64_t block, uint64_t nblocks);
 uint64_t nvh_pview_containing(nvh_heap *h, uint64_t block, uint64_t *len_out);

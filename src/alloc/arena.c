@@ -6,6 +6,7 @@
  * don't-allocate FIFO that freed space passes through before reuse. */
 #include "alloc.h"
 
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,6 +29,7 @@ void nvh_arena_fini(nvh_arena *a)
     free(a->resv);
     free(a->fifo);
     free(a->dirty);
+    free(a->bm_runs);
     pthread_mutex_destroy(&a->lock);
 }
 
@@ -174,12 +176,7 @@ void nvh_bin_add(nvh_arena *a, nvh_run *run)
 
 static nvh_run *run_lookup(nvh_heap *h, uint64_t block)
 {
-    /* Read without the owner's lock (a free finds its arena here): the
-     * descriptor array and its slots are published with release stores. */
-    uint64_t c = nvh_chunk_of_block(h, block);
-    if (c >= h->max_chunks) return NULL;
-    nvh_run **runs = __atomic_load_n(&h->chunks[c].runs, __ATOMIC_ACQUIRE);
-    return runs ? __atomic_load_n(&runs[block & (h->bpc - 1)], __ATOMIC_ACQUIRE) : NULL;
+    return nvh_run_lookup(h, block);
 }
 
 static nvh_run *run_new(nvh_heap *h, nvh_arena *a, uint64_t block, unsigned cls)
@@ -191,6 +188,9 @@ static nvh_run *run_new(nvh_heap *h, nvh_arena *a, uint64_t block, unsigned cls)
     run->cls = (uint8_t)cls;
     run->nslots = (uint8_t)nvh_cls_slots(cls);
     run->avail = run->nslots == 64 ? ~0ull : (1ull << run->nslots) - 1;
+    /* runs are carved from the front of free extents: map 64 KiB ahead at
+     * once instead of faulting page by page (heap.c: nvh_prefault) */
+    if ((block & 15) == 0 && !run_lookup(h, block + 1)) nvh_prefault(h, block, 16);
     __atomic_store_n(&ch->runs[block % h->bpc], run, __ATOMIC_RELEASE);
     nvh_bin_add(a, run);
     return run;
@@ -297,13 +297,26 @@ static size_t fifo_drain(nvh_heap *h, nvh_arena *a, bool force, bool may_retire)
 static int refill(nvh_heap *h, nvh_arena *a)
 {
     if (fifo_drain(h, a, false, true)) return NVH_OK;
-    for (int tries = 0; tries < 4; tries++) {
-        int rc = nvh_chunk_claim(h, a);
+    /* BUSY is transient (another arena's lock, or rings to retire before an
+     * unscanned chunk can be handed out): it must never turn into a spurious
+     * NOSPACE, which a fixed number of tries did under contention */
+    for (unsigned tries = 0;; tries++) {
+        /* Incremental rebuild: one reservation scans at most
+         * NVH_SCAN_BUDGET unscanned chunks; if they had no room it takes a
+         * fresh chunk (while the pool may grow) and leaves the rest of the
+         * scan to later refills. Before, the first allocation after opening
+         * a full pool scanned every chunk (68-85 ms at 10^7 objects). */
+        bool fresh_first = a->claim_scans >= NVH_SCAN_BUDGET;
+        if (!fresh_first) a->claim_scans++;
+        int rc = nvh_chunk_claim(h, a, fresh_first);
         if (rc == NVH_OK) return NVH_OK;
         if (rc != NVH_E_BUSY) break;
         pthread_mutex_unlock(&a->lock);
         nvh_log_retire_all(h);
+        if (tries >= 2) sched_yield();
         pthread_mutex_lock(&a->lock);
+        /* another thread may have freed or scanned space for us meanwhile */
+        if (fifo_drain(h, a, false, true)) return NVH_OK;
     }
     /* pool full: take FIFO space early (space pressure overrides T) */
     if (fifo_drain(h, a, true, true)) return NVH_OK;
@@ -604,6 +617,7 @@ void *nvh_reserve(nvh_pool *pool, size_t size)
     uint64_t off = 0;
     int rc;
     pthread_mutex_lock(&a->lock);
+    a->claim_scans = 0;
     if (cls) {
         rc = tc ? tc_refill(h, a, tc, cls, &off) : reserve_small(h, a, cls, &off);
     } else {
@@ -928,7 +942,11 @@ int nvh_free_off_(nvh_heap *h, uint64_t off, const struct nvh_link_entry *links,
                           (unsigned long long)off);
             goto out;
         }
-        uint64_t bits = atomic_load_explicit(&hd->bitmap, memory_order_relaxed);
+        /* the run's DRAM view when it has one: its media bitmap is only
+         * brought up to date at the ring's retire (log.c, wear) */
+        nvh_run *drun = scanned ? run_lookup(h, b) : NULL;
+        uint64_t bits = drun ? drun->pbits
+                             : atomic_load_explicit(&hd->bitmap, memory_order_relaxed);
         if (!(bits & (1ull << slot))) {
             nvh_run *run = run_lookup(h, b);
             if (run && (run->resv & (1ull << slot)))
@@ -965,10 +983,10 @@ int nvh_free_off_(nvh_heap *h, uint64_t off, const struct nvh_link_entry *links,
     unsigned rk = rec.cls_flags >> NVH_RECF_KIND_SHIFT;
     if (!scanned) {
         /* DRAM knows nothing of this chunk yet: the scan will find the space
-         * free; it must not be reused before this record is retired */
-        uint64_t cur = atomic_load(&h->unscanned_free_seq);
-        while (cur < seq && !atomic_compare_exchange_weak(&h->unscanned_free_seq, &cur, seq)) {
-        }
+         * free; it must not be reused before this record is retired. We hold
+         * the chunk owner's lock, which the scan holds too (nvh_chunk_claim) */
+        if (atomic_load_explicit(&ch->unscanned_free_seq, memory_order_relaxed) < seq)
+            atomic_store_explicit(&ch->unscanned_free_seq, seq, memory_order_relaxed);
     } else if (rk == NVH_RK_RUN) {
         nvh_run *run = run_lookup(h, b);
         if (run) {
@@ -1021,8 +1039,13 @@ void *nvh_alloc(nvh_pool *pool, size_t size, nvh_ctor_fn ctor, void *arg, nvh_of
 {
     void *p = nvh_reserve(pool, size);
     if (!p) return NULL;
+    /* the constructor (or the zeroing) writes the new object on the
+     * caller's behalf: inside a window on it, closed once it is durable */
+    size_t wlen = size ? size : 1;
+    nvh_protect_open_(pool, p, wlen);
     if (ctor) {
         if (ctor(pool, p, size, arg) != 0) {
+            nvh_protect_close_(pool, p, wlen);
             nvh_cancel(pool, p);
             nvh_fail(NVH_E_ABORTED, "nvh_alloc: the constructor failed");
             return NULL;
@@ -1031,7 +1054,8 @@ void *nvh_alloc(nvh_pool *pool, size_t size, nvh_ctor_fn ctor, void *arg, nvh_of
         memset(p, 0, size);
     }
     /* the content must be durable before the record can be: its own fence */
-    nvh_persist(pool, p, size ? size : 1);
+    nvh_persist(pool, p, wlen);
+    nvh_protect_close_(pool, p, wlen);
     nvh_off_t *links[1] = {link};
     if (nvh_activate(pool, p, links, link ? 1 : 0) != NVH_OK) {
         int code = nvh_errcode();
@@ -1052,6 +1076,8 @@ int nvh_heap_usable(nvh_heap *h, uint64_t off, uint64_t *usable)
             *usable = nvh_cls_size(run->cls);
             return NVH_OK;
         }
+        /* the DRAM view is the truth (the media bitmap lags until retire) */
+        return nvh_fail(NVH_E_BADPTR, "offset %llu is not an object", (unsigned long long)off);
     }
     if (nvh_rhdr_valid(h, b)) {
         const struct nvh_rhdr *r = nvh_rhdr_at(h, b);

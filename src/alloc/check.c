@@ -58,8 +58,10 @@ void nvh_rhdr_write(nvh_heap *h, uint64_t block, uint32_t blocks, uint8_t state,
     n.seq = seq;
     n.checksum = nvh_rhdr_checksum(&n, off);
     struct nvh_rhdr *r = (struct nvh_rhdr *)(h->base + off);
+    nvh_wopen(h, r, sizeof *r);
     memcpy((char *)r + 8, (char *)&n + 8, 56);
     atomic_store_explicit(&r->bitmap, bitmap, memory_order_relaxed);
+    nvh_wclose(h, r, sizeof *r);
 }
 
 /* ==========================================================================
@@ -298,6 +300,8 @@ int nvh_heap_stats_get(nvh_pool *pool, nvh_heap_stats *s)
     memset(s, 0, sizeof *s);
     nvh_heap *h = pool->heap;
     if (!h) return NVH_OK;
+    /* run bitmaps on the media lag until their ring retires (log.c) */
+    if (!pool->readonly) nvh_log_retire_all(h);
     walk_cb cb = {stats_region, s};
     pthread_mutex_lock(&h->lock);
     walk_heap(h, &cb);
@@ -352,6 +356,8 @@ int nvh_heap_foreach(nvh_pool *pool, nvh_object_fn fn, void *arg)
 {
     if (!pool || !fn) return nvh_fail(NVH_E_INVAL, "nvh_heap_foreach: NULL argument");
     if (!pool->heap) return NVH_OK;
+    /* run bitmaps on the media lag until their ring retires (log.c) */
+    if (!pool->readonly) nvh_log_retire_all(pool->heap);
     iter_ctx c = {fn, arg, 0};
     walk_cb cb = {iter_region, &c};
     walk_heap(pool->heap, &cb);
