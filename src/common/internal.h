@@ -88,7 +88,7 @@ struct nvh_pool {
     bool opened_clean;             /* the pool had been closed cleanly before this open */
     _Atomic uint32_t io_errors;    /* msync failures since open (msync.c); sticky */
 
-    pthread_mutex_t grow_lock;     /* serialises grow against itself */
+    pthread_mutex_t grow_lock;     /* serialises grow (and heap format); error-checking */
     nvh_msync_set *msync;          /* msync domain only */
     nvh_sim *sim;                  /* sim domain only   */
     struct nvh_heap *heap;         /* allocator state (src/alloc), NULL if none */

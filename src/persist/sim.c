@@ -193,11 +193,10 @@ static uint64_t lines_in_flight(const nvh_sim *sim, const unsigned char *work, u
  *  2. each flushed-but-unfenced line's snapshot may have been written back;
  *  3. each line whose working copy still differs may have been evicted.
  * Returns the number of lines in flight (the image's degrees of freedom). */
-static uint64_t build_image(nvh_pool *pool, unsigned char *image, uint64_t seed,
+static uint64_t build_image(nvh_pool *pool, unsigned char *image, uint64_t size, uint64_t seed,
                             nvh_crash_mode mode)
 {
     nvh_sim *sim = pool->sim;
-    uint64_t size = pool->ctx.size;
     uint64_t rng = seed;
     const unsigned char *work = (const unsigned char *)pool->ctx.base;
 
@@ -238,14 +237,16 @@ int nvh_sim_image_(nvh_pool *pool, const char *path, uint64_t seed, nvh_crash_mo
     if (!pool->sim)
         return nvh_fail(NVH_E_INVAL, "nvh_sim_write_image: pool %s is not in the sim domain",
                         pool->path);
-    uint64_t size = pool->ctx.size;
+    pthread_mutex_lock(&pool->sim->lock);
+    uint64_t size = atomic_load_explicit(&pool->ctx.size, memory_order_acquire);
     unsigned char *image = mmap(NULL, size, PROT_READ | PROT_WRITE,
                                 MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (image == MAP_FAILED)
+    if (image == MAP_FAILED) {
+        pthread_mutex_unlock(&pool->sim->lock);
         return nvh_fail_errno(NVH_E_NOMEM, errno, "cannot allocate a crash image of %llu bytes",
                               (unsigned long long)size);
-    pthread_mutex_lock(&pool->sim->lock);
-    uint64_t differing = build_image(pool, image, seed, mode);
+    }
+    uint64_t differing = build_image(pool, image, size, seed, mode);
     pthread_mutex_unlock(&pool->sim->lock);
 
     int rc = NVH_OK;
@@ -261,7 +262,20 @@ int nvh_sim_image_(nvh_pool *pool, const char *path, uint64_t seed, nvh_crash_mo
     return rc;
 }
 
+/* Public: may run while other threads work on the pool. It holds grow_lock
+ * so the size is stable: a grow extends the file, then commits the new size
+ * to the superblock, and an image taken in between with the old size could
+ * pair a short file with a superblock that already records the grown size —
+ * an image no real crash can produce. EDEADLK: this thread is inside a grow
+ * or a heap format (a fence hook) and holds the lock already, so the size
+ * cannot move either. (nvh_crash_explore calls nvh_sim_image_ in a forked
+ * child, where no other thread runs and a lock held at the fork would never
+ * be released: it must not take the lock.) */
 int nvh_sim_write_image(nvh_pool *pool, const char *path, uint64_t seed, nvh_crash_mode mode)
 {
-    return nvh_sim_image_(pool, path, seed, mode, NULL);
+    if (!pool) return nvh_fail(NVH_E_INVAL, "nvh_sim_write_image: NULL argument");
+    int locked = pthread_mutex_lock(&pool->grow_lock) == 0;
+    int rc = nvh_sim_image_(pool, path, seed, mode, NULL);
+    if (locked) pthread_mutex_unlock(&pool->grow_lock);
+    return rc;
 }

@@ -337,7 +337,14 @@ static nvh_pool *pool_attach(int fd, const char *path, unsigned flags,
     pool->fd = fd;
     pool->flags = flags;
     pool->readonly = (flags & NVH_OPEN_READONLY) != 0;
-    pthread_mutex_init(&pool->grow_lock, NULL);
+    /* error-checking: the crash simulator's image writer locks it to see a
+     * stable pool size, and may run at a fence inside a grow or a heap
+     * format on the thread that holds it (EDEADLK then tells it so) */
+    pthread_mutexattr_t grow_attr;
+    pthread_mutexattr_init(&grow_attr);
+    pthread_mutexattr_settype(&grow_attr, PTHREAD_MUTEX_ERRORCHECK);
+    pthread_mutex_init(&pool->grow_lock, &grow_attr);
+    pthread_mutexattr_destroy(&grow_attr);
     pool->path = strdup(path);
     uint64_t size = sb_copy->state[slot].pool_size;
     pool->state_seq = sb_copy->state[slot].sequence;
