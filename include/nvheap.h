@@ -1053,7 +1053,9 @@ uint64_t nvh_btree_wear_foreach(const nvh_btree *tree, void (*fn)(uint64_t write
  *          a page whose unprotect is still queued faults; the SIGSEGV handler
  *          sees the open window, makes the page writable at once and the
  *          store proceeds transparently. A closed window's page stays
- *          writable until the next pass (at most ~interval_ns later).
+ *          writable until the pass after next if it was used in the last
+ *          interval (so hot pages never pay), else until the next pass:
+ *          1-2 intervals (NVH_PROTECT_STRICT: at most ~1).
  *
  * Stray writes: a store to a protected page with no open window. The handler
  * reports it: it calls the pool's stray handler if one is set, else writes
@@ -1067,10 +1069,12 @@ uint64_t nvh_btree_wear_foreach(const nvh_btree *tree, void (*fn)(uint64_t write
  * configure must not race with other calls on the same pool, and must be
  * called with no window open. Pools: up to 64 protected at once per process.
  * Library writes open their own windows, so protection may stay on across
- * nvheap calls. As of this version the pool layer does (superblock updates
- * at grow and close); the allocator, transactions, persist groups and the
- * B+ tree do not yet (docs/PROTECT.md): until they do, a protected pool
- * reports their stores as strays.
+ * nvheap calls: the pool layer (superblock updates at grow and close) and
+ * the hash map do; persist groups store nothing themselves (actions are the
+ * application's); see docs/PROTECT.md for the state of the other layers (a
+ * layer that does not yet has its stores reported as strays).
+ * NVHEAP_PROTECT=off|sync|async[:interval_ns] in the environment turns
+ * protection on at every nvh_pool_open/create (docs/PROTECT.md).
  * grow keeps new pages protected; close makes its own writes in a window,
  * then turns protection off and stops the service thread. */
 typedef enum nvh_protect_mode {
@@ -1089,6 +1093,13 @@ typedef enum nvh_protect_mode {
                                              instead of a later fault); protects
                                              stay queued                        */
 #define NVH_PROTECT_NO_LATENCY 0x2u       /* async: do not timestamp requests   */
+#define NVH_PROTECT_STRICT 0x4u           /* async: protect a page at the first
+                                             pass after its last window closed.
+                                             Default: a page whose window closed
+                                             again since the previous pass stays
+                                             writable one more interval (hot
+                                             pages cost no mprotect, no fault);
+                                             exposure <= 2 intervals            */
 
 typedef struct nvh_protect_options {
     nvh_protect_mode mode;
@@ -1158,6 +1169,8 @@ typedef struct nvh_protect_stats {
     uint64_t queue_full;       /* producer found the ring full, applied itself   */
     uint64_t unbalanced;       /* nvh_protect of a page with no open window       */
     uint64_t sync_applies;     /* sync mode / eager / nvh_protect_sync applies    */
+    uint64_t deferred;         /* async: unused pages kept writable one more
+                                  interval because they were used in the last  */
 } nvh_protect_stats;
 int nvh_protect_stats_get(const nvh_pool *pool, nvh_protect_stats *stats);
 void nvh_protect_stats_reset(nvh_pool *pool);

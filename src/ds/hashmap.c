@@ -5,8 +5,50 @@
  * hint. Operations are in hashmap_ops.c, invariants in hashmap_check.c.
  * Design: docs/HASHMAP.md. */
 #include "hashmap.h"
+#include "../protect/protect.h"
 
 #include <stdlib.h>
+
+/* ==========================================================================
+ * Protection windows (docs/PROTECT.md)
+ * ==========================================================================
+ * Every store of the map into the pool is made inside an explicit window
+ * (nvh_protect_open_/close_: one load and a branch when the pool is not
+ * protected), opened before the first store and closed once the bytes are
+ * durable. The allocator calls run inside an implicit library window too,
+ * so the allocator's own metadata stores and the link words it writes for
+ * us are legal whether or not the allocator opens windows of its own (when
+ * it does, the implicit window costs two thread-local updates and no
+ * fault); the link words also get an explicit window here, so with a
+ * windowed allocator nothing of ours ever faults. The cold paths (create,
+ * open's repairs, close, destroy) run whole inside an implicit window. */
+static inline void *hm_reserve(nvh_pool *pool, size_t size)
+{
+    nvh_protect_internal_begin(pool);
+    void *p = nvh_reserve(pool, size);
+    nvh_protect_internal_end(pool);
+    return p;
+}
+
+static inline void hm_cancel(nvh_pool *pool, void *p)
+{
+    nvh_protect_internal_begin(pool);
+    nvh_cancel(pool, p);
+    nvh_protect_internal_end(pool);
+}
+
+/* nvh_activate with one link word. */
+static inline int hm_activate(nvh_pool *pool, void *p, nvh_off_t *link)
+{
+    nvh_off_t *const links[1] = {link};
+    nvh_protect_open_(pool, link, 8);
+    nvh_protect_internal_begin(pool);
+    int rc = nvh_activate(pool, p, links, 1);
+    nvh_protect_internal_end(pool);
+    nvh_protect_close_(pool, link, 8);
+    return rc;
+}
+
 
 /* ==========================================================================
  * Helpers
@@ -51,8 +93,10 @@ void nvh_hm_count_changed_(struct nvh_hmap *m, int64_t delta, bool force)
     if (delta) m->count_dirty++;
     if (force || m->count_dirty >= 64) {
         if (m->root->count_hint != m->count) {
+            nvh_protect_open_(m->pool, &m->root->count_hint, 8);
             m->root->count_hint = m->count;
             nvh_flush(m->pool, &m->root->count_hint, 8);
+            nvh_protect_close_(m->pool, &m->root->count_hint, 8);
         }
         m->count_dirty = 0;
     }
@@ -109,13 +153,17 @@ static struct nvh_hm_dummy *hm_init_bucket(struct nvh_hmap *m, uint64_t bucket)
         }
     }
     if (*prev != d_off) {
+        nvh_protect_open_(m->pool, d, sizeof *d);
         d->next = *prev;
         d->so_key = so;
         d->reserved = 0;
         d->check = 0;
         nvh_persist(m->pool, d, sizeof *d);
+        nvh_protect_close_(m->pool, d, sizeof *d);
+        nvh_protect_open_(m->pool, prev, 8);
         *prev = d_off;
         nvh_flush(m->pool, prev, 8);
+        nvh_protect_close_(m->pool, prev, 8);
         m->link_unfenced = true;
     }
     if (m->nmarks == sizeof m->marks / sizeof m->marks[0]) nvh_hm_settle_(m, true);
@@ -134,8 +182,10 @@ void nvh_hm_settle_(struct nvh_hmap *m, bool drain)
     if (drain && m->link_unfenced) nvh_drain(m->pool);
     m->link_unfenced = false;
     for (unsigned k = 0; k < m->nmarks; k++) {
+        nvh_protect_open_(m->pool, &m->marks[k].d->check, 8);
         m->marks[k].d->check = m->marks[k].check;
         nvh_flush(m->pool, &m->marks[k].d->check, 8);
+        nvh_protect_close_(m->pool, &m->marks[k].d->check, 8);
     }
     m->nmarks = 0;
 }
@@ -192,19 +242,23 @@ void nvh_hm_link_ahead_(struct nvh_hmap *m)
             dd[n] = d, pred[n] = NULL, bk[n] = b, n++;
             continue;
         }
+        nvh_protect_open_(m->pool, d, sizeof *d);
         d->next = *prev;
         d->so_key = so;
         d->check = 0;
         d->reserved = 0;
         nvh_flush(m->pool, d, sizeof *d);
+        nvh_protect_close_(m->pool, d, sizeof *d);
         dd[n] = d, pred[n] = prev, bk[n] = b, n++;
     }
     if (n == 0) return;
     nvh_drain(m->pool);                        /* every dummy complete */
     for (unsigned k = 0; k < n; k++) {
         if (pred[k]) {
+            nvh_protect_open_(m->pool, pred[k], 8);
             *pred[k] = nvh_off(m->pool, dd[k]);
             nvh_flush(m->pool, pred[k], 8);
+            nvh_protect_close_(m->pool, pred[k], 8);
             m->link_unfenced = true;
         }
         if (m->nmarks == sizeof m->marks / sizeof m->marks[0]) nvh_hm_settle_(m, true);
@@ -233,12 +287,11 @@ int nvh_hm_maybe_grow_(struct nvh_hmap *m)
     unsigned k = m->nsegs;
     if (k >= NVH_HM_SEGS || m->base_log2 + k > NVH_HM_MAX_BUCKETS_LOG2) return NVH_OK;
     uint64_t bytes = hm_seg_buckets(m->base_log2, k) * sizeof(struct nvh_hm_dummy);
-    void *seg = nvh_reserve(m->pool, bytes);
+    void *seg = hm_reserve(m->pool, bytes);
     if (!seg) return NVH_OK;   /* no space to grow: keep working with longer chains */
-    nvh_off_t *links[1] = {&m->root->seg[k]};
-    int rc = nvh_activate(m->pool, seg, links, 1);
+    int rc = hm_activate(m->pool, seg, &m->root->seg[k]);
     if (rc != NVH_OK) {
-        nvh_cancel(m->pool, seg);
+        hm_cancel(m->pool, seg);
         return rc;
     }
     m->seg_ptr[k] = seg;
@@ -267,7 +320,7 @@ static uint64_t hm_fresh_seed(nvh_pool *pool, const void *where)
     return hm_mix(s) | 1u;
 }
 
-int nvh_hmap_create(nvh_pool *pool, nvh_off_t *link, const nvh_hmap_options *options)
+static int hm_create(nvh_pool *pool, nvh_off_t *link, const nvh_hmap_options *options)
 {
     if (!pool || !link) return nvh_fail(NVH_E_INVAL, "nvh_hmap_create: NULL pool or link");
     if (!nvh_contains(pool, link, 8) || (uintptr_t)link % 8)
@@ -388,7 +441,7 @@ static int hm_recover_pending(struct nvh_hmap *m)
     return nvh_free(m->pool, old, &l, 1);
 }
 
-nvh_hmap *nvh_hmap_open(nvh_pool *pool, nvh_off_t root_off)
+static nvh_hmap *hm_open(nvh_pool *pool, nvh_off_t root_off)
 {
     if (!pool) {
         nvh_fail(NVH_E_INVAL, "nvh_hmap_open: NULL pool");
@@ -444,7 +497,7 @@ nvh_hmap *nvh_hmap_open(nvh_pool *pool, nvh_off_t root_off)
     return m;
 }
 
-int nvh_hmap_close(nvh_hmap *m)
+static int hm_close(nvh_hmap *m)
 {
     if (!m) return NVH_OK;
     hm_lock(m);
@@ -463,7 +516,7 @@ int nvh_hmap_close(nvh_hmap *m)
  * Destroy: entry by entry (each step failure-atomic), then the segments,
  * then the root. A crash in the middle leaves a smaller, consistent map.
  * ========================================================================== */
-int nvh_hmap_destroy(nvh_hmap *m, nvh_off_t *link)
+static int hm_destroy(nvh_hmap *m, nvh_off_t *link)
 {
     if (!m || !link) return nvh_fail(NVH_E_INVAL, "nvh_hmap_destroy: NULL map or link");
     if (m->pool->readonly) return nvh_fail(NVH_E_READONLY, "nvh_hmap_destroy: pool is read-only");
@@ -518,4 +571,45 @@ int nvh_hmap_destroy(nvh_hmap *m, nvh_off_t *link)
     pthread_mutex_destroy(&m->lock);
     free(m);
     return NVH_OK;
+}
+
+/* ==========================================================================
+ * The cold paths, each whole inside an implicit protection window
+ * ========================================================================== */
+int nvh_hmap_create(nvh_pool *pool, nvh_off_t *link, const nvh_hmap_options *options)
+{
+    if (!pool) return hm_create(pool, link, options);
+    nvh_protect_internal_begin(pool);
+    int rc = hm_create(pool, link, options);
+    nvh_protect_internal_end(pool);
+    return rc;
+}
+
+nvh_hmap *nvh_hmap_open(nvh_pool *pool, nvh_off_t root_off)
+{
+    if (!pool) return hm_open(pool, root_off);
+    nvh_protect_internal_begin(pool);
+    nvh_hmap *m = hm_open(pool, root_off);
+    nvh_protect_internal_end(pool);
+    return m;
+}
+
+int nvh_hmap_close(nvh_hmap *m)
+{
+    if (!m) return NVH_OK;
+    nvh_pool *pool = m->pool;
+    nvh_protect_internal_begin(pool);
+    int rc = hm_close(m);
+    nvh_protect_internal_end(pool);
+    return rc;
+}
+
+int nvh_hmap_destroy(nvh_hmap *m, nvh_off_t *link)
+{
+    if (!m) return hm_destroy(m, link);
+    nvh_pool *pool = m->pool;
+    nvh_protect_internal_begin(pool);
+    int rc = hm_destroy(m, link);
+    nvh_protect_internal_end(pool);
+    return rc;
 }

@@ -3,6 +3,7 @@
  * its statistics. The checker walks the whole list and every segment:
  * O(entries + buckets), read-only except that it repairs the count hint. */
 #include "hashmap.h"
+#include "../protect/protect.h"
 
 #include <stdlib.h>
 
@@ -150,8 +151,10 @@ int nvh_hmap_check(nvh_hmap *m, nvh_hmap_stats *stats)
         st.count_repaired = (int64_t)st.count - (int64_t)m->count;
         m->count = st.count;
         if (!m->pool->readonly) {
+            nvh_protect_open_(m->pool, &m->root->count_hint, 8);   /* docs/PROTECT.md */
             m->root->count_hint = st.count;
             nvh_flush(m->pool, &m->root->count_hint, 8);
+            nvh_protect_close_(m->pool, &m->root->count_hint, 8);
         }
     }
 out:

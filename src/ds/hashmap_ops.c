@@ -5,6 +5,7 @@
  * failure-atomic and durable when the call returns. Design and costs:
  * docs/HASHMAP.md. */
 #include "hashmap.h"
+#include "../protect/protect.h"
 
 /* ==========================================================================
  * Helpers
@@ -13,6 +14,58 @@ static inline void hm_lock(struct nvh_hmap *m) { pthread_mutex_lock(&m->lock); }
 static inline void hm_unlock(struct nvh_hmap *m) { pthread_mutex_unlock(&m->lock); }
 
 enum hm_mode { HM_PUT, HM_INSERT, HM_UPDATE };
+
+/* ==========================================================================
+ * Protection windows (docs/PROTECT.md)
+ * ==========================================================================
+ * Every store of the map into the pool is made inside an explicit window
+ * (nvh_protect_open_/close_: one load and a branch when the pool is not
+ * protected), opened before the first store and closed once the bytes are
+ * durable. The allocator calls run inside an implicit library window too,
+ * so the allocator's own metadata stores and the link words it writes for
+ * us are legal whether or not the allocator opens windows of its own (when
+ * it does, the implicit window costs two thread-local updates and no
+ * fault); the link words also get an explicit window here, so with a
+ * windowed allocator nothing of ours ever faults. */
+static inline void *hm_reserve(nvh_pool *pool, size_t size)
+{
+    nvh_protect_internal_begin(pool);
+    void *p = nvh_reserve(pool, size);
+    nvh_protect_internal_end(pool);
+    return p;
+}
+
+static inline void hm_cancel(nvh_pool *pool, void *p)
+{
+    nvh_protect_internal_begin(pool);
+    nvh_cancel(pool, p);
+    nvh_protect_internal_end(pool);
+}
+
+/* nvh_activate with one link word. */
+static inline int hm_activate(nvh_pool *pool, void *p, nvh_off_t *link)
+{
+    nvh_off_t *const links[1] = {link};
+    nvh_protect_open_(pool, link, 8);
+    nvh_protect_internal_begin(pool);
+    int rc = nvh_activate(pool, p, links, 1);
+    nvh_protect_internal_end(pool);
+    nvh_protect_close_(pool, link, 8);
+    return rc;
+}
+
+/* nvh_free with one link update. */
+static inline int hm_free(nvh_pool *pool, void *p, nvh_off_t *link, nvh_off_t value)
+{
+    nvh_link l = {link, value};
+    nvh_protect_open_(pool, link, 8);
+    nvh_protect_internal_begin(pool);
+    int rc = nvh_free(pool, p, &l, 1);
+    nvh_protect_internal_end(pool);
+    nvh_protect_close_(pool, link, 8);
+    return rc;
+}
+
 
 static inline int hm_check_key(const void *key, size_t klen, const char *fn)
 {
@@ -115,11 +168,14 @@ static int hm_write(struct nvh_hmap *m, const void *key, size_t klen, const void
     }
 
     size_t size = sizeof(struct nvh_hm_node) + klen + vlen;
-    struct nvh_hm_node *e = nvh_reserve(pool, size);
+    struct nvh_hm_node *e = hm_reserve(pool, size);
     if (!e) {
         hm_unlock(m);
         return nvh_errcode();
     }
+    /* windows: the new entry and (update) root->pending, closed after
+     * fence 1 made them durable */
+    nvh_protect_open_(pool, e, size);
     e->next = old ? old->next : *prev;
     e->so_key = so;
     e->klen = (uint32_t)klen;
@@ -131,26 +187,29 @@ static int hm_write(struct nvh_hmap *m, const void *key, size_t klen, const void
     if (vlen) nvh_memcpy_nodrain(pool, e->data + klen, val, vlen);
     if (old) {
         NVH_ASSERT(m->root->pending == 0);
+        nvh_protect_open_(pool, &m->root->pending, 8);
         m->root->pending = nvh_off(pool, old);
         nvh_flush(pool, &m->root->pending, 8);
     }
     nvh_drain(pool);                                        /* fence 1 */
+    nvh_protect_close_(pool, e, size);
+    if (old) nvh_protect_close_(pool, &m->root->pending, 8);
     nvh_hm_settle_(m, false);      /* fence 1 also made new dummies' links durable */
 
-    nvh_off_t *links[1] = {prev};
-    rc = nvh_activate(pool, e, links, 1);                   /* fence 2 */
+    rc = hm_activate(pool, e, prev);                        /* fence 2 */
     if (rc != NVH_OK) {
-        nvh_cancel(pool, e);
+        hm_cancel(pool, e);
         if (old) {
+            nvh_protect_open_(pool, &m->root->pending, 8);
             m->root->pending = 0;
             nvh_persist(pool, &m->root->pending, 8);
+            nvh_protect_close_(pool, &m->root->pending, 8);
         }
         hm_unlock(m);
         return rc;
     }
     if (old) {
-        nvh_link l = {&m->root->pending, 0};
-        rc = nvh_free(pool, old, &l, 1);                    /* fence 3 */
+        rc = hm_free(pool, old, &m->root->pending, 0);     /* fence 3 */
         /* A failure here (a corrupt header) leaves pending set: the next
          * open retries the free. The update itself is durable. */
         nvh_hm_count_changed_(m, 0, false);
@@ -205,8 +264,7 @@ int nvh_hmap_delete(nvh_hmap *m, const void *key, size_t klen)
         return nvh_fail(NVH_E_NOTFOUND, "nvh_hmap_delete: key not present");
     }
     nvh_hm_settle_(m, true);       /* a dummy linked by this call or an earlier one */
-    nvh_link l = {prev, e->next};
-    rc = nvh_free(m->pool, e, &l, 1);
+    rc = hm_free(m->pool, e, prev, e->next);
     if (rc == NVH_OK) nvh_hm_count_changed_(m, -1, false);
     hm_unlock(m);
     return rc;

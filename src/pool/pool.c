@@ -398,6 +398,12 @@ static nvh_pool *pool_attach(int fd, const char *path, unsigned flags,
 #ifdef NVH_LAYER_TX
     if (nvh_tx_open_(pool) != NVH_OK) goto fail;
 #endif
+#ifdef NVH_LAYER_PROTECT
+    /* NVHEAP_PROTECT=off|sync|async[:ns]: protection from the first store on
+     * (docs/PROTECT.md); before the epoch commit, so a bad value fails the
+     * open with the file unchanged */
+    if (nvh_protect_env_apply_(pool) != NVH_OK) goto fail;
+#endif
     if (bump_epoch && !pool->readonly)
         commit_state(pool, size, pool->epoch + 1, 0);
     return pool;

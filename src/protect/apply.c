@@ -3,6 +3,9 @@
  * histogram the service records into.
  *
  * Everything here but pr_mprotect and pr_hist_add runs under apply_lock.
+ * The second chance of hot pages (protect.h) lives in drain_range: a page
+ * used again since the last pass is carried to the next instead of being
+ * protected.
  * Reconciling instead of replaying requests is what makes cancellation and
  * coalescing free: a page whose unprotect and protect were both queued has
  * count 0 and is still read-only when the pass looks at it, so it is skipped;
@@ -12,6 +15,7 @@
 #include "protect.h"
 
 #include <stdlib.h>
+#include <string.h>
 #include <sys/mman.h>
 
 /* --------------------------------------------------------------------------
@@ -54,7 +58,7 @@ static uint64_t reconcile_pass(struct nvh_protect *pr, uint64_t first, uint64_t 
                (force || pr_bit_test(pr->state, q) != want))
             q++;
         pr_mprotect(pr, p, q - p, want);
-        uint64_t now = want ? 0 : pr_now_ns();
+        uint64_t now = want ? 0 : pr_ticks();
         for (uint64_t i = p; i < q; i++) {
             if (want) {
                 pr_bit_set(pr->state, i);
@@ -63,7 +67,7 @@ static uint64_t reconcile_pass(struct nvh_protect *pr, uint64_t first, uint64_t 
             pr_bit_clear(pr->state, i);
             /* protect latency: from the call that closed the last window */
             uint64_t t = atomic_exchange_explicit(&pr->ptime[i], 0, memory_order_relaxed);
-            if (t) pr_hist_add(&pr->lat[PR_KIND_PROTECT], now > t ? now - t : 0);
+            if (t) pr_hist_add(&pr->lat[PR_KIND_PROTECT], now > t ? pr_ticks_to_ns(now - t) : 0);
         }
         changed += q - p;
         p = q;
@@ -110,14 +114,6 @@ static int by_first_page(const void *a, const void *b)
     return x->first_page < y->first_page ? -1 : x->first_page > y->first_page;
 }
 
-/* Clear the pending bits of [first, end) BEFORE reading the counts there: a
- * producer whose count change comes after our read then finds the bit clear
- * and queues the page again (the "clear pending, then load count" half). */
-static void clear_pending(struct nvh_protect *pr, uint64_t first, uint64_t end)
-{
-    for (uint64_t p = first; p < end; p++) pr_bit_clear(pr->pending, p);
-}
-
 /* Unprotect latency: queue entry to the end of the pass that handled it
  * (the fault path may have applied it earlier). Protect latency is recorded
  * per page as pages are made read-only (reconcile_pass): a page's protect
@@ -127,47 +123,138 @@ static void record_latency(struct nvh_protect *pr, const pr_request *r, size_t n
 {
     for (size_t i = 0; i < n; i++) {
         if (r[i].t_ns == 0 || r[i].kind != PR_KIND_UNPROTECT) continue;
-        pr_hist_add(&pr->lat[PR_KIND_UNPROTECT], now > r[i].t_ns ? now - r[i].t_ns : 0);
+        pr_hist_add(&pr->lat[PR_KIND_UNPROTECT],
+                    now > r[i].t_ns ? pr_ticks_to_ns(now - r[i].t_ns) : 0);
     }
 }
 
-size_t pr_drain(struct nvh_protect *pr)
+/* --------------------------------------------------------------------------
+ * Second chance (protect.h): the carry list
+ * -------------------------------------------------------------------------- */
+/* Make room for `more` carried runs, and keep the batch big enough to take
+ * the whole carry list plus a full queue. false (out of memory): the caller
+ * protects the page now instead, which is always correct. */
+static bool carry_reserve(struct nvh_protect *pr, size_t more)
+{
+    size_t want = pr->carry_n + more;
+    if (want <= pr->carry_cap) return true;
+    size_t cap = pr->carry_cap ? pr->carry_cap * 2 : 1024;
+    while (cap < want) cap *= 2;
+    /* the batch first: pr_drain copies the whole carry list into it */
+    size_t bcap = cap + (size_t)pr->queue.mask + 1;
+    if (bcap > pr->batch_cap) {
+        pr_request *b = realloc(pr->batch, bcap * sizeof *b);
+        if (!b) return false;
+        pr->batch = b;
+        pr->batch_cap = bcap;
+    }
+    pr_request *c = realloc(pr->carry, cap * sizeof *c);
+    if (!c) return false;
+    pr->carry = c;
+    pr->carry_cap = cap;
+    return true;
+}
+
+static void carry_page(struct nvh_protect *pr, uint64_t page)
+{
+    pr_request *last = pr->carry_n ? &pr->carry[pr->carry_n - 1] : NULL;
+    if (last && page < last->first_page) pr->carry_sorted = false;   /* a later batch */
+    if (last && last->first_page + last->npages == page && last->npages < (1u << 30)) {
+        last->npages++;
+        return;
+    }
+    pr->carry[pr->carry_n++] = (pr_request){.first_page = page, .npages = 1,
+                                            .kind = PR_KIND_PROTECT, .t_ns = 0};
+}
+
+/* Reconcile [first, end) of a drained range: pages that are unused now
+ * (count 0) but writable and used since the last look (ref) are carried
+ * instead of protected; the rest are reconciled as usual, in maximal
+ * sub-ranges so neighbours still coalesce. Pending bits are cleared before
+ * the counts are read (the "clear pending, then load count" half) except
+ * on carried pages, which stay pending: their producers need not queue them. */
+static void drain_range(struct nvh_protect *pr, uint64_t first, uint64_t end, bool flush,
+                        uint64_t *same)
+{
+    uint64_t sub = first;
+    for (uint64_t p = first; p <= end; p++) {
+        bool carry = false;
+        if (p < end && !flush && pr_bit_test(pr->ref, p) && !pr_page_wanted(pr, p) &&
+            pr_bit_test(pr->state, p) && carry_reserve(pr, 1)) {
+            pr_bit_clear(pr->ref, p);
+            carry = true;
+        }
+        if (!carry && p < end) continue;
+        if (sub < p) {
+            for (uint64_t q = sub; q < p; q++) pr_bit_clear(pr->pending, q);
+            uint64_t seq = atomic_load(&pr->fault_seq);
+            if (reconcile_pass(pr, sub, p, same, false) != 0)    /* then re-check */
+                reconcile(pr, sub, p, atomic_load(&pr->fault_seq) != seq);
+        }
+        if (carry) {
+            carry_page(pr, p);
+            pr_stat(pr, ST_DEFERRED, 1);
+        }
+        sub = p + 1;
+    }
+}
+
+/* --------------------------------------------------------------------------
+ * The drain
+ * -------------------------------------------------------------------------- */
+/* The batch is two sorted runs: [0, carried) the carry list (built in page
+ * order, re-sorted only if a later batch of the same drain appended lower
+ * pages), [carried, n) what was popped, sorted here. Walking them as a merge
+ * keeps a pass O(new log new + carried): with a short interval and many hot
+ * pages, the carried ones are most of every batch. */
+static inline const pr_request *merge_peek(const pr_request *batch, size_t a, size_t a_end,
+                                           size_t b, size_t b_end)
+{
+    if (a < a_end && (b >= b_end || batch[a].first_page <= batch[b].first_page))
+        return &batch[a];
+    return b < b_end ? &batch[b] : NULL;
+}
+
+size_t pr_drain(struct nvh_protect *pr, bool flush)
 {
     size_t total = 0;
+    /* the pages carried by the previous pass are looked at once, in the
+     * first batch; what this pass carries goes to the next one */
+    size_t carried = pr->carry_n;
+    if (carried) memcpy(pr->batch, pr->carry, carried * sizeof *pr->batch);
+    if (carried && !pr->carry_sorted) qsort(pr->batch, carried, sizeof *pr->batch, by_first_page);
+    pr->carry_n = 0;
+    pr->carry_sorted = true;
     for (;;) {
-        size_t n = pr_queue_pop(&pr->queue, pr->batch, pr->batch_cap);
+        size_t n = carried;
+        n += pr_queue_pop(&pr->queue, pr->batch + n, pr->batch_cap - n);
         if (n == 0) break;
         total += n;
         bool sweep = false;
-        for (size_t i = 0; i < n; i++) sweep |= pr->batch[i].kind == PR_KIND_SWEEP;
-        qsort(pr->batch, n, sizeof *pr->batch, by_first_page);
+        for (size_t i = carried; i < n; i++) sweep |= pr->batch[i].kind == PR_KIND_SWEEP;
+        qsort(pr->batch + carried, n - carried, sizeof *pr->batch, by_first_page);
 
         uint64_t mapped = pr_mapped_pages(pr), same = 0;
         /* merge overlapping and adjacent requests into ranges; each range is
          * reconciled in one sweep, so neighbours coalesce into one call */
-        size_t i = 0;
-        while (i < n) {
-            uint64_t first = pr->batch[i].first_page;
-            uint64_t end = first + pr->batch[i].npages;
-            size_t j = i + 1;
-            while (j < n && pr->batch[j].first_page <= end) {
-                uint64_t e = pr->batch[j].first_page + pr->batch[j].npages;
+        size_t a = 0, b = carried;
+        const pr_request *r;
+        while ((r = merge_peek(pr->batch, a, carried, b, n)) != NULL) {
+            uint64_t first = r->first_page, end = first + r->npages;
+            if (a < carried && r == &pr->batch[a]) a++; else b++;
+            while ((r = merge_peek(pr->batch, a, carried, b, n)) != NULL && r->first_page <= end) {
+                uint64_t e = r->first_page + r->npages;
                 if (e > end) end = e;
-                j++;
+                if (a < carried && r == &pr->batch[a]) a++; else b++;
             }
             if (end > mapped) end = mapped;
-            if (first < end) {
-                clear_pending(pr, first, end);
-                uint64_t seq = atomic_load(&pr->fault_seq);
-                if (reconcile_pass(pr, first, end, &same, false) != 0)   /* then re-check */
-                    reconcile(pr, first, end, atomic_load(&pr->fault_seq) != seq);
-            }
-            i = j;
+            if (first < end) drain_range(pr, first, end, flush, &same);
         }
         if (sweep) pr_reconcile_range(pr, 0, mapped);
         pr_stat(pr, ST_CANCELLED, same);
         pr_stat(pr, ST_BATCHES, 1);
-        record_latency(pr, pr->batch, n, pr_now_ns());
+        record_latency(pr, pr->batch + carried, n - carried, pr_ticks());
+        carried = 0;
     }
     return total;
 }

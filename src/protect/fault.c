@@ -136,16 +136,33 @@ static void make_writable(struct nvh_protect *pr, uint64_t page)
 }
 
 /* A window is open on the page: usually a queued unprotect the service has
- * not reached yet. */
+ * not reached yet. The neighbours that are in the same situation (window
+ * open, not yet writable: a multi-page record, a slab opened ahead) are
+ * made writable in the same mprotect, up to PR_FAULT_RUN pages: each of
+ * them would otherwise cost a fault of its own a moment later. Every page
+ * of the run then goes through the same re-check. */
+#define PR_FAULT_RUN 256u
+static bool needs_opening(struct nvh_protect *pr, uint64_t page)
+{
+    return pr_page_wanted(pr, page) && !pr_bit_test(pr->state, page);
+}
+
 static void resolve_open_window(struct nvh_protect *pr, uint64_t page)
 {
-    make_writable(pr, page);
+    uint64_t lo = page, hi = page + 1, mapped = pr_mapped_pages(pr);
+    while (lo > 0 && hi - lo < PR_FAULT_RUN && needs_opening(pr, lo - 1)) lo--;
+    while (hi < mapped && hi - lo < PR_FAULT_RUN && needs_opening(pr, hi)) hi++;
+    pr_mprotect(pr, lo, hi - lo, true);
+    atomic_fetch_add(&pr->fault_seq, 1);
+    for (uint64_t p = lo; p < hi; p++) pr_bit_set(pr->state, p);
     pr_stat(pr, ST_FAULTS_RESOLVED, 1);
-    if (!pr_page_wanted(pr, page)) {          /* the re-check, see the top */
-        /* Leave the state bit set: "bit 1, really read-only" only costs a
-         * later fault, while clearing it could race with another handler's
-         * make_writable and hide a writable page behind a 0 bit. */
-        pr_mprotect(pr, page, 1, false);
+    for (uint64_t p = lo; p < hi; p++) {
+        if (!pr_page_wanted(pr, p)) {          /* the re-check, see the top */
+            /* Leave the state bit set: "bit 1, really read-only" only costs a
+             * later fault, while clearing it could race with another handler's
+             * make_writable and hide a writable page behind a 0 bit. */
+            pr_mprotect(pr, p, 1, false);
+        }
     }
 }
 

@@ -8,7 +8,10 @@
  *   state bit      the protection last applied to the page (1 = writable).
  *                  Invariant: bit 0 => the page IS read-only. Bit 1 may
  *                  be stale (really read-only), which only costs a fault.
- *   pending bit    the page sits in the async request queue
+ *   pending bit    the page sits in the async request queue, or in the
+ *                  applier's carry list (below)
+ *   ref bit        async: a window on the page closed since the applier last
+ *                  looked at it ("used this interval")
  * Every "applier" (the sync path, the async service thread, a producer that
  * found the queue full) holds pr->apply_lock and RECONCILES: it sets each
  * page it looks at to what its count says at that moment, never to what a
@@ -20,6 +23,15 @@
  * count afterwards, never clears a state bit, and bumps fault_seq so an
  * applier whose pass it raced redoes that pass by force (apply.c). Its races
  * can cost a spurious fault, never leave a page writable with no window open.
+ *
+ * Second chance (async, unless NVH_PROTECT_STRICT): a queued page whose
+ * count is 0 but whose ref bit is set is not protected by that pass: the
+ * applier clears ref and carries the page (pending still set) to the next
+ * pass, which protects it unless a window on it closed again meanwhile. So a
+ * hot page stays writable for as long as it is used at least once per
+ * interval: no protect mprotect, no fault, no queue entry (it stays pending).
+ * A page is protected between one and two intervals after its last window
+ * closed. nvh_protect_sync and mode changes flush (ignore ref).
  *
  * Lock-free pairs (all seq_cst, Dekker style), which let producers skip work:
  *   producer: count RMW, then test-and-set pending  | applier: clear pending, then load count
@@ -58,6 +70,10 @@ void nvh_protect_internal_end(nvh_pool *pool);
 /* Pool hooks (src/pool/pool.c). */
 void nvh_protect_grow_(nvh_pool *pool, uint64_t old_size, uint64_t new_size);
 void nvh_protect_detach_(nvh_pool *pool);
+/* At open/create (pool.c): apply NVHEAP_PROTECT=off|sync|async[:interval_ns]
+ * if set. Read-only and sim-domain pools are left alone. NVH_E_INVAL for a
+ * value it cannot parse. */
+int nvh_protect_env_apply_(nvh_pool *pool);
 
 static inline int nvh_protect_open_(nvh_pool *pool, const void *p, size_t len)
 {
@@ -134,6 +150,23 @@ bool pr_queue_push(pr_queue *q, const pr_request *r);
 size_t pr_queue_pop(pr_queue *q, pr_request *out, size_t max);
 
 /* --------------------------------------------------------------------------
+ * Cheap timestamps for the latency histogram: the TSC on x86-64 (one
+ * instruction, ~14 ns on the dev VM against ~30-70 ns for clock_gettime;
+ * the async close path takes one per closing call), converted to ns with a
+ * factor calibrated once per process (state.c). Elsewhere CLOCK_MONOTONIC.
+ * -------------------------------------------------------------------------- */
+#if defined(__x86_64__) || defined(__i386__)
+#include <x86intrin.h>
+static inline uint64_t pr_ticks(void) { return __rdtsc(); }
+#define PR_TICKS_ARE_TSC 1
+#else
+static inline uint64_t pr_ticks(void);
+#define PR_TICKS_ARE_TSC 0
+#endif
+extern double pr_ns_per_tick;                /* 1.0 when ticks are ns        */
+void pr_ticks_calibrate(void);               /* once per process            */
+
+/* --------------------------------------------------------------------------
  * Latency histogram (apply.c): log-linear buckets, relaxed atomic counts.
  * -------------------------------------------------------------------------- */
 typedef struct pr_hist {
@@ -150,7 +183,7 @@ uint64_t pr_hist_upper(unsigned index);      /* largest ns in bucket */
  * -------------------------------------------------------------------------- */
 enum { ST_MPROTECTS, ST_PAGES_CHANGED, ST_REQUESTS, ST_BATCHES, ST_CANCELLED,
        ST_FAULTS_RESOLVED, ST_INTERNAL_FAULTS, ST_STRAYS, ST_QUEUE_FULL, ST_UNBALANCED,
-       ST_SYNC_APPLIES, ST_RECHECKS, ST_COUNT_ };
+       ST_SYNC_APPLIES, ST_RECHECKS, ST_DEFERRED, ST_COUNT_ };
 
 struct nvh_protect {
     nvh_pool *pool;
@@ -167,14 +200,19 @@ struct nvh_protect {
     _Atomic uint32_t *count;
     _Atomic uint64_t *state;              /* 1 = writable (applied)           */
     _Atomic uint64_t *pending;            /* 1 = queued                       */
+    _Atomic uint64_t *ref;                /* async: used since the last look  */
     _Atomic uint64_t *ptime;              /* async: when the last window closed
-                                             (ns), for the protect latency     */
+                                             (pr_ticks), for the protect latency */
     size_t arrays_bytes;
 
     /* async */
     pr_queue queue;
     pr_request *batch;                    /* applier scratch: popped requests */
     size_t batch_cap;
+    pr_request *carry;                    /* applier: pages given a second
+                                             chance, for the next pass (runs) */
+    size_t carry_n, carry_cap;
+    bool carry_sorted;                    /* in page order (else sorted at use) */
     pthread_t thread;
     bool thread_running;
     _Atomic bool stop;
@@ -203,15 +241,27 @@ static inline uint64_t pr_now_ns(void)
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
+#if !PR_TICKS_ARE_TSC
+static inline uint64_t pr_ticks(void) { return pr_now_ns(); }
+#endif
+static inline uint64_t pr_ticks_to_ns(uint64_t ticks)
+{
+    return (uint64_t)((double)ticks * pr_ns_per_tick);
+}
 
 /* Bit helpers on the state/pending bitmaps (seq_cst: see the pairs above). */
 static inline bool pr_bit_test(_Atomic uint64_t *map, uint64_t page)
 {
     return (atomic_load(&map[page >> 6]) >> (page & 63)) & 1u;
 }
-static inline bool pr_bit_set(_Atomic uint64_t *map, uint64_t page)      /* old value */
+/* Old value. A set bit is seen by a plain (seq_cst) load first: on the hot
+ * path (a page already queued / already marked) no read-modify-write and
+ * no cache-line ownership is needed. Same ordering argument as the RMW for
+ * the pairs above: the load is seq_cst and reads the value the RMW would. */
+static inline bool pr_bit_set(_Atomic uint64_t *map, uint64_t page)
 {
     uint64_t bit = (uint64_t)1 << (page & 63);
+    if (atomic_load(&map[page >> 6]) & bit) return true;
     return (atomic_fetch_or(&map[page >> 6], bit) & bit) != 0;
 }
 static inline void pr_bit_clear(_Atomic uint64_t *map, uint64_t page)
@@ -235,9 +285,11 @@ static inline uint64_t pr_mapped_pages(struct nvh_protect *pr)
 /* Bring pages [first, first+n) to what their counts say; sets the caller's
  * mprotect count. Caller holds apply_lock. */
 void pr_reconcile_range(struct nvh_protect *pr, uint64_t first, uint64_t n);
-/* Drain the queue and reconcile what it names (sorted, coalesced). Caller
- * holds apply_lock. Returns requests processed. */
-size_t pr_drain(struct nvh_protect *pr);
+/* Drain the queue (and the carry list) and reconcile what it names (sorted,
+ * coalesced). flush: protect every unused page now (no second chance), as
+ * nvh_protect_sync and mode changes need. Caller holds apply_lock. Returns
+ * requests processed. */
+size_t pr_drain(struct nvh_protect *pr, bool flush);
 /* mprotect wrapper that counts (async-signal-safe). */
 int pr_mprotect(struct nvh_protect *pr, uint64_t first, uint64_t n, bool writable);
 

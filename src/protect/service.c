@@ -44,7 +44,7 @@ static void *service_main(void *arg)
         pthread_mutex_unlock(&pr->wake_lock);
 
         pthread_mutex_lock(&pr->apply_lock);
-        pr_drain(pr);
+        pr_drain(pr, false);
         pthread_mutex_unlock(&pr->apply_lock);
 
         pthread_mutex_lock(&pr->wake_lock);

@@ -16,6 +16,31 @@
 #include <sys/mman.h>
 
 /* --------------------------------------------------------------------------
+ * Tick calibration (protect.h: pr_ticks)
+ * -------------------------------------------------------------------------- */
+double pr_ns_per_tick = 1.0;
+static pthread_once_t ticks_once = PTHREAD_ONCE_INIT;
+
+/* TSC ticks per ns against CLOCK_MONOTONIC over a 2 ms sleep, once per
+ * process (constant-rate TSC assumed, as on every x86-64 of the last 15
+ * years; the figures only feed the latency histogram). */
+static void ticks_calibrate_once(void)
+{
+#if PR_TICKS_ARE_TSC
+    uint64_t n0 = pr_now_ns(), t0 = pr_ticks();
+    struct timespec d = {.tv_sec = 0, .tv_nsec = 2000000};
+    while (nanosleep(&d, &d) != 0 && errno == EINTR) {}
+    uint64_t n1 = pr_now_ns(), t1 = pr_ticks();
+    if (t1 > t0 && n1 > n0) pr_ns_per_tick = (double)(n1 - n0) / (double)(t1 - t0);
+#endif
+}
+
+void pr_ticks_calibrate(void)
+{
+    pthread_once(&ticks_once, ticks_calibrate_once);
+}
+
+/* --------------------------------------------------------------------------
  * Creation and teardown of the per-pool state
  * -------------------------------------------------------------------------- */
 static size_t bitmap_bytes(uint64_t pages)
@@ -38,7 +63,7 @@ static struct nvh_protect *pr_create(nvh_pool *pool, unsigned queue_slots)
     size_t count_bytes = (size_t)NVH_ALIGN_UP(pr->max_pages * 4, (uint64_t)NVH_PAGE);
     size_t bits = bitmap_bytes(pr->max_pages);
     size_t times = (size_t)NVH_ALIGN_UP(pr->max_pages * 8, (uint64_t)NVH_PAGE);
-    pr->arrays_bytes = count_bytes + 2 * bits + times;
+    pr->arrays_bytes = count_bytes + 3 * bits + times;
     char *arrays = mmap(NULL, pr->arrays_bytes, PROT_READ | PROT_WRITE,
                         MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (arrays == MAP_FAILED) {
@@ -50,7 +75,8 @@ static struct nvh_protect *pr_create(nvh_pool *pool, unsigned queue_slots)
     pr->count = (_Atomic uint32_t *)(void *)arrays;
     pr->state = (_Atomic uint64_t *)(void *)(arrays + count_bytes);
     pr->pending = (_Atomic uint64_t *)(void *)(arrays + count_bytes + bits);
-    pr->ptime = (_Atomic uint64_t *)(void *)(arrays + count_bytes + 2 * bits);
+    pr->ref = (_Atomic uint64_t *)(void *)(arrays + count_bytes + 2 * bits);
+    pr->ptime = (_Atomic uint64_t *)(void *)(arrays + count_bytes + 3 * bits);
 
     if (pr_queue_init(&pr->queue, queue_slots ? queue_slots : PR_QUEUE_DEFAULT) != NVH_OK) {
         munmap(arrays, pr->arrays_bytes);
@@ -82,6 +108,7 @@ static void pr_destroy(struct nvh_protect *pr)
     pthread_mutex_destroy(&pr->wake_lock);
     pthread_mutex_destroy(&pr->apply_lock);
     free(pr->batch);
+    free(pr->carry);
     pr_queue_fini(&pr->queue);
     munmap((void *)pr->count, pr->arrays_bytes);
     free(pr);
@@ -126,6 +153,7 @@ static void disable(struct nvh_protect *pr)
     pr_service_stop(pr);
     pthread_mutex_lock(&pr->apply_lock);
     while (pr_queue_pop(&pr->queue, pr->batch, pr->batch_cap) != 0) {}
+    pr->carry_n = 0;
     pr_mprotect(pr, 0, pr_mapped_pages(pr), true);
     atomic_store(&pr->mode, NVH_PROTECT_OFF);
     pthread_mutex_unlock(&pr->apply_lock);
@@ -152,7 +180,7 @@ int nvh_protect_configure(nvh_pool *pool, const nvh_protect_options *options)
     if (o.queue_slots > PR_QUEUE_MAX)
         return nvh_fail(NVH_E_INVAL, "nvh_protect: queue of %u slots exceeds the maximum %u",
                         o.queue_slots, PR_QUEUE_MAX);
-    if (o.flags & ~(NVH_PROTECT_EAGER_UNPROTECT | NVH_PROTECT_NO_LATENCY))
+    if (o.flags & ~(NVH_PROTECT_EAGER_UNPROTECT | NVH_PROTECT_NO_LATENCY | NVH_PROTECT_STRICT))
         return nvh_fail(NVH_E_INVAL, "nvh_protect: unknown option bits 0x%x", o.flags);
 
     struct nvh_protect *pr = atomic_load(&pool->protect);
@@ -165,6 +193,7 @@ int nvh_protect_configure(nvh_pool *pool, const nvh_protect_options *options)
                         "mapping is read-only already)", pool->path);
     int rc = pr_handler_install();
     if (rc != NVH_OK) return rc;
+    pr_ticks_calibrate();
     if (!pr) {
         pr = pr_create(pool, o.queue_slots);
         if (!pr) return nvh_errcode();
@@ -177,7 +206,7 @@ int nvh_protect_configure(nvh_pool *pool, const nvh_protect_options *options)
     if (old == NVH_PROTECT_ASYNC && o.mode == NVH_PROTECT_SYNC) {
         pr_service_stop(pr);
         pthread_mutex_lock(&pr->apply_lock);
-        pr_drain(pr);
+        pr_drain(pr, true);
         atomic_store(&pr->mode, NVH_PROTECT_SYNC);
         pthread_mutex_unlock(&pr->apply_lock);
     } else if (old == NVH_PROTECT_SYNC && o.mode == NVH_PROTECT_ASYNC) {
@@ -225,7 +254,7 @@ int nvh_protect_sync(nvh_pool *pool)
     struct nvh_protect *pr = atomic_load(&pool->protect);
     if (!pr || atomic_load(&pr->mode) != NVH_PROTECT_ASYNC) return NVH_OK;
     pthread_mutex_lock(&pr->apply_lock);
-    pr_drain(pr);
+    pr_drain(pr, true);
     pthread_mutex_unlock(&pr->apply_lock);
     pr_stat(pr, ST_SYNC_APPLIES, 1);
     return NVH_OK;
@@ -262,6 +291,39 @@ void nvh_protect_grow_(nvh_pool *pool, uint64_t old_size, uint64_t new_size)
     pthread_mutex_unlock(&pr->apply_lock);
 }
 
+/* NVHEAP_PROTECT: whole test suites (or an application) with protection on
+ * and no code change. Parsed at every open so a test can set it per pool. */
+int nvh_protect_env_apply_(nvh_pool *pool)
+{
+    const char *env = getenv("NVHEAP_PROTECT");
+    if (!env || !*env) return NVH_OK;
+    nvh_protect_mode mode;
+    uint64_t interval = 0;
+    const char *rest = NULL;
+    if (strcmp(env, "off") == 0) return NVH_OK;
+    if (strcmp(env, "sync") == 0) {
+        mode = NVH_PROTECT_SYNC;
+    } else if (strncmp(env, "async", 5) == 0 && (env[5] == '\0' || env[5] == ':')) {
+        mode = NVH_PROTECT_ASYNC;
+        if (env[5] == ':') {
+            char *end = NULL;
+            errno = 0;
+            unsigned long long v = strtoull(env + 6, &end, 10);
+            if (errno || end == env + 6 || *end) rest = env;
+            interval = (uint64_t)v;
+        }
+    } else {
+        rest = env;
+    }
+    if (rest)
+        return nvh_fail(NVH_E_INVAL, "NVHEAP_PROTECT=%s: expected off, sync, async or "
+                        "async:INTERVAL_NS (opening %s)", env, pool->path);
+    /* a read-only mapping is protected already; the crash simulator keeps
+     * its own working copy and media image and is not protected */
+    if (pool->readonly || pool->ctx.domain == NVH_DOMAIN_SIM) return NVH_OK;
+    return nvh_protect_set_mode(pool, mode, interval);
+}
+
 /* Close (and failed opens): turn protection off and free the state. */
 void nvh_protect_detach_(nvh_pool *pool)
 {
@@ -293,6 +355,7 @@ int nvh_protect_stats_get(const nvh_pool *pool, nvh_protect_stats *s)
     GET(queue_full, ST_QUEUE_FULL);
     GET(unbalanced, ST_UNBALANCED);
     GET(sync_applies, ST_SYNC_APPLIES);
+    GET(deferred, ST_DEFERRED);
 #undef GET
     return NVH_OK;
 }

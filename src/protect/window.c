@@ -17,9 +17,14 @@
  *                                                  queued, else queue it
  *
  * Each skip is safe because the applier re-reads counts after it changes a
- * state bit or clears a pending bit (the seq_cst pairs in protect.h). So in
- * async mode a page written over and over inside one interval costs one
- * queue entry per interval, not two per write.
+ * state bit or clears a pending bit (the seq_cst pairs in protect.h). With
+ * the second chance (protect.h) a closing call on a writable page also sets
+ * its ref bit, and a page used at least once per interval stays writable
+ * and pending: reopening and closing it again costs the count update and a
+ * few loads, no queue entry, no fault, no system call.
+ *
+ * Windows inside one page (nearly all of the library's) take a fast path
+ * (open_fast / close_fast) that skips range resolution and the run builder.
  */
 #define NVH_PROTECT_INTERNALS_ 1
 #include "protect.h"
@@ -47,7 +52,7 @@ static void push_request(struct nvh_protect *pr, const pr_request *r)
          * drain at that cell; yield and retry until it has. */
         pr_stat(pr, ST_QUEUE_FULL, 1);
         pthread_mutex_lock(&pr->apply_lock);
-        size_t done = pr_drain(pr);
+        size_t done = pr_drain(pr, false);
         pthread_mutex_unlock(&pr->apply_lock);
         if (done == 0) sched_yield();
     }
@@ -56,7 +61,7 @@ static void push_request(struct nvh_protect *pr, const pr_request *r)
 static void run_flush(run_builder *b)
 {
     if (b->n == 0) return;
-    if (b->t_ns == 0 && !(b->pr->flags & NVH_PROTECT_NO_LATENCY)) b->t_ns = pr_now_ns();
+    if (b->t_ns == 0 && !(b->pr->flags & NVH_PROTECT_NO_LATENCY)) b->t_ns = pr_ticks();
     while (b->n > 0) {
         uint32_t chunk = b->n > (1u << 30) ? (1u << 30) : (uint32_t)b->n;
         pr_request r = {.first_page = b->first, .npages = chunk, .kind = b->kind,
@@ -89,18 +94,43 @@ static void apply_now(struct nvh_protect *pr, uint64_t first, uint64_t n, uint32
 /* --------------------------------------------------------------------------
  * The per-page work (pr resolved, mode not off, pages inside the mapping)
  * -------------------------------------------------------------------------- */
+/* After the count of `page` went 0 -> 1: what the open still has to do.
+ * Sets *apply (sync / eager: reconcile the call's range now) or queues the
+ * page into b. */
+static inline void open_first(struct nvh_protect *pr, int mode, uint64_t page,
+                              run_builder *b, bool *apply)
+{
+    if (mode == NVH_PROTECT_SYNC) { *apply = true; return; }
+    if (pr_bit_test(pr->state, page)) return;                    /* still writable */
+    if (pr->flags & NVH_PROTECT_EAGER_UNPROTECT) { *apply = true; return; }
+    if (pr_bit_set(pr->pending, page)) return;                   /* already queued */
+    run_add(b, page);
+}
+
+/* After the count of `page` went 1 -> 0 (now = 0: not read yet). */
+static inline void close_last(struct nvh_protect *pr, int mode, uint64_t page,
+                              run_builder *b, bool *apply, uint64_t *now)
+{
+    if (mode == NVH_PROTECT_SYNC) { *apply = true; return; }
+    if (!(pr->flags & NVH_PROTECT_NO_LATENCY)) {
+        /* Fig. 6 latency: from this call to the page's mprotect */
+        if (!*now) *now = pr_ticks();
+        atomic_store_explicit(&pr->ptime[page], *now, memory_order_relaxed);
+    }
+    if (!pr_bit_test(pr->state, page)) return;                   /* never made writable */
+    /* used this interval: the pass that finds it keeps it writable one
+     * more interval (a hint only; see protect.h "second chance") */
+    if (!(pr->flags & NVH_PROTECT_STRICT)) pr_bit_set(pr->ref, page);
+    if (pr_bit_set(pr->pending, page)) return;                   /* already queued */
+    run_add(b, page);
+}
+
 static void open_pages(struct nvh_protect *pr, int mode, uint64_t first, uint64_t end)
 {
     run_builder b = {.pr = pr, .kind = PR_KIND_UNPROTECT};
     bool apply = false;
-    for (uint64_t page = first; page < end; page++) {
-        if (atomic_fetch_add(&pr->count[page], 1) != 0) continue;   /* already open */
-        if (mode == NVH_PROTECT_SYNC) { apply = true; continue; }
-        if (pr_bit_test(pr->state, page)) continue;                 /* still writable */
-        if (pr->flags & NVH_PROTECT_EAGER_UNPROTECT) { apply = true; continue; }
-        if (pr_bit_set(pr->pending, page)) continue;                 /* already queued */
-        run_add(&b, page);
-    }
+    for (uint64_t page = first; page < end; page++)
+        if (atomic_fetch_add(&pr->count[page], 1) == 0) open_first(pr, mode, page, &b, &apply);
     run_flush(&b);
     if (apply) apply_now(pr, first, end - first, PR_KIND_UNPROTECT);
 }
@@ -110,27 +140,76 @@ static uint64_t close_pages(struct nvh_protect *pr, int mode, uint64_t first, ui
     run_builder b = {.pr = pr, .kind = PR_KIND_PROTECT};
     bool apply = false;
     uint64_t unbalanced = 0, now = 0;
-    bool timed = mode == NVH_PROTECT_ASYNC && !(pr->flags & NVH_PROTECT_NO_LATENCY);
     for (uint64_t page = first; page < end; page++) {
         uint32_t c = atomic_load(&pr->count[page]);
         do {
             if (c == 0) break;
         } while (!atomic_compare_exchange_weak(&pr->count[page], &c, c - 1));
         if (c == 0) { unbalanced++; continue; }
-        if (c != 1) continue;                                        /* still open */
-        if (mode == NVH_PROTECT_SYNC) { apply = true; continue; }
-        if (timed) {            /* Fig. 6 latency: from this call to the page's mprotect */
-            if (!now) now = pr_now_ns();
-            atomic_store_explicit(&pr->ptime[page], now, memory_order_relaxed);
-        }
-        if (!pr_bit_test(pr->state, page)) continue;                /* never made writable */
-        if (pr_bit_set(pr->pending, page)) continue;                 /* already queued */
-        run_add(&b, page);
+        if (c == 1) close_last(pr, mode, page, &b, &apply, &now);
     }
     run_flush(&b);
     if (apply) apply_now(pr, first, end - first, PR_KIND_PROTECT);
     if (unbalanced) pr_stat(pr, ST_UNBALANCED, unbalanced);
     return unbalanced;
+}
+
+/* --------------------------------------------------------------------------
+ * The fast path: a window inside one page (almost every library window: a
+ * header, a node, a small record), protection on. No range resolution, no
+ * error formatting, no run builder unless there is something to queue: for
+ * a page already open (nested) or already writable and hot, the whole call
+ * is the count update and a load or three of the page's bits.
+ * Returns false (nothing done) for what the general path must handle: off,
+ * a range outside the pool or over more than one page.
+ * -------------------------------------------------------------------------- */
+static inline bool one_page(nvh_pool *pool, struct nvh_protect *pr, const void *p, size_t len,
+                            int *mode, uint64_t *page)
+{
+    uint64_t off = (uint64_t)((uintptr_t)p - (uintptr_t)pr->base);
+    uint64_t size = atomic_load_explicit(&pool->ctx.size, memory_order_acquire);
+    if (len == 0 || off >= size || len > size - off) return false;
+    if ((off >> PR_PAGE_SHIFT) != ((off + len - 1) >> PR_PAGE_SHIFT)) return false;
+    *mode = atomic_load_explicit(&pr->mode, memory_order_relaxed);
+    if (*mode == NVH_PROTECT_OFF) return false;
+    *page = off >> PR_PAGE_SHIFT;
+    return true;
+}
+
+static inline bool open_fast(nvh_pool *pool, const void *p, size_t len)
+{
+    struct nvh_protect *pr = atomic_load_explicit(&pool->protect, memory_order_acquire);
+    int mode;
+    uint64_t page;
+    if (!pr || !one_page(pool, pr, p, len, &mode, &page)) return false;
+    if (atomic_fetch_add(&pr->count[page], 1) != 0) return true;          /* nested */
+    if (mode == NVH_PROTECT_ASYNC && pr_bit_test(pr->state, page)) return true;   /* hot */
+    run_builder b = {.pr = pr, .kind = PR_KIND_UNPROTECT};
+    bool apply = false;
+    open_first(pr, mode, page, &b, &apply);
+    run_flush(&b);
+    if (apply) apply_now(pr, page, 1, PR_KIND_UNPROTECT);
+    return true;
+}
+
+static inline bool close_fast(nvh_pool *pool, const void *p, size_t len)
+{
+    struct nvh_protect *pr = atomic_load_explicit(&pool->protect, memory_order_acquire);
+    int mode;
+    uint64_t page;
+    if (!pr || !one_page(pool, pr, p, len, &mode, &page)) return false;
+    uint32_t c = atomic_load(&pr->count[page]);
+    do {
+        if (c == 0) return false;          /* unbalanced: the general path reports it */
+    } while (!atomic_compare_exchange_weak(&pr->count[page], &c, c - 1));
+    if (c != 1) return true;                                               /* nested */
+    run_builder b = {.pr = pr, .kind = PR_KIND_PROTECT};
+    bool apply = false;
+    uint64_t now = 0;
+    close_last(pr, mode, page, &b, &apply, &now);
+    if (b.n) run_flush(&b);
+    if (apply) apply_now(pr, page, 1, PR_KIND_PROTECT);
+    return true;
 }
 
 /* --------------------------------------------------------------------------
@@ -158,6 +237,7 @@ static int resolve(nvh_pool *pool, const void *p, size_t len, const char *fn,
 
 int nvh_unprotect(nvh_pool *pool, const void *p, size_t len)
 {
+    if (pool && open_fast(pool, p, len)) return NVH_OK;
     struct nvh_protect *pr;
     int mode = 0;
     uint64_t first = 0, end = 0;
@@ -169,6 +249,7 @@ int nvh_unprotect(nvh_pool *pool, const void *p, size_t len)
 
 int nvh_protect(nvh_pool *pool, const void *p, size_t len)
 {
+    if (pool && close_fast(pool, p, len)) return NVH_OK;
     struct nvh_protect *pr;
     int mode = 0;
     uint64_t first = 0, end = 0;
@@ -185,11 +266,13 @@ int nvh_protect(nvh_pool *pool, const void *p, size_t len)
 /* The explicit windows of the other layers: the same counted windows. */
 int nvh_protect_open_slow_(nvh_pool *pool, const void *p, size_t len)
 {
+    if (open_fast(pool, p, len)) return NVH_OK;
     return nvh_unprotect(pool, p, len);
 }
 
 int nvh_protect_close_slow_(nvh_pool *pool, const void *p, size_t len)
 {
+    if (close_fast(pool, p, len)) return NVH_OK;
     return nvh_protect(pool, p, len);
 }
 

@@ -104,7 +104,10 @@ static void run(nvh_protect_mode mode)
                   (unsigned long long)s.strays);
     assert_int_equal(s.strays, 0);
     assert_int_equal(s.unbalanced, 0);
-    assert_true(s.internal_faults > 0);
+    /* (internal_faults > 0 was checked here while no layer opened explicit
+     * windows; as they do, their stores stop faulting, so the count says
+     * nothing any more. The pages-protected check below shows protection was
+     * on; zero strays that every store was in a window.) */
     /* everything is protected again, and reads see what was written */
     nvh_pool_info info;
     nvh_pool_info_get(pool, &info);
