@@ -7,6 +7,10 @@
  *                             the final sync in the time)
  *   lookup/256B, lookup/4KB   lookups/s of the same keys in another random
  *                             order, reading the value's first and last byte
+ *   insert-cpu/..., lookup-cpu/...   the same runs measured in process CPU
+ *                             time (user + system, all threads) instead of
+ *                             wall time: on a shared, loaded machine the
+ *                             ratio that stays meaningful
  *   wear_cdf/W                Fig. 5: fraction of the 64 B lines of node
  *                             memory written at most W times during N_wear
  *                             inserts, "original" (classic sorted nodes,
@@ -30,6 +34,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "bench_util.h"
@@ -96,8 +101,17 @@ static void make_keys(uint64_t n, uint64_t **ins, uint64_t **look)
 /* ==========================================================================
  * nvheap subjects
  * ========================================================================== */
+/* Process CPU time (user + system of every thread), ns. */
+static uint64_t cpu_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
 typedef struct run_result {
     double insert_ns, lookup_ns;
+    double insert_cpu_ns, lookup_cpu_ns;
     bench_counts counts;
     int ok;
 } run_result;
@@ -131,6 +145,7 @@ static run_result run_nvheap(const bench_opts *opts, const subject *sub, uint64_
         goto out;
     }
     if (pool) bench_counts_begin(pool);
+    uint64_t c0 = cpu_now_ns();
     uint64_t t0 = bench_now_ns();
     for (uint64_t i = 0; i < n; i++) {
         memcpy(val, &ins[i], 8);
@@ -141,8 +156,10 @@ static run_result run_nvheap(const bench_opts *opts, const subject *sub, uint64_
     }
     if (nvh_btree_sync(t) != NVH_OK) bench_error(opts, "%s: sync: %s", sub->name, nvh_errormsg());
     res.insert_ns = (double)(bench_now_ns() - t0);
+    res.insert_cpu_ns = (double)(cpu_now_ns() - c0);
     if (pool) res.counts = bench_counts_per_op(pool, n);
     volatile uint64_t sink = 0;
+    c0 = cpu_now_ns();
     t0 = bench_now_ns();
     for (uint64_t i = 0; i < n; i++) {
         const void *v;
@@ -154,6 +171,7 @@ static run_result run_nvheap(const bench_opts *opts, const subject *sub, uint64_
         sink += ((const unsigned char *)v)[0] + ((const unsigned char *)v)[len - 1];
     }
     res.lookup_ns = (double)(bench_now_ns() - t0);
+    res.lookup_cpu_ns = (double)(cpu_now_ns() - c0);
     (void)sink;
     res.ok = nvh_btree_count(t) == n;
     if (!res.ok) bench_error(opts, "%s: count %llu != %llu", sub->name,
@@ -212,6 +230,7 @@ static run_result run_pmdk(const bench_opts *opts, uint64_t n, size_t vlen, cons
     TOID(struct btree_map) map = D_RO(root)->map;
     unsigned char *val = malloc(vlen);
     memset(val, 0x5a, vlen);
+    uint64_t c0 = cpu_now_ns();
     uint64_t t0 = bench_now_ns();
     for (uint64_t i = 0; i < n; i++) {
         memcpy(val, &ins[i], 8);
@@ -222,8 +241,10 @@ static run_result run_pmdk(const bench_opts *opts, uint64_t n, size_t vlen, cons
         }
     }
     res.insert_ns = (double)(bench_now_ns() - t0);
+    res.insert_cpu_ns = (double)(cpu_now_ns() - c0);
     free(val);
     volatile uint64_t sink = 0;
+    c0 = cpu_now_ns();
     t0 = bench_now_ns();
     for (uint64_t i = 0; i < n; i++) {
         PMEMoid v = btree_map_get(pop, map, look[i]);
@@ -235,6 +256,7 @@ static run_result run_pmdk(const bench_opts *opts, uint64_t n, size_t vlen, cons
         sink += p[0] + p[vlen - 1];
     }
     res.lookup_ns = (double)(bench_now_ns() - t0);
+    res.lookup_cpu_ns = (double)(cpu_now_ns() - c0);
     (void)sink;
     res.ok = 1;
 out:
@@ -247,11 +269,10 @@ out:
 /* ==========================================================================
  * Throughput cases
  * ========================================================================== */
-static void emit_runs(const bench_opts *opts, const char *ins_case, const char *look_case,
-                      const char *subject, const run_result *r, unsigned runs, uint64_t n,
-                      int counts)
+static void emit_runs(const bench_opts *opts, const char *label, const char *subject,
+                      const run_result *r, unsigned runs, uint64_t n, int counts)
 {
-    double ins[16], look[16], ins_ns[16], look_ns[16];
+    double ins[16], look[16], ins_ns[16], look_ns[16], ins_c[16], look_c[16];
     unsigned k = 0;
     for (unsigned i = 0; i < runs; i++) {
         if (!r[i].ok) continue;
@@ -259,14 +280,23 @@ static void emit_runs(const bench_opts *opts, const char *ins_case, const char *
         look[k] = (double)n / (r[i].lookup_ns / 1e9);
         ins_ns[k] = r[i].insert_ns / (double)n;
         look_ns[k] = r[i].lookup_ns / (double)n;
+        ins_c[k] = (double)n / (r[i].insert_cpu_ns / 1e9);
+        look_c[k] = (double)n / (r[i].lookup_cpu_ns / 1e9);
         k++;
     }
     if (!k) return;
-    bench_emit(opts, ins_case, subject, "ops_per_s", bench_summarize(ins, k), "ops/s");
-    bench_emit(opts, ins_case, subject, "ns_per_op", bench_summarize(ins_ns, k), "ns");
-    bench_emit(opts, look_case, subject, "ops_per_s", bench_summarize(look, k), "ops/s");
-    bench_emit(opts, look_case, subject, "ns_per_op", bench_summarize(look_ns, k), "ns");
-    if (counts) bench_emit_counts(opts, ins_case, subject, &r[0].counts);
+    char c[64];
+    snprintf(c, sizeof c, "insert/%s", label);
+    bench_emit(opts, c, subject, "ops_per_s", bench_summarize(ins, k), "ops/s");
+    bench_emit(opts, c, subject, "ns_per_op", bench_summarize(ins_ns, k), "ns");
+    if (counts) bench_emit_counts(opts, c, subject, &r[0].counts);
+    snprintf(c, sizeof c, "lookup/%s", label);
+    bench_emit(opts, c, subject, "ops_per_s", bench_summarize(look, k), "ops/s");
+    bench_emit(opts, c, subject, "ns_per_op", bench_summarize(look_ns, k), "ns");
+    snprintf(c, sizeof c, "insert-cpu/%s", label);
+    bench_emit(opts, c, subject, "ops_per_s", bench_summarize(ins_c, k), "ops/cpu-s");
+    snprintf(c, sizeof c, "lookup-cpu/%s", label);
+    bench_emit(opts, c, subject, "ops_per_s", bench_summarize(look_c, k), "ops/cpu-s");
 }
 
 static void throughput(const bench_opts *opts, const char *label, uint64_t n, size_t vlen)
@@ -289,10 +319,10 @@ static void throughput(const bench_opts *opts, const char *label, uint64_t n, si
 #endif
     }
     for (size_t s = 0; s < NSUB; s++)
-        emit_runs(opts, ins_case, look_case, g_subjects[s].name, r[s], runs, n,
+        emit_runs(opts, label, g_subjects[s].name, r[s], runs, n,
                   g_subjects[s].mode != NVH_BTREE_VOLATILE);
 #ifdef NVH_BENCH_PMDK_BTREE
-    emit_runs(opts, ins_case, look_case, "pmdk", r[NSUB], runs, n, 0);
+    emit_runs(opts, label, "pmdk", r[NSUB], runs, n, 0);
 #else
     bench_note(opts, "PMDK btree_map example sources not found: pmdk not measured");
 #endif

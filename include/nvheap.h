@@ -939,22 +939,28 @@ int nvh_rc_recover(nvh_pool *pool);
  * 10. B+ tree
  * ==========================================================================
  * The consistent B+ tree of seed 000 §6 (design: docs/BTREE.md): 64-bit keys,
- * values of any size in their own allocation. Nodes are append-only; a value
- * becomes valid when its key is written into its record after the record is
- * durable (persist groups); a split builds two new nodes and retires the old
- * one only after they and the parent's pointers are durable; deletes null a
- * pointer. Monotonic: whatever was recoverable once stays recoverable.
+ * values of any size in value records carved from tree-owned slabs. Nodes
+ * are append-only; a value becomes valid when the leaf entry's pointer to
+ * it is written, after the record and the entry's key are durable (persist
+ * groups); a split builds two new nodes and retires the old one only after
+ * they and the parent's pointers are durable; deletes null a pointer.
+ * Monotonic: whatever was recoverable once stays recoverable.
  *
  * Durability: in the default GROUPS mode a put returns before it is durable;
  * it is acknowledged when nvh_btree_durable() reaches its operation number
  * (ops are numbered 1, 2, ... in issue order; every op <= durable() survives
- * a crash, and a crash recovers the state after some op in
- * [durable(), ops()]). nvh_btree_sync() makes everything durable. Deletes
- * and updates are durable when they return.
+ * a crash; of the puts issued after it, each survives whole or not at all,
+ * independently — updates and deletes first make all earlier ops durable).
+ * nvh_btree_sync() makes everything durable. Deletes and updates are
+ * durable when they return.
  *
- * Recovery: open does no scan. Records that were never validated and splits
+ * Recovery: open does no scan. Inserts that were never validated and splits
  * that were interrupted are ignored by readers and repaired/reclaimed by the
- * next write that reaches them (nvh_btree_reclaim does all of them at once).
+ * next write that reaches them; nvh_btree_reclaim does all of them at once
+ * and also frees the record slabs of earlier sessions that hold no live
+ * record (slabs of the current session are freed as they empty).
+ * Stray-write protection: every store the tree makes into the pool is
+ * inside a write window of its own (closed once the store is durable).
  *
  * Threads: one thread at a time per tree; a GROUPS tree belongs to the thread
  * that opened it (its persist-group context does). Close before the pool. */
@@ -979,6 +985,7 @@ typedef struct nvh_btree_stats {
     uint64_t splits, root_splits, repairs, leaves_removed, reclaimed;
     uint64_t syncs;          /* group syncs forced by structural changes       */
     uint64_t nodes;          /* nodes allocated                                */
+    uint64_t slabs, slabs_freed; /* record slabs activated / freed (empty)    */
 } nvh_btree_stats;
 
 /* Called (from the op or group action that made it so) when the durable

@@ -39,29 +39,42 @@ void *bt_reserve(struct nvh_btree *t, size_t size)
 
 void bt_cancel(struct nvh_btree *t, void *p)
 {
-    if (!t->pool) free(p);
-    else nvh_cancel(t->pool, p);
+    bt_ix_drop(t, p);
+    if (!t->pool) { free(p); return; }
+    bt_wclose(t, p, BT_NODE_SIZE);
+    nvh_cancel(t->pool, p);
 }
 
 int bt_activate(struct nvh_btree *t, void *p, nvh_off_t *const links[], unsigned n)
 {
+    t->ix_gen++;                     /* child pointers change */
     for (unsigned i = 0; i < n; i++) bt_note(t, links[i], sizeof *links[i]);
     if (!t->pool) {
         for (unsigned i = 0; i < n; i++) *links[i] = bt_off(t, p);
         return NVH_OK;
     }
-    return nvh_activate(t->pool, p, links, n);
+    for (unsigned i = 0; i < n; i++) bt_wopen(t, links[i], sizeof *links[i]);
+    int rc = nvh_activate(t->pool, p, links, n);
+    for (unsigned i = 0; i < n; i++) bt_wclose(t, links[i], sizeof *links[i]);
+    /* the node (written by bt_new_node, its window open) is durable */
+    if (rc == NVH_OK) bt_wclose(t, p, BT_NODE_SIZE);
+    return rc;
 }
 
 int bt_free(struct nvh_btree *t, void *p, const nvh_link *links, unsigned n)
 {
+    bt_ix_drop(t, p);                /* nodes only: their companion goes too */
+    t->ix_gen++;                     /* child pointers change */
     for (unsigned i = 0; i < n; i++) bt_note(t, links[i].link, sizeof *links[i].link);
     if (!t->pool) {
         for (unsigned i = 0; i < n; i++) *links[i].link = links[i].value;
         free(p);
         return NVH_OK;
     }
-    return nvh_free(t->pool, p, links, n);
+    for (unsigned i = 0; i < n; i++) bt_wopen(t, links[i].link, sizeof *links[i].link);
+    int rc = nvh_free(t->pool, p, links, n);
+    for (unsigned i = 0; i < n; i++) bt_wclose(t, links[i].link, sizeof *links[i].link);
+    return rc;
 }
 
 /* ==========================================================================
@@ -81,17 +94,12 @@ bt_record *bt_entry_record(const struct nvh_btree *t, const bt_entry *e)
     nvh_off_t p = e->ptr;
     if (!p) return NULL;
     if (p & BT_PENDING) {
-        /* Ours if this session reserved it; else a crash leftover whose
-         * activation never became durable: the slot is free. */
+        /* Ours if this session wrote it (the record is durable soon, its
+         * validation pending); else a crash leftover whose validation never
+         * became durable: the slot is free. */
         return bt_pending_has(t, e) ? bt_ptr(t, p & ~BT_PENDING) : NULL;
     }
-    bt_record *r = bt_ptr(t, p);
-    if (r->vkey != e->key) return NULL;          /* never validated */
-    if (r->next) {
-        bt_record *n = bt_ptr(t, r->next);
-        if (n->vkey == e->key) return n;          /* interrupted update, new version valid */
-    }
-    return r;
+    return bt_ptr(t, p);
 }
 
 void bt_child_range(const bt_node *n, uint64_t lo, uint64_t hi, unsigned i,
@@ -173,6 +181,8 @@ nvh_btree *nvh_btree_open(nvh_pool *pool, const char *name, int create,
     t->mode = options->mode;
     t->sorted = options->sorted;
     t->count = -1;
+    t->slab_idx = t->si_head = t->si_freelist = -1;
+    t->ix_gen = 1;                   /* companions start at gen 0: kids unknown */
     if (options->count_wear) {
         t->wear = calloc(1, sizeof *t->wear);
         if (!t->wear) goto nomem;
@@ -200,8 +210,10 @@ nvh_btree *nvh_btree_open(nvh_pool *pool, const char *name, int create,
         }
         h = nvh_reserve_named(pool, full, sizeof *h);
         if (!h) goto fail;
+        nvh_protect_open_(pool, h, sizeof *h);
         bt_header_init(pool, h, sizeof *h, NULL);
         nvh_persist(pool, h, sizeof *h);
+        nvh_protect_close_(pool, h, sizeof *h);
         if (nvh_activate_named(pool, full) != NVH_OK) goto fail;
         t->count = 0;
     } else if (size < sizeof *h || h->magic != BT_MAGIC_TREE || h->version != BT_VERSION ||
@@ -259,6 +271,8 @@ int nvh_btree_close(nvh_btree *t)
         free(t->hdr);
     }
     free(t->pend);
+    bt_slab_fini(t);
+    bt_ix_fini(t);
     if (t->wear) { free(t->wear->keys); free(t->wear->counts); free(t->wear); }
     free(t);
     return rc;
@@ -267,34 +281,17 @@ int nvh_btree_close(nvh_btree *t)
 /* ==========================================================================
  * Durability bookkeeping
  * ========================================================================== */
-static void bt_set_durable(struct nvh_btree *t, uint64_t seq)
+void bt_set_durable_(struct nvh_btree *t, uint64_t seq)
 {
     if (seq <= t->durable) return;
     t->durable = seq;
     if (t->durable_fn) t->durable_fn(t, seq, t->durable_arg);
 }
 
-/* Group action of the chained "ack" group: the record's validation key was
- * flushed by the insert action and a fence has passed since. */
-static void bt_ack_action(nvh_pool *pool, nvh_group_ctx *ctx, void *arg)
-{
-    (void)pool; (void)ctx;
-    bt_pending *pd = arg;
-    struct nvh_btree *t = pd->tree;
-    /* Acks run in begin order, so the ring frees from its oldest end. */
-    assert(t->pend_used > 0);
-    assert(pd == &t->pend[(t->pend_next + t->pend_cap - t->pend_used) % t->pend_cap]);
-    pd->used = 0;
-    t->pend_used--;
-    bt_set_durable(t, pd->seq);
-}
-
 void bt_ack_(struct nvh_btree *t, uint64_t seq)
 {
-    if (t->pend_used == 0) bt_set_durable(t, seq);
+    if (t->pend_used == 0) bt_set_durable_(t, seq);
 }
-
-nvh_group_action bt_ack_fn_(void) { return bt_ack_action; }
 
 int nvh_btree_sync(nvh_btree *t)
 {
@@ -308,11 +305,15 @@ int nvh_btree_sync(nvh_btree *t)
         t->deferred_err = 0;
         return bt_fail(rc, "an insert failed in its group action (pool full?)");
     }
-    if (t->pend_used == 0) bt_set_durable(t, t->ops);
+    if (t->pend_used == 0) bt_set_durable_(t, t->ops);
     return NVH_OK;
 }
 
 uint64_t nvh_btree_ops(const nvh_btree *t) { return t ? t->ops : 0; }
+void nvh_btree_debug_fault_(nvh_btree *t, unsigned faults)
+{
+    if (t) t->fault = faults;
+}
 uint64_t nvh_btree_durable(const nvh_btree *t) { return t ? t->durable : 0; }
 void nvh_btree_set_durable_fn(nvh_btree *t, nvh_btree_durable_fn fn, void *arg)
 {
@@ -345,10 +346,20 @@ static bt_entry *bt_find(struct nvh_btree *t, uint64_t key, bt_record **rec)
         }
         return NULL;
     }
+    if (key < path[d].lo || key > path[d].hi) return NULL;
+    bt_idx *x = path[d].ix ? path[d].ix : bt_ix(t, n);
+    if (x) {
+        for (uint64_t m = bt_ix_match(x, key); m; m &= m - 1) {
+            bt_entry *e = &n->e[__builtin_ctzll(m)];
+            if (e->key != key) continue;             /* fingerprint collision */
+            bt_record *r = bt_entry_record(t, e);
+            if (r) { *rec = r; return e; }
+        }
+        return NULL;
+    }
     for (unsigned i = 0; i < BT_NODE_CAP; i++) {
         bt_entry *e = &n->e[i];
         if (e->key != key || !e->ptr) continue;
-        if (key < path[d].lo || key > path[d].hi) continue;
         bt_record *r = bt_entry_record(t, e);
         if (r) { *rec = r; return e; }
     }

@@ -2,7 +2,8 @@
  *
  * The design is seed 000 §6 (Moraru et al.): nodes are append-only (an entry
  * is written into a free slot, never shifted), a value record becomes valid
- * when its key is written into its header after its data is durable, a split
+ * when the leaf entry's pointer to it is written after its data (and the
+ * entry's key) is durable, a split
  * builds two new nodes and retires the old one only once the new ones and the
  * parent's pointers are durable, deletes null a pointer. docs/BTREE.md has
  * the full argument; docs/FORMAT.md the on-media layout.
@@ -12,7 +13,9 @@
  *   btree_write.c  insert/update/delete (persist groups, flush, NT variants)
  *   btree_split.c  structural changes: split, repair of interrupted splits,
  *                  root growth, removal of empty leaves
- *   btree_check.c  invariant checker and the wear (writes per line) counter
+ *   btree_slab.c   value records carved from tree-owned slabs, slab accounting
+ *   btree_index.c  DRAM companions of the nodes (the search index)
+ *   btree_check.c  invariant checker, eager reclaim, the wear counter
  */
 #ifndef NVH_DS_BTREE_H
 #define NVH_DS_BTREE_H
@@ -22,17 +25,21 @@
 #include <stdint.h>
 
 #include "nvheap.h"
+#include "../protect/protect.h"
 
 /* ==========================================================================
  * On-media format (all little-endian, fixed width; docs/FORMAT.md)
  * ========================================================================== */
 #define BT_MAGIC_TREE 0x45455254424856ull   /* "VHBTREE" */
 #define BT_MAGIC_NODE 0x45444f4e424856ull   /* "VHBNODE" */
-#define BT_VERSION 1u
+#define BT_MAGIC_SLAB 0x42414c53424856ull   /* "VHBSLAB" */
+#define BT_VERSION 2u                      /* 2: value records in slabs      */
 #define BT_NODE_SIZE 1024u
 #define BT_NODE_CAP 60u                    /* entries per node                */
 #define BT_PENDING 1ull                    /* low bit of a leaf entry's ptr:
-                                              record not activated yet        */
+                                              record not durable yet          */
+#define BT_SLAB_SIZE (64u * 1024u)         /* a record slab (one activation)  */
+#define BT_SLAB_BIG (BT_SLAB_SIZE / 4u)    /* larger records: a slab of their own */
 
 /* The tree header: a named object "nvh.btree.<name>". */
 typedef struct bt_header {
@@ -40,10 +47,12 @@ typedef struct bt_header {
     uint32_t version;        /* BT_VERSION                                     */
     uint32_t node_size;      /* BT_NODE_SIZE                                   */
     nvh_off_t root;          /* root node; 0 = empty tree (set by activation)  */
-    uint64_t reserved[5];    /* zero                                           */
+    nvh_off_t slabs;         /* newest record slab; 0 = none (activation links) */
+    uint64_t reserved[4];    /* zero                                           */
 } bt_header;
 _Static_assert(sizeof(bt_header) == 64, "bt_header is one line");
 _Static_assert(offsetof(bt_header, root) == 16, "bt_header.root offset");
+_Static_assert(offsetof(bt_header, slabs) == 24, "bt_header.slabs offset");
 
 /* One slot: in a leaf (key, value record), in an inner node (lower bound of
  * the child's key range, child). 16 B, so a slot never straddles a line. */
@@ -71,16 +80,31 @@ _Static_assert(sizeof(bt_node) == BT_NODE_SIZE, "bt_node size");
 _Static_assert(offsetof(bt_node, successor) == 32, "bt_node.successor offset");
 _Static_assert(offsetof(bt_node, e) == 64, "entries start on the second line");
 
-/* A value record (its own allocation). Valid iff vkey == the leaf entry's
- * key; vkey is written (by a group action) only after the rest is durable. */
+/* A record slab: one allocator object holding many value records, carved
+ * by a DRAM bump pointer. Slabs form a list from bt_header.slabs (newest
+ * first), pushed by the slab's activation (link = header.slabs, the slab's
+ * `next` = the old head) and unlinked by its nvh_free. One activation fence
+ * per slab instead of one per record: a record needs no allocator state of
+ * its own, because what makes it live is the leaf entry pointing at it, and
+ * that pointer is written only after the record is durable (seed 000 §6:
+ * "valid only when its key is written after its data is durable"). */
+typedef struct bt_slab {
+    uint64_t magic;          /* BT_MAGIC_SLAB                                  */
+    nvh_off_t next;          /* older slab, or 0                                */
+    uint64_t size;           /* bytes, header included                          */
+    uint64_t reserved[5];    /* zero                                           */
+} bt_slab;
+_Static_assert(sizeof(bt_slab) == 64, "bt_slab header is one line");
+_Static_assert(offsetof(bt_slab, next) == 8, "bt_slab.next offset");
+
+/* A value record, 64 B aligned inside a slab. Written (and made durable)
+ * before any leaf entry points at it; never written again. */
 typedef struct bt_record {
-    uint64_t vkey;           /* validation key; ~key until validated           */
-    nvh_off_t next;          /* newer version of an interrupted update, or 0   */
     uint64_t len;            /* value bytes                                     */
-    uint64_t pad0;
+    nvh_off_t slab;          /* the slab holding it (space accounting)          */
     unsigned char data[];
 } bt_record;
-_Static_assert(sizeof(bt_record) == 32, "bt_record header size");
+_Static_assert(sizeof(bt_record) == 16, "bt_record header size");
 
 /* ==========================================================================
  * DRAM state
@@ -90,10 +114,62 @@ typedef struct bt_pending {
     struct nvh_btree *tree;
     bt_entry *entry;         /* slot whose ptr is rec|BT_PENDING               */
     bt_record *rec;
+    size_t rsize;            /* record bytes (its write window)                 */
     uint64_t key;
     uint64_t seq;            /* operation number                               */
     int used;
 } bt_pending;
+
+/* DRAM accounting of one slab: live records. Tracked slabs are always a
+ * prefix of the persistent slab list (this session's slabs, which are
+ * pushed at its head; all of them after nvh_btree_reclaim counted them), so
+ * the predecessor of a tracked slab is tracked too (or is the header). */
+typedef struct bt_slabinfo {
+    nvh_off_t off;           /* 0 = free entry                                  */
+    uint64_t live;           /* records referenced by live leaf entries         */
+    int32_t prev, next;      /* DRAM list in persistent-list order (-1 = none)  */
+} bt_slabinfo;
+
+/* DRAM companion of an unsorted node (btree_index.c): a cache of its
+ * header and used-slot bitmap; for an inner node its used slots' keys
+ * sorted (binary search for the child), for a leaf a one-byte fingerprint
+ * per slot (one line to compare, then only the matching slot is read). */
+typedef struct bt_idx {
+    const bt_node *node;     /* hash key (free list link when unused)          */
+    uint64_t used;           /* bit j: slot j has ptr != 0                     */
+    uint64_t lo, hi;         /* header range                                   */
+    nvh_off_t successor;     /* header successor when built                    */
+    uint32_t level;
+    uint8_t n;               /* inner: used slots in key[]/slot[]              */
+    uint8_t pad[3];
+    uint64_t pad1[2];        /* the union starts on the second line          */
+    union {
+        uint8_t fp[64];                  /* leaf: fingerprint of slot j's key  */
+        struct {
+            uint8_t slot[BT_NODE_CAP + 4];
+            uint64_t key[BT_NODE_CAP];   /* keys of the used slots, ascending  */
+            /* children of those slots and their companions (NULL = not
+             * looked up yet): valid while gen == the tree's ix_gen, which
+             * every activation, free and companion drop advances */
+            struct bt_kid {
+                const bt_node *node;
+                struct bt_idx *ix;
+            } kid[BT_NODE_CAP];          /* one line holds both of a child   */
+            uint64_t gen;
+        } in;
+    } u;
+} bt_idx;
+#define BT_IX_LEAF_SIZE (offsetof(bt_idx, u) + 64)
+_Static_assert(offsetof(bt_idx, u) == 64, "companion: header line, then fingerprints");
+
+/* A slot of the companion table: the node address is kept next to the
+ * pointer so that a probe never touches a companion it does not want. */
+typedef struct bt_ixslot {
+    const bt_node *node;     /* NULL = empty                                   */
+    bt_idx *x;
+} bt_ixslot;
+
+static inline uint8_t bt_fp(uint64_t key) { return (uint8_t)((key * 0x9E3779B97F4A7C15ull) >> 56); }
 
 /* Wear counter: open-addressing map line address -> stores. */
 typedef struct bt_wear {
@@ -117,6 +193,21 @@ struct nvh_btree {
     void *durable_arg;
     int deferred_err;        /* error of an action (reported by sync)          */
     int64_t count;           /* live keys, -1 = unknown (not counted yet)      */
+    unsigned fault;          /* BT_FAULT_* bits: deliberately broken (tests)   */
+    /* record slabs (persistent modes) */
+    bt_slab *slab;           /* current slab (bump allocation), or NULL        */
+    int32_t slab_idx;        /* its bt_slabinfo index                          */
+    uint64_t slab_used;      /* bytes carved from it, header included          */
+    bt_slabinfo *si;         /* tracked slabs                                  */
+    uint32_t si_cap, si_used;
+    int32_t si_head, si_freelist;
+    int32_t *si_hash;        /* open addressing: slab offset -> index, -1 empty */
+    uint32_t si_hash_cap;
+    /* node companions (btree_index.c) */
+    struct bt_ixslot *ix_tab;    /* open addressing: node -> companion      */
+    uint32_t ix_cap, ix_used;
+    uint64_t ix_gen;             /* advances when child pointers may change */
+    bt_idx *ix_free;
     nvh_btree_stats stats;
     bt_wear *wear;
 };
@@ -158,6 +249,18 @@ static inline void bt_drain(struct nvh_btree *t)
     if (t->pool) nvh_drain(t->pool);
 }
 
+/* Write windows of the protection layer (seed 000 §6: unprotect the node or
+ * record before the update, protect it again once the update is durable).
+ * One load and a branch when the pool is not protected. */
+static inline void bt_wopen(struct nvh_btree *t, const void *p, size_t len)
+{
+    if (t->pool) nvh_protect_open_(t->pool, p, len);
+}
+static inline void bt_wclose(struct nvh_btree *t, const void *p, size_t len)
+{
+    if (t->pool) nvh_protect_close_(t->pool, p, len);
+}
+
 /* Is this leaf entry (its ptr carrying BT_PENDING) pending in THIS session
  * (record reserved, action not run yet)? Leftovers of a crash are not. The
  * entry's address is compared, not only the pointer value: the space of a
@@ -165,8 +268,8 @@ static inline void bt_drain(struct nvh_btree *t)
  * again, so a leftover and a live pending slot can hold the same value. */
 int bt_pending_has(const struct nvh_btree *t, const bt_entry *e);
 
-/* Value record of a leaf entry if the entry is live, else NULL. Follows the
- * `next` link of an interrupted update. */
+/* Value record of a leaf entry if the entry is live, else NULL (free, or a
+ * crash leftover whose record never became durable). */
 bt_record *bt_entry_record(const struct nvh_btree *t, const bt_entry *e);
 
 /* A position on a root-to-node path: the node, its effective key range, the
@@ -176,6 +279,7 @@ typedef struct bt_path {
     bt_node *node;
     uint64_t lo, hi;
     bt_entry *link;
+    bt_idx *ix;              /* the node's companion if known, else NULL       */
 } bt_path;
 
 /* Effective range of child entry i of node n whose range is [lo, hi]. */
@@ -219,12 +323,14 @@ static inline int bt_child_scan(const bt_node *n, uint64_t lo, uint64_t hi, uint
 /* Index of the child of inner node n (range [lo,hi]) covering key, or -1. */
 int bt_child_for(const bt_node *n, uint64_t lo, uint64_t hi, uint64_t key);
 
-/* Durability bookkeeping (btree.c): op seq is durable if nothing is pending;
- * the action of the chained "ack" group of an insert. */
+/* Durability bookkeeping (btree.c): every op <= seq is durable; op seq is
+ * durable and nothing is pending. */
+void bt_set_durable_(struct nvh_btree *t, uint64_t seq);
 void bt_ack_(struct nvh_btree *t, uint64_t seq);
-nvh_group_action bt_ack_fn_(void);
 
-/* Allocation of node/record memory in the tree's variant. */
+/* Allocation of node memory in the tree's variant. bt_new_node (split.c)
+ * opens the new node's write window; bt_activate closes it (the node is
+ * durable then), bt_cancel too. Link words get windows of their own. */
 void *bt_reserve(struct nvh_btree *t, size_t size);
 void bt_cancel(struct nvh_btree *t, void *p);
 /* Make a reserved object durable and set links (activation), or just store
@@ -232,6 +338,53 @@ void bt_cancel(struct nvh_btree *t, void *p);
 int bt_activate(struct nvh_btree *t, void *p, nvh_off_t *const links[], unsigned n);
 /* Free an object and update links (nvh_free), or free() + stores. */
 int bt_free(struct nvh_btree *t, void *p, const nvh_link *links, unsigned n);
+
+/* Value records (btree_slab.c). Persistent modes carve them from slabs
+ * (the record's write window is open on return: close it with bt_wclose
+ * once it is durable); the volatile variant mallocs them. */
+bt_record *bt_rec_new(struct nvh_btree *t, size_t len);
+/* A record no live leaf entry references any more (deleted, replaced, or a
+ * failed insert): its slab's live count falls, an empty slab that is not the
+ * current one is freed (after the group context is settled). */
+int bt_rec_release(struct nvh_btree *t, bt_record *r);
+/* Count the live records of every slab from scratch (nvh_btree_reclaim):
+ * forget the tracking, track every slab of the list, then bt_slab_count()
+ * each live entry and bt_slab_free_empty(). */
+int bt_slab_recount_begin(struct nvh_btree *t);
+void bt_slab_count(struct nvh_btree *t, const bt_record *r);
+int bt_slab_free_empty(struct nvh_btree *t);
+/* Is r a record inside a slab of this tree's list (checker)? */
+int bt_slab_check_record(struct nvh_btree *t, const bt_record *r);
+void bt_slab_fini(struct nvh_btree *t);
+
+/* Node companions (btree_index.c). bt_ix: the companion of an unsorted
+ * node, built if needed (NULL: sorted variant, or out of memory — callers
+ * then scan the node). */
+bt_idx *bt_ix_find(const struct nvh_btree *t, const bt_node *n);
+bt_idx *bt_ix_build(struct nvh_btree *t, const bt_node *n);
+static inline bt_idx *bt_ix(struct nvh_btree *t, const bt_node *n)
+{
+    if (t->sorted) return NULL;
+    bt_idx *x = bt_ix_find(t, n);
+    return x ? x : bt_ix_build(t, n);
+}
+void bt_ix_drop(struct nvh_btree *t, const bt_node *n);
+void bt_ix_add(struct nvh_btree *t, const bt_node *n, unsigned slot, uint64_t key);
+void bt_ix_del(struct nvh_btree *t, const bt_node *n, unsigned slot);
+void bt_ix_fini(struct nvh_btree *t);
+unsigned bt_ix_lower(const bt_idx *x, uint64_t key);
+/* Leaf companion: bitmap of the used slots whose fingerprint matches key. */
+uint64_t bt_ix_match(const bt_idx *x, uint64_t key);
+/* Re-read the children of inner companion x (its gen is old). */
+void bt_ix_refresh_kids(const struct nvh_btree *t, bt_idx *x);
+/* A free slot from the used bitmap (highest or lowest), or -1. */
+int bt_ix_free_slot(const bt_idx *x, int highest);
+/* Is the node of companion x stale on path position p (interrupted split,
+ * or header range narrower than the effective one)? */
+static inline int bt_ix_stale(const bt_idx *x, const bt_path *p)
+{
+    return x->successor != 0 || x->hi != p->hi || x->lo < p->lo;
+}
 
 /* Structural changes (btree_split.c). Each may call nvh_group_sync first. */
 /* Descend to the leaf for key, repairing interrupted splits and splitting
@@ -248,5 +401,14 @@ int bt_stale(const bt_path *p);
 int bt_reclaim_leaf(struct nvh_btree *t, bt_path *p);
 
 #define BT_MAX_DEPTH 32
+
+/* Deliberate bugs for the crash checker's negative controls
+ * (nvh_btree_debug_fault_, tests/btree/test_btree_crash.c): the crash test
+ * must catch each of them. Never set otherwise. */
+#define BT_FAULT_VALIDATE_EARLY 1u   /* insert: slot points at the record in the
+                                        record's own group (validation before
+                                        the data is durable)                 */
+#define BT_FAULT_NODE_UNFLUSHED 2u   /* split: new nodes activated unflushed  */
+void nvh_btree_debug_fault_(nvh_btree *t, unsigned faults);
 
 #endif /* NVH_DS_BTREE_H */

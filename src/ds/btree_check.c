@@ -106,14 +106,11 @@ static int bt_check_node(struct nvh_btree *t, bt_node *n, uint64_t lo, uint64_t 
             bt_entry *e = &n->e[i];
             if (!e->ptr || e->key < lo || e->key > hi) continue;
             if ((e->ptr & BT_PENDING) && !bt_pending_has(t, e)) continue;
-            bt_record *r = bt_ptr(t, e->ptr & ~BT_PENDING);
-            if (!bt_obj_ok(t, r, sizeof *r))
-                return nvh_fail(NVH_E_CORRUPT, "btree check: key %llu -> record outside the heap",
-                                (unsigned long long)e->key);
-            bt_record *v = n->sorted ? r : bt_entry_record(t, e);
-            if (!v) continue;            /* never validated: ignored */
-            if (!bt_obj_ok(t, v, sizeof *v + (size_t)v->len))
-                return nvh_fail(NVH_E_CORRUPT, "btree check: key %llu: record shorter than its length",
+            bt_record *v = n->sorted ? bt_ptr(t, e->ptr) : bt_entry_record(t, e);
+            if (!v) continue;            /* never validated: a free slot */
+            if (t->pool ? !nvh_contains(t->pool, v, sizeof *v) || !bt_slab_check_record(t, v)
+                        : !bt_obj_ok(t, v, sizeof *v))
+                return nvh_fail(NVH_E_CORRUPT, "btree check: key %llu -> record outside its slab",
                                 (unsigned long long)e->key);
             keys[k++] = e->key;
         }
@@ -178,12 +175,22 @@ static int bt_reclaim_node(struct nvh_btree *t, bt_path *p)
         if (rc != NVH_OK) return rc;
     }
     bt_node *n = p->node;
-    if (n->level == 0) return t->sorted ? NVH_OK : bt_reclaim_leaf(t, p);
+    if (n->level == 0) {
+        if (t->sorted) return NVH_OK;
+        int rc = bt_reclaim_leaf(t, p);
+        if (rc != NVH_OK || !t->pool) return rc;
+        for (unsigned i = 0; i < BT_NODE_CAP; i++) {
+            const bt_entry *e = &n->e[i];
+            if (!e->ptr || (e->ptr & BT_PENDING) || e->key < p->lo || e->key > p->hi) continue;
+            bt_slab_count(t, bt_ptr(t, e->ptr));
+        }
+        return NVH_OK;
+    }
     for (unsigned i = 0; i < BT_NODE_CAP; i++) {
         bt_entry *e = &n->e[i];
         if (!e->ptr || e->key < p->lo || e->key > p->hi) continue;
         if (n->sorted && i >= n->count) break;
-        bt_path c = {bt_ptr(t, e->ptr), 0, 0, e};
+        bt_path c = {bt_ptr(t, e->ptr), 0, 0, e, NULL};
         if (n->sorted) {
             c.lo = e->key;
             c.hi = i + 1 < n->count ? n->e[i + 1].key - 1 : p->hi;
@@ -196,15 +203,25 @@ static int bt_reclaim_node(struct nvh_btree *t, bt_path *p)
     return NVH_OK;
 }
 
+/* Repair every interrupted split, free every leftover slot, and count the
+ * live records of every slab (those of earlier sessions included), freeing
+ * the slabs that hold none. A split that repairs a node only copies entries
+ * (records are never moved), so counting during the walk is exact. */
 int nvh_btree_reclaim(nvh_btree *t)
 {
     if (!t) return nvh_fail(NVH_E_INVAL, "btree: tree is NULL");
     int rc = nvh_btree_sync(t);
     if (rc != NVH_OK) return rc;
+    if (t->pool) {
+        rc = bt_slab_recount_begin(t);
+        if (rc != NVH_OK) return rc;
+    }
     bt_node *root = bt_ptr(t, t->hdr->root);
-    if (!root) return NVH_OK;
-    bt_path p = {root, 0, UINT64_MAX, NULL};
-    rc = bt_reclaim_node(t, &p);
+    if (root) {
+        bt_path p = {root, 0, UINT64_MAX, NULL, NULL};
+        rc = bt_reclaim_node(t, &p);
+    }
+    if (rc == NVH_OK && t->pool) rc = bt_slab_free_empty(t);
     if (rc == NVH_OK && t->pool) nvh_drain(t->pool);
     return rc;
 }

@@ -65,6 +65,7 @@ static bt_node *bt_new_node(struct nvh_btree *t, uint32_t level, uint64_t lo, ui
 {
     bt_node *c = bt_reserve(t, sizeof *c);
     if (!c) return NULL;
+    bt_wopen(t, c, sizeof *c);
     memset(c, 0, sizeof *c);
     c->magic = BT_MAGIC_NODE;
     c->level = level;
@@ -76,7 +77,8 @@ static bt_node *bt_new_node(struct nvh_btree *t, uint32_t level, uint64_t lo, ui
     /* unsorted nodes need their free slots zeroed on the media: all lines
      * are written; the sorted variant bounds its slots by count */
     bt_note(t, c, t->sorted ? 64 + (size_t)n * sizeof *v : sizeof *c);
-    bt_flush(t, c, sizeof *c);
+    if (!__builtin_expect(t->fault & BT_FAULT_NODE_UNFLUSHED, 0) || !n)
+        bt_flush(t, c, sizeof *c);
     t->stats.nodes++;
     return c;
 }
@@ -87,45 +89,23 @@ int bt_stale(const bt_path *p)
     return n->successor != 0 || n->hi > p->hi || n->lo < p->lo;
 }
 
-/* Free records of in-range leaf entries that never became valid, and finish
- * interrupted updates whose new version is not valid (drop it). */
-static int bt_reclaim_entry(struct nvh_btree *t, bt_entry *e)
-{
-    if (!t->pool || !e->ptr || (e->ptr & BT_PENDING)) return NVH_OK;
-    bt_record *r = bt_ptr(t, e->ptr);
-    if (r->vkey != e->key) {
-        nvh_link l = {&e->ptr, 0};
-        t->stats.reclaimed++;
-        return bt_free(t, r, &l, 1);
-    }
-    if (r->next) {
-        bt_record *nx = bt_ptr(t, r->next);
-        if (nx->vkey == e->key) {        /* finish the update: new version wins */
-            nvh_link l = {&e->ptr, r->next};
-            t->stats.repairs++;
-            return bt_free(t, r, &l, 1);
-        }
-        nvh_link l = {&r->next, 0};      /* drop the never-validated version */
-        t->stats.reclaimed++;
-        return bt_free(t, nx, &l, 1);
-    }
-    return NVH_OK;
-}
-
+/* Free the slots of in-range leaf entries whose validation never became
+ * durable (crash leftovers: PENDING set, not pending in this session). Their
+ * records are garbage inside a slab (btree_slab.c); nothing to free. */
 int bt_reclaim_leaf(struct nvh_btree *t, bt_path *p)
 {
     bt_node *n = p->node;
     for (unsigned i = 0; i < BT_NODE_CAP; i++) {
         bt_entry *e = &n->e[i];
-        if (!e->ptr || e->key < p->lo || e->key > p->hi) continue;
-        if ((e->ptr & BT_PENDING) && !bt_pending_has(t, e)) {
-            e->ptr = 0;                  /* leftover: the record was never allocated */
-            bt_note(t, e, sizeof *e);
-            bt_flush(t, e, sizeof *e);
-            continue;
-        }
-        int rc = bt_reclaim_entry(t, e);
-        if (rc != NVH_OK) return rc;
+        if (!(e->ptr & BT_PENDING) || e->key < p->lo || e->key > p->hi) continue;
+        if (bt_pending_has(t, e)) continue;
+        bt_wopen(t, e, sizeof *e);
+        e->ptr = 0;
+        bt_note(t, e, sizeof *e);
+        bt_flush(t, e, sizeof *e);
+        bt_wclose(t, e, sizeof *e);
+        bt_ix_del(t, n, i);
+        t->stats.reclaimed++;
     }
     return NVH_OK;
 }
@@ -156,6 +136,7 @@ static int bt_replace(struct nvh_btree *t, bt_path *p, const bt_entry *v, unsign
     if (!nn) return nvh_errcode();
     bt_drain(t);
     nvh_off_t *succ = &c->successor;
+    bt_ix_drop(t, c);
     int rc = bt_activate(t, nn, &succ, 1);
     if (rc != NVH_OK) { bt_cancel(t, nn); return rc; }
     nvh_link l = {bt_link_of(t, p), bt_off(t, nn)};
@@ -194,19 +175,28 @@ static int bt_free_slot(struct nvh_btree *t, bt_path *p)
 {
     bt_node *n = p->node;
     if (n->sorted) return n->count < BT_NODE_CAP ? (int)n->count : -1;
-    /* From the end: nodes are created with their entries at the front, so a
-     * free slot is usually found at once (this runs at every level of every
-     * insert). */
-    for (unsigned i = BT_NODE_CAP; i-- > 0;)
-        if (!n->e[i].ptr) return (int)i;
-    if (n->level == 0) {
-        /* slow path: crash leftovers (pending bit, never activated) */
+    bt_idx *x = bt_ix(t, n);
+    int level = x ? (int)x->level : (int)n->level;
+    if (x) {
+        int j = bt_ix_free_slot(x, 1);
+        if (j >= 0) return j;
+    } else {
+        /* From the end: nodes are created with their entries at the front,
+         * so a free slot is usually found at once. */
+        for (unsigned i = BT_NODE_CAP; i-- > 0;)
+            if (!n->e[i].ptr) return (int)i;
+    }
+    if (level == 0) {
+        /* slow path: crash leftovers (pending bit, never validated) */
         for (unsigned i = 0; i < BT_NODE_CAP; i++) {
             bt_entry *e = &n->e[i];
             if ((e->ptr & BT_PENDING) && !bt_pending_has(t, e)) {
+                bt_wopen(t, e, sizeof *e);
                 e->ptr = 0;
                 bt_note(t, e, sizeof *e);
                 bt_flush(t, e, sizeof *e);
+                bt_wclose(t, e, sizeof *e);
+                bt_ix_del(t, n, i);
                 return (int)i;
             }
         }
@@ -278,14 +268,18 @@ static int bt_split(struct nvh_btree *t, bt_path *path, int d)
         return rc;
     }
     /* 1. the separator key in a free parent slot, durable with the nodes */
+    bt_wopen(t, &p->e[j].key, sizeof p->e[j].key);
     p->e[j].key = m;
     bt_note(t, &p->e[j], sizeof p->e[j]);
     bt_flush(t, &p->e[j], sizeof p->e[j]);
     bt_drain(t);
+    bt_wclose(t, &p->e[j].key, sizeof p->e[j].key);
     /* 2. publish the upper half */
     nvh_off_t *link = &p->e[j].ptr;
     rc = bt_activate(t, n2, &link, 1);
     if (rc != NVH_OK) { bt_cancel(t, n1); bt_cancel(t, n2); return rc; }
+    bt_ix_add(t, p, (unsigned)j, m);
+    bt_ix_drop(t, c);                /* C gets a successor, then retires */
     /* 3. the lower half becomes C's successor */
     link = &c->successor;
     rc = bt_activate(t, n1, &link, 1);
@@ -309,8 +303,8 @@ static int bt_grow_root(struct nvh_btree *t, bt_path *path)
     nvh_off_t *link = &t->hdr->root;
     int rc = bt_activate(t, nr, &link, 1);
     if (rc != NVH_OK) { bt_cancel(t, nr); return rc; }
-    path[0] = (bt_path){nr, 0, UINT64_MAX, NULL};
-    path[1] = (bt_path){r, 0, UINT64_MAX, &nr->e[0]};
+    path[0] = (bt_path){nr, 0, UINT64_MAX, NULL, NULL};
+    path[1] = (bt_path){r, 0, UINT64_MAX, &nr->e[0], NULL};
     t->stats.root_splits++;
     return NVH_OK;
 }
@@ -331,18 +325,20 @@ int bt_descend(struct nvh_btree *t, uint64_t key, int for_write, bt_path *path, 
         if (rc != NVH_OK) { bt_cancel(t, n); return rc; }
         root = n;
     }
-    path[0] = (bt_path){root, 0, UINT64_MAX, NULL};
+    path[0] = (bt_path){root, 0, UINT64_MAX, NULL, NULL};
     int d = 0;
-    bt_prefetch_node(root);
     for (;;) {
         bt_path *p = &path[d];
+        bt_idx *x = p->ix ? p->ix : (p->ix = bt_ix(t, p->node));
         if (for_write) {
             /* stale (interrupted split), or narrower than its effective
              * range (a crash between removing its right neighbour and
              * rebuilding it): rebuild before writing into it */
-            if (!t->sorted && (bt_stale(p) || p->node->hi < p->hi)) {
+            if (!t->sorted && (x ? bt_ix_stale(x, p) : bt_stale(p) || p->node->hi < p->hi)) {
                 int rc = bt_repair(t, p);
                 if (rc != NVH_OK) return rc;
+                p->ix = NULL;
+                continue;                /* p->node changed: look again */
             }
             if (bt_free_slot(t, p) < 0) {
                 int rc;
@@ -355,13 +351,16 @@ int bt_descend(struct nvh_btree *t, uint64_t key, int for_write, bt_path *path, 
                 rc = bt_split(t, path, d);
                 if (rc != NVH_OK) return rc;
                 d--;                     /* choose the child again */
+                path[d].ix = NULL;
                 continue;
             }
-        } else {
+        } else if (x ? x->successor != 0 : p->node->successor != 0) {
             while (p->node->successor) p->node = bt_ptr(t, p->node->successor);
+            p->ix = NULL;
+            continue;
         }
         bt_node *n = p->node;
-        if (n->level == 0) return d;
+        if ((x ? x->level : n->level) == 0) return d;
         int i;
         uint64_t clo, chi;
         if (n->sorted) {
@@ -370,6 +369,27 @@ int bt_descend(struct nvh_btree *t, uint64_t key, int for_write, bt_path *path, 
                                        (unsigned long long)key);
             clo = n->e[i].key;
             chi = (unsigned)i + 1 < n->count ? n->e[i + 1].key - 1 : p->hi;
+        } else if (x && x->successor == 0 && x->lo >= p->lo && x->hi <= p->hi && x->n) {
+            /* not stale: every used entry is valid and in range, keys are
+             * distinct: the child is the last key <= key */
+            unsigned r = bt_ix_lower(x, key);
+            if (r == x->n || x->u.in.key[r] != key) {
+                if (r == 0) return nvh_fail(NVH_E_CORRUPT, "btree: no child covers key %llu",
+                                            (unsigned long long)key);
+                r--;
+            }
+            i = x->u.in.slot[r];
+            clo = x->u.in.key[r];
+            chi = r + 1 < x->n ? x->u.in.key[r + 1] - 1 : p->hi;
+            /* the child and its companion from the cache: no read of the
+             * persistent slot, no table lookup */
+            if (x->u.in.gen != t->ix_gen) bt_ix_refresh_kids(t, x);
+            struct bt_kid *k = &x->u.in.kid[r];
+            if (!k->ix) k->ix = bt_ix(t, k->node);
+            if (d + 1 >= max) return nvh_fail(NVH_E_CORRUPT, "btree: deeper than %d levels", max);
+            path[d + 1] = (bt_path){(bt_node *)k->node, clo, chi, &n->e[i], k->ix};
+            d++;
+            continue;
         } else {
             i = bt_child_scan(n, p->lo, p->hi, key, &chi);
             if (i < 0) return nvh_fail(NVH_E_CORRUPT, "btree: no child covers key %llu",
@@ -377,8 +397,7 @@ int bt_descend(struct nvh_btree *t, uint64_t key, int for_write, bt_path *path, 
             clo = n->e[i].key;
         }
         if (d + 1 >= max) return nvh_fail(NVH_E_CORRUPT, "btree: deeper than %d levels", max);
-        path[d + 1] = (bt_path){bt_ptr(t, n->e[i].ptr), clo, chi, &n->e[i]};
-        bt_prefetch_node(path[d + 1].node);
+        path[d + 1] = (bt_path){bt_ptr(t, n->e[i].ptr), clo, chi, &n->e[i], NULL};
         d++;
     }
 }
@@ -404,7 +423,7 @@ int bt_remove_leaf(struct nvh_btree *t, bt_path *path, int d)
     if (left < 0) return NVH_OK;
     int rc = bt_settle_groups(t);
     if (rc != NVH_OK) return rc;
-    bt_path q = {bt_ptr(t, p->e[left].ptr), 0, 0, &p->e[left]};
+    bt_path q = {bt_ptr(t, p->e[left].ptr), 0, 0, &p->e[left], NULL};
     bt_child_range(p, pp->lo, pp->hi, (unsigned)left, &q.lo, &q.hi);
     if (bt_stale(&q)) {
         rc = bt_repair(t, &q);
@@ -412,6 +431,7 @@ int bt_remove_leaf(struct nvh_btree *t, bt_path *path, int d)
     }
     nvh_link l = {&lp->link->ptr, 0};
     rc = bt_free(t, lp->node, &l, 1);
+    bt_ix_del(t, p, (unsigned)(lp->link - p->e));
     if (rc != NVH_OK) return rc;
     t->stats.leaves_removed++;
     /* Keep "every entry of a node lies in its header's [lo, hi]": the

@@ -2,22 +2,32 @@
  * variants (persist groups, flush, non-temporal, volatile).
  *
  * Insert (GROUPS), the paper's Change 1 and 2:
- *   reserve record R; write vkey = ~key, len, data;     ordinary stores
- *   group: add(R); leaf slot = (key, R | PENDING)        append, no shifting
- *   action (after R is durable):  activate(R, link = slot.ptr)   one fence:
- *       R allocated and the slot pointing at it, failure-atomically;
- *     R.vkey = key (the validation key), chained group on that line whose
- *     action acknowledges the op as durable.
- * A slot whose ptr still carries PENDING after a crash was never activated:
- * it is a free slot. A record whose vkey != key was never validated: it is
- * ignored and reclaimed by the next writer that finds it.
+ *   carve record R from the current slab; write len, data   ordinary stores
+ *   leaf slot = (key, R | PENDING)             append into a free slot
+ *   group {R, slot}; action (after a fence made both durable):
+ *     slot.ptr = R       the validation: one 8-byte store, written only
+ *                        after the record AND the slot's key are durable;
+ *     group {slot.ptr}, whose action acknowledges the op as durable.
+ * No allocator call and no fence of its own: records live in slabs
+ * (btree_slab.c), ~1/32 fence per insert (the group layer's batch).
+ * A slot whose ptr still carries PENDING after a crash was never validated:
+ * it is a free slot, its record garbage inside a slab.
  *
- * Update: a new record R2, persisted; activate(R2, link = R1.next); R2.vkey
- * persisted; free(R1, slot.ptr -> R2). A crash in between leaves R1 -> R2
- * with R2 valid or not: readers take R2 if valid, else R1 (monotonic).
- * Delete: free(R, slot.ptr -> 0). Updates and deletes are durable when they
- * return; they first sync pending inserts so that the durable state is
- * always the state after some prefix of the operations.
+ * Update: R2 written and persisted (fence), slot.ptr = R2 persisted (fence):
+ * an 8-byte store replaces the version failure-atomically. Delete: slot.ptr
+ * = 0 persisted ("deletes null the pointer"). Both first sync pending
+ * inserts and are durable when they return.
+ *
+ * Durability of inserts: each is atomic and is durable once acknowledged;
+ * inserts still in flight at a crash survive or not independently of each
+ * other (their validations are batched, not ordered by a fence each), so a
+ * crash recovers every op <= durable() plus any subset of the inserts issued
+ * after it (updates and deletes sync first, so they are never in flight
+ * together with an earlier insert). What was recoverable once stays so.
+ *
+ * Protection: every store into the pool sits in a write window opened just
+ * before it and closed once it is durable (records: at the group action;
+ * slots: at the ack).
  */
 #include <stdlib.h>
 #include <string.h>
@@ -42,6 +52,15 @@ static inline void bt_store_nt(struct nvh_btree *t, uint64_t *dst, uint64_t v)
     nvh_flush(t->pool, dst, sizeof *dst);
 }
 
+/* A word of the pool in the tree's persistent variant: NT store, or store
+ * and flush (not fenced). */
+static inline void bt_store_persist(struct nvh_btree *t, uint64_t *dst, uint64_t v)
+{
+    if (t->mode == NVH_BTREE_NT) { bt_store_nt(t, dst, v); return; }
+    *dst = v;
+    nvh_flush(t->pool, dst, sizeof *dst);
+}
+
 static int bt_sync_pending(struct nvh_btree *t)
 {
     if (!t->group || t->pend_used == 0) return NVH_OK;
@@ -49,49 +68,57 @@ static int bt_sync_pending(struct nvh_btree *t)
     return nvh_btree_sync(t);
 }
 
-/* A new record (reserved, not activated) holding value; vkey = ~key. */
-static bt_record *bt_new_record(struct nvh_btree *t, uint64_t key, const void *value, size_t len)
+static inline size_t bt_rec_size(size_t len) { return sizeof(bt_record) + len; }
+
+/* A new record (not referenced yet) holding value, its write window open;
+ * in the NT variant written with streaming stores, else ordinary stores
+ * (not flushed). */
+static bt_record *bt_new_record(struct nvh_btree *t, const void *value, size_t len)
 {
-    bt_record *r = bt_reserve(t, sizeof *r + len);
+    bt_record *r = bt_rec_new(t, len);        /* its write window is open */
     if (!r) return NULL;
     if (t->mode == NVH_BTREE_NT) {
-        bt_store_nt(t, &r->vkey, ~key);
-        bt_store_nt(t, &r->next, 0);
+        /* r->slab was stored by bt_rec_new: stream the header line whole */
         bt_store_nt(t, &r->len, len);
-        bt_store_nt(t, &r->pad0, 0);
+        bt_store_nt(t, &r->slab, r->slab);
         if (len) nvh_memcpy_nodrain(t->pool, r->data, value, len);
         return r;
     }
-    r->vkey = t->mode == NVH_BTREE_VOLATILE ? key : ~key;
-    r->next = 0;
     r->len = len;
-    r->pad0 = 0;
     if (len) memcpy(r->data, value, len);
     return r;
 }
 
 /* ==========================================================================
- * Insert action (GROUPS)
+ * Insert actions (GROUPS)
  * ========================================================================== */
-static void bt_insert_action(nvh_pool *pool, nvh_group_ctx *ctx, void *arg)
+/* The slot's ptr is durable: the op is acknowledged. */
+static void bt_ack_action(nvh_pool *pool, nvh_group_ctx *ctx, void *arg)
 {
+    (void)pool; (void)ctx;
     bt_pending *pd = arg;
     struct nvh_btree *t = pd->tree;
-    nvh_off_t *link = &pd->entry->ptr;
-    bt_note(t, link, sizeof *link);
-    int rc = nvh_activate(pool, pd->rec, &link, 1);
-    if (rc != NVH_OK) {
-        /* Cannot happen short of a bug (the space was reserved); keep the
-         * tree consistent and report at the next sync. */
-        t->deferred_err = rc;
-        pd->entry->ptr = 0;
-        nvh_cancel(pool, pd->rec);
-    } else {
-        pd->rec->vkey = pd->key;                  /* the validation key */
-    }
+    bt_wclose(t, pd->entry, sizeof *pd->entry);
+    /* Acks run in begin order, so the ring frees from its oldest end. */
+    assert(t->pend_used > 0);
+    assert(pd == &t->pend[(t->pend_next + t->pend_cap - t->pend_used) % t->pend_cap]);
+    pd->used = 0;
+    t->pend_used--;
+    bt_set_durable_(t, pd->seq);
+}
+
+/* The record and the slot's key are durable: validate. */
+static void bt_insert_action(nvh_pool *pool, nvh_group_ctx *ctx, void *arg)
+{
+    (void)pool;
+    bt_pending *pd = arg;
+    struct nvh_btree *t = pd->tree;
+    bt_wclose(t, pd->rec, pd->rsize);
+    pd->entry->ptr = bt_off(t, pd->rec);          /* the validation */
+    bt_note(t, &pd->entry->ptr, sizeof pd->entry->ptr);
     nvh_group_begin(ctx);
-    if (rc == NVH_OK) nvh_group_add(ctx, &pd->rec->vkey, sizeof pd->rec->vkey);
-    nvh_group_end(ctx, bt_ack_fn_(), pd);
+    nvh_group_add(ctx, &pd->entry->ptr, sizeof pd->entry->ptr);
+    nvh_group_end(ctx, bt_ack_action, pd);
 }
 
 /* ==========================================================================
@@ -105,7 +132,12 @@ static int bt_leaf_find(struct nvh_btree *t, bt_path *p, uint64_t key, bt_entry 
     bt_node *n = p->node;
     *found = NULL;
     *free_slot = -1;
-    for (unsigned i = 0; i < BT_NODE_CAP; i++) {
+    bt_idx *x = bt_ix(t, n);
+    /* candidates: the used slots whose fingerprint matches (companion), or
+     * every slot */
+    uint64_t m = x ? bt_ix_match(x, key) : ((1ull << BT_NODE_CAP) - 1);
+    for (; m; m &= m - 1) {
+        unsigned i = (unsigned)__builtin_ctzll(m);
         bt_entry *e = &n->e[i];
         if (!e->ptr) {
             if (*free_slot < 0) *free_slot = (int)i;
@@ -114,19 +146,16 @@ static int bt_leaf_find(struct nvh_btree *t, bt_path *p, uint64_t key, bt_entry 
         if (e->key != key) continue;
         bt_record *r = bt_entry_record(t, e);
         if (r) { *found = e; *rec = r; continue; }
-        /* same key, dead: a crash leftover; reclaim it and reuse the slot */
-        if (e->ptr & BT_PENDING) {
-            e->ptr = 0;
-            bt_note(t, e, sizeof *e);
-            bt_flush(t, e, sizeof *e);
-        } else {
-            nvh_link l = {&e->ptr, 0};
-            t->stats.reclaimed++;
-            int rc = bt_free(t, bt_ptr(t, e->ptr), &l, 1);
-            if (rc != NVH_OK) return rc;
-        }
+        /* same key, never validated: a crash leftover, the slot is free */
+        bt_wopen(t, e, sizeof *e);
+        e->ptr = 0;
+        bt_note(t, e, sizeof *e);
+        bt_flush(t, e, sizeof *e);
+        bt_wclose(t, e, sizeof *e);
+        bt_ix_del(t, n, i);
         if (*free_slot < 0) *free_slot = (int)i;
     }
+    if (x && *free_slot < 0) *free_slot = bt_ix_free_slot(x, 0);
     return NVH_OK;
 }
 
@@ -150,7 +179,7 @@ static int bt_sorted_put(struct nvh_btree *t, bt_path *p, uint64_t key, const vo
     bt_node *n = p->node;
     int exact;
     int pos = bt_sorted_pos(n, key, &exact);
-    bt_record *r = bt_new_record(t, key, value, len);
+    bt_record *r = bt_new_record(t, value, len);
     if (!r) return nvh_errcode();
     if (exact) {
         free(bt_ptr(t, n->e[pos].ptr));
@@ -169,52 +198,28 @@ static int bt_sorted_put(struct nvh_btree *t, bt_path *p, uint64_t key, const vo
 }
 
 /* ==========================================================================
- * Update (existing live entry)
+ * Update (existing live entry; pending inserts already synced)
  * ========================================================================== */
-static int bt_update(struct nvh_btree *t, bt_entry *e, uint64_t key, const void *value,
-                     size_t len)
+static int bt_update(struct nvh_btree *t, bt_entry *e, const void *value, size_t len)
 {
-    if (t->mode == NVH_BTREE_VOLATILE) {
-        bt_record *r = bt_new_record(t, key, value, len);
-        if (!r) return nvh_errcode();
-        free(bt_ptr(t, e->ptr));
-        e->ptr = bt_off(t, r);
-        bt_note(t, &e->ptr, 8);
-        return NVH_OK;
-    }
-    /* settle an interrupted update of this entry first */
     bt_record *r1 = bt_ptr(t, e->ptr);
-    if (r1->next) {
-        bt_record *nx = bt_ptr(t, r1->next);
-        nvh_link l;
-        int rc;
-        if (nx->vkey == key) {
-            l = (nvh_link){&e->ptr, r1->next};
-            rc = bt_free(t, r1, &l, 1);
-            r1 = nx;
-        } else {
-            l = (nvh_link){&r1->next, 0};
-            rc = bt_free(t, nx, &l, 1);
-        }
-        if (rc != NVH_OK) return rc;
-        t->stats.repairs++;
-    }
-    bt_record *r2 = bt_new_record(t, key, value, len);
+    bt_record *r2 = bt_new_record(t, value, len);
     if (!r2) return nvh_errcode();
-    if (t->mode != NVH_BTREE_NT) nvh_flush(t->pool, r2, sizeof *r2 + len);
-    nvh_drain(t->pool);
-    nvh_off_t *link = &r1->next;
-    int rc = nvh_activate(t->pool, r2, &link, 1);
-    if (rc != NVH_OK) { nvh_cancel(t->pool, r2); return rc; }
-    if (t->mode == NVH_BTREE_NT) bt_store_nt(t, &r2->vkey, key);
-    else {
-        r2->vkey = key;
-        nvh_flush(t->pool, &r2->vkey, sizeof r2->vkey);
+    if (t->mode == NVH_BTREE_VOLATILE) {
+        e->ptr = bt_off(t, r2);
+        bt_note(t, &e->ptr, 8);
+        return bt_rec_release(t, r1);
     }
+    /* the new version durable, then one 8-byte store switches to it */
+    if (t->mode != NVH_BTREE_NT) nvh_flush(t->pool, r2, bt_rec_size(len));
     nvh_drain(t->pool);
-    nvh_link l = {&e->ptr, bt_off(t, r2)};
+    bt_wclose(t, r2, bt_rec_size(len));
+    bt_wopen(t, &e->ptr, sizeof e->ptr);
     bt_note(t, &e->ptr, 8);
-    return bt_free(t, r1, &l, 1);
+    bt_store_persist(t, &e->ptr, bt_off(t, r2));
+    nvh_drain(t->pool);
+    bt_wclose(t, &e->ptr, sizeof e->ptr);
+    return bt_rec_release(t, r1);
 }
 
 /* ==========================================================================
@@ -238,13 +243,13 @@ int nvh_btree_put(nvh_btree *t, uint64_t key, const void *value, size_t len)
             rc = bt_sync_pending(t);
             if (rc != NVH_OK) return rc;
         }
-        rc = bt_update(t, e, key, value, len);
+        rc = bt_update(t, e, value, len);
         if (rc == NVH_OK) bt_ack_(t, seq);
         return rc;
     }
     if (slot < 0) return nvh_fail(NVH_E_CORRUPT, "btree: leaf full after descent (bug)");
     e = &path[d].node->e[slot];
-    bt_record *r = bt_new_record(t, key, value, len);
+    bt_record *r = bt_new_record(t, value, len);
     if (!r) return nvh_errcode();
     if (t->count >= 0) t->count++;
     switch (t->mode) {
@@ -252,25 +257,21 @@ int nvh_btree_put(nvh_btree *t, uint64_t key, const void *value, size_t len)
         e->key = key;
         e->ptr = bt_off(t, r);
         bt_note(t, e, sizeof *e);
+        bt_ix_add(t, path[d].node, (unsigned)slot, key);
         return NVH_OK;
     case NVH_BTREE_FLUSH:
     case NVH_BTREE_NT: {
-        /* record and slot key durable, then activation publishes, then the
-         * validation key */
-        if (t->mode == NVH_BTREE_FLUSH) nvh_flush(t->pool, r, sizeof *r + len);
-        e->key = key;
+        /* record and slot key durable, then the validation: the pointer */
+        if (t->mode == NVH_BTREE_FLUSH) nvh_flush(t->pool, r, bt_rec_size(len));
+        bt_wopen(t, e, sizeof *e);
         bt_note(t, e, sizeof *e);
-        nvh_flush(t->pool, e, sizeof *e);
+        bt_store_persist(t, &e->key, key);
         nvh_drain(t->pool);
-        nvh_off_t *link = &e->ptr;
-        rc = nvh_activate(t->pool, r, &link, 1);
-        if (rc != NVH_OK) { nvh_cancel(t->pool, r); if (t->count > 0) t->count--; return rc; }
-        if (t->mode == NVH_BTREE_NT) bt_store_nt(t, &r->vkey, key);
-        else {
-            r->vkey = key;
-            nvh_flush(t->pool, &r->vkey, sizeof r->vkey);
-        }
+        bt_wclose(t, r, bt_rec_size(len));
+        bt_store_persist(t, &e->ptr, bt_off(t, r));
         nvh_drain(t->pool);
+        bt_wclose(t, e, sizeof *e);
+        bt_ix_add(t, path[d].node, (unsigned)slot, key);
         bt_ack_(t, seq);
         return NVH_OK;
     }
@@ -278,24 +279,23 @@ int nvh_btree_put(nvh_btree *t, uint64_t key, const void *value, size_t len)
     default: {
         if (t->pend_used == t->pend_cap) {
             rc = bt_sync_pending(t);
-            if (rc != NVH_OK) { nvh_cancel(t->pool, r); return rc; }
+            if (rc != NVH_OK) return rc;
         }
         bt_pending *pd = &t->pend[t->pend_next];
         t->pend_next = (t->pend_next + 1) % t->pend_cap;
         t->pend_used++;
-        *pd = (bt_pending){t, e, r, key, seq, 1};
+        *pd = (bt_pending){t, e, r, bt_rec_size(len), key, seq, 1};
         rc = nvh_group_begin(t->group);
         if (rc != NVH_OK) return rc;
-        nvh_group_add(t->group, r, sizeof *r + len);
-        /* the slot: key, then the pending pointer (one line: ordered). The
-         * slot is part of the group: the allocator's replay restores an
-         * activation's link only if the link still holds its pre-activation
-         * value (R | PENDING) on the media, and since it defers flushing
-         * link lines to its next fence, that value must be durable before
-         * the activation (the crash test found the window). */
+        nvh_group_add(t->group, r, bt_rec_size(len));
+        /* the slot: key and the pending pointer, durable with the record;
+         * the action then writes the bare pointer (the validation) */
+        bt_wopen(t, e, sizeof *e);
         e->key = key;
         e->ptr = bt_off(t, r) | BT_PENDING;
+        if (__builtin_expect(t->fault & BT_FAULT_VALIDATE_EARLY, 0)) e->ptr = bt_off(t, r);
         bt_note(t, e, sizeof *e);
+        bt_ix_add(t, path[d].node, (unsigned)slot, key);
         nvh_group_add(t->group, e, sizeof *e);
         return nvh_group_end(t->group, bt_insert_action, pd);
     }
@@ -335,19 +335,27 @@ int nvh_btree_delete(nvh_btree *t, uint64_t key)
     if (rc != NVH_OK) return rc;
     if (!e) return nvh_fail(NVH_E_NOTFOUND, "btree: key %llu not found", (unsigned long long)key);
     uint64_t seq = ++t->ops;
-    bt_record *r1 = bt_ptr(t, e->ptr);
-    if (t->pool && r1->next) {
-        /* interrupted update: drop the newer version first */
-        nvh_link l = {&r1->next, 0};
-        rc = bt_free(t, bt_ptr(t, r1->next), &l, 1);
-        if (rc != NVH_OK) return rc;
+    bt_wopen(t, &e->ptr, sizeof e->ptr);
+    bt_note(t, &e->ptr, 8);
+    if (t->pool) {
+        bt_store_persist(t, &e->ptr, 0);
+        nvh_drain(t->pool);
+    } else {
+        e->ptr = 0;
     }
-    nvh_link l = {&e->ptr, 0};
-    rc = bt_free(t, r1, &l, 1);
+    bt_wclose(t, &e->ptr, sizeof e->ptr);
+    bt_ix_del(t, n, (unsigned)(e - n->e));
+    rc = bt_rec_release(t, r);
     if (rc != NVH_OK) return rc;
     if (t->count > 0) t->count--;
     bt_ack_(t, seq);
     /* merge by deletion: an empty leaf leaves the tree */
+    bt_idx *x = bt_ix_find(t, n);
+    if (x && x->used && !(x->lo < path[d].lo || x->hi > path[d].hi)) {
+        /* not stale: a used slot without PENDING is a live entry */
+        for (uint64_t m = x->used; m; m &= m - 1)
+            if (!(n->e[__builtin_ctzll(m)].ptr & BT_PENDING)) return NVH_OK;
+    }
     int empty = 1;
     for (unsigned i = 0; i < BT_NODE_CAP && empty; i++) {
         bt_entry *x = &n->e[i];

@@ -277,12 +277,69 @@ static void durable_and_wear(void **state)
     unlink(path);
 }
 
+/* Record slabs: this session's slabs are freed as they empty; slabs of an
+ * earlier session are only counted (and freed) by nvh_btree_reclaim. */
+static void slabs(void **state)
+{
+    (void)state;
+    const char *path = test_path("bt-slabs");
+    nvh_pool *pool = nvh_pool_create(path, BT_LAYOUT, 32u << 20, NVH_DOMAIN_PROCESS);
+    assert_non_null(pool);
+    static unsigned char v[2000];
+    enum { N = 1200 };
+    nvh_btree *t = nvh_btree_open(pool, "s", 1, NULL);
+    assert_non_null(t);
+    for (uint64_t k = 0; k < N; k++) {          /* ~2 KiB records: 31 per slab */
+        memset(v, (int)k, sizeof v);
+        assert_int_equal(nvh_btree_put(t, k, v, sizeof v), NVH_OK);
+    }
+    for (uint64_t k = 0; k < N / 2; k++) assert_int_equal(nvh_btree_delete(t, k), NVH_OK);
+    nvh_btree_stats st;
+    nvh_btree_stats_get(t, &st);
+    assert_true(st.slabs >= N / 31);
+    assert_true(st.slabs_freed >= N / 2 / 31 - 1);       /* the emptied ones */
+    assert_int_equal(nvh_btree_close(t), NVH_OK);
+    /* a new session: the old slabs are not tracked until reclaim */
+    t = nvh_btree_open(pool, "s", 0, NULL);
+    assert_non_null(t);
+    for (uint64_t k = N / 2; k < N * 3 / 4; k++) assert_int_equal(nvh_btree_delete(t, k), NVH_OK);
+    nvh_btree_stats_get(t, &st);
+    assert_int_equal(st.slabs_freed, 0);
+    assert_int_equal(nvh_btree_reclaim(t), NVH_OK);
+    nvh_btree_stats_get(t, &st);
+    assert_true(st.slabs_freed >= N / 4 / 31 - 1);
+    assert_int_equal(nvh_btree_check(t), NVH_OK);
+    /* after the recount, deletes free slabs again */
+    uint64_t before = st.slabs_freed;
+    for (uint64_t k = N * 3 / 4; k < N; k++) assert_int_equal(nvh_btree_delete(t, k), NVH_OK);
+    nvh_btree_stats_get(t, &st);
+    assert_true(st.slabs_freed >= before + N / 4 / 31 - 1);
+    assert_int_equal(nvh_btree_count(t), 0);
+    assert_int_equal(nvh_btree_check(t), NVH_OK);
+    /* and the tree still works */
+    for (uint64_t k = 0; k < 100; k++) {
+        memset(v, (int)k + 1, sizeof v);
+        assert_int_equal(nvh_btree_put(t, k, v, sizeof v), NVH_OK);
+    }
+    for (uint64_t k = 0; k < 100; k++) {
+        const void *p;
+        size_t len;
+        assert_int_equal(nvh_btree_get(t, k, &p, &len), NVH_OK);
+        assert_int_equal(len, sizeof v);
+        assert_int_equal(((const unsigned char *)p)[len - 1], (unsigned char)(k + 1));
+    }
+    assert_int_equal(nvh_btree_close(t), NVH_OK);
+    assert_int_equal(nvh_pool_close(pool), NVH_OK);
+    unlink(path);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(errors),
         cmocka_unit_test(range_scan),
         cmocka_unit_test(durable_and_wear),
+        cmocka_unit_test(slabs),
         cmocka_unit_test(property_small_every_step),
         cmocka_unit_test(property_large),
     };

@@ -6,16 +6,18 @@
  * consecutive keys that empty whole leaves, which then leave the tree). The
  * checker opens every crash image (allocator recovery, then the tree: no
  * scan), checks every invariant, and demands that the recovered content is
- * exactly the state after some prefix j of the operations with
- *     durable(crash) <= j <= issued(crash)
- * i.e. everything acknowledged survived and nothing half-done is visible.
+ * the state after every op < durable(crash), plus any subset of the ops in
+ * flight [durable, issued) — each applied whole or not at all (inserts are
+ * validated in batches; updates and deletes sync first, so they are in
+ * flight alone) — i.e. everything acknowledged survived and nothing
+ * half-done is visible.
  * Then it writes to the recovered tree (repairs of interrupted splits,
  * reclaim of unvalidated records), checks again and compares with the model.
  *
  * Monotonicity: the same run is crashed at every fence (increasing points);
- * the recovered prefix j never falls below the durable watermark, which only
- * grows — what was once acknowledged stays recoverable — and j is recorded
- * per fence to show the recovered state advancing with the run.
+ * the recovered state never falls below the durable watermark, which only
+ * grows — what was once acknowledged stays recoverable — and the number of
+ * recovered ops is recorded per fence to show the state advancing.
  *
  * Every fence for small trees (groups, flush, NT variants; line and word
  * granularity), sampled crash points over 10^5 operations.
@@ -25,6 +27,7 @@
 #include <sys/mman.h>
 
 #define MAXLEN 40
+#define BIGLEN 20000     /* values above 16 KiB get a record slab of their own */
 
 typedef struct op {
     uint32_t idx;
@@ -38,7 +41,13 @@ typedef struct cfg {
     uint64_t nops;
     unsigned maxlen;
     unsigned sync_every; /* explicit nvh_btree_sync every N ops (0 = never) */
+    unsigned fault;      /* negative controls: deliberate bugs (src/ds/btree.h) */
 } cfg;
+
+/* src/ds/btree.c (internal): make the tree deliberately broken. */
+void nvh_btree_debug_fault_(nvh_btree *t, unsigned faults);
+#define BT_FAULT_VALIDATE_EARLY 1u
+#define BT_FAULT_NODE_UNFLUSHED 2u
 
 static volatile uint64_t g_issued, g_durable;
 static nvh_btree_stats g_stats;     /* of the last workload run */
@@ -142,7 +151,8 @@ static int workload(nvh_pool *pool, void *arg)
     nvh_btree *t = nvh_btree_open(pool, "c", 1, &opt);
     if (!t) return 1;
     nvh_btree_set_durable_fn(t, on_durable, NULL);
-    unsigned char buf[MAXLEN + 1];
+    nvh_btree_debug_fault_(t, c->fault);
+    static unsigned char buf[BIGLEN + 1];
     for (uint64_t k = 0; k < c->nops; k++) {
         const op *o = &c->ops[k];
         uint64_t key = bt_key_of(o->idx);
@@ -213,17 +223,56 @@ static int check(const char *image, const nvh_crash_point *pt, void *arg)
         goto out;
     }
     nvh_btree_scan(t, 0, UINT64_MAX, bt_scan_cb, &o);
-    /* the recovered content is the state after a prefix j in [durable, issued] */
+    /* The recovered content: every op < durable applied; each op of the
+     * window [durable, issued) applied or not, independently (inserts in
+     * flight are validated in batches; an update or delete syncs first, so
+     * it can only be the last op of the window). Each key has at most one
+     * op in the window. */
     bt_model m;
     bt_model_init(&m, c->nkeys + 64);
     for (uint64_t k = 0; k < durable; k++) apply(&m, &c->ops[k]);
-    int64_t found = -1;
-    for (uint64_t j = durable; j <= issued; j++) {
-        if (j > durable) apply(&m, &c->ops[j - 1]);
-        if (bt_scan_matches(&o, &m, c->maxlen)) { found = (int64_t)j; break; }
+    int64_t *alt = malloc(m.nkeys * sizeof *alt);
+    for (uint64_t i = 0; i < m.nkeys; i++) alt[i] = -1;
+    for (uint64_t k = durable; k < issued && !rc; k++) {
+        const op *w = &c->ops[k];
+        if (alt[w->idx] >= 0) rc = complain(pt, 6, "two ops of one key in flight", k, w->idx);
+        if (!w->ver || m.ver[w->idx]) {
+            if (k + 1 != issued) rc = complain(pt, 6, "update/delete in flight with later ops", k, issued);
+        }
+        alt[w->idx] = w->ver;
     }
-    if (found < 0) {
-        rc = complain(pt, 6, "recovered state is no prefix in [durable, issued]", durable, issued);
+    int64_t found = (int64_t)durable;
+    static unsigned char vb[BIGLEN + 1];
+    size_t n = 0;
+    for (uint64_t j = 0; j < m.nkeys && !rc; j++) {
+        uint64_t i = m.order[j], key = bt_key_of(i);
+        uint64_t got = UINT64_MAX;          /* version recovered; 0 = absent */
+        if (n < o.n && o.keys[n] == key) {
+            uint64_t cand[2] = {m.ver[i], alt[i] >= 0 ? (uint64_t)alt[i] : 0};
+            for (int q = 0; q < 2; q++) {
+                if (!cand[q]) continue;
+                size_t len = bt_value(key, cand[q], vb, c->maxlen);
+                if (o.hash[n] == bt_hash_bytes(vb, len)) got = cand[q];
+            }
+            if (got == UINT64_MAX) { rc = complain(pt, 6, "key with a value never written", i, n); break; }
+            n++;
+        } else {
+            got = 0;
+        }
+        if (got != m.ver[i]) {
+            if (alt[i] < 0 || (uint64_t)alt[i] != got) {
+                rc = complain(pt, 6, got ? "unexpected version" : "acknowledged key lost", i, durable);
+                break;
+            }
+            found++;
+            if (!m.ver[i]) m.live++;
+            else if (!got) m.live--;
+            m.ver[i] = got;
+        }
+    }
+    if (!rc && n != o.n) rc = complain(pt, 6, "recovered keys outside the model", o.n, n);
+    free(alt);
+    if (rc) {
         bt_model_free(&m);
         goto out;
     }
@@ -233,11 +282,8 @@ static int check(const char *image, const nvh_crash_point *pt, void *arg)
         while ((cur < 0 || found < cur) &&
                !__atomic_compare_exchange_n(slot, &cur, found, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {}
     }
-    /* rebuild the model at exactly j, then write to the recovered tree */
-    memset(m.ver, 0, m.nkeys * sizeof *m.ver);
-    m.live = 0;
-    for (uint64_t k = 0; k < (uint64_t)found; k++) apply(&m, &c->ops[k]);
-    unsigned char buf[MAXLEN + 1];
+    /* m now holds exactly the recovered state: write to the recovered tree */
+    static unsigned char buf[BIGLEN + 1];
     for (uint64_t x = 0; x < 40 && !rc; x++) {
         uint64_t i = x % 3 == 0 ? c->nkeys + x : (x * 7919) % c->nkeys;
         op w = {(uint32_t)i, (uint32_t)(1000000 + x)};
@@ -289,12 +335,12 @@ static nvh_crash_report explore(cfg *c, nvh_crash_mode mode, uint64_t budget, un
     };
     nvh_crash_report rep;
     assert_int_equal(nvh_crash_explore(&cc, &rep), NVH_OK);
-    if (rep.failures) nvh_crash_report_print(&rep, stderr);
+    if (rep.failures && !c->fault) nvh_crash_report_print(&rep, stderr);
     unlink(path);
     return rep;
 }
 
-/* The recovered prefix per fence: never below the acknowledged watermark
+/* The recovered ops per fence: never below the acknowledged watermark
  * (checked by the children); report how it advances. */
 static void report_progress(const char *what, const nvh_crash_report *rep, uint64_t nops)
 {
@@ -307,21 +353,24 @@ static void report_progress(const char *what, const nvh_crash_report *rep, uint6
         if (j > last) advanced++;
         if (j > last) last = j;
     }
-    printf("  %-28s %5llu fences, %5llu images, recovered prefix reached op %lld of %llu (%llu advances)\n",
+    printf("  %-28s %5llu fences, %5llu images, recovered ops reached %lld of %llu (%llu advances)\n",
            what, (unsigned long long)rep->fences, (unsigned long long)rep->points_tested,
            (long long)last, (unsigned long long)nops, (unsigned long long)advanced);
     (void)points;
 }
 
-static void run_every_fence(nvh_btree_mode mode, nvh_crash_mode cmode, const char *what,
-                            uint64_t inserts, uint64_t updates, uint64_t deletes, unsigned images)
+static void run_every_fence_len(nvh_btree_mode mode, nvh_crash_mode cmode, const char *what,
+                                uint64_t inserts, uint64_t updates, uint64_t deletes,
+                                unsigned images, unsigned maxlen)
 {
-    cfg c = {.mode = mode, .nkeys = inserts, .maxlen = MAXLEN, .sync_every = 50};
+    cfg c = {.mode = mode, .nkeys = inserts, .maxlen = maxlen, .sync_every = 50};
     c.ops = make_ops(c.nkeys, inserts, updates, deletes, 17, &c.nops);
-    nvh_crash_report rep = explore(&c, cmode, 0, images, 4u << 20);
+    nvh_crash_report rep = explore(&c, cmode, 0, images, maxlen > MAXLEN ? 16u << 20 : 4u << 20);
     report_progress(what, &rep, c.nops);
-    printf("  %-28s splits %llu (root %llu), leaves removed %llu\n", "", (unsigned long long)g_stats.splits,
-           (unsigned long long)g_stats.root_splits, (unsigned long long)g_stats.leaves_removed);
+    printf("  %-28s splits %llu (root %llu), leaves removed %llu, slabs %llu (freed %llu)\n", "",
+           (unsigned long long)g_stats.splits, (unsigned long long)g_stats.root_splits,
+           (unsigned long long)g_stats.leaves_removed, (unsigned long long)g_stats.slabs,
+           (unsigned long long)g_stats.slabs_freed);
     assert_int_equal(rep.workload_status, 0);
     assert_int_equal(rep.failures, 0);
     assert_true(rep.fences > 0);
@@ -331,7 +380,15 @@ static void run_every_fence(nvh_btree_mode mode, nvh_crash_mode cmode, const cha
     assert_true(g_stats.leaves_removed >= 1);
     /* at the end everything is durable */
     assert_int_equal(g_shared[1 + rep.fences] >= 0 ? (uint64_t)g_shared[1 + rep.fences] : c.nops, c.nops);
+    /* big values: records in slabs of their own, freed by updates/deletes */
+    if (maxlen > MAXLEN) assert_true(g_stats.slabs_freed >= 10);
     free(c.ops);
+}
+
+static void run_every_fence(nvh_btree_mode mode, nvh_crash_mode cmode, const char *what,
+                            uint64_t inserts, uint64_t updates, uint64_t deletes, unsigned images)
+{
+    run_every_fence_len(mode, cmode, what, inserts, updates, deletes, images, MAXLEN);
 }
 
 static void every_fence_groups_lines(void **s)
@@ -356,6 +413,14 @@ static void every_fence_nt(void **s)
     run_every_fence(NVH_BTREE_NT, NVH_CRASH_LINES, "nt, lines", 150, 10, 100, 1);
 }
 
+static void every_fence_big_values(void **s)
+{
+    (void)s;
+    /* values up to 20 000 B: a fifth get a slab of their own, which the
+     * update or delete of the key frees (nvh_free unlinking the slab list) */
+    run_every_fence_len(NVH_BTREE_GROUPS, NVH_CRASH_LINES, "groups, big values", 150, 30, 100, 1, BIGLEN);
+}
+
 static void sampled_1e5(void **s)
 {
     (void)s;
@@ -368,6 +433,34 @@ static void sampled_1e5(void **s)
     assert_int_equal(rep.failures, 0);
     assert_true(rep.points_tested >= 24);
     free(c.ops);
+}
+
+/* Negative controls: the same exploration of a deliberately broken tree
+ * must fail. Validation before the data is durable (the slot points at the
+ * record in the record's own group, so a crash can keep the pointer and
+ * lose the data): a torn or foreign value. New nodes of a split activated
+ * without being flushed: the parent's pointer survives, the node not. */
+static void negative_control(unsigned fault, const char *what)
+{
+    cfg c = {.mode = NVH_BTREE_GROUPS, .nkeys = 150, .maxlen = MAXLEN, .sync_every = 50, .fault = fault};
+    c.ops = make_ops(c.nkeys, 150, 30, 100, 17, &c.nops);
+    printf("  negative control (%s): the checker must complain\n", what);
+    nvh_crash_report rep = explore(&c, NVH_CRASH_LINES, 0, 1, 4u << 20);
+    printf("  %-28s %5llu fences, %5llu images, %llu caught\n", what, (unsigned long long)rep.fences,
+           (unsigned long long)rep.points_tested, (unsigned long long)rep.failures);
+    assert_int_equal(rep.workload_status, 0);
+    assert_true(rep.failures > 0);
+    free(c.ops);
+}
+static void negative_validate_early(void **s)
+{
+    (void)s;
+    negative_control(BT_FAULT_VALIDATE_EARLY, "validation before data");
+}
+static void negative_node_unflushed(void **s)
+{
+    (void)s;
+    negative_control(BT_FAULT_NODE_UNFLUSHED, "split nodes unflushed");
 }
 
 int main(int argc, char **argv)
@@ -396,7 +489,10 @@ int main(int argc, char **argv)
         cmocka_unit_test(every_fence_groups_words),
         cmocka_unit_test(every_fence_flush),
         cmocka_unit_test(every_fence_nt),
+        cmocka_unit_test(every_fence_big_values),
         cmocka_unit_test(sampled_1e5),
+        cmocka_unit_test(negative_validate_early),
+        cmocka_unit_test(negative_node_unflushed),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,0 +1,293 @@
+/* btree_slab.c — value records of the B+ tree: carved from tree-owned slabs
+ * (persistent modes) or malloc'd (volatile variant), and the DRAM accounting
+ * that frees a slab once no live leaf entry references a record in it.
+ *
+ * Why slabs: with one allocator object per record, every insert paid the
+ * allocator's activation fence (the record must be allocated failure-
+ * atomically). But a record needs no allocation state of its own: the leaf
+ * entry pointing at it is what makes it live, and that pointer is written
+ * only after the record is durable (seed 000 §6: a record "becomes valid only
+ * when its key is written after its data is durable"). So a slab of 64 KiB
+ * is activated once (one fence per ~200 records of 256 B) and records are
+ * carved from it by a DRAM bump pointer; a crash leaves at worst records that
+ * no entry references — garbage inside a slab, never a dangling pointer.
+ *
+ * Space: a slab is freed (nvh_free, unlinking it from the persistent list)
+ * when its live count drops to zero. Live counts are known for this
+ * session's slabs (counted as records are carved and released); slabs of
+ * earlier sessions are counted by nvh_btree_reclaim (one walk of the tree),
+ * so open stays O(1). Until then their dead records' space is not reused.
+ * Slab space is never reused inside a slab (bump only), so no stale pointer
+ * can ever see a different record at the same address; a freed slab goes
+ * through the allocator's don't-allocate FIFO like any object.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "../common/internal.h"
+#include "../protect/protect.h"
+#include "btree.h"
+
+/* ==========================================================================
+ * Tracking table: slab offset -> bt_slabinfo (open addressing + free list)
+ * ========================================================================== */
+static inline uint32_t si_hash_of(nvh_off_t off, uint32_t cap)
+{
+    return (uint32_t)((off >> 6) * 0x9E3779B97F4A7C15ull >> 32) & (cap - 1);
+}
+
+static int32_t si_find(const struct nvh_btree *t, nvh_off_t off)
+{
+    if (!t->si_hash_cap) return -1;
+    for (uint32_t h = si_hash_of(off, t->si_hash_cap);; h = (h + 1) & (t->si_hash_cap - 1)) {
+        int32_t i = t->si_hash[h];
+        if (i == -1) return -1;
+        if (t->si[i].off == off) return i;
+    }
+}
+
+static int si_rehash(struct nvh_btree *t, uint32_t cap)
+{
+    int32_t *h = malloc(cap * sizeof *h);
+    if (!h) return nvh_fail(NVH_E_NOMEM, "btree: out of memory (slab table)");
+    for (uint32_t k = 0; k < cap; k++) h[k] = -1;
+    for (uint32_t i = 0; i < t->si_used; i++) {
+        if (!t->si[i].off) continue;
+        uint32_t p = si_hash_of(t->si[i].off, cap);
+        while (h[p] != -1) p = (p + 1) & (cap - 1);
+        h[p] = (int32_t)i;
+    }
+    free(t->si_hash);
+    t->si_hash = h;
+    t->si_hash_cap = cap;
+    return NVH_OK;
+}
+
+/* Track slab off (live 0) at the tail (`at_head` 0) or head of the DRAM list. */
+static int32_t si_add(struct nvh_btree *t, nvh_off_t off, int at_head, int32_t *tail)
+{
+    int32_t i;
+    if (t->si_freelist >= 0) {
+        i = t->si_freelist;
+        t->si_freelist = t->si[i].next;
+    } else {
+        if (t->si_used == t->si_cap) {
+            uint32_t ncap = t->si_cap ? t->si_cap * 2 : 64;
+            bt_slabinfo *n = realloc(t->si, ncap * sizeof *n);
+            if (!n) { nvh_fail(NVH_E_NOMEM, "btree: out of memory (slab table)"); return -1; }
+            t->si = n;
+            t->si_cap = ncap;
+        }
+        i = (int32_t)t->si_used++;
+    }
+    t->si[i] = (bt_slabinfo){0, 0, -1, -1};
+    if ((t->si_used + 1) * 2 > t->si_hash_cap && si_rehash(t, t->si_hash_cap ? t->si_hash_cap * 2 : 128) != NVH_OK)
+        return -1;
+    t->si[i] = (bt_slabinfo){off, 0, -1, -1};
+    uint32_t p = si_hash_of(off, t->si_hash_cap);
+    while (t->si_hash[p] != -1) p = (p + 1) & (t->si_hash_cap - 1);
+    t->si_hash[p] = i;
+    if (at_head) {
+        t->si[i].next = t->si_head;
+        if (t->si_head >= 0) t->si[t->si_head].prev = i;
+        t->si_head = i;
+    } else {
+        t->si[i].prev = *tail;
+        if (*tail >= 0) t->si[*tail].next = i;
+        else t->si_head = i;
+        *tail = i;
+    }
+    return i;
+}
+
+static void si_remove(struct nvh_btree *t, int32_t i)
+{
+    bt_slabinfo *s = &t->si[i];
+    if (s->prev >= 0) t->si[s->prev].next = s->next;
+    else t->si_head = s->next;
+    if (s->next >= 0) t->si[s->next].prev = s->prev;
+    /* linear probing: delete by shifting the rest of the cluster back */
+    uint32_t mask = t->si_hash_cap - 1, h = si_hash_of(s->off, t->si_hash_cap);
+    while (t->si_hash[h] != i) h = (h + 1) & mask;
+    t->si_hash[h] = -1;
+    for (uint32_t j = (h + 1) & mask; t->si_hash[j] != -1; j = (j + 1) & mask) {
+        uint32_t k = si_hash_of(t->si[t->si_hash[j]].off, t->si_hash_cap);
+        /* leave it if its home k lies cyclically in (h, j] */
+        if (h <= j ? (h < k && k <= j) : (h < k || k <= j)) continue;
+        t->si_hash[h] = t->si_hash[j];
+        t->si_hash[j] = -1;
+        h = j;
+    }
+    s->off = 0;
+    s->next = t->si_freelist;
+    t->si_freelist = i;
+}
+
+static void si_reset(struct nvh_btree *t)
+{
+    free(t->si);
+    free(t->si_hash);
+    t->si = NULL;
+    t->si_hash = NULL;
+    t->si_cap = t->si_used = t->si_hash_cap = 0;
+    t->si_head = t->si_freelist = -1;
+    t->slab_idx = -1;
+}
+
+void bt_slab_fini(struct nvh_btree *t) { si_reset(t); }
+
+/* ==========================================================================
+ * Slabs
+ * ========================================================================== */
+/* A new slab of `size` bytes, pushed at the head of the list: header
+ * written and persisted, then activated with link = header.slabs. */
+static bt_slab *bt_slab_new(struct nvh_btree *t, uint64_t size, int32_t *idx)
+{
+    bt_slab *s = nvh_reserve(t->pool, size);
+    if (!s) return NULL;
+    nvh_protect_open_(t->pool, s, sizeof *s);
+    memset(s, 0, sizeof *s);
+    s->magic = BT_MAGIC_SLAB;
+    s->next = t->hdr->slabs;
+    s->size = size;
+    nvh_persist(t->pool, s, sizeof *s);
+    nvh_protect_close_(t->pool, s, sizeof *s);
+    nvh_off_t *link = &t->hdr->slabs;
+    nvh_protect_open_(t->pool, link, sizeof *link);
+    int rc = nvh_activate(t->pool, s, &link, 1);
+    nvh_protect_close_(t->pool, link, sizeof *link);
+    if (rc != NVH_OK) { nvh_cancel(t->pool, s); return NULL; }
+    *idx = si_add(t, bt_off(t, s), 1, NULL);
+    if (*idx < 0) return NULL;       /* tracked never: only its space is lost */
+    t->stats.slabs++;
+    return s;
+}
+
+/* Free the tracked slab i (its live count is 0): unlink it from the list. */
+static int bt_slab_free(struct nvh_btree *t, int32_t i)
+{
+    /* Entries that stopped referencing its records must be durable before
+     * the space can be reused: deletes and updates are (they fence), and
+     * pending inserts hold records of the current slab only; settle the
+     * group context anyway (this runs once per slab). */
+    if (t->group && nvh_group_pending(t->group)) {
+        int rc = nvh_group_sync(t->group);
+        if (rc != NVH_OK) return rc;
+    }
+    bt_slab *s = bt_ptr(t, t->si[i].off);
+    int32_t p = t->si[i].prev;
+    nvh_off_t *link = p >= 0 ? &((bt_slab *)bt_ptr(t, t->si[p].off))->next : &t->hdr->slabs;
+    if (*link != t->si[i].off) return nvh_fail(NVH_E_CORRUPT, "btree: slab list out of order (bug)");
+    nvh_link l = {link, s->next};
+    nvh_protect_open_(t->pool, link, sizeof *link);
+    int rc = nvh_free(t->pool, s, &l, 1);
+    nvh_protect_close_(t->pool, link, sizeof *link);
+    if (rc != NVH_OK) return rc;
+    si_remove(t, i);
+    t->stats.slabs_freed++;
+    return NVH_OK;
+}
+
+/* ==========================================================================
+ * Records
+ * ========================================================================== */
+bt_record *bt_rec_new(struct nvh_btree *t, size_t len)
+{
+    size_t size = (sizeof(bt_record) + len + 63) & ~(size_t)63;
+    if (!t->pool) {
+        bt_record *r = aligned_alloc(NVH_ALLOC_ALIGN, size);
+        if (!r) nvh_fail(NVH_E_NOMEM, "btree: out of memory");
+        return r;
+    }
+    bt_slab *s;
+    int32_t idx;
+    uint64_t at;
+    if (size > BT_SLAB_BIG) {
+        /* a slab of its own (one activation, as an allocation would cost) */
+        s = bt_slab_new(t, sizeof(bt_slab) + size, &idx);
+        if (!s) return NULL;
+        at = sizeof(bt_slab);
+    } else {
+        if (!t->slab || t->slab_used + size > BT_SLAB_SIZE) {
+            s = bt_slab_new(t, BT_SLAB_SIZE, &idx);
+            if (!s) return NULL;
+            int32_t old = t->slab_idx;
+            t->slab = s;
+            t->slab_idx = idx;
+            t->slab_used = sizeof(bt_slab);
+            /* the previous current slab may already be empty */
+            if (old >= 0 && t->si[old].off && t->si[old].live == 0) {
+                int rc = bt_slab_free(t, old);
+                if (rc != NVH_OK) return NULL;
+            }
+        }
+        s = t->slab;
+        idx = t->slab_idx;
+        at = t->slab_used;
+        t->slab_used += size;
+    }
+    t->si[idx].live++;
+    bt_record *r = (bt_record *)((char *)s + at);
+    nvh_protect_open_(t->pool, r, size);     /* closed once the record is durable */
+    r->slab = bt_off(t, s);
+    return r;
+}
+
+int bt_rec_release(struct nvh_btree *t, bt_record *r)
+{
+    if (!t->pool) { free(r); return NVH_OK; }
+    int32_t i = si_find(t, r->slab);
+    if (i < 0) return NVH_OK;        /* an earlier session's slab: not counted yet */
+    if (t->si[i].live) t->si[i].live--;
+    if (t->si[i].live == 0 && i != t->slab_idx) return bt_slab_free(t, i);
+    return NVH_OK;
+}
+
+/* ==========================================================================
+ * Recount (nvh_btree_reclaim) and checks
+ * ========================================================================== */
+int bt_slab_recount_begin(struct nvh_btree *t)
+{
+    nvh_off_t cur = t->slab ? bt_off(t, t->slab) : 0;
+    si_reset(t);
+    int32_t tail = -1;
+    uint64_t hops = 0, max = nvh_pool_size(t->pool) / BT_SLAB_BIG + 1;
+    for (nvh_off_t o = t->hdr->slabs; o; o = ((bt_slab *)bt_ptr(t, o))->next) {
+        bt_slab *s = bt_ptr(t, o);
+        if (++hops > max || !nvh_contains(t->pool, s, sizeof *s) || s->magic != BT_MAGIC_SLAB)
+            return nvh_fail(NVH_E_CORRUPT, "btree: bad slab list");
+        int32_t i = si_add(t, o, 0, &tail);
+        if (i < 0) return nvh_errcode();
+        if (o == cur) t->slab_idx = i;
+    }
+    if (cur && t->slab_idx < 0) t->slab = NULL;   /* cannot happen; be safe */
+    return NVH_OK;
+}
+
+void bt_slab_count(struct nvh_btree *t, const bt_record *r)
+{
+    int32_t i = si_find(t, r->slab);
+    if (i >= 0) t->si[i].live++;
+}
+
+int bt_slab_free_empty(struct nvh_btree *t)
+{
+    for (int32_t i = t->si_head, next; i >= 0; i = next) {
+        next = t->si[i].next;
+        if (t->si[i].live == 0 && i != t->slab_idx) {
+            int rc = bt_slab_free(t, i);
+            if (rc != NVH_OK) return rc;
+        }
+    }
+    return NVH_OK;
+}
+
+int bt_slab_check_record(struct nvh_btree *t, const bt_record *r)
+{
+    if (!t->pool) return 1;
+    bt_slab *s = bt_ptr(t, r->slab);
+    if (!s || !nvh_contains(t->pool, s, sizeof *s) || s->magic != BT_MAGIC_SLAB) return 0;
+    if (nvh_usable_size(t->pool, s) < s->size) return 0;
+    uintptr_t a = (uintptr_t)r, b = (uintptr_t)s;
+    return a >= b + sizeof *s && a + sizeof *r + r->len <= b + s->size;
+}
