@@ -823,6 +823,13 @@ void nvh_group_stats_reset(nvh_group_ctx *ctx);       /* keeps pending     */
  * finishes every committed one whose data might not be durable; a crash
  * during recovery is recovered by the next open. Read-only opens skip it.
  *
+ * Stray-write protection (section 11): in a protected pool the library's
+ * own stores are inside write windows, and so are the caller's stores into
+ * ranges added with nvh_tx_add_range* and into objects from nvh_tx_alloc:
+ * those stay writable until the transaction commits or aborts, so code
+ * inside a transaction needs no nvh_unprotect of its own (a store there
+ * after the commit is a stray again).
+ *
  * Rules: store only into ranges added to the transaction (or into objects
  * it allocated); modify shared objects only through open_write; another
  * thread's NON-transactional store to data a transaction of this thread

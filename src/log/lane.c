@@ -17,9 +17,10 @@
 /* ==========================================================================
  * Registry
  * ========================================================================== */
-#define REG_MAX 256
+/* Grows by doubling (under reg_lock): no limit on pools open at once. */
 static pthread_mutex_t reg_lock = PTHREAD_MUTEX_INITIALIZER;
-static nvh_txlog *reg[REG_MAX];
+static nvh_txlog **reg;
+static unsigned reg_cap;
 static _Atomic uint64_t reg_gen = 1;
 static uint64_t reg_next_id = 1;
 
@@ -43,7 +44,7 @@ static void tls_destructor(void *unused)
     for (unsigned i = 0; i < TLS_SLOTS; i++) {
         tls_entry *e = &tls_cache[i];
         if (!e->lg || !e->lane) continue;
-        for (unsigned j = 0; j < REG_MAX; j++)
+        for (unsigned j = 0; j < reg_cap; j++)
             if (reg[j] == e->lg && reg[j]->gen == e->id) {
                 atomic_store(&e->lane->owned, 0);
                 break;
@@ -56,7 +57,7 @@ static void tls_key_init(void) { pthread_key_create(&tls_key, tls_destructor); }
 
 static nvh_txlog *reg_find_locked(nvh_pool *pool)
 {
-    for (unsigned i = 0; i < REG_MAX; i++)
+    for (unsigned i = 0; i < reg_cap; i++)
         if (reg[i] && reg[i]->pool == pool) return reg[i];
     return NULL;
 }
@@ -64,23 +65,30 @@ static nvh_txlog *reg_find_locked(nvh_pool *pool)
 int nvh_txlog_register_(nvh_pool *pool, nvh_txlog *lg)
 {
     pthread_mutex_lock(&reg_lock);
-    int rc = nvh_fail(NVH_E_NOMEM, "too many pools open with transactions (%d)", REG_MAX);
-    for (unsigned i = 0; i < REG_MAX; i++)
-        if (!reg[i]) {
-            lg->gen = reg_next_id++;
-            reg[i] = lg;
-            rc = NVH_OK;
-            break;
+    unsigned i = 0;
+    while (i < reg_cap && reg[i]) i++;
+    if (i == reg_cap) {
+        unsigned cap = reg_cap ? reg_cap * 2 : 16;
+        nvh_txlog **g = realloc(reg, cap * sizeof *g);
+        if (!g) {
+            pthread_mutex_unlock(&reg_lock);
+            return nvh_fail(NVH_E_NOMEM, "out of memory registering the transaction log of %s "
+                            "(%u pools open)", pool->path, reg_cap);
         }
+        memset(g + reg_cap, 0, (cap - reg_cap) * sizeof *g);
+        reg = g;
+        reg_cap = cap;
+    }
+    lg->gen = reg_next_id++;
+    reg[i] = lg;
     pthread_mutex_unlock(&reg_lock);
-    (void)pool;
-    return rc;
+    return NVH_OK;
 }
 
 void nvh_txlog_unregister_(nvh_txlog *lg)
 {
     pthread_mutex_lock(&reg_lock);
-    for (unsigned i = 0; i < REG_MAX; i++)
+    for (unsigned i = 0; i < reg_cap; i++)
         if (reg[i] == lg) reg[i] = NULL;
     atomic_fetch_add(&reg_gen, 1);
     pthread_mutex_unlock(&reg_lock);
@@ -113,7 +121,7 @@ static tls_entry *tls_fill(nvh_pool *pool)
         for (unsigned i = 0; i < TLS_SLOTS && !slot; i++) {
             tls_entry *e = &tls_cache[i];
             bool live = false;
-            for (unsigned j = 0; j < REG_MAX && e->lg; j++)
+            for (unsigned j = 0; j < reg_cap && e->lg; j++)
                 if (reg[j] == e->lg && reg[j]->gen == e->id) live = true;
             if (!live) { memset(e, 0, sizeof *e); slot = e; }
         }
@@ -161,16 +169,18 @@ int nvh_txlog_dir_ensure(nvh_txlog *lg)
         if (!d) {
             rc = nvh_errcode();
         } else {
+            bool win = nvh_protect_open_(pool, d, sizeof *d) == NVH_OK;
             memset(d, 0, sizeof *d);
             d->magic = NVH_TX_DIR_MAGIC;
-            d->version = 1;
+            d->version = NVH_TX_DIR_VERSION;
             d->nlanes = NVH_TX_LANES;
             nvh_persist(pool, d, sizeof *d);    /* before the activation (see seg_new) */
+            if (win) (void)nvh_protect_close_(pool, d, sizeof *d);
             rc = nvh_activate_named(pool, NVH_TX_DIR_NAME);
             if (rc != NVH_OK) {
                 nvh_cancel(pool, d);
             } else {
-                for (unsigned i = 0; i < NVH_TX_LANES; i++) lg->lanes[i].hdr = &d->lane[i];
+                nvh_txlog_dir_attach_(lg, d);
                 atomic_store_explicit((_Atomic(struct nvh_tx_dir *) *)&lg->dir, d,
                                       memory_order_release);
             }
@@ -249,11 +259,19 @@ static struct nvh_seg *seg_format(nvh_txlog *lg, void *obj, uint64_t size)
     return s;
 }
 
-static struct nvh_seg *seg_new(nvh_txlog *lg, uint64_t size, uint64_t *link)
+static struct nvh_seg *seg_new(nvh_txlog *lg, nvh_lane *lane, uint64_t size, uint64_t *link)
 {
     nvh_pool *pool = lg->pool;
     void *obj = nvh_reserve(pool, size);
     if (!obj) return NULL;
+    /* formatted here, written until the transaction ends (closed with the
+     * transaction's other windows, also if the activation fails) */
+    if (nvh_txlog_win_open(lg, lane, obj, nvh_usable_size(pool, obj)) != NVH_OK) {
+        int code = nvh_errcode();
+        nvh_cancel(pool, obj);
+        nvh_fail(code, "cannot grow the transaction log: %s", nvh_errormsg());
+        return NULL;
+    }
     struct nvh_seg *s = seg_format(lg, obj, nvh_usable_size(pool, obj));
     nvh_off_t *links[1] = {link};
     if (nvh_activate(pool, s, links, 1) != NVH_OK) {
@@ -267,12 +285,30 @@ static struct nvh_seg *seg_new(nvh_txlog *lg, uint64_t size, uint64_t *link)
 
 static inline char *seg_data(struct nvh_seg *s) { return (char *)s + 64 + (uint64_t)s->nrec_cap * 64; }
 
+/* Start filling segment n (its records and data are written until the
+ * transaction ends: a write window on it while protection is on). */
+static inline int seg_use(nvh_txlog *lg, nvh_lane *lane, struct nvh_seg *n)
+{
+    int rc = nvh_txlog_win_open(lg, lane, n, n->size);
+    if (rc != NVH_OK) return rc;
+    lane->seg = n;
+    lane->seg_nrec_cap = n->nrec_cap;
+    lane->seg_data_cap = n->data_cap;
+    lane->rec_next = 0;
+    lane->data_next = 0;
+    return NVH_OK;
+}
+
 int nvh_txlog_room(nvh_txlog *lg, nvh_lane *lane, uint64_t data)
 {
     data = NVH_ALIGN_UP(data, (uint64_t)8);
     struct nvh_seg *s = lane->seg;
-    if (s && lane->rec_next < s->nrec_cap && lane->data_next + data <= s->data_cap)
+    if (s && lane->rec_next < lane->seg_nrec_cap && lane->data_next + data <= lane->seg_data_cap)
         return NVH_OK;
+    /* a transaction's first record: the slot's first segment, validated
+     * once and remembered (no walk, no read of the header) */
+    struct nvh_seg *h = lane->head_seg[lane->slot];
+    if (!s && h && data <= h->data_cap) return seg_use(lg, lane, h);
     /* move on to the next segment of the chain, growing it if needed */
     /* the chain's head comes from the header's shadow (the header line may
      * have been evicted by a flush: never read it back on the hot path) */
@@ -281,12 +317,8 @@ int nvh_txlog_room(nvh_txlog *lg, nvh_lane *lane, uint64_t data)
     for (;;) {
         struct nvh_seg *n = nvh_txlog_seg_at(lg, cur);
         if (!n) break;
-        if (data <= n->data_cap) {
-            lane->seg = n;
-            lane->rec_next = 0;
-            lane->data_next = 0;
-            return NVH_OK;
-        }
+        if (!s) lane->head_seg[lane->slot] = n;
+        if (data <= n->data_cap) return seg_use(lg, lane, n);
         /* too small for this record: skip it (records keep their order) */
         link = &n->next;
         cur = n->next;
@@ -301,10 +333,11 @@ int nvh_txlog_room(nvh_txlog *lg, nvh_lane *lane, uint64_t data)
         if (usable < NVH_TX_SEG_MIN || usable > UINT32_MAX)
             return nvh_fail(NVH_E_CORRUPT, "transaction log segment at offset %llu is corrupt",
                             (unsigned long long)*link);
+        int rc = nvh_txlog_win_open(lg, lane, obj, usable);
+        if (rc != NVH_OK) return rc;
         struct nvh_seg *n = seg_format(lg, obj, usable);
-        lane->seg = n;
-        lane->rec_next = 0;
-        lane->data_next = 0;
+        if (!s) lane->head_seg[lane->slot] = n;
+        if ((rc = seg_use(lg, lane, n)) != NVH_OK) return rc;
         if (data <= n->data_cap) return NVH_OK;
         link = &n->next;
         cur = n->next;
@@ -322,14 +355,15 @@ int nvh_txlog_room(nvh_txlog *lg, nvh_lane *lane, uint64_t data)
             return nvh_fail(NVH_E_NOSPACE, "transaction needs more log than the limit of %llu "
                             "bytes per thread (nvh_tx_set_log_limit)", (unsigned long long)limit);
     }
-    struct nvh_seg *n = seg_new(lg, size, link);
+    struct nvh_seg *n = seg_new(lg, lane, size, link);
     if (!n) return nvh_errcode();
-    if (link == &lane->hdr->slot_head[lane->slot])     /* keep the shadow in step */
+    if (link == &lane->hdr->slot_head[lane->slot]) {   /* keep the shadow in step */
         lane->sh.slot_head[lane->slot] = nvh_off(lg->pool, n);
+        lane->head_seg[lane->slot] = n;
+    }
     lane->chain_bytes[lane->slot] += n->size;
-    lane->seg = n;
-    lane->rec_next = 0;
-    lane->data_next = 0;
+    int rc = seg_use(lg, lane, n);
+    if (rc != NVH_OK) return rc;
     NVH_ASSERT(lane->data_next + data <= n->data_cap);
     return NVH_OK;
 }

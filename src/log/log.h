@@ -15,6 +15,7 @@
 #define NVH_LOG_H
 
 #include "../common/internal.h"
+#include "../protect/protect.h"
 
 #include <assert.h>
 #include <pthread.h>
@@ -30,6 +31,7 @@
 #define NVH_TX_LANES 64u                     /* threads transacting at once    */
 #define NVH_TX_DIR_NAME "nvheap.tx"
 #define NVH_TX_DIR_MAGIC 0x31584c48564e0000ull /* "\0\0NVHLX1" little-endian  */
+#define NVH_TX_DIR_VERSION 2u                /* 2: retire lines (1: IDLE in the header) */
 #define NVH_TX_SEG_MAGIC 0x4745534c48564eull   /* "NVHLSEG"                    */
 #define NVH_TX_SEG_MIN 4096u                 /* first segment of a slot        */
 #define NVH_TX_LIMIT_DEFAULT ((uint64_t)64 << 20) /* bytes of log per lane     */
@@ -68,15 +70,33 @@ struct nvh_lane_hdr {
 static_assert(sizeof(struct nvh_lane_hdr) == 64, "lane header is one line");
 static_assert(offsetof(struct nvh_lane_hdr, commit_crc) == 40, "lane header layout");
 
-/* Directory: the named object "nvheap.tx". */
+/* Retire line: one per lane (version 2). A transaction is retired (IDLE)
+ * when this word holds its tid, whatever the header's state says. It lives on
+ * a line of its own because the header line is written with non-temporal
+ * stores (ACTIVE, COMMITTED) while the retirement must be a cached store that
+ * another thread's CLWB can write back (help-flushing, record.c): mixing the
+ * two kinds of store on one line costs a memory round trip per transaction
+ * on CPUs whose flush evicts the line. */
+struct nvh_lane_retire {
+    _Atomic uint64_t tid;       /*  0 tid of the last retired transaction        */
+    uint64_t reserved[7];       /*  8                                            */
+};
+static_assert(sizeof(struct nvh_lane_retire) == 64, "retire record is one line");
+
+/* Directory: the named object "nvheap.tx". Version 1 directories end after
+ * `lane` (no retire lines: IDLE is stored in the header's state) and are
+ * still opened and used that way. */
 struct nvh_tx_dir {
     uint64_t magic;             /*  0 NVH_TX_DIR_MAGIC                           */
-    uint32_t version;           /*  8 1                                          */
+    uint32_t version;           /*  8 1 or 2                                     */
     uint32_t nlanes;            /* 12 NVH_TX_LANES                               */
     uint8_t reserved[48];       /* 16                                            */
-    struct nvh_lane_hdr lane[NVH_TX_LANES]; /* 64                                */
+    struct nvh_lane_hdr lane[NVH_TX_LANES];      /* 64                           */
+    struct nvh_lane_retire retire[NVH_TX_LANES]; /* 64 + 64 * 64 (version 2)     */
 };
 static_assert(offsetof(struct nvh_tx_dir, lane) == 64, "directory layout");
+static_assert(offsetof(struct nvh_tx_dir, retire) == 64 + 64 * 64, "directory layout");
+#define NVH_TX_DIR_V1_SIZE offsetof(struct nvh_tx_dir, retire)
 
 /* Segment: a heap object; header line, then nrec_cap 64-byte record slots
  * (the metadata), then data_cap bytes of data (old and new copies). */
@@ -121,8 +141,18 @@ typedef struct nvh_recref {
                                    back after writing it (see nvh_log_line_)    */
 } nvh_recref;
 
+/* Write windows (stray-write protection, docs/PROTECT.md) a transaction
+ * holds open until it ends: the log pages it writes and the application
+ * ranges it added, allocated or applies. Recorded only while protection is
+ * on, so that every window closed was opened counted (none when off). */
+typedef struct nvh_win { const void *p; size_t len; } nvh_win;
+
 typedef struct nvh_lane {
-    struct nvh_lane_hdr *hdr;
+    _Alignas(64) struct nvh_lane_hdr *hdr;
+    /* where retirement stores: the retire line's tid (version 2), or the
+     * header's state word (version 1 directories) */
+    _Atomic uint64_t *retire_word;
+    bool retire_v1;
     struct nvh_lane_hdr sh;     /* DRAM shadow of *hdr (this lane's owner only)  */
     unsigned index;
     _Atomic int owned;
@@ -132,18 +162,24 @@ typedef struct nvh_lane {
                                    would wait for this lane's pending CLWBs  */
     unsigned slot;              /* slot of the current / last transaction       */
     struct nvh_seg *seg;        /* segment being filled                         */
+    uint32_t seg_nrec_cap;      /* seg's capacities (DRAM copies)               */
+    uint32_t seg_data_cap;
+    struct nvh_seg *head_seg[2];/* each slot's first segment, once validated    */
     uint32_t rec_next;          /* next record slot in seg                      */
     uint32_t data_next;         /* next data byte in seg                        */
     bool active_written;        /* state ACTIVE(tid) stored                     */
     bool unfenced;              /* flushed log lines not yet fenced             */
     nvh_recref *recs; size_t nrecs, recs_cap;
+    nvh_win *wins; size_t nwins, wins_cap;   /* open write windows (above)  */
     uint64_t chain_bytes[2];    /* bytes of segments in each slot's chain       */
-    /* retirement: read by other lanes (help-flushing), written by the owner */
-    _Atomic uint64_t last_cseq; /* commit order of this lane's last commit      */
-    _Atomic int retire_pending; /* IDLE stored and flushed, not yet fenced      */
     /* statistics */
     uint64_t bytes_logged;      /* log bytes written (records + data)           */
-    char pad[64];
+    /* retirement: read by other lanes (help-flushing), written by the owner.
+     * On a line of their own: every other field above is touched by the
+     * owner only, and must not be invalidated by another thread's reads of
+     * these (2-thread GUPS: one coherence miss per transaction, not three) */
+    _Alignas(64) _Atomic uint64_t last_cseq; /* commit order of the last commit */
+    _Atomic int retire_pending; /* retirement stored and flushed, not fenced    */
 } nvh_lane;
 
 /* Per-pool state of the log and tx layers (registry, lane.c). */
@@ -201,6 +237,30 @@ void nvh_txlog_undo(nvh_txlog *lg, nvh_lane *lane);
  * retirement is pending; returns the lanes flushed. */
 uint64_t nvh_txlog_help(nvh_txlog *lg, uint64_t mask, unsigned self);
 
+/* Write windows held until the transaction ends (nvh_lane.wins). One load
+ * and a branch when protection is off. */
+int nvh_txlog_win_open_slow_(nvh_txlog *lg, nvh_lane *lane, const void *p, size_t len);
+void nvh_txlog_win_close_all_(nvh_txlog *lg, nvh_lane *lane);
+static inline bool nvh_txlog_protected_(const nvh_pool *pool)
+{
+#ifdef NVH_LAYER_PROTECT
+    return __builtin_expect(atomic_load_explicit(&((nvh_pool *)pool)->protect,
+                                                 memory_order_acquire) != NULL, 0);
+#else
+    (void)pool;
+    return false;
+#endif
+}
+static inline int nvh_txlog_win_open(nvh_txlog *lg, nvh_lane *lane, const void *p, size_t len)
+{
+    if (!nvh_txlog_protected_(lg->pool)) return NVH_OK;
+    return nvh_txlog_win_open_slow_(lg, lane, p, len);
+}
+static inline void nvh_txlog_win_close_all(nvh_txlog *lg, nvh_lane *lane)
+{
+    if (__builtin_expect(lane->nwins != 0, 0)) nvh_txlog_win_close_all_(lg, lane);
+}
+
 /* recover.c */
 int nvh_txlog_recover(nvh_txlog *lg);
 
@@ -226,6 +286,65 @@ static inline void nvh_log_line_(nvh_pool *pool, void *dst, const void *src)
 #endif
     memcpy(dst, src, NVH_CACHELINE);
     nvh_flush(pool, dst, NVH_CACHELINE);
+}
+
+/* CRC32C on the log's hot paths: the same result as nvh_crc32c, without its
+ * per-call pthread_once and dispatch (the SSE4.2 instruction directly when
+ * the CPU has it; nvh_txlog_crc_hw_ is set when a pool opens, before any
+ * transaction can run). */
+extern int nvh_txlog_crc_hw_;
+#if defined(__x86_64__)
+__attribute__((target("sse4.2"))) static inline uint32_t
+nvh_txlog_crc_hw_update_(uint32_t crc, const unsigned char *p, size_t len)
+{
+    uint64_t c = crc;
+    for (; len >= 8; p += 8, len -= 8) {
+        uint64_t w;
+        memcpy(&w, p, 8);
+        c = __builtin_ia32_crc32di(c, w);
+    }
+    uint32_t c32 = (uint32_t)c;
+    if (len >= 4) {
+        uint32_t w;
+        memcpy(&w, p, 4);
+        c32 = __builtin_ia32_crc32si(c32, w);
+        p += 4;
+        len -= 4;
+    }
+    while (len--) c32 = __builtin_ia32_crc32qi(c32, *p++);
+    return c32;
+}
+#endif
+static inline uint32_t nvh_txlog_crc(uint32_t seed, const void *data, size_t len)
+{
+#if defined(__x86_64__)
+    if (__builtin_expect(nvh_txlog_crc_hw_, 1))
+        return ~nvh_txlog_crc_hw_update_(~seed, (const unsigned char *)data, len);
+#endif
+    return nvh_crc32c(seed, data, len);
+}
+
+/* Prefetch a line for writing (PREFETCHW; executed as a NOP by x86 CPUs
+ * that lack it). */
+static inline void nvh_prefetchw_(const void *p)
+{
+#if defined(__x86_64__)
+    __asm__ volatile("prefetchw %0" : : "m"(*(const char *)p));
+#else
+    __builtin_prefetch(p, 1, 3);
+#endif
+}
+
+/* Point every lane at its header and retire word in directory d. */
+static inline void nvh_txlog_dir_attach_(nvh_txlog *lg, struct nvh_tx_dir *d)
+{
+    for (unsigned i = 0; i < NVH_TX_LANES; i++) {
+        nvh_lane *lane = &lg->lanes[i];
+        lane->hdr = &d->lane[i];
+        lane->retire_v1 = d->version == 1;
+        lane->retire_word = lane->retire_v1 ? &d->lane[i].state : &d->retire[i].tid;
+        lane->head_seg[0] = lane->head_seg[1] = NULL;
+    }
 }
 
 /* Allocator hooks used by the log (src/alloc API, public). */

@@ -8,7 +8,8 @@
  *   commit   new bytes captured into the records (redo), data flushed in
  *            place, commit record (state COMMITTED(tid) + CRC over the redo
  *            data) flushed; FENCE 2. The transaction is durable.
- *   retire   state IDLE(tid), flushed, not fenced: it becomes durable at this
+ *   retire   retire line := tid (version 1 directories: state IDLE(tid)),
+ *            flushed, not fenced: it becomes durable at this
  *            lane's next fence, or at the next fence of any thread that
  *            touches the same data (help-flush), whichever comes first.
  * Recovery redoes a COMMITTED transaction whose commit CRC holds, and undoes
@@ -25,14 +26,46 @@ char *nvh_txlog_seg_data_(struct nvh_seg *s);
 /* ==========================================================================
  * Checksums
  * ========================================================================== */
+int nvh_txlog_crc_hw_ = 0;
+
 uint32_t nvh_txrec_crc(const struct nvh_txrec *r, const void *old_data)
 {
-    uint32_t c = nvh_crc32c(0, r, 32);
-    if (r->kind == NVH_LR_RANGE && old_data) c = nvh_crc32c(c, old_data, r->len);
+    uint32_t c = nvh_txlog_crc(0, r, 32);
+    if (r->kind == NVH_LR_RANGE && old_data) c = nvh_txlog_crc(c, old_data, r->len);
     return c ^ 0x5a5a5a5au;   /* an all-zero slot never checks */
 }
 
 static inline uint64_t alen8(uint64_t len) { return NVH_ALIGN_UP(len, (uint64_t)8); }
+
+/* ==========================================================================
+ * Write windows
+ * ========================================================================== */
+int nvh_txlog_win_open_slow_(nvh_txlog *lg, nvh_lane *lane, const void *p, size_t len)
+{
+    if (!len) return NVH_OK;
+    /* only pool memory has windows (a lock word may live in DRAM) */
+    if (!nvh_contains(lg->pool, p, len)) return NVH_OK;
+    if (lane->nwins == lane->wins_cap) {
+        size_t cap = lane->wins_cap ? lane->wins_cap * 2 : 16;
+        nvh_win *g = realloc(lane->wins, cap * sizeof *g);
+        if (!g) return nvh_fail(NVH_E_NOMEM, "out of memory for the transaction's write windows");
+        lane->wins = g;
+        lane->wins_cap = cap;
+    }
+    int rc = nvh_protect_open_(lg->pool, p, len);
+    if (rc != NVH_OK) return rc;
+    lane->wins[lane->nwins++] = (nvh_win){p, len};
+    return NVH_OK;
+}
+
+void nvh_txlog_win_close_all_(nvh_txlog *lg, nvh_lane *lane)
+{
+    /* closing never fails for a window we opened; keep the thread's last
+     * error as it was (a successful commit must not report one) */
+    for (size_t i = lane->nwins; i-- > 0;) (void)nvh_protect_close_(lg->pool, lane->wins[i].p,
+                                                                    lane->wins[i].len);
+    lane->nwins = 0;
+}
 
 /* ==========================================================================
  * Begin and appending
@@ -42,6 +75,7 @@ int nvh_txlog_begin(nvh_txlog *lg, nvh_lane *lane)
     (void)lg;
     lane->tid = 0;                    /* assigned by the first record */
     lane->seg = NULL;
+    lane->seg_nrec_cap = lane->seg_data_cap = 0;
     lane->rec_next = lane->data_next = 0;
     lane->nrecs = 0;
     lane->active_written = false;
@@ -61,7 +95,13 @@ static int first_record(nvh_txlog *lg, nvh_lane *lane)
      * one sequence number (recover.c) and a tid is never reused */
     lane->tid = (++lane->tid_seq << NVH_TID_LANE_BITS) | lane->index;
     lane->seg = NULL;
-    int rc = nvh_txlog_room(lg, lane, 0);
+    lane->seg_nrec_cap = lane->seg_data_cap = 0;
+    /* the header and retire lines are written until the transaction ends */
+    int rc = nvh_txlog_win_open(lg, lane, lane->hdr, sizeof *lane->hdr);
+    if (rc == NVH_OK && !lane->retire_v1)
+        rc = nvh_txlog_win_open(lg, lane, (const void *)lane->retire_word, sizeof(uint64_t));
+    if (rc != NVH_OK) return rc;
+    rc = nvh_txlog_room(lg, lane, 0);
     if (rc != NVH_OK) return rc;
     atomic_store_explicit(&lane->sh.state, NVH_LS_MAKE(lane->tid, lane->slot, NVH_LS_ACTIVE),
                           memory_order_relaxed);
@@ -70,9 +110,9 @@ static int first_record(nvh_txlog *lg, nvh_lane *lane)
     return NVH_OK;
 }
 
-static int push_ref(nvh_lane *lane, struct nvh_txrec *r, char *data)
+static inline int push_ref(nvh_lane *lane, struct nvh_txrec *r, char *data)
 {
-    if (lane->nrecs == lane->recs_cap) {
+    if (__builtin_expect(lane->nrecs == lane->recs_cap, 0)) {
         size_t cap = lane->recs_cap ? lane->recs_cap * 2 : 64;
         nvh_recref *g = realloc(lane->recs, cap * sizeof *g);
         if (!g) return nvh_fail(NVH_E_NOMEM, "out of memory for the transaction's records");
@@ -86,12 +126,17 @@ static int push_ref(nvh_lane *lane, struct nvh_txrec *r, char *data)
 }
 
 /* Reserve a record slot (and data) and fill the common fields. */
-static int new_record(nvh_txlog *lg, nvh_lane *lane, unsigned kind, uint64_t off, uint64_t len,
-                      uint64_t data_bytes, nvh_recref **out, char **data_out)
+static inline int new_record(nvh_txlog *lg, nvh_lane *lane, unsigned kind, uint64_t off,
+                             uint64_t len, uint64_t data_bytes, nvh_recref **out, char **data_out)
 {
     int rc;
-    if (!lane->active_written && (rc = first_record(lg, lane)) != NVH_OK) return rc;
-    if ((rc = nvh_txlog_room(lg, lane, data_bytes)) != NVH_OK) return rc;
+    if (__builtin_expect(!lane->active_written, 0) && (rc = first_record(lg, lane)) != NVH_OK)
+        return rc;
+    /* the common case inline: room left in the current segment */
+    if (__builtin_expect(lane->rec_next >= lane->seg_nrec_cap ||
+                         lane->data_next + alen8(data_bytes) > lane->seg_data_cap, 0) &&
+        (rc = nvh_txlog_room(lg, lane, data_bytes)) != NVH_OK)
+        return rc;
     struct nvh_seg *s = lane->seg;
     struct nvh_txrec *r = (struct nvh_txrec *)((char *)s + 64) + lane->rec_next;
     char *data = NULL;
@@ -119,8 +164,10 @@ int nvh_txlog_word(nvh_txlog *lg, nvh_lane *lane, uint64_t off, unsigned len)
     int rc = new_record(lg, lane, NVH_LR_WORD, off, len, 0, &ref, NULL);
     if (rc != NVH_OK) return rc;
     struct nvh_txrec *r = &ref->sh;
+    const char *place = NVH_CTX_(lg->pool)->base + off;
     uint64_t old = 0;
-    memcpy(&old, (char *)nvh_ptr(lg->pool, off), len);
+    if (len == 8) memcpy(&old, place, 8);     /* one load, no memcpy call */
+    else memcpy(&old, place, len);
     r->old_word = old;
     r->crc = nvh_txrec_crc(r, NULL);
     nvh_log_line_(lg->pool, ref->rec, r);
@@ -180,7 +227,7 @@ uint64_t nvh_txlog_help(nvh_txlog *lg, uint64_t mask, unsigned self)
          * lane's IDLE store (ordered before its lock release or whatever
          * synchronisation made us touch its data) reaches the media with
          * our fence */
-        nvh_flush(lg->pool, lg->lanes[i].hdr, NVH_CACHELINE);
+        nvh_flush(lg->pool, (void *)lg->lanes[i].retire_word, sizeof(uint64_t));
         flushed |= 1ull << i;
     }
     return flushed;
@@ -190,6 +237,12 @@ void nvh_txlog_fence(nvh_txlog *lg, nvh_lane *lane, uint64_t help_mask)
 {
     if (help_mask) nvh_txlog_help(lg, help_mask, lane->index);
     nvh_drain(lg->pool);
+    /* the retire line was written back (and, on CPUs whose CLWB evicts,
+     * dropped) by this fence: fetch it for writing now, so that the retire
+     * store at the end of the transaction hits instead of stalling the
+     * store buffer (and the next transaction's log stores behind it) on a
+     * memory read */
+    if (lane->active_written) nvh_prefetchw_((const void *)lane->retire_word);
     lane->unfenced = false;
     /* our own IDLE (flushed at retire) is durable now; a plain store, no
      * shared cache line written per transaction */
@@ -205,24 +258,25 @@ int nvh_txlog_commit(nvh_txlog *lg, nvh_lane *lane, uint64_t cseq)
     nvh_pool *pool = lg->pool;
     struct nvh_lane_hdr *h = &lane->sh;
     uint64_t head[3] = {lane->tid, lane->nrecs, cseq};
-    uint32_t c = nvh_crc32c(0, head, sizeof head);
+    uint32_t c = nvh_txlog_crc(0, head, sizeof head);
     for (size_t i = 0; i < lane->nrecs; i++) {
         struct nvh_txrec *r = &lane->recs[i].sh;
         char *place = (char *)pool->ctx.base + r->off;
-        c = nvh_crc32c(c, &r->crc, sizeof r->crc);
+        c = nvh_txlog_crc(c, &r->crc, sizeof r->crc);
         if (r->kind == NVH_LR_WORD) {
             uint64_t nw = 0;
-            memcpy(&nw, place, r->len);
+            if (r->len == 8) memcpy(&nw, place, 8);
+            else memcpy(&nw, place, r->len);
             r->new_word = nw;
             nvh_log_line_(pool, lane->recs[i].rec, r);
             nvh_flush(pool, place, r->len);
-            c = nvh_crc32c(c, &nw, sizeof nw);
+            c = nvh_txlog_crc(c, &nw, sizeof nw);
             lane->bytes_logged += 8;
         } else if (r->kind == NVH_LR_RANGE) {
             char *newc = lane->recs[i].data + alen8(r->len);
             nvh_memcpy_nodrain(pool, newc, place, r->len);
             nvh_flush(pool, place, r->len);
-            c = nvh_crc32c(c, place, r->len);    /* == newc, without reading it back */
+            c = nvh_txlog_crc(c, place, r->len);    /* == newc, without reading it back */
             lane->bytes_logged += r->len;
         }
     }
@@ -248,10 +302,16 @@ void nvh_txlog_retire(nvh_txlog *lg, nvh_lane *lane)
     /* a plain store (then CLWB), not a non-temporal one: another lane's
      * help-flush (CLWB of this line) must be able to make it durable, and
      * an NT store may still sit in this core's write-combining buffer */
-    uint64_t idle = NVH_LS_MAKE(lane->tid, lane->slot, NVH_LS_IDLE);
-    atomic_store_explicit(&lane->sh.state, idle, memory_order_relaxed);
-    atomic_store_explicit(&lane->hdr->state, idle, memory_order_release);
-    nvh_flush(lg->pool, lane->hdr, NVH_CACHELINE);
+    if (lane->retire_v1) {
+        uint64_t idle = NVH_LS_MAKE(lane->tid, lane->slot, NVH_LS_IDLE);
+        atomic_store_explicit(&lane->sh.state, idle, memory_order_relaxed);
+        atomic_store_explicit(lane->retire_word, idle, memory_order_release);
+    } else {
+        /* the header (and its shadow) keep ACTIVE/COMMITTED(tid): the
+         * retire line naming the same tid overrides it (recover.c) */
+        atomic_store_explicit(lane->retire_word, lane->tid, memory_order_release);
+    }
+    nvh_flush(lg->pool, (void *)lane->retire_word, sizeof(uint64_t));
     lane->active_written = false;
     lane->nrecs = 0;
 }

@@ -1,6 +1,7 @@
 /* recover.c — open-time recovery of the transaction log.
  *
- * For every lane whose state is not IDLE: collect the records of its
+ * For every lane whose state is not IDLE, and (version 2 directories) whose
+ * retire line does not name the state's tid: collect the records of its
  * transaction (same tid, consecutive seq, valid undo CRC, in chain order).
  *   COMMITTED with a valid commit CRC  -> redo: new bytes to their places,
  *                                         pending frees applied
@@ -96,13 +97,13 @@ static bool commit_valid(nvh_txlog *lg, const rtx *t, const struct nvh_lane_hdr 
     (void)lg;
     if (h->nrecs > t->n) return false;
     uint64_t head[3] = {t->tid, h->nrecs, h->cseq};
-    uint32_t c = nvh_crc32c(0, head, sizeof head);
+    uint32_t c = nvh_txlog_crc(0, head, sizeof head);
     for (size_t i = 0; i < h->nrecs; i++) {
         const struct nvh_txrec *r = t->recs[i].rec;
-        c = nvh_crc32c(c, &r->crc, sizeof r->crc);
-        if (r->kind == NVH_LR_WORD) c = nvh_crc32c(c, &r->new_word, sizeof r->new_word);
+        c = nvh_txlog_crc(c, &r->crc, sizeof r->crc);
+        if (r->kind == NVH_LR_WORD) c = nvh_txlog_crc(c, &r->new_word, sizeof r->new_word);
         else if (r->kind == NVH_LR_RANGE)
-            c = nvh_crc32c(c, t->recs[i].data + NVH_ALIGN_UP((uint64_t)r->len, (uint64_t)8), r->len);
+            c = nvh_txlog_crc(c, t->recs[i].data + NVH_ALIGN_UP((uint64_t)r->len, (uint64_t)8), r->len);
     }
     return c == h->commit_crc;
 }
@@ -205,18 +206,19 @@ int nvh_txlog_recover(nvh_txlog *lg)
     struct nvh_tx_dir *d = fa.ptr;
     size_t size = fa.size;
     if (!d) return NVH_OK;                       /* no transaction ever ran */
-    if (size < sizeof *d || d->magic != NVH_TX_DIR_MAGIC || d->version != 1 ||
+    if (size < NVH_TX_DIR_V1_SIZE || d->magic != NVH_TX_DIR_MAGIC ||
+        (d->version != 1 && d->version != 2) || (d->version == 2 && size < sizeof *d) ||
         d->nlanes != NVH_TX_LANES)
         return nvh_fail(NVH_E_CORRUPT, "the transaction log directory of %s is corrupt",
                         pool->path);
     lg->dir = d;
+    nvh_txlog_dir_attach_(lg, d);
     uint64_t max_tid = 0, max_cseq = 0;
     rtx txs[NVH_TX_LANES];
     unsigned n = 0;
     int rc = NVH_OK;
     for (unsigned i = 0; i < NVH_TX_LANES; i++) {
         nvh_lane *lane = &lg->lanes[i];
-        lane->hdr = &d->lane[i];
         uint64_t w = atomic_load(&lane->hdr->state);
         if (NVH_LS_TID(w) > max_tid) max_tid = NVH_LS_TID(w);
         /* skip the sequence number a crashed transaction may have used */
@@ -225,6 +227,9 @@ int nvh_txlog_recover(nvh_txlog *lg)
         unsigned st = NVH_LS_ST(w);
         lane->slot = NVH_LS_SLOT(w);
         if (st == NVH_LS_IDLE) continue;
+        /* version 2: retired by its retire line (a commit, or an abort whose
+         * undo was durable before the retirement was stored) */
+        if (!lane->retire_v1 && atomic_load(lane->retire_word) == NVH_LS_TID(w)) continue;
         rtx *t = &txs[n++];
         memset(t, 0, sizeof *t);
         t->lane = lane;

@@ -133,10 +133,28 @@ static bool extend(nvh_tx *tx)
     return true;
 }
 
+/* The ownership-record table, allocated by the pool's first object
+ * transaction (8 MiB of zero pages: allocating it at every open cost each
+ * open a large calloc for pools that never use object transactions). */
+static int orecs_ensure(nvh_txstate *st)
+{
+    if (__builtin_expect(__atomic_load_n(&st->orecs, __ATOMIC_ACQUIRE) != NULL, 1)) return NVH_OK;
+    _Atomic uint64_t *t = calloc(NVH_OREC_COUNT, sizeof *t), *expect = NULL;
+    if (!t) return nvh_fail(NVH_E_NOMEM, "out of memory for the ownership-record table");
+    if (!__atomic_compare_exchange_n(&st->orecs, &expect, t, false, __ATOMIC_ACQ_REL,
+                                     __ATOMIC_ACQUIRE))
+        free((void *)t);                        /* another thread was first */
+    return NVH_OK;
+}
+
 static nvh_tx *otm_tx(nvh_pool *pool, const void *obj, size_t size, const char *what)
 {
     nvh_tx *tx = nvh_tx_cur_(pool, true);
     if (!tx) return NULL;
+    if (orecs_ensure(tx->st) != NVH_OK) return NULL;
+    /* the read version: sampled now, before the first object read (any
+     * moment up to then is as good a snapshot as the begin; gclock >= 1) */
+    if (!tx->rv) tx->rv = atomic_load_explicit(&tx->st->gclock, memory_order_acquire);
     if (tx->status == NVH_TXS_ABORTED) { nvh_tx_fail_aborted_(tx, what); return NULL; }
     if (!obj || size == 0) { nvh_fail(NVH_E_INVAL, "%s: NULL object or size 0", what); return NULL; }
     if (!nvh_contains(pool, obj, size) || nvh_off(pool, obj) < NVH_PAGE) {
@@ -275,6 +293,14 @@ int nvh_tx_otm_prepare_(nvh_tx *tx, uint64_t *wv_out)
     /* FENCE 1: old and new images durable before any byte changes in place;
      * help-flush the retirements of the lanes that wrote these objects last */
     nvh_txlog_fence(tx->lg, tx->lane, help);
+    /* protected pools: windows on every object first (nothing applied if
+     * one cannot open), held until the transaction ends (an undo after a
+     * failed later commit step writes here again) */
+    if (nvh_txlog_protected_(tx->pool))
+        for (size_t i = 0; i < tx->nw; i++) {
+            int rc = nvh_txlog_win_open(tx->lg, tx->lane, tx->wset[i].obj, tx->wset[i].size);
+            if (rc != NVH_OK) return rc;
+        }
     for (size_t i = 0; i < tx->nw; i++) {
         nvh_wentry *e = &tx->wset[i];
         atomic_copy_out(e->obj, e->copy, e->size);

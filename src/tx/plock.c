@@ -8,6 +8,19 @@
 
 #include <sched.h>
 
+/* Lock words in a protected pool are written inside a window of their own
+ * (one load and a branch when protection is off; a lock in DRAM has none). */
+static inline void lock_win_open(nvh_pool *pool, nvh_plock *lock)
+{
+    if (nvh_txlog_protected_(pool) && nvh_contains(pool, lock, sizeof *lock))
+        (void)nvh_protect_open_(pool, lock, sizeof *lock);
+}
+static inline void lock_win_close(nvh_pool *pool, nvh_plock *lock)
+{
+    if (nvh_txlog_protected_(pool) && nvh_contains(pool, lock, sizeof *lock))
+        (void)nvh_protect_close_(pool, lock, sizeof *lock);
+}
+
 static inline int check(nvh_pool *pool, const nvh_plock *lock, const char *what)
 {
     if (!pool || !lock) return nvh_fail(NVH_E_INVAL, "%s: NULL argument", what);
@@ -23,9 +36,11 @@ int nvh_plock_try(nvh_pool *pool, nvh_plock *lock)
     uint64_t w = atomic_load_explicit(&lock->word, memory_order_relaxed);
     if (w == epoch) return nvh_fail(NVH_E_BUSY, "lock %p is held", (void *)lock);
     /* any other value (0, or an epoch of an earlier run) means free */
-    if (!atomic_compare_exchange_strong_explicit(&lock->word, &w, epoch, memory_order_acquire,
-                                                 memory_order_relaxed))
-        return nvh_fail(NVH_E_BUSY, "lock %p is held", (void *)lock);
+    lock_win_open(pool, lock);
+    bool won = atomic_compare_exchange_strong_explicit(&lock->word, &w, epoch,
+                                                       memory_order_acquire, memory_order_relaxed);
+    lock_win_close(pool, lock);
+    if (!won) return nvh_fail(NVH_E_BUSY, "lock %p is held", (void *)lock);
     return NVH_OK;
 }
 
@@ -36,10 +51,14 @@ int nvh_plock_acquire(nvh_pool *pool, nvh_plock *lock)
     uint64_t epoch = nvh_pool_epoch(pool);
     for (unsigned spins = 0;; spins++) {
         uint64_t w = atomic_load_explicit(&lock->word, memory_order_relaxed);
-        if (w != epoch &&
-            atomic_compare_exchange_weak_explicit(&lock->word, &w, epoch, memory_order_acquire,
-                                                  memory_order_relaxed))
-            return NVH_OK;
+        if (w != epoch) {
+            lock_win_open(pool, lock);
+            bool won = atomic_compare_exchange_weak_explicit(&lock->word, &w, epoch,
+                                                             memory_order_acquire,
+                                                             memory_order_relaxed);
+            lock_win_close(pool, lock);
+            if (won) return NVH_OK;
+        }
         if (spins > 64) sched_yield();
 #if defined(__x86_64__)
         else __asm__ volatile("pause");
@@ -53,7 +72,9 @@ int nvh_plock_release(nvh_pool *pool, nvh_plock *lock)
     if (rc != NVH_OK) return rc;
     if (atomic_load_explicit(&lock->word, memory_order_relaxed) != nvh_pool_epoch(pool))
         return nvh_fail(NVH_E_INVAL, "nvh_plock_release: lock %p is not held", (void *)lock);
+    lock_win_open(pool, lock);
     atomic_store_explicit(&lock->word, 0, memory_order_release);
+    lock_win_close(pool, lock);
     return NVH_OK;
 }
 

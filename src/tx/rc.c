@@ -89,6 +89,25 @@ void nvh_rc_forget_(nvh_pool *pool)
     pthread_mutex_unlock(&rc_lock);
 }
 
+/* The descriptor object, or NULL if there is none yet: a walk, not
+ * nvh_get_named, whose expected NVH_E_NOTFOUND would stay behind as the
+ * thread's last error after a successful call. */
+typedef struct desc_find { void *ptr; size_t size; } desc_find;
+static int desc_find_fn(const char *name, void *ptr, size_t size, void *arg)
+{
+    if (strcmp(name, RC_DESC_NAME) != 0) return 0;
+    ((desc_find *)arg)->ptr = ptr;
+    ((desc_find *)arg)->size = size;
+    return 1;
+}
+static void *desc_lookup(nvh_pool *pool, size_t *size)
+{
+    desc_find f = {NULL, 0};
+    nvh_named_foreach(pool, desc_find_fn, &f);
+    *size = f.size;
+    return f.ptr;
+}
+
 static struct rc_desc *desc_get(nvh_pool *pool, rc_pool *r)
 {
     if (r->desc) return r->desc;
@@ -96,13 +115,15 @@ static struct rc_desc *desc_get(nvh_pool *pool, rc_pool *r)
     struct rc_desc *d = NULL;
     pthread_mutex_lock(&r->lock);
     if (!r->desc) {
-        d = nvh_get_named(pool, RC_DESC_NAME, &size);
+        d = desc_lookup(pool, &size);
         if (!d) {
             d = nvh_reserve_named(pool, RC_DESC_NAME, sizeof *d);
             if (d) {
+                bool win = nvh_protect_open_(pool, d, sizeof *d) == NVH_OK;
                 memset(d, 0, sizeof *d);
                 d->magic = RC_MAGIC;
                 nvh_persist(pool, d, sizeof *d);
+                if (win) (void)nvh_protect_close_(pool, d, sizeof *d);
                 if (nvh_activate_named(pool, RC_DESC_NAME) != NVH_OK) { nvh_cancel(pool, d); d = NULL; }
             }
         } else if (size < sizeof *d || d->magic != RC_MAGIC) {
@@ -315,7 +336,7 @@ int nvh_rc_recover(nvh_pool *pool)
     rc_pool *r = rc_get(pool, true);
     if (!r) return nvh_errcode();
     size_t size = 0;
-    struct rc_desc *d = nvh_get_named(pool, RC_DESC_NAME, &size);
+    struct rc_desc *d = desc_lookup(pool, &size);
     if (!d) return NVH_OK;                /* nothing was ever destroyed */
     if (size < sizeof *d || d->magic != RC_MAGIC)
         return nvh_fail(NVH_E_CORRUPT, "the reference-counting descriptor object is corrupt");

@@ -170,7 +170,9 @@ int nvh_tx_begin(nvh_pool *pool)
     tx->depth = 1;
     tx->status = NVH_TXS_ACTIVE;
     tx->conflict = false;
-    tx->rv = atomic_load_explicit(&tx->st->gclock, memory_order_acquire);
+    tx->rv = 0;     /* sampled by the first object open (otm.c): a
+                       transaction without object reads or writes never
+                       touches the global clock's line at begin */
     return nvh_txlog_begin(tx->lg, tx->lane);
 }
 
@@ -181,6 +183,7 @@ void nvh_tx_rollback_(nvh_tx *tx)
     nvh_tx_alloc_abort_(tx);
     nvh_txlog_retire(tx->lg, tx->lane);
     nvh_tx_otm_release_(tx, 0, false);
+    nvh_txlog_win_close_all(tx->lg, tx->lane);   /* log pages and added ranges */
     tx->nallocs = tx->nfrees = 0;
     tx->nr = tx->nw = 0;
     dd_clear(tx);
@@ -231,6 +234,8 @@ int nvh_tx_commit(nvh_pool *pool)
         nvh_txlog_retire(lg, lane);                   /* step 5 */
     }
     nvh_tx_otm_release_(tx, wv, true);
+    /* the application's ranges and the log pages are read-only again */
+    nvh_txlog_win_close_all(lg, lane);
     tx->commits++;
     tx_reset(tx);
     return NVH_OK;
@@ -321,6 +326,13 @@ int nvh_tx_add_ranges(nvh_pool *pool, const nvh_tx_range *ranges, unsigned n)
     logged = tx->lane->nrecs != before || tx->lane->unfenced;
     /* FENCE 1: the undo records are durable before the caller stores */
     if (logged) nvh_txlog_fence(tx->lg, tx->lane, ~0ull);
+    /* protected pools: the caller may now store into the ranges without
+     * windows of its own; they close when the transaction ends */
+    if (nvh_txlog_protected_(pool))
+        for (unsigned i = 0; i < n; i++) {
+            rc = nvh_txlog_win_open(tx->lg, tx->lane, ranges[i].ptr, ranges[i].len);
+            if (rc != NVH_OK) return add_failed(tx, rc);
+        }
     return NVH_OK;
 }
 
@@ -438,24 +450,54 @@ static void state_free(void *p)
 static void txlog_free(nvh_txlog *lg)
 {
     if (!lg) return;
-    for (unsigned i = 0; i < NVH_TX_LANES; i++) free(lg->lanes[i].recs);
+    for (unsigned i = 0; i < NVH_TX_LANES; i++) {
+        free(lg->lanes[i].recs);
+        free(lg->lanes[i].wins);
+    }
     if (lg->tx_free) lg->tx_free(lg->tx);
     pthread_mutex_destroy(&lg->lock);
     free(lg);
+}
+
+/* Recovery writes anywhere (log lines, redone and undone application
+ * bytes, the allocator's frees): an implicit window (cold path). */
+static int recover_in_window(nvh_txlog *lg)
+{
+    /* recovery's allocator calls may fail harmlessly (freeing an intent
+     * that was never activated, or already freed by an earlier recovery):
+     * a successful recovery leaves the thread's last error as it was */
+    int code = nvh_errcode();
+    char msg[512];
+    snprintf(msg, sizeof msg, "%s", nvh_errormsg());
+    nvh_protect_internal_begin(lg->pool);
+    int rc = nvh_txlog_recover(lg);
+    nvh_protect_internal_end(lg->pool);
+    if (rc == NVH_OK && (nvh_errcode() != code || strcmp(nvh_errormsg(), msg) != 0))
+        (void)nvh_fail(code, "%s", msg);
+    return rc;
 }
 
 /* Called by nvh_pool_open/create after the allocator opened: recovery. */
 int nvh_tx_open_(nvh_pool *pool)
 {
     if (pool->readonly) return NVH_OK;
-    nvh_txlog *lg = calloc(1, sizeof *lg);
-    nvh_txstate *st = calloc(1, sizeof *st);
-    _Atomic uint64_t *orecs = st ? calloc(NVH_OREC_COUNT, sizeof *orecs) : NULL;
-    if (!lg || !st || !orecs) {
-        free(lg); free(st); free((void *)orecs);
+#if defined(__x86_64__)
+    __builtin_cpu_init();
+    __atomic_store_n(&nvh_txlog_crc_hw_, __builtin_cpu_supports("sse4.2") ? 1 : 0,
+                     __ATOMIC_RELAXED);
+#endif
+    /* line-aligned: lanes and descriptors are laid out one per line group
+     * so that threads never share a line they write (log.h, tx.h). The
+     * ownership-record table is allocated by the first object transaction
+     * (otm.c), not here: most pools never run one. */
+    nvh_txlog *lg = aligned_alloc(64, sizeof *lg);
+    nvh_txstate *st = aligned_alloc(64, sizeof *st);
+    if (!lg || !st) {
+        free(lg); free(st);
         return nvh_fail(NVH_E_NOMEM, "out of memory opening the transaction log");
     }
-    st->orecs = orecs;
+    memset(lg, 0, sizeof *lg);
+    memset(st, 0, sizeof *st);
     atomic_store(&st->gclock, 1);
     atomic_store(&st->spin, 64);
     atomic_store(&st->backoff_min_ns, 200);
@@ -471,7 +513,7 @@ int nvh_tx_open_(nvh_pool *pool)
     /* NVHEAP_TX_SKIP_RECOVERY=1: open without recovering (tests run the
      * recovery themselves under the crash simulator; forensics) */
     const char *skip = getenv("NVHEAP_TX_SKIP_RECOVERY");
-    int rc = skip && *skip == '1' ? NVH_OK : nvh_txlog_recover(lg);
+    int rc = skip && *skip == '1' ? NVH_OK : recover_in_window(lg);
     /* the global clock continues above every commit order in the log */
     atomic_store(&st->gclock, atomic_load(&lg->next_cseq));
     if (rc == NVH_OK) rc = nvh_txlog_register_(pool, lg);
@@ -506,5 +548,5 @@ int nvh_tx_recover_(nvh_pool *pool)
 {
     nvh_txlog *lg = nvh_txlog_get(pool);
     if (!lg) return nvh_errcode();
-    return nvh_txlog_recover(lg);
+    return recover_in_window(lg);
 }

@@ -55,8 +55,10 @@ typedef struct nvh_talloc {
 
 enum { NVH_TXS_NONE = 0, NVH_TXS_ACTIVE = 1, NVH_TXS_ABORTED = 2 };
 
+/* One per lane, each on lines of its own (every field is written by its
+ * owner on every transaction; neighbours must not share a line). */
 typedef struct nvh_tx {
-    nvh_pool *pool;
+    _Alignas(64) nvh_pool *pool;
     nvh_txlog *lg;
     nvh_lane *lane;
     struct nvh_txstate *st;
@@ -83,8 +85,10 @@ typedef struct nvh_tx {
 typedef struct nvh_txstate {
     nvh_tx txs[NVH_TX_LANES];
     _Atomic uint64_t *orecs;
-    _Atomic uint64_t gclock;
-    _Atomic unsigned max_retries;
+    /* the global version clock is written by every writing commit: alone on
+     * its line, so the settings below (read by every open) stay shared */
+    _Alignas(64) _Atomic uint64_t gclock;
+    _Alignas(64) _Atomic unsigned max_retries;
     _Atomic uint64_t backoff_min_ns, backoff_max_ns;
     _Atomic unsigned spin;
 } nvh_txstate;
@@ -107,7 +111,10 @@ void nvh_tx_otm_release_(nvh_tx *tx, uint64_t wv, bool committed);
 static inline _Atomic uint64_t *nvh_orec_for(nvh_txstate *st, uint64_t off)
 {
     uint64_t h = (off >> 6) * 0x9E3779B97F4A7C15ull;
-    return &st->orecs[h >> (64 - NVH_OREC_BITS)];
+    /* an atomic load (a plain move on x86): the table pointer is published
+     * by a CAS at the first object transaction (otm.c) */
+    _Atomic uint64_t *t = __atomic_load_n(&st->orecs, __ATOMIC_ACQUIRE);
+    return &t[h >> (64 - NVH_OREC_BITS)];
 }
 
 #endif /* NVH_TX_H */

@@ -57,9 +57,19 @@ void *nvh_tx_alloc(nvh_pool *pool, size_t size)
     }
     uint64_t usable = nvh_usable_size(pool, p);
     if (usable < size) usable = size;
+    /* protected pools: the new object is writable (by us and the caller)
+     * until the transaction ends */
+    int rc = nvh_txlog_win_open(tx->lg, tx->lane, p, usable);
+    if (rc != NVH_OK) {
+        int code = nvh_errcode();
+        nvh_cancel(pool, p);
+        nvh_tx_rollback_(tx);
+        nvh_fail(code, "nvh_tx_alloc: cannot open a write window (transaction aborted)");
+        return NULL;
+    }
     /* zeroed: a crash-time destructor or a later reader never sees garbage */
     memset(p, 0, usable);
-    int rc = nvh_txlog_intent(tx->lg, tx->lane, NVH_LR_ALLOC, nvh_off(pool, p), usable, NULL);
+    rc = nvh_txlog_intent(tx->lg, tx->lane, NVH_LR_ALLOC, nvh_off(pool, p), usable, NULL);
     if (rc == NVH_OK) rc = push_alloc(tx, p, usable);
     if (rc != NVH_OK) {
         int code = nvh_errcode();

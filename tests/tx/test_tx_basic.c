@@ -13,6 +13,7 @@ const char *__lsan_default_suppressions(void);
 const char *__lsan_default_suppressions(void) { return "leak:nvh_reserve_named\n"; }
 #endif
 
+#include <pthread.h>
 #include <stdbool.h>
 
 #define LAYOUT "txbasic"
@@ -437,6 +438,69 @@ static void objects_single_thread(void **state)
     unlink(path);
 }
 
+/* Successful calls leave no error behind: a fresh thread (no earlier
+ * failure) runs every kind of transaction, reference counting, locks, a
+ * close and a reopen with recovery, and still sees NVH_OK / "" — internal
+ * lookups that are expected to fail (a named object not created yet, a
+ * full registry slot, recovery freeing what was never activated) must not
+ * leak into nvh_errcode()/nvh_errormsg(). */
+static unsigned no_refs(nvh_pool *pool, void *obj, nvh_off_t **refs, unsigned max)
+{
+    (void)pool; (void)obj; (void)refs; (void)max;
+    return 0;
+}
+
+static void *clean_errors_thread(void *arg)
+{
+    const char *path = arg;
+    char *bad = NULL;
+    nvh_pool *pool = nvh_pool_create(path, LAYOUT, 16 * MIB, NVH_DOMAIN_PROCESS);
+    if (!pool) return "create";
+    uint64_t *root = nvh_root(pool, NULL);
+    uint64_t *obj = nvh_alloc(pool, 64, NULL, NULL, NULL);
+    if (nvh_tx_begin(pool) || nvh_tx_add_range(pool, root, 16) || nvh_tx_add_word(pool, &root[4]))
+        return "add";
+    root[0] = 1;
+    uint64_t *n = nvh_tx_alloc(pool, 128);
+    if (!n || nvh_tx_free(pool, obj)) return "tx alloc/free";
+    root[4] = nvh_off(pool, n);
+    uint64_t *w = nvh_tx_open_write(pool, n, 8);
+    if (!w) return "open_write";
+    *w = 5;
+    if (nvh_tx_commit(pool)) return "commit";
+    if (nvh_tx_begin(pool) || nvh_tx_add_word(pool, &root[0])) return "add 2";
+    root[0] = 2;
+    if (nvh_tx_abort(pool)) return "abort";
+    if (nvh_rc_register(pool, 1, no_refs)) return "rc_register";
+    if (!nvh_rc_new(pool, 32, 1, &root[8])) return "rc_new";
+    if (nvh_rc_assign(pool, &root[8], NULL)) return "rc_assign";
+    if (nvh_plock_acquire(pool, (nvh_plock *)&root[10]) || nvh_plock_release(pool, (nvh_plock *)&root[10]))
+        return "plock";
+    if (nvh_pool_close(pool)) return "close";
+    pool = nvh_pool_open(path, LAYOUT, NVH_DOMAIN_PROCESS);
+    if (!pool) return "open";
+    if (nvh_rc_recover(pool)) return "rc_recover";
+    if (nvh_pool_close(pool)) return "close 2";
+    if (nvh_errcode() != NVH_OK || nvh_errormsg()[0] != '\0') {
+        static char msg[600];
+        snprintf(msg, sizeof msg, "stale error %d: %s", nvh_errcode(), nvh_errormsg());
+        bad = msg;
+    }
+    return bad;
+}
+
+static void no_stale_errors(void **state)
+{
+    (void)state;
+    const char *path = test_path("txerr");
+    pthread_t t;
+    void *res = NULL;
+    pthread_create(&t, NULL, clean_errors_thread, (void *)path);
+    pthread_join(t, &res);
+    if (res) fail_msg("%s", (const char *)res);
+    unlink(path);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -449,6 +513,7 @@ int main(void)
         cmocka_unit_test(fence_counts),
         cmocka_unit_test(plocks),
         cmocka_unit_test(objects_single_thread),
+        cmocka_unit_test(no_stale_errors),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -302,10 +302,45 @@ static const char *fresh_pool(void)
     return path;
 }
 
+/* A pool whose log directory is version 1 (no retire lines: retirement is
+ * the header's IDLE state, as written by the first release): one
+ * transaction creates the directory, then its version is set back. */
+static int dir_find(const char *name, void *ptr, size_t size, void *arg)
+{
+    (void)size;
+    if (strcmp(name, NVH_TX_DIR_NAME) != 0) return 0;
+    *(void **)arg = ptr;
+    return 1;
+}
+static const char *fresh_pool_v1(void)
+{
+    const char *path = fresh_pool();
+    nvh_pool *pool = nvh_pool_open(path, LAYOUT, NVH_DOMAIN_PROCESS);
+    assert_non_null(pool);
+    uint64_t *root = nvh_root(pool, NULL);
+    assert_int_equal(nvh_tx_begin(pool), NVH_OK);
+    assert_int_equal(nvh_tx_add_word(pool, &root[1]), NVH_OK);
+    assert_int_equal(nvh_tx_commit(pool), NVH_OK);
+    struct nvh_tx_dir *d = NULL;
+    nvh_named_foreach(pool, dir_find, &d);
+    assert_non_null(d);
+    assert_int_equal(d->version, NVH_TX_DIR_VERSION);
+    d->version = 1;
+    for (unsigned i = 0; i < NVH_TX_LANES; i++)   /* retired the version 1 way */
+        if (NVH_LS_ST(d->lane[i].state) != NVH_LS_IDLE &&
+            d->retire[i].tid == NVH_LS_TID(d->lane[i].state))
+            d->lane[i].state = NVH_LS_MAKE(NVH_LS_TID(d->lane[i].state),
+                                           NVH_LS_SLOT(d->lane[i].state), NVH_LS_IDLE);
+    nvh_persist(pool, d, sizeof *d);
+    assert_int_equal(nvh_pool_close(pool), NVH_OK);
+    return path;
+}
+static bool g_v1;
+
 static void run(nvh_crash_workload_fn w, void *arg, nvh_crash_check_fn check, nvh_crash_mode mode,
                 uint64_t budget, unsigned images)
 {
-    const char *path = fresh_pool();
+    const char *path = g_v1 ? fresh_pool_v1() : fresh_pool();
     *g_complaints = 0;
     g_acked = 0;
     g_inflight = 0;
@@ -352,6 +387,14 @@ static void every_fence_words(void **state)
     (void)state;
     run(seq_workload, NULL, tx_check, NVH_CRASH_WORDS, SAN ? 40 : 0, SAN ? 1 : 2);
 }
+/* version 1 directories are still recovered and written correctly */
+static void every_fence_dir_v1(void **state)
+{
+    (void)state;
+    g_v1 = true;
+    run(seq_workload, NULL, tx_check, NVH_CRASH_LINES, SAN ? 40 : 0, 1);
+    g_v1 = false;
+}
 static void random_run_sampled(void **state)
 {
     (void)state;
@@ -382,6 +425,7 @@ int main(void)
         cmocka_unit_test(direct),
         cmocka_unit_test(every_fence_lines),
         cmocka_unit_test(every_fence_words),
+        cmocka_unit_test(every_fence_dir_v1),
         cmocka_unit_test(random_run_sampled),
         cmocka_unit_test(crash_during_recovery),
     };

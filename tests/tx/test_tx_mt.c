@@ -251,6 +251,8 @@ static void concurrent_crashes(void **state)
 {
     (void)state;
     const char *path = test_path("txmtcrash");
+    /* small, so the pool grows while images are taken (nvh_sim_write_image
+     * serialises with a grow, so every image is one a real crash can leave) */
     nvh_pool *pool = nvh_pool_create(path, LAYOUT, 2 * MIB, NVH_DOMAIN_SIM);
     assert_non_null(pool);
     bank *b = bank_setup(pool);
@@ -282,7 +284,10 @@ static void concurrent_crashes(void **state)
         assert_true(pid >= 0);
         if (pid == 0) {
             nvh_pool *p = nvh_pool_open(image, LAYOUT, NVH_DOMAIN_PROCESS);
-            if (!p) _exit(2);
+            if (!p) {
+                fprintf(stderr, "crash image %u does not open: %s\n", k, nvh_errormsg());
+                _exit(2);
+            }
             bank *rb = nvh_ptr(p, ((nvh_off_t *)nvh_root(p, NULL))[0]);
             if (bank_total(rb) != (uint64_t)NACCT * INIT) _exit(3);
             for (unsigned i = 0; i < T; i++)
