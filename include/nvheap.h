@@ -241,7 +241,8 @@ enum { NVH_STAT_LINES, NVH_STAT_FENCES, NVH_STAT_MSYNCS, NVH_STAT_NT_BYTES,
        NVH_STAT_COUNT_ };
 #define NVH_STAT_STRIPES 16
 typedef struct nvh_stat_stripe_ {
-    _Atomic uint64_t value[8];            /* indexed by NVH_STAT_*; one line */
+    /* one line of its own: threads on neighbouring stripes must not share one */
+    _Alignas(64) _Atomic uint64_t value[8]; /* indexed by NVH_STAT_*            */
 } nvh_stat_stripe_;
 
 typedef struct nvh_persist_ctx_ {
