@@ -4,6 +4,7 @@
  * instruction), else a byte-wise table. Both give identical results, so a
  * pool written on one machine verifies on another. */
 #include "internal.h"
+#include "crc32c.h"
 
 #include <string.h>
 #if defined(__x86_64__)
@@ -35,30 +36,22 @@ static uint32_t crc_table_update(uint32_t crc, const unsigned char *p, size_t le
     return crc;
 }
 
-#if defined(__x86_64__)
-__attribute__((target("sse4.2")))
-static uint32_t crc_sse42_update(uint32_t crc, const unsigned char *p, size_t len)
-{
-    uint64_t c = crc;
-    while (len >= 8) {
-        uint64_t word;
-        memcpy(&word, p, 8);
-        c = __builtin_ia32_crc32di(c, word);
-        p += 8;
-        len -= 8;
-    }
-    uint32_t c32 = (uint32_t)c;
-    while (len--) c32 = __builtin_ia32_crc32qi(c32, *p++);
-    return c32;
-}
-#endif
-
 uint32_t nvh_crc32c(uint32_t crc, const void *data, size_t len)
 {
     pthread_once(&crc_once, crc_init);
     crc = ~crc;
 #if defined(__x86_64__)
-    if (crc_have_sse42) return ~crc_sse42_update(crc, data, len);
+    if (crc_have_sse42) return ~nvh_crc32c_sse42_(crc, data, len);
 #endif
     return ~crc_table_update(crc, data, len);
+}
+
+_Atomic int nvh_crc32c_hw_ = -1;
+
+int nvh_crc32c_hw_detect_(void)
+{
+    pthread_once(&crc_once, crc_init);
+    int hw = crc_have_sse42 ? 1 : 0;
+    atomic_store_explicit(&nvh_crc32c_hw_, hw, memory_order_relaxed);
+    return hw;
 }

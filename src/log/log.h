@@ -14,6 +14,7 @@
 #ifndef NVH_LOG_H
 #define NVH_LOG_H
 
+#include "../common/crc32c.h"
 #include "../common/internal.h"
 #include "../protect/protect.h"
 
@@ -288,40 +289,11 @@ static inline void nvh_log_line_(nvh_pool *pool, void *dst, const void *src)
     nvh_flush(pool, dst, NVH_CACHELINE);
 }
 
-/* CRC32C on the log's hot paths: the same result as nvh_crc32c, without its
- * per-call pthread_once and dispatch (the SSE4.2 instruction directly when
- * the CPU has it; nvh_txlog_crc_hw_ is set when a pool opens, before any
- * transaction can run). */
-extern int nvh_txlog_crc_hw_;
-#if defined(__x86_64__)
-__attribute__((target("sse4.2"))) static inline uint32_t
-nvh_txlog_crc_hw_update_(uint32_t crc, const unsigned char *p, size_t len)
-{
-    uint64_t c = crc;
-    for (; len >= 8; p += 8, len -= 8) {
-        uint64_t w;
-        memcpy(&w, p, 8);
-        c = __builtin_ia32_crc32di(c, w);
-    }
-    uint32_t c32 = (uint32_t)c;
-    if (len >= 4) {
-        uint32_t w;
-        memcpy(&w, p, 4);
-        c32 = __builtin_ia32_crc32si(c32, w);
-        p += 4;
-        len -= 4;
-    }
-    while (len--) c32 = __builtin_ia32_crc32qi(c32, *p++);
-    return c32;
-}
-#endif
+/* CRC32C on the log's hot paths: nvh_crc32c's result, inlined
+ * (src/common/crc32c.h). */
 static inline uint32_t nvh_txlog_crc(uint32_t seed, const void *data, size_t len)
 {
-#if defined(__x86_64__)
-    if (__builtin_expect(nvh_txlog_crc_hw_, 1))
-        return ~nvh_txlog_crc_hw_update_(~seed, (const unsigned char *)data, len);
-#endif
-    return nvh_crc32c(seed, data, len);
+    return nvh_crc32c_inline(seed, data, len);
 }
 
 /* Prefetch a line for writing (PREFETCHW; executed as a NOP by x86 CPUs

@@ -26,8 +26,6 @@ char *nvh_txlog_seg_data_(struct nvh_seg *s);
 /* ==========================================================================
  * Checksums
  * ========================================================================== */
-int nvh_txlog_crc_hw_ = 0;
-
 uint32_t nvh_txrec_crc(const struct nvh_txrec *r, const void *old_data)
 {
     uint32_t c = nvh_txlog_crc(0, r, 32);

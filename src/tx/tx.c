@@ -481,11 +481,6 @@ static int recover_in_window(nvh_txlog *lg)
 int nvh_tx_open_(nvh_pool *pool)
 {
     if (pool->readonly) return NVH_OK;
-#if defined(__x86_64__)
-    __builtin_cpu_init();
-    __atomic_store_n(&nvh_txlog_crc_hw_, __builtin_cpu_supports("sse4.2") ? 1 : 0,
-                     __ATOMIC_RELAXED);
-#endif
     /* line-aligned: lanes and descriptors are laid out one per line group
      * so that threads never share a line they write (log.h, tx.h). The
      * ownership-record table is allocated by the first object transaction

@@ -12,6 +12,8 @@
  * nvh_superblock_commit_state (src/common/internal.h) on an open sim pool. */
 #include "pool_test_util.h"
 
+#include "common/crc32c.h"
+
 #include <time.h>
 
 #define MiB ((uint64_t)1 << 20)
@@ -288,6 +290,13 @@ static void crc32c_is_standard(void **state)
     uint32_t whole = nvh_crc32c(0, text, sizeof text);
     for (size_t cut = 0; cut <= sizeof text; cut++)
         assert_int_equal(nvh_crc32c(nvh_crc32c(0, text, cut), text + cut, sizeof text - cut), whole);
+    /* the inlined hot-path version (crc32c.h) agrees at every length, seed
+     * and alignment (its 8/4/1-byte tails) */
+    assert_int_equal(nvh_crc32c_inline(0, "123456789", 9), 0xE3069283u);
+    for (size_t start = 0; start < 8; start++)
+        for (size_t len = 0; start + len <= sizeof text; len++)
+            assert_int_equal(nvh_crc32c_inline((uint32_t)len * 0x9E3779B9u, text + start, len),
+                             nvh_crc32c((uint32_t)len * 0x9E3779B9u, text + start, len));
 }
 
 /* Read a fresh pool's page 0 as raw bytes and check every documented offset. */
