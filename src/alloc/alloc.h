@@ -14,6 +14,7 @@
 #ifndef NVH_ALLOC_H
 #define NVH_ALLOC_H
 
+#include "../common/crc32c.h"
 #include "../common/internal.h"
 #include "../pool/format.h"
 #include "../protect/protect.h"
@@ -184,7 +185,9 @@ typedef struct nvh_fifo_entry {
     uint64_t nblocks;           /* 0: a run slot; else an extent              */
     uint64_t seq;               /* free record                                */
     uint64_t time_ns;
-    uint8_t huge;
+    uint8_t huge;               /* extents: a huge (whole-chunk) one          */
+    uint8_t slot;               /* run slots: the slot index, so the drain
+                                   need not derive it again (nvh_slot_of)  */
 } nvh_fifo_entry;
 
 typedef struct nvh_resv {     /* a large/huge reservation (DRAM only)       */
@@ -216,7 +219,6 @@ typedef struct nvh_arena {
     uint64_t dirty_seen[64];    /* lines already in the list, direct-mapped by
                                    line address (a miss only adds a duplicate) */
     uint64_t last_links[NVH_LINKS_MAX_]; unsigned nlast_links;
-    unsigned long last_tid;
     char pad[64];
 } nvh_arena;
 
@@ -337,42 +339,12 @@ static inline unsigned nvh_rec_nlines(unsigned nlinks)
     return nlinks <= 2 ? 1u : 1u + (nlinks - 2 + 3) / 4;
 }
 
-/* CRC32C on the allocator's hot paths (record and region-header checksums).
- * Same result as nvh_crc32c (src/common/crc32c.c), but without its per-call
- * pthread_once and dispatch: the SSE4.2 instruction is used directly, one
- * 8-byte word at a time, when the CPU has it (decided once, cached). */
-extern _Atomic int nvh_crc_hw_;                 /* -1 unknown, 0 no, 1 yes   */
-int nvh_crc_hw_detect_(void);
-#if defined(__x86_64__)
-__attribute__((target("sse4.2"))) static inline uint32_t
-nvh_crc_hw_update_(uint32_t crc, const unsigned char *p, size_t len)
-{
-    uint64_t c = crc;
-    for (; len >= 8; p += 8, len -= 8) {
-        uint64_t w;
-        memcpy(&w, p, 8);
-        c = __builtin_ia32_crc32di(c, w);
-    }
-    uint32_t c32 = (uint32_t)c;
-    if (len >= 4) {
-        uint32_t w;
-        memcpy(&w, p, 4);
-        c32 = __builtin_ia32_crc32si(c32, w);
-        p += 4;
-        len -= 4;
-    }
-    while (len--) c32 = __builtin_ia32_crc32qi(c32, *p++);
-    return c32;
-}
-#endif
+/* CRC32C on the allocator's hot paths (record and region-header checksums):
+ * nvh_crc32c's result, inlined, with unrolled 64 B and 52 B variants
+ * (src/common/crc32c.h). */
 static inline uint32_t nvh_crc_fast(uint32_t seed, const void *data, size_t len)
 {
-#if defined(__x86_64__)
-    int hw = atomic_load_explicit(&nvh_crc_hw_, memory_order_relaxed);
-    if (__builtin_expect(hw < 0, 0)) hw = nvh_crc_hw_detect_();
-    if (hw) return ~nvh_crc_hw_update_(~seed, (const unsigned char *)data, len);
-#endif
-    return nvh_crc32c(seed, data, len);
+    return nvh_crc32c_inline(seed, data, len);
 }
 
 /* Write windows (src/protect, docs/PROTECT.md): every store the allocator
@@ -400,6 +372,25 @@ static inline nvh_run *nvh_run_lookup(const nvh_heap *h, uint64_t block)
     if (c >= h->max_chunks) return NULL;
     nvh_run **runs = __atomic_load_n(&h->chunks[c].runs, __ATOMIC_ACQUIRE);
     return runs ? __atomic_load_n(&runs[block & (h->bpc - 1)], __ATOMIC_ACQUIRE) : NULL;
+}
+
+/* Region-header checksum: bytes 8..59, i.e. everything but the bitmap
+ * (which changes with every slot allocation and is a single atomic word) and
+ * the checksum itself, seeded with the header's offset. */
+static inline uint32_t nvh_rhdr_checksum_(const struct nvh_rhdr *r, uint64_t off)
+{
+    return nvh_crc_fast((uint32_t)(off ^ (off >> 32)) ^ 0x9E3779B9u, (const char *)r + 8, 52);
+}
+/* A header is trusted only if its magic, checksum and fields check out
+ * (seed 000: validate before trusting). Inline: every activate and free
+ * runs it; the pool size is read directly (nvh_pool_size is out of line). */
+static inline bool nvh_rhdr_valid_(const nvh_heap *h, uint64_t block)
+{
+    uint64_t off = nvh_block_off(h, block);
+    if (off + 64 > atomic_load_explicit(&h->pool->ctx.size, memory_order_relaxed)) return false;
+    const struct nvh_rhdr *r = (const struct nvh_rhdr *)(h->base + off);
+    return r->magic == NVH_RHDR_MAGIC && r->checksum == nvh_rhdr_checksum_(r, off) &&
+           r->state >= NVH_RS_FREE && r->state <= NVH_RS_QUARANTINE && r->blocks != 0;
 }
 
 /* check.c */
@@ -437,6 +428,9 @@ void nvh_rec_apply_state(nvh_heap *h, const struct nvh_rec *r,
                          const struct nvh_link_entry *links, nvh_arena *a, bool replay);
 void nvh_rec_apply_links(nvh_heap *h, const struct nvh_rec *r,
                          const struct nvh_link_entry *links, nvh_arena *a, bool replay);
+void nvh_rec_apply_slot(nvh_heap *h, nvh_arena *a, const struct nvh_rec *r,
+                        struct nvh_rhdr *hd, nvh_run *run, unsigned slot,
+                        const struct nvh_link_entry *links, unsigned nlinks, bool act);
 int nvh_log_recover(nvh_heap *h);
 uint64_t *nvh_log_pending_blocks(nvh_heap *h, size_t *n_out);
 

@@ -39,8 +39,9 @@ static inline nvh_heap *heap_of(nvh_pool *pool, bool write)
         nvh_fail(NVH_E_INVAL, "pool is NULL");
         return NULL;
     }
-    nvh_heap *h = nvh_heap_get_(pool);
-    if (!h) return NULL;
+    /* the opened heap without a call; nvh_heap_get_ opens it the first time */
+    nvh_heap *h = __atomic_load_n(&pool->heap, __ATOMIC_ACQUIRE);
+    if (__builtin_expect(!h, 0) && !(h = nvh_heap_get_(pool))) return NULL;
     if (write && pool->readonly) {
         nvh_fail(NVH_E_READONLY, "pool %s is open read-only", pool->path);
         return NULL;
@@ -213,25 +214,34 @@ static unsigned run_pick(nvh_run *run)
 /* ==========================================================================
  * Don't-allocate FIFO
  * ========================================================================== */
-static void fifo_push(nvh_heap *h, nvh_arena *a, uint64_t off, uint64_t nblocks, uint8_t huge,
-                      uint64_t seq, uint64_t bytes)
+/* FIFO growth (power-of-2 capacity), out of line: it is rare */
+static __attribute__((noinline)) bool fifo_grow(nvh_arena *a)
 {
-    if (a->fifo_len == a->fifo_cap) {
-        size_t cap = a->fifo_cap ? a->fifo_cap * 2 : 256;
-        nvh_fifo_entry *g = malloc(cap * sizeof *g);
-        if (!g) return;                 /* space lost until the next open */
-        for (size_t i = 0; i < a->fifo_len; i++)
-            g[i] = a->fifo[(a->fifo_head + i) & (a->fifo_cap - 1)];
-        free(a->fifo);
-        a->fifo = g;
-        a->fifo_cap = cap;
-        a->fifo_head = 0;
-    }
+    size_t cap = a->fifo_cap ? a->fifo_cap * 2 : 256;
+    nvh_fifo_entry *g = malloc(cap * sizeof *g);
+    if (!g) return false;
+    for (size_t i = 0; i < a->fifo_len; i++)
+        g[i] = a->fifo[(a->fifo_head + i) & (a->fifo_cap - 1)];
+    free(a->fifo);
+    a->fifo = g;
+    a->fifo_cap = cap;
+    a->fifo_head = 0;
+    return true;
+}
+
+/* Inline: every free pushes. huge_or_slot: for an extent (nblocks > 0)
+ * whether it is huge; for a run slot (nblocks == 0) the slot index. */
+static inline void fifo_push(nvh_heap *h, nvh_arena *a, uint64_t off, uint64_t nblocks,
+                             uint8_t huge_or_slot, uint64_t seq, uint64_t bytes)
+{
+    if (__builtin_expect(a->fifo_len == a->fifo_cap, 0) && !fifo_grow(a))
+        return;                         /* space lost until the next open */
     /* no clock read when T is 0: the FIFO then only orders reuse */
     uint64_t t = atomic_load_explicit(&h->fifo_delay_ns, memory_order_relaxed) ? nvh_now_ns() : 0;
     /* the capacity is a power of 2 (256, doubled): mask, not divide */
     a->fifo[(a->fifo_head + a->fifo_len) & (a->fifo_cap - 1)] =
-        (nvh_fifo_entry){off, nblocks, seq, t, huge};
+        (nvh_fifo_entry){off, nblocks, seq, t, nblocks ? huge_or_slot : 0,
+                         nblocks ? 0 : huge_or_slot};
     a->fifo_len++;
     a->fifo_bytes += bytes;
 }
@@ -242,11 +252,16 @@ static void fifo_release(nvh_heap *h, nvh_arena *a, const nvh_fifo_entry *e)
         uint64_t rel = e->off - h->chunks_off;
         uint64_t b = rel / NVH_BLOCK;
         nvh_run *run = run_lookup(h, b);
-        unsigned slot = 0;
-        if (!run || run->quarantined || !nvh_slot_of(rel % NVH_BLOCK, run->cls, &slot)) return;
+        unsigned slot = e->slot;
+        /* the slot recorded at free, checked against the run as it is now
+         * with a multiply (the run cannot have changed class while one of
+         * its slots waits here; the check is the old slot_of's safety net) */
+        if (!run || run->quarantined || slot >= run->nslots ||
+            rel % NVH_BLOCK != NVH_HDR + (uint64_t)slot * nvh_cls_size(run->cls))
+            return;
         run->avail |= 1ull << slot;
         a->fifo_bytes -= nvh_cls_size(run->cls);
-        nvh_bin_add(a, run);
+        if (!run->in_bin) nvh_bin_add(a, run);  /* usually already in its bin */
     } else if (e->huge) {
         a->fifo_bytes -= e->nblocks * NVH_BLOCK;
         nvh_huge_put(h, e->off / h->bpc, e->nblocks / h->bpc);
@@ -652,7 +667,9 @@ void *nvh_reserve(nvh_pool *pool, size_t size)
     return h->base + off;
 }
 
-static int check_heap_ptr(nvh_heap *h, const void *ptr, uint64_t *off_out)
+/* inlined: it runs on every activate, cancel and free */
+static inline __attribute__((always_inline)) int
+check_heap_ptr(nvh_heap *h, const void *ptr, uint64_t *off_out)
 {
     if (!ptr) return nvh_fail(NVH_E_INVAL, "pointer is NULL");
     if (!nvh_contains(h->pool, ptr, 1))
@@ -670,7 +687,7 @@ int nvh_cancel(nvh_pool *pool, void *ptr)
 {
     nvh_heap *h = heap_of(pool, true);
     if (!h) return nvh_errcode();
-    uint64_t off;
+    uint64_t off = 0;
     int rc = check_heap_ptr(h, ptr, &off);
     if (rc != NVH_OK) return rc;
     nvh_named_drop_pending(h, off);
@@ -742,8 +759,11 @@ static void pview_after(nvh_heap *h, const struct nvh_rec *rec, uint64_t b, uint
     if (rec->remainder) nvh_pview_set(h, b + n, rec->remainder);
 }
 
-int nvh_activate_off_(nvh_heap *h, uint64_t off, const struct nvh_link_entry *links,
-                      unsigned nlinks, int64_t named_slot)
+/* The activation itself; inlined into nvh_activate (the public path) and
+ * into nvh_activate_off_ (named activations), as free_off below. */
+static inline __attribute__((always_inline)) int
+activate_off(nvh_heap *h, uint64_t off, const struct nvh_link_entry *links, unsigned nlinks,
+             int64_t named_slot)
 {
     uint64_t rel = off - h->chunks_off, b = rel / NVH_BLOCK, in = rel % NVH_BLOCK;
     uint64_t c = nvh_chunk_of_block(h, b);
@@ -765,7 +785,7 @@ int nvh_activate_off_(nvh_heap *h, uint64_t off, const struct nvh_link_entry *li
     unsigned slot = 0;
     if (run && nvh_slot_of(in, run->cls, &slot) && slot < run->nslots &&
         ((run->resv | run->tcached) & (1ull << slot)) && !tc_holds(h, off, run->cls)) {
-        if (run->persisted && !nvh_rhdr_valid(h, b)) {
+        if (run->persisted && !nvh_rhdr_valid_(h, b)) {
             nvh_corrupt_report(h, nvh_block_off(h, b), "run header corrupt at activation");
             run->quarantined = true;
             run->resv &= ~(1ull << slot);
@@ -807,8 +827,13 @@ int nvh_activate_off_(nvh_heap *h, uint64_t off, const struct nvh_link_entry *li
         nlinks = 6;
     }
     nvh_log_append(h, a, &rec, links, nlinks);
-    nvh_rec_apply_state(h, &rec, links, a, false);
-    nvh_rec_apply_links(h, &rec, links, a, false);
+    if (run && !rv && !(rec.cls_flags & NVH_RECF_NEWRUN) && named_slot < 0) {
+        /* the common case: a slot of a run already on the media */
+        nvh_rec_apply_slot(h, a, &rec, nvh_rhdr_at(h, b), run, slot, links, nlinks, true);
+    } else {
+        nvh_rec_apply_state(h, &rec, links, a, false);
+        nvh_rec_apply_links(h, &rec, links, a, false);
+    }
     if (run && !rv) {
         if (!run->persisted) pview_after(h, &rec, b, 1, false);
         run->resv &= ~(1ull << slot);
@@ -825,7 +850,8 @@ out:
     return rc;
 }
 
-static int check_link(nvh_heap *h, const nvh_off_t *link, uint64_t *off_out)
+static inline __attribute__((always_inline)) int
+check_link(nvh_heap *h, const nvh_off_t *link, uint64_t *off_out)
 {
     if (!link) return nvh_fail(NVH_E_INVAL, "link pointer is NULL");
     if (!nvh_contains(h->pool, link, 8) || (uintptr_t)link % 8)
@@ -839,11 +865,17 @@ static int check_link(nvh_heap *h, const nvh_off_t *link, uint64_t *off_out)
     return NVH_OK;
 }
 
+int nvh_activate_off_(nvh_heap *h, uint64_t off, const struct nvh_link_entry *links,
+                      unsigned nlinks, int64_t named_slot)
+{
+    return activate_off(h, off, links, nlinks, named_slot);
+}
+
 int nvh_activate(nvh_pool *pool, void *ptr, nvh_off_t *const links[], unsigned nlinks)
 {
     nvh_heap *h = heap_of(pool, true);
     if (!h) return nvh_errcode();
-    uint64_t off;
+    uint64_t off = 0;
     int rc = check_heap_ptr(h, ptr, &off);
     if (rc != NVH_OK) return rc;
     if (nlinks > NVH_LINKS_MAX || (nlinks && !links))
@@ -854,7 +886,7 @@ int nvh_activate(nvh_pool *pool, void *ptr, nvh_off_t *const links[], unsigned n
         if (rc != NVH_OK) return rc;
         e[i].value = atomic_load_explicit((_Atomic uint64_t *)links[i], memory_order_relaxed);
     }
-    return nvh_activate_off_(h, off, e, nlinks, -1);
+    return activate_off(h, off, e, nlinks, -1);
 }
 
 /* ==========================================================================
@@ -874,8 +906,11 @@ static bool chain_reaches(nvh_heap *h, uint64_t b)
     return x == b;
 }
 
-int nvh_free_off_(nvh_heap *h, uint64_t off, const struct nvh_link_entry *links,
-                  unsigned nlinks, int64_t named_slot)
+/* The free itself; inlined into nvh_free (the public path: no second call
+ * and prologue per free) and into nvh_free_off_ (named frees). */
+static inline __attribute__((always_inline)) int
+free_off(nvh_heap *h, uint64_t off, const struct nvh_link_entry *links, unsigned nlinks,
+         int64_t named_slot)
 {
     uint64_t rel = off - h->chunks_off, b = rel / NVH_BLOCK, in = rel % NVH_BLOCK;
     uint64_t c = nvh_chunk_of_block(h, b);
@@ -884,7 +919,9 @@ int nvh_free_off_(nvh_heap *h, uint64_t off, const struct nvh_link_entry *links,
                         (unsigned long long)off);
     nvh_arena *a;
     for (;;) {   /* the owner may change while we wait (lazy scan claims) */
-        a = nvh_owner_arena(h, b);
+        /* an owned chunk without the call (nvh_owner_arena claims it if not) */
+        int16_t own = atomic_load_explicit(&h->owner[c], memory_order_acquire);
+        a = own >= 0 ? &h->arenas[own] : nvh_owner_arena(h, b);
         pthread_mutex_lock(&a->lock);
         if (atomic_load_explicit(&h->owner[c], memory_order_acquire) == (int16_t)a->index) break;
         pthread_mutex_unlock(&a->lock);
@@ -898,11 +935,15 @@ int nvh_free_off_(nvh_heap *h, uint64_t off, const struct nvh_link_entry *links,
     rec.obj = off;
     rec.kind_links = named_slot >= 0 ? NVH_REC_FREE_NAMED : NVH_REC_FREE;
     if (named_slot >= 0) rec.link[0].addr = (uint64_t)named_slot;
+    /* The run descriptor, looked up once: under the owner's lock it cannot
+     * change, and the checks below used to look it up three times and
+     * compute the slot twice (~40 instructions per free, callgrind). */
+    nvh_run *run = run_lookup(h, b);
+    unsigned s = 0;
+    bool s_ok = run && nvh_slot_of(in, run->cls, &s);
     {   /* a reservation that was never activated: nvh_cancel is the way back */
-        nvh_run *run = run_lookup(h, b);
         bool reserved = false;
-        unsigned s = 0;
-        if (run && nvh_slot_of(in, run->cls, &s)) {
+        if (s_ok) {
             /* a slot still in the caller's own cache is free (DOUBLEFREE below) */
             reserved = s < run->nslots && ((run->resv & (1ull << s)) ||
                                            ((run->tcached & (1ull << s)) &&
@@ -916,11 +957,10 @@ int nvh_free_off_(nvh_heap *h, uint64_t off, const struct nvh_link_entry *links,
             goto out;
         }
     }
-    if (!nvh_rhdr_valid(h, b)) {
+    if (!nvh_rhdr_valid_(h, b)) {
         bool known_start = scanned ? (h->pview[b] != 0 || run_lookup(h, b)) : chain_reaches(h, b);
         if (known_start || hd->magic == NVH_RHDR_MAGIC) {
             nvh_corrupt_report(h, nvh_block_off(h, b), "region header corrupt at free");
-            nvh_run *run = run_lookup(h, b);
             if (run) run->quarantined = true;
             else nvh_quarantine_add(h, b, 1);
             rc = nvh_fail(NVH_E_CORRUPT, "header at offset %llu fails its checksum; the region "
@@ -935,20 +975,22 @@ int nvh_free_off_(nvh_heap *h, uint64_t off, const struct nvh_link_entry *links,
                       (unsigned long long)off);
         goto out;
     }
-    unsigned slot = 0;
+    unsigned slot = s;
     if (hd->kind == NVH_RK_RUN) {
-        if (!nvh_slot_of(in, hd->cls, &slot) || slot >= hd->nslots) {
+        /* the slot from the media header's class (the DRAM one agrees
+         * unless the header was rewritten under a stale descriptor) */
+        bool ok = s_ok && run->cls == hd->cls ? true : nvh_slot_of(in, hd->cls, &slot);
+        if (!ok || slot >= hd->nslots) {
             rc = nvh_fail(NVH_E_BADPTR, "offset %llu is not a slot of its run",
                           (unsigned long long)off);
             goto out;
         }
         /* the run's DRAM view when it has one: its media bitmap is only
          * brought up to date at the ring's retire (log.c, wear) */
-        nvh_run *drun = scanned ? run_lookup(h, b) : NULL;
+        nvh_run *drun = scanned ? run : NULL;
         uint64_t bits = drun ? drun->pbits
                              : atomic_load_explicit(&hd->bitmap, memory_order_relaxed);
         if (!(bits & (1ull << slot))) {
-            nvh_run *run = run_lookup(h, b);
             if (run && (run->resv & (1ull << slot)))
                 rc = nvh_fail(NVH_E_BADPTR, "offset %llu is reserved, not activated "
                               "(use nvh_cancel)", (unsigned long long)off);
@@ -978,9 +1020,14 @@ int nvh_free_off_(nvh_heap *h, uint64_t off, const struct nvh_link_entry *links,
         goto out;
     }
     uint64_t seq = nvh_log_append(h, a, &rec, links, nlinks);
-    nvh_rec_apply_state(h, &rec, links, a, false);
-    nvh_rec_apply_links(h, &rec, links, a, false);
     unsigned rk = rec.cls_flags >> NVH_RECF_KIND_SHIFT;
+    if (rk == NVH_RK_RUN && run && named_slot < 0) {
+        /* the common case, with the run and slot found above */
+        nvh_rec_apply_slot(h, a, &rec, hd, run, slot, links, nlinks, false);
+    } else {
+        nvh_rec_apply_state(h, &rec, links, a, false);
+        nvh_rec_apply_links(h, &rec, links, a, false);
+    }
     if (!scanned) {
         /* DRAM knows nothing of this chunk yet: the scan will find the space
          * free; it must not be reused before this record is retired. We hold
@@ -988,10 +1035,9 @@ int nvh_free_off_(nvh_heap *h, uint64_t off, const struct nvh_link_entry *links,
         if (atomic_load_explicit(&ch->unscanned_free_seq, memory_order_relaxed) < seq)
             atomic_store_explicit(&ch->unscanned_free_seq, seq, memory_order_relaxed);
     } else if (rk == NVH_RK_RUN) {
-        nvh_run *run = run_lookup(h, b);
         if (run) {
             run->pbits &= ~(1ull << slot);
-            fifo_push(h, a, off, 0, 0, seq, nvh_cls_size(run->cls));
+            fifo_push(h, a, off, 0, (uint8_t)slot, seq, nvh_cls_size(run->cls));
         }
     } else {
         fifo_push(h, a, b, rec.blocks, rk == NVH_RK_HUGE, seq, (uint64_t)rec.blocks * NVH_BLOCK);
@@ -1012,11 +1058,17 @@ out:
     return rc;
 }
 
+int nvh_free_off_(nvh_heap *h, uint64_t off, const struct nvh_link_entry *links,
+                  unsigned nlinks, int64_t named_slot)
+{
+    return free_off(h, off, links, nlinks, named_slot);
+}
+
 int nvh_free(nvh_pool *pool, void *ptr, const nvh_link *links, unsigned nlinks)
 {
     nvh_heap *h = heap_of(pool, true);
     if (!h) return nvh_errcode();
-    uint64_t off;
+    uint64_t off = 0;
     int rc = check_heap_ptr(h, ptr, &off);
     if (rc != NVH_OK) return rc;
     if (nlinks > NVH_LINKS_MAX || (nlinks && !links))
@@ -1029,7 +1081,7 @@ int nvh_free(nvh_pool *pool, void *ptr, const nvh_link *links, unsigned nlinks)
             return nvh_fail(NVH_E_INVAL, "link %u does not point at the object", i);
         e[i].value = links[i].value;
     }
-    return nvh_free_off_(h, off, e, nlinks, -1);
+    return free_off(h, off, e, nlinks, -1);
 }
 
 /* ==========================================================================

@@ -13,34 +13,16 @@
 /* ==========================================================================
  * Headers
  * ========================================================================== */
-_Atomic int nvh_crc_hw_ = -1;
-
-int nvh_crc_hw_detect_(void)
-{
-    int hw = 0;
-#if defined(__x86_64__)
-    __builtin_cpu_init();
-    hw = __builtin_cpu_supports("sse4.2") ? 1 : 0;
-#endif
-    atomic_store_explicit(&nvh_crc_hw_, hw, memory_order_relaxed);
-    return hw;
-}
-
+/* The checks themselves are inline in alloc.h (nvh_rhdr_checksum_,
+ * nvh_rhdr_valid_): they run on every activate and free. */
 uint32_t nvh_rhdr_checksum(const struct nvh_rhdr *r, uint64_t off)
 {
-    /* bytes 8..59: everything but the bitmap (which changes with every slot
-     * allocation and is a single atomic word) and the checksum itself */
-    return nvh_crc_fast((uint32_t)(off ^ (off >> 32)) ^ 0x9E3779B9u,
-                      (const char *)r + 8, 52);
+    return nvh_rhdr_checksum_(r, off);
 }
 
 bool nvh_rhdr_valid(const nvh_heap *h, uint64_t block)
 {
-    uint64_t off = nvh_block_off(h, block);
-    if (off + 64 > nvh_pool_size(h->pool)) return false;
-    const struct nvh_rhdr *r = (const struct nvh_rhdr *)(h->base + off);
-    return r->magic == NVH_RHDR_MAGIC && r->checksum == nvh_rhdr_checksum(r, off) &&
-           r->state >= NVH_RS_FREE && r->state <= NVH_RS_QUARANTINE && r->blocks != 0;
+    return nvh_rhdr_valid_(h, block);
 }
 
 void nvh_rhdr_write(nvh_heap *h, uint64_t block, uint32_t blocks, uint8_t state, uint8_t kind,

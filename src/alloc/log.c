@@ -21,14 +21,6 @@
 /* ==========================================================================
  * Helpers
  * ========================================================================== */
-static _Thread_local unsigned long tl_tid;
-static _Atomic unsigned long tid_next = 1;
-static inline unsigned long my_tid(void)
-{
-    if (!tl_tid) tl_tid = atomic_fetch_add(&tid_next, 1);
-    return tl_tid;
-}
-
 static inline char *ring_line(nvh_heap *h, unsigned ring, unsigned line)
 {
     return h->ring_body + ((size_t)ring * NVH_RING_LINES + line) * 64u;
@@ -52,17 +44,28 @@ static bool obj_in_heap(nvh_heap *h, uint64_t obj)
     return obj >= h->chunks_off + NVH_HDR && obj < nvh_pool_size(h->pool) && obj % 64 == 0;
 }
 
-void nvh_log_dirty(nvh_heap *h, nvh_arena *a, const void *addr)
+static void log_dirty_add(nvh_heap *h, nvh_arena *a, uint64_t line, uint64_t *seen);
+
+/* cheap de-duplication: the same run and link lines are hit repeatedly in a
+ * batch. A direct-mapped table of lines already listed (cleared at retire):
+ * O(1), where scanning back over the list cost ~45 instructions per call; a
+ * collision only lets a duplicate in (flushed twice). The hit test is
+ * inlined into the hot callers; the append is out of line. */
+static inline void log_dirty(nvh_heap *h, nvh_arena *a, const void *addr)
 {
-    (void)h;
     uint64_t line = (uint64_t)(uintptr_t)addr & ~(uint64_t)63;
-    /* cheap de-duplication: the same run and link lines are hit repeatedly
-     * in a batch. A direct-mapped table of lines already listed (cleared at
-     * retire): O(1), where scanning back over the list cost ~45 instructions
-     * per call; a collision only lets a duplicate in (flushed twice). */
     uint64_t *seen = &a->dirty_seen[(line * 0x9E3779B97F4A7C15ull) >> 58]; /* run headers are
                                                             4 KiB apart: hash, not mask */
-    if (*seen == line) return;
+    if (*seen != line) log_dirty_add(h, a, line, seen);
+}
+
+void nvh_log_dirty(nvh_heap *h, nvh_arena *a, const void *addr)
+{
+    log_dirty(h, a, addr);
+}
+
+static void log_dirty_add(nvh_heap *h, nvh_arena *a, uint64_t line, uint64_t *seen)
+{
     if (a->ndirty == a->dirty_cap) {
         size_t cap = a->dirty_cap ? a->dirty_cap * 2 : 256;
         uint64_t *g = realloc(a->dirty, cap * sizeof *g);
@@ -215,7 +218,6 @@ uint64_t nvh_log_append(nvh_heap *h, nvh_arena *a, struct nvh_rec *head,
     }
     nvh_wclose(h, dst, nlines * 64u);
     if (!flushed) nvh_flush(pool, dst, nlines * 64u);
-    unsigned long me = my_tid();
     /* The previous record's links were stored but not flushed (see
      * nvh_rec_apply_links): this fence makes them durable, so at most the
      * newest record of a ring has links in flight, which replay restores. */
@@ -229,7 +231,6 @@ uint64_t nvh_log_append(nvh_heap *h, nvh_arena *a, struct nvh_rec *head,
     a->last_seq = seq;
     a->ring_pos += nlines;
     a->ring_used += nlines;
-    a->last_tid = me;
     a->nlast_links = 0;
     /* only an activation's links ride on the next fence; a free's links
      * wait for the retire (see nvh_rec_apply_links) */
@@ -244,7 +245,7 @@ uint64_t nvh_log_append(nvh_heap *h, nvh_arena *a, struct nvh_rec *head,
 static inline void touch(nvh_heap *h, nvh_arena *a, const void *addr, bool replay)
 {
     if (replay) nvh_flush(h->pool, addr, 64);
-    else nvh_log_dirty(h, a, addr);
+    else log_dirty(h, a, addr);
 }
 
 
@@ -347,6 +348,46 @@ static void free_region(nvh_heap *h, const struct nvh_rec *r, nvh_arena *a, bool
     touch(h, a, nvh_rhdr_at(h, b), replay);
 }
 
+/* Normal-path effects of an ACT (act = true) or FREE record, not named, of
+ * a slot of an existing run (no NEWRUN) whose DRAM run descriptor the caller
+ * (nvh_activate_off_, nvh_free_off_) already holds: exactly what
+ * nvh_rec_apply_state (apply_region's / free_region's run branch) and
+ * nvh_rec_apply_links do for that record, without recomputing its block,
+ * slot and run from the record and without the kind dispatch (~60
+ * instructions per operation, callgrind). Replay and every other record
+ * keep the generic functions. */
+void nvh_rec_apply_slot(nvh_heap *h, nvh_arena *a, const struct nvh_rec *r,
+                        struct nvh_rhdr *hd, nvh_run *run, unsigned slot,
+                        const struct nvh_link_entry *links, unsigned nlinks, bool act)
+{
+    bitmap_defer(a, run);
+    if (!run->bm_pending) {
+        /* load + store: every writer of the bitmap holds the owner's lock */
+        uint64_t bits = atomic_load_explicit(&hd->bitmap, memory_order_relaxed);
+        nvh_wopen(h, &hd->bitmap, 8);
+        atomic_store_explicit(&hd->bitmap, act ? bits | (1ull << slot) : bits & ~(1ull << slot),
+                              memory_order_relaxed);
+        nvh_wclose(h, &hd->bitmap, 8);
+    }
+    log_dirty(h, a, hd);
+    for (unsigned i = 0; i < nlinks; i++) {
+        _Atomic uint64_t *w = (_Atomic uint64_t *)(h->base + links[i].addr);
+        if (act) {
+            /* flushed before the ring's next fence (nvh_log_append) */
+            nvh_wopen(h, (const void *)w, 8);
+            atomic_store_explicit(w, r->obj, memory_order_relaxed);
+            nvh_wclose(h, (const void *)w, 8);
+            continue;
+        }
+        if (atomic_load_explicit(w, memory_order_relaxed) == r->obj) {
+            nvh_wopen(h, (const void *)w, 8);
+            atomic_store_explicit(w, links[i].value, memory_order_relaxed);
+            nvh_wclose(h, (const void *)w, 8);
+        }
+        log_dirty(h, a, (const void *)w);
+    }
+}
+
 void nvh_rec_apply_state(nvh_heap *h, const struct nvh_rec *r,
                          const struct nvh_link_entry *links, nvh_arena *a, bool replay)
 {
@@ -425,7 +466,7 @@ void nvh_rec_apply_links(nvh_heap *h, const struct nvh_rec *r,
                 atomic_store_explicit(w, links[i].value, memory_order_relaxed);
                 nvh_wclose(h, (const void *)w, 8);
             }
-            if (!replay) nvh_log_dirty(h, a, (const void *)w);
+            if (!replay) log_dirty(h, a, (const void *)w);
         }
         if (replay) nvh_flush(h->pool, (void *)w, 8);
     }
