@@ -43,15 +43,48 @@ nvh_crc32c_sse42_(uint32_t crc, const unsigned char *p, size_t len)
     while (len--) c32 = __builtin_ia32_crc32qi(c32, *p++);
     return c32;
 }
+
+/* Fixed-length, fully unrolled variants for the checksums on every allocator
+ * activate and free: a record head line (64 B) and a region header's bytes
+ * 8..59 (52 B). The loop above spends ~5 instructions per 8-byte word on
+ * the loop itself (callgrind); unrolled it is one load and one crc32 each. */
+__attribute__((target("sse4.2"))) static inline uint32_t
+nvh_crc32c_sse42_64_(uint32_t crc, const unsigned char *p)
+{
+    uint64_t w[8];
+    memcpy(w, p, 64);
+    uint64_t c = crc;
+    for (int i = 0; i < 8; i++) c = __builtin_ia32_crc32di(c, w[i]);
+    return (uint32_t)c;
+}
+__attribute__((target("sse4.2"))) static inline uint32_t
+nvh_crc32c_sse42_52_(uint32_t crc, const unsigned char *p)
+{
+    uint64_t w[6];
+    uint32_t tail;
+    memcpy(w, p, 48);
+    memcpy(&tail, p + 48, 4);
+    uint64_t c = crc;
+    for (int i = 0; i < 6; i++) c = __builtin_ia32_crc32di(c, w[i]);
+    return __builtin_ia32_crc32si((uint32_t)c, tail);
+}
 #endif
 
-/* Same result as nvh_crc32c(seed, data, len). */
+/* Same result as nvh_crc32c(seed, data, len). A target("sse4.2") function
+ * cannot be inlined into a caller built without SSE4.2, so the instruction
+ * path is one call; constant lengths 64 and 52 fold to the unrolled ones. */
 static inline uint32_t nvh_crc32c_inline(uint32_t seed, const void *data, size_t len)
 {
 #if defined(__x86_64__)
     int hw = atomic_load_explicit(&nvh_crc32c_hw_, memory_order_relaxed);
     if (__builtin_expect(hw < 0, 0)) hw = nvh_crc32c_hw_detect_();
-    if (__builtin_expect(hw, 1)) return ~nvh_crc32c_sse42_(~seed, (const unsigned char *)data, len);
+    if (__builtin_expect(hw, 1)) {
+        if (__builtin_constant_p(len) && len == 64)
+            return ~nvh_crc32c_sse42_64_(~seed, (const unsigned char *)data);
+        if (__builtin_constant_p(len) && len == 52)
+            return ~nvh_crc32c_sse42_52_(~seed, (const unsigned char *)data);
+        return ~nvh_crc32c_sse42_(~seed, (const unsigned char *)data, len);
+    }
 #endif
     return nvh_crc32c(seed, data, len);
 }

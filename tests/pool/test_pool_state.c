@@ -297,6 +297,11 @@ static void crc32c_is_standard(void **state)
         for (size_t len = 0; start + len <= sizeof text; len++)
             assert_int_equal(nvh_crc32c_inline((uint32_t)len * 0x9E3779B9u, text + start, len),
                              nvh_crc32c((uint32_t)len * 0x9E3779B9u, text + start, len));
+    /* the unrolled constant-length variants (allocator records and headers) */
+    for (size_t start = 0; start < 8; start++) {
+        assert_int_equal(nvh_crc32c_inline(7, text + start, 64), nvh_crc32c(7, text + start, 64));
+        assert_int_equal(nvh_crc32c_inline(7, text + start, 52), nvh_crc32c(7, text + start, 52));
+    }
 }
 
 /* Read a fresh pool's page 0 as raw bytes and check every documented offset. */
