@@ -55,6 +55,7 @@
  * (default 128,rand), --subjects LIST.
  */
 #include "bench_util.h"
+#include "pmdk_count.h"
 
 #include <libpmem.h>
 #include <libpmemobj.h>
@@ -72,139 +73,6 @@
 #define MIB ((uint64_t)1 << 20)
 #define MAX_THREADS 8
 #define LINE 64u
-
-/* ==========================================================================
- * PMDK flush/fence counting by interposition of libpmem's entry points
- * ========================================================================== */
-typedef struct pmdk_count {
-    uint64_t lines, fences;
-    char pad[48];
-} pmdk_count;
-
-static pmdk_count pmdk_counts[MAX_THREADS + 1];      /* indexed by worker id     */
-static _Thread_local unsigned worker_id;             /* 0 = main thread           */
-/* libpmem's pmem_persist calls pmem_flush and pmem_drain through its own PLT,
- * so they land here too: only the outermost call of a thread counts. */
-static _Thread_local unsigned pmem_depth;
-#define COUNTED(lines_, fences_, call)                                                  \
-    do {                                                                                \
-        if (pmem_depth++ == 0) {                                                        \
-            pmdk_counts[worker_id].lines += (lines_);                                   \
-            pmdk_counts[worker_id].fences += (fences_);                                 \
-        }                                                                               \
-        call;                                                                           \
-        pmem_depth--;                                                                   \
-    } while (0)
-
-static struct {
-    void (*flush)(const void *, size_t);
-    void (*drain)(void);
-    void (*persist)(const void *, size_t);
-    void *(*memcpy_)(void *, const void *, size_t, unsigned);
-    void *(*memmove_)(void *, const void *, size_t, unsigned);
-    void *(*memset_)(void *, int, size_t, unsigned);
-    int (*msync_)(const void *, size_t);
-    void (*deep_flush)(const void *, size_t);
-} real_pmem;
-
-static void *real_symbol(const char *name)
-{
-    void *sym = dlsym(RTLD_NEXT, name);
-    if (!sym) {
-        fprintf(stderr, "bench_alloc: dlsym(RTLD_NEXT, %s): %s\n", name, dlerror());
-        abort();
-    }
-    return sym;
-}
-
-/* Resolve libpmem's real functions (called before any pool is created). */
-static void pmem_interpose_init(void)
-{
-    *(void **)&real_pmem.flush = real_symbol("pmem_flush");
-    *(void **)&real_pmem.drain = real_symbol("pmem_drain");
-    *(void **)&real_pmem.persist = real_symbol("pmem_persist");
-    *(void **)&real_pmem.memcpy_ = real_symbol("pmem_memcpy");
-    *(void **)&real_pmem.memmove_ = real_symbol("pmem_memmove");
-    *(void **)&real_pmem.memset_ = real_symbol("pmem_memset");
-    *(void **)&real_pmem.msync_ = real_symbol("pmem_msync");
-    *(void **)&real_pmem.deep_flush = real_symbol("pmem_deep_flush");
-}
-
-static inline uint64_t lines_of(const void *addr, size_t len)
-{
-    if (len == 0) return 0;
-    uintptr_t first = (uintptr_t)addr & ~(uintptr_t)(LINE - 1);
-    return ((uintptr_t)addr + len - first + LINE - 1) / LINE;
-}
-
-/* Lines a memcpy/memset to dst writes back, and whether it ends with a fence. */
-static inline uint64_t mem_lines(const void *dst, size_t len, unsigned flags)
-{
-    return (flags & PMEM_F_MEM_NOFLUSH) ? 0 : lines_of(dst, len);
-}
-static inline uint64_t mem_fences(unsigned flags)
-{
-    return (flags & (PMEM_F_MEM_NOFLUSH | PMEM_F_MEM_NODRAIN)) ? 0 : 1;
-}
-
-void pmem_flush(const void *addr, size_t len)
-{
-    COUNTED(lines_of(addr, len), 0, real_pmem.flush(addr, len));
-}
-void pmem_drain(void)
-{
-    COUNTED(0, 1, real_pmem.drain());
-}
-void pmem_persist(const void *addr, size_t len)
-{
-    COUNTED(lines_of(addr, len), 1, real_pmem.persist(addr, len));
-}
-void *pmem_memcpy(void *dst, const void *src, size_t len, unsigned flags)
-{
-    void *r;
-    COUNTED(mem_lines(dst, len, flags), mem_fences(flags),
-            r = real_pmem.memcpy_(dst, src, len, flags));
-    return r;
-}
-void *pmem_memmove(void *dst, const void *src, size_t len, unsigned flags)
-{
-    void *r;
-    COUNTED(mem_lines(dst, len, flags), mem_fences(flags),
-            r = real_pmem.memmove_(dst, src, len, flags));
-    return r;
-}
-void *pmem_memset(void *dst, int c, size_t len, unsigned flags)
-{
-    void *r;
-    COUNTED(mem_lines(dst, len, flags), mem_fences(flags),
-            r = real_pmem.memset_(dst, c, len, flags));
-    return r;
-}
-int pmem_msync(const void *addr, size_t len)
-{
-    int r;
-    COUNTED(lines_of(addr, len), 1, r = real_pmem.msync_(addr, len));
-    return r;
-}
-void pmem_deep_flush(const void *addr, size_t len)
-{
-    COUNTED(lines_of(addr, len), 0, real_pmem.deep_flush(addr, len));
-}
-
-static pmdk_count pmdk_count_total(void)
-{
-    pmdk_count t = {0};
-    for (unsigned i = 0; i <= MAX_THREADS; i++) {
-        t.lines += pmdk_counts[i].lines;
-        t.fences += pmdk_counts[i].fences;
-    }
-    return t;
-}
-
-static void pmdk_count_reset(void)
-{
-    memset(pmdk_counts, 0, sizeof pmdk_counts);
-}
 
 /* ==========================================================================
  * Subjects and workloads
@@ -336,7 +204,7 @@ static uint64_t thread_cpu_ns(void)
 static void *worker_main(void *arg)
 {
     worker *w = arg;
-    worker_id = w->id;
+    pmdk_count_set_worker(w->id);
     for (int phase = 0; phase < PH_COUNT; phase++) {
         pthread_barrier_wait(w->barrier);              /* start together      */
         uint64_t cpu0 = thread_cpu_ns();
@@ -831,7 +699,7 @@ int main(int argc, char **argv)
         return bench_finish(&opts);
     }
 
-    pmem_interpose_init();
+    pmdk_count_init("bench_alloc");
     nvh_flush_kind fk = nvh_flush_kind_detect();
     bench_note(&opts, "nvheap-pmem: pmem domain, %s, pools in %s; %llu allocations per thread "
                "per round; %u run%s, a fresh process per subject and run",

@@ -48,6 +48,7 @@
  * puts (untimed) and fails the run if the map is not exactly the N keys.
  */
 #include "bench_util.h"
+#include "pmdk_count.h"
 
 #include <libpmem.h>
 #include <libpmemobj.h>
@@ -72,110 +73,6 @@ static const bench_info info = {
     .usage = "  --sizes LIST   element counts (default 600000,1000000,1500000; quick 20000)\n"
              "  --keys LIST    key sizes in bytes, 8 and/or 64 (default 8,64)\n",
 };
-
-/* ==========================================================================
- * PMDK flush/fence counting: interposition of libpmem's entry points
- * ========================================================================== */
-static uint64_t pmdk_lines, pmdk_fences;
-static unsigned pmem_depth;        /* pmem_persist calls pmem_flush+drain: count once */
-#define COUNTED(lines_, fences_, call)        \
-    do {                                      \
-        if (pmem_depth++ == 0) {              \
-            pmdk_lines += (lines_);           \
-            pmdk_fences += (fences_);         \
-        }                                     \
-        call;                                 \
-        pmem_depth--;                         \
-    } while (0)
-
-static struct {
-    void (*flush)(const void *, size_t);
-    void (*drain)(void);
-    void (*persist)(const void *, size_t);
-    void *(*memcpy_)(void *, const void *, size_t, unsigned);
-    void *(*memmove_)(void *, const void *, size_t, unsigned);
-    void *(*memset_)(void *, int, size_t, unsigned);
-    int (*msync_)(const void *, size_t);
-    void (*deep_flush)(const void *, size_t);
-} real_pmem;
-
-static void *real_symbol(const char *name)
-{
-    void *sym = dlsym(RTLD_NEXT, name);
-    if (!sym) {
-        fprintf(stderr, "bench_hashmap: dlsym(RTLD_NEXT, %s): %s\n", name, dlerror());
-        abort();
-    }
-    return sym;
-}
-
-static void pmem_interpose_init(void)
-{
-    *(void **)&real_pmem.flush = real_symbol("pmem_flush");
-    *(void **)&real_pmem.drain = real_symbol("pmem_drain");
-    *(void **)&real_pmem.persist = real_symbol("pmem_persist");
-    *(void **)&real_pmem.memcpy_ = real_symbol("pmem_memcpy");
-    *(void **)&real_pmem.memmove_ = real_symbol("pmem_memmove");
-    *(void **)&real_pmem.memset_ = real_symbol("pmem_memset");
-    *(void **)&real_pmem.msync_ = real_symbol("pmem_msync");
-    *(void **)&real_pmem.deep_flush = real_symbol("pmem_deep_flush");
-}
-
-static inline uint64_t lines_of(const void *addr, size_t len)
-{
-    if (len == 0) return 0;
-    uintptr_t first = (uintptr_t)addr & ~(uintptr_t)(LINE - 1);
-    return ((uintptr_t)addr + len - first + LINE - 1) / LINE;
-}
-static inline uint64_t mem_lines(const void *dst, size_t len, unsigned flags)
-{
-    return (flags & PMEM_F_MEM_NOFLUSH) ? 0 : lines_of(dst, len);
-}
-static inline uint64_t mem_fences(unsigned flags)
-{
-    return (flags & (PMEM_F_MEM_NOFLUSH | PMEM_F_MEM_NODRAIN)) ? 0 : 1;
-}
-
-void pmem_flush(const void *addr, size_t len)
-{
-    COUNTED(lines_of(addr, len), 0, real_pmem.flush(addr, len));
-}
-void pmem_drain(void)
-{
-    COUNTED(0, 1, real_pmem.drain());
-}
-void pmem_persist(const void *addr, size_t len)
-{
-    COUNTED(lines_of(addr, len), 1, real_pmem.persist(addr, len));
-}
-void *pmem_memcpy(void *dst, const void *src, size_t len, unsigned flags)
-{
-    void *r;
-    COUNTED(mem_lines(dst, len, flags), mem_fences(flags), r = real_pmem.memcpy_(dst, src, len, flags));
-    return r;
-}
-void *pmem_memmove(void *dst, const void *src, size_t len, unsigned flags)
-{
-    void *r;
-    COUNTED(mem_lines(dst, len, flags), mem_fences(flags), r = real_pmem.memmove_(dst, src, len, flags));
-    return r;
-}
-void *pmem_memset(void *dst, int c, size_t len, unsigned flags)
-{
-    void *r;
-    COUNTED(mem_lines(dst, len, flags), mem_fences(flags), r = real_pmem.memset_(dst, c, len, flags));
-    return r;
-}
-int pmem_msync(const void *addr, size_t len)
-{
-    int r;
-    COUNTED(lines_of(addr, len), 1, r = real_pmem.msync_(addr, len));
-    return r;
-}
-void pmem_deep_flush(const void *addr, size_t len)
-{
-    COUNTED(lines_of(addr, len), 0, real_pmem.deep_flush(addr, len));
-}
 
 /* ==========================================================================
  * Keys
@@ -344,7 +241,7 @@ static run_result run_pmdk(const workload *w)
     hm_tx_init(pop, rp->map);
     TOID(struct hashmap_tx) map = rp->map;
     size_t obj = w->klen == 8 ? VAL : 64 + VAL;
-    pmdk_lines = pmdk_fences = 0;
+    pmdk_count_reset();
     uint64_t t0 = bench_now_ns();
     for (uint64_t i = 0; i < w->n; i++) {
         const uint8_t *k = w->keys + i * w->klen;
@@ -359,7 +256,8 @@ static run_result run_pmdk(const workload *w)
         }
     }
     uint64_t t1 = bench_now_ns();
-    uint64_t lines = pmdk_lines, fences = pmdk_fences;
+    pmdk_count counted = pmdk_count_total();
+    uint64_t lines = counted.lines, fences = counted.fences;
     uint8_t buf[VAL];
     uint64_t t2 = bench_now_ns();
     for (uint64_t j = 0; j < w->n; j++) {
@@ -450,7 +348,7 @@ int main(int argc, char **argv)
         return bench_finish(&opts);
     }
 
-    pmem_interpose_init();
+    pmdk_count_init("bench_hashmap");
     /* self-check of the PMDK counters */
     {
         const char *path = bench_scratch_path(&opts, NULL, "selfcheck");
@@ -460,11 +358,12 @@ int main(int argc, char **argv)
             return bench_finish(&opts);
         }
         void *p = pmemobj_direct(pmemobj_root(pop, 64));
-        pmdk_lines = pmdk_fences = 0;
+        pmdk_count_reset();
         pmemobj_persist(pop, p, 1);
-        if (pmdk_lines != 1 || pmdk_fences != 1)
+        pmdk_count c = pmdk_count_total();
+        if (c.lines != 1 || c.fences != 1)
             bench_error(&opts, "PMDK counter self-check: %llu lines, %llu fences (want 1, 1)",
-                        (unsigned long long)pmdk_lines, (unsigned long long)pmdk_fences);
+                        (unsigned long long)c.lines, (unsigned long long)c.fences);
         pmemobj_close(pop);
         bench_scratch_remove(path);
     }
