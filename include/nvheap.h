@@ -968,7 +968,10 @@ int nvh_rc_recover(nvh_pool *pool);
  * and also frees the record slabs of earlier sessions that hold no live
  * record (slabs of the current session are freed as they empty).
  * Stray-write protection: every store the tree makes into the pool is
- * inside a write window of its own (closed once the store is durable).
+ * inside a write window of its own (closed once the store is durable); the
+ * current record slab (64 KiB) and up to 16 reserved nodes are also held
+ * writable while the tree is open, so fresh pages cost one unprotect per
+ * slab or batch instead of one per page (docs/BTREE.md).
  *
  * Threads: one thread at a time per tree; a GROUPS tree belongs to the thread
  * that opened it (its persist-group context does). Close before the pool. */
@@ -1084,10 +1087,11 @@ uint64_t nvh_btree_wear_foreach(const nvh_btree *tree, void (*fn)(uint64_t write
  * configure must not race with other calls on the same pool, and must be
  * called with no window open. Pools: up to 64 protected at once per process.
  * Library writes open their own windows, so protection may stay on across
- * nvheap calls: the pool layer (superblock updates at grow and close) and
- * the hash map do; persist groups store nothing themselves (actions are the
- * application's); see docs/PROTECT.md for the state of the other layers (a
- * layer that does not yet has its stores reported as strays).
+ * nvheap calls: the pool layer (superblock updates at grow and close), the
+ * allocator, the B+ tree (which keeps one window open over its current
+ * 64 KiB record slab while the tree is open) and the hash map do; persist
+ * groups store nothing themselves (actions are the application's); for
+ * transactions see docs/TX.md. docs/PROTECT.md has the per-layer table.
  * NVHEAP_PROTECT=off|sync|async[:interval_ns] in the environment turns
  * protection on at every nvh_pool_open/create (docs/PROTECT.md).
  * grow keeps new pages protected; close makes its own writes in a window,

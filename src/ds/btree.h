@@ -40,6 +40,7 @@
                                               record not durable yet          */
 #define BT_SLAB_SIZE (64u * 1024u)         /* a record slab (one activation)  */
 #define BT_SLAB_BIG (BT_SLAB_SIZE / 4u)    /* larger records: a slab of their own */
+#define BT_NODE_BATCH 16u                  /* nodes reserved ahead (bt_node_take) */
 
 /* The tree header: a named object "nvh.btree.<name>". */
 typedef struct bt_header {
@@ -198,6 +199,13 @@ struct nvh_btree {
     bt_slab *slab;           /* current slab (bump allocation), or NULL        */
     int32_t slab_idx;        /* its bt_slabinfo index                          */
     uint64_t slab_used;      /* bytes carved from it, header included          */
+    nvh_protect_hold slab_hold;  /* protected pool: a write window over the whole
+                                    current slab, open while it is current  */
+    /* nodes reserved ahead (persistent modes), each with its write window
+     * already open (btree.c, bt_node_take) */
+    void *nres[BT_NODE_BATCH];
+    unsigned nres_head, nres_n;  /* next to hand out, reserved in all        */
+    uint64_t nres_epoch;         /* protection epoch their windows were opened in */
     bt_slabinfo *si;         /* tracked slabs                                  */
     uint32_t si_cap, si_used;
     int32_t si_head, si_freelist;
@@ -332,6 +340,11 @@ void bt_ack_(struct nvh_btree *t, uint64_t seq);
  * opens the new node's write window; bt_activate closes it (the node is
  * durable then), bt_cancel too. Link words get windows of their own. */
 void *bt_reserve(struct nvh_btree *t, size_t size);
+/* A reserved node (BT_NODE_SIZE) with its write window open (close it with
+ * bt_wclose once durable, as bt_activate does, or give it back with
+ * bt_cancel). Persistent modes hand out nodes reserved BT_NODE_BATCH at a
+ * time, their windows opened together (btree.c explains why). */
+void *bt_node_take(struct nvh_btree *t);
 void bt_cancel(struct nvh_btree *t, void *p);
 /* Make a reserved object durable and set links (activation), or just store
  * the links (volatile). */

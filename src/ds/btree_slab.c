@@ -123,6 +123,17 @@ static void si_remove(struct nvh_btree *t, int32_t i)
     t->si_freelist = i;
 }
 
+/* The current slab's write window (protected pools): opened over all of its
+ * 64 KiB when it becomes current, closed when it is full. Its fresh pages
+ * then cost one unprotect for the slab (one fault resolving the run, or one
+ * mprotect) instead of one per page, and the per-record windows inside it
+ * are nested count updates. Exposure: the slab's not-yet-carved space and
+ * its records stay writable while it is current (docs/PROTECT.md). */
+static void bt_slab_unhold(struct nvh_btree *t)
+{
+    if (t->pool && t->slab_hold.p) nvh_protect_hold_close_(t->pool, &t->slab_hold);
+}
+
 static void si_reset(struct nvh_btree *t)
 {
     free(t->si);
@@ -134,17 +145,28 @@ static void si_reset(struct nvh_btree *t)
     t->slab_idx = -1;
 }
 
-void bt_slab_fini(struct nvh_btree *t) { si_reset(t); }
+void bt_slab_fini(struct nvh_btree *t)
+{
+    bt_slab_unhold(t);
+    si_reset(t);
+}
 
 /* ==========================================================================
  * Slabs
  * ========================================================================== */
 /* A new slab of `size` bytes, pushed at the head of the list: header
  * written and persisted, then activated with link = header.slabs. */
-static bt_slab *bt_slab_new(struct nvh_btree *t, uint64_t size, int32_t *idx)
+static bt_slab *bt_slab_new(struct nvh_btree *t, uint64_t size, int32_t *idx, int hold)
 {
     bt_slab *s = nvh_reserve(t->pool, size);
     if (!s) return NULL;
+    if (hold) {
+        /* the new current slab: held before its header is written, so the
+         * header's page is made writable with the rest (one fault or
+         * mprotect for the whole slab, not one for the header first) */
+        bt_slab_unhold(t);
+        nvh_protect_hold_open_(t->pool, &t->slab_hold, s, size);
+    }
     nvh_protect_open_(t->pool, s, sizeof *s);
     memset(s, 0, sizeof *s);
     s->magic = BT_MAGIC_SLAB;
@@ -156,7 +178,11 @@ static bt_slab *bt_slab_new(struct nvh_btree *t, uint64_t size, int32_t *idx)
     nvh_protect_open_(t->pool, link, sizeof *link);
     int rc = nvh_activate(t->pool, s, &link, 1);
     nvh_protect_close_(t->pool, link, sizeof *link);
-    if (rc != NVH_OK) { nvh_cancel(t->pool, s); return NULL; }
+    if (rc != NVH_OK) {
+        if (hold) bt_slab_unhold(t);
+        nvh_cancel(t->pool, s);
+        return NULL;
+    }
     *idx = si_add(t, bt_off(t, s), 1, NULL);
     if (*idx < 0) return NULL;       /* tracked never: only its space is lost */
     t->stats.slabs++;
@@ -204,12 +230,14 @@ bt_record *bt_rec_new(struct nvh_btree *t, size_t len)
     uint64_t at;
     if (size > BT_SLAB_BIG) {
         /* a slab of its own (one activation, as an allocation would cost) */
-        s = bt_slab_new(t, sizeof(bt_slab) + size, &idx);
+        s = bt_slab_new(t, sizeof(bt_slab) + size, &idx, 0);
         if (!s) return NULL;
         at = sizeof(bt_slab);
     } else {
         if (!t->slab || t->slab_used + size > BT_SLAB_SIZE) {
-            s = bt_slab_new(t, BT_SLAB_SIZE, &idx);
+            /* (bt_slab_new moves the hold to the new slab before the old
+             * one can be freed below) */
+            s = bt_slab_new(t, BT_SLAB_SIZE, &idx, 1);
             if (!s) return NULL;
             int32_t old = t->slab_idx;
             t->slab = s;
@@ -260,7 +288,10 @@ int bt_slab_recount_begin(struct nvh_btree *t)
         if (i < 0) return nvh_errcode();
         if (o == cur) t->slab_idx = i;
     }
-    if (cur && t->slab_idx < 0) t->slab = NULL;   /* cannot happen; be safe */
+    if (cur && t->slab_idx < 0) {                 /* cannot happen; be safe */
+        bt_slab_unhold(t);
+        t->slab = NULL;
+    }
     return NVH_OK;
 }
 

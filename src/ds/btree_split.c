@@ -63,9 +63,8 @@ static int bt_settle_groups(struct nvh_btree *t)
 static bt_node *bt_new_node(struct nvh_btree *t, uint32_t level, uint64_t lo, uint64_t hi,
                             const bt_entry *v, unsigned n)
 {
-    bt_node *c = bt_reserve(t, sizeof *c);
+    bt_node *c = bt_node_take(t);         /* its write window is open */
     if (!c) return NULL;
-    bt_wopen(t, c, sizeof *c);
     memset(c, 0, sizeof *c);
     c->magic = BT_MAGIC_NODE;
     c->level = level;

@@ -172,13 +172,16 @@ static void resolve_open_window(struct nvh_protect *pr, uint64_t page)
  * service for a sweep, which re-protects every writable page without one. */
 static void open_internal_window(struct nvh_protect *pr, uint64_t page, pr_tls *tls)
 {
-    if (tls->n < PR_TLS_PAGES) {
+    pr_tls_list *l = tls->list;
+    if (l && l->n < PR_TLS_PAGES) {
         atomic_fetch_add(&pr->count[page], 1);
-        tls->pages[tls->n].pr = pr;
-        tls->pages[tls->n].page = page;
-        tls->n++;
+        l->pages[l->n].pr = pr;
+        l->pages[l->n].page = page;
+        l->n++;
+    } else if (l) {
+        l->overflow = true;
     } else {
-        tls->overflow = true;
+        tls->lost = true;                     /* no list (out of memory) */
     }
     make_writable(pr, page);
     pr_stat(pr, ST_INTERNAL_FAULTS, 1);
@@ -186,9 +189,10 @@ static void open_internal_window(struct nvh_protect *pr, uint64_t page, pr_tls *
 
 static bool in_window_pools(const pr_tls *tls, const nvh_pool *pool)
 {
-    if (tls->any_pool) return true;
-    for (unsigned i = 0; i < tls->npools && i < PR_TLS_POOLS; i++)
-        if (tls->pools[i] == pool) return true;
+    const pr_tls_list *l = tls->list;
+    if (!l || l->any_pool) return true;
+    for (unsigned i = 0; i < l->npools && i < PR_TLS_POOLS; i++)
+        if (l->pools[i] == pool) return true;
     return false;
 }
 

@@ -87,6 +87,10 @@ static inline int nvh_protect_close_(nvh_pool *pool, const void *p, size_t len)
         return NVH_OK;
     return nvh_protect_close_slow_(pool, p, len);
 }
+/* Protection epoch of the pool: 0 while protection is off, else a number
+ * that changes whenever the window counts are reset (protection turned off,
+ * which forgets every window). */
+uint64_t nvh_protect_epoch_(nvh_pool *pool);
 #else
 static inline int nvh_protect_open_(nvh_pool *pool, const void *p, size_t len)
 { (void)pool; (void)p; (void)len; return NVH_OK; }
@@ -94,7 +98,37 @@ static inline int nvh_protect_close_(nvh_pool *pool, const void *p, size_t len)
 { (void)pool; (void)p; (void)len; return NVH_OK; }
 static inline void nvh_protect_internal_begin(nvh_pool *pool) { (void)pool; }
 static inline void nvh_protect_internal_end(nvh_pool *pool) { (void)pool; }
+static inline uint64_t nvh_protect_epoch_(nvh_pool *pool) { (void)pool; return 0; }
 #endif
+
+/* Held windows: a window a structure keeps open across many operations
+ * (the B+ tree's current record slab), so that its fresh pages cost one
+ * unprotect for the whole range instead of one fault or mprotect per page.
+ * The application may switch protection off and on meanwhile, which forgets
+ * every window: the hold remembers the epoch it was opened in and closes
+ * only a window that still exists. Exposure: the range stays writable for
+ * as long as the hold is open (documented by each user). */
+typedef struct nvh_protect_hold {
+    const void *p;
+    size_t len;
+    uint64_t epoch;          /* 0 = nothing held (or opened while off)        */
+} nvh_protect_hold;
+
+static inline void nvh_protect_hold_open_(nvh_pool *pool, nvh_protect_hold *h, const void *p,
+                                          size_t len)
+{
+    h->p = p;
+    h->len = len;
+    h->epoch = nvh_protect_epoch_(pool);
+    if (h->epoch) nvh_protect_open_(pool, p, len);
+}
+static inline void nvh_protect_hold_close_(nvh_pool *pool, nvh_protect_hold *h)
+{
+    if (h->epoch && h->epoch == nvh_protect_epoch_(pool)) nvh_protect_close_(pool, h->p, h->len);
+    h->p = NULL;
+    h->len = 0;
+    h->epoch = 0;
+}
 
 #ifdef NVH_PROTECT_INTERNALS_   /* defined by the files of src/protect only */
 
@@ -109,10 +143,10 @@ static inline void nvh_protect_internal_end(nvh_pool *pool) { (void)pool; }
 #define PR_QUEUE_MIN 64u
 #define PR_QUEUE_MAX (1u << 24)
 #define PR_REGISTRY_SLOTS 64u        /* protected pools at once, process-wide */
-/* Pages one implicit window remembers. Small on purpose: the list is
- * initial-exec TLS (the handler must reach it without __tls_get_addr), and a
- * dlopen'ed libnvheap.so only gets glibc's small static-TLS surplus. More
- * pages than this still work: the rest are re-protected by a sweep. */
+/* Pages one implicit window remembers (a per-thread list allocated at the
+ * thread's first begin, reached by the handler through an initial-exec TLS
+ * pointer). More pages than this still work: the rest are re-protected by a
+ * sweep. */
 #define PR_TLS_PAGES 64u
 #define PR_TLS_POOLS 4u              /* distinct pools one implicit window names */
 #define PR_LAT_BUCKETS 320u          /* latency histogram, log2 x 8 sub-buckets */
@@ -192,6 +226,8 @@ struct nvh_protect {
     _Atomic int mode;                     /* nvh_protect_mode                 */
     _Atomic int disabling;                /* switching to off: faults are legal */
     _Atomic uint64_t fault_seq;           /* bumped by every handler mprotect(RW) */
+    _Atomic uint64_t epoch;               /* advances when disable() forgets the
+                                             windows (held windows check it)  */
     unsigned flags;                       /* NVH_PROTECT_* option bits        */
     _Atomic uint64_t interval_ns;
     int registry_slot;
@@ -303,15 +339,24 @@ int pr_handler_install(void);
 int pr_registry_add(struct nvh_protect *pr);
 void pr_registry_remove(struct nvh_protect *pr);
 
-/* window.c: the implicit window of the calling thread, read by the handler */
-typedef struct pr_tls {
-    unsigned depth;              /* nesting of internal_begin                 */
+/* window.c: the implicit window of the calling thread, read by the handler.
+ * The page list lives behind a pointer (allocated by internal_begin, never
+ * by the handler; freed at thread exit) so that the initial-exec TLS block
+ * stays a few bytes: a dlopen'ed libnvheap.so only gets glibc's small
+ * static-TLS surplus (tests/abi/test_dlopen.c). */
+typedef struct pr_tls_list {
     unsigned n;                  /* pages[] used                              */
     bool overflow;               /* a page did not fit: sweep at the end      */
     bool any_pool;               /* more than PR_TLS_POOLS pools named        */
     unsigned npools;
     nvh_pool *pools[PR_TLS_POOLS];
     struct { struct nvh_protect *pr; uint64_t page; } pages[PR_TLS_PAGES];
+} pr_tls_list;
+typedef struct pr_tls {
+    unsigned depth;              /* nesting of internal_begin                 */
+    bool lost;                   /* depth > 0 without a list (out of memory):
+                                    pages made writable unlisted; _end sweeps */
+    pr_tls_list *list;           /* NULL until the thread's first begin       */
 } pr_tls;
 extern _Thread_local pr_tls nvh_protect_tls_ __attribute__((tls_model("initial-exec")));
 

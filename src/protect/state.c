@@ -59,6 +59,7 @@ static struct nvh_protect *pr_create(nvh_pool *pool, unsigned queue_slots)
     pr->max_pages = (pool->max_size + NVH_PAGE - 1) / NVH_PAGE;
     atomic_init(&pr->mode, NVH_PROTECT_OFF);
     atomic_init(&pr->interval_ns, NVH_PROTECT_INTERVAL_DEFAULT);
+    atomic_init(&pr->epoch, 1);
 
     size_t count_bytes = (size_t)NVH_ALIGN_UP(pr->max_pages * 4, (uint64_t)NVH_PAGE);
     size_t bits = bitmap_bytes(pr->max_pages);
@@ -159,7 +160,15 @@ static void disable(struct nvh_protect *pr)
     pthread_mutex_unlock(&pr->apply_lock);
     pr_registry_remove(pr);                   /* waits out running handlers */
     madvise((void *)pr->count, pr->arrays_bytes, MADV_DONTNEED);
+    atomic_fetch_add(&pr->epoch, 1);          /* held windows are gone now */
     atomic_store(&pr->disabling, 0);
+}
+
+uint64_t nvh_protect_epoch_(nvh_pool *pool)
+{
+    struct nvh_protect *pr = atomic_load_explicit(&pool->protect, memory_order_acquire);
+    if (!pr || atomic_load_explicit(&pr->mode, memory_order_relaxed) == NVH_PROTECT_OFF) return 0;
+    return atomic_load(&pr->epoch);
 }
 
 /* --------------------------------------------------------------------------

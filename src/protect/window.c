@@ -30,6 +30,7 @@
 #include "protect.h"
 
 #include <sched.h>
+#include <stdlib.h>
 
 _Thread_local pr_tls nvh_protect_tls_ __attribute__((tls_model("initial-exec")));
 
@@ -279,15 +280,57 @@ int nvh_protect_close_slow_(nvh_pool *pool, const void *p, size_t len)
 /* --------------------------------------------------------------------------
  * Implicit (thread-local) windows
  * -------------------------------------------------------------------------- */
+/* The thread's page list: allocated at its first begin (never in the
+ * handler), freed by a thread-exit destructor. */
+static pthread_key_t list_key;
+static pthread_once_t list_once = PTHREAD_ONCE_INIT;
+static bool list_key_ok;
+
+static void list_free(void *p)
+{
+    /* thread exit: no window of this thread can be open any more */
+    if (nvh_protect_tls_.list == p) nvh_protect_tls_.list = NULL;
+    free(p);
+}
+static void list_key_init(void) { list_key_ok = pthread_key_create(&list_key, list_free) == 0; }
+
+/* Unload (dlclose) or exit: a thread exiting after libnvheap.so was
+ * unloaded must not call list_free, whose code is gone. Lists of threads
+ * still running are left to them (they are not freed: at exit other
+ * threads may still be inside a window). */
+__attribute__((destructor)) static void list_key_fini(void)
+{
+    if (list_key_ok) {
+        list_key_ok = false;
+        pthread_key_delete(list_key);
+    }
+}
+
+static pr_tls_list *list_get(pr_tls *tls)
+{
+    if (__builtin_expect(tls->list != NULL, 1)) return tls->list;
+    pthread_once(&list_once, list_key_init);
+    pr_tls_list *l = calloc(1, sizeof *l);
+    if (!l) return NULL;
+    if (list_key_ok) pthread_setspecific(list_key, l);
+    /* published before any depth > 0 of ours (the handler is this thread) */
+    atomic_signal_fence(memory_order_seq_cst);
+    tls->list = l;
+    return l;
+}
+
 void nvh_protect_internal_begin(nvh_pool *pool)
 {
     pr_tls *tls = &nvh_protect_tls_;
-    if (tls->depth == 0) { tls->npools = 0; tls->any_pool = false; }
-    bool known = false;
-    for (unsigned i = 0; i < tls->npools; i++) known |= tls->pools[i] == pool;
-    if (!known) {
-        if (tls->npools < PR_TLS_POOLS) tls->pools[tls->npools++] = pool;
-        else tls->any_pool = true;
+    pr_tls_list *l = tls->depth == 0 ? list_get(tls) : tls->list;
+    if (l) {
+        if (tls->depth == 0) { l->npools = 0; l->any_pool = false; }
+        bool known = false;
+        for (unsigned i = 0; i < l->npools; i++) known |= l->pools[i] == pool;
+        if (!known) {
+            if (l->npools < PR_TLS_POOLS) l->pools[l->npools++] = pool;
+            else l->any_pool = true;
+        }
     }
     /* the handler (same thread) must see the pool list before the depth */
     atomic_signal_fence(memory_order_seq_cst);
@@ -311,7 +354,6 @@ static void sweep(struct nvh_protect *pr)
 
 void nvh_protect_internal_end(nvh_pool *pool)
 {
-    (void)pool;
     pr_tls *tls = &nvh_protect_tls_;
     if (tls->depth == 0) return;               /* unbalanced: ignore */
     if (tls->depth > 1) { tls->depth--; return; }
@@ -320,18 +362,27 @@ void nvh_protect_internal_end(nvh_pool *pool)
     atomic_signal_fence(memory_order_seq_cst);
     tls->depth = 0;
     atomic_signal_fence(memory_order_seq_cst);
-    for (unsigned i = 0; i < tls->n; i++) {
-        struct nvh_protect *pr = tls->pages[i].pr;
+    pr_tls_list *l = tls->list;
+    if (tls->lost) {
+        /* pages were made writable with no list to remember them: the
+         * closing pool is the one we know of */
+        tls->lost = false;
+        struct nvh_protect *pr = atomic_load(&pool->protect);
+        if (pr) sweep(pr);
+    }
+    if (!l) return;
+    for (unsigned i = 0; i < l->n; i++) {
+        struct nvh_protect *pr = l->pages[i].pr;
         int mode = atomic_load(&pr->mode);
         if (mode == NVH_PROTECT_OFF) continue;
-        uint64_t page = tls->pages[i].page;
+        uint64_t page = l->pages[i].page;
         close_pages(pr, mode, page, page + 1);
     }
-    tls->n = 0;
-    if (tls->overflow) {
-        tls->overflow = false;
-        for (unsigned i = 0; i < tls->npools; i++) {
-            struct nvh_protect *pr = atomic_load(&tls->pools[i]->protect);
+    l->n = 0;
+    if (l->overflow) {
+        l->overflow = false;
+        for (unsigned i = 0; i < l->npools; i++) {
+            struct nvh_protect *pr = atomic_load(&l->pools[i]->protect);
             if (pr) sweep(pr);
         }
     }

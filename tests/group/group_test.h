@@ -30,19 +30,58 @@
 #define GT_LAYOUT "grouptest"
 #define GT_ROOT_SIZE (256u * 1024u)
 
-/* A fresh pool (open) in `domain`, with a 256 KiB root area. */
+/* The pool open whose root window gt_pool_create opened (its address and
+ * open epoch: a test may close it itself and reopen, possibly at the same
+ * address; the window died with that open). set: remember pool; else:
+ * 1 if pool is that open (and forget it). */
+static inline int gt_window_note(nvh_pool *pool, int set)
+{
+    static nvh_pool *open_pool;
+    static uint64_t open_epoch;
+    nvh_pool_info info;
+    assert_int_equal(nvh_pool_info_get(pool, &info), NVH_OK);
+    if (set) {
+        open_pool = pool;
+        open_epoch = info.epoch;
+        return 1;
+    }
+    int same = open_pool == pool && open_epoch == info.epoch;
+    open_pool = NULL;
+    return same;
+}
+
+/* A fresh pool (open) in `domain`, with a 256 KiB root area.
+ *
+ * Stray-write protection (NVHEAP_PROTECT=sync|async in the environment
+ * protects the pool at create; docs/PROTECT.md): the root area is the
+ * application's, and the tests store into it directly (records, keys,
+ * counters, in the test bodies and in actions), so the helper opens one
+ * application write window over the whole root area here, as an
+ * application that keeps its own area writable would, and closes it in
+ * gt_pool_destroy. Under protection the group tests then check that the library (pool,
+ * allocator, the group layer) makes no store outside a window of its own:
+ * any store of theirs outside the root area aborts as a stray. With
+ * protection off both windows cost a load and a branch. */
 static inline nvh_pool *gt_pool_create(const char *name, nvh_domain domain, const char **path_out)
 {
     const char *path = test_path(name);
     nvh_pool_options opts = {.root_size = GT_ROOT_SIZE};
     nvh_pool *pool = nvh_pool_create_ex(path, GT_LAYOUT, 1 << 20, domain, &opts);
     assert_non_null(pool);
+    size_t size = 0;
+    void *root = nvh_root(pool, &size);
+    assert_non_null(root);
+    assert_int_equal(nvh_unprotect(pool, root, size), NVH_OK);
+    gt_window_note(pool, 1);
     if (path_out) *path_out = path;
     return pool;
 }
 
 static inline void gt_pool_destroy(nvh_pool *pool, const char *path)
 {
+    size_t size = 0;
+    void *root = nvh_root(pool, &size);
+    if (gt_window_note(pool, 0)) assert_int_equal(nvh_protect(pool, root, size), NVH_OK);
     assert_int_equal(nvh_pool_close(pool), NVH_OK);
     unlink(path);
 }
