@@ -88,8 +88,19 @@ int nvh_txlog_register_(nvh_pool *pool, nvh_txlog *lg)
 void nvh_txlog_unregister_(nvh_txlog *lg)
 {
     pthread_mutex_lock(&reg_lock);
-    for (unsigned i = 0; i < reg_cap; i++)
+    bool empty = true;
+    for (unsigned i = 0; i < reg_cap; i++) {
         if (reg[i] == lg) reg[i] = NULL;
+        empty &= reg[i] == NULL;
+    }
+    if (empty) {
+        /* the last pool closed: give the array back, so nothing of this
+         * library stays allocated once every pool is closed (a dlclose()d
+         * copy would otherwise leak it) */
+        free(reg);
+        reg = NULL;
+        reg_cap = 0;
+    }
     atomic_fetch_add(&reg_gen, 1);
     pthread_mutex_unlock(&reg_lock);
 }
