@@ -388,6 +388,20 @@ void bt_ix_fini(struct nvh_btree *t);
 unsigned bt_ix_lower(const bt_idx *x, uint64_t key);
 /* Leaf companion: bitmap of the used slots whose fingerprint matches key. */
 uint64_t bt_ix_match(const bt_idx *x, uint64_t key);
+
+/* Free leaf slot i of n that holds a never-validated entry (a crash leftover
+ * or a reclaimed insert): null its pointer durably-ordered (flushed, noted
+ * for the group) inside its write window, and drop it from the DRAM index. */
+static inline void bt_entry_clear(struct nvh_btree *t, const bt_node *n, unsigned i)
+{
+    bt_entry *e = (bt_entry *)&n->e[i];
+    bt_wopen(t, e, sizeof *e);
+    e->ptr = 0;
+    bt_note(t, e, sizeof *e);
+    bt_flush(t, e, sizeof *e);
+    bt_wclose(t, e, sizeof *e);
+    bt_ix_del(t, n, i);
+}
 /* Re-read the children of inner companion x (its gen is old). */
 void bt_ix_refresh_kids(const struct nvh_btree *t, bt_idx *x);
 /* A free slot from the used bitmap (highest or lowest), or -1. */

@@ -98,12 +98,7 @@ int bt_reclaim_leaf(struct nvh_btree *t, bt_path *p)
         bt_entry *e = &n->e[i];
         if (!(e->ptr & BT_PENDING) || e->key < p->lo || e->key > p->hi) continue;
         if (bt_pending_has(t, e)) continue;
-        bt_wopen(t, e, sizeof *e);
-        e->ptr = 0;
-        bt_note(t, e, sizeof *e);
-        bt_flush(t, e, sizeof *e);
-        bt_wclose(t, e, sizeof *e);
-        bt_ix_del(t, n, i);
+        bt_entry_clear(t, n, i);
         t->stats.reclaimed++;
     }
     return NVH_OK;
@@ -190,12 +185,7 @@ static int bt_free_slot(struct nvh_btree *t, bt_path *p)
         for (unsigned i = 0; i < BT_NODE_CAP; i++) {
             bt_entry *e = &n->e[i];
             if ((e->ptr & BT_PENDING) && !bt_pending_has(t, e)) {
-                bt_wopen(t, e, sizeof *e);
-                e->ptr = 0;
-                bt_note(t, e, sizeof *e);
-                bt_flush(t, e, sizeof *e);
-                bt_wclose(t, e, sizeof *e);
-                bt_ix_del(t, n, i);
+                bt_entry_clear(t, n, i);
                 return (int)i;
             }
         }

@@ -147,12 +147,7 @@ static int bt_leaf_find(struct nvh_btree *t, bt_path *p, uint64_t key, bt_entry 
         bt_record *r = bt_entry_record(t, e);
         if (r) { *found = e; *rec = r; continue; }
         /* same key, never validated: a crash leftover, the slot is free */
-        bt_wopen(t, e, sizeof *e);
-        e->ptr = 0;
-        bt_note(t, e, sizeof *e);
-        bt_flush(t, e, sizeof *e);
-        bt_wclose(t, e, sizeof *e);
-        bt_ix_del(t, n, i);
+        bt_entry_clear(t, n, i);
         if (*free_slot < 0) *free_slot = (int)i;
     }
     if (x && *free_slot < 0) *free_slot = bt_ix_free_slot(x, 0);

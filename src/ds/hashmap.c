@@ -20,34 +20,9 @@
  * us are legal whether or not the allocator opens windows of its own (when
  * it does, the implicit window costs two thread-local updates and no
  * fault); the link words also get an explicit window here, so with a
- * windowed allocator nothing of ours ever faults. The cold paths (create,
- * open's repairs, close, destroy) run whole inside an implicit window. */
-static inline void *hm_reserve(nvh_pool *pool, size_t size)
-{
-    nvh_protect_internal_begin(pool);
-    void *p = nvh_reserve(pool, size);
-    nvh_protect_internal_end(pool);
-    return p;
-}
-
-static inline void hm_cancel(nvh_pool *pool, void *p)
-{
-    nvh_protect_internal_begin(pool);
-    nvh_cancel(pool, p);
-    nvh_protect_internal_end(pool);
-}
-
-/* nvh_activate with one link word. */
-static inline int hm_activate(nvh_pool *pool, void *p, nvh_off_t *link)
-{
-    nvh_off_t *const links[1] = {link};
-    nvh_protect_open_(pool, link, 8);
-    nvh_protect_internal_begin(pool);
-    int rc = nvh_activate(pool, p, links, 1);
-    nvh_protect_internal_end(pool);
-    nvh_protect_close_(pool, link, 8);
-    return rc;
-}
+ * windowed allocator nothing of ours ever faults (the wrappers hm_reserve,
+ * hm_cancel, hm_activate are in hashmap.h). The cold paths (create, open's
+ * repairs, close, destroy) run whole inside an implicit window. */
 
 
 /* ==========================================================================

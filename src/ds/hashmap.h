@@ -16,6 +16,7 @@
 #define NVH_DS_HASHMAP_H
 
 #include "../common/internal.h"
+#include "../protect/protect.h"
 
 #include <assert.h>
 #include <pthread.h>
@@ -235,6 +236,36 @@ static inline bool hm_dummy_ready(const struct nvh_hmap *m, uint64_t bucket,
 static inline struct nvh_hm_link *hm_at(const struct nvh_hmap *m, uint64_t off)
 {
     return (struct nvh_hm_link *)nvh_ptr(m->pool, off);
+}
+
+/* ==========================================================================
+ * Allocator calls inside an implicit protection window (hashmap.c says why)
+ * ========================================================================== */
+static inline void *hm_reserve(nvh_pool *pool, size_t size)
+{
+    nvh_protect_internal_begin(pool);
+    void *p = nvh_reserve(pool, size);
+    nvh_protect_internal_end(pool);
+    return p;
+}
+
+static inline void hm_cancel(nvh_pool *pool, void *p)
+{
+    nvh_protect_internal_begin(pool);
+    nvh_cancel(pool, p);
+    nvh_protect_internal_end(pool);
+}
+
+/* nvh_activate with one link word. */
+static inline int hm_activate(nvh_pool *pool, void *p, nvh_off_t *link)
+{
+    nvh_off_t *const links[1] = {link};
+    nvh_protect_open_(pool, link, 8);
+    nvh_protect_internal_begin(pool);
+    int rc = nvh_activate(pool, p, links, 1);
+    nvh_protect_internal_end(pool);
+    nvh_protect_close_(pool, link, 8);
+    return rc;
 }
 
 /* ==========================================================================

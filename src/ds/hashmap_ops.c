@@ -15,45 +15,8 @@ static inline void hm_unlock(struct nvh_hmap *m) { pthread_mutex_unlock(&m->lock
 
 enum hm_mode { HM_PUT, HM_INSERT, HM_UPDATE };
 
-/* ==========================================================================
- * Protection windows (docs/PROTECT.md)
- * ==========================================================================
- * Every store of the map into the pool is made inside an explicit window
- * (nvh_protect_open_/close_: one load and a branch when the pool is not
- * protected), opened before the first store and closed once the bytes are
- * durable. The allocator calls run inside an implicit library window too,
- * so the allocator's own metadata stores and the link words it writes for
- * us are legal whether or not the allocator opens windows of its own (when
- * it does, the implicit window costs two thread-local updates and no
- * fault); the link words also get an explicit window here, so with a
- * windowed allocator nothing of ours ever faults. */
-static inline void *hm_reserve(nvh_pool *pool, size_t size)
-{
-    nvh_protect_internal_begin(pool);
-    void *p = nvh_reserve(pool, size);
-    nvh_protect_internal_end(pool);
-    return p;
-}
-
-static inline void hm_cancel(nvh_pool *pool, void *p)
-{
-    nvh_protect_internal_begin(pool);
-    nvh_cancel(pool, p);
-    nvh_protect_internal_end(pool);
-}
-
-/* nvh_activate with one link word. */
-static inline int hm_activate(nvh_pool *pool, void *p, nvh_off_t *link)
-{
-    nvh_off_t *const links[1] = {link};
-    nvh_protect_open_(pool, link, 8);
-    nvh_protect_internal_begin(pool);
-    int rc = nvh_activate(pool, p, links, 1);
-    nvh_protect_internal_end(pool);
-    nvh_protect_close_(pool, link, 8);
-    return rc;
-}
-
+/* Allocator calls run inside an implicit protection window, with an
+ * explicit one on the link word (hashmap.c, "Protection windows"). */
 /* nvh_free with one link update. */
 static inline int hm_free(nvh_pool *pool, void *p, nvh_off_t *link, nvh_off_t value)
 {
