@@ -77,4 +77,19 @@ static inline unsigned char *test_read_file(const char *path, size_t *len)
     return buf;
 }
 
+/* Run a crash exploration and require that it ran, that the workload
+ * finished, and that every crash image passed the checker (on failure the
+ * report, with the failing images' backtraces, goes to stderr). */
+static inline void test_crash_explore(const nvh_crash_config *cfg)
+{
+    nvh_crash_report rep;
+    assert_int_equal(nvh_crash_explore(cfg, &rep), NVH_OK);
+    print_message("  %llu fences, %llu crash images checked, %llu failures\n",
+                  (unsigned long long)rep.fences, (unsigned long long)rep.points_tested,
+                  (unsigned long long)rep.failures);
+    if (rep.failures) nvh_crash_report_print(&rep, stderr);
+    assert_int_equal(rep.workload_status, 0);
+    assert_int_equal(rep.failures, 0);
+}
+
 #endif

@@ -351,14 +351,7 @@ static void run(nvh_crash_workload_fn w, void *arg, nvh_crash_check_fn check, nv
         .arg = arg, .seed = 7, .mode = mode, .budget = budget, .images_per_point = images,
         .scratch_dir = g_scratch,
     };
-    nvh_crash_report rep;
-    assert_int_equal(nvh_crash_explore(&cfg, &rep), NVH_OK);
-    print_message("  %llu fences, %llu crash images checked, %llu failures\n",
-                  (unsigned long long)rep.fences, (unsigned long long)rep.points_tested,
-                  (unsigned long long)rep.failures);
-    if (rep.failures) nvh_crash_report_print(&rep, stderr);
-    assert_int_equal(rep.workload_status, 0);
-    assert_int_equal(rep.failures, 0);
+    test_crash_explore(&cfg);
     unlink(path);
 }
 

@@ -208,14 +208,7 @@ static void crashes(void **state)
             .seed = 3 + (uint64_t)mode, .mode = mode ? NVH_CRASH_WORDS : NVH_CRASH_LINES,
             .budget = BUDGET, .images_per_point = 1,
         };
-        nvh_crash_report rep;
-        assert_int_equal(nvh_crash_explore(&cfg, &rep), NVH_OK);
-        print_message("  %llu fences, %llu crash images checked, %llu failures\n",
-                      (unsigned long long)rep.fences, (unsigned long long)rep.points_tested,
-                      (unsigned long long)rep.failures);
-        if (rep.failures) nvh_crash_report_print(&rep, stderr);
-        assert_int_equal(rep.workload_status, 0);
-        assert_int_equal(rep.failures, 0);
+        test_crash_explore(&cfg);
     }
     unlink(path);
 }
