@@ -80,6 +80,22 @@ void nvh_hm_count_changed_(struct nvh_hmap *m, int64_t delta, bool force)
 /* ==========================================================================
  * Buckets: linking a dummy into the list
  * ========================================================================== */
+
+/* Step 3 of linking dummy d of `bucket`: its mark is kept in m->marks until
+ * the caller's next fence has made the link durable (nvh_hm_settle_ writes
+ * it then); a full list settles first. */
+static void hm_mark_later(struct nvh_hmap *m, struct nvh_hm_dummy *d, uint64_t bucket)
+{
+    if (m->nmarks == sizeof m->marks / sizeof m->marks[0]) nvh_hm_settle_(m, true);
+    unsigned s;
+    uint64_t i;
+    hm_locate(m->base_log2, bucket, &s, &i);
+    m->marks[m->nmarks].d = d;
+    m->marks[m->nmarks].check = hm_dummy_check(m->seed, bucket, m->root->seg[s]);
+    m->nmarks++;
+    m->buckets_inited++;
+}
+
 /* Link dummy `bucket` after its parent's position. One fence of its own:
  *   1. d->next = successor, d->so_key      persisted (fence): the dummy is
  *                                            complete before anything can
@@ -141,14 +157,7 @@ static struct nvh_hm_dummy *hm_init_bucket(struct nvh_hmap *m, uint64_t bucket)
         nvh_protect_close_(m->pool, prev, 8);
         m->link_unfenced = true;
     }
-    if (m->nmarks == sizeof m->marks / sizeof m->marks[0]) nvh_hm_settle_(m, true);
-    unsigned s;
-    uint64_t i;
-    hm_locate(m->base_log2, bucket, &s, &i);
-    m->marks[m->nmarks].d = d;
-    m->marks[m->nmarks].check = hm_dummy_check(m->seed, bucket, m->root->seg[s]);
-    m->nmarks++;
-    m->buckets_inited++;
+    hm_mark_later(m, d, bucket);
     return d;
 }
 
@@ -236,14 +245,7 @@ void nvh_hm_link_ahead_(struct nvh_hmap *m)
             nvh_protect_close_(m->pool, pred[k], 8);
             m->link_unfenced = true;
         }
-        if (m->nmarks == sizeof m->marks / sizeof m->marks[0]) nvh_hm_settle_(m, true);
-        unsigned s;
-        uint64_t i;
-        hm_locate(m->base_log2, bk[k], &s, &i);
-        m->marks[m->nmarks].d = dd[k];
-        m->marks[m->nmarks].check = hm_dummy_check(m->seed, bk[k], m->root->seg[s]);
-        m->nmarks++;
-        m->buckets_inited++;
+        hm_mark_later(m, dd[k], bk[k]);
     }
 }
 
