@@ -165,6 +165,14 @@ static run_result run_nvheap(const workload *w)
                    (unsigned long long)st.count, (unsigned long long)st.buckets,
                    (unsigned long long)st.max_chain);
     }
+    {   /* the geometry the gets will see (O(1)): a map that did not grow
+         * would explain slow gets at a glance */
+        nvh_hmap_stats st;
+        if (nvh_hmap_stats_get(m, &st) == NVH_OK)
+            bench_note(w->opts, "nvheap map after %llu puts: %llu buckets (load %.2f), %llu doublings, %llu buckets linked",
+                       (unsigned long long)w->n, (unsigned long long)st.buckets, st.load_factor,
+                       (unsigned long long)st.resizes, (unsigned long long)st.buckets_inited);
+    }
     uint8_t buf[VAL];
     uint64_t t2 = bench_now_ns();
     for (uint64_t j = 0; j < w->n; j++) {

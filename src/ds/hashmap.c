@@ -143,7 +143,14 @@ static struct nvh_hm_dummy *hm_init_bucket(struct nvh_hmap *m, uint64_t bucket)
             return NULL;
         }
     }
-    if (*prev != d_off) {
+    if (*prev == d_off) {
+        /* Linked already: by a crash (mark it now), or by this handle with
+         * its mark still waiting for the fence (then it is in m->marks:
+         * adding it twice would only write the mark twice, but count the
+         * bucket twice in the statistics). */
+        for (unsigned k = 0; k < m->nmarks; k++)
+            if (m->marks[k].d == d) return d;
+    } else {
         nvh_protect_open_(m->pool, d, sizeof *d);
         d->next = *prev;
         d->so_key = so;
