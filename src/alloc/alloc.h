@@ -27,6 +27,9 @@
 #include <stdint.h>
 #include <string.h>
 #include <time.h>
+#if defined(__x86_64__)
+#include <emmintrin.h>
+#endif
 
 /* ==========================================================================
  * Geometry
@@ -165,7 +168,10 @@ typedef struct nvh_run {
     bool in_bin;
     bool quarantined;
     bool bm_pending;            /* media bitmap behind pbits until the retire */
+    bool hsnap_ok;              /* hsnap holds a validated header             */
     struct nvh_run *next;       /* bin list                                   */
+    uint64_t hsnap[7];          /* bytes 8..63 of the run's media header as
+                                   last validated (nvh_run_hdr_valid)         */
 } nvh_run;
 
 typedef struct nvh_chunk {
@@ -181,7 +187,12 @@ typedef struct nvh_chunk {
 typedef struct nvh_extent { uint64_t block, nblocks; } nvh_extent;
 
 typedef struct nvh_fifo_entry {
-    uint64_t off;               /* slot payload offset or extent first block  */
+    union {
+        nvh_run *run;           /* a run slot: its run (descriptors live until
+                                   the heap closes), so the drain needs no
+                                   lookup (docs/ALLOC.md §4f)                 */
+        uint64_t off;           /* an extent: its first block                 */
+    };
     uint64_t nblocks;           /* 0: a run slot; else an extent              */
     uint64_t seq;               /* free record                                */
     uint64_t time_ns;
@@ -195,8 +206,36 @@ typedef struct nvh_resv {     /* a large/huge reservation (DRAM only)       */
     uint8_t kind;
 } nvh_resv;
 
+/* Arena lock: a test-and-test-and-set spinlock that yields when it has to
+ * wait. Not a pthread_mutex_t: every activate and free takes its arena's
+ * lock once, and glibc's mutex cost ~75 instructions and two LOCKed
+ * read-modify-writes per pair (callgrind, docs/ALLOC.md §4f). Here the
+ * acquire is one XCHG and the release a plain store (x86 TSO: a release
+ * store needs no LOCK), so a lock/unlock pair has one LOCKed instruction.
+ * Arenas are per thread (round robin), so the lock is nearly always free;
+ * a remote free or a lazy-scan claim may find it held, and then the waiter
+ * spins briefly with PAUSE and falls back to sched_yield (the holder may
+ * hold it across a retire: 128 line flushes, or a chunk claim). */
+typedef struct nvh_alock { _Atomic uint32_t v; } nvh_alock;
+void nvh_alock_wait_(nvh_alock *l);   /* arena.c: the contended path */
+static inline void nvh_alock_init(nvh_alock *l) { atomic_init(&l->v, 0); }
+static inline bool nvh_alock_try(nvh_alock *l)
+{
+    return atomic_load_explicit(&l->v, memory_order_relaxed) == 0 &&
+           atomic_exchange_explicit(&l->v, 1, memory_order_acquire) == 0;
+}
+static inline void nvh_alock_lock(nvh_alock *l)
+{
+    if (__builtin_expect(atomic_exchange_explicit(&l->v, 1, memory_order_acquire) != 0, 0))
+        nvh_alock_wait_(l);
+}
+static inline void nvh_alock_unlock(nvh_alock *l)
+{
+    atomic_store_explicit(&l->v, 0, memory_order_release);
+}
+
 typedef struct nvh_arena {
-    pthread_mutex_t lock;
+    nvh_alock lock;
     unsigned index;
     nvh_run *bins[NVH_SMALL_CLASSES + 1];
     nvh_extent *ext; size_t next, ext_cap;  /* sorted free extents           */
@@ -207,6 +246,7 @@ typedef struct nvh_arena {
     unsigned ring_pos;          /* next line                                  */
     unsigned ring_used;         /* lines used since the last retire           */
     uint64_t last_seq;          /* seq of the newest record in the ring       */
+    bool live;                  /* ring in h->live_rings (appended this session) */
     _Atomic uint64_t unretired_min; /* oldest unretired seq, UINT64_MAX none  */
     unsigned claim_scans;       /* chunks the current reservation scanned (the
                                    lazy rebuild's budget per reservation)     */
@@ -219,7 +259,12 @@ typedef struct nvh_arena {
     uint64_t dirty_seen[64];    /* lines already in the list, direct-mapped by
                                    line address (a miss only adds a duplicate) */
     uint64_t last_links[NVH_LINKS_MAX_]; unsigned nlast_links;
-    char pad[64];
+    bool links_clwb;            /* this locked section already issued the
+                                   CLWBs of last_links (nvh_log_preflush)    */
+    /* = last_seq, read by the other arenas' appends (nvh_seq_next): a line
+     * of its own, so those reads do not share the owner's hot line */
+    _Alignas(64) _Atomic uint64_t seq_pub;
+    char pad[56];
 } nvh_arena;
 
 /* Per-thread reservation cache (arena.c): small slots taken from the arena
@@ -268,7 +313,9 @@ struct nvh_heap {
     nvh_arena arenas[NVH_RINGS];
     _Atomic unsigned narenas;
     _Atomic unsigned next_arena;
-    _Atomic uint64_t seq;       /* last assigned record sequence              */
+    _Atomic uint64_t seq;       /* sequence floor: the largest seq on the media
+                                   at open (records get larger ones)          */
+    _Atomic uint32_t live_rings; /* bit r: ring r appended in this session    */
     _Atomic uint64_t retire_epoch; /* +1 per retire of any ring (FIFO wake-up) */
 
     nvh_tcache *tcaches;        /* attached thread caches (arena.c tc lock) */
@@ -393,6 +440,50 @@ static inline bool nvh_rhdr_valid_(const nvh_heap *h, uint64_t block)
            r->state >= NVH_RS_FREE && r->state <= NVH_RS_QUARANTINE && r->blocks != 0;
 }
 
+/* The header check of activate and free for a region that may have a run
+ * descriptor: true iff nvh_rhdr_valid_ would be. The first check of a run
+ * computes the checksum and keeps a copy of the checksummed bytes and the
+ * checksum (bytes 8..63) in the descriptor; later checks compare the media
+ * bytes with that copy (7 words, no CRC: ~40 instructions less per free,
+ * docs/ALLOC.md §4f). Equal bytes at the same position mean the checksum
+ * holds (it is a function of them and of the position), so the result is
+ * the same, and any change at all — a stray write that happens to keep the
+ * CRC included — is caught; a header the allocator rewrote legitimately
+ * just takes the full check again and is snapshotted anew. The bitmap
+ * (bytes 0..7) is outside the checksum and outside the copy. Owner's lock
+ * held. */
+static inline __attribute__((always_inline)) bool
+nvh_run_hdr_valid(const nvh_heap *h, nvh_run *run, uint64_t block)
+{
+    const char *r = (const char *)nvh_rhdr_at(h, block);
+    if (run && run->hsnap_ok) {
+#if defined(__x86_64__)
+        /* three 16-byte compares and one word (SSE2 is baseline x86-64) */
+        const __m128i *m = (const __m128i *)(const void *)(r + 8);
+        const __m128i *c = (const __m128i *)(const void *)run->hsnap;
+        __m128i x = _mm_xor_si128(_mm_loadu_si128(m), _mm_loadu_si128(c));
+        x = _mm_or_si128(x, _mm_xor_si128(_mm_loadu_si128(m + 1), _mm_loadu_si128(c + 1)));
+        x = _mm_or_si128(x, _mm_xor_si128(_mm_loadu_si128(m + 2), _mm_loadu_si128(c + 2)));
+        uint64_t tail;
+        memcpy(&tail, r + 56, 8);
+        if (_mm_movemask_epi8(_mm_cmpeq_epi8(x, _mm_setzero_si128())) == 0xFFFF &&
+            tail == run->hsnap[6])
+            return true;
+#else
+        uint64_t w[7], d = 0;
+        memcpy(w, r + 8, sizeof w);
+        for (unsigned i = 0; i < 7; i++) d |= w[i] ^ run->hsnap[i];
+        if (d == 0) return true;
+#endif
+    }
+    if (!nvh_rhdr_valid_(h, block)) return false;
+    if (run) {
+        memcpy(run->hsnap, r + 8, sizeof run->hsnap);
+        run->hsnap_ok = true;
+    }
+    return true;
+}
+
 /* check.c */
 uint32_t nvh_rhdr_checksum(const struct nvh_rhdr *r, uint64_t off);
 bool nvh_rhdr_valid(const nvh_heap *h, uint64_t block);
@@ -418,8 +509,162 @@ nvh_arena *nvh_arena_mine(nvh_heap *h);
 nvh_arena *nvh_owner_arena(nvh_heap *h, uint64_t block);
 
 /* log.c */
+/* Sequence number of a new record of arena a's ring (caller holds a->lock).
+ * Records are ordered for replay by these numbers, which must (1) increase
+ * along each ring, (2) be unique, and (3) respect causality across rings: a
+ * record appended after another record's append returned (in happens-before
+ * order) gets a larger number. A global fetch-and-add gave all three with a
+ * LOCKed instruction per operation; here (a Lamport clock) each ring
+ * publishes its newest number and a new record takes one more than the
+ * largest published by the rings in use (and than the floor found on the
+ * media at open), rounded up to the next multiple of 16 plus the ring's
+ * index: the low 4 bits make numbers of different rings distinct. (3) holds
+ * because the other ring published its number before its append returned,
+ * and this append reads it afterwards; concurrent records (neither happens
+ * before the other) may be ordered either way, as with the fetch-and-add.
+ * Plain loads, no LOCKed read-modify-write (docs/ALLOC.md §4f). */
+static_assert(NVH_RINGS <= 16, "nvh_seq_next keeps the ring index in 4 bits");
+static inline uint64_t nvh_seq_next(nvh_heap *h, nvh_arena *a)
+{
+    if (__builtin_expect(!a->live, 0)) {
+        a->live = true;
+        atomic_fetch_or_explicit(&h->live_rings, 1u << a->index, memory_order_acq_rel);
+    }
+    uint64_t m = atomic_load_explicit(&h->seq, memory_order_relaxed);
+    uint32_t live = atomic_load_explicit(&h->live_rings, memory_order_acquire);
+    do {
+        unsigned r = (unsigned)__builtin_ctz(live);
+        uint64_t v = atomic_load_explicit(&h->arenas[r].seq_pub, memory_order_acquire);
+        if (v > m) m = v;
+        live &= live - 1;
+    } while (live);
+    uint64_t seq = ((m >> 4) + 1) << 4 | a->index;
+    atomic_store_explicit(&a->seq_pub, seq, memory_order_release);
+    return seq;
+}
+
 uint64_t nvh_log_append(nvh_heap *h, nvh_arena *a, struct nvh_rec *head,
                         const struct nvh_link_entry *links, unsigned nlinks);
+
+/* Ring bookkeeping after a record's fence (nvh_log_append and its inline
+ * fast path below). */
+static inline void nvh_log_appended_(nvh_arena *a, const struct nvh_rec *head,
+                                     const struct nvh_link_entry *links, unsigned nlinks,
+                                     unsigned nlines, uint64_t seq)
+{
+    /* only the first record after a retire sets it (we hold a->lock) */
+    if (atomic_load_explicit(&a->unretired_min, memory_order_relaxed) == UINT64_MAX)
+        atomic_store_explicit(&a->unretired_min, seq, memory_order_release);
+    a->last_seq = seq;
+    a->links_clwb = false;
+    a->ring_pos += nlines;
+    a->ring_used += nlines;
+    a->nlast_links = 0;
+    /* only an activation's links ride on the next fence; a free's links
+     * wait for the retire (see nvh_rec_apply_links) */
+    if ((head->kind_links & 0x0F) == NVH_REC_ACT)
+        for (unsigned i = 0; i < nlinks; i++) a->last_links[a->nlast_links++] = links[i].addr;
+}
+
+/* pmem with CLWB: the fast path below streams the record and issues CLWB */
+static inline bool nvh_pmem_clwb_(const nvh_heap *h)
+{
+#if defined(__x86_64__)
+    return h->pool->ctx.domain == NVH_DOMAIN_PMEM && h->pool->ctx.flush_kind == NVH_FLUSH_CLWB;
+#else
+    (void)h;
+    return false;
+#endif
+}
+
+/* Issue the write-backs of the ring's previous activation links now, at the
+ * start of the locked section of an activate or free, instead of just before
+ * the record's fence: on this machine a CLWB'd line takes ~85 ns to write
+ * back, and started here it overlaps the ~200 instructions of checks and
+ * record building. Durability is unchanged — the fence of this section's
+ * record still waits for them, and the fast append counts them as before;
+ * the flag only spares it a second CLWB of the same lines. Every path that
+ * leaves the section without that fence clears the flag (the next record
+ * re-issues them: another thread's fence would not wait for our CLWBs). */
+static inline void nvh_log_preflush(nvh_heap *h, nvh_arena *a)
+{
+#if defined(__x86_64__)
+    if (a->nlast_links && nvh_pmem_clwb_(h)) {
+        for (unsigned i = 0; i < a->nlast_links; i++)
+            __asm__ volatile("clwb %0" : "+m"(*(volatile char *)(h->base + a->last_links[i])));
+        a->links_clwb = true;
+    }
+#else
+    (void)h; (void)a;
+#endif
+}
+
+/* nvh_log_append, inlined for the common case of every activate and free:
+ * a one-line record (at most 2 links) that fits the ring without a retire,
+ * in the process domain or the pmem domain with CLWB. The same stores,
+ * flushes, fence and statistics as the generic path (which every other case
+ * takes: the crash simulator's sim domain, msync, multi-line records), but
+ * without the call and with the pmem line streamed by four inline MOVNTDQ
+ * instead of nvh_memcpy_nt_'s generic copy (head/tail handling, an indirect
+ * AVX/SSE2 choice, two statistics updates): ~60 instructions per pmem
+ * operation (docs/ALLOC.md §4f). */
+static inline __attribute__((always_inline)) uint64_t
+nvh_log_append1(nvh_heap *h, nvh_arena *a, struct nvh_rec *head,
+                const struct nvh_link_entry *links, unsigned nlinks)
+{
+    nvh_persist_ctx_ *ctx = &h->pool->ctx;
+    bool pmem = nvh_pmem_clwb_(h);
+    if (__builtin_expect(nlinks > 2 || a->ring_pos >= NVH_RING_LINES ||
+                             a->ring_used >= NVH_RING_LINES ||
+                             (!pmem && ctx->domain != NVH_DOMAIN_PROCESS), 0))
+        return nvh_log_append(h, a, head, links, nlinks);
+    uint64_t seq = nvh_seq_next(h, a);
+    head->seq = seq;
+    head->kind_links = (uint8_t)((head->kind_links & 0x0F) | (nlinks << 4));
+    for (unsigned i = 0; i < nlinks; i++) head->link[i] = links[i];
+    head->checksum = 0;
+    head->checksum = nvh_crc_fast(a->index << 16 | a->ring_pos, head, 64);
+    char *dst = h->ring_body + ((size_t)a->index * NVH_RING_LINES + a->ring_pos) * 64u;
+    nvh_wopen(h, dst, 64);
+#if defined(__x86_64__)
+    if (pmem) {
+        /* the record line streamed (see nvh_log_append), the previous
+         * activation's link lines written back, one fence */
+        const __m128i *src = (const __m128i *)(const void *)head;
+        __m128i x0 = _mm_loadu_si128(src), x1 = _mm_loadu_si128(src + 1);
+        __m128i x2 = _mm_loadu_si128(src + 2), x3 = _mm_loadu_si128(src + 3);
+        _mm_stream_si128((__m128i *)(void *)dst, x0);
+        _mm_stream_si128((__m128i *)(void *)(dst + 16), x1);
+        _mm_stream_si128((__m128i *)(void *)(dst + 32), x2);
+        _mm_stream_si128((__m128i *)(void *)(dst + 48), x3);
+        nvh_wclose(h, dst, 64);
+        if (!a->links_clwb)     /* else issued by nvh_log_preflush */
+            for (unsigned i = 0; i < a->nlast_links; i++)
+                __asm__ volatile("clwb %0" : "+m"(*(volatile char *)(h->base + a->last_links[i])));
+        __asm__ volatile("sfence" ::: "memory");
+        nvh_stat_add_(ctx, NVH_STAT_NT_BYTES, 64);
+    } else
+#endif
+    {
+        memcpy(dst, head, 64);
+        nvh_wclose(h, dst, 64);
+        __asm__ volatile("" ::: "memory");   /* process domain: program order */
+    }
+    {   /* nvh_stat_add_ for lines and fences with one stripe lookup */
+        unsigned stripe = nvh_thread_stripe_;
+        if (__builtin_expect(stripe == 0, 0)) stripe = nvh_assign_stripe_();
+        _Atomic uint64_t *v = ctx->stats[stripe - 1].value;
+        atomic_store_explicit(&v[NVH_STAT_LINES],
+                              atomic_load_explicit(&v[NVH_STAT_LINES], memory_order_relaxed) +
+                                  1 + a->nlast_links,
+                              memory_order_relaxed);
+        atomic_store_explicit(&v[NVH_STAT_FENCES],
+                              atomic_load_explicit(&v[NVH_STAT_FENCES], memory_order_relaxed) + 1,
+                              memory_order_relaxed);
+    }
+    nvh_log_appended_(a, head, links, nlinks, 1, seq);
+    return seq;
+}
 void nvh_log_dirty(nvh_heap *h, nvh_arena *a, const void *addr);
 void nvh_log_retire(nvh_heap *h, nvh_arena *a);
 void nvh_log_retire_all(nvh_heap *h);
@@ -428,9 +673,64 @@ void nvh_rec_apply_state(nvh_heap *h, const struct nvh_rec *r,
                          const struct nvh_link_entry *links, nvh_arena *a, bool replay);
 void nvh_rec_apply_links(nvh_heap *h, const struct nvh_rec *r,
                          const struct nvh_link_entry *links, nvh_arena *a, bool replay);
-void nvh_rec_apply_slot(nvh_heap *h, nvh_arena *a, const struct nvh_rec *r,
-                        struct nvh_rhdr *hd, nvh_run *run, unsigned slot,
-                        const struct nvh_link_entry *links, unsigned nlinks, bool act);
+
+/* The ring's dirty-line list (flushed at the retire): a direct-mapped table
+ * of lines already listed (cleared at retire) de-duplicates in O(1); a
+ * collision only lets a duplicate in (flushed twice). The hit test is
+ * inline, the append out of line. */
+void nvh_log_dirty_add_(nvh_heap *h, nvh_arena *a, uint64_t line, uint64_t *seen);
+static inline void nvh_log_dirty_(nvh_heap *h, nvh_arena *a, const void *addr)
+{
+    uint64_t line = (uint64_t)(uintptr_t)addr & ~(uint64_t)63;
+    uint64_t *seen = &a->dirty_seen[(line * 0x9E3779B97F4A7C15ull) >> 58]; /* run headers are
+                                                            4 KiB apart: hash, not mask */
+    if (*seen != line) nvh_log_dirty_add_(h, a, line, seen);
+}
+/* Mark a run whose media bitmap the next retire writes (log.c, §7a). */
+void nvh_bitmap_defer_(nvh_arena *a, nvh_run *run);
+
+/* Normal-path effects of an ACT (act = true) or FREE record, not named, of
+ * a slot of an existing run (no NEWRUN) whose DRAM run descriptor the caller
+ * (nvh_activate_off_, nvh_free_off_) already holds: exactly what
+ * nvh_rec_apply_state (apply_region's / free_region's run branch) and
+ * nvh_rec_apply_links do for that record, without recomputing its block,
+ * slot and run from the record and without the kind dispatch (~60
+ * instructions per operation, callgrind). Replay and every other record
+ * keep the generic functions. Inline (alloc.h): the call cost ~25
+ * instructions per operation. */
+static inline __attribute__((always_inline)) void
+nvh_rec_apply_slot(nvh_heap *h, nvh_arena *a, const struct nvh_rec *r, struct nvh_rhdr *hd,
+                   nvh_run *run, unsigned slot, const struct nvh_link_entry *links,
+                   unsigned nlinks, bool act)
+{
+    if (!run->bm_pending) nvh_bitmap_defer_(a, run);
+    if (!run->bm_pending) {
+        /* load + store: every writer of the bitmap holds the owner's lock */
+        uint64_t bits = atomic_load_explicit(&hd->bitmap, memory_order_relaxed);
+        nvh_wopen(h, &hd->bitmap, 8);
+        atomic_store_explicit(&hd->bitmap, act ? bits | (1ull << slot) : bits & ~(1ull << slot),
+                              memory_order_relaxed);
+        nvh_wclose(h, &hd->bitmap, 8);
+    }
+    nvh_log_dirty_(h, a, hd);
+    for (unsigned i = 0; i < nlinks; i++) {
+        _Atomic uint64_t *w = (_Atomic uint64_t *)(h->base + links[i].addr);
+        if (act) {
+            /* flushed before the ring's next fence (nvh_log_append) */
+            nvh_wopen(h, (const void *)w, 8);
+            atomic_store_explicit(w, r->obj, memory_order_relaxed);
+            nvh_wclose(h, (const void *)w, 8);
+            continue;
+        }
+        if (atomic_load_explicit(w, memory_order_relaxed) == r->obj) {
+            nvh_wopen(h, (const void *)w, 8);
+            atomic_store_explicit(w, links[i].value, memory_order_relaxed);
+            nvh_wclose(h, (const void *)w, 8);
+        }
+        nvh_log_dirty_(h, a, (const void *)w);
+    }
+}
+
 int nvh_log_recover(nvh_heap *h);
 uint64_t *nvh_log_pending_blocks(nvh_heap *h, size_t *n_out);
 

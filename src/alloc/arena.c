@@ -18,9 +18,28 @@ void nvh_arena_init(nvh_heap *h, nvh_arena *a, unsigned index)
 {
     (void)h;
     memset(a, 0, sizeof *a);
-    pthread_mutex_init(&a->lock, NULL);
+    nvh_alock_init(&a->lock);
     a->index = index;
     atomic_init(&a->unretired_min, UINT64_MAX);
+}
+
+/* The arena lock's contended path (alloc.h): spin on a plain load (no
+ * cache-line ping-pong) with PAUSE for a short while, then yield the core;
+ * on this 2-core VM the holder is often a preempted thread that needs it. */
+void nvh_alock_wait_(nvh_alock *l)
+{
+    for (unsigned spins = 0;; spins++) {
+        if (atomic_load_explicit(&l->v, memory_order_relaxed) == 0 &&
+            atomic_exchange_explicit(&l->v, 1, memory_order_acquire) == 0)
+            return;
+        if (spins < 64) {
+#if defined(__x86_64__) || defined(__i386__)
+            __builtin_ia32_pause();
+#endif
+        } else {
+            sched_yield();
+        }
+    }
 }
 
 void nvh_arena_fini(nvh_arena *a)
@@ -30,7 +49,6 @@ void nvh_arena_fini(nvh_arena *a)
     free(a->fifo);
     free(a->dirty);
     free(a->bm_runs);
-    pthread_mutex_destroy(&a->lock);
 }
 
 static inline nvh_heap *heap_of(nvh_pool *pool, bool write)
@@ -117,13 +135,13 @@ void nvh_arena_exclude(nvh_heap *h, uint64_t block, uint64_t n)
 {
     for (unsigned i = 0; i < NVH_RINGS; i++) {
         nvh_arena *a = &h->arenas[i];
-        pthread_mutex_lock(&a->lock);
+        nvh_alock_lock(&a->lock);
         extent_remove(a, block, n);
         for (uint64_t b = block; b < block + n; b++) {
             nvh_run *run = run_lookup(h, b);
             if (run) run->quarantined = true;
         }
-        pthread_mutex_unlock(&a->lock);
+        nvh_alock_unlock(&a->lock);
     }
 }
 
@@ -231,17 +249,23 @@ static __attribute__((noinline)) bool fifo_grow(nvh_arena *a)
 
 /* Inline: every free pushes. huge_or_slot: for an extent (nblocks > 0)
  * whether it is huge; for a run slot (nblocks == 0) the slot index. */
-static inline void fifo_push(nvh_heap *h, nvh_arena *a, uint64_t off, uint64_t nblocks,
-                             uint8_t huge_or_slot, uint64_t seq, uint64_t bytes)
+static inline void fifo_push(nvh_heap *h, nvh_arena *a, nvh_run *run, uint64_t off,
+                             uint64_t nblocks, uint8_t huge_or_slot, uint64_t seq,
+                             uint64_t bytes)
 {
     if (__builtin_expect(a->fifo_len == a->fifo_cap, 0) && !fifo_grow(a))
         return;                         /* space lost until the next open */
     /* no clock read when T is 0: the FIFO then only orders reuse */
     uint64_t t = atomic_load_explicit(&h->fifo_delay_ns, memory_order_relaxed) ? nvh_now_ns() : 0;
     /* the capacity is a power of 2 (256, doubled): mask, not divide */
-    a->fifo[(a->fifo_head + a->fifo_len) & (a->fifo_cap - 1)] =
-        (nvh_fifo_entry){off, nblocks, seq, t, nblocks ? huge_or_slot : 0,
-                         nblocks ? 0 : huge_or_slot};
+    nvh_fifo_entry *e = &a->fifo[(a->fifo_head + a->fifo_len) & (a->fifo_cap - 1)];
+    if (nblocks) e->off = off;
+    else e->run = run;
+    e->nblocks = nblocks;
+    e->seq = seq;
+    e->time_ns = t;
+    e->huge = nblocks ? huge_or_slot : 0;
+    e->slot = nblocks ? 0 : huge_or_slot;
     a->fifo_len++;
     a->fifo_bytes += bytes;
 }
@@ -249,16 +273,13 @@ static inline void fifo_push(nvh_heap *h, nvh_arena *a, uint64_t off, uint64_t n
 static void fifo_release(nvh_heap *h, nvh_arena *a, const nvh_fifo_entry *e)
 {
     if (e->nblocks == 0) {
-        uint64_t rel = e->off - h->chunks_off;
-        uint64_t b = rel / NVH_BLOCK;
-        nvh_run *run = run_lookup(h, b);
+        /* the run and slot recorded at free: the descriptor is the one the
+         * free validated (a run never changes class or goes away while the
+         * heap is open); a run quarantined since keeps its slots */
+        nvh_run *run = e->run;
         unsigned slot = e->slot;
-        /* the slot recorded at free, checked against the run as it is now
-         * with a multiply (the run cannot have changed class while one of
-         * its slots waits here; the check is the old slot_of's safety net) */
-        if (!run || run->quarantined || slot >= run->nslots ||
-            rel % NVH_BLOCK != NVH_HDR + (uint64_t)slot * nvh_cls_size(run->cls))
-            return;
+        if (run->quarantined) return;
+        NVH_ASSERT(slot < run->nslots);
         run->avail |= 1ull << slot;
         a->fifo_bytes -= nvh_cls_size(run->cls);
         if (!run->in_bin) nvh_bin_add(a, run);  /* usually already in its bin */
@@ -287,8 +308,8 @@ static size_t fifo_drain(nvh_heap *h, nvh_arena *a, bool force, bool may_retire)
     size_t released = 0;
     while (a->fifo_len) {
         nvh_fifo_entry *e = &a->fifo[a->fifo_head];
-        bool time_ok = force || now - e->time_ns >= delay || a->fifo_bytes > maxb;
-        if (!time_ok) break;
+        /* T = 0 (the default): every entry's time is up */
+        if (delay && !force && now - e->time_ns < delay && a->fifo_bytes <= maxb) break;
         if (e->seq >= retired) {
             if (!may_retire) {
                 a->fifo_blocked = epoch + 1;
@@ -299,10 +320,10 @@ static size_t fifo_drain(nvh_heap *h, nvh_arena *a, bool force, bool may_retire)
             retired = nvh_log_retired_before(h);
             if (e->seq >= retired) break;
         }
-        nvh_fifo_entry copy = *e;
+        /* released in place: releasing never touches the FIFO */
         a->fifo_head = (a->fifo_head + 1) & (a->fifo_cap - 1);
         a->fifo_len--;
-        fifo_release(h, a, &copy);
+        fifo_release(h, a, e);
         released++;
     }
     return released;
@@ -326,19 +347,19 @@ static int refill(nvh_heap *h, nvh_arena *a)
         int rc = nvh_chunk_claim(h, a, fresh_first);
         if (rc == NVH_OK) return NVH_OK;
         if (rc != NVH_E_BUSY) break;
-        pthread_mutex_unlock(&a->lock);
+        nvh_alock_unlock(&a->lock);
         nvh_log_retire_all(h);
         if (tries >= 2) sched_yield();
-        pthread_mutex_lock(&a->lock);
+        nvh_alock_lock(&a->lock);
         /* another thread may have freed or scanned space for us meanwhile */
         if (fifo_drain(h, a, false, true)) return NVH_OK;
     }
     /* pool full: take FIFO space early (space pressure overrides T) */
     if (fifo_drain(h, a, true, true)) return NVH_OK;
     if (a->fifo_len) {
-        pthread_mutex_unlock(&a->lock);
+        nvh_alock_unlock(&a->lock);
         nvh_log_retire_all(h);
-        pthread_mutex_lock(&a->lock);
+        nvh_alock_lock(&a->lock);
         if (fifo_drain(h, a, true, true)) return NVH_OK;
     }
     if (nvh_errcode() != NVH_E_NOSPACE)
@@ -402,7 +423,7 @@ static void tc_return(nvh_heap *h, nvh_tcache *tc)
             uint64_t off = tc->off[cls][--tc->n[cls]];
             uint64_t rel = off - h->chunks_off, b = rel / NVH_BLOCK;
             nvh_arena *a = &h->arenas[atomic_load(&h->owner[nvh_chunk_of_block(h, b)])];
-            pthread_mutex_lock(&a->lock);
+            nvh_alock_lock(&a->lock);
             nvh_run *run = run_lookup(h, b);
             unsigned slot = 0;
             bool ok = nvh_slot_of(rel % NVH_BLOCK, cls, &slot);
@@ -412,7 +433,7 @@ static void tc_return(nvh_heap *h, nvh_tcache *tc)
                 run->avail |= 1ull << slot;
                 nvh_bin_add(a, run);
             }
-            pthread_mutex_unlock(&a->lock);
+            nvh_alock_unlock(&a->lock);
         }
     }
 }
@@ -631,7 +652,7 @@ void *nvh_reserve(nvh_pool *pool, size_t size)
     nvh_arena *a = nvh_arena_mine(h);
     uint64_t off = 0;
     int rc;
-    pthread_mutex_lock(&a->lock);
+    nvh_alock_lock(&a->lock);
     a->claim_scans = 0;
     if (cls) {
         rc = tc ? tc_refill(h, a, tc, cls, &off) : reserve_small(h, a, cls, &off);
@@ -662,7 +683,7 @@ void *nvh_reserve(nvh_pool *pool, size_t size)
         }
     }
     debug_validate(h, a, "reserve");
-    pthread_mutex_unlock(&a->lock);
+    nvh_alock_unlock(&a->lock);
     if (rc != NVH_OK) return NULL;
     return h->base + off;
 }
@@ -696,7 +717,7 @@ int nvh_cancel(nvh_pool *pool, void *ptr)
     if (c >= h->max_chunks || atomic_load(&h->owner[c]) < 0)
         return nvh_fail(NVH_E_BADPTR, "%p is not a reservation", ptr);
     nvh_arena *a = &h->arenas[atomic_load(&h->owner[c])];
-    pthread_mutex_lock(&a->lock);
+    nvh_alock_lock(&a->lock);
     rc = nvh_fail(NVH_E_BADPTR, "%p is not a reservation", ptr);
     nvh_run *run = run_lookup(h, b);
     nvh_resv *r;
@@ -716,7 +737,7 @@ int nvh_cancel(nvh_pool *pool, void *ptr)
         resv_remove(a, r);
         rc = NVH_OK;
     }
-    pthread_mutex_unlock(&a->lock);
+    nvh_alock_unlock(&a->lock);
     return rc;
 }
 
@@ -777,7 +798,8 @@ activate_off(nvh_heap *h, uint64_t off, const struct nvh_link_entry *links, unsi
     rec.kind_links = named_slot >= 0 ? NVH_REC_ACT_NAMED : NVH_REC_ACT;
     if (named_slot >= 0) rec.link[0].addr = (uint64_t)named_slot;
 
-    pthread_mutex_lock(&a->lock);
+    nvh_alock_lock(&a->lock);
+    nvh_log_preflush(h, a);
     int rc = NVH_OK;
     bool heap_locked = false;
     nvh_run *run = run_lookup(h, b);
@@ -785,7 +807,7 @@ activate_off(nvh_heap *h, uint64_t off, const struct nvh_link_entry *links, unsi
     unsigned slot = 0;
     if (run && nvh_slot_of(in, run->cls, &slot) && slot < run->nslots &&
         ((run->resv | run->tcached) & (1ull << slot)) && !tc_holds(h, off, run->cls)) {
-        if (run->persisted && !nvh_rhdr_valid_(h, b)) {
+        if (run->persisted && !nvh_run_hdr_valid(h, run, b)) {
             nvh_corrupt_report(h, nvh_block_off(h, b), "run header corrupt at activation");
             run->quarantined = true;
             run->resv &= ~(1ull << slot);
@@ -826,7 +848,7 @@ activate_off(nvh_heap *h, uint64_t off, const struct nvh_link_entry *links, unsi
         links = named_links;
         nlinks = 6;
     }
-    nvh_log_append(h, a, &rec, links, nlinks);
+    nvh_log_append1(h, a, &rec, links, nlinks);
     if (run && !rv && !(rec.cls_flags & NVH_RECF_NEWRUN) && named_slot < 0) {
         /* the common case: a slot of a run already on the media */
         nvh_rec_apply_slot(h, a, &rec, nvh_rhdr_at(h, b), run, slot, links, nlinks, true);
@@ -846,7 +868,8 @@ activate_off(nvh_heap *h, uint64_t off, const struct nvh_link_entry *links, unsi
     }
 out:
     if (heap_locked) pthread_mutex_unlock(&h->lock);
-    pthread_mutex_unlock(&a->lock);
+    a->links_clwb = false;      /* a failed activation issued no fence */
+    nvh_alock_unlock(&a->lock);
     return rc;
 }
 
@@ -922,10 +945,11 @@ free_off(nvh_heap *h, uint64_t off, const struct nvh_link_entry *links, unsigned
         /* an owned chunk without the call (nvh_owner_arena claims it if not) */
         int16_t own = atomic_load_explicit(&h->owner[c], memory_order_acquire);
         a = own >= 0 ? &h->arenas[own] : nvh_owner_arena(h, b);
-        pthread_mutex_lock(&a->lock);
+        nvh_alock_lock(&a->lock);
         if (atomic_load_explicit(&h->owner[c], memory_order_acquire) == (int16_t)a->index) break;
-        pthread_mutex_unlock(&a->lock);
+        nvh_alock_unlock(&a->lock);
     }
+    nvh_log_preflush(h, a);
     int rc = NVH_OK;
     struct nvh_rhdr *hd = nvh_rhdr_at(h, b);
     nvh_chunk *ch = &h->chunks[c];
@@ -957,7 +981,7 @@ free_off(nvh_heap *h, uint64_t off, const struct nvh_link_entry *links, unsigned
             goto out;
         }
     }
-    if (!nvh_rhdr_valid_(h, b)) {
+    if (!nvh_run_hdr_valid(h, run, b)) {
         bool known_start = scanned ? (h->pview[b] != 0 || run_lookup(h, b)) : chain_reaches(h, b);
         if (known_start || hd->magic == NVH_RHDR_MAGIC) {
             nvh_corrupt_report(h, nvh_block_off(h, b), "region header corrupt at free");
@@ -1019,7 +1043,7 @@ free_off(nvh_heap *h, uint64_t off, const struct nvh_link_entry *links, unsigned
                       "offset %llu is not an allocated object", (unsigned long long)off);
         goto out;
     }
-    uint64_t seq = nvh_log_append(h, a, &rec, links, nlinks);
+    uint64_t seq = nvh_log_append1(h, a, &rec, links, nlinks);
     unsigned rk = rec.cls_flags >> NVH_RECF_KIND_SHIFT;
     if (rk == NVH_RK_RUN && run && named_slot < 0) {
         /* the common case, with the run and slot found above */
@@ -1037,10 +1061,14 @@ free_off(nvh_heap *h, uint64_t off, const struct nvh_link_entry *links, unsigned
     } else if (rk == NVH_RK_RUN) {
         if (run) {
             run->pbits &= ~(1ull << slot);
-            fifo_push(h, a, off, 0, (uint8_t)slot, seq, nvh_cls_size(run->cls));
+            /* the FIFO entry names the run: only if the slot is one of its
+             * own (a header rewritten under a stale descriptor: the space is
+             * lost until the next open, as the old release check did) */
+            if (run->cls == hd->cls) fifo_push(h, a, run, 0, 0, (uint8_t)slot, seq, nvh_cls_size(run->cls));
         }
     } else {
-        fifo_push(h, a, b, rec.blocks, rk == NVH_RK_HUGE, seq, (uint64_t)rec.blocks * NVH_BLOCK);
+        fifo_push(h, a, NULL, b, rec.blocks, rk == NVH_RK_HUGE, seq,
+                  (uint64_t)rec.blocks * NVH_BLOCK);
     }
     /* Drain in batches: the FIFO head can only leave once its record is
      * retired (and its time is up), so trying on every free mostly finds it
@@ -1054,7 +1082,8 @@ free_off(nvh_heap *h, uint64_t off, const struct nvh_link_entry *links, unsigned
         fifo_drain(h, a, false, false);
     debug_validate(h, a, "free");
 out:
-    pthread_mutex_unlock(&a->lock);
+    a->links_clwb = false;      /* a failed free issued no fence */
+    nvh_alock_unlock(&a->lock);
     return rc;
 }
 
@@ -1152,10 +1181,10 @@ int nvh_heap_usable(nvh_heap *h, uint64_t off, uint64_t *usable)
     int16_t own = c < h->max_chunks ? atomic_load(&h->owner[c]) : -1;
     if (own >= 0 && in == NVH_HDR) {
         nvh_arena *a = &h->arenas[own];
-        pthread_mutex_lock(&a->lock);
+        nvh_alock_lock(&a->lock);
         nvh_resv *r = resv_find(a, b);
         if (r) *usable = r->blocks * NVH_BLOCK - NVH_HDR;
-        pthread_mutex_unlock(&a->lock);
+        nvh_alock_unlock(&a->lock);
         if (r) return NVH_OK;
     }
     return nvh_fail(NVH_E_BADPTR, "offset %llu is not an object", (unsigned long long)off);

@@ -293,14 +293,14 @@ int nvh_heap_stats_get(nvh_pool *pool, nvh_heap_stats *s)
     s->fragmentation = s->free_bytes ? 1.0 - (double)s->largest_free / (double)s->free_bytes : 0.0;
     for (unsigned i = 0; i < NVH_RINGS; i++) {
         nvh_arena *a = &h->arenas[i];
-        pthread_mutex_lock(&a->lock);
+        nvh_alock_lock(&a->lock);
         s->fifo_entries += a->fifo_len;
         s->fifo_bytes += a->fifo_bytes;
         if (a->fifo_len && a->fifo[a->fifo_head].time_ns) {
             uint64_t t = a->fifo[a->fifo_head].time_ns, now = nvh_now_ns();
             if (now - t > s->fifo_oldest_ns) s->fifo_oldest_ns = now - t;
         }
-        pthread_mutex_unlock(&a->lock);
+        nvh_alock_unlock(&a->lock);
     }
     s->corruptions = atomic_load(&h->corrupt_count);
     s->fifo_delay_ns = atomic_load(&h->fifo_delay_ns);

@@ -651,7 +651,7 @@ int nvh_chunk_claim(nvh_heap *h, nvh_arena *a, bool fresh_first)
                            memory_order_acquire))
             own = (int16_t)a->index;
         nvh_arena *other = own != (int16_t)a->index ? &h->arenas[own] : NULL;
-        if (other && pthread_mutex_trylock(&other->lock) != 0) {
+        if (other && !nvh_alock_try(&other->lock)) {
             pthread_mutex_unlock(&h->lock);
             return NVH_E_BUSY;
         }
@@ -665,13 +665,13 @@ int nvh_chunk_claim(nvh_heap *h, nvh_arena *a, bool fresh_first)
             if (atomic_load_explicit(&o->unretired_min, memory_order_relaxed) <= fs)
                 nvh_log_retire(h, o);
             if (fs >= nvh_log_retired_before(h)) {
-                if (other) pthread_mutex_unlock(&other->lock);
+                if (other) nvh_alock_unlock(&other->lock);
                 pthread_mutex_unlock(&h->lock);
                 return NVH_E_BUSY;
             }
         }
         int got = scan_step(h, a);
-        if (other) pthread_mutex_unlock(&other->lock);
+        if (other) nvh_alock_unlock(&other->lock);
         if (got) {
             pthread_mutex_unlock(&h->lock);
             return NVH_OK;

@@ -44,19 +44,14 @@ static bool obj_in_heap(nvh_heap *h, uint64_t obj)
     return obj >= h->chunks_off + NVH_HDR && obj < nvh_pool_size(h->pool) && obj % 64 == 0;
 }
 
-static void log_dirty_add(nvh_heap *h, nvh_arena *a, uint64_t line, uint64_t *seen);
-
 /* cheap de-duplication: the same run and link lines are hit repeatedly in a
  * batch. A direct-mapped table of lines already listed (cleared at retire):
  * O(1), where scanning back over the list cost ~45 instructions per call; a
  * collision only lets a duplicate in (flushed twice). The hit test is
- * inlined into the hot callers; the append is out of line. */
+ * inline (nvh_log_dirty_, alloc.h); the append is out of line. */
 static inline void log_dirty(nvh_heap *h, nvh_arena *a, const void *addr)
 {
-    uint64_t line = (uint64_t)(uintptr_t)addr & ~(uint64_t)63;
-    uint64_t *seen = &a->dirty_seen[(line * 0x9E3779B97F4A7C15ull) >> 58]; /* run headers are
-                                                            4 KiB apart: hash, not mask */
-    if (*seen != line) log_dirty_add(h, a, line, seen);
+    nvh_log_dirty_(h, a, addr);     /* alloc.h */
 }
 
 void nvh_log_dirty(nvh_heap *h, nvh_arena *a, const void *addr)
@@ -64,7 +59,7 @@ void nvh_log_dirty(nvh_heap *h, nvh_arena *a, const void *addr)
     log_dirty(h, a, addr);
 }
 
-static void log_dirty_add(nvh_heap *h, nvh_arena *a, uint64_t line, uint64_t *seen)
+void nvh_log_dirty_add_(nvh_heap *h, nvh_arena *a, uint64_t line, uint64_t *seen)
 {
     if (a->ndirty == a->dirty_cap) {
         size_t cap = a->dirty_cap ? a->dirty_cap * 2 : 256;
@@ -89,9 +84,8 @@ static void log_dirty_add(nvh_heap *h, nvh_arena *a, uint64_t line, uint64_t *se
  * heap (one write per activation or free of any of its slots; bench/run
  * wear); the redo records carry the same effects, and replay applies them,
  * so the media bitmap only has to be current when the ring retires. */
-static void bitmap_defer(nvh_arena *a, nvh_run *run)
+void nvh_bitmap_defer_(nvh_arena *a, nvh_run *run)
 {
-    if (run->bm_pending) return;
     if (a->nbm == a->bm_cap) {
         size_t cap = a->bm_cap ? a->bm_cap * 2 : 64;
         nvh_run **g = realloc(a->bm_runs, cap * sizeof *g);
@@ -101,6 +95,11 @@ static void bitmap_defer(nvh_arena *a, nvh_run *run)
     }
     run->bm_pending = true;
     a->bm_runs[a->nbm++] = run;
+}
+
+static inline void bitmap_defer(nvh_arena *a, nvh_run *run)
+{
+    if (!run->bm_pending) nvh_bitmap_defer_(a, run);
 }
 
 static void bitmap_write_pending(nvh_heap *h, nvh_arena *a)
@@ -149,9 +148,9 @@ void nvh_log_retire_all(nvh_heap *h)
 {
     for (unsigned i = 0; i < NVH_RINGS; i++) {
         nvh_arena *a = &h->arenas[i];
-        pthread_mutex_lock(&a->lock);
+        nvh_alock_lock(&a->lock);
         nvh_log_retire(h, a);
-        pthread_mutex_unlock(&a->lock);
+        nvh_alock_unlock(&a->lock);
     }
 }
 
@@ -182,7 +181,7 @@ uint64_t nvh_log_append(nvh_heap *h, nvh_arena *a, struct nvh_rec *head,
     }
     if (a->ring_used + nlines > NVH_RING_LINES) nvh_log_retire(h, a);
 
-    uint64_t seq = atomic_fetch_add_explicit(&h->seq, 1, memory_order_relaxed) + 1;
+    uint64_t seq = nvh_seq_next(h, a);
     head->seq = seq;
     head->kind_links = (uint8_t)((head->kind_links & 0x0F) | (nlinks << 4));
     for (unsigned i = 0; i < nlinks && i < 2; i++) head->link[i] = links[i];
@@ -224,18 +223,7 @@ uint64_t nvh_log_append(nvh_heap *h, nvh_arena *a, struct nvh_rec *head,
     for (unsigned i = 0; i < a->nlast_links; i++)
         nvh_flush(pool, h->base + a->last_links[i], 8);
     nvh_drain(pool);
-
-    /* only the first record after a retire sets it (we hold a->lock) */
-    if (atomic_load_explicit(&a->unretired_min, memory_order_relaxed) == UINT64_MAX)
-        atomic_store_explicit(&a->unretired_min, seq, memory_order_release);
-    a->last_seq = seq;
-    a->ring_pos += nlines;
-    a->ring_used += nlines;
-    a->nlast_links = 0;
-    /* only an activation's links ride on the next fence; a free's links
-     * wait for the retire (see nvh_rec_apply_links) */
-    if ((head->kind_links & 0x0F) == NVH_REC_ACT)
-        for (unsigned i = 0; i < nlinks; i++) a->last_links[a->nlast_links++] = links[i].addr;
+    nvh_log_appended_(a, head, links, nlinks, nlines, seq);
     return seq;
 }
 
@@ -346,46 +334,6 @@ static void free_region(nvh_heap *h, const struct nvh_rec *r, nvh_arena *a, bool
     uint64_t b = (rel - NVH_HDR) / NVH_BLOCK;
     nvh_rhdr_write(h, b, r->blocks, NVH_RS_FREE, (uint8_t)rk, 0, 0, r->seq);
     touch(h, a, nvh_rhdr_at(h, b), replay);
-}
-
-/* Normal-path effects of an ACT (act = true) or FREE record, not named, of
- * a slot of an existing run (no NEWRUN) whose DRAM run descriptor the caller
- * (nvh_activate_off_, nvh_free_off_) already holds: exactly what
- * nvh_rec_apply_state (apply_region's / free_region's run branch) and
- * nvh_rec_apply_links do for that record, without recomputing its block,
- * slot and run from the record and without the kind dispatch (~60
- * instructions per operation, callgrind). Replay and every other record
- * keep the generic functions. */
-void nvh_rec_apply_slot(nvh_heap *h, nvh_arena *a, const struct nvh_rec *r,
-                        struct nvh_rhdr *hd, nvh_run *run, unsigned slot,
-                        const struct nvh_link_entry *links, unsigned nlinks, bool act)
-{
-    bitmap_defer(a, run);
-    if (!run->bm_pending) {
-        /* load + store: every writer of the bitmap holds the owner's lock */
-        uint64_t bits = atomic_load_explicit(&hd->bitmap, memory_order_relaxed);
-        nvh_wopen(h, &hd->bitmap, 8);
-        atomic_store_explicit(&hd->bitmap, act ? bits | (1ull << slot) : bits & ~(1ull << slot),
-                              memory_order_relaxed);
-        nvh_wclose(h, &hd->bitmap, 8);
-    }
-    log_dirty(h, a, hd);
-    for (unsigned i = 0; i < nlinks; i++) {
-        _Atomic uint64_t *w = (_Atomic uint64_t *)(h->base + links[i].addr);
-        if (act) {
-            /* flushed before the ring's next fence (nvh_log_append) */
-            nvh_wopen(h, (const void *)w, 8);
-            atomic_store_explicit(w, r->obj, memory_order_relaxed);
-            nvh_wclose(h, (const void *)w, 8);
-            continue;
-        }
-        if (atomic_load_explicit(w, memory_order_relaxed) == r->obj) {
-            nvh_wopen(h, (const void *)w, 8);
-            atomic_store_explicit(w, links[i].value, memory_order_relaxed);
-            nvh_wclose(h, (const void *)w, 8);
-        }
-        log_dirty(h, a, (const void *)w);
-    }
 }
 
 void nvh_rec_apply_state(nvh_heap *h, const struct nvh_rec *r,
@@ -621,7 +569,7 @@ int nvh_log_recover(nvh_heap *h)
     }
     for (unsigned i = 0; i < NVH_RINGS; i++) h->arenas[i].last_seq =
         atomic_load_explicit(&h->ring_hdr[i].watermark, memory_order_relaxed);
-    atomic_store(&h->seq, maxseq);
+    atomic_store(&h->seq, maxseq);   /* the floor of nvh_seq_next */
     free(tail);
     free(found);
     return NVH_OK;

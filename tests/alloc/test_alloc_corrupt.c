@@ -241,6 +241,48 @@ static void free_region_header_after_scan(void **state)
     unlink(path);
 }
 
+/* A run header damaged after the allocator validated it in this session
+ * (activate and free then compare the header with the copy the first check
+ * kept, docs/ALLOC.md §4f): the next free and the next activation in that
+ * run must still find the damage, byte by byte — in a checksummed field and
+ * in the checksum itself — and nothing in the run may change. */
+static void run_header_after_validation(void **state)
+{
+    (void)state;
+    static const unsigned bytes[] = {12, 18, 19, 24, 40, 61};
+    for (unsigned k = 0; k < sizeof bytes / sizeof bytes[0]; k++) {
+        const char *path = test_path("corrupt-validated");
+        nvh_pool_options o = {.root_size = 4096, .max_size = 64 << 20};
+        nvh_pool *pool = nvh_pool_create_ex(path, LAYOUT, 8 << 20, NVH_DOMAIN_PROCESS, &o);
+        assert_non_null(pool);
+        nvh_heap_set_corruption_handler(pool, on_corrupt, NULL);
+        nvh_off_t *root = nvh_root(pool, NULL);
+        char *p[4];
+        for (int i = 0; i < 4; i++) {   /* one run: its header written, then validated */
+            p[i] = nvh_reserve(pool, 128);
+            assert_non_null(p[i]);
+            nvh_off_t *l = &root[i];
+            assert_int_equal(nvh_activate(pool, p[i], &l, 1), NVH_OK);
+        }
+        nvh_link l0 = {&root[0], 0};
+        assert_int_equal(nvh_free(pool, p[0], &l0, 1), NVH_OK);   /* validated again */
+        uint64_t hdr = nvh_off(pool, p[1]) & ~(uint64_t)4095;
+        assert_int_equal(nvh_off(pool, p[2]) & ~(uint64_t)4095, hdr);
+        char *h = (char *)nvh_pool_base(pool) + hdr;
+        h[bytes[k]] ^= 0x10;                                     /* a stray write */
+        int calls = cb_calls;
+        uint64_t before = nvh_heap_corruptions(pool);
+        nvh_link l1 = {&root[1], 0};
+        assert_int_equal(nvh_free(pool, p[1], &l1, 1), NVH_E_CORRUPT);
+        assert_int_equal(root[1], nvh_off(pool, p[1]));          /* link untouched */
+        assert_int_equal(cb_calls, calls + 1);
+        assert_int_equal(cb_last, hdr);
+        assert_true(nvh_heap_corruptions(pool) > before);
+        assert_int_equal(nvh_pool_close(pool), NVH_OK);
+        unlink(path);
+    }
+}
+
 int main(void)
 {
     setenv("NVHEAP_CHUNK_SIZE", "262144", 1);
@@ -250,6 +292,7 @@ int main(void)
         cmocka_unit_test(run_header),
         cmocka_unit_test(huge_header),
         cmocka_unit_test(free_region_header_after_scan),
+        cmocka_unit_test(run_header_after_validation),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -2,7 +2,9 @@
  * simulator (nvh_crash_explore): a crash at every fence of reserve/activate/
  * free/named sequences with 0, 1 and 2 links (line and word modes), and
  * sampled crashes in a long random alloc/free run that wraps the redo rings
- * many times. After each recovery the checker demands:
+ * many times, and replay order across rings (a record that happens after
+ * another ring's record replays after it). After each recovery the checker
+ * demands:
  *   - every acknowledged activation/free survived, the op in flight happened
  *     entirely or not at all (links all old or all new);
  *   - the live objects are exactly the ones reachable from the model's links
@@ -65,9 +67,15 @@ static bool content_ok(const void *p, uint32_t size, uint32_t tag)
  * Operations (shared by the workloads)
  * ------------------------------------------------------------------------- */
 static bool slot_used[NSLOTS];
+static int g_force_slot = -1;   /* >= 0: the next link slot op_alloc takes */
 
 static int free_slot(uint64_t *rng)
 {
+    if (g_force_slot >= 0) {
+        int s = g_force_slot;
+        g_force_slot = -1;
+        return slot_used[s] ? -1 : s;
+    }
     for (int tries = 0; tries < 4 * NSLOTS; tries++) {
         int s = (int)(mix(rng) % NSLOTS);
         if (!slot_used[s]) return s;
@@ -382,6 +390,63 @@ static int threaded_workload(nvh_pool *pool, void *arg)
     return 0;
 }
 
+/* Replay order across rings (record sequence numbers, docs/ALLOC.md §4f).
+ * Thread 1 (arena 0) appends 30 records, the last activating X with link
+ * slot s. Thread 2 (arena 1, created after thread 1 ended) frees X clearing
+ * s (a remote free: ring 0) and then activates Y with the same slot s (ring
+ * 1), then one more object. Y's record happens after X's free, so it must
+ * replay after it: crashed between Y's fence and ring 1's next one, the
+ * media may still hold s == X (neither link line written back), and only
+ * the order free-then-activate ends with s == Y. A sequence number that
+ * ignored the other rings (ring 1's first record numbered below ring 0's
+ * 30th) replays Y first and loses its acknowledged link: this test fails
+ * then (negative control, §4f). */
+static void *ring_order_t1(void *arg)
+{
+    op_call *c = arg;
+    uint64_t rng = 4242;
+    for (int i = 0; i < 30 && !c->rc; i++) c->rc = op_alloc(c->pool, &rng, 128, 1, -1);
+    return NULL;
+}
+
+static void *ring_order_t2(void *arg)
+{
+    op_call *c = arg;
+    nvh_off_t *root = nvh_root(c->pool, NULL);
+    mobj *x = &g_obj[g_nobj - 1];
+    int s = x->link[0];
+    x->state = ST_FREEING;
+    nvh_link l = {&root[s], 0};
+    if (nvh_free(c->pool, nvh_ptr(c->pool, x->off), &l, 1) != NVH_OK) {
+        c->rc = -1;
+        return NULL;
+    }
+    x->state = ST_DEAD;
+    slot_used[s] = false;
+    uint64_t rng = 77;
+    g_force_slot = s;
+    c->rc = op_alloc(c->pool, &rng, 128, 1, -1);
+    if (!c->rc && g_obj[g_nobj - 1].link[0] != s) c->rc = -1;
+    if (!c->rc) c->rc = op_alloc(c->pool, &rng, 64, 1, -1);
+    return NULL;
+}
+
+static int ring_order_workload(nvh_pool *pool, void *arg)
+{
+    (void)arg;
+    g_nobj = 0;
+    g_force_slot = -1;
+    memset(slot_used, 0, sizeof slot_used);
+    op_call c = {pool, NULL, 0, 0, 0, -1, 0};
+    pthread_t t;
+    if (pthread_create(&t, NULL, ring_order_t1, &c) != 0) return 1;
+    pthread_join(t, NULL);
+    if (c.rc || g_nobj < 1) return 1;
+    if (pthread_create(&t, NULL, ring_order_t2, &c) != 0) return 1;
+    pthread_join(t, NULL);
+    return c.rc ? 1 : 0;
+}
+
 static const char *g_scratch;
 
 static const char *fresh_pool(void)
@@ -466,6 +531,13 @@ static void two_arenas_sampled(void **state)
     run(threaded_workload, &seed, NVH_CRASH_WORDS, SAMPLES / 2, IMAGES == 1 ? 1 : 2);
 }
 
+static void ring_order_every_fence(void **state)
+{
+    (void)state;
+    run(ring_order_workload, NULL, NVH_CRASH_LINES, EVERY_FENCE_BUDGET, IMAGES);
+    run(ring_order_workload, NULL, NVH_CRASH_WORDS, EVERY_FENCE_BUDGET, IMAGES);
+}
+
 int main(void)
 {
     setenv("NVHEAP_ARENAS", "2", 1);
@@ -484,6 +556,7 @@ int main(void)
         cmocka_unit_test(every_fence_words),
         cmocka_unit_test(random_run_sampled),
         cmocka_unit_test(two_arenas_sampled),
+        cmocka_unit_test(ring_order_every_fence),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     rmdir(scratch);
