@@ -11,7 +11,12 @@
  *                 for the U words) then in-place updates; nvheap-obj:
  *                 nvh_tx_open_write per element; pmdk: add_range_direct per
  *                 element
+ *                 nvheap-redo: nvh_tx_write_word per element (one-fence
+ *                 word transactions, up to 8 words; beyond: the fallback)
  *   gsps/1        swap two random elements per transaction
+ *   gups-mt/1M-Tt GUPS with 1 update per transaction on the 1 M-element array
+ *                 by T = 1, 2 threads, each on its own half (in-place
+ *                 transactions are not isolated); metric scaling_vs_1t
  *   contention/SIZE-Tt  GUPS with 1 update per transaction on arrays of SIZE
  *                 elements by T threads (Fig. 5), object transactions
  *                 (isolated); pmdk: 1 thread only (it has no isolation)
@@ -32,6 +37,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #define MIB ((uint64_t)1 << 20)
@@ -206,6 +212,34 @@ static void gups_nv(void *p, uint64_t iters)
     }
 }
 
+static void gups_redo(void *p, uint64_t iters)
+{
+    loop_ctx *x = p;
+    nvh_pool *pool = x->pool;
+    for (uint64_t i = 0; i < iters; i++) {
+        nvh_tx_begin(pool);
+        for (unsigned k = 0; k < x->u; k++) {
+            uint64_t *w = &x->arr[xs(&x->rng) & (x->n - 1)];
+            nvh_tx_write_word(pool, w, nvh_tx_read_word(pool, w) + i);
+        }
+        nvh_tx_commit(pool);
+    }
+}
+
+static void gsps_redo(void *p, uint64_t iters)
+{
+    loop_ctx *x = p;
+    nvh_pool *pool = x->pool;
+    for (uint64_t i = 0; i < iters; i++) {
+        uint64_t *a = &x->arr[xs(&x->rng) & (x->n - 1)], *b = &x->arr[xs(&x->rng) & (x->n - 1)];
+        nvh_tx_begin(pool);
+        uint64_t va = nvh_tx_read_word(pool, a), vb = nvh_tx_read_word(pool, b);
+        nvh_tx_write_word(pool, a, vb);
+        nvh_tx_write_word(pool, b, va);
+        nvh_tx_commit(pool);
+    }
+}
+
 static void gups_obj(void *p, uint64_t iters)
 {
     loop_ctx *x = p;
@@ -291,12 +325,14 @@ static void gups(env *e)
         /* alternate subjects, same iteration counts come from calibration */
         measure_nv(e, c, "nvheap", gups_nv, &x, scale);
         measure_pm(e, c, gups_pm, &x, scale);
+        measure_nv(e, c, "nvheap-redo", gups_redo, &x, scale);
         measure_nv(e, c, "nvheap-obj", gups_obj, &x, scale);
     }
     if (bench_selected(e->opts, "gsps/1")) {
         loop_ctx x = {e, e->pool, e->arr, GUPS_N, 2, 88172645463325252ull, 0};
         measure_nv(e, "gsps/1", "nvheap", gsps_nv, &x, 1.0 / 3);
         measure_pm(e, "gsps/1", gsps_pm, &x, 1.0 / 3);
+        measure_nv(e, "gsps/1", "nvheap-redo", gsps_redo, &x, 1.0 / 3);
         measure_nv(e, "gsps/1", "nvheap-obj", gsps_obj, &x, 1.0 / 3);
     }
 }
@@ -312,6 +348,9 @@ typedef struct thr {
     _Atomic int *go, *stop;
     int pmdk;
     int gsps;
+    int mode;                   /* gups-mt: 1 add_word (undo), 2 write_word (one fence) */
+    uint64_t base;              /* gups-mt: first element of this thread's half */
+    double cpu_ns;              /* CPU time of the thread                   */
 } thr;
 
 static void *thr_run(void *p)
@@ -319,9 +358,23 @@ static void *thr_run(void *p)
     thr *t = p;
     nvh_pool *pool = t->e->pool;
     while (!atomic_load_explicit(t->go, memory_order_acquire)) {}
+    struct timespec c0, c1;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &c0);
     uint64_t ops = 0;
     while (!atomic_load_explicit(t->stop, memory_order_relaxed)) {
         for (int k = 0; k < 16; k++) {
+            if (t->mode) {
+                uint64_t *w = &t->e->arr[t->base + (xs(&t->rng) & (t->n - 1))];
+                nvh_tx_begin(pool);
+                if (t->mode == 1) {
+                    nvh_tx_add_word(pool, w);
+                    *w += 1;
+                } else {
+                    nvh_tx_write_word(pool, w, nvh_tx_read_word(pool, w) + 1);
+                }
+                nvh_tx_commit(pool);
+                continue;
+            }
             if (t->pmdk) {
                 loop_ctx x = {t->e, NULL, NULL, t->n, 1, t->rng, 0};
                 gups_pm(&x, 1);
@@ -344,11 +397,21 @@ static void *thr_run(void *p)
         }
         ops += 16;
     }
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &c1);
+    t->cpu_ns = (double)(c1.tv_sec - c0.tv_sec) * 1e9 + (double)(c1.tv_nsec - c0.tv_nsec);
     t->ops = ops;
     return NULL;
 }
 
+static double run_threads_mode(env *e, unsigned nt, uint64_t n, int pmdk, int gsps, int mode,
+                               double *cpu_ns_per_op);
 static double run_threads(env *e, unsigned nt, uint64_t n, int pmdk, int gsps)
+{
+    return run_threads_mode(e, nt, n, pmdk, gsps, 0, NULL);
+}
+
+static double run_threads_mode(env *e, unsigned nt, uint64_t n, int pmdk, int gsps, int mode,
+                               double *cpu_ns_per_op)
 {
     _Atomic int go = 0, stop = 0;
     enum { MAX_THREADS = 2 };
@@ -356,7 +419,8 @@ static double run_threads(env *e, unsigned nt, uint64_t n, int pmdk, int gsps)
     pthread_t th[MAX_THREADS];
     if (nt > MAX_THREADS) nt = MAX_THREADS;
     for (unsigned i = 0; i < nt; i++) {
-        t[i] = (thr){e, n, 0x1234567ull * (i + 7), 0, &go, &stop, pmdk, gsps};
+        t[i] = (thr){e, n, 0x1234567ull * (i + 7), 0, &go, &stop, pmdk, gsps, mode,
+                     mode ? i * n : 0, 0};
         pthread_create(&th[i], NULL, thr_run, &t[i]);
     }
     uint64_t t0 = bench_now_ns();
@@ -365,17 +429,56 @@ static double run_threads(env *e, unsigned nt, uint64_t n, int pmdk, int gsps)
     while (bench_now_ns() - t0 < dur) usleep(1000);
     atomic_store(&stop, 1);
     uint64_t ops = 0;
+    double cpu = 0;
     for (unsigned i = 0; i < nt; i++) {
         pthread_join(th[i], NULL);
         ops += t[i].ops;
+        cpu += t[i].cpu_ns;
     }
+    if (cpu_ns_per_op) *cpu_ns_per_op = cpu / (double)ops;
     double el = (double)(bench_now_ns() - t0);
     return el / (double)ops;
+}
+
+/* 2-thread scaling (issue target: >= 1.7x one thread's throughput): each
+ * thread on its own half of the 1 M-element array, one update per
+ * transaction; the 1- and 2-thread runs alternate so load drifts hit both.
+ * scaling_vs_1t is wall-clock throughput (meaningful only with two idle
+ * cores); scaling_cpu_est = 2 x (CPU ns per op, 1 thread) / (CPU ns per op,
+ * 2 threads): the throughput ratio two dedicated cores would give, from the
+ * per-operation CPU cost, which includes what the threads cost each other
+ * (shared lines, help-flushing) but not the time other processes take */
+static void gups_mt(env *e)
+{
+    static const char *subj[] = {"nvheap", "nvheap-redo"};
+    for (int m = 1; m <= 2; m++) {
+        if (!bench_selected(e->opts, "gups-mt/1M-1t") && !bench_selected(e->opts, "gups-mt/1M-2t"))
+            return;
+        double n1[64], n2[64], sc[64], c1[64], c2[64], scc[64];
+        unsigned runs = e->opts->runs;
+        for (unsigned r = 0; r < runs; r++) {
+            n1[r] = run_threads_mode(e, 1, GUPS_N / 2, 0, 0, m, &c1[r]);
+            n2[r] = run_threads_mode(e, 2, GUPS_N / 2, 0, 0, m, &c2[r]);
+            sc[r] = n1[r] / n2[r];
+            scc[r] = 2 * c1[r] / c2[r];
+        }
+        emit(e->opts, "gups-mt/1M-1t", subj[m - 1], n1, runs);
+        emit(e->opts, "gups-mt/1M-2t", subj[m - 1], n2, runs);
+        bench_emit(e->opts, "gups-mt/1M-1t", subj[m - 1], "cpu_ns_per_op",
+                   bench_summarize(c1, runs), "ns");
+        bench_emit(e->opts, "gups-mt/1M-2t", subj[m - 1], "cpu_ns_per_op",
+                   bench_summarize(c2, runs), "ns");
+        bench_emit(e->opts, "gups-mt/1M-2t", subj[m - 1], "scaling_vs_1t",
+                   bench_summarize(sc, runs), "x");
+        bench_emit(e->opts, "gups-mt/1M-2t", subj[m - 1], "scaling_cpu_est",
+                   bench_summarize(scc, runs), "x");
+    }
 }
 
 static void contention(env *e)
 {
     static const uint64_t sizes[] = {1, 4, 16, GUPS_N / 8};
+    double one_t[2][4] = {{0}};
     for (int g = 0; g < 2; g++)
         for (unsigned s = 0; s < 4; s++)
             for (unsigned nt = 1; nt <= 2; nt++) {
@@ -387,6 +490,12 @@ static void contention(env *e)
                 /* elements are 64 B apart (one per ownership record) */
                 for (unsigned r = 0; r < e->opts->runs; r++) ns[r] = run_threads(e, nt, sizes[s], 0, g);
                 emit(e->opts, c, "nvheap-obj", ns, e->opts->runs);
+                /* throughput of 2 threads over 1 thread (medians, same run) */
+                double med = bench_median(ns, e->opts->runs);
+                if (nt == 1) one_t[g][s] = med;
+                else if (one_t[g][s] > 0)
+                    bench_emit(e->opts, c, "nvheap-obj", "scaling_vs_1t",
+                               bench_exact(one_t[g][s] / med), "x");
                 if (nt == 1 && !g) {
                     for (unsigned r = 0; r < e->opts->runs; r++)
                         ns[r] = run_threads(e, 1, sizes[s] * 8, 1, 0);
@@ -537,6 +646,7 @@ int main(int argc, char **argv)
                "directory", opts.dir, pi.flush_instruction);
     table3(&e);
     gups(&e);
+    gups_mt(&e);
     contention(&e);
     hashbench(&e);
     pmemobj_close(e.pop);

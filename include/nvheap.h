@@ -795,9 +795,10 @@ void nvh_group_stats_reset(nvh_group_ctx *ctx);       /* keeps pending     */
  *   validation of read versions: no lost update, no torn or inconsistent read.
  *
  * Cost (pmem domain): a transaction with one added range or one written
- * object costs 2 fences; an empty or read-only one none. Every
- * nvh_tx_add_* call costs one fence (add several ranges with one
- * nvh_tx_add_ranges call to pay one); object writes cost no fence until
+ * object costs 2 fences; an empty or read-only one none; one whose only
+ * writes are up to 8 words given as values (nvh_tx_write_word) costs ONE
+ * fence. Every nvh_tx_add_* call costs one fence (add several ranges with
+ * one nvh_tx_add_ranges call to pay one); object writes cost no fence until
  * commit. Allocations cost the allocator's fence each at commit.
  *
  * Abort: every added range is restored exactly, objects allocated in the
@@ -832,7 +833,8 @@ void nvh_group_stats_reset(nvh_group_ctx *ctx);       /* keeps pending     */
  * after the commit is a stray again).
  *
  * Rules: store only into ranges added to the transaction (or into objects
- * it allocated); modify shared objects only through open_write; another
+ * it allocated), or give words as values; modify shared objects only
+ * through open_write (not with nvh_tx_write_word either); another
  * thread's NON-transactional store to data a transaction of this thread
  * just committed must come after nvh_tx_quiesce (or any later fence of this
  * thread), otherwise recovery could replay the older transaction over it. */
@@ -858,6 +860,23 @@ int nvh_tx_add_range_hint(nvh_pool *pool, void *ptr, size_t len, nvh_tx_hint hin
 int nvh_tx_add_ranges(nvh_pool *pool, const nvh_tx_range *ranges, unsigned n);
 /* One 8-byte aligned word. */
 int nvh_tx_add_word(nvh_pool *pool, void *word);
+/* Words given as values (one-fence transactions, docs/TX.md): the new
+ * value of an 8-byte aligned word is buffered in the transaction and stored
+ * in place only at commit; nothing is snapshotted. A transaction whose only
+ * writes are at most 8 such words (no add_range, alloc, free or object
+ * access) commits with ONE fence (pmem domain; 1 log line per 2 words)
+ * instead of two; otherwise the words fall back to the two-fence protocol
+ * at commit. Writing the same word again replaces its value (it also wins
+ * over in-place stores to that word in the same transaction). Until the
+ * commit the word in place still holds its old value: read it back with
+ * nvh_tx_read_word (the buffered value, else the word in place), or keep
+ * your own copy. Abort drops the values. Rule: a NON-transactional store to
+ * such a word (by any thread) must come after a later transaction of the
+ * writing thread or after nvh_tx_quiesce (the values are durable at once,
+ * but the log entry is retired only at the thread's next fence). Errors:
+ * NVH_E_INVAL (no transaction, misaligned), NVH_E_BADPTR (not in the pool). */
+int nvh_tx_write_word(nvh_pool *pool, void *word, uint64_t value);
+uint64_t nvh_tx_read_word(nvh_pool *pool, const void *word);
 /* Zeroed memory that exists only if the transaction commits. */
 void *nvh_tx_alloc(nvh_pool *pool, size_t size);
 /* Free an object (activated, or allocated in this transaction) at commit. */
@@ -887,7 +906,8 @@ void *nvh_tx_open_write(nvh_pool *pool, void *obj, size_t size);
 typedef int (*nvh_tx_fn)(nvh_pool *pool, void *arg);
 int nvh_tx_run(nvh_pool *pool, nvh_tx_fn fn, void *arg);
 
-/* Make every committed transaction's retirement durable (one fence). */
+/* Make every committed transaction's retirement durable (two fences if a
+ * one-fence word transaction of some thread is still pending, else one). */
 int nvh_tx_quiesce(nvh_pool *pool);
 
 /* Settings (per open pool). Contention policy: a transaction that finds an

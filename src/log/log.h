@@ -32,7 +32,10 @@
 #define NVH_TX_LANES 64u                     /* threads transacting at once    */
 #define NVH_TX_DIR_NAME "nvheap.tx"
 #define NVH_TX_DIR_MAGIC 0x31584c48564e0000ull /* "\0\0NVHLX1" little-endian  */
-#define NVH_TX_DIR_VERSION 2u                /* 2: retire lines (1: IDLE in the header) */
+#define NVH_TX_DIR_VERSION 3u                /* 3: redo lines; 2: retire lines (1: IDLE in the header) */
+#define NVH_REDO_LINES 4u                    /* redo lines per slot (2 slots per lane) */
+#define NVH_REDO_WORDS_PER_LINE 2u
+#define NVH_REDO_MAX (NVH_REDO_LINES * NVH_REDO_WORDS_PER_LINE) /* words of a one-fence tx */
 #define NVH_TX_SEG_MAGIC 0x4745534c48564eull   /* "NVHLSEG"                    */
 #define NVH_TX_SEG_MIN 4096u                 /* first segment of a slot        */
 #define NVH_TX_LIMIT_DEFAULT ((uint64_t)64 << 20) /* bytes of log per lane     */
@@ -84,6 +87,27 @@ struct nvh_lane_retire {
 };
 static_assert(sizeof(struct nvh_lane_retire) == 64, "retire record is one line");
 
+/* Redo line (version 3): the whole durable record of a one-fence word
+ * transaction (nvh_tx_write_word, docs/TX.md "One-fence word
+ * transactions"). A transaction of n words writes ceil(n/2) lines of one
+ * slot of its lane; it is committed when every line is durable and valid
+ * (CRC, same tid, idx 0..nlines-1). Committed and not retired (tid greater
+ * than the lane's retire word) -> recovery writes the values again, in
+ * commit order (cseq) with every other committed transaction. */
+struct nvh_redo_line {
+    uint64_t tid;               /*  0 transaction id (lane bits = the lane)       */
+    uint64_t cseq;              /*  8 global commit order                         */
+    uint8_t n;                  /* 16 words in this line (1..2)                   */
+    uint8_t idx;                /* 17 index of this line in the transaction       */
+    uint8_t nlines;             /* 18 lines of the transaction                    */
+    uint8_t nwords;             /* 19 words of the transaction                    */
+    uint32_t crc;               /* 20 CRC32C of the line with this field 0, ^ 0xa5a5a5a5 */
+    uint64_t w[2][2];           /* 24 {pool offset, new value} per word           */
+    uint64_t reserved;          /* 56                                             */
+};
+static_assert(sizeof(struct nvh_redo_line) == 64, "redo line is one line");
+static_assert(offsetof(struct nvh_redo_line, w) == 24, "redo line layout");
+
 /* Directory: the named object "nvheap.tx". Version 1 directories end after
  * `lane` (no retire lines: IDLE is stored in the header's state) and are
  * still opened and used that way. */
@@ -94,10 +118,14 @@ struct nvh_tx_dir {
     uint8_t reserved[48];       /* 16                                            */
     struct nvh_lane_hdr lane[NVH_TX_LANES];      /* 64                           */
     struct nvh_lane_retire retire[NVH_TX_LANES]; /* 64 + 64 * 64 (version 2)     */
+    /* version 3: per lane 2 slots of NVH_REDO_LINES redo lines */
+    struct nvh_redo_line redo[NVH_TX_LANES][2][NVH_REDO_LINES]; /* 64 + 2 * 64 * 64 */
 };
 static_assert(offsetof(struct nvh_tx_dir, lane) == 64, "directory layout");
 static_assert(offsetof(struct nvh_tx_dir, retire) == 64 + 64 * 64, "directory layout");
+static_assert(offsetof(struct nvh_tx_dir, redo) == 64 + 2 * 64 * 64, "directory layout");
 #define NVH_TX_DIR_V1_SIZE offsetof(struct nvh_tx_dir, retire)
+#define NVH_TX_DIR_V2_SIZE offsetof(struct nvh_tx_dir, redo)
 
 /* Segment: a heap object; header line, then nrec_cap 64-byte record slots
  * (the metadata), then data_cap bytes of data (old and new copies). */
@@ -181,6 +209,30 @@ typedef struct nvh_lane {
      * these (2-thread GUPS: one coherence miss per transaction, not three) */
     _Alignas(64) _Atomic uint64_t last_cseq; /* commit order of the last commit */
     _Atomic int retire_pending; /* retirement stored and flushed, not fenced    */
+    /* one-fence word transactions (version 3): the last one's values were
+     * stored in place and flushed after its fence, so they are durable only
+     * at this lane's NEXT fence, and only then may it be retired. Until
+     * then, and until its redo lines are overwritten, it is published here
+     * by redo slot (pend_tid[s] != 0), so that another thread about to write
+     * the same words can make them durable itself and retire it (record.c,
+     * help_pending_pre). Seqlock per slot: pend_tid[s] is 0 while it changes. */
+    struct nvh_pend {           /* line-aligned: writing one slot does not
+                                   invalidate the other slot's lines */
+        _Alignas(64) _Atomic uint64_t tid;
+        _Atomic uint64_t cseq;  /* its commit order                             */
+        _Atomic uint32_t n;
+        _Atomic uint64_t off[NVH_REDO_MAX];
+    } pend[2];
+    /* owner-only state of the one-fence path, on a line of its own */
+    _Alignas(64) struct nvh_redo_line (*redo)[NVH_REDO_LINES]; /* [2] slots; NULL: version < 3 */
+    unsigned redo_slot;         /* slot of the next one-fence transaction       */
+    uint64_t redo_pend;         /* tid published in pend_tid (owner's copy)     */
+    /* commit order of this lane (a Lamport clock, no shared counter): above
+     * every commit of this lane and every commit of another lane this lane
+     * helped (whose data it may overwrite); see docs/TX.md */
+    uint64_t clock;
+    uint64_t helped[NVH_TX_LANES]; /* highest tid of each lane this lane
+                                      made durable and retired (skip those) */
 } nvh_lane;
 
 /* Per-pool state of the log and tx layers (registry, lane.c). */
@@ -227,8 +279,9 @@ int nvh_txlog_intent(nvh_txlog *lg, nvh_lane *lane, unsigned kind, uint64_t obj,
 void nvh_txlog_fence(nvh_txlog *lg, nvh_lane *lane, uint64_t help_mask);
 /* Commit: capture the new bytes from their places into the records (redo),
  * flush the data in place, write the commit record (with commit order cseq,
- * from a global clock the caller advanced), FENCE 2. */
-int nvh_txlog_commit(nvh_txlog *lg, nvh_lane *lane, uint64_t cseq);
+ * from the lane's clock), FENCE 2; last_cseq := ver (the object write
+ * version the ownership records carry, else cseq). */
+int nvh_txlog_commit(nvh_txlog *lg, nvh_lane *lane, uint64_t cseq, uint64_t ver);
 /* After commit or abort: state IDLE, flushed (not fenced); lane marked
  * retire-pending. */
 void nvh_txlog_retire(nvh_txlog *lg, nvh_lane *lane);
@@ -261,6 +314,22 @@ static inline void nvh_txlog_win_close_all(nvh_txlog *lg, nvh_lane *lane)
 {
     if (__builtin_expect(lane->nwins != 0, 0)) nvh_txlog_win_close_all_(lg, lane);
 }
+
+/* One-fence word transaction (lane->redo != NULL, nothing else logged in
+ * this transaction, 1 <= n <= NVH_REDO_MAX): redo lines with the commit
+ * order from the lane's clock, ONE fence (the commit point), then the
+ * values in place, flushed, not fenced. */
+int nvh_txlog_redo_commit(nvh_txlog *lg, nvh_lane *lane, const uint64_t *offs,
+                          const uint64_t *vals, unsigned n);
+/* Make every pending one-fence transaction's data durable and retire it,
+ * and every retirement durable (nvh_tx_quiesce, pool close): two fences. */
+void nvh_txlog_quiesce_all(nvh_txlog *lg, nvh_lane *self);
+uint32_t nvh_redo_line_crc(const struct nvh_redo_line *l);
+/* test hook: recovery ignores redo lines (negative control of the tests) */
+extern int nvh_txlog_test_no_redo_replay_;
+/* test hooks: no help for other lanes' pending one-fence transactions; no
+ * learning of their commit order */
+extern int nvh_txlog_test_no_pending_help_, nvh_txlog_test_no_learn_;
 
 /* recover.c */
 int nvh_txlog_recover(nvh_txlog *lg);
@@ -315,6 +384,7 @@ static inline void nvh_txlog_dir_attach_(nvh_txlog *lg, struct nvh_tx_dir *d)
         lane->hdr = &d->lane[i];
         lane->retire_v1 = d->version == 1;
         lane->retire_word = lane->retire_v1 ? &d->lane[i].state : &d->retire[i].tid;
+        lane->redo = d->version >= 3 ? d->redo[i] : NULL;
         lane->head_seg[0] = lane->head_seg[1] = NULL;
     }
 }

@@ -14,7 +14,11 @@
  *            touches the same data (help-flush), whichever comes first.
  * Recovery redoes a COMMITTED transaction whose commit CRC holds, and undoes
  * every other non-IDLE one. Because the lane's slots alternate, a retiring
- * transaction's records are never overwritten before its IDLE is durable. */
+ * transaction's records are never overwritten before its IDLE is durable.
+ *
+ * Words given as values (version 3) commit with ONE fence: redo lines, the
+ * fence, then the values in place, flushed, not fenced (section "One-fence
+ * word transactions" below; docs/TX.md). */
 #include "log.h"
 
 #include <stdio.h>
@@ -231,10 +235,136 @@ uint64_t nvh_txlog_help(nvh_txlog *lg, uint64_t mask, unsigned self)
     return flushed;
 }
 
+/* --------------------------------------------------------------------------
+ * Pending one-fence transactions of other lanes (docs/TX.md, "One-fence word
+ * transactions"). Lane A's one-fence transaction k stored its values in
+ * place after its commit fence; they are durable at A's next fence, which
+ * may never come (A idle), and k can be replayed until its redo lines are
+ * overwritten (A's transaction after next) or A's retire word reaches it.
+ * A thread B about to write one of k's words must not let a later
+ * transaction of its own be retired while k can still be replayed over it.
+ * So before its fence B flushes k's words (published in A's pend[slot];
+ * CLWB writes back a line from whichever core holds it), and after the
+ * fence, k's values being durable, retires k on A's behalf (the retire word
+ * only grows: compare-and-swap to the max), flushed; B's next fence makes
+ * that durable, before B retires or overwrites anything of its own. B also
+ * takes its commit order above k's. With B's write set known (one-fence
+ * commits) only transactions sharing a word with it are helped; otherwise
+ * (undo and object transactions) every pending one is.
+ * -------------------------------------------------------------------------- */
+typedef struct help_todo {
+    unsigned n;
+    unsigned lane[2 * NVH_TX_LANES];
+    uint64_t tid[2 * NVH_TX_LANES];
+} help_todo;
+
+int nvh_txlog_test_no_pending_help_ = 0;
+int nvh_txlog_test_no_learn_ = 0;
+
+static inline bool shares_word(const _Atomic uint64_t *off, uint32_t n, const uint64_t *ws,
+                               unsigned wn)
+{
+    for (uint32_t j = 0; j < n; j++) {
+        uint64_t o = atomic_load_explicit(&off[j], memory_order_acquire);
+        for (unsigned k = 0; k < wn; k++)
+            if (ws[k] == o) return true;
+    }
+    return false;
+}
+
+/* ws/wn: the words the caller's transaction writes (NULL: unknown, help
+ * every pending transaction) */
+static void help_pending_pre(nvh_txlog *lg, nvh_lane *self, uint64_t mask, const uint64_t *ws,
+                             unsigned wn, help_todo *todo)
+{
+    todo->n = 0;
+    if (__builtin_expect(nvh_txlog_test_no_pending_help_, 0)) return;
+    mask &= atomic_load_explicit(&lg->lanes_used, memory_order_acquire);
+    if (self) mask &= ~(1ull << self->index);
+    while (mask) {
+        unsigned i = (unsigned)__builtin_ctzll(mask);
+        mask &= mask - 1;
+        nvh_lane *o = &lg->lanes[i];
+        for (unsigned s = 0; s < 2; s++) {
+            struct nvh_pend *p = &o->pend[s];
+            uint64_t t1 = atomic_load_explicit(&p->tid, memory_order_acquire);
+            if (!t1 || (self && self->helped[i] >= t1)) continue;
+            uint32_t n = atomic_load_explicit(&p->n, memory_order_acquire);
+            if (n > NVH_REDO_MAX) n = NVH_REDO_MAX;
+            if (ws && !shares_word(p->off, n, ws, wn)) continue;
+            if (self) {
+                /* commit after it in recovery's order, should both be replayed */
+                uint64_t c = atomic_load_explicit(&p->cseq, memory_order_acquire);
+                if (c > self->clock && !nvh_txlog_test_no_learn_) self->clock = c;
+            }
+            for (uint32_t j = 0; j < n; j++) {
+                uint64_t off = atomic_load_explicit(&p->off[j], memory_order_acquire);
+                if (nvh_txlog_in_pool(lg->pool, off, 8))
+                    nvh_flush(lg->pool, lg->pool->ctx.base + off, 8);
+            }
+            /* changed meanwhile: the slot was rewritten (k's lines are gone,
+             * its values durable) or A retired it after a fence (its retire
+             * line is flushed by nvh_txlog_help, called after this) */
+            if (atomic_load_explicit(&p->tid, memory_order_acquire) != t1) continue;
+            todo->lane[todo->n] = i;
+            todo->tid[todo->n++] = t1;
+        }
+    }
+}
+
+static inline void retire_max_(nvh_pool *pool, _Atomic uint64_t *w, uint64_t tid)
+{
+    uint64_t cur = atomic_load_explicit(w, memory_order_relaxed);
+    if (cur >= tid) return;
+    bool win = nvh_txlog_protected_(pool) && nvh_protect_open_(pool, (const void *)w, 8) == NVH_OK;
+    while (cur < tid && !atomic_compare_exchange_weak_explicit(w, &cur, tid, memory_order_release,
+                                                              memory_order_relaxed)) {}
+    nvh_flush(pool, (const void *)w, 8);
+    if (win) (void)nvh_protect_close_(pool, (const void *)w, 8);
+}
+
+static void help_pending_post(nvh_txlog *lg, nvh_lane *self, const help_todo *todo)
+{
+    for (unsigned k = 0; k < todo->n; k++) {
+        retire_max_(lg->pool, lg->lanes[todo->lane[k]].retire_word, todo->tid[k]);
+        if (self && self->helped[todo->lane[k]] < todo->tid[k])
+            self->helped[todo->lane[k]] = todo->tid[k];
+    }
+}
+
+/* After a fence of a logged (not one-fence) transaction of this lane: the
+ * pending one-fence transaction's values are durable now; retire it before
+ * that transaction changes anything, so that its own retirement is not the
+ * only one covering k (recover.c: a later ACTIVE header hides it). Flushed,
+ * not fenced: durable at this transaction's next fence, before which its
+ * stores are undone at recovery anyway. */
+static inline void retire_own_pending(nvh_txlog *lg, nvh_lane *lane)
+{
+    atomic_store_explicit(&lane->retire_pending, 1, memory_order_release);
+    uint64_t cur = atomic_load_explicit(lane->retire_word, memory_order_relaxed);
+    if (cur < lane->redo_pend)   /* a helper may have raised it already */
+        retire_max_(lg->pool, lane->retire_word, lane->redo_pend);
+    else
+        nvh_flush(lg->pool, (void *)lane->retire_word, sizeof(uint64_t));
+    /* after the retire store: a helper that sees 0 here flushes the retire
+     * line (retire_pending) and so makes this store durable */
+    atomic_store_explicit(&lane->pend[0].tid, 0, memory_order_release);
+    atomic_store_explicit(&lane->pend[1].tid, 0, memory_order_release);
+    lane->redo_pend = 0;
+}
+
 void nvh_txlog_fence(nvh_txlog *lg, nvh_lane *lane, uint64_t help_mask)
 {
-    if (help_mask) nvh_txlog_help(lg, help_mask, lane->index);
+    help_todo todo;
+    todo.n = 0;
+    /* other lanes to help (one load when this lane is the only one) */
+    if (help_mask & atomic_load_explicit(&lg->lanes_used, memory_order_acquire) &
+        ~(1ull << lane->index)) {
+        help_pending_pre(lg, lane, help_mask, NULL, 0, &todo);
+        nvh_txlog_help(lg, help_mask, lane->index);    /* after: see there */
+    }
     nvh_drain(lg->pool);
+    if (todo.n) help_pending_post(lg, lane, &todo);
     /* the retire line was written back (and, on CPUs whose CLWB evicts,
      * dropped) by this fence: fetch it for writing now, so that the retire
      * store at the end of the transaction hits instead of stalling the
@@ -246,12 +376,13 @@ void nvh_txlog_fence(nvh_txlog *lg, nvh_lane *lane, uint64_t help_mask)
      * shared cache line written per transaction */
     if (atomic_load_explicit(&lane->retire_pending, memory_order_relaxed))
         atomic_store_explicit(&lane->retire_pending, 0, memory_order_relaxed);
+    if (lane->redo_pend) retire_own_pending(lg, lane);
 }
 
 /* ==========================================================================
  * Commit, retire, undo
  * ========================================================================== */
-int nvh_txlog_commit(nvh_txlog *lg, nvh_lane *lane, uint64_t cseq)
+int nvh_txlog_commit(nvh_txlog *lg, nvh_lane *lane, uint64_t cseq, uint64_t ver)
 {
     nvh_pool *pool = lg->pool;
     struct nvh_lane_hdr *h = &lane->sh;
@@ -286,7 +417,7 @@ int nvh_txlog_commit(nvh_txlog *lg, nvh_lane *lane, uint64_t cseq)
     nvh_log_line_(pool, lane->hdr, h);
     lane->bytes_logged += 64;
     nvh_txlog_fence(lg, lane, 0);      /* FENCE 2: the transaction is durable */
-    atomic_store_explicit(&lane->last_cseq, cseq, memory_order_relaxed);
+    atomic_store_explicit(&lane->last_cseq, ver, memory_order_relaxed);
     return NVH_OK;
 }
 
@@ -331,4 +462,125 @@ void nvh_txlog_undo(nvh_txlog *lg, nvh_lane *lane)
     /* the restored bytes must be durable before the IDLE that disowns the
      * undo records */
     if (lane->active_written) nvh_txlog_fence(lg, lane, 0);
+}
+
+/* ==========================================================================
+ * One-fence word transactions (version 3 directories)
+ * ==========================================================================
+ *   lines    ceil(n/2) redo lines {tid, cseq, (offset, new value) x 2, CRC},
+ *            non-temporal, in the slot the previous one did not use
+ *   FENCE    the only one: the transaction is durable (committed) here
+ *   apply    values stored in place, flushed, not fenced (durable at this
+ *            lane's next fence); published as pending (pend_*) for helpers
+ * No retirement per transaction. Replaying a committed one-fence transaction
+ * k is harmful only once one of its words was changed after it, and every
+ * such change is covered:
+ *   - this lane's next one-fence transaction: replayed after k (cseq);
+ *   - this lane's next logged transaction u: its first fence made k's values
+ *     durable and retires k (retire_own_pending), durable at u's next fence;
+ *     until then u is ACTIVE, undone after every redo;
+ *   - another lane's transaction: it helps first (help_pending_pre: makes
+ *     k's words durable, then raises our retire word to k) and commits after
+ *     k in the cseq order (it learned k's cseq);
+ *   - a non-transactional store: only after nvh_tx_quiesce (documented).
+ * A slot is rewritten only by the one-fence transaction after next, i.e.
+ * after a fence that made its previous occupant's values durable: once k's
+ * line is gone, k's values are durable and k is simply not replayed. */
+uint32_t nvh_redo_line_crc(const struct nvh_redo_line *l)
+{
+    /* the whole line with the crc field as zero: one unrolled CRC of 64 B */
+    struct nvh_redo_line c = *l;
+    c.crc = 0;
+    return nvh_txlog_crc(0, &c, sizeof c) ^ 0xa5a5a5a5u;
+}
+
+int nvh_txlog_redo_commit(nvh_txlog *lg, nvh_lane *lane, const uint64_t *offs,
+                          const uint64_t *vals, unsigned n)
+{
+    nvh_pool *pool = lg->pool;
+    NVH_ASSERT(lane->redo && n >= 1 && n <= NVH_REDO_MAX && !lane->active_written);
+    unsigned slot = lane->redo_slot;
+    struct nvh_redo_line *dst = lane->redo[slot];
+    unsigned nlines = (n + NVH_REDO_WORDS_PER_LINE - 1) / NVH_REDO_WORDS_PER_LINE;
+    if (nvh_txlog_protected_(pool)) {
+        int rc = nvh_txlog_win_open(lg, lane, dst, nlines * sizeof *dst);
+        for (unsigned i = 0; i < n && rc == NVH_OK; i++)
+            rc = nvh_txlog_win_open(lg, lane, pool->ctx.base + offs[i], 8);
+        if (rc != NVH_OK) return rc;
+    }
+    uint64_t tid = (++lane->tid_seq << NVH_TID_LANE_BITS) | lane->index;
+    /* other lanes' retirements and pending one-fence transactions: this
+     * transaction's values may overwrite theirs (see help_pending_pre); the
+     * commit order comes after theirs */
+    help_todo todo;
+    todo.n = 0;
+    if (atomic_load_explicit(&lg->lanes_used, memory_order_acquire) & ~(1ull << lane->index)) {
+        help_pending_pre(lg, lane, ~0ull, offs, n, &todo);
+        nvh_txlog_help(lg, ~0ull, lane->index);
+    }
+    uint64_t cseq = ++lane->clock;
+    for (unsigned l = 0; l < nlines; l++) {
+        struct nvh_redo_line line;
+        unsigned first = l * NVH_REDO_WORDS_PER_LINE;
+        unsigned k = n - first < NVH_REDO_WORDS_PER_LINE ? n - first : NVH_REDO_WORDS_PER_LINE;
+        memset(&line, 0, sizeof line);
+        line.tid = tid;
+        line.cseq = cseq;
+        line.n = (uint8_t)k;
+        line.idx = (uint8_t)l;
+        line.nlines = (uint8_t)nlines;
+        line.nwords = (uint8_t)n;
+        for (unsigned j = 0; j < k; j++) {
+            line.w[j][0] = offs[first + j];
+            line.w[j][1] = vals[first + j];
+        }
+        line.crc = nvh_redo_line_crc(&line);
+        nvh_log_line_(pool, &dst[l], &line);
+    }
+    lane->bytes_logged += nlines * sizeof *dst;
+    nvh_drain(pool);              /* THE fence: committed */
+    if (todo.n) help_pending_post(lg, lane, &todo);
+    if (atomic_load_explicit(&lane->retire_pending, memory_order_relaxed))
+        atomic_store_explicit(&lane->retire_pending, 0, memory_order_relaxed);
+    /* apply: flushed, not fenced (durable at the next fence of this lane) */
+    char *base = pool->ctx.base;
+    for (unsigned i = 0; i < n; i++) {
+        memcpy(base + offs[i], &vals[i], 8);
+        nvh_flush(pool, base + offs[i], 8);
+    }
+    /* publish as pending in the slot's entry (its previous occupant's lines
+     * are gone now; seqlock: tid 0 while the fields change; the release
+     * store orders the in-place stores before it) */
+    struct nvh_pend *p = &lane->pend[slot];
+    atomic_store_explicit(&p->tid, 0, memory_order_relaxed);
+    atomic_store_explicit(&p->cseq, cseq, memory_order_relaxed);
+    atomic_store_explicit(&p->n, n, memory_order_relaxed);
+    for (unsigned i = 0; i < n; i++) atomic_store_explicit(&p->off[i], offs[i], memory_order_relaxed);
+    atomic_store_explicit(&p->tid, tid, memory_order_release);
+    lane->tid = tid;
+    lane->redo_pend = tid;
+    lane->redo_slot = slot ^ 1u;
+    /* last_cseq tells object transactions whether an object's last writer
+     * (this lane) has committed since (then its retirement is durable): 0
+     * matches no object version, and is written only once, not per
+     * transaction (another thread reads this line at every commit) */
+    if (atomic_load_explicit(&lane->last_cseq, memory_order_relaxed))
+        atomic_store_explicit(&lane->last_cseq, 0, memory_order_relaxed);
+    return NVH_OK;
+}
+
+void nvh_txlog_quiesce_all(nvh_txlog *lg, nvh_lane *self)
+{
+    (void)self;
+    /* 1: every pending one-fence transaction's values (this thread's own
+     * included), every retirement */
+    help_todo todo;
+    help_pending_pre(lg, NULL, ~0ull, NULL, 0, &todo);
+    nvh_txlog_help(lg, ~0ull, NVH_TX_LANES);
+    nvh_drain(lg->pool);
+    /* 2: their retirements */
+    if (todo.n) {
+        help_pending_post(lg, NULL, &todo);
+        nvh_drain(lg->pool);
+    }
 }

@@ -30,7 +30,44 @@ typedef struct rtx {
     bool redo;
     nvh_recref *recs;
     size_t n, cap;
+    /* a one-fence word transaction (redo lines, version 3) */
+    unsigned nw;
+    uint64_t woff[NVH_REDO_MAX], wval[NVH_REDO_MAX];
 } rtx;
+
+int nvh_txlog_test_no_redo_replay_ = 0;
+
+/* The committed one-fence transaction in slot `slot` of lane i, if any: every
+ * line valid, same tid (of this lane), idx 0..nlines-1, words in the pool. */
+static bool redo_slot_read(nvh_txlog *lg, unsigned i, unsigned slot, rtx *t)
+{
+    const struct nvh_redo_line *l = lg->dir->redo[i][slot];
+    if (l[0].crc != nvh_redo_line_crc(&l[0])) return false;
+    unsigned nl = l[0].nlines, nw = l[0].nwords;
+    if ((l[0].tid & ((1u << NVH_TID_LANE_BITS) - 1)) != i || !l[0].tid || nl < 1 ||
+        nl > NVH_REDO_LINES || nw < 1 || nw > NVH_REDO_MAX ||
+        nl != (nw + NVH_REDO_WORDS_PER_LINE - 1) / NVH_REDO_WORDS_PER_LINE)
+        return false;
+    memset(t, 0, sizeof *t);
+    t->tid = l[0].tid;
+    t->cseq = l[0].cseq;
+    for (unsigned k = 0; k < nl; k++) {
+        if (l[k].crc != nvh_redo_line_crc(&l[k]) || l[k].tid != t->tid || l[k].idx != k ||
+            l[k].nlines != nl || l[k].nwords != nw || l[k].cseq != t->cseq)
+            return false;
+        unsigned expect = nw - k * NVH_REDO_WORDS_PER_LINE;
+        if (expect > NVH_REDO_WORDS_PER_LINE) expect = NVH_REDO_WORDS_PER_LINE;
+        if (l[k].n != expect) return false;
+        for (unsigned j = 0; j < l[k].n; j++) {
+            uint64_t off = l[k].w[j][0];
+            if ((off & 7) || !nvh_txlog_in_pool(lg->pool, off, 8)) return false;
+            t->woff[t->nw] = off;
+            t->wval[t->nw++] = l[k].w[j][1];
+        }
+    }
+    t->redo = true;
+    return true;
+}
 
 static int rtx_push(rtx *t, struct nvh_txrec *r, char *data)
 {
@@ -122,6 +159,10 @@ static bool in_freed(const rtx *t, uint64_t off, uint64_t len)
 static void redo(nvh_txlog *lg, rtx *t)
 {
     nvh_pool *pool = lg->pool;
+    for (unsigned i = 0; i < t->nw; i++) {
+        memcpy(pool->ctx.base + t->woff[i], &t->wval[i], 8);
+        nvh_flush(pool, pool->ctx.base + t->woff[i], 8);
+    }
     for (size_t i = 0; i < t->n; i++) {
         struct nvh_txrec *r = t->recs[i].rec;
         char *place = pool->ctx.base + r->off;
@@ -207,29 +248,59 @@ int nvh_txlog_recover(nvh_txlog *lg)
     size_t size = fa.size;
     if (!d) return NVH_OK;                       /* no transaction ever ran */
     if (size < NVH_TX_DIR_V1_SIZE || d->magic != NVH_TX_DIR_MAGIC ||
-        (d->version != 1 && d->version != 2) || (d->version == 2 && size < sizeof *d) ||
+        d->version < 1 || d->version > 3 || (d->version == 2 && size < NVH_TX_DIR_V2_SIZE) ||
+        (d->version == 3 && size < sizeof *d) ||
         d->nlanes != NVH_TX_LANES)
         return nvh_fail(NVH_E_CORRUPT, "the transaction log directory of %s is corrupt",
                         pool->path);
     lg->dir = d;
     nvh_txlog_dir_attach_(lg, d);
     uint64_t max_tid = 0, max_cseq = 0;
-    rtx txs[NVH_TX_LANES];
+    /* per lane: the header's transaction and up to two one-fence ones (on
+     * the heap: ~40 KiB) */
+    rtx *txs = calloc(3 * NVH_TX_LANES, sizeof *txs);
+    if (!txs) return nvh_fail(NVH_E_NOMEM, "out of memory recovering transactions");
     unsigned n = 0;
     int rc = NVH_OK;
     for (unsigned i = 0; i < NVH_TX_LANES; i++) {
         nvh_lane *lane = &lg->lanes[i];
         uint64_t w = atomic_load(&lane->hdr->state);
         if (NVH_LS_TID(w) > max_tid) max_tid = NVH_LS_TID(w);
-        /* skip the sequence number a crashed transaction may have used */
-        lane->tid_seq = (NVH_LS_TID(w) >> NVH_TID_LANE_BITS) + 1;
+        uint64_t lane_max = NVH_LS_TID(w);
+        uint64_t retired = lane->retire_v1 ? 0 : atomic_load(lane->retire_word);
         if (lane->hdr->cseq > max_cseq) max_cseq = lane->hdr->cseq;
+        lane->redo_slot = 0;
+        lane->redo_pend = 0;
+        atomic_store(&lane->pend[0].tid, 0);
+        atomic_store(&lane->pend[1].tid, 0);
+        memset(lane->helped, 0, sizeof lane->helped);
+        if (lane->redo) {
+            /* version 3: one-fence transactions committed and not retired
+             * (tids of a lane grow; the retire word holds the newest retired) */
+            for (unsigned s = 0; s < 2; s++) {
+                rtx *t = &txs[n];
+                if (!redo_slot_read(lg, i, s, t)) continue;
+                if (t->tid > lane_max) lane_max = t->tid;
+                if (t->cseq > max_cseq) max_cseq = t->cseq;
+                if (t->tid <= retired || nvh_txlog_test_no_redo_replay_) continue;
+                t->lane = lane;
+                n++;
+            }
+        }
+        if (retired > lane_max && (retired & ((1u << NVH_TID_LANE_BITS) - 1)) == i) lane_max = retired;
+        if (lane_max > max_tid) max_tid = lane_max;
+        /* skip the sequence number a crashed transaction may have used */
+        lane->tid_seq = (lane_max >> NVH_TID_LANE_BITS) + 1;
         unsigned st = NVH_LS_ST(w);
         lane->slot = NVH_LS_SLOT(w);
         if (st == NVH_LS_IDLE) continue;
         /* version 2: retired by its retire line (a commit, or an abort whose
-         * undo was durable before the retirement was stored) */
-        if (!lane->retire_v1 && atomic_load(lane->retire_word) == NVH_LS_TID(w)) continue;
+         * undo was durable before the retirement was stored); version 3: by
+         * a retire word at or above its tid (one-fence transactions retire
+         * later tids of the same lane) */
+        if (!lane->retire_v1 && (lane->redo ? retired >= NVH_LS_TID(w)
+                                            : retired == NVH_LS_TID(w)))
+            continue;
         rtx *t = &txs[n++];
         memset(t, 0, sizeof *t);
         t->lane = lane;
@@ -249,6 +320,12 @@ int nvh_txlog_recover(nvh_txlog *lg)
     if (n) nvh_drain(pool);
     for (unsigned i = 0; i < n; i++) {
         nvh_lane *lane = txs[i].lane;
+        if (txs[i].nw) {
+            /* a one-fence transaction: retired (the word only grows) */
+            if (atomic_load(lane->retire_word) < txs[i].tid) atomic_store(lane->retire_word, txs[i].tid);
+            nvh_flush(pool, (const void *)lane->retire_word, 8);
+            continue;
+        }
         atomic_store(&lane->hdr->state, NVH_LS_MAKE(txs[i].tid, NVH_LS_SLOT(atomic_load(&lane->hdr->state)),
                                                     NVH_LS_IDLE));
         nvh_flush(pool, lane->hdr, sizeof *lane->hdr);
@@ -257,6 +334,7 @@ int nvh_txlog_recover(nvh_txlog *lg)
     lg->recovered_txs = n;
 out:
     for (unsigned i = 0; i < n; i++) free(txs[i].recs);
+    free(txs);
     if (rc == NVH_OK) {
         for (unsigned i = 0; i < NVH_TX_LANES; i++) {
             nvh_lane *lane = &lg->lanes[i];

@@ -155,6 +155,7 @@ static void tx_reset(nvh_tx *tx)
     tx->depth = 0;
     tx->nallocs = tx->nfrees = 0;
     tx->nr = tx->nw = 0;
+    tx->wbn = 0;
     dd_clear(tx);
     arena_reset(tx);
 }
@@ -186,6 +187,7 @@ void nvh_tx_rollback_(nvh_tx *tx)
     nvh_txlog_win_close_all(tx->lg, tx->lane);   /* log pages and added ranges */
     tx->nallocs = tx->nfrees = 0;
     tx->nr = tx->nw = 0;
+    tx->wbn = 0;                                 /* buffered words: dropped */
     dd_clear(tx);
     tx->status = NVH_TXS_ABORTED;
     tx->aborts++;
@@ -199,6 +201,8 @@ int nvh_tx_abort(nvh_pool *pool)
     if (--tx->depth == 0) tx_reset(tx);
     return NVH_OK;
 }
+
+static int wb_to_undo(nvh_tx *tx);
 
 int nvh_tx_commit(nvh_pool *pool)
 {
@@ -215,7 +219,31 @@ int nvh_tx_commit(nvh_pool *pool)
     nvh_txlog *lg = tx->lg;
     nvh_lane *lane = tx->lane;
     uint64_t wv = 0;
-    int rc = nvh_tx_otm_prepare_(tx, &wv);            /* step 1 */
+    int rc;
+    if (tx->wbn) {
+        /* words given as values: one fence when nothing else is logged */
+        if (__builtin_expect(!lane->active_written && !tx->nw && !tx->nr && !tx->nallocs &&
+                             !tx->nfrees && lane->redo && tx->wbn <= NVH_REDO_MAX, 1)) {
+            rc = nvh_txlog_redo_commit(lg, lane, tx->wb_off, tx->wb_val, (unsigned)tx->wbn);
+            if (rc != NVH_OK) {
+                int code = nvh_errcode();
+                nvh_tx_rollback_(tx);
+                tx_reset(tx);
+                return nvh_fail(code, "nvh_tx_commit: %s", nvh_errormsg());
+            }
+            nvh_txlog_win_close_all(lg, lane);
+            tx->commits++;
+            tx_reset(tx);
+            return NVH_OK;
+        }
+        if ((rc = wb_to_undo(tx)) != NVH_OK) {
+            int code = nvh_errcode();
+            nvh_tx_rollback_(tx);
+            tx_reset(tx);
+            return nvh_fail(code, "nvh_tx_commit: %s", nvh_errormsg());
+        }
+    }
+    rc = nvh_tx_otm_prepare_(tx, &wv);                /* step 1 */
     if (rc == NVH_OK) rc = nvh_tx_alloc_commit_(tx);  /* step 2 */
     if (rc != NVH_OK) {
         int code = nvh_errcode();
@@ -225,11 +253,17 @@ int nvh_tx_commit(nvh_pool *pool)
                         "nvh_tx_commit: %s", nvh_errormsg());
     }
     if (lane->active_written) {
-        /* commit order: the object write version, else a tick of the same
-         * global clock (recovery redoes committed lanes in this order) */
-        uint64_t cseq = wv ? wv : atomic_fetch_add_explicit(&tx->st->gclock, 1,
-                                                            memory_order_acq_rel) + 1;
-        nvh_txlog_commit(lg, lane, cseq);             /* step 3: FENCE 2 */
+        /* commit order (recovery redoes committed transactions in it): the
+         * lane's clock, which is above this lane's earlier commits and those
+         * of the lanes it helped (record.c), and above the object write
+         * version, so that objects written by several lanes (through object
+         * transactions only) keep the global clock's order. No shared
+         * counter for in-place transactions: a LOCKed increment would also
+         * wait for this lane's pending flushes. */
+        uint64_t cseq = lane->clock + 1;
+        if (wv > cseq) cseq = wv;
+        lane->clock = cseq;
+        nvh_txlog_commit(lg, lane, cseq, wv ? wv : cseq);   /* step 3: FENCE 2 */
         nvh_tx_alloc_finish_(tx);                     /* step 4 */
         nvh_txlog_retire(lg, lane);                   /* step 5 */
     }
@@ -354,14 +388,83 @@ int nvh_tx_add_word(nvh_pool *pool, void *word)
     return nvh_tx_add_range_hint(pool, word, 8, NVH_TX_HINT_WORD);
 }
 
+/* ==========================================================================
+ * Words given as values (one-fence transactions, docs/TX.md)
+ * ========================================================================== */
+static inline size_t wb_find(const nvh_tx *tx, uint64_t off)
+{
+    for (size_t i = 0; i < tx->wbn; i++)
+        if (tx->wb_off[i] == off) return i;
+    return SIZE_MAX;
+}
+
+int nvh_tx_write_word(nvh_pool *pool, void *word, uint64_t value)
+{
+    int rc;
+    nvh_tx *tx = tx_working(pool, "nvh_tx_write_word", &rc);
+    if (!tx) return rc;
+    if (!word || (uintptr_t)word % 8)
+        return nvh_fail(NVH_E_INVAL, "nvh_tx_write_word: %p is not an 8-byte aligned word", word);
+    uint64_t off = nvh_off(pool, word);
+    if (!nvh_contains(pool, word, 8) || off < NVH_PAGE)
+        return nvh_fail(NVH_E_BADPTR, "nvh_tx_write_word: %p is not inside the pool's data", word);
+    size_t i = wb_find(tx, off);
+    if (i != SIZE_MAX) { tx->wb_val[i] = value; return NVH_OK; }
+    if (__builtin_expect(tx->wbn == tx->wbcap, 0)) {
+        size_t cap = tx->wbcap ? tx->wbcap * 2 : 16;
+        uint64_t *o = realloc(tx->wb_off, cap * sizeof *o);
+        if (o) tx->wb_off = o;
+        uint64_t *v = o ? realloc(tx->wb_val, cap * sizeof *v) : NULL;
+        if (v) tx->wb_val = v;
+        if (!o || !v) return add_failed(tx, nvh_fail(NVH_E_NOMEM, "nvh_tx_write_word: out of memory"));
+        tx->wbcap = cap;
+    }
+    tx->wb_off[tx->wbn] = off;
+    tx->wb_val[tx->wbn++] = value;
+    return NVH_OK;
+}
+
+uint64_t nvh_tx_read_word(nvh_pool *pool, const void *word)
+{
+    nvh_tx *tx = tx_of(pool);
+    if (tx && tx->wbn && word) {
+        size_t i = wb_find(tx, (uint64_t)((const char *)word - pool->ctx.base));
+        if (i != SIZE_MAX) return tx->wb_val[i];
+    }
+    uint64_t v;
+    memcpy(&v, word, 8);
+    return v;
+}
+
+/* The two-fence fallback (the transaction also logs something else, or the
+ * directory predates version 3, or too many words): the buffered words
+ * become word undo records (one fence), then stores in place; the normal
+ * commit then logs their new values under FENCE 2. */
+static int wb_to_undo(nvh_tx *tx)
+{
+    nvh_pool *pool = tx->pool;
+    size_t before = tx->lane->nrecs;
+    int rc = NVH_OK;
+    for (size_t i = 0; i < tx->wbn && rc == NVH_OK; i++)
+        rc = add_one(tx, pool->ctx.base + tx->wb_off[i], 8, NVH_TX_HINT_WORD);
+    if (tx->lane->nrecs != before || tx->lane->unfenced) nvh_txlog_fence(tx->lg, tx->lane, ~0ull);
+    if (rc != NVH_OK) return rc;
+    for (size_t i = 0; i < tx->wbn && rc == NVH_OK; i++)
+        rc = nvh_txlog_win_open(tx->lg, tx->lane, pool->ctx.base + tx->wb_off[i], 8);
+    if (rc != NVH_OK) return rc;
+    for (size_t i = 0; i < tx->wbn; i++) memcpy(pool->ctx.base + tx->wb_off[i], &tx->wb_val[i], 8);
+    tx->wbn = 0;
+    return NVH_OK;
+}
+
 int nvh_tx_quiesce(nvh_pool *pool)
 {
     nvh_txlog *lg = nvh_txlog_get(pool);
     if (!lg) return nvh_errcode();
     if (!lg->dir) return NVH_OK;
-    uint64_t flushed = nvh_txlog_help(lg, ~0ull, NVH_TX_LANES);
-    nvh_drain(pool);
-    (void)flushed;   /* their owners clear their flags at their next fence */
+    /* every lane, this thread's own included (its owner copy of the pending
+     * transaction is retired again, harmlessly, at its next fence) */
+    nvh_txlog_quiesce_all(lg, NULL);
     return NVH_OK;
 }
 
@@ -440,7 +543,7 @@ static void state_free(void *p)
     for (unsigned i = 0; i < NVH_TX_LANES; i++) {
         nvh_tx *tx = &st->txs[i];
         free(tx->dd_off); free(tx->dd_len); free(tx->dd_used); free(tx->allocs); free(tx->frees);
-        free(tx->rset); free(tx->wset);
+        free(tx->rset); free(tx->wset); free(tx->wb_off); free(tx->wb_val);
         while (tx->arena) { char *n = *(char **)tx->arena; free(tx->arena); tx->arena = n; }
     }
     free((void *)st->orecs);
@@ -509,8 +612,10 @@ int nvh_tx_open_(nvh_pool *pool)
      * recovery themselves under the crash simulator; forensics) */
     const char *skip = getenv("NVHEAP_TX_SKIP_RECOVERY");
     int rc = skip && *skip == '1' ? NVH_OK : recover_in_window(lg);
-    /* the global clock continues above every commit order in the log */
+    /* the global clock and the lanes' clocks continue above every commit
+     * order in the log */
     atomic_store(&st->gclock, atomic_load(&lg->next_cseq));
+    for (unsigned i = 0; i < NVH_TX_LANES; i++) lg->lanes[i].clock = atomic_load(&lg->next_cseq);
     if (rc == NVH_OK) rc = nvh_txlog_register_(pool, lg);
     if (rc != NVH_OK) {
         int code = nvh_errcode();
@@ -532,7 +637,7 @@ void nvh_tx_close_(nvh_pool *pool)
     if (pool->readonly) return;
     lg = nvh_txlog_get(pool);
     if (!lg) return;
-    if (lg->dir && nvh_txlog_help(lg, ~0ull, NVH_TX_LANES)) nvh_drain(pool);
+    if (lg->dir) nvh_txlog_quiesce_all(lg, NULL);
     nvh_txlog_unregister_(lg);
     txlog_free(lg);
 }

@@ -78,6 +78,8 @@ typedef struct nvh_tx {
     char *arena; size_t arena_used, arena_cap;  /* snapshots and copies */
     unsigned attempt;             /* nvh_tx_run retries                      */
     uint64_t rng;
+    /* words written with nvh_tx_write_word (buffered until commit) */
+    uint64_t *wb_off, *wb_val; size_t wbn, wbcap;
     /* statistics */
     uint64_t commits, aborts, conflicts, retries;
 } nvh_tx;
