@@ -6,10 +6,12 @@
  * range (the range its parent gives it), so an interrupted split's duplicate
  * entries are invisible. Writers repair what they reach (btree_split.c).
  */
+#include <assert.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "../common/internal.h"
 #include "btree.h"
@@ -37,6 +39,20 @@ void *bt_reserve(struct nvh_btree *t, size_t size)
     return nvh_reserve(t->pool, size);
 }
 
+/* Pre-fault fresh pool memory in one call (btree.h says why and when). */
+void bt_prefault(struct nvh_btree *t, const void *p, size_t len)
+{
+#ifdef MADV_POPULATE_WRITE
+    if (!t->pool || nvh_protect_epoch_(t->pool)) return;
+    nvh_domain d = nvh_pool_domain(t->pool);
+    if (d != NVH_DOMAIN_PMEM && d != NVH_DOMAIN_PROCESS && d != NVH_DOMAIN_EADR) return;
+    uintptr_t pg = NVH_PAGE, a = (uintptr_t)p & ~(pg - 1), b = ((uintptr_t)p + len + pg - 1) & ~(pg - 1);
+    (void)madvise((void *)a, b - a, MADV_POPULATE_WRITE);
+#else
+    (void)t; (void)p; (void)len;
+#endif
+}
+
 /* Nodes are reserved BT_NODE_BATCH at a time and each gets its write window
  * at once, instead of one by one as splits need them. Why: a new node lands
  * on a fresh page (the allocator carves 1 KiB nodes from its runs in order)
@@ -60,7 +76,7 @@ static void bt_nres_refill(struct nvh_btree *t)
         if (!n) break;                   /* pool full: hand out what we got */
         t->nres[t->nres_n++] = n;
     }
-    if (!t->nres_epoch || t->nres_n == 0) return;
+    if (t->nres_n == 0) return;
     /* hand them out in address order (the allocator usually gives a run) */
     for (unsigned i = 1; i < t->nres_n; i++)
         for (unsigned j = i; j > 0 && (uintptr_t)t->nres[j - 1] > (uintptr_t)t->nres[j]; j--) {
@@ -68,6 +84,12 @@ static void bt_nres_refill(struct nvh_btree *t)
             t->nres[j] = t->nres[j - 1];
             t->nres[j - 1] = x;
         }
+    if (!t->nres_epoch) {
+        /* unprotected: pre-fault the run's fresh pages in one call */
+        const char *lo = t->nres[0], *hi = (const char *)t->nres[t->nres_n - 1] + BT_NODE_SIZE;
+        if ((size_t)(hi - lo) <= 2u * t->nres_n * BT_NODE_SIZE) bt_prefault(t, lo, (size_t)(hi - lo));
+        return;
+    }
     /* Sync and eager modes apply an unprotect at once, one page per call: a
      * momentary window over the batch's whole span first makes it one
      * mprotect (the node windows opened under it are then nested count
@@ -117,7 +139,8 @@ void bt_cancel(struct nvh_btree *t, void *p)
 
 int bt_activate(struct nvh_btree *t, void *p, nvh_off_t *const links[], unsigned n)
 {
-    t->ix_gen++;                     /* child pointers change */
+    /* (a parent's cached child, if a link is one, is updated by the
+     * caller: bt_ix_add / bt_ix_relink) */
     for (unsigned i = 0; i < n; i++) bt_note(t, links[i], sizeof *links[i]);
     if (!t->pool) {
         for (unsigned i = 0; i < n; i++) *links[i] = bt_off(t, p);
@@ -133,8 +156,8 @@ int bt_activate(struct nvh_btree *t, void *p, nvh_off_t *const links[], unsigned
 
 int bt_free(struct nvh_btree *t, void *p, const nvh_link *links, unsigned n)
 {
-    bt_ix_drop(t, p);                /* nodes only: their companion goes too */
-    t->ix_gen++;                     /* child pointers change */
+    bt_ix_drop(t, p);                /* nodes only: their companion goes too;
+                                        the caller updates the parent's kid */
     for (unsigned i = 0; i < n; i++) bt_note(t, links[i].link, sizeof *links[i].link);
     if (!t->pool) {
         for (unsigned i = 0; i < n; i++) *links[i].link = links[i].value;
@@ -408,7 +431,7 @@ static bt_entry *bt_find(struct nvh_btree *t, uint64_t key, bt_record **rec)
     int d = bt_descend(t, key, 0, path, BT_MAX_DEPTH);
     if (d < 0) return NULL;
     bt_node *n = path[d].node;
-    if (n->sorted) {
+    if (t->sorted) {
         int a = 0, b = (int)n->count - 1;
         while (a <= b) {
             int m = (a + b) / 2;
@@ -421,8 +444,29 @@ static bt_entry *bt_find(struct nvh_btree *t, uint64_t key, bt_record **rec)
     bt_idx *x = path[d].ix ? path[d].ix : bt_ix(t, n);
     if (x) {
         for (uint64_t m = bt_ix_match(x, key); m; m &= m - 1) {
-            bt_entry *e = &n->e[__builtin_ctzll(m)];
-            if (e->key != key) continue;             /* fingerprint collision */
+            unsigned i = (unsigned)__builtin_ctzll(m);
+            const struct bt_lslot *ls = &x->u.lf.s[i];
+            if (ls->key != key) continue;            /* fingerprint collision */
+            uint64_t w = ls->rec;
+            if (w && !(w & BT_PENDING)) {
+                /* A validated entry: the companion (kept exact by every
+                 * store to the slot) names its record, so nothing of the
+                 * node is read — the slot's line was a second TLB and
+                 * cache miss. Ask for the whole record (the caller reads
+                 * the value): its lines, up to 8; 2 if not known. */
+                const char *r = bt_ptr(t, w & ~(uint64_t)63);
+                unsigned lines = (unsigned)(w >> 1) & 31u;
+                if (!lines) lines = 2;
+                if (lines > 8) lines = 8;
+                for (unsigned k = 0; k < lines; k++) __builtin_prefetch(r + 64 * k);
+                assert(n->e[i].key == key && (const char *)bt_entry_record(t, &n->e[i]) == r);
+                *rec = (bt_record *)(uintptr_t)r;
+                return &n->e[i];
+            }
+            /* pending (this session's insert, or a crash leftover) or not
+             * known: the node decides */
+            bt_entry *e = &n->e[i];
+            if (e->key != key) continue;
             bt_record *r = bt_entry_record(t, e);
             if (r) { *rec = r; return e; }
         }

@@ -119,6 +119,9 @@ typedef struct bt_pending {
     uint64_t key;
     uint64_t seq;            /* operation number                               */
     int used;
+    const struct bt_node *node;  /* the leaf holding entry                    */
+    struct bt_idx *ix;       /* its companion when the insert ran (checked
+                                against node before use), or NULL          */
 } bt_pending;
 
 /* DRAM accounting of one slab: live records. Tracked slabs are always a
@@ -133,25 +136,49 @@ typedef struct bt_slabinfo {
 
 /* DRAM companion of an unsorted node (btree_index.c): a cache of its
  * header and used-slot bitmap; for an inner node its used slots' keys
- * sorted (binary search for the child), for a leaf a one-byte fingerprint
- * per slot (one line to compare, then only the matching slot is read). */
+ * sorted (a count over them finds the child) with the children and their
+ * companions; for a leaf a one-byte fingerprint per slot (one line to
+ * compare) and each used slot's key and record, so that a lookup reads the
+ * record and nothing else of the pool (the slot line was a second TLB and
+ * cache miss). Companions are kept exact by every store that changes a
+ * slot (bt_ix_add*, bt_ix_del, bt_ix_hint, the insert's validation); a
+ * slot whose record word is 0 (unknown) or marked pending is read from the
+ * node instead. Companions live in 2 MiB arenas (transparent huge pages
+ * where the kernel gives them) and are never returned to malloc while the
+ * tree is open: a cached kid.ix is checked against kid.node (a dropped
+ * companion has node NULL). */
 typedef struct bt_idx {
-    const bt_node *node;     /* hash key (free list link when unused)          */
+    const bt_node *node;     /* the node; NULL while on a free list           */
     uint64_t used;           /* bit j: slot j has ptr != 0                     */
     uint64_t lo, hi;         /* header range                                   */
     nvh_off_t successor;     /* header successor when built                    */
     uint32_t level;
     uint8_t n;               /* inner: used slots in key[]/slot[]              */
     uint8_t pad[3];
-    uint64_t pad1[2];        /* the union starts on the second line          */
+    struct bt_idx *free_next;    /* free list link                              */
+    uint64_t pad1;           /* the union starts on the second line          */
     union {
-        uint8_t fp[64];                  /* leaf: fingerprint of slot j's key  */
+        struct {
+            uint8_t fp[64];              /* fingerprint of slot j's key        */
+            /* slot j (valid while its used bit is set): key, and its record
+             * word: offset (64 B aligned) | lines << 1 | pending, or 0 (not
+             * known: read the node). lines = the record's lines, capped at
+             * 31 (0: not known), for prefetching; pending = the entry's
+             * ptr carries BT_PENDING (validation not seen yet) */
+            struct bt_lslot {
+                uint64_t key;
+                uint64_t rec;
+            } s[BT_NODE_CAP];
+        } lf;
         struct {
             uint8_t slot[BT_NODE_CAP + 4];
             uint64_t key[BT_NODE_CAP];   /* keys of the used slots, ascending  */
-            /* children of those slots and their companions (NULL = not
-             * looked up yet): valid while gen == the tree's ix_gen, which
-             * every activation, free and companion drop advances */
+            /* children of those slots and their companions (ix NULL = not
+             * looked up yet; ix->node != node = dropped since): kid.node is
+             * kept exact by every store to the node's child pointers
+             * (bt_ix_add/del, bt_ix_relink); the whole array is re-read
+             * when gen != the tree's ix_gen (a new companion, or a change
+             * whose parent was not known) */
             struct bt_kid {
                 const bt_node *node;
                 struct bt_idx *ix;
@@ -160,8 +187,10 @@ typedef struct bt_idx {
         } in;
     } u;
 } bt_idx;
-#define BT_IX_LEAF_SIZE (offsetof(bt_idx, u) + 64)
+#define BT_IX_LEAF_SIZE (offsetof(bt_idx, u) + 64 + 16 * BT_NODE_CAP)
+#define BT_IX_INNER_SIZE ((sizeof(bt_idx) + 63) & ~(size_t)63)
 _Static_assert(offsetof(bt_idx, u) == 64, "companion: header line, then fingerprints");
+_Static_assert(BT_IX_LEAF_SIZE % 64 == 0 && BT_IX_INNER_SIZE >= BT_IX_LEAF_SIZE, "companion sizes");
 
 /* A slot of the companion table: the node address is kept next to the
  * pointer so that a probe never touches a companion it does not want. */
@@ -214,8 +243,13 @@ struct nvh_btree {
     /* node companions (btree_index.c) */
     struct bt_ixslot *ix_tab;    /* open addressing: node -> companion      */
     uint32_t ix_cap, ix_used;
-    uint64_t ix_gen;             /* advances when child pointers may change */
-    bt_idx *ix_free;
+    uint64_t ix_gen;             /* advances when child pointers changed
+                                    without their parent's companion known */
+    bt_idx *ix_free;             /* free inner-size companions              */
+    bt_idx *ix_free_leaf;        /* free leaf-size companions               */
+    char *ix_bump, *ix_end;      /* the current arena's unused part         */
+    void **ix_arenas;            /* every arena (freed at close)            */
+    uint32_t ix_narenas, ix_arenas_cap;
     nvh_btree_stats stats;
     bt_wear *wear;
 };
@@ -247,6 +281,16 @@ static inline void bt_note(struct nvh_btree *t, const void *addr, size_t len)
 {
     if (__builtin_expect(t->wear != NULL, 0)) bt_wear_note(t, addr, len);
 }
+
+/* Pre-fault fresh pool memory the tree is about to fill (a record slab, a
+ * batch of nodes) in one madvise(MADV_POPULATE_WRITE) instead of one page
+ * fault per 4 KiB page on the insert path: on the dev VM a fault's trap and
+ * shmem lookup cost more than the zeroing itself. Contents are unchanged
+ * (the call only maps the pages writable), so this is a pure hint: skipped
+ * in a protected pool (the pages may be read-only on purpose) and in the
+ * domains where the mapping is not the media (sim) or where dirtying a page
+ * costs a write-back (msync); errors are ignored. Defined in btree.c. */
+void bt_prefault(struct nvh_btree *t, const void *p, size_t len);
 
 static inline void bt_flush(struct nvh_btree *t, const void *p, size_t len)
 {
@@ -288,6 +332,8 @@ typedef struct bt_path {
     uint64_t lo, hi;
     bt_entry *link;
     bt_idx *ix;              /* the node's companion if known, else NULL       */
+    bt_node *parent;         /* the node holding link, if known (NULL: root,
+                                or not known: see bt_ix_relink)               */
 } bt_path;
 
 /* Effective range of child entry i of node n whose range is [lo, hi]. */
@@ -384,6 +430,14 @@ static inline bt_idx *bt_ix(struct nvh_btree *t, const bt_node *n)
 void bt_ix_drop(struct nvh_btree *t, const bt_node *n);
 void bt_ix_add(struct nvh_btree *t, const bt_node *n, unsigned slot, uint64_t key);
 void bt_ix_del(struct nvh_btree *t, const bt_node *n, unsigned slot);
+/* bt_ix_add for a leaf slot whose entry now holds (key, ptr) with ptr the
+ * offset of a record of rsize bytes (PENDING bit allowed), with the leaf's
+ * companion if the caller has it (x: used only if it is still n's). No
+ * read of the entry or the record. Returns the companion (or NULL). */
+bt_idx *bt_ix_add_leaf(struct nvh_btree *t, bt_idx *x, const bt_node *n, unsigned slot,
+                       uint64_t key, nvh_off_t ptr, size_t rsize);
+/* The leaf entry of pending insert pd was validated (ptr without PENDING). */
+void bt_ix_validated(const bt_pending *pd);
 void bt_ix_fini(struct nvh_btree *t);
 unsigned bt_ix_lower(const bt_idx *x, uint64_t key);
 /* Leaf companion: bitmap of the used slots whose fingerprint matches key. */
@@ -402,6 +456,14 @@ static inline void bt_entry_clear(struct nvh_btree *t, const bt_node *n, unsigne
     bt_wclose(t, e, sizeof *e);
     bt_ix_del(t, n, i);
 }
+/* The child pointer at p->link now points at `child` (a split, repair or
+ * rebuild replaced the node): update the parent's companion (p->parent), or
+ * if the parent is not known invalidate every cached child (ix_gen). */
+void bt_ix_relink(struct nvh_btree *t, const bt_path *p, const bt_node *child);
+/* Refresh the companion's record word of leaf slot `slot` from the
+ * entry's pointer (the record was just written: its length is read from
+ * the cache). */
+void bt_ix_hint(struct nvh_btree *t, const bt_node *n, unsigned slot);
 /* Re-read the children of inner companion x (its gen is old). */
 void bt_ix_refresh_kids(const struct nvh_btree *t, bt_idx *x);
 /* A free slot from the used bitmap (highest or lowest), or -1. */

@@ -190,7 +190,7 @@ static int bt_reclaim_node(struct nvh_btree *t, bt_path *p)
         bt_entry *e = &n->e[i];
         if (!e->ptr || e->key < p->lo || e->key > p->hi) continue;
         if (n->sorted && i >= n->count) break;
-        bt_path c = {bt_ptr(t, e->ptr), 0, 0, e, NULL};
+        bt_path c = {bt_ptr(t, e->ptr), 0, 0, e, NULL, n};
         if (n->sorted) {
             c.lo = e->key;
             c.hi = i + 1 < n->count ? n->e[i + 1].key - 1 : p->hi;
@@ -218,7 +218,7 @@ int nvh_btree_reclaim(nvh_btree *t)
     }
     bt_node *root = bt_ptr(t, t->hdr->root);
     if (root) {
-        bt_path p = {root, 0, UINT64_MAX, NULL, NULL};
+        bt_path p = {root, 0, UINT64_MAX, NULL, NULL, NULL};
         rc = bt_reclaim_node(t, &p);
     }
     if (rc == NVH_OK && t->pool) rc = bt_slab_free_empty(t);

@@ -4,22 +4,26 @@
  * appended into any free slot and never shifted. Searching such a node means
  * reading all of it (16 lines of 64 B), and at 1 M keys that read — not the
  * flushes — dominated both inserts and lookups. So each node visited gets a
- * small DRAM companion: its header fields, a bitmap of the used slots, and
- * the keys of the used slots sorted with their slot numbers. A descent then
- * touches the companions (a count over an inner node's sorted keys; a
- * compare of a leaf's 60 one-byte fingerprints, one line, 16 bytes at a
- * time) and only the persistent line holding the slot it needs.
+ * DRAM companion: its header fields, a bitmap of the used slots; for an
+ * inner node the keys of the used slots sorted with their slot numbers and
+ * cached children; for a leaf one fingerprint byte per slot and each used
+ * slot's key and record word. A descent then touches the companions (a
+ * count over an inner node's sorted keys; a compare of a leaf's 60
+ * fingerprints, 16 bytes at a time) and, for a lookup, only the record.
  *
- * The index is a cache, never a source of truth: built lazily from the node
- * the first time a node is visited after open (so open stays O(1)), updated
- * by every store that makes a slot used or free (bt_ix_add / bt_ix_del),
- * and dropped whenever a node changes in a way that is not worth tracking
- * (a split or removal touching a parent, a node retired or freed). Readers
- * still verify the slot they land on (key, pointer, range), and a mismatch
- * drops the companion and falls back to the plain scan.
+ * The index is a cache built lazily from the node the first time a node is
+ * visited after open (so open stays O(1)), and kept exact by every store
+ * that changes a slot or a child pointer (bt_ix_add*, bt_ix_del,
+ * bt_ix_hint, bt_ix_validated, bt_ix_relink); whatever it does not know
+ * (record word 0, pending bit) is read from the node. It is dropped
+ * whenever a node changes in a way that is not worth tracking (a node
+ * retired or freed, an inconsistency). Memory comes from 2 MiB arenas with
+ * transparent huge pages and is never returned before close, so a stale
+ * cached companion pointer is harmless: its node field says whose it is.
  */
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "../common/internal.h"
 #include "btree.h"
@@ -63,6 +67,28 @@ static int ix_grow(struct nvh_btree *t)
     return 0;
 }
 
+/* The companion's record word of a leaf entry pointer p for a record of
+ * `lines` lines (0: not known): offset | lines << 1 | pending; 0 if p is
+ * not 64 B aligned (not expected: then lookups read the node). */
+static inline uint64_t ix_rec_word(nvh_off_t p, uint64_t lines)
+{
+    nvh_off_t off = p & ~BT_PENDING;
+    if (!off || (off & 63)) return 0;
+    return off | (lines > 31 ? 31 : lines) << 1 | (p & BT_PENDING);
+}
+
+/* The record word of leaf slot j from its entry; its record (just written
+ * by the caller, so in the cache) gives the line count. */
+static inline void ix_leaf_hint(const struct nvh_btree *t, bt_idx *x, const bt_node *n, unsigned j)
+{
+    nvh_off_t p = n->e[j].ptr;
+    x->u.lf.s[j].key = n->e[j].key;
+    x->u.lf.s[j].rec = 0;
+    if (!(p & ~BT_PENDING)) return;
+    const bt_record *r = bt_ptr(t, p & ~BT_PENDING);
+    x->u.lf.s[j].rec = ix_rec_word(p, (sizeof *r + r->len + 63) / 64);
+}
+
 /* Fill x from node n. */
 static void ix_fill(bt_idx *x, const bt_node *n)
 {
@@ -75,10 +101,13 @@ static void ix_fill(bt_idx *x, const bt_node *n)
     x->n = 0;
     if (n->level == 0) {
         for (unsigned j = 0; j < BT_NODE_CAP; j++) {
-            x->u.fp[j] = bt_fp(n->e[j].key);
-            if (n->e[j].ptr) x->used |= 1ull << j;
+            nvh_off_t p = n->e[j].ptr;
+            x->u.lf.fp[j] = bt_fp(n->e[j].key);
+            x->u.lf.s[j].key = n->e[j].key;
+            x->u.lf.s[j].rec = ix_rec_word(p, 0);   /* lines not read: cold */
+            if (p) x->used |= 1ull << j;
         }
-        memset(&x->u.fp[BT_NODE_CAP], 0, 64 - BT_NODE_CAP);
+        memset(&x->u.lf.fp[BT_NODE_CAP], 0, 64 - BT_NODE_CAP);
         return;
     }
     unsigned k = 0;
@@ -108,31 +137,55 @@ uint64_t bt_ix_match(const bt_idx *x, uint64_t key)
     __m128i v = _mm_set1_epi8((char)f);
     uint64_t m = 0;
     for (unsigned i = 0; i < 4; i++) {
-        __m128i c = _mm_loadu_si128((const __m128i *)&x->u.fp[16 * i]);
+        __m128i c = _mm_loadu_si128((const __m128i *)&x->u.lf.fp[16 * i]);
         m |= (uint64_t)(uint16_t)_mm_movemask_epi8(_mm_cmpeq_epi8(c, v)) << (16 * i);
     }
     return m & x->used;
 #else
     uint64_t m = 0;
-    for (unsigned j = 0; j < BT_NODE_CAP; j++) m |= (uint64_t)(x->u.fp[j] == f) << j;
+    for (unsigned j = 0; j < BT_NODE_CAP; j++) m |= (uint64_t)(x->u.lf.fp[j] == f) << j;
     return m & x->used;
 #endif
+}
+
+/* Companion memory: carved from 2 MiB arenas that ask for transparent huge
+ * pages (THP is "madvise" on the dev VM), so that a descent's companions
+ * cost no TLB miss each; freed companions go to a free list per size and
+ * the arenas are returned only at close. */
+#define BT_IX_ARENA (2u << 20)
+
+static void *ix_carve(struct nvh_btree *t, size_t size)
+{
+    if ((size_t)(t->ix_end - t->ix_bump) < size) {
+        if (t->ix_narenas == t->ix_arenas_cap) {
+            uint32_t cap = t->ix_arenas_cap ? t->ix_arenas_cap * 2 : 16;
+            void **a = realloc(t->ix_arenas, cap * sizeof *a);
+            if (!a) return NULL;
+            t->ix_arenas = a;
+            t->ix_arenas_cap = cap;
+        }
+        void *m = NULL;
+        if (posix_memalign(&m, BT_IX_ARENA, BT_IX_ARENA) != 0) return NULL;
+#ifdef MADV_HUGEPAGE
+        (void)madvise(m, BT_IX_ARENA, MADV_HUGEPAGE);   /* a hint; errors are fine */
+#endif
+        t->ix_arenas[t->ix_narenas++] = m;
+        t->ix_bump = m;
+        t->ix_end = (char *)m + BT_IX_ARENA;
+    }
+    void *x = t->ix_bump;
+    t->ix_bump += size;
+    return x;
 }
 
 bt_idx *bt_ix_build(struct nvh_btree *t, const bt_node *n)
 {
     if ((t->ix_used + 1) * 2 > t->ix_cap && ix_grow(t) != 0) return NULL;
-    /* leaf companions are small (two lines), inner ones full size; the
-     * free list holds full-size ones only */
-    bt_idx *x;
-    if (n->level == 0) {
-        /* two whole lines: header, fingerprints */
-        if (!(x = aligned_alloc(64, BT_IX_LEAF_SIZE))) return NULL;
-    } else if ((x = t->ix_free) != NULL) {
-        t->ix_free = (bt_idx *)(uintptr_t)x->node;
-    } else if (!(x = aligned_alloc(64, (sizeof *x + 63) & ~(size_t)63))) {
-        return NULL;
-    }
+    /* leaf companions are 17 lines, inner ones 25 */
+    bt_idx **fl = n->level == 0 ? &t->ix_free_leaf : &t->ix_free;
+    bt_idx *x = *fl;
+    if (x) *fl = x->free_next;
+    else if (!(x = ix_carve(t, n->level == 0 ? BT_IX_LEAF_SIZE : BT_IX_INNER_SIZE))) return NULL;
     ix_fill(x, n);
     uint32_t h = ix_hash(n, t->ix_cap);
     while (t->ix_tab[h].node) h = (h + 1) & (t->ix_cap - 1);
@@ -144,7 +197,6 @@ bt_idx *bt_ix_build(struct nvh_btree *t, const bt_node *n)
 void bt_ix_drop(struct nvh_btree *t, const bt_node *n)
 {
     if (!t->ix_cap) return;
-    t->ix_gen++;                     /* cached kidx[] may point at it */
     uint32_t mask = t->ix_cap - 1, h = ix_hash(n, t->ix_cap);
     while (t->ix_tab[h].node && t->ix_tab[h].node != n) h = (h + 1) & mask;
     bt_idx *x = t->ix_tab[h].x;
@@ -159,20 +211,22 @@ void bt_ix_drop(struct nvh_btree *t, const bt_node *n)
         h = j;
     }
     t->ix_used--;
-    if (x->level == 0) { free(x); return; }
-    x->node = (const bt_node *)(uintptr_t)t->ix_free;
-    t->ix_free = x;
+    /* a parent's cached kid.ix may still point here: node NULL tells it */
+    x->node = NULL;
+    bt_idx **fl = x->level == 0 ? &t->ix_free_leaf : &t->ix_free;
+    x->free_next = *fl;
+    *fl = x;
 }
 
 void bt_ix_fini(struct nvh_btree *t)
 {
-    for (uint32_t i = 0; i < t->ix_cap; i++) free(t->ix_tab[i].x);
+    for (uint32_t i = 0; i < t->ix_narenas; i++) free(t->ix_arenas[i]);
+    free(t->ix_arenas);
     free(t->ix_tab);
-    while (t->ix_free) {
-        bt_idx *x = t->ix_free;
-        t->ix_free = (bt_idx *)(uintptr_t)x->node;
-        free(x);
-    }
+    t->ix_arenas = NULL;
+    t->ix_narenas = t->ix_arenas_cap = 0;
+    t->ix_bump = t->ix_end = NULL;
+    t->ix_free = t->ix_free_leaf = NULL;
     t->ix_tab = NULL;
     t->ix_cap = t->ix_used = 0;
 }
@@ -193,7 +247,11 @@ void bt_ix_add(struct nvh_btree *t, const bt_node *n, unsigned slot, uint64_t ke
     if (!x) return;
     if (x->used & (1ull << slot)) { bt_ix_drop(t, n); return; }   /* not expected */
     x->used |= 1ull << slot;
-    if (x->level == 0) { x->u.fp[slot] = bt_fp(key); return; }
+    if (x->level == 0) {
+        x->u.lf.fp[slot] = bt_fp(key);
+        ix_leaf_hint(t, x, n, slot);
+        return;
+    }
     unsigned p = bt_ix_lower(x, key);
     memmove(&x->u.in.key[p + 1], &x->u.in.key[p], (x->n - p) * sizeof x->u.in.key[0]);
     memmove(&x->u.in.slot[p + 1], &x->u.in.slot[p], (x->n - p) * sizeof x->u.in.slot[0]);
@@ -203,6 +261,30 @@ void bt_ix_add(struct nvh_btree *t, const bt_node *n, unsigned slot, uint64_t ke
     x->u.in.kid[p].node = bt_ptr(t, n->e[slot].ptr);
     x->u.in.kid[p].ix = NULL;
     x->n++;
+}
+
+bt_idx *bt_ix_add_leaf(struct nvh_btree *t, bt_idx *x, const bt_node *n, unsigned slot,
+                       uint64_t key, nvh_off_t ptr, size_t rsize)
+{
+    if (!x || x->node != n) x = bt_ix_find(t, n);
+    if (!x) return NULL;
+    if (x->level != 0 || (x->used & (1ull << slot))) { bt_ix_drop(t, n); return NULL; }  /* not expected */
+    x->used |= 1ull << slot;
+    x->u.lf.fp[slot] = bt_fp(key);
+    x->u.lf.s[slot].key = key;
+    x->u.lf.s[slot].rec = ix_rec_word(ptr, (rsize + 63) / 64);
+    return x;
+}
+
+void bt_ix_validated(const bt_pending *pd)
+{
+    bt_idx *x = pd->ix;
+    unsigned slot = (unsigned)(pd->entry - pd->node->e);
+    /* the companion is the leaf's still (a structural change syncs the
+     * pending inserts first, so it cannot have been dropped in between;
+     * checked anyway), and the slot is the one the insert filled */
+    if (!x || x->node != pd->node || !(x->used & (1ull << slot))) return;
+    x->u.lf.s[slot].rec &= ~(uint64_t)BT_PENDING;
 }
 
 void bt_ix_del(struct nvh_btree *t, const bt_node *n, unsigned slot)
@@ -238,4 +320,26 @@ void bt_ix_refresh_kids(const struct nvh_btree *t, bt_idx *x)
         x->u.in.kid[q].ix = NULL;
     }
     x->u.in.gen = t->ix_gen;
+}
+
+void bt_ix_relink(struct nvh_btree *t, const bt_path *p, const bt_node *child)
+{
+    if (!p->link) return;                          /* the root: no parent */
+    if (!p->parent) { t->ix_gen++; return; }       /* unknown: every kid[] again */
+    bt_idx *x = bt_ix_find(t, p->parent);
+    if (!x || x->level == 0) return;
+    unsigned slot = (unsigned)(p->link - p->parent->e);
+    for (unsigned q = 0; q < x->n; q++) {
+        if (x->u.in.slot[q] != slot) continue;
+        x->u.in.kid[q].node = child;
+        x->u.in.kid[q].ix = NULL;
+        return;
+    }
+    bt_ix_drop(t, p->parent);                      /* inconsistent: rebuild */
+}
+
+void bt_ix_hint(struct nvh_btree *t, const bt_node *n, unsigned slot)
+{
+    bt_idx *x = bt_ix_find(t, n);
+    if (x && x->level == 0) ix_leaf_hint(t, x, n, slot);
 }

@@ -167,6 +167,7 @@ static bt_slab *bt_slab_new(struct nvh_btree *t, uint64_t size, int32_t *idx, in
         bt_slab_unhold(t);
         nvh_protect_hold_open_(t->pool, &t->slab_hold, s, size);
     }
+    bt_prefault(t, s, size);
     nvh_protect_open_(t->pool, s, sizeof *s);
     memset(s, 0, sizeof *s);
     s->magic = BT_MAGIC_SLAB;

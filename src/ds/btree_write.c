@@ -29,6 +29,7 @@
  * before it and closed once it is durable (records: at the group action;
  * slots: at the ack).
  */
+#include <assert.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -115,6 +116,7 @@ static void bt_insert_action(nvh_pool *pool, nvh_group_ctx *ctx, void *arg)
     struct nvh_btree *t = pd->tree;
     bt_wclose(t, pd->rec, pd->rsize);
     pd->entry->ptr = bt_off(t, pd->rec);          /* the validation */
+    bt_ix_validated(pd);                          /* lookups may skip the slot */
     bt_note(t, &pd->entry->ptr, sizeof pd->entry->ptr);
     nvh_group_begin(ctx);
     nvh_group_add(ctx, &pd->entry->ptr, sizeof pd->entry->ptr);
@@ -132,13 +134,17 @@ static int bt_leaf_find(struct nvh_btree *t, bt_path *p, uint64_t key, bt_entry 
     bt_node *n = p->node;
     *found = NULL;
     *free_slot = -1;
-    bt_idx *x = bt_ix(t, n);
+    bt_idx *x = p->ix && p->ix->node == n ? p->ix : (p->ix = bt_ix(t, n));
     /* candidates: the used slots whose fingerprint matches (companion), or
      * every slot */
     uint64_t m = x ? bt_ix_match(x, key) : ((1ull << BT_NODE_CAP) - 1);
     for (; m; m &= m - 1) {
         unsigned i = (unsigned)__builtin_ctzll(m);
+        /* a fingerprint collision (~1 in 6 inserts into a 40-entry leaf)
+         * is settled by the companion's key: no read of another line */
+        if (x && x->u.lf.s[i].key != key) continue;
         bt_entry *e = &n->e[i];
+        assert(!x || !e->ptr || e->key == x->u.lf.s[i].key);   /* kept exact */
         if (!e->ptr) {
             if (*free_slot < 0) *free_slot = (int)i;
             continue;
@@ -195,7 +201,8 @@ static int bt_sorted_put(struct nvh_btree *t, bt_path *p, uint64_t key, const vo
 /* ==========================================================================
  * Update (existing live entry; pending inserts already synced)
  * ========================================================================== */
-static int bt_update(struct nvh_btree *t, bt_entry *e, const void *value, size_t len)
+static int bt_update(struct nvh_btree *t, const bt_node *n, bt_entry *e, const void *value,
+                     size_t len)
 {
     bt_record *r1 = bt_ptr(t, e->ptr);
     bt_record *r2 = bt_new_record(t, value, len);
@@ -203,6 +210,7 @@ static int bt_update(struct nvh_btree *t, bt_entry *e, const void *value, size_t
     if (t->mode == NVH_BTREE_VOLATILE) {
         e->ptr = bt_off(t, r2);
         bt_note(t, &e->ptr, 8);
+        bt_ix_hint(t, n, (unsigned)(e - n->e));
         return bt_rec_release(t, r1);
     }
     /* the new version durable, then one 8-byte store switches to it */
@@ -214,6 +222,7 @@ static int bt_update(struct nvh_btree *t, bt_entry *e, const void *value, size_t
     bt_store_persist(t, &e->ptr, bt_off(t, r2));
     nvh_drain(t->pool);
     bt_wclose(t, &e->ptr, sizeof e->ptr);
+    bt_ix_hint(t, n, (unsigned)(e - n->e));
     return bt_rec_release(t, r1);
 }
 
@@ -238,12 +247,15 @@ int nvh_btree_put(nvh_btree *t, uint64_t key, const void *value, size_t len)
             rc = bt_sync_pending(t);
             if (rc != NVH_OK) return rc;
         }
-        rc = bt_update(t, e, value, len);
+        rc = bt_update(t, path[d].node, e, value, len);
         if (rc == NVH_OK) bt_ack_(t, seq);
         return rc;
     }
     if (slot < 0) return nvh_fail(NVH_E_CORRUPT, "btree: leaf full after descent (bug)");
     e = &path[d].node->e[slot];
+    /* the slot's line (a cache and TLB miss: random keys) is fetched while
+     * the record is written */
+    __builtin_prefetch(e, 1);
     bt_record *r = bt_new_record(t, value, len);
     if (!r) return nvh_errcode();
     if (t->count >= 0) t->count++;
@@ -252,7 +264,7 @@ int nvh_btree_put(nvh_btree *t, uint64_t key, const void *value, size_t len)
         e->key = key;
         e->ptr = bt_off(t, r);
         bt_note(t, e, sizeof *e);
-        bt_ix_add(t, path[d].node, (unsigned)slot, key);
+        bt_ix_add_leaf(t, path[d].ix, path[d].node, (unsigned)slot, key, e->ptr, bt_rec_size(len));
         return NVH_OK;
     case NVH_BTREE_FLUSH:
     case NVH_BTREE_NT: {
@@ -266,7 +278,7 @@ int nvh_btree_put(nvh_btree *t, uint64_t key, const void *value, size_t len)
         bt_store_persist(t, &e->ptr, bt_off(t, r));
         nvh_drain(t->pool);
         bt_wclose(t, e, sizeof *e);
-        bt_ix_add(t, path[d].node, (unsigned)slot, key);
+        bt_ix_add_leaf(t, path[d].ix, path[d].node, (unsigned)slot, key, bt_off(t, r), bt_rec_size(len));
         bt_ack_(t, seq);
         return NVH_OK;
     }
@@ -279,7 +291,7 @@ int nvh_btree_put(nvh_btree *t, uint64_t key, const void *value, size_t len)
         bt_pending *pd = &t->pend[t->pend_next];
         t->pend_next = (t->pend_next + 1) % t->pend_cap;
         t->pend_used++;
-        *pd = (bt_pending){t, e, r, bt_rec_size(len), key, seq, 1};
+        *pd = (bt_pending){t, e, r, bt_rec_size(len), key, seq, 1, path[d].node, NULL};
         rc = nvh_group_begin(t->group);
         if (rc != NVH_OK) return rc;
         nvh_group_add(t->group, r, bt_rec_size(len));
@@ -290,7 +302,8 @@ int nvh_btree_put(nvh_btree *t, uint64_t key, const void *value, size_t len)
         e->ptr = bt_off(t, r) | BT_PENDING;
         if (__builtin_expect(t->fault & BT_FAULT_VALIDATE_EARLY, 0)) e->ptr = bt_off(t, r);
         bt_note(t, e, sizeof *e);
-        bt_ix_add(t, path[d].node, (unsigned)slot, key);
+        pd->ix = bt_ix_add_leaf(t, path[d].ix, path[d].node, (unsigned)slot, key, e->ptr,
+                                bt_rec_size(len));
         nvh_group_add(t->group, e, sizeof *e);
         return nvh_group_end(t->group, bt_insert_action, pd);
     }

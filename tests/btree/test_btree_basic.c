@@ -333,6 +333,80 @@ static void slabs(void **state)
     unlink(path);
 }
 
+/* Lookups of validated entries trust the leaf companions (key and record
+ * word, no read of the node): after every kind of store to a slot — insert
+ * (pending, then validated), update to a value of another length, delete
+ * and re-insert, a reopen that rebuilds the companions from the media — a
+ * lookup must return exactly the current value. Fails if any of those
+ * stores leaves a companion behind (e.g. an update that does not refresh
+ * the record word returns the old version). */
+static void check_get(nvh_btree *t, uint64_t key, uint64_t ver)
+{
+    static unsigned char want[3000];
+    size_t wlen = bt_value(key, ver, want, sizeof want);
+    const void *p;
+    size_t len;
+    assert_int_equal(nvh_btree_get(t, key, &p, &len), NVH_OK);
+    assert_int_equal(len, wlen);
+    assert_memory_equal(p, want, wlen);
+}
+
+static void companion_exact(void **state)
+{
+    (void)state;
+    const nvh_btree_mode modes[] = {NVH_BTREE_GROUPS, NVH_BTREE_FLUSH, NVH_BTREE_VOLATILE};
+    static unsigned char v[3000];
+    enum { N = 1500 };
+    for (unsigned mi = 0; mi < sizeof modes / sizeof modes[0]; mi++) {
+        const char *path = test_path("bt-companion");
+        nvh_pool *pool = NULL;
+        if (modes[mi] != NVH_BTREE_VOLATILE) {
+            pool = nvh_pool_create(path, BT_LAYOUT, 64u << 20, NVH_DOMAIN_PROCESS);
+            assert_non_null(pool);
+        }
+        nvh_btree_options o = {.mode = modes[mi]};
+        nvh_btree *t = nvh_btree_open(pool, "c", 1, &o);
+        assert_non_null(t);
+        /* inserts, each looked up while (in GROUPS) still pending */
+        for (uint64_t k = 0; k < N; k++) {
+            size_t len = bt_value(bt_key_of(k), 1, v, sizeof v);
+            assert_int_equal(nvh_btree_put(t, bt_key_of(k), v, len), NVH_OK);
+            check_get(t, bt_key_of(k), 1);
+        }
+        assert_int_equal(nvh_btree_sync(t), NVH_OK);
+        for (uint64_t k = 0; k < N; k++) check_get(t, bt_key_of(k), 1);     /* validated */
+        /* updates (other lengths: other line counts, other slabs) */
+        for (uint64_t k = 0; k < N; k++) {
+            size_t len = bt_value(bt_key_of(k), 2, v, sizeof v);
+            assert_int_equal(nvh_btree_put(t, bt_key_of(k), v, len), NVH_OK);
+            check_get(t, bt_key_of(k), 2);
+        }
+        /* delete a third, look up, re-insert (the freed slot is reused) */
+        for (uint64_t k = 0; k < N; k += 3) {
+            assert_int_equal(nvh_btree_delete(t, bt_key_of(k)), NVH_OK);
+            assert_int_equal(nvh_btree_get(t, bt_key_of(k), NULL, NULL), NVH_E_NOTFOUND);
+            size_t len = bt_value(bt_key_of(k), 3, v, sizeof v);
+            assert_int_equal(nvh_btree_put(t, bt_key_of(k), v, len), NVH_OK);
+            check_get(t, bt_key_of(k), 3);
+        }
+        assert_int_equal(nvh_btree_sync(t), NVH_OK);
+        for (uint64_t k = 0; k < N; k++) check_get(t, bt_key_of(k), k % 3 ? 2 : 3);
+        assert_int_equal(nvh_btree_check(t), NVH_OK);
+        if (pool) {
+            /* a new session: companions rebuilt from the nodes */
+            assert_int_equal(nvh_btree_close(t), NVH_OK);
+            t = nvh_btree_open(pool, "c", 0, &o);
+            assert_non_null(t);
+            for (uint64_t k = 0; k < N; k++) check_get(t, bt_key_of(k), k % 3 ? 2 : 3);
+        }
+        assert_int_equal(nvh_btree_close(t), NVH_OK);
+        if (pool) {
+            assert_int_equal(nvh_pool_close(pool), NVH_OK);
+            unlink(path);
+        }
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -340,6 +414,7 @@ int main(void)
         cmocka_unit_test(range_scan),
         cmocka_unit_test(durable_and_wear),
         cmocka_unit_test(slabs),
+        cmocka_unit_test(companion_exact),
         cmocka_unit_test(property_small_every_step),
         cmocka_unit_test(property_large),
     };
