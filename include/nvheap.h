@@ -1103,13 +1103,9 @@ uint64_t nvh_btree_wear_foreach(const nvh_btree *tree, void (*fn)(uint64_t write
  * Other SIGSEGVs (outside every protected pool) go to the handler that was
  * installed before nvheap's, or get the default action.
  *
- * Threads: unprotect/protect/sync/stats are thread-safe; a window may be
- * closed by another thread than the one that opened it. In ASYNC mode each
- * thread counts its one-page windows in counts of its own (plain stores, no
- * atomic read-modify-write per window; the service thread makes them
- * visible with membarrier(2)). set_mode and configure must not race with
- * other calls on the same pool, and must be called with no window open.
- * Pools: up to 64 protected at once per process.
+ * Threads: unprotect/protect/sync/stats are thread-safe. set_mode and
+ * configure must not race with other calls on the same pool, and must be
+ * called with no window open. Pools: up to 64 protected at once per process.
  * Library writes open their own windows, so protection may stay on across
  * nvheap calls: the pool layer (superblock updates at grow and close), the
  * allocator, the B+ tree (which keeps one window open over its current
