@@ -265,56 +265,6 @@ static const subject subjects[] = {
 };
 #define NSUBJECTS (sizeof subjects / sizeof subjects[0])
 
-/* Any other async setting by name: async-<N><ns|us|ms|s>[-eager][-strict]
- * [-nolat][-shared] (for sweeps of the interval; listed with --subjects
- * only). */
-#define MAX_EXTRA 16
-static subject extra[MAX_EXTRA];
-static char extra_names[MAX_EXTRA][48];
-static unsigned nextra;
-static bool parse_subject(const char *name, size_t len, subject *out)
-{
-    char buf[48];
-    if (len >= sizeof buf || len < 7 || strncmp(name, "async-", 6) != 0) return false;
-    memcpy(buf, name, len);
-    buf[len] = 0;
-    char *end;
-    unsigned long long v = strtoull(buf + 6, &end, 10);
-    uint64_t mul;
-    if (strncmp(end, "ns", 2) == 0) { mul = 1; end += 2; }
-    else if (strncmp(end, "us", 2) == 0) { mul = 1000; end += 2; }
-    else if (strncmp(end, "ms", 2) == 0) { mul = 1000000; end += 2; }
-    else if (*end == 's') { mul = 1000000000; end += 1; }
-    else return false;
-    unsigned flags = 0;
-    while (*end) {
-        if (strncmp(end, "-eager", 6) == 0) { flags |= NVH_PROTECT_EAGER_UNPROTECT; end += 6; }
-        else if (strncmp(end, "-strict", 7) == 0) { flags |= NVH_PROTECT_STRICT; end += 7; }
-        else if (strncmp(end, "-nolat", 6) == 0) { flags |= NVH_PROTECT_NO_LATENCY; end += 6; }
-        else if (strncmp(end, "-shared", 7) == 0) { flags |= NVH_PROTECT_SHARED_COUNTS; end += 7; }
-        else return false;
-    }
-    *out = (subject){NULL, NVH_PROTECT_ASYNC, (uint64_t)v * mul, flags, NULL};
-    return v > 0;
-}
-static void add_extra_subjects(const char *list)
-{
-    for (const char *p = list; p && *p;) {
-        const char *comma = strchr(p, ',');
-        size_t n = comma ? (size_t)(comma - p) : strlen(p);
-        bool known = false;
-        for (size_t i = 0; i < NSUBJECTS; i++)
-            known |= strlen(subjects[i].name) == n && strncmp(subjects[i].name, p, n) == 0;
-        if (!known && nextra < MAX_EXTRA && parse_subject(p, n, &extra[nextra])) {
-            memcpy(extra_names[nextra], p, n);
-            extra_names[nextra][n] = 0;
-            extra[nextra].name = extra_names[nextra];
-            nextra++;
-        }
-        p += n + (comma ? 1 : 0);
-    }
-}
-
 static const bench_info info = {
     .name = "protect",
     .summary = "stray-write protection: off vs sync vs async intervals (seed 000 Table 4, Fig. 6)",
@@ -328,8 +278,7 @@ static const bench_info info = {
              "                     are then named tree-implicit/...)\n"
              "  --subjects LIST    off,sync,async-10us,async-1ms,async-40ms,async-80ms,\n"
              "                     async-40ms-eager, async-40ms-strict, async-80ms-strict\n"
-             "                     (default all); also async-<N><ns|us|ms|s>[-eager]\n"
-             "                     [-strict][-nolat][-shared] for any other interval\n"
+             "                     (default all)\n"
              "  --cdf              also emit the protect-latency CDF (cases fig6-*)\n",
 };
 
@@ -359,17 +308,8 @@ static uint64_t cpu_now_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
-/* CPU time of the calling (inserting) thread only: the service thread's
- * share is cpu_ns_per_op - main_cpu_ns_per_op. */
-static uint64_t thread_cpu_now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
 typedef struct result {
-    double ns_per_op, cpu_ns_per_op, main_cpu_ns_per_op;
+    double ns_per_op, cpu_ns_per_op;
     double mprotect_per_op, faults_per_op, requests_per_op;
     nvh_protect_latency lat;      /* protect requests */
     uint64_t cdf_upper[400], cdf_count[400];
@@ -441,10 +381,10 @@ static void measure(const bench_opts *o, const workload *w, const subject *s,
         nvh_protect_set_stray_handler(pool, count_stray, NULL);
         nvh_protect_stats_reset(pool);
     }
-    uint64_t t0 = bench_now_ns(), c0 = cpu_now_ns(), m0 = thread_cpu_now_ns();
+    uint64_t t0 = bench_now_ns(), c0 = cpu_now_ns();
     w->run(&c);
     nvh_protect_sync(pool);                 /* everything applied: part of the cost */
-    uint64_t t1 = bench_now_ns(), c1 = cpu_now_ns(), m1 = thread_cpu_now_ns();
+    uint64_t t1 = bench_now_ns(), c1 = cpu_now_ns();
     nvh_protect_stats st;
     nvh_protect_stats_get(pool, &st);
     /* off before the teardown: the tree's close writes outside our timing */
@@ -463,7 +403,6 @@ static void measure(const bench_opts *o, const workload *w, const subject *s,
     }
     res->ns_per_op = (double)(t1 - t0) / (double)n;
     res->cpu_ns_per_op = (double)(c1 - c0) / (double)n;
-    res->main_cpu_ns_per_op = (double)(m1 - m0) / (double)n;
     res->mprotect_per_op = (double)st.mprotect_calls / (double)n;
     res->faults_per_op = (double)(st.faults_resolved + st.internal_faults) / (double)n;
     res->requests_per_op = (double)st.requests / (double)n;
@@ -504,7 +443,6 @@ int main(int argc, char **argv)
         else bench_usage_error(&opts, "unknown option: %s", a);
     }
     if (n < 16) bench_usage_error(&opts, "--ops must be at least 16");
-    add_extra_subjects(subj_list);
     unsigned runs = opts.runs > MAX_RUNS ? MAX_RUNS : opts.runs;
     bench_note(&opts, "%llu ops per measurement (tree/4KB: %llu), %u runs, in %s%s",
                (unsigned long long)n, (unsigned long long)n4k, runs, opts.dir,
@@ -522,11 +460,10 @@ int main(int argc, char **argv)
         snprintf(cname, sizeof cname, "%s%s/%s", w->name, cfg.implicit ? "-implicit" : "",
                  vi ? "4KB" : "256B");
         if (!bench_selected(&opts, cname)) continue;
-        for (size_t si = 0; si < NSUBJECTS + nextra; si++) {
-            const subject *s = si < NSUBJECTS ? &subjects[si] : &extra[si - NSUBJECTS];
+        for (size_t si = 0; si < NSUBJECTS; si++) {
+            const subject *s = &subjects[si];
             if (!listed(subj_list, s->name)) continue;
-            double ns[MAX_RUNS], cpu[MAX_RUNS], mcpu[MAX_RUNS], mp[MAX_RUNS], fl[MAX_RUNS],
-                   rq[MAX_RUNS];
+            double ns[MAX_RUNS], cpu[MAX_RUNS], mp[MAX_RUNS], fl[MAX_RUNS], rq[MAX_RUNS];
             double p50[MAX_RUNS], p90[MAX_RUNS], p99[MAX_RUNS], mean[MAX_RUNS];
             unsigned ok = 0, median_run = 0;
             for (unsigned r = 0; r < runs; r++) {
@@ -534,7 +471,6 @@ int main(int argc, char **argv)
                 if (!res[r].ok) continue;
                 ns[ok] = res[r].ns_per_op;
                 cpu[ok] = res[r].cpu_ns_per_op;
-                mcpu[ok] = res[r].main_cpu_ns_per_op;
                 mp[ok] = res[r].mprotect_per_op;
                 fl[ok] = res[r].faults_per_op;
                 rq[ok] = res[r].requests_per_op;
@@ -554,7 +490,6 @@ int main(int argc, char **argv)
 
             bench_emit(&opts, cname, s->name, "ns_per_op", bench_summarize(ns, ok), "ns");
             bench_emit(&opts, cname, s->name, "cpu_ns_per_op", bench_summarize(cpu, ok), "ns");
-            bench_emit(&opts, cname, s->name, "main_cpu_ns_per_op", bench_summarize(mcpu, ok), "ns");
             if (s->mode == NVH_PROTECT_OFF) continue;
             bench_emit(&opts, cname, s->name, "mprotect_per_op", bench_summarize(mp, ok), "calls");
             bench_emit(&opts, cname, s->name, "faults_per_op", bench_summarize(fl, ok), "faults");

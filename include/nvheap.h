@@ -1139,11 +1139,6 @@ typedef enum nvh_protect_mode {
                                              writable one more interval (hot
                                              pages cost no mprotect, no fault);
                                              exposure <= 2 intervals            */
-#define NVH_PROTECT_SHARED_COUNTS 0x8u    /* async: every window updates the
-                                             pool's shared per-page counts with
-                                             an atomic read-modify-write (the
-                                             behaviour before per-thread counts;
-                                             for comparison)                   */
 
 typedef struct nvh_protect_options {
     nvh_protect_mode mode;

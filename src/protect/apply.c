@@ -94,7 +94,6 @@ static void reconcile(struct nvh_protect *pr, uint64_t first, uint64_t end, bool
         force = atomic_load(&pr->fault_seq) != seq && changed != 0;
         if (!changed && !force) return;
         pr_stat(pr, ST_RECHECKS, 1);
-        pr_tc_barrier(pr);          /* state stores, then the threads' counts */
     }
 }
 
@@ -168,53 +167,36 @@ static void carry_page(struct nvh_protect *pr, uint64_t page)
                                             .kind = PR_KIND_PROTECT, .t_ns = 0};
 }
 
-/* A drained batch is handled in phases over its merged ranges, so that the
- * barrier that makes the threads' own counts visible (pr_tc_barrier, one
- * membarrier(2): it interrupts every running thread of the process) is paid
- * once per batch and once per re-check round, not once per range:
- *
- *   1. mark: pages that are unused now (count 0) but writable and used since
- *      the last look (ref) are carried to the next pass instead of being
- *      protected (their pending bit stays set: producers need not queue
- *      them); every other page's pending bit is cleared (the "clear pending,
- *      then load count" half of the pair);
- *   2. barrier, then reconcile every page whose pending bit is clear, in
- *      maximal runs so neighbours still coalesce. A page pending again was
- *      queued meanwhile and is looked at by the next pass: skipping it is
- *      safe; carried pages are skipped the same way;
- *   3. while a round changed something: barrier, re-check the same way (by
- *      force if a handler made a page writable during the round; see
- *      reconcile()). */
-static void mark_range(struct nvh_protect *pr, uint64_t first, uint64_t end, bool flush)
+/* Reconcile [first, end) of a drained range: pages that are unused now
+ * (count 0) but writable and used since the last look (ref) are carried
+ * instead of protected; the rest are reconciled as usual, in maximal
+ * sub-ranges so neighbours still coalesce. Pending bits are cleared before
+ * the counts are read (the "clear pending, then load count" half) except
+ * on carried pages, which stay pending: their producers need not queue them. */
+static void drain_range(struct nvh_protect *pr, uint64_t first, uint64_t end, bool flush,
+                        uint64_t *same)
 {
-    for (uint64_t p = first; p < end; p++) {
-        if (!flush && pr_bit_test(pr->ref, p) && !pr_page_wanted(pr, p) &&
+    uint64_t sub = first;
+    for (uint64_t p = first; p <= end; p++) {
+        bool carry = false;
+        if (p < end && !flush && pr_bit_test(pr->ref, p) && !pr_page_wanted(pr, p) &&
             pr_bit_test(pr->state, p) && carry_reserve(pr, 1)) {
             pr_bit_clear(pr->ref, p);
+            carry = true;
+        }
+        if (!carry && p < end) continue;
+        if (sub < p) {
+            for (uint64_t q = sub; q < p; q++) pr_bit_clear(pr->pending, q);
+            uint64_t seq = atomic_load(&pr->fault_seq);
+            if (reconcile_pass(pr, sub, p, same, false) != 0)    /* then re-check */
+                reconcile(pr, sub, p, atomic_load(&pr->fault_seq) != seq);
+        }
+        if (carry) {
             carry_page(pr, p);
             pr_stat(pr, ST_DEFERRED, 1);
-            continue;
         }
-        pr_bit_clear(pr->pending, p);
+        sub = p + 1;
     }
-}
-
-static uint64_t reconcile_unpending(struct nvh_protect *pr, uint64_t first, uint64_t end,
-                                    uint64_t *same, bool force)
-{
-    /* by force: every page, pending or not (a page a handler made writable
-     * behind a 0 bit must not be skipped because it was queued again: the
-     * pass that takes it would trust the bit) */
-    if (force) return reconcile_pass(pr, first, end, same, true);
-    uint64_t changed = 0, p = first;
-    while (p < end) {
-        if (pr_bit_test(pr->pending, p)) { p++; continue; }
-        uint64_t q = p + 1;
-        while (q < end && !pr_bit_test(pr->pending, q)) q++;
-        changed += reconcile_pass(pr, p, q, same, force);
-        p = q;
-    }
-    return changed;
 }
 
 /* --------------------------------------------------------------------------
@@ -231,32 +213,6 @@ static inline const pr_request *merge_peek(const pr_request *batch, size_t a, si
     if (a < a_end && (b >= b_end || batch[a].first_page <= batch[b].first_page))
         return &batch[a];
     return b < b_end ? &batch[b] : NULL;
-}
-
-enum { PH_MARK, PH_RECONCILE };
-
-/* One walk over the merged ranges of the batch: overlapping and adjacent
- * requests become one range. Returns the pages changed (PH_RECONCILE). */
-static uint64_t walk_ranges(struct nvh_protect *pr, size_t carried, size_t n, uint64_t mapped,
-                            int phase, bool flush, uint64_t *same, bool force)
-{
-    uint64_t changed = 0;
-    size_t a = 0, b = carried;
-    const pr_request *r;
-    while ((r = merge_peek(pr->batch, a, carried, b, n)) != NULL) {
-        uint64_t first = r->first_page, end = first + r->npages;
-        if (a < carried && r == &pr->batch[a]) a++; else b++;
-        while ((r = merge_peek(pr->batch, a, carried, b, n)) != NULL && r->first_page <= end) {
-            uint64_t e = r->first_page + r->npages;
-            if (e > end) end = e;
-            if (a < carried && r == &pr->batch[a]) a++; else b++;
-        }
-        if (end > mapped) end = mapped;
-        if (first >= end) continue;
-        if (phase == PH_MARK) mark_range(pr, first, end, flush);
-        else changed += reconcile_unpending(pr, first, end, same, force);
-    }
-    return changed;
 }
 
 size_t pr_drain(struct nvh_protect *pr, bool flush)
@@ -279,17 +235,20 @@ size_t pr_drain(struct nvh_protect *pr, bool flush)
         qsort(pr->batch + carried, n - carried, sizeof *pr->batch, by_first_page);
 
         uint64_t mapped = pr_mapped_pages(pr), same = 0;
-        walk_ranges(pr, carried, n, mapped, PH_MARK, flush, NULL, false);
-        pr_tc_barrier(pr);
-        uint64_t seq = atomic_load(&pr->fault_seq);
-        uint64_t changed = walk_ranges(pr, carried, n, mapped, PH_RECONCILE, flush, &same, false);
-        for (;;) {                                                /* the re-checks */
-            bool force = atomic_load(&pr->fault_seq) != seq && changed != 0;
-            if (!changed && !force) break;
-            pr_stat(pr, ST_RECHECKS, 1);
-            pr_tc_barrier(pr);
-            seq = atomic_load(&pr->fault_seq);
-            changed = walk_ranges(pr, carried, n, mapped, PH_RECONCILE, flush, NULL, force);
+        /* merge overlapping and adjacent requests into ranges; each range is
+         * reconciled in one sweep, so neighbours coalesce into one call */
+        size_t a = 0, b = carried;
+        const pr_request *r;
+        while ((r = merge_peek(pr->batch, a, carried, b, n)) != NULL) {
+            uint64_t first = r->first_page, end = first + r->npages;
+            if (a < carried && r == &pr->batch[a]) a++; else b++;
+            while ((r = merge_peek(pr->batch, a, carried, b, n)) != NULL && r->first_page <= end) {
+                uint64_t e = r->first_page + r->npages;
+                if (e > end) end = e;
+                if (a < carried && r == &pr->batch[a]) a++; else b++;
+            }
+            if (end > mapped) end = mapped;
+            if (first < end) drain_range(pr, first, end, flush, &same);
         }
         if (sweep) pr_reconcile_range(pr, 0, mapped);
         pr_stat(pr, ST_CANCELLED, same);

@@ -150,8 +150,6 @@ static inline void nvh_protect_hold_close_(nvh_pool *pool, nvh_protect_hold *h)
 #define PR_TLS_PAGES 64u
 #define PR_TLS_POOLS 4u              /* distinct pools one implicit window names */
 #define PR_LAT_BUCKETS 320u          /* latency histogram, log2 x 8 sub-buckets */
-#define PR_TSLOTS 32u                /* threads with counts of their own, per pool */
-#define PR_TBINDS 4u                 /* pools one thread keeps counts for at once  */
 
 enum { PR_KIND_UNPROTECT = 0, PR_KIND_PROTECT = 1, PR_KIND_SWEEP = 2 };
 
@@ -234,18 +232,6 @@ struct nvh_protect {
     _Atomic uint64_t interval_ns;
     int registry_slot;
 
-    /* Per-thread counts (async, one-page windows; window.c "Per-thread
-     * counts"): a page's window count is count[page] plus every thread's
-     * tcount[slot][page] (signed: a thread may close a window another thread
-     * opened). Each array is written by its owner only, with plain stores;
-     * appliers see them through membarrier() (pr_tc_barrier). Arrays live
-     * until pr_destroy (a slot is reused, values and all, by a later thread
-     * once its owner exited). */
-    uint64_t uid;                         /* process-unique, for TLS bindings */
-    _Atomic(_Atomic int32_t *) tcount[PR_TSLOTS];
-    _Atomic int towner[PR_TSLOTS];        /* 1 = a live thread owns the slot  */
-    _Atomic unsigned tslots;              /* slots ever used (loop bound)     */
-
     /* page arrays: mmap'ed MAP_NORESERVE for max_pages, touched on use */
     _Atomic uint32_t *count;
     _Atomic uint64_t *state;              /* 1 = writable (applied)           */
@@ -318,30 +304,10 @@ static inline void pr_bit_clear(_Atomic uint64_t *map, uint64_t page)
 {
     atomic_fetch_and(&map[page >> 6], ~((uint64_t)1 << (page & 63)));
 }
-/* Open windows on the page: the shared count plus the threads' own. */
 static inline bool pr_page_wanted(struct nvh_protect *pr, uint64_t page)
 {
-    int64_t n = (int64_t)atomic_load(&pr->count[page]);
-    unsigned slots = atomic_load_explicit(&pr->tslots, memory_order_acquire);
-    for (unsigned i = 0; i < slots; i++) {
-        _Atomic int32_t *t = atomic_load_explicit(&pr->tcount[i], memory_order_acquire);
-        if (t) n += atomic_load_explicit(&t[page], memory_order_relaxed);
-    }
-    return n > 0;
+    return atomic_load(&pr->count[page]) != 0;
 }
-/* Appliers: make every thread's count stores so far visible before the
- * count loads that follow (the applier's half of the pairs in protect.h,
- * for counts updated with plain stores). No-op while no thread has counts
- * of its own. Async-signal-safe. */
-void pr_tc_barrier(struct nvh_protect *pr);
-/* window.c: fold every thread's counts into count[] and zero them (mode
- * changes; not concurrent with window calls on the pool). zero_only: just
- * forget them (protection turned off). */
-void pr_tc_fold_all(struct nvh_protect *pr, bool zero_only);
-/* window.c: pr is being destroyed: forget the bindings, unmap the arrays. */
-void pr_tc_destroy(struct nvh_protect *pr);
-/* window.c: pr was created (uid, live list). */
-void pr_tc_init(struct nvh_protect *pr);
 static inline char *pr_page_addr(struct nvh_protect *pr, uint64_t page)
 {
     return pr->base + (page << PR_PAGE_SHIFT);
@@ -391,8 +357,6 @@ typedef struct pr_tls {
     bool lost;                   /* depth > 0 without a list (out of memory):
                                     pages made writable unlisted; _end sweeps */
     pr_tls_list *list;           /* NULL until the thread's first begin       */
-    struct pr_tbind *bind;       /* per-thread counts (window.c); NULL until the
-                                    thread's first one-page window in async mode */
 } pr_tls;
 extern _Thread_local pr_tls nvh_protect_tls_ __attribute__((tls_model("initial-exec")));
 

@@ -100,13 +100,11 @@ static struct nvh_protect *pr_create(nvh_pool *pool, unsigned queue_slots)
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
     pthread_cond_init(&pr->wake, &ca);
     pthread_condattr_destroy(&ca);
-    pr_tc_init(pr);
     return pr;
 }
 
 static void pr_destroy(struct nvh_protect *pr)
 {
-    pr_tc_destroy(pr);
     pthread_cond_destroy(&pr->wake);
     pthread_mutex_destroy(&pr->wake_lock);
     pthread_mutex_destroy(&pr->apply_lock);
@@ -161,9 +159,6 @@ static void disable(struct nvh_protect *pr)
     atomic_store(&pr->mode, NVH_PROTECT_OFF);
     pthread_mutex_unlock(&pr->apply_lock);
     pr_registry_remove(pr);                   /* waits out running handlers */
-    pr_tc_fold_all(pr, true);                 /* the threads' counts too; first,
-                                                 so an exiting thread's fold
-                                                 lands before the zeroing */
     madvise((void *)pr->count, pr->arrays_bytes, MADV_DONTNEED);
     atomic_fetch_add(&pr->epoch, 1);          /* held windows are gone now */
     atomic_store(&pr->disabling, 0);
@@ -194,8 +189,7 @@ int nvh_protect_configure(nvh_pool *pool, const nvh_protect_options *options)
     if (o.queue_slots > PR_QUEUE_MAX)
         return nvh_fail(NVH_E_INVAL, "nvh_protect: queue of %u slots exceeds the maximum %u",
                         o.queue_slots, PR_QUEUE_MAX);
-    if (o.flags & ~(NVH_PROTECT_EAGER_UNPROTECT | NVH_PROTECT_NO_LATENCY | NVH_PROTECT_STRICT |
-                    NVH_PROTECT_SHARED_COUNTS))
+    if (o.flags & ~(NVH_PROTECT_EAGER_UNPROTECT | NVH_PROTECT_NO_LATENCY | NVH_PROTECT_STRICT))
         return nvh_fail(NVH_E_INVAL, "nvh_protect: unknown option bits 0x%x", o.flags);
 
     struct nvh_protect *pr = atomic_load(&pool->protect);
@@ -214,10 +208,6 @@ int nvh_protect_configure(nvh_pool *pool, const nvh_protect_options *options)
         if (!pr) return nvh_errcode();
         atomic_store(&pool->protect, pr);
     }
-    /* windows counted by threads under the old mode and options move to
-     * the shared counts (a thread closing one later finds its own count 0
-     * and takes it from the shared count) */
-    if (atomic_load(&pr->mode) != NVH_PROTECT_OFF) pr_tc_fold_all(pr, false);
     atomic_store(&pr->interval_ns, o.interval_ns);
     pr->flags = o.flags;
     int old = atomic_load(&pr->mode);

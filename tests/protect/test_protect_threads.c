@@ -128,110 +128,6 @@ static void test_threads_async_eager(void **state)
     run_threads(&o);
 }
 
-static void test_threads_async_shared_counts(void **state)
-{
-    (void)state;
-    /* the shared per-page counts only (no per-thread counts): the path
-     * before, still used for multi-page windows and when a pool runs out of
-     * thread slots */
-    nvh_protect_options o = {.mode = NVH_PROTECT_ASYNC, .interval_ns = 20000,
-                             .flags = NVH_PROTECT_SHARED_COUNTS};
-    run_threads(&o);
-}
-
-/* --------------------------------------------------------------------------
- * Windows opened in one thread and closed in another (async: per-thread
- * counts, window.c). The closer's own count goes negative; the page's count
- * (the sum) must reach 0, the page must be protected at the next sync, and
- * no close may be judged unbalanced. A thread that exits with a window open
- * gives its count back (the fold at exit): the window stays open until
- * another thread closes it.
- * -------------------------------------------------------------------------- */
-typedef struct xwin {
-    nvh_pool *pool;
-    char *page;
-    int op;                  /* 0 open + write, 1 close */
-    int rc;
-} xwin;
-
-static void *xwin_main(void *arg)
-{
-    xwin *x = arg;
-    if (x->op == 0) {
-        x->rc = nvh_unprotect(x->pool, x->page, 64);
-        if (x->rc == NVH_OK) memset(x->page, 0x5a, 64);      /* legal: the window is open */
-    } else {
-        x->rc = nvh_protect(x->pool, x->page, 64);
-    }
-    return NULL;
-}
-
-static int in_thread(nvh_pool *pool, char *page, int op)
-{
-    xwin x = {.pool = pool, .page = page, .op = op};
-    pthread_t t;
-    assert_int_equal(pthread_create(&t, NULL, xwin_main, &x), 0);
-    pthread_join(t, NULL);
-    return x.rc;
-}
-
-static void test_cross_thread_windows(void **state)
-{
-    (void)state;
-    nvh_pool *pool = pt_pool("xthread", 4 * MIB);
-    assert_non_null(pool);
-    assert_int_equal(nvh_protect_set_mode(pool, NVH_PROTECT_ASYNC, 1000000), NVH_OK);
-    char *a = pt_page(pool, 1), *b = pt_page(pool, 2), *c = pt_page(pool, 3);
-
-    /* opened by a thread that then exits (window still open), closed here */
-    assert_int_equal(in_thread(pool, a, 0), NVH_OK);
-    assert_int_equal(nvh_protect_sync(pool), NVH_OK);
-    assert_int_equal(pt_writable(a), 1);           /* still open: the exit kept it */
-    assert_int_equal(nvh_protect(pool, a, 64), NVH_OK);
-
-    /* opened here, closed by another thread */
-    assert_int_equal(nvh_unprotect(pool, b, 64), NVH_OK);
-    memset(b, 0x6b, 64);
-    assert_int_equal(in_thread(pool, b, 1), NVH_OK);
-
-    /* nested: opened twice here, closed once by another thread, once here */
-    assert_int_equal(nvh_unprotect(pool, c, 64), NVH_OK);
-    assert_int_equal(nvh_unprotect(pool, c, 64), NVH_OK);
-    memset(c, 0x7c, 64);
-    assert_int_equal(in_thread(pool, c, 1), NVH_OK);
-    assert_int_equal(nvh_protect_sync(pool), NVH_OK);
-    assert_int_equal(pt_writable(c), 1);           /* one window still open */
-    assert_int_equal(nvh_protect(pool, c, 64), NVH_OK);
-
-    assert_int_equal(nvh_protect_sync(pool), NVH_OK);
-    assert_int_equal(pt_writable(a), 0);
-    assert_int_equal(pt_writable(b), 0);
-    assert_int_equal(pt_writable(c), 0);
-    assert_int_equal((unsigned char)a[0], 0x5a);
-    assert_int_equal((unsigned char)b[0], 0x6b);
-
-    /* a close with no window anywhere is still unbalanced, in any thread */
-    assert_int_equal(nvh_protect(pool, b, 64), NVH_E_INVAL);
-    assert_int_equal(in_thread(pool, b, 1), NVH_E_INVAL);
-    nvh_protect_stats st = pt_stats(pool);
-    assert_int_equal(st.unbalanced, 2);
-    assert_int_equal(st.strays, 0);
-    assert_int_equal(pt_writable(b), 0);
-
-    /* a window left open across a mode change moves to the shared counts:
-     * the close after it balances */
-    assert_int_equal(nvh_unprotect(pool, a, 64), NVH_OK);
-    assert_int_equal(nvh_protect_set_interval(pool, 2000000), NVH_OK);
-    nvh_protect_options o = {.mode = NVH_PROTECT_ASYNC, .interval_ns = 2000000,
-                             .flags = NVH_PROTECT_SHARED_COUNTS};
-    assert_int_equal(nvh_protect_configure(pool, &o), NVH_OK);
-    assert_int_equal(nvh_protect(pool, a, 64), NVH_OK);
-    assert_int_equal(nvh_protect_sync(pool), NVH_OK);
-    assert_int_equal(pt_writable(a), 0);
-    assert_int_equal(pt_stats(pool).unbalanced, 2);
-    nvh_pool_close(pool);
-}
-
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -239,8 +135,6 @@ int main(void)
         cmocka_unit_test(test_threads_async_fast),
         cmocka_unit_test(test_threads_async_slow_small_queue),
         cmocka_unit_test(test_threads_async_eager),
-        cmocka_unit_test(test_threads_async_shared_counts),
-        cmocka_unit_test(test_cross_thread_windows),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
