@@ -1160,6 +1160,19 @@ int nvh_heap_usable(nvh_heap *h, uint64_t off, uint64_t *usable)
         /* the DRAM view is the truth (the media bitmap lags until retire) */
         return nvh_fail(NVH_E_BADPTR, "offset %llu is not an object", (unsigned long long)off);
     }
+    /* A reservation first, under its arena's lock: its media header is
+     * not ours yet (another thread's activation may be writing a free
+     * remainder's header there right now), so reading it would race. */
+    uint64_t c = nvh_chunk_of_block(h, b);
+    int16_t own = c < h->max_chunks ? atomic_load(&h->owner[c]) : -1;
+    if (own >= 0 && in == NVH_HDR) {
+        nvh_arena *a = &h->arenas[own];
+        nvh_alock_lock(&a->lock);
+        nvh_resv *r = resv_find(a, b);
+        if (r) *usable = r->blocks * NVH_BLOCK - NVH_HDR;
+        nvh_alock_unlock(&a->lock);
+        if (r) return NVH_OK;
+    }
     if (nvh_rhdr_valid(h, b)) {
         const struct nvh_rhdr *r = nvh_rhdr_at(h, b);
         if (r->state == NVH_RS_USED && r->kind == NVH_RK_RUN && r->cls &&
@@ -1176,16 +1189,6 @@ int nvh_heap_usable(nvh_heap *h, uint64_t off, uint64_t *usable)
             *usable = (uint64_t)r->blocks * NVH_BLOCK - NVH_HDR;
             return NVH_OK;
         }
-    }
-    uint64_t c = nvh_chunk_of_block(h, b);
-    int16_t own = c < h->max_chunks ? atomic_load(&h->owner[c]) : -1;
-    if (own >= 0 && in == NVH_HDR) {
-        nvh_arena *a = &h->arenas[own];
-        nvh_alock_lock(&a->lock);
-        nvh_resv *r = resv_find(a, b);
-        if (r) *usable = r->blocks * NVH_BLOCK - NVH_HDR;
-        nvh_alock_unlock(&a->lock);
-        if (r) return NVH_OK;
     }
     return nvh_fail(NVH_E_BADPTR, "offset %llu is not an object", (unsigned long long)off);
 }
