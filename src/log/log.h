@@ -223,6 +223,14 @@ typedef struct nvh_lane {
         _Atomic uint32_t n;
         _Atomic uint64_t off[NVH_REDO_MAX];
     } pend[2];
+    /* a filter of the words this lane has ever published in pend[]: bit
+     * (offset >> 20) & 255, i.e. 1 MiB granules folded onto 256 bits; set
+     * by the owner before the transaction's fence (so before its pend entry
+     * can be seen), never cleared. A one-fence commit of another lane reads
+     * the pend entries only of lanes whose filter meets its own words:
+     * threads working on disjoint data then share no line that changes per
+     * transaction (2-thread GUPS scaling; record.c, filter_lanes). */
+    _Alignas(64) _Atomic uint64_t wfilter[4];
     /* owner-only state of the one-fence path, on a line of its own */
     _Alignas(64) struct nvh_redo_line (*redo)[NVH_REDO_LINES]; /* [2] slots; NULL: version < 3 */
     unsigned redo_slot;         /* slot of the next one-fence transaction       */
@@ -330,6 +338,9 @@ extern int nvh_txlog_test_no_redo_replay_;
 /* test hooks: no help for other lanes' pending one-fence transactions; no
  * learning of their commit order */
 extern int nvh_txlog_test_no_pending_help_, nvh_txlog_test_no_learn_;
+/* test hook: one-fence commits do not publish their filter bits (negative
+ * control: other lanes then skip their pending transactions) */
+extern int nvh_txlog_test_no_filter_publish_;
 
 /* recover.c */
 int nvh_txlog_recover(nvh_txlog *lg);

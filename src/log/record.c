@@ -260,6 +260,7 @@ typedef struct help_todo {
 
 int nvh_txlog_test_no_pending_help_ = 0;
 int nvh_txlog_test_no_learn_ = 0;
+int nvh_txlog_test_no_filter_publish_ = 0;
 
 static inline bool shares_word(const _Atomic uint64_t *off, uint32_t n, const uint64_t *ws,
                                unsigned wn)
@@ -310,6 +311,44 @@ static void help_pending_pre(nvh_txlog *lg, nvh_lane *self, uint64_t mask, const
             todo->tid[todo->n++] = t1;
         }
     }
+}
+
+/* The filter bits of n words (nvh_lane.wfilter). */
+static inline void filter_bits(const uint64_t *offs, unsigned n, uint64_t bits[4])
+{
+    bits[0] = bits[1] = bits[2] = bits[3] = 0;
+    for (unsigned i = 0; i < n; i++) {
+        unsigned g = (unsigned)(offs[i] >> 20) & 255u;
+        bits[g >> 6] |= 1ull << (g & 63);
+    }
+}
+
+/* Publish this lane's bits (rarely a store: only bits it never had). */
+static inline void filter_publish(nvh_lane *lane, const uint64_t bits[4])
+{
+    for (unsigned w = 0; w < 4; w++)
+        if (bits[w] & ~atomic_load_explicit(&lane->wfilter[w], memory_order_relaxed))
+            atomic_fetch_or_explicit(&lane->wfilter[w], bits[w], memory_order_seq_cst);
+}
+
+/* The lanes of `mask` whose filter meets bits: only their pending
+ * transactions can share a word with ours. A lane's bits are set before its
+ * fence, its pend entry after it, so a lane whose filter misses our words
+ * has no visible pend entry with one of them. */
+static inline uint64_t filter_lanes(nvh_txlog *lg, uint64_t mask, const uint64_t bits[4])
+{
+    uint64_t keep = 0;
+    while (mask) {
+        unsigned i = (unsigned)__builtin_ctzll(mask);
+        mask &= mask - 1;
+        const nvh_lane *o = &lg->lanes[i];
+        for (unsigned w = 0; w < 4; w++)
+            if (bits[w] & atomic_load_explicit(&o->wfilter[w], memory_order_acquire)) {
+                keep |= 1ull << i;
+                break;
+            }
+    }
+    return keep;
 }
 
 static inline void retire_max_(nvh_pool *pool, _Atomic uint64_t *w, uint64_t tid)
@@ -514,8 +553,13 @@ int nvh_txlog_redo_commit(nvh_txlog *lg, nvh_lane *lane, const uint64_t *offs,
      * commit order comes after theirs */
     help_todo todo;
     todo.n = 0;
-    if (atomic_load_explicit(&lg->lanes_used, memory_order_acquire) & ~(1ull << lane->index)) {
-        help_pending_pre(lg, lane, ~0ull, offs, n, &todo);
+    uint64_t bits[4];
+    filter_bits(offs, n, bits);
+    if (!nvh_txlog_test_no_filter_publish_) filter_publish(lane, bits);
+    uint64_t others = atomic_load_explicit(&lg->lanes_used, memory_order_acquire) &
+                      ~(1ull << lane->index);
+    if (others) {
+        help_pending_pre(lg, lane, filter_lanes(lg, others, bits), offs, n, &todo);
         nvh_txlog_help(lg, ~0ull, lane->index);
     }
     uint64_t cseq = ++lane->clock;

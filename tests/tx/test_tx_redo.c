@@ -559,6 +559,18 @@ static void handover_no_help_fails(void **state)
                       (unsigned long long)r.failures);
         assert_true(r.failures > 0);
     }
+    /* the lane filter: a lane that does not publish its words' bits is
+     * skipped by the others' one-fence commits, which is no help at all
+     * (modes 0 and 4: B's transaction on X is a one-fence one; mode 1's B
+     * is an undo transaction, which helps every lane without a filter) */
+    for (int mode = 0; mode < 5; mode += 4) {
+        nvh_txlog_test_no_filter_publish_ = 1;
+        nvh_crash_report r = explore_arg(handover_workload, &mode, NVH_CRASH_LINES, 0, 8);
+        nvh_txlog_test_no_filter_publish_ = 0;
+        print_message("  mode %d without the filter bits: %llu failures (must be > 0)\n", mode,
+                      (unsigned long long)r.failures);
+        assert_true(r.failures > 0);
+    }
     int mode = 3;
     nvh_txlog_test_no_learn_ = 1;
     nvh_crash_report r = explore_arg(handover_workload, &mode, NVH_CRASH_LINES, 0, 8);
