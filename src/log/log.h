@@ -235,6 +235,7 @@ typedef struct nvh_lane {
     _Alignas(64) struct nvh_redo_line (*redo)[NVH_REDO_LINES]; /* [2] slots; NULL: version < 3 */
     unsigned redo_slot;         /* slot of the next one-fence transaction       */
     uint64_t redo_pend;         /* tid published in pend_tid (owner's copy)     */
+    uint64_t tx_bits[4];        /* filter bits of this transaction's records    */
     /* commit order of this lane (a Lamport clock, no shared counter): above
      * every commit of this lane and every commit of another lane this lane
      * helped (whose data it may overwrite); see docs/TX.md */

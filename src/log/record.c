@@ -82,6 +82,7 @@ int nvh_txlog_begin(nvh_txlog *lg, nvh_lane *lane)
     lane->nrecs = 0;
     lane->active_written = false;
     lane->unfenced = false;
+    lane->tx_bits[0] = lane->tx_bits[1] = lane->tx_bits[2] = lane->tx_bits[3] = 0;
     return NVH_OK;
 }
 
@@ -128,6 +129,61 @@ static inline int push_ref(nvh_lane *lane, struct nvh_txrec *r, char *data)
 }
 
 /* Reserve a record slot (and data) and fill the common fields. */
+/* The filter bits of n words (nvh_lane.wfilter). */
+static inline void filter_bits(const uint64_t *offs, unsigned n, uint64_t bits[4])
+{
+    bits[0] = bits[1] = bits[2] = bits[3] = 0;
+    for (unsigned i = 0; i < n; i++) {
+        unsigned g = (unsigned)(offs[i] >> 20) & 255u;
+        bits[g >> 6] |= 1ull << (g & 63);
+    }
+}
+
+/* Publish this lane's bits (rarely a store: only bits it never had). */
+static inline void filter_publish(nvh_lane *lane, const uint64_t bits[4])
+{
+    for (unsigned w = 0; w < 4; w++)
+        if (bits[w] & ~atomic_load_explicit(&lane->wfilter[w], memory_order_relaxed))
+            atomic_fetch_or_explicit(&lane->wfilter[w], bits[w], memory_order_seq_cst);
+}
+
+/* The lanes of `mask` whose filter meets bits: only their pending
+ * transactions can share a word with ours. A lane's bits are set before its
+ * fence, its pend entry after it, so a lane whose filter misses our words
+ * has no visible pend entry with one of them. */
+static inline uint64_t filter_lanes(nvh_txlog *lg, uint64_t mask, const uint64_t bits[4])
+{
+    uint64_t keep = 0;
+    while (mask) {
+        unsigned i = (unsigned)__builtin_ctzll(mask);
+        mask &= mask - 1;
+        const nvh_lane *o = &lg->lanes[i];
+        for (unsigned w = 0; w < 4; w++)
+            if (bits[w] & atomic_load_explicit(&o->wfilter[w], memory_order_acquire)) {
+                keep |= 1ull << i;
+                break;
+            }
+    }
+    return keep;
+}
+
+/* Every record's bytes [off, off+len) go into the lane's filter (so that
+ * other lanes' fences know this lane may have to be helped there) and into
+ * this transaction's bits (so that its own fences help only the lanes whose
+ * filters meet them). A range over more than 64 granules sets every bit. */
+static inline void filter_record(nvh_lane *lane, uint64_t off, uint64_t len)
+{
+    uint64_t bits[4] = {0, 0, 0, 0};
+    uint64_t g0 = off >> 20, g1 = (off + (len ? len : 1) - 1) >> 20;
+    if (g1 - g0 >= 64) {
+        bits[0] = bits[1] = bits[2] = bits[3] = ~0ull;
+    } else {
+        for (uint64_t g = g0; g <= g1; g++) bits[(g & 255) >> 6] |= 1ull << (g & 63);
+    }
+    for (unsigned w = 0; w < 4; w++) lane->tx_bits[w] |= bits[w];
+    if (!nvh_txlog_test_no_filter_publish_) filter_publish(lane, bits);
+}
+
 static inline int new_record(nvh_txlog *lg, nvh_lane *lane, unsigned kind, uint64_t off,
                              uint64_t len, uint64_t data_bytes, nvh_recref **out, char **data_out)
 {
@@ -148,6 +204,7 @@ static inline int new_record(nvh_txlog *lg, nvh_lane *lane, unsigned kind, uint6
         lane->data_next += (uint32_t)alen8(data_bytes);
     }
     if ((rc = push_ref(lane, r, data)) != NVH_OK) return rc;
+    filter_record(lane, off, len);
     lane->rec_next++;
     nvh_recref *ref = &lane->recs[lane->nrecs - 1];
     ref->sh = (struct nvh_txrec){
@@ -313,44 +370,6 @@ static void help_pending_pre(nvh_txlog *lg, nvh_lane *self, uint64_t mask, const
     }
 }
 
-/* The filter bits of n words (nvh_lane.wfilter). */
-static inline void filter_bits(const uint64_t *offs, unsigned n, uint64_t bits[4])
-{
-    bits[0] = bits[1] = bits[2] = bits[3] = 0;
-    for (unsigned i = 0; i < n; i++) {
-        unsigned g = (unsigned)(offs[i] >> 20) & 255u;
-        bits[g >> 6] |= 1ull << (g & 63);
-    }
-}
-
-/* Publish this lane's bits (rarely a store: only bits it never had). */
-static inline void filter_publish(nvh_lane *lane, const uint64_t bits[4])
-{
-    for (unsigned w = 0; w < 4; w++)
-        if (bits[w] & ~atomic_load_explicit(&lane->wfilter[w], memory_order_relaxed))
-            atomic_fetch_or_explicit(&lane->wfilter[w], bits[w], memory_order_seq_cst);
-}
-
-/* The lanes of `mask` whose filter meets bits: only their pending
- * transactions can share a word with ours. A lane's bits are set before its
- * fence, its pend entry after it, so a lane whose filter misses our words
- * has no visible pend entry with one of them. */
-static inline uint64_t filter_lanes(nvh_txlog *lg, uint64_t mask, const uint64_t bits[4])
-{
-    uint64_t keep = 0;
-    while (mask) {
-        unsigned i = (unsigned)__builtin_ctzll(mask);
-        mask &= mask - 1;
-        const nvh_lane *o = &lg->lanes[i];
-        for (unsigned w = 0; w < 4; w++)
-            if (bits[w] & atomic_load_explicit(&o->wfilter[w], memory_order_acquire)) {
-                keep |= 1ull << i;
-                break;
-            }
-    }
-    return keep;
-}
-
 static inline void retire_max_(nvh_pool *pool, _Atomic uint64_t *w, uint64_t tid)
 {
     uint64_t cur = atomic_load_explicit(w, memory_order_relaxed);
@@ -396,9 +415,13 @@ void nvh_txlog_fence(nvh_txlog *lg, nvh_lane *lane, uint64_t help_mask)
 {
     help_todo todo;
     todo.n = 0;
+    uint64_t others = atomic_load_explicit(&lg->lanes_used, memory_order_acquire) &
+                      ~(1ull << lane->index);
+    /* ~0: every lane that may have to be helped for this transaction's
+     * records, i.e. whose filter meets their bits (help_pending_pre) */
+    if (help_mask == ~0ull && others) help_mask = filter_lanes(lg, others, lane->tx_bits);
     /* other lanes to help (one load when this lane is the only one) */
-    if (help_mask & atomic_load_explicit(&lg->lanes_used, memory_order_acquire) &
-        ~(1ull << lane->index)) {
+    if (help_mask & others) {
         help_pending_pre(lg, lane, help_mask, NULL, 0, &todo);
         nvh_txlog_help(lg, help_mask, lane->index);    /* after: see there */
     }
@@ -559,8 +582,9 @@ int nvh_txlog_redo_commit(nvh_txlog *lg, nvh_lane *lane, const uint64_t *offs,
     uint64_t others = atomic_load_explicit(&lg->lanes_used, memory_order_acquire) &
                       ~(1ull << lane->index);
     if (others) {
-        help_pending_pre(lg, lane, filter_lanes(lg, others, bits), offs, n, &todo);
-        nvh_txlog_help(lg, ~0ull, lane->index);
+        uint64_t meet = filter_lanes(lg, others, bits);
+        help_pending_pre(lg, lane, meet, offs, n, &todo);
+        nvh_txlog_help(lg, meet, lane->index);
     }
     uint64_t cseq = ++lane->clock;
     for (unsigned l = 0; l < nlines; l++) {

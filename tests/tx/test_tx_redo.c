@@ -559,11 +559,11 @@ static void handover_no_help_fails(void **state)
                       (unsigned long long)r.failures);
         assert_true(r.failures > 0);
     }
-    /* the lane filter: a lane that does not publish its words' bits is
-     * skipped by the others' one-fence commits, which is no help at all
-     * (modes 0 and 4: B's transaction on X is a one-fence one; mode 1's B
-     * is an undo transaction, which helps every lane without a filter) */
-    for (int mode = 0; mode < 5; mode += 4) {
+    /* the lane filter: a lane that does not publish its records' bits is
+     * skipped by the other lanes' fences, which is no help at all (the
+     * three modes that fail without help: B one-fence, B undo, and B
+     * overwriting A's older pending transaction) */
+    for (int mode = 0; mode < 5; mode += mode == 1 ? 3 : 1) {   /* 0, 1, 4 */
         nvh_txlog_test_no_filter_publish_ = 1;
         nvh_crash_report r = explore_arg(handover_workload, &mode, NVH_CRASH_LINES, 0, 8);
         nvh_txlog_test_no_filter_publish_ = 0;
