@@ -33,6 +33,16 @@ static inline const char *test_path(const char *name)
     return p;
 }
 
+/* A fresh directory /dev/shm/NAME-PID.d for a crash test's images (made
+ * once per process; the caller removes it). */
+static inline const char *test_shm_scratch(const char *name)
+{
+    static char dir[512];
+    snprintf(dir, sizeof dir, "/dev/shm/%s-%d.d", name, (int)getpid());
+    mkdir(dir, 0700);
+    return dir;
+}
+
 /* FNV-1a of a whole file: equal before and after means "not modified". */
 static inline uint64_t test_file_hash(const char *path)
 {

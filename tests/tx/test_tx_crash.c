@@ -410,10 +410,7 @@ int main(void)
 {
     setenv("NVHEAP_CHUNK_SIZE", "262144", 1);   /* small chunks: small images */
     g_complaints = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-    static char scratch[512];
-    snprintf(scratch, sizeof scratch, "/dev/shm/txcrash-%d.d", (int)getpid());
-    mkdir(scratch, 0700);
-    g_scratch = scratch;
+    g_scratch = test_shm_scratch("txcrash");
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(direct),
         cmocka_unit_test(every_fence_lines),
@@ -423,6 +420,6 @@ int main(void)
         cmocka_unit_test(crash_during_recovery),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
-    rmdir(scratch);
+    rmdir(g_scratch);
     return rc;
 }

@@ -681,10 +681,7 @@ int main(void)
 {
     setenv("NVHEAP_CHUNK_SIZE", "262144", 1);
     g_complaints = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-    static char scratch[512];
-    snprintf(scratch, sizeof scratch, "/dev/shm/txredo-%d.d", (int)getpid());
-    mkdir(scratch, 0700);
-    g_scratch = scratch;
+    g_scratch = test_shm_scratch("txredo");
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(api),
         cmocka_unit_test(costs),
@@ -700,6 +697,6 @@ int main(void)
     const char *only = getenv("TXREDO_ONLY");
     if (only && *only) cmocka_set_test_filter(only);
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
-    rmdir(scratch);
+    rmdir(g_scratch);
     return rc;
 }
