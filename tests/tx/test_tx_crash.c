@@ -22,6 +22,7 @@ const char *__lsan_default_suppressions(void) { return "leak:nvh_reserve_named\n
 #endif
 
 #include "log/log.h"
+#include "tx_crash_test.h"
 
 #include <stdbool.h>
 #include <sys/mman.h>
@@ -45,8 +46,6 @@ int nvh_tx_recover_(nvh_pool *pool);
 static unsigned char exp_prev[REG], exp_next[REG];
 static volatile int g_inflight;
 static volatile uint64_t g_acked;
-static int *g_complaints;
-static const char *g_scratch;
 
 static uint64_t mix(uint64_t *s)
 {
@@ -164,15 +163,6 @@ static int random_workload(nvh_pool *pool, void *arg)
 /* ---------------------------------------------------------------------------
  * Checker
  * ------------------------------------------------------------------------- */
-static int complain(const nvh_crash_point *pt, int rc, const char *what, long a, long b)
-{
-    if (__atomic_fetch_add(g_complaints, 1, __ATOMIC_RELAXED) < 5)
-        fprintf(stderr, "  checker: fence %llu seed %#llx: %s (%ld, %ld)\n",
-                (unsigned long long)(pt ? pt->fence : 0), (unsigned long long)(pt ? pt->seed : 0),
-                what, a, b);
-    return rc;
-}
-
 typedef struct live { uint64_t n; } live;
 static int count_live(void *ptr, size_t usable, void *arg)
 {
@@ -305,13 +295,6 @@ static const char *fresh_pool(void)
 /* A pool whose log directory is version 1 (no retire lines: retirement is
  * the header's IDLE state, as written by the first release): one
  * transaction creates the directory, then its version is set back. */
-static int dir_find(const char *name, void *ptr, size_t size, void *arg)
-{
-    (void)size;
-    if (strcmp(name, NVH_TX_DIR_NAME) != 0) return 0;
-    *(void **)arg = ptr;
-    return 1;
-}
 static const char *fresh_pool_v1(void)
 {
     const char *path = fresh_pool();
@@ -322,7 +305,7 @@ static const char *fresh_pool_v1(void)
     assert_int_equal(nvh_tx_add_word(pool, &root[1]), NVH_OK);
     assert_int_equal(nvh_tx_commit(pool), NVH_OK);
     struct nvh_tx_dir *d = NULL;
-    nvh_named_foreach(pool, dir_find, &d);
+    nvh_named_foreach(pool, tx_dir_find, &d);
     assert_non_null(d);
     assert_int_equal(d->version, NVH_TX_DIR_VERSION);
     d->version = 1;
@@ -408,9 +391,7 @@ static void crash_during_recovery(void **state)
 
 int main(void)
 {
-    setenv("NVHEAP_CHUNK_SIZE", "262144", 1);   /* small chunks: small images */
-    g_complaints = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-    g_scratch = test_shm_scratch("txcrash");
+    tx_crash_test_init("txcrash");
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(direct),
         cmocka_unit_test(every_fence_lines),

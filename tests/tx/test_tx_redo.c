@@ -22,6 +22,7 @@ const char *__lsan_default_suppressions(void) { return "leak:nvh_reserve_named\n
 #endif
 
 #include "log/log.h"
+#include "tx_crash_test.h"
 
 #include <pthread.h>
 #include <stdbool.h>
@@ -41,8 +42,6 @@ const char *__lsan_default_suppressions(void) { return "leak:nvh_reserve_named\n
 static uint64_t exp_prev[NW], exp_next[NW];
 static volatile int g_inflight;
 static volatile uint64_t g_acked;
-static int *g_complaints;
-static const char *g_scratch;
 static volatile int g_no_replay_in_checker;
 
 static uint64_t mix(uint64_t *s)
@@ -147,15 +146,6 @@ static int seq_workload(nvh_pool *pool, void *arg)
 /* ---------------------------------------------------------------------------
  * Checker
  * ------------------------------------------------------------------------- */
-static int complain(const nvh_crash_point *pt, int rc, const char *what, long a, long b)
-{
-    if (__atomic_fetch_add(g_complaints, 1, __ATOMIC_RELAXED) < 3 && !g_no_replay_in_checker)
-        fprintf(stderr, "  checker: fence %llu seed %#llx: %s (%ld, %ld)\n",
-                (unsigned long long)(pt ? pt->fence : 0), (unsigned long long)(pt ? pt->seed : 0),
-                what, a, b);
-    return rc;
-}
-
 static int check_pool(nvh_pool *pool, const nvh_crash_point *pt)
 {
     nvh_off_t *root = nvh_root(pool, NULL);
@@ -421,13 +411,6 @@ static void api(void **state)
 
 /* a version 2 directory (no redo lines): word writes take the two-fence
  * fallback, and the directory stays version 2 */
-static int dir_find(const char *name, void *ptr, size_t size, void *arg)
-{
-    (void)size;
-    if (strcmp(name, NVH_TX_DIR_NAME) != 0) return 0;
-    *(void **)arg = ptr;
-    return 1;
-}
 static void dir_v2(void **state)
 {
     (void)state;
@@ -439,7 +422,7 @@ static void dir_v2(void **state)
     assert_int_equal(nvh_tx_add_word(pool, &reg[1]), NVH_OK);
     assert_int_equal(nvh_tx_commit(pool), NVH_OK);
     struct nvh_tx_dir *d = NULL;
-    nvh_named_foreach(pool, dir_find, &d);
+    nvh_named_foreach(pool, tx_dir_find, &d);
     assert_non_null(d);
     assert_int_equal(d->version, 3);
     d->version = 2;
@@ -462,7 +445,7 @@ static void dir_v2(void **state)
     assert_int_equal(s.fences, 2);
     assert_int_equal(reg[2], 7);
     d = NULL;
-    nvh_named_foreach(pool, dir_find, &d);
+    nvh_named_foreach(pool, tx_dir_find, &d);
     assert_int_equal(d->version, 2);
     assert_int_equal(nvh_pool_close(pool), NVH_OK);
     unlink(path);
@@ -509,7 +492,7 @@ static void costs(void **state)
 static void every_fence(void **state)
 {
     (void)state;
-    g_no_replay_in_checker = 0;
+    g_no_replay_in_checker = g_complaints_quiet = 0;
     nvh_crash_report r = explore(seq_workload, NVH_CRASH_LINES, SAN ? 1 : 2);
     if (r.failures) nvh_crash_report_print(&r, stderr);
     assert_int_equal(r.failures, 0);
@@ -522,9 +505,9 @@ static void every_fence(void **state)
 static void every_fence_no_replay_fails(void **state)
 {
     (void)state;
-    g_no_replay_in_checker = 1;
+    g_no_replay_in_checker = g_complaints_quiet = 1;
     nvh_crash_report r = explore(seq_workload, NVH_CRASH_LINES, 2);
-    g_no_replay_in_checker = 0;
+    g_no_replay_in_checker = g_complaints_quiet = 0;
     print_message("  without redo replay: %llu failures (must be > 0)\n",
                   (unsigned long long)r.failures);
     assert_true(r.failures > 0);
@@ -550,7 +533,7 @@ static void handover(void **state)
 static void handover_no_help_fails(void **state)
 {
     (void)state;
-    g_no_replay_in_checker = 0;
+    g_no_replay_in_checker = g_complaints_quiet = 0;
     for (int mode = 0; mode < 5; mode += mode == 1 ? 3 : 1) {   /* 0, 1, 4 */
         nvh_txlog_test_no_pending_help_ = 1;
         nvh_crash_report r = explore_arg(handover_workload, &mode, NVH_CRASH_LINES, 0, 8);
@@ -679,9 +662,7 @@ static void two_threads(void **state)
 
 int main(void)
 {
-    setenv("NVHEAP_CHUNK_SIZE", "262144", 1);
-    g_complaints = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-    g_scratch = test_shm_scratch("txredo");
+    tx_crash_test_init("txredo");
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(api),
         cmocka_unit_test(costs),
