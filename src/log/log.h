@@ -30,6 +30,10 @@
  * Geometry and constants
  * ========================================================================== */
 #define NVH_TX_LANES 64u                     /* threads transacting at once    */
+#define NVH_FILTER_FINE_SHIFT 16u            /* lane filter: 64 KiB granules   */
+#define NVH_FILTER_FINE_BITS 4096u           /* folded onto 4096 bits          */
+#define NVH_FILTER_FINE_WORDS (NVH_FILTER_FINE_BITS / 64u)
+#define NVH_FILTER_TX_FINE 8u                /* fine granules a transaction lists */
 #define NVH_TX_DIR_NAME "nvheap.tx"
 #define NVH_TX_DIR_MAGIC 0x31584c48564e0000ull /* "\0\0NVHLX1" little-endian  */
 #define NVH_TX_DIR_VERSION 3u                /* 3: redo lines; 2: retire lines (1: IDLE in the header) */
@@ -223,19 +227,28 @@ typedef struct nvh_lane {
         _Atomic uint32_t n;
         _Atomic uint64_t off[NVH_REDO_MAX];
     } pend[2];
-    /* a filter of the words this lane has ever published in pend[]: bit
-     * (offset >> 20) & 255, i.e. 1 MiB granules folded onto 256 bits; set
-     * by the owner before the transaction's fence (so before its pend entry
-     * can be seen), never cleared. A one-fence commit of another lane reads
-     * the pend entries only of lanes whose filter meets its own words:
-     * threads working on disjoint data then share no line that changes per
-     * transaction (2-thread GUPS scaling; record.c, filter_lanes). */
+    /* Filters of the bytes this lane has ever logged or left pending, at
+     * two resolutions: `wfine`, bit (offset >> 16) & 4095 (64 KiB granules
+     * folded onto 4096 bits), and `wfilter`, bit (offset >> 20) & 255 (1 MiB
+     * granules onto 256 bits), for transactions with more granules than a
+     * short list holds. Set by the owner before the transaction's fence (so
+     * before its pend entry or retirement can be seen), never cleared. A
+     * fence or one-fence commit of another lane reads the pend entries and
+     * retire flag only of lanes whose filter meets its own bytes: threads
+     * working on disjoint data then share no line that changes per
+     * transaction, even where their data lie in one 1 MiB granule (2-thread
+     * GUPS scaling; record.c, filter_lanes). */
     _Alignas(64) _Atomic uint64_t wfilter[4];
+    _Alignas(64) _Atomic uint64_t wfine[NVH_FILTER_FINE_WORDS];
     /* owner-only state of the one-fence path, on a line of its own */
     _Alignas(64) struct nvh_redo_line (*redo)[NVH_REDO_LINES]; /* [2] slots; NULL: version < 3 */
     unsigned redo_slot;         /* slot of the next one-fence transaction       */
     uint64_t redo_pend;         /* tid published in pend_tid (owner's copy)     */
-    uint64_t tx_bits[4];        /* filter bits of this transaction's records    */
+    uint64_t tx_bits[4];        /* coarse filter bits of this transaction's records */
+    uint16_t tx_fine[NVH_FILTER_TX_FINE]; /* its fine granules (wfine bit numbers) */
+    unsigned tx_nfine;          /* how many; NVH_FILTER_TX_FINE + 1: too many, use tx_bits */
+    uint64_t filter_meets;      /* fences/commits whose filter check found another
+                                   lane (tests: the filter's precision)         */
     /* commit order of this lane (a Lamport clock, no shared counter): above
      * every commit of this lane and every commit of another lane this lane
      * helped (whose data it may overwrite); see docs/TX.md */

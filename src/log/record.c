@@ -83,6 +83,7 @@ int nvh_txlog_begin(nvh_txlog *lg, nvh_lane *lane)
     lane->active_written = false;
     lane->unfenced = false;
     lane->tx_bits[0] = lane->tx_bits[1] = lane->tx_bits[2] = lane->tx_bits[3] = 0;
+    lane->tx_nfine = 0;
     return NVH_OK;
 }
 
@@ -129,17 +130,41 @@ static inline int push_ref(nvh_lane *lane, struct nvh_txrec *r, char *data)
 }
 
 /* Reserve a record slot (and data) and fill the common fields. */
-/* The filter bits of n words (nvh_lane.wfilter). */
-static inline void filter_bits(const uint64_t *offs, unsigned n, uint64_t bits[4])
+/* --------------------------------------------------------------------------
+ * Lane filters (nvh_lane.wfilter, wfine; docs/TX.md "the lane filter").
+ * A transaction is checked against other lanes by its fine granules when it
+ * has at most NVH_FILTER_TX_FINE of them (one-fence commits always: at most
+ * 8 words), else by its coarse bits. Both filters of a lane get every
+ * granule it logs, so either check is sound.
+ * -------------------------------------------------------------------------- */
+static_assert(NVH_REDO_MAX <= NVH_FILTER_TX_FINE, "a one-fence commit's words fit the fine list");
+
+static inline unsigned fine_granule(uint64_t off)
+{
+    return (unsigned)(off >> NVH_FILTER_FINE_SHIFT) & (NVH_FILTER_FINE_BITS - 1u);
+}
+
+static inline void fine_publish(nvh_lane *lane, unsigned g)
+{
+    uint64_t bit = 1ull << (g & 63u);
+    if (!(atomic_load_explicit(&lane->wfine[g >> 6], memory_order_relaxed) & bit))
+        atomic_fetch_or_explicit(&lane->wfine[g >> 6], bit, memory_order_seq_cst);
+}
+
+/* The coarse filter bits of n words, their fine granules published. */
+static inline void filter_words(nvh_lane *lane, const uint64_t *offs, unsigned n, uint64_t bits[4],
+                                uint16_t fine[])
 {
     bits[0] = bits[1] = bits[2] = bits[3] = 0;
     for (unsigned i = 0; i < n; i++) {
         unsigned g = (unsigned)(offs[i] >> 20) & 255u;
         bits[g >> 6] |= 1ull << (g & 63);
+        fine[i] = (uint16_t)fine_granule(offs[i]);
+        if (!nvh_txlog_test_no_filter_publish_) fine_publish(lane, fine[i]);
     }
 }
 
-/* Publish this lane's bits (rarely a store: only bits it never had). */
+/* Publish this lane's coarse bits (rarely a store: only bits it never had). */
 static inline void filter_publish(nvh_lane *lane, const uint64_t bits[4])
 {
     for (unsigned w = 0; w < 4; w++)
@@ -147,17 +172,28 @@ static inline void filter_publish(nvh_lane *lane, const uint64_t bits[4])
             atomic_fetch_or_explicit(&lane->wfilter[w], bits[w], memory_order_seq_cst);
 }
 
-/* The lanes of `mask` whose filter meets bits: only their pending
- * transactions can share a word with ours. A lane's bits are set before its
- * fence, its pend entry after it, so a lane whose filter misses our words
- * has no visible pend entry with one of them. */
-static inline uint64_t filter_lanes(nvh_txlog *lg, uint64_t mask, const uint64_t bits[4])
+/* The lanes of `mask` whose filter meets a transaction's bytes: only their
+ * pending transactions and retirements can concern ours. `fine`/`nfine`:
+ * its fine granules (nfine > NVH_FILTER_TX_FINE: too many, use `bits`). A
+ * lane's bits are set before its fence, its pend entry after it, so a lane
+ * whose filter misses our bytes has no visible pend entry with one of them. */
+static inline uint64_t filter_lanes(nvh_txlog *lg, uint64_t mask, const uint64_t bits[4],
+                                    const uint16_t *fine, unsigned nfine)
 {
     uint64_t keep = 0;
     while (mask) {
         unsigned i = (unsigned)__builtin_ctzll(mask);
         mask &= mask - 1;
         const nvh_lane *o = &lg->lanes[i];
+        if (nfine <= NVH_FILTER_TX_FINE) {
+            for (unsigned k = 0; k < nfine; k++)
+                if (atomic_load_explicit(&o->wfine[fine[k] >> 6], memory_order_acquire) &
+                    (1ull << (fine[k] & 63u))) {
+                    keep |= 1ull << i;
+                    break;
+                }
+            continue;
+        }
         for (unsigned w = 0; w < 4; w++)
             if (bits[w] & atomic_load_explicit(&o->wfilter[w], memory_order_acquire)) {
                 keep |= 1ull << i;
@@ -167,21 +203,37 @@ static inline uint64_t filter_lanes(nvh_txlog *lg, uint64_t mask, const uint64_t
     return keep;
 }
 
-/* Every record's bytes [off, off+len) go into the lane's filter (so that
+/* Every record's bytes [off, off+len) go into the lane's filters (so that
  * other lanes' fences know this lane may have to be helped there) and into
- * this transaction's bits (so that its own fences help only the lanes whose
- * filters meet them). A range over more than 64 granules sets every bit. */
+ * this transaction's bits and fine list (so that its own fences help only
+ * the lanes whose filters meet them). A range over more than 64 coarse
+ * granules sets every coarse bit; over more fine granules than the filter
+ * has bits, every fine bit. */
 static inline void filter_record(nvh_lane *lane, uint64_t off, uint64_t len)
 {
     uint64_t bits[4] = {0, 0, 0, 0};
-    uint64_t g0 = off >> 20, g1 = (off + (len ? len : 1) - 1) >> 20;
+    uint64_t last = off + (len ? len : 1) - 1;
+    uint64_t g0 = off >> 20, g1 = last >> 20;
     if (g1 - g0 >= 64) {
         bits[0] = bits[1] = bits[2] = bits[3] = ~0ull;
     } else {
         for (uint64_t g = g0; g <= g1; g++) bits[(g & 255) >> 6] |= 1ull << (g & 63);
     }
     for (unsigned w = 0; w < 4; w++) lane->tx_bits[w] |= bits[w];
-    if (!nvh_txlog_test_no_filter_publish_) filter_publish(lane, bits);
+    bool publish = !nvh_txlog_test_no_filter_publish_;
+    if (publish) filter_publish(lane, bits);
+    uint64_t f0 = off >> NVH_FILTER_FINE_SHIFT, f1 = last >> NVH_FILTER_FINE_SHIFT;
+    if (f1 - f0 >= NVH_FILTER_FINE_BITS) f1 = f0 + NVH_FILTER_FINE_BITS - 1;
+    for (uint64_t f = f0; f <= f1; f++) {
+        unsigned g = (unsigned)f & (NVH_FILTER_FINE_BITS - 1u);
+        if (publish) fine_publish(lane, g);
+        if (lane->tx_nfine > NVH_FILTER_TX_FINE) continue;
+        unsigned k = 0;
+        while (k < lane->tx_nfine && lane->tx_fine[k] != g) k++;
+        if (k < lane->tx_nfine) continue;
+        if (lane->tx_nfine == NVH_FILTER_TX_FINE) lane->tx_nfine++;   /* too many: coarse */
+        else lane->tx_fine[lane->tx_nfine++] = (uint16_t)g;
+    }
 }
 
 static inline int new_record(nvh_txlog *lg, nvh_lane *lane, unsigned kind, uint64_t off,
@@ -419,7 +471,10 @@ void nvh_txlog_fence(nvh_txlog *lg, nvh_lane *lane, uint64_t help_mask)
                       ~(1ull << lane->index);
     /* ~0: every lane that may have to be helped for this transaction's
      * records, i.e. whose filter meets their bits (help_pending_pre) */
-    if (help_mask == ~0ull && others) help_mask = filter_lanes(lg, others, lane->tx_bits);
+    if (help_mask == ~0ull && others) {
+        help_mask = filter_lanes(lg, others, lane->tx_bits, lane->tx_fine, lane->tx_nfine);
+        lane->filter_meets += help_mask != 0;
+    }
     /* other lanes to help (one load when this lane is the only one) */
     if (help_mask & others) {
         help_pending_pre(lg, lane, help_mask, NULL, 0, &todo);
@@ -577,12 +632,14 @@ int nvh_txlog_redo_commit(nvh_txlog *lg, nvh_lane *lane, const uint64_t *offs,
     help_todo todo;
     todo.n = 0;
     uint64_t bits[4];
-    filter_bits(offs, n, bits);
+    uint16_t fine[NVH_REDO_MAX];
+    filter_words(lane, offs, n, bits, fine);
     if (!nvh_txlog_test_no_filter_publish_) filter_publish(lane, bits);
     uint64_t others = atomic_load_explicit(&lg->lanes_used, memory_order_acquire) &
                       ~(1ull << lane->index);
     if (others) {
-        uint64_t meet = filter_lanes(lg, others, bits);
+        uint64_t meet = filter_lanes(lg, others, bits, fine, n);
+        lane->filter_meets += meet != 0;
         help_pending_pre(lg, lane, meet, offs, n, &todo);
         nvh_txlog_help(lg, meet, lane->index);
     }

@@ -13,7 +13,10 @@
  *   - a crash at every fence of a hand-over between two lanes (lane A
  *     commits and goes idle, lane B overwrites the word and keeps going):
  *     negative control without B's help for A's pending transaction;
- *   - two threads (TSan): private words and a shared word under a mutex. */
+ *   - two threads (TSan): private words and a shared word under a mutex;
+ *   - the lane filter's precision: words 64 KiB apart in one 1 MiB granule
+ *     do not make one lane read another's pending entries, words of one
+ *     64 KiB granule do. */
 #include "test_util.h"
 
 #if defined(__SANITIZE_ADDRESS__)
@@ -660,6 +663,83 @@ static void two_threads(void **state)
     unlink(path);
 }
 
+/* The lane filter's precision (record.c, filter_lanes): lane A's one-fence
+ * commits at word a; lane B's at a word 64 KiB away, in the same 1 MiB
+ * granule, must not meet A's filter (the coarse filter alone would: 2-thread
+ * GUPS lost its scaling on the granule the threads' halves shared), B's at a
+ * word in a's 64 KiB granule must (else the check below proves nothing). */
+typedef struct {
+    nvh_pool *pool;
+    uint64_t *word;
+    pthread_barrier_t *bar;
+    int rc;
+} fine_arg;
+
+static void *fine_lane_a(void *p)
+{
+    fine_arg *a = p;
+    for (unsigned i = 0; i < 4 && !a->rc; i++) {
+        if (nvh_tx_begin(a->pool) != NVH_OK ||
+            nvh_tx_write_word(a->pool, a->word, i + 1) != NVH_OK || nvh_tx_commit(a->pool) != NVH_OK)
+            a->rc = 1;
+    }
+    pthread_barrier_wait(a->bar);           /* A's bits are published   */
+    pthread_barrier_wait(a->bar);           /* B has committed: A exits */
+    return NULL;
+}
+
+static uint64_t meets_total(nvh_pool *pool)
+{
+    nvh_txlog *lg = nvh_txlog_get(pool);
+    uint64_t n = 0;
+    for (unsigned i = 0; i < NVH_TX_LANES; i++) n += lg->lanes[i].filter_meets;
+    return n;
+}
+
+static void filter_fine(void **state)
+{
+    (void)state;
+    const char *path = test_path("txredo-filter");
+    nvh_pool *pool = nvh_pool_create(path, LAYOUT, 8u << 20, NVH_DOMAIN_PMEM);
+    assert_non_null(pool);
+    char *blk = nvh_alloc(pool, 3u << 20, NULL, NULL, NULL);
+    assert_non_null(blk);
+    char *base = nvh_pool_base(pool);
+    uint64_t g = ((uint64_t)(blk - base) + (1u << 20) - 1) & ~(uint64_t)((1u << 20) - 1);
+    uint64_t *a_word = (uint64_t *)(base + g);
+    uint64_t *far_word = (uint64_t *)(base + g + (64u << 10));   /* same 1 MiB granule */
+    uint64_t *near_word = (uint64_t *)(base + g + 4096);         /* same 64 KiB granule */
+    pthread_barrier_t bar;
+    pthread_barrier_init(&bar, NULL, 2);
+    fine_arg a = {pool, a_word, &bar, 0};
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, fine_lane_a, &a), 0);
+    pthread_barrier_wait(&bar);
+    uint64_t m0 = meets_total(pool);
+    for (unsigned i = 0; i < 4; i++) {
+        assert_int_equal(nvh_tx_begin(pool), NVH_OK);
+        assert_int_equal(nvh_tx_write_word(pool, far_word, i + 1), NVH_OK);
+        assert_int_equal(nvh_tx_commit(pool), NVH_OK);
+    }
+    uint64_t m_far = meets_total(pool) - m0;
+    assert_int_equal(nvh_tx_begin(pool), NVH_OK);
+    assert_int_equal(nvh_tx_write_word(pool, near_word, 7), NVH_OK);
+    assert_int_equal(nvh_tx_commit(pool), NVH_OK);
+    uint64_t m_near = meets_total(pool) - m0 - m_far;
+    pthread_barrier_wait(&bar);
+    pthread_join(th, NULL);
+    pthread_barrier_destroy(&bar);
+    print_message("  filter meets: 64 KiB apart %llu (must be 0), same 64 KiB %llu (must be > 0)\n",
+                  (unsigned long long)m_far, (unsigned long long)m_near);
+    assert_int_equal(a.rc, 0);
+    assert_int_equal(m_far, 0);
+    assert_true(m_near > 0);
+    assert_int_equal(*far_word, 4);
+    assert_int_equal(*near_word, 7);
+    assert_int_equal(nvh_pool_close(pool), NVH_OK);
+    unlink(path);
+}
+
 int main(void)
 {
     tx_crash_test_init("txredo");
@@ -673,6 +753,7 @@ int main(void)
         cmocka_unit_test(handover_no_help_fails),
         cmocka_unit_test(random_sampled),
         cmocka_unit_test(two_threads),
+        cmocka_unit_test(filter_fine),
     };
     /* TXREDO_ONLY=two_threads: one test (repeated TSan runs) */
     const char *only = getenv("TXREDO_ONLY");
