@@ -296,8 +296,11 @@ int nvh_txlog_range(nvh_txlog *lg, nvh_lane *lane, uint64_t off, uint64_t len,
                     const void *old_src);
 int nvh_txlog_intent(nvh_txlog *lg, nvh_lane *lane, unsigned kind, uint64_t obj,
                      uint64_t len, nvh_recref *out);
-/* Fence the records written so far, first help-flushing the headers of the
- * lanes in help_mask whose retirement is pending (~0: all of them). */
+/* Fence the records written so far, first helping the lanes in help_mask
+ * (their pending one-fence transactions and retirements), or, with
+ * NVH_TXLOG_HELP_MEETING, every lane whose filter meets this transaction's
+ * records (record.c, filter_lanes). */
+#define NVH_TXLOG_HELP_MEETING (~0ull)
 void nvh_txlog_fence(nvh_txlog *lg, nvh_lane *lane, uint64_t help_mask);
 /* Commit: capture the new bytes from their places into the records (redo),
  * flush the data in place, write the commit record (with commit order cseq,

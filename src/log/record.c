@@ -469,9 +469,9 @@ void nvh_txlog_fence(nvh_txlog *lg, nvh_lane *lane, uint64_t help_mask)
     todo.n = 0;
     uint64_t others = atomic_load_explicit(&lg->lanes_used, memory_order_acquire) &
                       ~(1ull << lane->index);
-    /* ~0: every lane that may have to be helped for this transaction's
-     * records, i.e. whose filter meets their bits (help_pending_pre) */
-    if (help_mask == ~0ull && others) {
+    /* every lane that may have to be helped for this transaction's records,
+     * i.e. whose filter meets their bytes (help_pending_pre) */
+    if (help_mask == NVH_TXLOG_HELP_MEETING && others) {
         help_mask = filter_lanes(lg, others, lane->tx_bits, lane->tx_fine, lane->tx_nfine);
         lane->filter_meets += help_mask != 0;
     }

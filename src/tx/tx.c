@@ -353,13 +353,13 @@ int nvh_tx_add_ranges(nvh_pool *pool, const nvh_tx_range *ranges, unsigned n)
     for (unsigned i = 0; i < n; i++) {
         rc = add_one(tx, ranges[i].ptr, ranges[i].len, ranges[i].hint);
         if (rc != NVH_OK) {
-            if (tx->lane->nrecs != before) nvh_txlog_fence(tx->lg, tx->lane, ~0ull);
+            if (tx->lane->nrecs != before) nvh_txlog_fence(tx->lg, tx->lane, NVH_TXLOG_HELP_MEETING);
             return add_failed(tx, rc);
         }
     }
     logged = tx->lane->nrecs != before || tx->lane->unfenced;
     /* FENCE 1: the undo records are durable before the caller stores */
-    if (logged) nvh_txlog_fence(tx->lg, tx->lane, ~0ull);
+    if (logged) nvh_txlog_fence(tx->lg, tx->lane, NVH_TXLOG_HELP_MEETING);
     /* protected pools: the caller may now store into the ranges without
      * windows of its own; they close when the transaction ends */
     if (nvh_txlog_protected_(pool))
@@ -447,7 +447,7 @@ static int wb_to_undo(nvh_tx *tx)
     int rc = NVH_OK;
     for (size_t i = 0; i < tx->wbn && rc == NVH_OK; i++)
         rc = add_one(tx, pool->ctx.base + tx->wb_off[i], 8, NVH_TX_HINT_WORD);
-    if (tx->lane->nrecs != before || tx->lane->unfenced) nvh_txlog_fence(tx->lg, tx->lane, ~0ull);
+    if (tx->lane->nrecs != before || tx->lane->unfenced) nvh_txlog_fence(tx->lg, tx->lane, NVH_TXLOG_HELP_MEETING);
     if (rc != NVH_OK) return rc;
     for (size_t i = 0; i < tx->wbn && rc == NVH_OK; i++)
         rc = nvh_txlog_win_open(tx->lg, tx->lane, pool->ctx.base + tx->wb_off[i], 8);
