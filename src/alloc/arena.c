@@ -1150,28 +1150,36 @@ void *nvh_alloc(nvh_pool *pool, size_t size, nvh_ctor_fn ctor, void *arg, nvh_of
 int nvh_heap_usable(nvh_heap *h, uint64_t off, uint64_t *usable)
 {
     uint64_t rel = off - h->chunks_off, b = rel / NVH_BLOCK, in = rel % NVH_BLOCK;
-    nvh_run *run = run_lookup(h, b);
-    unsigned slot = 0;
-    if (run && nvh_slot_of(in, run->cls, &slot)) {
-        if (slot < run->nslots && ((run->resv | run->tcached | run->pbits) & (1ull << slot))) {
-            *usable = nvh_cls_size(run->cls);
-            return NVH_OK;
-        }
-        /* the DRAM view is the truth (the media bitmap lags until retire) */
-        return nvh_fail(NVH_E_BADPTR, "offset %llu is not an object", (unsigned long long)off);
-    }
-    /* A reservation first, under its arena's lock: its media header is
-     * not ours yet (another thread's activation may be writing a free
-     * remainder's header there right now), so reading it would race. */
+    /* The DRAM state of the chunk (its runs' bitmaps, its reservations) is
+     * its owner arena's: read it under that arena's lock, since another
+     * thread may be allocating or freeing in the same run right now. An
+     * owned chunk keeps its owner. Reservations come before the media
+     * header: a reservation's header is not ours yet (another thread's
+     * activation may be writing a free remainder's header there now). */
     uint64_t c = nvh_chunk_of_block(h, b);
     int16_t own = c < h->max_chunks ? atomic_load(&h->owner[c]) : -1;
-    if (own >= 0 && in == NVH_HDR) {
+    if (own >= 0) {
         nvh_arena *a = &h->arenas[own];
+        int found = 0;           /* 1: an object, -1: not one (DRAM is the truth) */
         nvh_alock_lock(&a->lock);
-        nvh_resv *r = resv_find(a, b);
-        if (r) *usable = r->blocks * NVH_BLOCK - NVH_HDR;
+        nvh_run *run = run_lookup(h, b);
+        unsigned slot = 0;
+        if (run && nvh_slot_of(in, run->cls, &slot)) {
+            /* the DRAM view is the truth (the media bitmap lags until retire) */
+            found = slot < run->nslots && ((run->resv | run->tcached | run->pbits) & (1ull << slot))
+                        ? 1 : -1;
+            if (found > 0) *usable = nvh_cls_size(run->cls);
+        } else if (in == NVH_HDR) {
+            nvh_resv *r = resv_find(a, b);
+            if (r) {
+                *usable = r->blocks * NVH_BLOCK - NVH_HDR;
+                found = 1;
+            }
+        }
         nvh_alock_unlock(&a->lock);
-        if (r) return NVH_OK;
+        if (found > 0) return NVH_OK;
+        if (found < 0)
+            return nvh_fail(NVH_E_BADPTR, "offset %llu is not an object", (unsigned long long)off);
     }
     if (nvh_rhdr_valid(h, b)) {
         const struct nvh_rhdr *r = nvh_rhdr_at(h, b);
