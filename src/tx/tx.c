@@ -398,6 +398,37 @@ static inline size_t wb_find(const nvh_tx *tx, uint64_t off)
     return SIZE_MAX;
 }
 
+/* Room for more buffered words: the inline arrays first, then the heap. */
+static int wb_grow(nvh_tx *tx)
+{
+    if (tx->wbcap == 0) {
+        tx->wb_off = tx->wb_inline_off;
+        tx->wb_val = tx->wb_inline_val;
+        tx->wbcap = NVH_TX_WB_INLINE;
+        return NVH_OK;
+    }
+    size_t cap = tx->wbcap * 2;
+    bool heap = tx->wb_off != tx->wb_inline_off;
+    uint64_t *o = heap ? realloc(tx->wb_off, cap * sizeof *o) : malloc(cap * sizeof *o);
+    if (o) {
+        if (!heap) memcpy(o, tx->wb_off, tx->wbn * sizeof *o);
+        tx->wb_off = o;
+    }
+    uint64_t *v = !o ? NULL : heap ? realloc(tx->wb_val, cap * sizeof *v) : malloc(cap * sizeof *v);
+    if (v) {
+        if (!heap) memcpy(v, tx->wb_val, tx->wbn * sizeof *v);
+        tx->wb_val = v;
+    }
+    if (!o || !v) {
+        /* a half-done move: keep both arrays usable (the heap one is
+         * freed at close if it is not the inline one) */
+        if (o && !heap) { free(o); tx->wb_off = tx->wb_inline_off; }
+        return add_failed(tx, nvh_fail(NVH_E_NOMEM, "nvh_tx_write_word: out of memory"));
+    }
+    tx->wbcap = cap;
+    return NVH_OK;
+}
+
 int nvh_tx_write_word(nvh_pool *pool, void *word, uint64_t value)
 {
     int rc;
@@ -410,15 +441,7 @@ int nvh_tx_write_word(nvh_pool *pool, void *word, uint64_t value)
         return nvh_fail(NVH_E_BADPTR, "nvh_tx_write_word: %p is not inside the pool's data", word);
     size_t i = wb_find(tx, off);
     if (i != SIZE_MAX) { tx->wb_val[i] = value; return NVH_OK; }
-    if (__builtin_expect(tx->wbn == tx->wbcap, 0)) {
-        size_t cap = tx->wbcap ? tx->wbcap * 2 : 16;
-        uint64_t *o = realloc(tx->wb_off, cap * sizeof *o);
-        if (o) tx->wb_off = o;
-        uint64_t *v = o ? realloc(tx->wb_val, cap * sizeof *v) : NULL;
-        if (v) tx->wb_val = v;
-        if (!o || !v) return add_failed(tx, nvh_fail(NVH_E_NOMEM, "nvh_tx_write_word: out of memory"));
-        tx->wbcap = cap;
-    }
+    if (__builtin_expect(tx->wbn == tx->wbcap, 0) && (rc = wb_grow(tx)) != NVH_OK) return rc;
     tx->wb_off[tx->wbn] = off;
     tx->wb_val[tx->wbn++] = value;
     return NVH_OK;
@@ -543,7 +566,8 @@ static void state_free(void *p)
     for (unsigned i = 0; i < NVH_TX_LANES; i++) {
         nvh_tx *tx = &st->txs[i];
         free(tx->dd_off); free(tx->dd_len); free(tx->dd_used); free(tx->allocs); free(tx->frees);
-        free(tx->rset); free(tx->wset); free(tx->wb_off); free(tx->wb_val);
+        free(tx->rset); free(tx->wset); if (tx->wb_off != tx->wb_inline_off) free(tx->wb_off);
+        if (tx->wb_val != tx->wb_inline_val) free(tx->wb_val);
         while (tx->arena) { char *n = *(char **)tx->arena; free(tx->arena); tx->arena = n; }
     }
     free((void *)st->orecs);

@@ -57,6 +57,8 @@ enum { NVH_TXS_NONE = 0, NVH_TXS_ACTIVE = 1, NVH_TXS_ABORTED = 2 };
 
 /* One per lane, each on lines of its own (every field is written by its
  * owner on every transaction; neighbours must not share a line). */
+#define NVH_TX_WB_INLINE 8u     /* buffered words kept in nvh_tx itself */
+
 typedef struct nvh_tx {
     _Alignas(64) nvh_pool *pool;
     nvh_txlog *lg;
@@ -78,8 +80,13 @@ typedef struct nvh_tx {
     char *arena; size_t arena_used, arena_cap;  /* snapshots and copies */
     unsigned attempt;             /* nvh_tx_run retries                      */
     uint64_t rng;
-    /* words written with nvh_tx_write_word (buffered until commit) */
+    /* words written with nvh_tx_write_word (buffered until commit): in the
+     * lane's own lines up to NVH_TX_WB_INLINE words (a one-fence commit
+     * takes at most 8), on the heap beyond (wbcap > NVH_TX_WB_INLINE).
+     * Inline, because malloc'd arrays of two threads' lanes can share a
+     * line, which both threads write on every transaction. */
     uint64_t *wb_off, *wb_val; size_t wbn, wbcap;
+    uint64_t wb_inline_off[NVH_TX_WB_INLINE], wb_inline_val[NVH_TX_WB_INLINE];
     /* statistics */
     uint64_t commits, aborts, conflicts, retries;
 } nvh_tx;
