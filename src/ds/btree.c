@@ -176,7 +176,7 @@ int bt_free(struct nvh_btree *t, void *p, const nvh_link *links, unsigned n)
 int bt_pending_has(const struct nvh_btree *t, const bt_entry *e)
 {
     for (unsigned k = 0; k < t->pend_used; k++) {
-        const bt_pending *pd = &t->pend[(t->pend_next + t->pend_cap - t->pend_used + k) % t->pend_cap];
+        const bt_pending *pd = &t->pend[(t->pend_next + t->pend_cap - t->pend_used + k) & (t->pend_cap - 1)];
         if (pd->entry == e && (bt_off(t, pd->rec) | BT_PENDING) == e->ptr) return 1;
     }
     return 0;
@@ -320,9 +320,11 @@ nvh_btree *nvh_btree_open(nvh_pool *pool, const char *name, int create,
         if (!t->group) goto fail;
         nvh_group_options go;
         nvh_group_options_get(t->group, &go);
-        /* Two groups per insert (record, then the ack of its key), so a ring
-         * of `slots` groups holds slots/2 inserts; keep room for a few more. */
-        t->pend_cap = go.slots + 8;
+        /* One group per insert: up to `slots` inserts wait for their
+         * action, and up to a batch of validated ones for a later action
+         * (bt_ack_upto); keep room for a few more. */
+        t->pend_cap = 16;                /* a power of two: ring index by mask */
+        while (t->pend_cap < 2 * go.slots + 8) t->pend_cap *= 2;
         t->pend = calloc(t->pend_cap, sizeof *t->pend);
         if (!t->pend) goto nomem;
     }
@@ -367,6 +369,7 @@ int nvh_btree_close(nvh_btree *t)
     bt_nres_fini(t);
     bt_slab_fini(t);
     bt_ix_fini(t);
+    bt_kd_fini(t);
     if (t->wear) { free(t->wear->keys); free(t->wear->counts); free(t->wear); }
     free(t);
     return rc;
@@ -387,12 +390,34 @@ void bt_ack_(struct nvh_btree *t, uint64_t seq)
     if (t->pend_used == 0) bt_set_durable_(t, seq);
 }
 
+void bt_ack_upto(struct nvh_btree *t, uint64_t mark)
+{
+    while (t->pend_valid) {
+        bt_pending *pd = &t->pend[(t->pend_next + t->pend_cap - t->pend_used) & (t->pend_cap - 1)];
+        assert(pd->used && pd->vno);
+        if (pd->vno > mark) return;
+        bt_wclose(t, pd->entry, sizeof *pd->entry);
+        pd->used = 0;
+        t->pend_used--;
+        t->pend_valid--;
+        bt_set_durable_(t, pd->seq);
+    }
+}
+
+void bt_ack_validated(struct nvh_btree *t)
+{
+    if (!t->pend_valid) return;
+    bt_drain(t);
+    bt_ack_upto(t, UINT64_MAX);
+}
+
 int nvh_btree_sync(nvh_btree *t)
 {
     if (!t) return bt_fail(NVH_E_INVAL, "tree is NULL");
     if (t->group) {
         int rc = nvh_group_sync(t->group);
         if (rc != NVH_OK) return rc;
+        bt_ack_validated(t);
     }
     if (t->deferred_err) {
         int rc = t->deferred_err;
@@ -481,14 +506,99 @@ static bt_entry *bt_find(struct nvh_btree *t, uint64_t key, bt_record **rec)
     return NULL;
 }
 
+/* The lookup's fast path: companions only, no path array, no read of the
+ * pool but the record. 1: found (*rec), 0: absent, -1: something the
+ * companions do not settle (a node not indexed or stale, cached children
+ * out of date, an entry pending or whose record word is not known): ask
+ * bt_find. Its loop is what makes lookups overlap: a lookup's last miss
+ * (the record) is still outstanding while the next lookup's descent runs,
+ * if that descent is short enough to fit in the core's reorder window
+ * (~256 instructions): the general descent ran ~1000. */
+static int bt_find_fast(struct nvh_btree *t, uint64_t key, bt_record **rec)
+{
+    const bt_node *root = bt_ptr(t, t->hdr->root);
+    if (!root || t->sorted) return -1;
+    bt_idx *x = t->ix_root;
+    if (!x || x->node != root) {
+        if (!(x = t->ix_root = bt_ix(t, root))) return -1;
+    }
+    uint64_t lo = 0, hi = UINT64_MAX;
+    while (x->level) {
+        /* stale (interrupted split, wider header range), or children not
+         * cached for this generation: the general path */
+        if (x->successor || x->lo < lo || x->hi > hi || !x->n || x->u.in.gen != t->ix_gen)
+            return -1;
+        unsigned r = bt_ix_lower(x, key);
+        if (r == x->n || bt_ixk_get(x, r) != key) {
+            if (!r) return -1;
+            r--;
+        }
+        uint64_t clo = bt_ixk_get(x, r);
+        hi = r + 1 < x->n ? bt_ixk_get(x, r + 1) - 1 : hi;
+        lo = clo;
+        struct bt_kid *k = bt_ixkid(x, r);
+        bt_idx *kx = k->ix;
+        if (!kx || kx->node != k->node) {
+            if (!(kx = k->ix = bt_ix(t, k->node))) return -1;
+        }
+        bt_ix_prefetch(kx, x->level == 1, 0);
+        x = kx;
+    }
+    if (x->successor || x->lo < lo || x->hi > hi) return -1;
+    for (uint64_t m = bt_ix_match(x, key); m; m &= m - 1) {
+        const struct bt_lslot *ls = &x->u.lf.s[__builtin_ctzll(m)];
+        if (ls->key != key) continue;            /* fingerprint collision */
+        uint64_t w = ls->rec;
+        if (!w || (w & BT_PENDING)) return -1;   /* the node decides */
+        const char *r = bt_ptr(t, w & ~(uint64_t)63);
+        unsigned lines = (unsigned)(w >> 1) & 31u;
+        if (!lines) lines = 2;
+        if (lines > 8) lines = 8;
+        for (unsigned q = 0; q < lines; q++) __builtin_prefetch(r + 64 * q);
+        *rec = (bt_record *)(uintptr_t)r;
+        return 1;
+    }
+    return 0;                                    /* used slots are exact */
+}
+
 int nvh_btree_get(nvh_btree *t, uint64_t key, const void **value, size_t *len)
 {
     if (!t) return bt_fail(NVH_E_INVAL, "tree is NULL");
     bt_record *r = NULL;
-    if (!bt_find(t, key, &r)) {
+    uint64_t w = bt_kd_get(t, key);
+    if (w) {
+        /* the key directory knows the record: one probe, no descent */
+        r = bt_ptr(t, w & ~(uint64_t)63);
+        unsigned lines = (unsigned)(w >> 1) & 31u;
+        if (lines > 8) lines = 8;
+        for (unsigned q = 0; q < lines; q++) __builtin_prefetch((const char *)r + 64 * q);
+#ifndef NDEBUG
+        bt_record *r2 = NULL;
+        assert(bt_find(t, key, &r2) && r2 == r);   /* the directory is exact */
+#endif
+        goto found;
+    }
+    int f = bt_find_fast(t, key, &r);
+#ifndef NDEBUG
+    if (f >= 0) {
+        /* debug: the fast path agrees with the general one */
+        bt_record *r2 = NULL;
+        bt_entry *e2 = bt_find(t, key, &r2);
+        assert(f ? e2 && r2 == r : !e2);
+    }
+#endif
+    if (f > 0) {
+        /* a validated entry (the fast path takes no other) */
+        bt_kd_set(t, key, bt_rec_word(bt_off(t, r), sizeof *r + r->len));
+        goto found;
+    }
+    bt_entry *e = f == 0 ? NULL : bt_find(t, key, &r);
+    if (!e) {
         nvh_fail(NVH_E_NOTFOUND, "btree: key %llu not found", (unsigned long long)key);
         return NVH_E_NOTFOUND;
     }
+    if (!(e->ptr & BT_PENDING)) bt_kd_set(t, key, bt_rec_word(bt_off(t, r), sizeof *r + r->len));
+found:
     if (value) *value = r->data;
     if (len) *len = (size_t)r->len;
     return NVH_OK;

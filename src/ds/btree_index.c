@@ -89,6 +89,14 @@ static inline void ix_leaf_hint(const struct nvh_btree *t, bt_idx *x, const bt_n
     x->u.lf.s[j].rec = ix_rec_word(p, (sizeof *r + r->len + 63) / 64);
 }
 
+/* Inner companion: pad the keys past n with UINT64_MAX (never counted as
+ * below a key) and recompute the separator line from them. */
+static void ix_seal(bt_idx *x)
+{
+    for (unsigned i = x->n; i < 64; i++) *bt_ixk(x, i) = UINT64_MAX;
+    for (unsigned b = 0; b < 8; b++) x->u.in.sep[b] = x->u.in.b[b].key[0];
+}
+
 /* Fill x from node n. */
 static void ix_fill(bt_idx *x, const bt_node *n)
 {
@@ -117,16 +125,17 @@ static void ix_fill(bt_idx *x, const bt_node *n)
         /* insertion sort: at most 60 entries, built once per node */
         uint64_t key = n->e[j].key;
         unsigned p = k;
-        while (p > 0 && x->u.in.key[p - 1] > key) {
-            x->u.in.key[p] = x->u.in.key[p - 1];
+        while (p > 0 && bt_ixk_get(x, p - 1) > key) {
+            *bt_ixk(x, p) = bt_ixk_get(x, p - 1);
             x->u.in.slot[p] = x->u.in.slot[p - 1];
             p--;
         }
-        x->u.in.key[p] = key;
+        *bt_ixk(x, p) = key;
         x->u.in.slot[p] = (uint8_t)j;
         k++;
     }
     x->n = (uint8_t)k;
+    ix_seal(x);
     x->u.in.gen = 0;                 /* kid[] not filled */
 }
 
@@ -231,16 +240,6 @@ void bt_ix_fini(struct nvh_btree *t)
     t->ix_cap = t->ix_used = 0;
 }
 
-/* Position of the first key >= key: a branch-free count over all the keys.
- * Its loads are independent (the lines stream in together), where a binary
- * search would wait for one cache miss after another. */
-unsigned bt_ix_lower(const bt_idx *x, uint64_t key)
-{
-    unsigned c = 0, n = x->n;
-    for (unsigned i = 0; i < n; i++) c += x->u.in.key[i] < key;
-    return c;
-}
-
 void bt_ix_add(struct nvh_btree *t, const bt_node *n, unsigned slot, uint64_t key)
 {
     bt_idx *x = bt_ix_find(t, n);
@@ -252,15 +251,19 @@ void bt_ix_add(struct nvh_btree *t, const bt_node *n, unsigned slot, uint64_t ke
         ix_leaf_hint(t, x, n, slot);
         return;
     }
+    if (x->n >= BT_NODE_CAP) { bt_ix_drop(t, n); return; }       /* not expected */
     unsigned p = bt_ix_lower(x, key);
-    memmove(&x->u.in.key[p + 1], &x->u.in.key[p], (x->n - p) * sizeof x->u.in.key[0]);
-    memmove(&x->u.in.slot[p + 1], &x->u.in.slot[p], (x->n - p) * sizeof x->u.in.slot[0]);
-    memmove(&x->u.in.kid[p + 1], &x->u.in.kid[p], (x->n - p) * sizeof x->u.in.kid[0]);
-    x->u.in.key[p] = key;
+    for (unsigned q = x->n; q > p; q--) {
+        *bt_ixk(x, q) = bt_ixk_get(x, q - 1);
+        *bt_ixkid(x, q) = *bt_ixkid(x, q - 1);
+        x->u.in.slot[q] = x->u.in.slot[q - 1];
+    }
+    *bt_ixk(x, p) = key;
     x->u.in.slot[p] = (uint8_t)slot;
-    x->u.in.kid[p].node = bt_ptr(t, n->e[slot].ptr);
-    x->u.in.kid[p].ix = NULL;
+    bt_ixkid(x, p)->node = bt_ptr(t, n->e[slot].ptr);
+    bt_ixkid(x, p)->ix = NULL;
     x->n++;
+    ix_seal(x);
 }
 
 bt_idx *bt_ix_add_leaf(struct nvh_btree *t, bt_idx *x, const bt_node *n, unsigned slot,
@@ -296,10 +299,13 @@ void bt_ix_del(struct nvh_btree *t, const bt_node *n, unsigned slot)
     if (x->level == 0) return;
     for (unsigned p = 0; p < x->n; p++) {
         if (x->u.in.slot[p] != slot) continue;
-        memmove(&x->u.in.key[p], &x->u.in.key[p + 1], (x->n - p - 1) * sizeof x->u.in.key[0]);
-        memmove(&x->u.in.slot[p], &x->u.in.slot[p + 1], (x->n - p - 1) * sizeof x->u.in.slot[0]);
-        memmove(&x->u.in.kid[p], &x->u.in.kid[p + 1], (x->n - p - 1) * sizeof x->u.in.kid[0]);
+        for (unsigned q = p; q + 1 < x->n; q++) {
+            *bt_ixk(x, q) = bt_ixk_get(x, q + 1);
+            *bt_ixkid(x, q) = *bt_ixkid(x, q + 1);
+            x->u.in.slot[q] = x->u.in.slot[q + 1];
+        }
         x->n--;
+        ix_seal(x);
         return;
     }
     bt_ix_drop(t, n);                /* inconsistent: rebuild on next visit */
@@ -316,8 +322,8 @@ void bt_ix_refresh_kids(const struct nvh_btree *t, bt_idx *x)
 {
     const bt_node *n = x->node;
     for (unsigned q = 0; q < x->n; q++) {
-        x->u.in.kid[q].node = bt_ptr(t, n->e[x->u.in.slot[q]].ptr);
-        x->u.in.kid[q].ix = NULL;
+        bt_ixkid(x, q)->node = bt_ptr(t, n->e[x->u.in.slot[q]].ptr);
+        bt_ixkid(x, q)->ix = NULL;
     }
     x->u.in.gen = t->ix_gen;
 }
@@ -331,8 +337,8 @@ void bt_ix_relink(struct nvh_btree *t, const bt_path *p, const bt_node *child)
     unsigned slot = (unsigned)(p->link - p->parent->e);
     for (unsigned q = 0; q < x->n; q++) {
         if (x->u.in.slot[q] != slot) continue;
-        x->u.in.kid[q].node = child;
-        x->u.in.kid[q].ix = NULL;
+        bt_ixkid(x, q)->node = child;
+        bt_ixkid(x, q)->ix = NULL;
         return;
     }
     bt_ix_drop(t, p->parent);                      /* inconsistent: rebuild */
@@ -342,4 +348,129 @@ void bt_ix_hint(struct nvh_btree *t, const bt_node *n, unsigned slot)
 {
     bt_idx *x = bt_ix_find(t, n);
     if (x && x->level == 0) ix_leaf_hint(t, x, n, slot);
+}
+
+/* ==========================================================================
+ * The key directory (btree.h says what it is for)
+ * ========================================================================== */
+/* Tables are mmap'd (zeroed: rec 0 = empty) with transparent huge pages:
+ * at 1 M keys the table is 32 MiB, and a lookup's probe must not add a TLB
+ * miss to its cache miss. Load factor at most 1/2: a probe almost always
+ * ends in the home slot's line. */
+#define BT_KD_MIN (1u << 16)
+
+static bt_kslot *kd_map(uint64_t cap)
+{
+    size_t len = cap * sizeof(bt_kslot);
+    void *m = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (m == MAP_FAILED) return NULL;
+#ifdef MADV_HUGEPAGE
+    (void)madvise(m, len, MADV_HUGEPAGE);          /* a hint; errors are fine */
+#endif
+    return m;
+}
+
+static void kd_place(bt_kslot *tab, uint64_t cap, uint64_t key, uint64_t w)
+{
+    uint64_t mask = cap - 1, h = bt_kd_hash(key) & mask;
+    while (tab[h].rec) h = (h + 1) & mask;
+    tab[h].key = key;
+    tab[h].rec = w;
+}
+
+static int kd_grow(struct nvh_btree *t)
+{
+    uint64_t cap = t->kd_cap ? t->kd_cap * 2 : BT_KD_MIN;
+    bt_kslot *tab = kd_map(cap);
+    if (!tab) return -1;
+    /* The old table is read in order, the new one written at random: ask
+     * for each target line 16 entries ahead so that the misses overlap
+     * (one after another, a rehash of 512 k keys cost ~100 ns per insert
+     * of the whole run). */
+    const uint64_t ahead = 16, mask = cap - 1;
+    for (uint64_t i = 0; i < t->kd_cap; i++) {
+        if (i + ahead < t->kd_cap && t->kd_tab[i + ahead].rec)
+            __builtin_prefetch(&tab[bt_kd_hash(t->kd_tab[i + ahead].key) & mask], 1);
+        if (t->kd_tab[i].rec) kd_place(tab, cap, t->kd_tab[i].key, t->kd_tab[i].rec);
+    }
+    if (t->kd_tab) munmap(t->kd_tab, t->kd_cap * sizeof(bt_kslot));
+    t->kd_tab = tab;
+    t->kd_cap = cap;
+    return 0;
+}
+
+static void kd_set(struct nvh_btree *t, uint64_t key, uint64_t w);
+static void kd_del(struct nvh_btree *t, uint64_t key);
+
+void bt_kd_apply(struct nvh_btree *t)
+{
+    unsigned n = t->kd_nbuf;
+    t->kd_nbuf = 0;
+    if ((t->kd_used + n) * 2 > t->kd_cap && t->kd_tab) {
+        while ((t->kd_used + n) * 2 > t->kd_cap)
+            if (kd_grow(t) != 0) break;          /* kd_set copes */
+    }
+    if (t->kd_tab)
+        for (unsigned i = 0; i < n; i++)
+            __builtin_prefetch(&t->kd_tab[bt_kd_hash(t->kd_buf[i].key) & (t->kd_cap - 1)], 1);
+    for (unsigned i = 0; i < n; i++) kd_set(t, t->kd_buf[i].key, t->kd_buf[i].rec);
+}
+
+void bt_kd_del(struct nvh_btree *t, uint64_t key)
+{
+    if (t->kd_nbuf) bt_kd_apply(t);
+    kd_del(t, key);
+}
+
+void bt_kd_set(struct nvh_btree *t, uint64_t key, uint64_t w)
+{
+    if (t->kd_nbuf) bt_kd_apply(t);
+    kd_set(t, key, w);
+}
+
+static void kd_del(struct nvh_btree *t, uint64_t key)
+{
+    if (!t->kd_tab) return;
+    uint64_t mask = t->kd_cap - 1, h = bt_kd_hash(key) & mask;
+    while (t->kd_tab[h].rec && t->kd_tab[h].key != key) h = (h + 1) & mask;
+    if (!t->kd_tab[h].rec) return;
+    t->kd_tab[h] = (bt_kslot){0, 0};
+    /* linear probing: shift the rest of the cluster back */
+    for (uint64_t j = (h + 1) & mask; t->kd_tab[j].rec; j = (j + 1) & mask) {
+        uint64_t k = bt_kd_hash(t->kd_tab[j].key) & mask;
+        if (h <= j ? (h < k && k <= j) : (h < k || k <= j)) continue;
+        t->kd_tab[h] = t->kd_tab[j];
+        t->kd_tab[j] = (bt_kslot){0, 0};
+        h = j;
+    }
+    t->kd_used--;
+}
+
+static void kd_set(struct nvh_btree *t, uint64_t key, uint64_t w)
+{
+    w &= ~(uint64_t)BT_PENDING;
+    if (!w) { kd_del(t, key); return; }
+    if (t->sorted) return;
+    if ((t->kd_used + 1) * 2 > t->kd_cap && kd_grow(t) != 0) {
+        /* no memory: the directory only speeds lookups up; forget the key
+         * so that it cannot be stale */
+        kd_del(t, key);
+        return;
+    }
+    uint64_t mask = t->kd_cap - 1, h = bt_kd_hash(key) & mask;
+    while (t->kd_tab[h].rec) {
+        if (t->kd_tab[h].key == key) { t->kd_tab[h].rec = w; return; }
+        h = (h + 1) & mask;
+    }
+    t->kd_tab[h].key = key;
+    t->kd_tab[h].rec = w;
+    t->kd_used++;
+}
+
+void bt_kd_fini(struct nvh_btree *t)
+{
+    if (t->kd_tab) munmap(t->kd_tab, t->kd_cap * sizeof(bt_kslot));
+    t->kd_tab = NULL;
+    t->kd_cap = t->kd_used = 0;
+    t->kd_nbuf = 0;
 }

@@ -74,9 +74,10 @@ static nvh_off_t *bt_link_of(struct nvh_btree *t, bt_path *p)
 /* Settle every pending insert: their actions hold slot addresses. */
 static int bt_settle_groups(struct nvh_btree *t)
 {
-    if (!t->group || nvh_group_pending(t->group) == 0) return NVH_OK;
+    if (!t->group || (nvh_group_pending(t->group) == 0 && t->pend_valid == 0)) return NVH_OK;
     t->stats.syncs++;
     int rc = nvh_group_sync(t->group);
+    if (rc == NVH_OK) bt_ack_validated(t);
     if (rc == NVH_OK && t->pend_used == 0 && t->durable < t->ops) {
         /* every op issued so far is durable now */
         bt_ack_(t, t->ops);
@@ -394,35 +395,24 @@ int bt_descend(struct nvh_btree *t, uint64_t key, int for_write, bt_path *path, 
             /* not stale: every used entry is valid and in range, keys are
              * distinct: the child is the last key <= key */
             unsigned r = bt_ix_lower(x, key);
-            if (r == x->n || x->u.in.key[r] != key) {
+            if (r == x->n || bt_ixk_get(x, r) != key) {
                 if (r == 0) return nvh_fail(NVH_E_CORRUPT, "btree: no child covers key %llu",
                                             (unsigned long long)key);
                 r--;
             }
             i = x->u.in.slot[r];
-            clo = x->u.in.key[r];
-            chi = r + 1 < x->n ? x->u.in.key[r + 1] - 1 : p->hi;
+            clo = bt_ixk_get(x, r);
+            chi = r + 1 < x->n ? bt_ixk_get(x, r + 1) - 1 : p->hi;
             /* the child and its companion from the cache: no read of the
              * persistent slot, no table lookup */
             if (x->u.in.gen != t->ix_gen) bt_ix_refresh_kids(t, x);
-            struct bt_kid *k = &x->u.in.kid[r];
+            struct bt_kid *k = bt_ixkid(x, r);
             assert(k->node == bt_ptr(t, n->e[i].ptr));  /* kid[] kept exact */
             bt_idx *kx = k->ix;
             /* a cached companion is the child's while its node matches
              * (dropped ones have node NULL; their memory is never freed) */
             if (!kx || kx->node != k->node) kx = k->ix = bt_ix(t, k->node);
-            /* Ask for the child companion's lines at once: its header
-             * (stale test), fingerprints and, for a reader, the slot lines
-             * (leaf: all 17, the matching slot's line is not known before
-             * the fingerprints arrive; measured ~12% faster lookups than
-             * header and fingerprints only, while writers, which rarely
-             * need a slot line, were ~6% faster without them) or sorted
-             * keys (inner) would otherwise arrive one miss after another. */
-            if (kx) {
-                size_t len = x->level != 1 ? offsetof(bt_idx, u.in.key) + 8u * BT_NODE_CAP
-                           : for_write ? offsetof(bt_idx, u) + 64 : BT_IX_LEAF_SIZE;
-                for (size_t o = 0; o < len; o += 64) __builtin_prefetch((const char *)kx + o);
-            }
+            if (kx) bt_ix_prefetch(kx, x->level == 1, for_write);
             /* A writer will store into one slot of the leaf: which one the
              * companion tells, but the leaf's page (a TLB miss: random
              * keys, 4 KiB pages) can be walked now, while the companion

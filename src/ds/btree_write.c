@@ -6,8 +6,9 @@
  *   leaf slot = (key, R | PENDING)             append into a free slot
  *   group {R, slot}; action (after a fence made both durable):
  *     slot.ptr = R       the validation: one 8-byte store, written only
- *                        after the record AND the slot's key are durable;
- *     group {slot.ptr}, whose action acknowledges the op as durable.
+ *                        after the record AND the slot's key are durable,
+ *                        flushed; the action of any later group (after
+ *                        the next fence) acknowledges the op as durable.
  * No allocator call and no fence of its own: records live in slabs
  * (btree_slab.c), ~1/32 fence per insert (the group layer's batch).
  * A slot whose ptr still carries PENDING after a crash was never validated:
@@ -93,34 +94,33 @@ static bt_record *bt_new_record(struct nvh_btree *t, const void *value, size_t l
 /* ==========================================================================
  * Insert actions (GROUPS)
  * ========================================================================== */
-/* The slot's ptr is durable: the op is acknowledged. */
-static void bt_ack_action(nvh_pool *pool, nvh_group_ctx *ctx, void *arg)
+/* The record and the slot's key are durable: validate. The validation is
+ * flushed here and becomes durable at the next fence, which the group layer
+ * issues before the action of any group that begins after this point: so
+ * every later insert's action acknowledges the inserts validated before its
+ * group began (bt_ack_upto; nvh_btree_sync and structural changes fence
+ * and acknowledge the rest). One group per insert: a group of its own for
+ * the validation word cost ~500 instructions per insert in the group layer
+ * (begin, add, end, retirement) for what one flush and the next, shared,
+ * fence do. */
+static void bt_insert_action(nvh_pool *pool, nvh_group_ctx *ctx, void *arg)
 {
     (void)pool; (void)ctx;
     bt_pending *pd = arg;
     struct nvh_btree *t = pd->tree;
-    bt_wclose(t, pd->entry, sizeof *pd->entry);
-    /* Acks run in begin order, so the ring frees from its oldest end. */
-    assert(t->pend_used > 0);
-    assert(pd == &t->pend[(t->pend_next + t->pend_cap - t->pend_used) % t->pend_cap]);
-    pd->used = 0;
-    t->pend_used--;
-    bt_set_durable_(t, pd->seq);
-}
-
-/* The record and the slot's key are durable: validate. */
-static void bt_insert_action(nvh_pool *pool, nvh_group_ctx *ctx, void *arg)
-{
-    (void)pool;
-    bt_pending *pd = arg;
-    struct nvh_btree *t = pd->tree;
+    /* validations flushed before this group began are durable now */
+    bt_ack_upto(t, pd->vmark);
     bt_wclose(t, pd->rec, pd->rsize);
     pd->entry->ptr = bt_off(t, pd->rec);          /* the validation */
     bt_ix_validated(pd);                          /* lookups may skip the slot */
     bt_note(t, &pd->entry->ptr, sizeof pd->entry->ptr);
-    nvh_group_begin(ctx);
-    nvh_group_add(ctx, &pd->entry->ptr, sizeof pd->entry->ptr);
-    nvh_group_end(ctx, bt_ack_action, pd);
+    bt_flush(t, &pd->entry->ptr, sizeof pd->entry->ptr);
+    /* actions run in begin order: the validated inserts are the oldest of
+     * the ring */
+    assert(pd == &t->pend[(t->pend_next + t->pend_cap - t->pend_used + t->pend_valid) & (t->pend_cap - 1)]);
+    pd->vno = ++t->vdone;
+    t->pend_valid++;
+    if (__builtin_expect(t->fault & BT_FAULT_ACK_EARLY, 0)) bt_ack_upto(t, pd->vno);
 }
 
 /* ==========================================================================
@@ -211,6 +211,7 @@ static int bt_update(struct nvh_btree *t, const bt_node *n, bt_entry *e, const v
         e->ptr = bt_off(t, r2);
         bt_note(t, &e->ptr, 8);
         bt_ix_hint(t, n, (unsigned)(e - n->e));
+        bt_kd_set(t, e->key, bt_rec_word(e->ptr, bt_rec_size(len)));
         return bt_rec_release(t, r1);
     }
     /* the new version durable, then one 8-byte store switches to it */
@@ -223,6 +224,7 @@ static int bt_update(struct nvh_btree *t, const bt_node *n, bt_entry *e, const v
     nvh_drain(t->pool);
     bt_wclose(t, &e->ptr, sizeof e->ptr);
     bt_ix_hint(t, n, (unsigned)(e - n->e));
+    bt_kd_set(t, e->key, bt_rec_word(e->ptr, bt_rec_size(len)));
     return bt_rec_release(t, r1);
 }
 
@@ -265,6 +267,7 @@ int nvh_btree_put(nvh_btree *t, uint64_t key, const void *value, size_t len)
         e->ptr = bt_off(t, r);
         bt_note(t, e, sizeof *e);
         bt_ix_add_leaf(t, path[d].ix, path[d].node, (unsigned)slot, key, e->ptr, bt_rec_size(len));
+        bt_kd_add(t, key, bt_rec_word(e->ptr, bt_rec_size(len)));
         return NVH_OK;
     case NVH_BTREE_FLUSH:
     case NVH_BTREE_NT: {
@@ -279,6 +282,7 @@ int nvh_btree_put(nvh_btree *t, uint64_t key, const void *value, size_t len)
         nvh_drain(t->pool);
         bt_wclose(t, e, sizeof *e);
         bt_ix_add_leaf(t, path[d].ix, path[d].node, (unsigned)slot, key, bt_off(t, r), bt_rec_size(len));
+        bt_kd_add(t, key, bt_rec_word(bt_off(t, r), bt_rec_size(len)));
         bt_ack_(t, seq);
         return NVH_OK;
     }
@@ -289,9 +293,9 @@ int nvh_btree_put(nvh_btree *t, uint64_t key, const void *value, size_t len)
             if (rc != NVH_OK) return rc;
         }
         bt_pending *pd = &t->pend[t->pend_next];
-        t->pend_next = (t->pend_next + 1) % t->pend_cap;
+        t->pend_next = (t->pend_next + 1) & (t->pend_cap - 1);
         t->pend_used++;
-        *pd = (bt_pending){t, e, r, bt_rec_size(len), key, seq, 1, path[d].node, NULL};
+        *pd = (bt_pending){t, e, r, bt_rec_size(len), key, seq, 1, path[d].node, NULL, t->vdone, 0};
         rc = nvh_group_begin(t->group);
         if (rc != NVH_OK) return rc;
         nvh_group_add(t->group, r, bt_rec_size(len));
@@ -304,6 +308,9 @@ int nvh_btree_put(nvh_btree *t, uint64_t key, const void *value, size_t len)
         bt_note(t, e, sizeof *e);
         pd->ix = bt_ix_add_leaf(t, path[d].ix, path[d].node, (unsigned)slot, key, e->ptr,
                                 bt_rec_size(len));
+        /* Lookups see this session's pending inserts (bt_entry_record), so
+         * the directory takes the key now (buffered: bt_kd_add). */
+        bt_kd_add(t, key, bt_rec_word(bt_off(t, r), bt_rec_size(len)));
         nvh_group_add(t->group, e, sizeof *e);
         return nvh_group_end(t->group, bt_insert_action, pd);
     }
@@ -353,6 +360,7 @@ int nvh_btree_delete(nvh_btree *t, uint64_t key)
     }
     bt_wclose(t, &e->ptr, sizeof e->ptr);
     bt_ix_del(t, n, (unsigned)(e - n->e));
+    bt_kd_del(t, key);
     rc = bt_rec_release(t, r);
     if (rc != NVH_OK) return rc;
     if (t->count > 0) t->count--;

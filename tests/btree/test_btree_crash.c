@@ -48,6 +48,7 @@ typedef struct cfg {
 void nvh_btree_debug_fault_(nvh_btree *t, unsigned faults);
 #define BT_FAULT_VALIDATE_EARLY 1u
 #define BT_FAULT_NODE_UNFLUSHED 2u
+#define BT_FAULT_ACK_EARLY 4u
 
 static volatile uint64_t g_issued, g_durable;
 static nvh_btree_stats g_stats;     /* of the last workload run */
@@ -439,7 +440,8 @@ static void sampled_1e5(void **s)
  * must fail. Validation before the data is durable (the slot points at the
  * record in the record's own group, so a crash can keep the pointer and
  * lose the data): a torn or foreign value. New nodes of a split activated
- * without being flushed: the parent's pointer survives, the node not. */
+ * without being flushed: the parent's pointer survives, the node not.
+ * (negative_ack_early below: acknowledged before the validation's fence.) */
 static void negative_control(unsigned fault, const char *what)
 {
     cfg c = {.mode = NVH_BTREE_GROUPS, .nkeys = 150, .maxlen = MAXLEN, .sync_every = 50, .fault = fault};
@@ -461,6 +463,15 @@ static void negative_node_unflushed(void **s)
 {
     (void)s;
     negative_control(BT_FAULT_NODE_UNFLUSHED, "split nodes unflushed");
+}
+/* An insert acknowledged at its validation (flushed, no fence yet) instead
+ * of at a later group's action: the crash before the next fence loses an
+ * acknowledged key. Guards the rule that validations are acknowledged only
+ * by the action of a group begun after them (bt_ack_upto). */
+static void negative_ack_early(void **s)
+{
+    (void)s;
+    negative_control(BT_FAULT_ACK_EARLY, "ack before validation fence");
 }
 
 int main(int argc, char **argv)
@@ -493,6 +504,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(sampled_1e5),
         cmocka_unit_test(negative_validate_early),
         cmocka_unit_test(negative_node_unflushed),
+        cmocka_unit_test(negative_ack_early),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
