@@ -1138,7 +1138,17 @@ typedef enum nvh_protect_mode {
                                              again since the previous pass stays
                                              writable one more interval (hot
                                              pages cost no mprotect, no fault);
-                                             exposure <= 2 intervals            */
+                                             exposure <= 2 intervals. STRICT
+                                             also turns the window cache off    */
+#define NVH_PROTECT_NO_CACHE 0x8u         /* async: no per-thread window cache.
+                                             Default (intervals >= 1 ms): a
+                                             thread keeps the window-count unit
+                                             of a page it closed a window on
+                                             until a pass finds the page unused
+                                             for a whole interval, so its next
+                                             window there updates no shared
+                                             count (no LOCKed instruction);
+                                             same exposure (docs/PROTECT.md)   */
 
 typedef struct nvh_protect_options {
     nvh_protect_mode mode;

@@ -40,6 +40,10 @@
                                               record not durable yet          */
 #define BT_SLAB_SIZE (64u * 1024u)         /* a record slab (one activation)  */
 #define BT_SLAB_BIG (BT_SLAB_SIZE / 4u)    /* larger records: a slab of their own */
+/* Record slabs of a tree whose pool is protected: 4x larger, since each new
+ * slab costs one protection change (a fault or an mprotect of its held
+ * window, 7-10 us) against the insert's ~1 us (docs/PROTECT.md). */
+#define BT_SLAB_SIZE_HELD (256u * 1024u)
 #define BT_NODE_BATCH 16u                  /* nodes reserved ahead (bt_node_take) */
 
 /* The tree header: a named object "nvh.btree.<name>". */

@@ -235,10 +235,12 @@ bt_record *bt_rec_new(struct nvh_btree *t, size_t len)
         if (!s) return NULL;
         at = sizeof(bt_slab);
     } else {
-        if (!t->slab || t->slab_used + size > BT_SLAB_SIZE) {
+        if (!t->slab || t->slab_used + size > t->slab->size) {
             /* (bt_slab_new moves the hold to the new slab before the old
-             * one can be freed below) */
-            s = bt_slab_new(t, BT_SLAB_SIZE, &idx, 1);
+             * one can be freed below). Protected: larger slabs, fewer
+             * protection changes (btree.h, BT_SLAB_SIZE_HELD). */
+            uint64_t ssize = nvh_protect_epoch_(t->pool) ? BT_SLAB_SIZE_HELD : BT_SLAB_SIZE;
+            s = bt_slab_new(t, ssize, &idx, 1);
             if (!s) return NULL;
             int32_t old = t->slab_idx;
             t->slab = s;

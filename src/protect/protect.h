@@ -153,6 +153,17 @@ static inline void nvh_protect_hold_close_(nvh_pool *pool, nvh_protect_hold *h)
 
 enum { PR_KIND_UNPROTECT = 0, PR_KIND_PROTECT = 1, PR_KIND_SWEEP = 2 };
 
+/* Per-thread window cache (cache.c; async mode). Slots of one thread's table
+ * for one pool (direct-mapped on the page number), pools one thread caches at
+ * once, the shortest interval it is used with (every pass makes each owner
+ * give back what it holds, so below ~1 ms it only adds work), and the most
+ * units one slot holds. */
+#define PR_TC_SLOTS 16384u
+#define PR_TC_POOLS 4u
+#define PR_TC_MIN_INTERVAL 1000000ull
+#define PR_TC_UNITS_MAX 0xfffu
+#define PR_TC_BATCH 16u              /* units one shared add takes for a cache */
+
 /* --------------------------------------------------------------------------
  * The request queue (queue.c): bounded lock-free multi-producer ring
  * (Vyukov's per-cell sequence numbers), drained by one applier at a time.
@@ -258,6 +269,11 @@ struct nvh_protect {
 
     pthread_mutex_t apply_lock;           /* one applier at a time            */
 
+    /* per-thread window cache (cache.c); tc_list under the cache lock */
+    _Atomic uint64_t tc_id;               /* 0 = off, else this enabling's id */
+    struct pr_tcache *tc_list;
+    uint64_t tc_pass_tick[3];             /* service: last three passes' ticks */
+
     /* stray reporting */
     _Atomic(nvh_stray_handler) stray_fn;
     _Atomic(void *) stray_arg;
@@ -333,6 +349,31 @@ int pr_mprotect(struct nvh_protect *pr, uint64_t first, uint64_t n, bool writabl
 int pr_service_start(struct nvh_protect *pr);
 void pr_service_stop(struct nvh_protect *pr);
 void pr_service_kick(struct nvh_protect *pr);
+
+/* window.c: give back n window units of `page` that a thread's cache held
+ * (its last window there closed at `tick`, 0 = now), like the close of n
+ * windows; ref: with the second chance (an eviction), else without. */
+void pr_release_units_(struct nvh_protect *pr, uint64_t page, uint32_t n, uint64_t tick,
+                        bool ref);
+
+/* cache.c: the per-thread window cache (async). open/close: true if the
+ * cache did the whole call (a unit it held was taken / the unit was kept).
+ * pass: the service, at the start of every pass (units untouched for a
+ * whole interval go back). configure: after any mode/interval/flags change
+ * (turns the cache on or off; off takes every unit back). steal_all: every
+ * unit of every thread back now, if release (nvh_protect_sync, a switch to
+ * sync); detach: and the tables die (the cache goes off; without release
+ * when the counts are being reset anyway). */
+enum { PR_TC_NOT_CACHED, PR_TC_DONE, PR_TC_FIRST, PR_TC_UNBALANCED };
+/* PR_TC_DONE, PR_TC_FIRST (a batch taken, the count was 0: open_first) or
+ * PR_TC_NOT_CACHED (the shared path). */
+int pr_tc_open(struct nvh_protect *pr, uint64_t page);
+/* PR_TC_DONE, PR_TC_UNBALANCED (no window open besides the units held) or
+ * PR_TC_NOT_CACHED. */
+int pr_tc_close(struct nvh_protect *pr, uint64_t page);
+void pr_tc_pass(struct nvh_protect *pr);
+void pr_tc_configure(struct nvh_protect *pr);
+void pr_tc_steal_all(struct nvh_protect *pr, bool release, bool detach);
 
 /* fault.c */
 int pr_handler_install(void);

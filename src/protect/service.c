@@ -43,6 +43,9 @@ static void *service_main(void *arg)
             rc = pthread_cond_timedwait(&pr->wake, &pr->wake_lock, &deadline);
         pthread_mutex_unlock(&pr->wake_lock);
 
+        /* a new pass: the window caches give their units back (their
+         * owners at their next call; idle owners' units are taken here) */
+        pr_tc_pass(pr);
         pthread_mutex_lock(&pr->apply_lock);
         pr_drain(pr, false);
         pthread_mutex_unlock(&pr->apply_lock);

@@ -151,6 +151,9 @@ static void disable(struct nvh_protect *pr)
 {
     if (atomic_load(&pr->mode) == NVH_PROTECT_OFF) return;
     atomic_store(&pr->disabling, 1);
+    /* the caches' units are forgotten with the counts */
+    atomic_store(&pr->tc_id, 0);
+    pr_tc_steal_all(pr, false, true);
     pr_service_stop(pr);
     pthread_mutex_lock(&pr->apply_lock);
     while (pr_queue_pop(&pr->queue, pr->batch, pr->batch_cap) != 0) {}
@@ -189,7 +192,8 @@ int nvh_protect_configure(nvh_pool *pool, const nvh_protect_options *options)
     if (o.queue_slots > PR_QUEUE_MAX)
         return nvh_fail(NVH_E_INVAL, "nvh_protect: queue of %u slots exceeds the maximum %u",
                         o.queue_slots, PR_QUEUE_MAX);
-    if (o.flags & ~(NVH_PROTECT_EAGER_UNPROTECT | NVH_PROTECT_NO_LATENCY | NVH_PROTECT_STRICT))
+    if (o.flags & ~(NVH_PROTECT_EAGER_UNPROTECT | NVH_PROTECT_NO_LATENCY | NVH_PROTECT_STRICT |
+                    NVH_PROTECT_NO_CACHE))
         return nvh_fail(NVH_E_INVAL, "nvh_protect: unknown option bits 0x%x", o.flags);
 
     struct nvh_protect *pr = atomic_load(&pool->protect);
@@ -211,8 +215,14 @@ int nvh_protect_configure(nvh_pool *pool, const nvh_protect_options *options)
     atomic_store(&pr->interval_ns, o.interval_ns);
     pr->flags = o.flags;
     int old = atomic_load(&pr->mode);
-    if (old == NVH_PROTECT_OFF) return enable(pr, (int)o.mode);
+    if (old == NVH_PROTECT_OFF) {
+        rc = enable(pr, (int)o.mode);
+        if (rc == NVH_OK) pr_tc_configure(pr);
+        return rc;
+    }
     if (old == NVH_PROTECT_ASYNC && o.mode == NVH_PROTECT_SYNC) {
+        atomic_store(&pr->tc_id, 0);
+        pr_tc_steal_all(pr, true, true);          /* queued, then drained below */
         pr_service_stop(pr);
         pthread_mutex_lock(&pr->apply_lock);
         pr_drain(pr, true);
@@ -227,6 +237,7 @@ int nvh_protect_configure(nvh_pool *pool, const nvh_protect_options *options)
     } else if (o.mode == NVH_PROTECT_ASYNC) {
         pr_service_kick(pr);                      /* new interval now */
     }
+    pr_tc_configure(pr);                          /* flags or interval may have changed */
     return NVH_OK;
 }
 
@@ -254,6 +265,7 @@ int nvh_protect_set_interval(nvh_pool *pool, uint64_t interval_ns)
     if (!pr) return nvh_fail(NVH_E_INVAL, "pool %s is not protected", pool->path);
     atomic_store(&pr->interval_ns, interval_ns);
     if (atomic_load(&pr->mode) == NVH_PROTECT_ASYNC) pr_service_kick(pr);
+    pr_tc_configure(pr);
     return NVH_OK;
 }
 
@@ -262,6 +274,7 @@ int nvh_protect_sync(nvh_pool *pool)
     if (!pool) return nvh_fail(NVH_E_INVAL, "nvh_protect_sync: pool is NULL");
     struct nvh_protect *pr = atomic_load(&pool->protect);
     if (!pr || atomic_load(&pr->mode) != NVH_PROTECT_ASYNC) return NVH_OK;
+    pr_tc_steal_all(pr, true, false);             /* every cached unit back */
     pthread_mutex_lock(&pr->apply_lock);
     pr_drain(pr, true);
     pthread_mutex_unlock(&pr->apply_lock);

@@ -126,6 +126,33 @@ static inline void close_last(struct nvh_protect *pr, int mode, uint64_t page,
     run_add(b, page);
 }
 
+/* A thread's cache gives back n units of `page` (cache.c). As n closes.
+ * ref: set the page's ref bit (second chance) — for a unit evicted by
+ * another page while in use; not for the units every owner gives back at
+ * each pass (the cache kept the page writable while it was used, so the
+ * next pass may protect it unless it is used again before). */
+void pr_release_units_(struct nvh_protect *pr, uint64_t page, uint32_t n, uint64_t tick, bool ref)
+{
+    uint32_t c = atomic_load(&pr->count[page]), take;
+    do {
+        if (c == 0) { pr_stat(pr, ST_UNBALANCED, n); return; }
+        take = c < n ? c : n;
+    } while (!atomic_compare_exchange_weak(&pr->count[page], &c, c - take));
+    if (take < n) pr_stat(pr, ST_UNBALANCED, n - take);
+    if (c != take) return;                                       /* still open */
+    int mode = atomic_load_explicit(&pr->mode, memory_order_relaxed);
+    if (mode == NVH_PROTECT_OFF) return;
+    if (mode == NVH_PROTECT_SYNC) { apply_now(pr, page, 1, PR_KIND_PROTECT); return; }
+    if (!(pr->flags & NVH_PROTECT_NO_LATENCY))
+        atomic_store_explicit(&pr->ptime[page], tick ? tick : pr_ticks(), memory_order_relaxed);
+    if (!pr_bit_test(pr->state, page)) return;                   /* never made writable */
+    if (ref && !(pr->flags & NVH_PROTECT_STRICT)) pr_bit_set(pr->ref, page);
+    if (pr_bit_set(pr->pending, page)) return;                   /* already queued */
+    run_builder b = {.pr = pr, .kind = PR_KIND_PROTECT, .t_ns = tick};
+    run_add(&b, page);
+    run_flush(&b);
+}
+
 static void open_pages(struct nvh_protect *pr, int mode, uint64_t first, uint64_t end)
 {
     run_builder b = {.pr = pr, .kind = PR_KIND_UNPROTECT};
@@ -183,7 +210,12 @@ static inline bool open_fast(nvh_pool *pool, const void *p, size_t len)
     int mode;
     uint64_t page;
     if (!pr || !one_page(pool, pr, p, len, &mode, &page)) return false;
-    if (atomic_fetch_add(&pr->count[page], 1) != 0) return true;          /* nested */
+    /* async: a unit this thread's cache holds (no shared update at all), or
+     * a batch of units the cache took in one shared add */
+    int tc = mode == NVH_PROTECT_ASYNC ? pr_tc_open(pr, page) : PR_TC_NOT_CACHED;
+    if (tc == PR_TC_DONE) return true;
+    if (tc == PR_TC_NOT_CACHED && atomic_fetch_add(&pr->count[page], 1) != 0)
+        return true;                                                      /* nested */
     if (mode == NVH_PROTECT_ASYNC && pr_bit_test(pr->state, page)) return true;   /* hot */
     run_builder b = {.pr = pr, .kind = PR_KIND_UNPROTECT};
     bool apply = false;
@@ -193,12 +225,19 @@ static inline bool open_fast(nvh_pool *pool, const void *p, size_t len)
     return true;
 }
 
-static inline bool close_fast(nvh_pool *pool, const void *p, size_t len)
+/* 1: done; 0: the general path must handle it; -1: unbalanced (counted). */
+static inline int close_fast(nvh_pool *pool, const void *p, size_t len)
 {
     struct nvh_protect *pr = atomic_load_explicit(&pool->protect, memory_order_acquire);
     int mode;
     uint64_t page;
     if (!pr || !one_page(pool, pr, p, len, &mode, &page)) return false;
+    /* keep the unit in this thread's cache: the page stays in use */
+    if (mode == NVH_PROTECT_ASYNC) {
+        int tc = pr_tc_close(pr, page);
+        if (tc == PR_TC_DONE) return 1;
+        if (tc == PR_TC_UNBALANCED) { pr_stat(pr, ST_UNBALANCED, 1); return -1; }
+    }
     uint32_t c = atomic_load(&pr->count[page]);
     do {
         if (c == 0) return false;          /* unbalanced: the general path reports it */
@@ -250,7 +289,11 @@ int nvh_unprotect(nvh_pool *pool, const void *p, size_t len)
 
 int nvh_protect(nvh_pool *pool, const void *p, size_t len)
 {
-    if (pool && close_fast(pool, p, len)) return NVH_OK;
+    int fast = pool ? close_fast(pool, p, len) : 0;
+    if (fast > 0) return NVH_OK;
+    if (fast < 0)
+        return nvh_fail(NVH_E_INVAL, "nvh_protect: [%p, +%zu) in pool %s had no open write "
+                        "window (unbalanced nvh_protect)", p, len, pool->path);
     struct nvh_protect *pr;
     int mode = 0;
     uint64_t first = 0, end = 0;
@@ -273,7 +316,7 @@ int nvh_protect_open_slow_(nvh_pool *pool, const void *p, size_t len)
 
 int nvh_protect_close_slow_(nvh_pool *pool, const void *p, size_t len)
 {
-    if (close_fast(pool, p, len)) return NVH_OK;
+    if (close_fast(pool, p, len) > 0) return NVH_OK;
     return nvh_protect(pool, p, len);
 }
 

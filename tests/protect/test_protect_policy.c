@@ -46,7 +46,10 @@ static nvh_protect_stats hot_page_run(unsigned flags, unsigned ms)
 {
     nvh_pool *pool = pt_pool(flags ? "hot-strict" : "hot", 4 * MIB);
     assert_non_null(pool);
-    nvh_protect_options o = {.mode = NVH_PROTECT_ASYNC, .interval_ns = 20000000, .flags = flags};
+    /* the second chance itself: without the window cache (which would keep
+     * the page's unit instead; test_protect_cache.c) */
+    nvh_protect_options o = {.mode = NVH_PROTECT_ASYNC, .interval_ns = 20000000,
+                             .flags = flags | NVH_PROTECT_NO_CACHE};
     assert_int_equal(nvh_protect_configure(pool, &o), NVH_OK);
     char *p = pt_page(pool, 3);
     nvh_protect_stats_reset(pool);
@@ -100,7 +103,9 @@ static void test_sync_flushes_second_chance(void **state)
     assert_int_equal(pt_writable(p), 0);
     assert_int_equal(pt_stats(pool).deferred, 0);
     /* with a short interval the service carries it once, then protects it */
-    assert_int_equal(nvh_protect_set_mode(pool, NVH_PROTECT_ASYNC, 2000000), NVH_OK);
+    nvh_protect_options nc = {.mode = NVH_PROTECT_ASYNC, .interval_ns = 2000000,
+                              .flags = NVH_PROTECT_NO_CACHE};
+    assert_int_equal(nvh_protect_configure(pool, &nc), NVH_OK);
     nvh_protect_stats_reset(pool);
     use_page(pool, p, 2);
     assert_true(wait_writable(p, 0));
@@ -124,7 +129,9 @@ static void test_carry_merges_with_queue(void **state)
     (void)state;
     nvh_pool *pool = pt_pool("merge", 4 * MIB);
     assert_non_null(pool);
-    assert_int_equal(nvh_protect_set_mode(pool, NVH_PROTECT_ASYNC, 2000000), NVH_OK);
+    nvh_protect_options nc = {.mode = NVH_PROTECT_ASYNC, .interval_ns = 2000000,
+                              .flags = NVH_PROTECT_NO_CACHE};
+    assert_int_equal(nvh_protect_configure(pool, &nc), NVH_OK);
     nvh_protect_stats_reset(pool);
     enum { N = 64 };
     for (unsigned round = 0; round < 40; round++) {
