@@ -23,6 +23,8 @@
  *   groups-lower  SIM_LOWER: transient states last forever (a lower bound)
  *   groups-upper  SIM_UPPER: transient states end at once (an upper bound;
  *                 not crash-consistent)
+ *   groups-nodir  groups without the DRAM key directory (no_key_directory):
+ *                 lookups descend the tree, inserts skip the directory
  *   pmdk          PMDK's btree_map example (order 8, sorted nodes), one
  *                 transaction per insert that also pmemobj_tx_alloc's and
  *                 fills the value (like for like: nvheap allocates the value
@@ -60,15 +62,17 @@ typedef struct subject {
     const char *name;
     nvh_btree_mode mode;
     nvh_group_model model;
+    int no_key_directory;
 } subject;
 
 static const subject g_subjects[] = {
-    {"volatile", NVH_BTREE_VOLATILE, NVH_GROUP_REAL},
-    {"flush", NVH_BTREE_FLUSH, NVH_GROUP_REAL},
-    {"nt", NVH_BTREE_NT, NVH_GROUP_REAL},
-    {"groups", NVH_BTREE_GROUPS, NVH_GROUP_REAL},
-    {"groups-lower", NVH_BTREE_GROUPS, NVH_GROUP_SIM_LOWER},
-    {"groups-upper", NVH_BTREE_GROUPS, NVH_GROUP_SIM_UPPER},
+    {"volatile", NVH_BTREE_VOLATILE, NVH_GROUP_REAL, 0},
+    {"flush", NVH_BTREE_FLUSH, NVH_GROUP_REAL, 0},
+    {"nt", NVH_BTREE_NT, NVH_GROUP_REAL, 0},
+    {"groups", NVH_BTREE_GROUPS, NVH_GROUP_REAL, 0},
+    {"groups-lower", NVH_BTREE_GROUPS, NVH_GROUP_SIM_LOWER, 0},
+    {"groups-upper", NVH_BTREE_GROUPS, NVH_GROUP_SIM_UPPER, 0},
+    {"groups-nodir", NVH_BTREE_GROUPS, NVH_GROUP_REAL, 1},  /* without the key directory */
 };
 
 static uint64_t splitmix(uint64_t *s)
@@ -138,7 +142,8 @@ static run_result run_nvheap(const bench_opts *opts, const subject *sub, uint64_
     }
     nvh_group_options go = {.model = sub->model};
     if (sub->model != NVH_GROUP_REAL) go.slots = 8192;   /* the paper's 8 K counters */
-    nvh_btree_options bo = {.mode = sub->mode, .group = &go};
+    nvh_btree_options bo = {.mode = sub->mode, .group = &go,
+                            .no_key_directory = sub->no_key_directory};
     nvh_btree *t = nvh_btree_open(pool, "bench", 1, &bo);
     if (!t) {
         bench_error(opts, "%s: open: %s", sub->name, nvh_errormsg());

@@ -273,6 +273,7 @@ nvh_btree *nvh_btree_open(nvh_pool *pool, const char *name, int create,
     if (!t) { bt_fail(NVH_E_NOMEM, "out of memory"); return NULL; }
     t->mode = options->mode;
     t->sorted = options->sorted;
+    t->kd_off = options->no_key_directory != 0;
     t->count = -1;
     t->slab_idx = t->si_head = t->si_freelist = -1;
     t->ix_gen = 1;                   /* companions start at gen 0: kids unknown */

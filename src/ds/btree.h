@@ -307,6 +307,7 @@ struct nvh_btree {
     bt_header *hdr;          /* volatile variant: a malloc'd header            */
     nvh_btree_mode mode;
     int sorted;
+    int kd_off;                  /* no key directory (option no_key_directory) */
     nvh_group_ctx *group;
     bt_pending *pend;        /* ring of pending inserts                        */
     unsigned pend_cap, pend_used, pend_next;
@@ -576,7 +577,7 @@ void bt_kd_set(struct nvh_btree *t, uint64_t key, uint64_t w);
  * operation applies the buffer first. */
 static inline void bt_kd_add(struct nvh_btree *t, uint64_t key, uint64_t w)
 {
-    if (t->sorted) return;
+    if (t->sorted || t->kd_off) return;
     t->kd_buf[t->kd_nbuf].key = key;
     t->kd_buf[t->kd_nbuf].rec = w;
     if (++t->kd_nbuf == BT_KD_BUF) bt_kd_apply(t);

@@ -450,7 +450,7 @@ static void kd_set(struct nvh_btree *t, uint64_t key, uint64_t w)
 {
     w &= ~(uint64_t)BT_PENDING;
     if (!w) { kd_del(t, key); return; }
-    if (t->sorted) return;
+    if (t->sorted || t->kd_off) return;
     if ((t->kd_used + 1) * 2 > t->kd_cap && kd_grow(t) != 0) {
         /* no memory: the directory only speeds lookups up; forget the key
          * so that it cannot be stale */

@@ -13,14 +13,16 @@ typedef struct variant {
     const char *name;
     nvh_btree_mode mode;
     int sorted;
+    int no_key_directory;
 } variant;
 
 static const variant g_variants[] = {
-    {"groups", NVH_BTREE_GROUPS, 0},
-    {"flush", NVH_BTREE_FLUSH, 0},
-    {"nt", NVH_BTREE_NT, 0},
-    {"volatile", NVH_BTREE_VOLATILE, 0},
-    {"volatile-sorted", NVH_BTREE_VOLATILE, 1},
+    {"groups", NVH_BTREE_GROUPS, 0, 0},
+    {"flush", NVH_BTREE_FLUSH, 0, 0},
+    {"nt", NVH_BTREE_NT, 0, 0},
+    {"volatile", NVH_BTREE_VOLATILE, 0, 0},
+    {"volatile-sorted", NVH_BTREE_VOLATILE, 1, 0},
+    {"groups-nodir", NVH_BTREE_GROUPS, 0, 1},   /* no key directory */
 };
 
 static nvh_pool *new_pool(const char *name, const char **path)
@@ -48,7 +50,8 @@ static void property_run(const variant *v, uint64_t seed, unsigned ops, uint64_t
 {
     const char *path;
     nvh_pool *pool = new_pool("bt-prop", &path);
-    nvh_btree_options opt = {.mode = v->mode, .sorted = v->sorted};
+    nvh_btree_options opt = {.mode = v->mode, .sorted = v->sorted,
+                             .no_key_directory = v->no_key_directory};
     nvh_btree *t = nvh_btree_open(v->mode == NVH_BTREE_VOLATILE ? NULL : pool, "prop", 1, &opt);
     assert_non_null(t);
     bt_model m;
