@@ -64,14 +64,16 @@ void bt_prefault(struct nvh_btree *t, const void *p, size_t len)
  * mprotect (src/protect/fault.c, resolve_open_window): one fault per 4
  * pages. A node's window is the one bt_new_node used to open: taking a node
  * hands its window to the caller. Reservations are DRAM only: after a
- * crash the batch is free again, so the media never sees it. Exposure:
- * reserved nodes are writable before they are used (at most 15 KiB of the
- * tree's own not-yet-live memory). */
+ * crash the batch is free again, so the media never sees it. In a
+ * protected pool the batch is BT_NODE_BATCH_HELD (64 nodes, 16 pages: one
+ * fault per 16 pages). Exposure: reserved nodes are writable before they
+ * are used (at most 63 KiB of the tree's own not-yet-live memory). */
 static void bt_nres_refill(struct nvh_btree *t)
 {
     t->nres_head = t->nres_n = 0;
     t->nres_epoch = nvh_protect_epoch_(t->pool);
-    for (unsigned i = 0; i < BT_NODE_BATCH; i++) {
+    unsigned batch = t->nres_epoch ? BT_NODE_BATCH_HELD : BT_NODE_BATCH;
+    for (unsigned i = 0; i < batch; i++) {
         void *n = nvh_reserve(t->pool, BT_NODE_SIZE);
         if (!n) break;                   /* pool full: hand out what we got */
         t->nres[t->nres_n++] = n;

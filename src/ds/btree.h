@@ -45,6 +45,9 @@
  * window, 7-10 us) against the insert's ~1 us (docs/PROTECT.md). */
 #define BT_SLAB_SIZE_HELD (256u * 1024u)
 #define BT_NODE_BATCH 16u                  /* nodes reserved ahead (bt_node_take) */
+/* ... in a protected pool: each batch's fresh pages cost one fault (async)
+ * or mprotect (sync): 64 nodes, 16 pages, per protection change */
+#define BT_NODE_BATCH_HELD 64u
 
 /* The tree header: a named object "nvh.btree.<name>". */
 typedef struct bt_header {
@@ -330,7 +333,7 @@ struct nvh_btree {
                                     current slab, open while it is current  */
     /* nodes reserved ahead (persistent modes), each with its write window
      * already open (btree.c, bt_node_take) */
-    void *nres[BT_NODE_BATCH];
+    void *nres[BT_NODE_BATCH_HELD];
     unsigned nres_head, nres_n;  /* next to hand out, reserved in all        */
     uint64_t nres_epoch;         /* protection epoch their windows were opened in */
     bt_slabinfo *si;         /* tracked slabs                                  */
