@@ -122,7 +122,8 @@ typedef struct bt_pending {
     struct nvh_btree *tree;
     bt_entry *entry;         /* slot whose ptr is rec|BT_PENDING               */
     bt_record *rec;
-    size_t rsize;            /* record bytes (its write window)                 */
+    size_t rsize;            /* record bytes of its write window; 0: it has none
+                                of its own (the held slab covers it, bt_rec_new) */
     uint64_t key;
     uint64_t seq;            /* operation number                               */
     int used;
@@ -329,6 +330,7 @@ struct nvh_btree {
     bt_slab *slab;           /* current slab (bump allocation), or NULL        */
     int32_t slab_idx;        /* its bt_slabinfo index                          */
     uint64_t slab_used;      /* bytes carved from it, header included          */
+    bool rec_win;                /* the last bt_rec_new opened a record window */
     nvh_protect_hold slab_hold;  /* protected pool: a write window over the whole
                                     current slab, open while it is current  */
     /* nodes reserved ahead (persistent modes), each with its write window

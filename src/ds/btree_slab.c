@@ -259,7 +259,15 @@ bt_record *bt_rec_new(struct nvh_btree *t, size_t len)
     }
     t->si[idx].live++;
     bt_record *r = (bt_record *)((char *)s + at);
-    nvh_protect_open_(t->pool, r, size);     /* closed once the record is durable */
+    /* A record of the current slab needs no window of its own while the
+     * slab is held (protected pool): every store to a record happens now,
+     * in bt_new_record, under the hold (later writes go to leaf slots), and
+     * its flushes need no write access. That takes two of an insert's four
+     * window calls off the protected path. Any other record gets a window,
+     * closed once it is durable (t->rec_win says which). */
+    t->rec_win = !(s == t->slab && t->slab_hold.p == (const void *)s && t->slab_hold.epoch &&
+                   t->slab_hold.epoch == nvh_protect_epoch_(t->pool));
+    if (t->rec_win) nvh_protect_open_(t->pool, r, size);
     r->slab = bt_off(t, s);
     return r;
 }

@@ -77,7 +77,7 @@ static inline size_t bt_rec_size(size_t len) { return sizeof(bt_record) + len; }
  * (not flushed). */
 static bt_record *bt_new_record(struct nvh_btree *t, const void *value, size_t len)
 {
-    bt_record *r = bt_rec_new(t, len);        /* its write window is open */
+    bt_record *r = bt_rec_new(t, len);        /* writable: held slab or its own window */
     if (!r) return NULL;
     if (t->mode == NVH_BTREE_NT) {
         /* r->slab was stored by bt_rec_new: stream the header line whole */
@@ -110,7 +110,7 @@ static void bt_insert_action(nvh_pool *pool, nvh_group_ctx *ctx, void *arg)
     struct nvh_btree *t = pd->tree;
     /* validations flushed before this group began are durable now */
     bt_ack_upto(t, pd->vmark);
-    bt_wclose(t, pd->rec, pd->rsize);
+    if (pd->rsize) bt_wclose(t, pd->rec, pd->rsize);
     pd->entry->ptr = bt_off(t, pd->rec);          /* the validation */
     bt_ix_validated(pd);                          /* lookups may skip the slot */
     bt_note(t, &pd->entry->ptr, sizeof pd->entry->ptr);
@@ -217,7 +217,7 @@ static int bt_update(struct nvh_btree *t, const bt_node *n, bt_entry *e, const v
     /* the new version durable, then one 8-byte store switches to it */
     if (t->mode != NVH_BTREE_NT) nvh_flush(t->pool, r2, bt_rec_size(len));
     nvh_drain(t->pool);
-    bt_wclose(t, r2, bt_rec_size(len));
+    if (t->rec_win) bt_wclose(t, r2, bt_rec_size(len));
     bt_wopen(t, &e->ptr, sizeof e->ptr);
     bt_note(t, &e->ptr, 8);
     bt_store_persist(t, &e->ptr, bt_off(t, r2));
@@ -277,7 +277,7 @@ int nvh_btree_put(nvh_btree *t, uint64_t key, const void *value, size_t len)
         bt_note(t, e, sizeof *e);
         bt_store_persist(t, &e->key, key);
         nvh_drain(t->pool);
-        bt_wclose(t, r, bt_rec_size(len));
+        if (t->rec_win) bt_wclose(t, r, bt_rec_size(len));
         bt_store_persist(t, &e->ptr, bt_off(t, r));
         nvh_drain(t->pool);
         bt_wclose(t, e, sizeof *e);
@@ -295,7 +295,8 @@ int nvh_btree_put(nvh_btree *t, uint64_t key, const void *value, size_t len)
         bt_pending *pd = &t->pend[t->pend_next];
         t->pend_next = (t->pend_next + 1) & (t->pend_cap - 1);
         t->pend_used++;
-        *pd = (bt_pending){t, e, r, bt_rec_size(len), key, seq, 1, path[d].node, NULL, t->vdone, 0};
+        *pd = (bt_pending){t, e, r, t->rec_win ? bt_rec_size(len) : 0, key, seq, 1, path[d].node,
+                           NULL, t->vdone, 0};
         rc = nvh_group_begin(t->group);
         if (rc != NVH_OK) return rc;
         nvh_group_add(t->group, r, bt_rec_size(len));
