@@ -151,25 +151,28 @@ static inline void fine_publish(nvh_lane *lane, unsigned g)
         atomic_fetch_or_explicit(&lane->wfine[g >> 6], bit, memory_order_seq_cst);
 }
 
-/* The coarse filter bits of n words, their fine granules published. */
-static inline void filter_words(nvh_lane *lane, const uint64_t *offs, unsigned n, uint64_t bits[4],
-                                uint16_t fine[])
-{
-    bits[0] = bits[1] = bits[2] = bits[3] = 0;
-    for (unsigned i = 0; i < n; i++) {
-        unsigned g = (unsigned)(offs[i] >> 20) & 255u;
-        bits[g >> 6] |= 1ull << (g & 63);
-        fine[i] = (uint16_t)fine_granule(offs[i]);
-        if (!nvh_txlog_test_no_filter_publish_) fine_publish(lane, fine[i]);
-    }
-}
-
 /* Publish this lane's coarse bits (rarely a store: only bits it never had). */
 static inline void filter_publish(nvh_lane *lane, const uint64_t bits[4])
 {
     for (unsigned w = 0; w < 4; w++)
         if (bits[w] & ~atomic_load_explicit(&lane->wfilter[w], memory_order_relaxed))
             atomic_fetch_or_explicit(&lane->wfilter[w], bits[w], memory_order_seq_cst);
+}
+
+/* The coarse filter bits and fine granules of n words, both published in
+ * the lane's filters. */
+static inline void filter_words(nvh_lane *lane, const uint64_t *offs, unsigned n, uint64_t bits[4],
+                                uint16_t fine[])
+{
+    bool publish = !nvh_txlog_test_no_filter_publish_;
+    bits[0] = bits[1] = bits[2] = bits[3] = 0;
+    for (unsigned i = 0; i < n; i++) {
+        unsigned g = (unsigned)(offs[i] >> 20) & 255u;
+        bits[g >> 6] |= 1ull << (g & 63);
+        fine[i] = (uint16_t)fine_granule(offs[i]);
+        if (publish) fine_publish(lane, fine[i]);
+    }
+    if (publish) filter_publish(lane, bits);
 }
 
 /* The lanes of `mask` whose filter meets a transaction's bytes: only their
@@ -634,7 +637,6 @@ int nvh_txlog_redo_commit(nvh_txlog *lg, nvh_lane *lane, const uint64_t *offs,
     uint64_t bits[4];
     uint16_t fine[NVH_REDO_MAX];
     filter_words(lane, offs, n, bits, fine);
-    if (!nvh_txlog_test_no_filter_publish_) filter_publish(lane, bits);
     uint64_t others = atomic_load_explicit(&lg->lanes_used, memory_order_acquire) &
                       ~(1ull << lane->index);
     if (others) {

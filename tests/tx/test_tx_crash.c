@@ -197,19 +197,8 @@ static int check_pool(nvh_pool *pool, const nvh_crash_point *pt)
         return 0;
     }
     unsigned char *reg = nvh_ptr(pool, root[0]);
-    bool is_prev = memcmp(reg, exp_prev, REG) == 0;
-    bool is_next = g_inflight && memcmp(reg, exp_next, REG) == 0;
-    if (!is_prev && !is_next) {
-        long first = -1;
-        for (unsigned i = 0; i < REG; i++)
-            if (reg[i] != exp_prev[i]) { first = i; break; }
-        if (first >= 0)
-            fprintf(stderr, "  at %ld: got %02x %02x %02x %02x, want %02x, inflight %d next-ok %d\n",
-                    first, reg[first], reg[first + 1], reg[first + 2], reg[first + 3],
-                    exp_prev[first], g_inflight, memcmp(reg, exp_next, REG) == 0);
-        return complain(pt, 5, "data is neither the acknowledged state nor the next",
-                        (long)g_acked, first);
-    }
+    int rc = tx_region_check(pt, reg, exp_prev, exp_next, REG, g_inflight, g_acked);
+    if (rc) return rc;
     uint64_t *slots = (uint64_t *)reg;
     uint64_t linked = 0;
     for (unsigned s = 0; s < NSLOT; s++) {
@@ -283,14 +272,7 @@ static int recovery_check(const char *image, const nvh_crash_point *pt, void *ar
 /* ---------------------------------------------------------------------------
  * Driver
  * ------------------------------------------------------------------------- */
-static const char *fresh_pool(void)
-{
-    const char *path = test_path("txcrash");
-    nvh_pool *pool = nvh_pool_create(path, LAYOUT, 2u << 20, NVH_DOMAIN_PROCESS);
-    assert_non_null(pool);
-    assert_int_equal(nvh_pool_close(pool), NVH_OK);
-    return path;
-}
+static const char *fresh_pool(void) { return tx_fresh_pool("txcrash", LAYOUT); }
 
 /* A pool whose log directory is version 1 (no retire lines: retirement is
  * the header's IDLE state, as written by the first release): one

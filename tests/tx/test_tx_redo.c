@@ -154,15 +154,8 @@ static int check_pool(nvh_pool *pool, const nvh_crash_point *pt)
     nvh_off_t *root = nvh_root(pool, NULL);
     if (!root[0]) return g_acked ? complain(pt, 4, "region lost", (long)g_acked, 0) : 0;
     uint64_t *reg = nvh_ptr(pool, root[0]);
-    bool is_prev = memcmp(reg, exp_prev, REG) == 0;
-    bool is_next = g_inflight && memcmp(reg, exp_next, REG) == 0;
-    if (!is_prev && !is_next) {
-        long first = -1;
-        for (unsigned i = 0; i < NW; i++)
-            if (reg[i] != exp_prev[i]) { first = i; break; }
-        return complain(pt, 5, "data is neither the acknowledged state nor the next",
-                        (long)g_acked, first);
-    }
+    int rc = tx_region_check(pt, reg, exp_prev, exp_next, REG, g_inflight, g_acked);
+    if (rc) return rc;
     /* the recovered pool takes new transactions of both kinds */
     if (nvh_tx_begin(pool) != NVH_OK || nvh_tx_write_word(pool, &reg[NW - 1], 77) != NVH_OK ||
         nvh_tx_commit(pool) != NVH_OK || reg[NW - 1] != 77)
@@ -305,14 +298,7 @@ static int handover_workload(nvh_pool *pool, void *arg)
 /* ---------------------------------------------------------------------------
  * Driver
  * ------------------------------------------------------------------------- */
-static const char *fresh_pool(void)
-{
-    const char *path = test_path("txredo");
-    nvh_pool *pool = nvh_pool_create(path, LAYOUT, 2u << 20, NVH_DOMAIN_PROCESS);
-    assert_non_null(pool);
-    assert_int_equal(nvh_pool_close(pool), NVH_OK);
-    return path;
-}
+static const char *fresh_pool(void) { return tx_fresh_pool("txredo", LAYOUT); }
 
 static nvh_crash_report explore_arg(nvh_crash_workload_fn w, void *arg, nvh_crash_mode mode,
                                     uint64_t budget, unsigned images)

@@ -1,7 +1,8 @@
 /* tx_crash_test.h — what the transaction crash tests (test_tx_crash.c,
  * test_tx_redo.c) share: the checker's complaint counter, which lives in
  * memory shared with the forked crash children, the lookup of the log
- * directory among the named objects, and the per-process setup. */
+ * directory among the named objects, a fresh pool, the check of the
+ * recovered region against the model, and the per-process setup. */
 #ifndef NVH_TESTS_TX_CRASH_TEST_H
 #define NVH_TESTS_TX_CRASH_TEST_H
 
@@ -35,6 +36,34 @@ static int tx_dir_find(const char *name, void *ptr, size_t size, void *arg)
     if (strcmp(name, NVH_TX_DIR_NAME) != 0) return 0;
     *(void **)arg = ptr;
     return 1;
+}
+
+/* A new pool (closed again) for a crash exploration or a direct run. */
+static const char *tx_fresh_pool(const char *name, const char *layout)
+{
+    const char *path = test_path(name);
+    nvh_pool *pool = nvh_pool_create(path, layout, 2u << 20, NVH_DOMAIN_PROCESS);
+    assert_non_null(pool);
+    assert_int_equal(nvh_pool_close(pool), NVH_OK);
+    return path;
+}
+
+/* The recovered region must equal the acknowledged state (prev) or, with a
+ * transaction in flight, the next one: else complain (rc 5) with the first
+ * byte that differs from prev. */
+static int tx_region_check(const nvh_crash_point *pt, const void *reg, const void *prev,
+                           const void *next, size_t bytes, int inflight, uint64_t acked)
+{
+    if (memcmp(reg, prev, bytes) == 0 || (inflight && memcmp(reg, next, bytes) == 0)) return 0;
+    const unsigned char *r = reg, *p = prev;
+    long first = -1;
+    for (size_t i = 0; i < bytes; i++)
+        if (r[i] != p[i]) { first = (long)i; break; }
+    if (first >= 0 && !g_complaints_quiet)
+        fprintf(stderr, "  at byte %ld: got %02x, want %02x, inflight %d\n", first, r[first],
+                p[first], inflight);
+    return complain(pt, 5, "data is neither the acknowledged state nor the next", (long)acked,
+                    first);
 }
 
 /* Small chunks (small crash images), the shared counter, a scratch folder. */
