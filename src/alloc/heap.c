@@ -612,6 +612,7 @@ void nvh_prefault(nvh_heap *h, uint64_t block, uint64_t nblocks)
 {
     nvh_domain d = (nvh_domain)h->pool->ctx.domain;
     if (d != NVH_DOMAIN_PMEM && d != NVH_DOMAIN_EADR && d != NVH_DOMAIN_PROCESS) return;
+    if (h->pool->flags & NVH_POOL_PREFAULT) return;   /* mapped at open already */
     uint64_t cend = (nvh_chunk_of_block(h, block) + 1) * h->bpc;
     if (block + nblocks > cend) nblocks = cend - block;
     (void)madvise(h->base + nvh_block_off(h, block), nblocks * NVH_BLOCK, MADV_POPULATE_WRITE);

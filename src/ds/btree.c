@@ -44,6 +44,7 @@ void bt_prefault(struct nvh_btree *t, const void *p, size_t len)
 {
 #ifdef MADV_POPULATE_WRITE
     if (!t->pool || nvh_protect_epoch_(t->pool)) return;
+    if (t->pool->flags & NVH_POOL_PREFAULT) return;   /* mapped at open already */
     nvh_domain d = nvh_pool_domain(t->pool);
     if (d != NVH_DOMAIN_PMEM && d != NVH_DOMAIN_PROCESS && d != NVH_DOMAIN_EADR) return;
     uintptr_t pg = NVH_PAGE, a = (uintptr_t)p & ~(pg - 1), b = ((uintptr_t)p + len + pg - 1) & ~(pg - 1);
@@ -276,6 +277,7 @@ nvh_btree *nvh_btree_open(nvh_pool *pool, const char *name, int create,
     t->mode = options->mode;
     t->sorted = options->sorted;
     t->kd_off = options->no_key_directory != 0;
+    t->kd_state = t->kd_off || t->sorted ? BT_KD_READY : BT_KD_IDLE;
     t->count = -1;
     t->slab_idx = t->si_head = t->si_freelist = -1;
     t->ix_gen = 1;                   /* companions start at gen 0: kids unknown */
@@ -445,7 +447,13 @@ void nvh_btree_set_durable_fn(nvh_btree *t, nvh_btree_durable_fn fn, void *arg)
 }
 void nvh_btree_stats_get(const nvh_btree *t, nvh_btree_stats *s)
 {
-    if (t && s) *s = t->stats;
+    if (!t || !s) return;
+    /* the buffered entries may be keys the table holds already: apply
+     * them for an exact count (the tree is not const, only this view) */
+    if (t->kd_nbuf) bt_kd_apply((struct nvh_btree *)(uintptr_t)t);
+    *s = t->stats;
+    s->directory_keys = t->kd_used;
+    s->directory_state = t->kd_state;
 }
 nvh_group_ctx *nvh_btree_group(const nvh_btree *t) { return t ? t->group : NULL; }
 
@@ -564,9 +572,63 @@ static int bt_find_fast(struct nvh_btree *t, uint64_t key, bt_record **rec)
     return 0;                                    /* used slots are exact */
 }
 
+/* The key directory's build (btree.h, BT_KD_*): the first lookup starts it,
+ * each lookup while it runs adds the live entries of the next few leaves in
+ * key order. A leaf is found by a read-only descent for the cursor key (no
+ * sibling links to follow; the descent runs through the companions); its
+ * effective range [lo, hi] says where the next one starts. What the build
+ * adds is what a lookup would find (bt_find: live entries in range, this
+ * session's pending inserts included); entries the build has not reached
+ * yet are found by descending, as before. Writes during the build maintain
+ * the directory as always, so it is exact at every step. */
+static void bt_kd_build_leaf(struct nvh_btree *t, const bt_path *p)
+{
+    const bt_node *n = p->node;
+    const bt_idx *x = p->ix;
+    for (unsigned i = 0; i < BT_NODE_CAP; i++) {
+        const bt_entry *e = &n->e[i];
+        if (!e->ptr || e->key < p->lo || e->key > p->hi) continue;
+        bt_record *r = bt_entry_record(t, e);
+        if (!r) continue;                          /* a crash leftover */
+        /* the companion's word carries the record's size (lookups prefetch
+         * its lines); else the record says */
+        uint64_t w = x && x->level == 0 && x->node == n && x->u.lf.s[i].key == e->key
+                         && (x->u.lf.s[i].rec & ~(uint64_t)BT_PENDING) != 0
+                         && bt_ptr(t, x->u.lf.s[i].rec & ~(uint64_t)63) == (void *)r
+                     ? x->u.lf.s[i].rec
+                     : bt_rec_word(bt_off(t, r), sizeof *r + r->len);
+        bt_kd_add(t, e->key, w);   /* buffered: the table's misses overlap */
+    }
+}
+
+static void bt_kd_progress(struct nvh_btree *t)
+{
+    if (t->kd_state == BT_KD_IDLE) {
+        t->kd_state = BT_KD_BUILDING;
+        t->kd_cursor = 0;
+        if (t->count >= 0) bt_kd_reserve(t, (uint64_t)t->count);
+    }
+    bt_path path[BT_MAX_DEPTH];
+    for (unsigned k = 0; k < BT_KD_BUILD_LEAVES; k++) {
+        int d = bt_descend(t, t->kd_cursor, 0, path, BT_MAX_DEPTH);
+        if (d < 0) {                               /* an empty tree */
+            t->kd_state = BT_KD_READY;
+            return;
+        }
+        if (!path[d].ix) path[d].ix = bt_ix(t, path[d].node);
+        if (!(t->fault & BT_FAULT_KD_SKIP_LEAF) || (k & 1)) bt_kd_build_leaf(t, &path[d]);
+        if (path[d].hi == UINT64_MAX) {
+            t->kd_state = BT_KD_READY;
+            return;
+        }
+        t->kd_cursor = path[d].hi + 1;
+    }
+}
+
 int nvh_btree_get(nvh_btree *t, uint64_t key, const void **value, size_t *len)
 {
     if (!t) return bt_fail(NVH_E_INVAL, "tree is NULL");
+    if (__builtin_expect(t->kd_state != BT_KD_READY, 0)) bt_kd_progress(t);
     bt_record *r = NULL;
     uint64_t w = bt_kd_get(t, key);
     if (w) {

@@ -450,7 +450,7 @@ static void kd_set(struct nvh_btree *t, uint64_t key, uint64_t w)
 {
     w &= ~(uint64_t)BT_PENDING;
     if (!w) { kd_del(t, key); return; }
-    if (t->sorted || t->kd_off) return;
+    if (t->sorted || t->kd_off || t->kd_state == BT_KD_IDLE) return;
     if ((t->kd_used + 1) * 2 > t->kd_cap && kd_grow(t) != 0) {
         /* no memory: the directory only speeds lookups up; forget the key
          * so that it cannot be stale */
@@ -465,6 +465,17 @@ static void kd_set(struct nvh_btree *t, uint64_t key, uint64_t w)
     t->kd_tab[h].key = key;
     t->kd_tab[h].rec = w;
     t->kd_used++;
+}
+
+void bt_kd_reserve(struct nvh_btree *t, uint64_t keys)
+{
+    if (t->kd_tab || t->kd_nbuf) return;          /* only an empty directory */
+    uint64_t cap = BT_KD_MIN;
+    while (cap < keys * 2 && cap < ((uint64_t)1 << 40)) cap *= 2;
+    bt_kslot *tab = kd_map(cap);
+    if (!tab) return;
+    t->kd_tab = tab;
+    t->kd_cap = cap;
 }
 
 void bt_kd_fini(struct nvh_btree *t)

@@ -210,7 +210,12 @@ static int map_range(nvh_pool *pool, uint64_t from, uint64_t to, bool dax)
 {
     int prot = pool->readonly ? PROT_READ : PROT_READ | PROT_WRITE;
     void *want = pool->ctx.base + from;
-    void *got = mmap(want, to - from, prot, mmap_flags_for(pool, dax), pool->fd, (off_t)from);
+    int mflags = mmap_flags_for(pool, dax);
+    /* prefault: read-fault every page now (a shared mapping is populated
+     * writable without dirtying; a private one would copy the file) */
+    if ((pool->flags & NVH_POOL_PREFAULT) && pool->ctx.domain != NVH_DOMAIN_SIM)
+        mflags |= MAP_POPULATE;
+    void *got = mmap(want, to - from, prot, mflags, pool->fd, (off_t)from);
     if (got == MAP_FAILED)
         return nvh_fail_errno(NVH_E_IO, errno, "cannot map %s", pool->path);
     NVH_ASSERT(got == want);

@@ -410,6 +410,123 @@ static void companion_exact(void **state)
     }
 }
 
+/* The key directory starts at the first lookup and is built from the leaves
+ * a few at a time by the lookups that follow (btree.h, BT_KD_*). Inserts
+ * before it (GROUPS: some still pending) must not fill it; while it is
+ * built, updates, deletes and new inserts interleave with the lookups; once
+ * it is complete it must hold exactly the live keys, and every lookup must
+ * return the current value (a stale or missing entry would show: a lookup
+ * the directory answers is not checked against the tree in release
+ * builds). The negative control (BT_FAULT_KD_SKIP_LEAF: the build skips
+ * every other leaf) must end with keys missing from the directory. */
+void nvh_btree_debug_fault_(nvh_btree *t, unsigned faults);
+
+static uint64_t directory_run(nvh_btree_mode mode, unsigned fault)
+{
+    enum { N = 20000, EXTRA = 4000 };
+    static unsigned char v[MAXLEN + 1];
+    const char *path = test_path("bt-kd");
+    nvh_pool *pool = NULL;
+    if (mode != NVH_BTREE_VOLATILE) {
+        pool = nvh_pool_create(path, BT_LAYOUT, 64u << 20, NVH_DOMAIN_PROCESS);
+        assert_non_null(pool);
+    }
+    nvh_btree_options o = {.mode = mode};
+    nvh_btree *t = nvh_btree_open(pool, "kd", 1, &o);
+    assert_non_null(t);
+    if (fault) nvh_btree_debug_fault_(t, fault);
+    bt_model m;
+    bt_model_init(&m, N + EXTRA);
+    for (uint64_t i = 0; i < N; i++) {
+        size_t len = bt_value(bt_key_of(i), 1, v, MAXLEN);
+        assert_int_equal(nvh_btree_put(t, bt_key_of(i), v, len), NVH_OK);
+        m.ver[i] = 1;
+        m.live++;
+    }
+    for (uint64_t i = 0; i < N; i += 7) {          /* deletes before the start */
+        assert_int_equal(nvh_btree_delete(t, bt_key_of(i)), NVH_OK);
+        m.ver[i] = 0;
+        m.live--;
+    }
+    nvh_btree_stats st;
+    nvh_btree_stats_get(t, &st);
+    assert_int_equal(st.directory_state, 0);        /* no lookup yet */
+    assert_int_equal(st.directory_keys, 0);
+    uint64_t s = 99, extra = 0, missing = UINT64_MAX;
+    int saw_building = 0;
+    for (unsigned step = 0; step < 3 * N; step++) {
+        uint64_t r = bt_rng(&s);
+        uint64_t i = r % (N + extra);
+        unsigned what = (unsigned)(r >> 40) % 16;
+        if (what == 0) {                            /* update */
+            uint64_t ver = step + 2;
+            size_t len = bt_value(bt_key_of(i), ver, v, MAXLEN);
+            assert_int_equal(nvh_btree_put(t, bt_key_of(i), v, len), NVH_OK);
+            if (!m.ver[i]) m.live++;
+            m.ver[i] = ver;
+        } else if (what == 1) {                     /* delete */
+            int rc = nvh_btree_delete(t, bt_key_of(i));
+            assert_int_equal(rc, m.ver[i] ? NVH_OK : NVH_E_NOTFOUND);
+            if (m.ver[i]) m.live--;
+            m.ver[i] = 0;
+        } else if (what == 2 && extra < EXTRA) {    /* a new key */
+            i = N + extra++;
+            size_t len = bt_value(bt_key_of(i), 1, v, MAXLEN);
+            assert_int_equal(nvh_btree_put(t, bt_key_of(i), v, len), NVH_OK);
+            m.ver[i] = 1;
+            m.live++;
+        }
+        const void *p;
+        size_t len;
+        int rc = nvh_btree_get(t, bt_key_of(i), &p, &len);
+        if (m.ver[i]) {
+            if (rc != NVH_OK) fail_msg("step %u: key %llu missing", step, (unsigned long long)i);
+            size_t elen = bt_value(bt_key_of(i), m.ver[i], v, MAXLEN);
+            assert_int_equal(len, elen);
+            assert_memory_equal(p, v, elen);
+        } else if (rc != NVH_E_NOTFOUND) {
+            fail_msg("step %u: deleted key %llu found", step, (unsigned long long)i);
+        }
+        nvh_btree_stats_get(t, &st);
+        if (st.directory_state == 1) saw_building = 1;
+        /* complete: it must hold every live key now (later lookups that
+         * miss it would add their keys and hide a gap) */
+        if (st.directory_state == 2 && missing == UINT64_MAX) missing = m.live - st.directory_keys;
+    }
+    assert_true(saw_building);                       /* it was built in steps */
+    assert_int_equal(st.directory_state, 2);
+    /* every live key once more (directory hits), then the count */
+    for (uint64_t i = 0; i < N + extra; i++) {
+        const void *p;
+        size_t len;
+        int rc = nvh_btree_get(t, bt_key_of(i), &p, &len);
+        assert_int_equal(rc, m.ver[i] ? NVH_OK : NVH_E_NOTFOUND);
+    }
+    nvh_btree_stats_get(t, &st);
+    if (!fault) assert_int_equal(st.directory_keys, m.live);
+    assert_int_equal(nvh_btree_count(t), m.live);
+    bt_model_free(&m);
+    assert_int_equal(nvh_btree_close(t), NVH_OK);
+    if (pool) {
+        assert_int_equal(nvh_pool_close(pool), NVH_OK);
+        unlink(path);
+    }
+    return missing;                  /* live keys it missed when complete */
+}
+
+static void directory_build(void **state)
+{
+    (void)state;
+    const nvh_btree_mode modes[] = {NVH_BTREE_GROUPS, NVH_BTREE_FLUSH, NVH_BTREE_VOLATILE};
+    for (unsigned mi = 0; mi < sizeof modes / sizeof modes[0]; mi++)
+        assert_int_equal(directory_run(modes[mi], 0), 0);
+    /* negative control: a build that skips leaves leaves keys out */
+    uint64_t missing = directory_run(NVH_BTREE_GROUPS, 8u /* BT_FAULT_KD_SKIP_LEAF */);
+    printf("  negative control: the skipping build misses %llu live keys\n",
+           (unsigned long long)missing);
+    assert_true(missing > 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -418,6 +535,7 @@ int main(void)
         cmocka_unit_test(durable_and_wear),
         cmocka_unit_test(slabs),
         cmocka_unit_test(companion_exact),
+        cmocka_unit_test(directory_build),
         cmocka_unit_test(property_small_every_step),
         cmocka_unit_test(property_large),
     };

@@ -61,11 +61,72 @@ static void grow_keeps_base(void **state)
     }
 }
 
+/* Resident pages of this process's mappings inside [lo, hi), in KiB
+ * (/proc/self/smaps: a shared file page counts once it is mapped here). */
+static uint64_t mapped_kib(const char *lo, const char *hi)
+{
+    FILE *f = fopen("/proc/self/smaps", "r");
+    assert_non_null(f);
+    char line[512];
+    int inside = 0;
+    uint64_t kib = 0;
+    while (fgets(line, sizeof line, f)) {
+        unsigned long a, b;
+        unsigned long long v;
+        if (sscanf(line, "%lx-%lx ", &a, &b) == 2)            /* a mapping's header */
+            inside = (const char *)a >= lo && (const char *)b <= hi;
+        else if (inside && sscanf(line, "Rss: %llu kB", &v) == 1)
+            kib += v;
+    }
+    fclose(f);
+    return kib;
+}
+
+/* NVH_POOL_PREFAULT maps every page at create, open and grow (MAP_POPULATE);
+ * without it only the pages touched are. The sim domain ignores it. */
+static void prefault(void **state)
+{
+    (void)state;
+    const nvh_domain doms[] = {NVH_DOMAIN_PMEM, NVH_DOMAIN_PROCESS, NVH_DOMAIN_MSYNC, NVH_DOMAIN_SIM};
+    const uint64_t size = 8u << 20;
+    for (size_t d = 0; d < sizeof doms / sizeof doms[0]; d++) {
+        for (int with = 0; with <= 1; with++) {
+            const char *path = test_path("prefault");
+            unsigned flags = doms[d] | (with ? NVH_POOL_PREFAULT : 0);
+            nvh_pool *pool = nvh_pool_create(path, "pf", size, flags);
+            assert_non_null(pool);
+            char *base = nvh_pool_base(pool);
+            uint64_t kib = mapped_kib(base, base + size);
+            if (doms[d] != NVH_DOMAIN_SIM) {
+                if (with) assert_true(kib >= size / 1024 * 9 / 10);
+                else assert_true(kib < size / 1024 / 2);
+            }
+            nvh_memcpy_persist(pool, base + size - 4096, "end", 4);
+            assert_int_equal(nvh_pool_grow(pool, 2 * size), NVH_OK);  /* the tail too */
+            kib = mapped_kib(base, base + 2 * size);   /* the tail may join the VMA */
+            if (doms[d] != NVH_DOMAIN_SIM) {
+                if (with) assert_true(kib >= 2 * size / 1024 * 9 / 10);
+                else assert_true(kib < size / 1024 / 2);
+            }
+            assert_int_equal(nvh_pool_close(pool), NVH_OK);
+            pool = nvh_pool_open(path, "pf", flags);
+            assert_non_null(pool);
+            base = nvh_pool_base(pool);
+            assert_string_equal(base + size - 4096, "end");
+            kib = mapped_kib(base, base + 2 * size);
+            if (doms[d] != NVH_DOMAIN_SIM && with) assert_true(kib >= 2 * size / 1024 * 9 / 10);
+            assert_int_equal(nvh_pool_close(pool), NVH_OK);
+            unlink(path);
+        }
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(create_write_reopen),
         cmocka_unit_test(grow_keeps_base),
+        cmocka_unit_test(prefault),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
