@@ -28,9 +28,10 @@
 /* --------------------------------------------------------------------------
  * Argument checks
  * -------------------------------------------------------------------------- */
-int group_check_owner(const nvh_group_ctx *ctx, const char *fn)
+_Thread_local char group_thread_mark;
+
+int group_owner_error(const char *fn)
 {
-    if (__builtin_expect(pthread_equal(pthread_self(), ctx->owner), 1)) return NVH_OK;
     return nvh_fail(NVH_E_INVAL, "%s: the group context belongs to another thread "
                     "(a fence orders only its own thread's flushes; create one per thread)", fn);
 }
@@ -147,7 +148,7 @@ int nvh_group_begin(nvh_group_ctx *ctx)
     /* Seed 000 emulated the cost of the sgroup instruction, which orders
      * stores like an SFENCE, with an SFENCE. */
     if (ctx->opt.sgroup_fence && ctx->opt.model != NVH_GROUP_REAL) group_fence(ctx);
-    if (!ctx->running) group_run_ready(ctx);
+    group_run_ready_if_any(ctx);
     if (group_pending(ctx) >= ctx->opt.slots) {
         rc = make_room(ctx);
         if (rc != NVH_OK) return rc;
@@ -209,7 +210,7 @@ int nvh_group_end(nvh_group_ctx *ctx, nvh_group_action action, void *arg)
             else ctx->stats.timed_fences++;
         }
     }
-    if (!ctx->running) group_run_ready(ctx);
+    group_run_ready_if_any(ctx);
     return NVH_OK;
 }
 
