@@ -158,6 +158,7 @@ typedef struct bt_slabinfo {
  * where the kernel gives them) and are never returned to malloc while the
  * tree is open: a cached kid.ix is checked against kid.node (a dropped
  * companion has node NULL). */
+#define BT_IX_MASK ((1ull << BT_NODE_CAP) - 1)   /* every slot of a companion's used */
 typedef struct bt_idx {
     const bt_node *node;     /* the node; NULL while on a free list           */
     uint64_t used;           /* bit j: slot j has ptr != 0                     */

@@ -32,8 +32,6 @@
 #include <emmintrin.h>
 #endif
 
-#define BT_IX_MASK ((1ull << BT_NODE_CAP) - 1)
-
 static inline uint32_t ix_hash(const bt_node *n, uint32_t cap)
 {
     return (uint32_t)(((uintptr_t)n >> 6) * 0x9E3779B97F4A7C15ull >> 32) & (cap - 1);

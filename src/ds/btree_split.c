@@ -362,7 +362,11 @@ int bt_descend(struct nvh_btree *t, uint64_t key, int for_write, bt_path *path, 
                 p->ix = NULL;
                 continue;                /* p->node changed: look again */
             }
-            if (bt_free_slot(t, p) < 0) {
+            /* room for a separator (inner) or the entry (leaf): the
+             * companion's bitmap answers inline, the call only when the
+             * node is full or has no companion */
+            bool room = x && x->node == p->node && (~x->used & BT_IX_MASK) != 0;
+            if (!room && bt_free_slot(t, p) < 0) {
                 int rc;
                 if (d == 0) {
                     if (max < 3) return nvh_fail(NVH_E_CORRUPT, "btree: too deep");
