@@ -64,7 +64,9 @@ static const bench_info info = {
              "  --n4k N      entries for 4 KiB values (default 250000, quick 1000)\n"
              "  --wear-n N   inserts for the wear CDF (default 1000000, quick 5000)\n"
              "  --no-prefault  pools are not prefaulted at create (first-touch page\n"
-             "               faults inside the timed loops, both libraries)\n",
+             "               faults inside the timed loops, both libraries)\n"
+             "  --subjects LIST  comma-separated subjects to run (default all: volatile,\n"
+             "               flush,nt,groups,groups-lower,groups-upper,groups-nodir,pmdk)\n",
 };
 
 typedef struct subject {
@@ -86,6 +88,22 @@ static const subject g_subjects[] = {
 
 /* Pools prefaulted at create (both libraries): --no-prefault clears it. */
 static int g_prefault = 1;
+/* --subjects: the subjects to run (NULL: all) */
+static const char *g_subject_list;
+
+static int subject_wanted(const char *name)
+{
+    if (!g_subject_list) return 1;
+    size_t n = strlen(name);
+    for (const char *p = g_subject_list; *p;) {
+        const char *e = strchr(p, ',');
+        size_t len = e ? (size_t)(e - p) : strlen(p);
+        if (len == n && strncmp(p, name, n) == 0) return 1;
+        if (!e) break;
+        p = e + 1;
+    }
+    return 0;
+}
 
 static uint64_t splitmix(uint64_t *s)
 {
@@ -334,14 +352,17 @@ static void throughput(const bench_opts *opts, const char *label, uint64_t n, si
     /* Runs interleave the subjects (run 1 of each, then run 2 of each, ...)
      * so that load changes on a shared machine hit them alike. */
     for (unsigned i = 0; i < runs; i++) {
-        for (size_t s = 0; s < NSUB; s++) r[s][i] = run_nvheap(opts, &g_subjects[s], n, vlen, ins, look);
+        for (size_t s = 0; s < NSUB; s++)
+            if (subject_wanted(g_subjects[s].name))
+                r[s][i] = run_nvheap(opts, &g_subjects[s], n, vlen, ins, look);
 #ifdef NVH_BENCH_PMDK_BTREE
-        r[NSUB][i] = run_pmdk(opts, n, vlen, ins, look);
+        if (subject_wanted("pmdk")) r[NSUB][i] = run_pmdk(opts, n, vlen, ins, look);
 #endif
     }
     for (size_t s = 0; s < NSUB; s++)
-        emit_runs(opts, label, g_subjects[s].name, r[s], runs, n,
-                  g_subjects[s].mode != NVH_BTREE_VOLATILE);
+        if (subject_wanted(g_subjects[s].name))
+            emit_runs(opts, label, g_subjects[s].name, r[s], runs, n,
+                      g_subjects[s].mode != NVH_BTREE_VOLATILE);
 #ifdef NVH_BENCH_PMDK_BTREE
     emit_runs(opts, label, "pmdk", r[NSUB], runs, n, 0);
 #else
@@ -447,6 +468,10 @@ int main(int argc, char **argv)
             g_prefault = 0;
             continue;
         }
+        if (!strcmp(a, "--subjects") && i + 1 < opts.argc) {
+            g_subject_list = opts.argv[++i];
+            continue;
+        }
         uint64_t *dst = !strcmp(a, "--n") ? &n : !strcmp(a, "--n4k") ? &n4k
                       : !strcmp(a, "--wear-n") ? &nwear : NULL;
         if (!dst || i + 1 >= opts.argc) bench_usage_error(&opts, "unknown option: %s", a);
@@ -461,6 +486,8 @@ int main(int argc, char **argv)
         snprintf(s4, sizeof s4, "%llu", (unsigned long long)n4k);
         snprintf(sw, sizeof sw, "%llu", (unsigned long long)nwear);
         const char *args[] = {"--n", sn, "--n4k", s4, "--wear-n", sw,
+                              "--subjects", g_subject_list ? g_subject_list : "volatile,flush,nt,"
+                              "groups,groups-lower,groups-upper,groups-nodir,pmdk",
                               g_prefault ? NULL : "--no-prefault", NULL};
         bench_run_child(&opts, envs, args);
         return bench_finish(&opts);
