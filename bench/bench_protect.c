@@ -39,7 +39,9 @@
  * of all the process's threads, user + system, per op: the figure to trust
  * on a loaded machine), mprotect_per_op, faults_per_op (protection faults
  * resolved by the SIGSEGV handler: queued unprotects and implicit windows),
- * requests_per_op (queue entries), and for protect requests the
+ * requests_per_op (queue entries), cache_misses_per_op (async: window opens
+ * that found no unit in the thread's window cache, each one shared atomic
+ * add; src/protect/cache.c), and for protect requests the
  * request-to-applied latency p50/p90/p99 and mean in microseconds. With
  * --cdf, cases fig6-WORKLOAD-INTERVAL/UPPER_MS carry the cumulative fraction
  * (from 1%) of protect requests applied within UPPER_MS milliseconds, from
@@ -314,7 +316,7 @@ static uint64_t cpu_now_ns(void)
 
 typedef struct result {
     double ns_per_op, cpu_ns_per_op;
-    double mprotect_per_op, faults_per_op, requests_per_op;
+    double mprotect_per_op, faults_per_op, requests_per_op, misses_per_op;
     nvh_protect_latency lat;      /* protect requests */
     uint64_t cdf_upper[400], cdf_count[400];
     unsigned cdf_n;
@@ -410,6 +412,7 @@ static void measure(const bench_opts *o, const workload *w, const subject *s,
     res->mprotect_per_op = (double)st.mprotect_calls / (double)n;
     res->faults_per_op = (double)(st.faults_resolved + st.internal_faults) / (double)n;
     res->requests_per_op = (double)st.requests / (double)n;
+    res->misses_per_op = (double)st.cache_misses / (double)n;
     nvh_protect_latency_get(pool, 1, &res->lat);
     res->cdf_n = nvh_protect_latency_buckets(pool, 1, res->cdf_upper, res->cdf_count, 400);
     res->ok = true;
@@ -468,6 +471,7 @@ int main(int argc, char **argv)
             const subject *s = &subjects[si];
             if (!listed(subj_list, s->name)) continue;
             double ns[MAX_RUNS], cpu[MAX_RUNS], mp[MAX_RUNS], fl[MAX_RUNS], rq[MAX_RUNS];
+            double cm[MAX_RUNS];
             double p50[MAX_RUNS], p90[MAX_RUNS], p99[MAX_RUNS], mean[MAX_RUNS];
             unsigned ok = 0, median_run = 0;
             for (unsigned r = 0; r < runs; r++) {
@@ -478,6 +482,7 @@ int main(int argc, char **argv)
                 mp[ok] = res[r].mprotect_per_op;
                 fl[ok] = res[r].faults_per_op;
                 rq[ok] = res[r].requests_per_op;
+                cm[ok] = res[r].misses_per_op;
                 p50[ok] = (double)res[r].lat.p50_ns / 1000.0;
                 p90[ok] = (double)res[r].lat.p90_ns / 1000.0;
                 p99[ok] = (double)res[r].lat.p99_ns / 1000.0;
@@ -497,8 +502,11 @@ int main(int argc, char **argv)
             if (s->mode == NVH_PROTECT_OFF) continue;
             bench_emit(&opts, cname, s->name, "mprotect_per_op", bench_summarize(mp, ok), "calls");
             bench_emit(&opts, cname, s->name, "faults_per_op", bench_summarize(fl, ok), "faults");
-            if (s->mode == NVH_PROTECT_ASYNC)
+            if (s->mode == NVH_PROTECT_ASYNC) {
                 bench_emit(&opts, cname, s->name, "requests_per_op", bench_summarize(rq, ok), "req");
+                bench_emit(&opts, cname, s->name, "cache_misses_per_op", bench_summarize(cm, ok),
+                           "opens");
+            }
             bench_emit(&opts, cname, s->name, "lat_p50_us", bench_summarize(p50, ok), "us");
             bench_emit(&opts, cname, s->name, "lat_p90_us", bench_summarize(p90, ok), "us");
             bench_emit(&opts, cname, s->name, "lat_p99_us", bench_summarize(p99, ok), "us");

@@ -1234,6 +1234,8 @@ typedef struct nvh_protect_stats {
     uint64_t sync_applies;     /* sync mode / eager / nvh_protect_sync applies    */
     uint64_t deferred;         /* async: unused pages kept writable one more
                                   interval because they were used in the last  */
+    uint64_t cache_misses;     /* async, window cache: opens that found no unit
+                                  in the thread's cache (one shared add each) */
 } nvh_protect_stats;
 int nvh_protect_stats_get(const nvh_pool *pool, nvh_protect_stats *stats);
 void nvh_protect_stats_reset(nvh_pool *pool);

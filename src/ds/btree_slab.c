@@ -160,12 +160,25 @@ static bt_slab *bt_slab_new(struct nvh_btree *t, uint64_t size, int32_t *idx, in
 {
     bt_slab *s = nvh_reserve(t->pool, size);
     if (!s) return NULL;
+    /* The allocator writes the header of the free space that follows the
+     * slab at the slab's activation, on the page after it: fresh memory
+     * too. A window on it, opened with the hold, makes it writable with
+     * the slab (the fault on the slab's header resolves the whole run of
+     * adjacent pages with a window open) instead of a fault of its own
+     * inside nvh_activate; closed again once the activation is done.
+     * Only the allocator writes there meanwhile. */
+    char *after = NULL;
     if (hold) {
         /* the new current slab: held before its header is written, so the
          * header's page is made writable with the rest (one fault or
          * mprotect for the whole slab, not one for the header first) */
         bt_slab_unhold(t);
         nvh_protect_hold_open_(t->pool, &t->slab_hold, s, size);
+        after = (char *)NVH_ALIGN_UP((uintptr_t)s + size, (uintptr_t)NVH_PAGE);
+        if (t->slab_hold.epoch && nvh_contains(t->pool, after, 64))
+            nvh_protect_open_(t->pool, after, 64);
+        else
+            after = NULL;
     }
     bt_prefault(t, s, size);
     nvh_protect_open_(t->pool, s, sizeof *s);
@@ -179,6 +192,7 @@ static bt_slab *bt_slab_new(struct nvh_btree *t, uint64_t size, int32_t *idx, in
     nvh_protect_open_(t->pool, link, sizeof *link);
     int rc = nvh_activate(t->pool, s, &link, 1);
     nvh_protect_close_(t->pool, link, sizeof *link);
+    if (after) nvh_protect_close_(t->pool, after, 64);
     if (rc != NVH_OK) {
         if (hold) bt_slab_unhold(t);
         nvh_cancel(t->pool, s);

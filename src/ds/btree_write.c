@@ -120,6 +120,9 @@ static void bt_insert_action(nvh_pool *pool, nvh_group_ctx *ctx, void *arg)
     assert(pd == &t->pend[(t->pend_next + t->pend_cap - t->pend_used + t->pend_valid) & (t->pend_cap - 1)]);
     pd->vno = ++t->vdone;
     t->pend_valid++;
+    /* the slot's window closes at a later action (its ack): have the
+     * protection layer's line for the page at hand by then */
+    if (t->pool) nvh_protect_prefetch_(t->pool, pd->entry);
     if (__builtin_expect(t->fault & BT_FAULT_ACK_EARLY, 0)) bt_ack_upto(t, pd->vno);
 }
 
@@ -258,6 +261,9 @@ int nvh_btree_put(nvh_btree *t, uint64_t key, const void *value, size_t len)
     /* the slot's line (a cache and TLB miss: random keys) is fetched while
      * the record is written */
     __builtin_prefetch(e, 1);
+    /* ... and so is the protection layer's window-cache line for its page
+     * (protected pools: the slot's window opens below) */
+    if (t->pool) nvh_protect_prefetch_(t->pool, e);
     bt_record *r = bt_new_record(t, value, len);
     if (!r) return nvh_errcode();
     if (t->count >= 0) t->count++;

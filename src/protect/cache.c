@@ -35,8 +35,9 @@
  * thus read-only after pass P+1: <= 2 intervals, the bound of the second
  * chance. A page used at least once per interval keeps its unit forever:
  * no shared update, no queue entry, no system call. An owner that evicts an
- * entry (another page maps to its slot) gives its units back at once, with
- * the second chance (the page was in use).
+ * entry (its set is full: another page needs the way) gives its units back
+ * at once, with the second chance if the page was used since the last pass
+ * (tc_evict).
  *
  * Taking a table without atomics on the owner's side: the owner's cached
  * call stores 1 to the table's `busy`, reads `steal`, works, stores 0 —
@@ -49,8 +50,13 @@
  * and its steal load is run for it by the kernel, once per pass). Without
  * membarrier (old kernels) the cache stays off.
  *
- * Tables: one per (thread, pool): PR_TC_SLOTS one-word entries (below),
- * direct-mapped on the page number, allocated at the thread's first cached
+ * Tables: one per (thread, pool): PR_TC_SLOTS one-word entries (below) in
+ * 8-way sets of one cache line, the set picked by a hash of the page number
+ * (a direct-mapped table on the page number missed on 19% of the B+ tree's
+ * leaf-slot windows at 1 M keys: runs of node pages crowd some slots; each
+ * miss is a LOCKed add plus an eviction's LOCKed release, and a LOCKed
+ * instruction waits for the insert's CLWBs before it; 8-way: 1%, the first
+ * use of a page in an interval). Allocated at the thread's first cached
  * call on the pool and linked into the pool's list under one process-wide
  * mutex. The thread
  * reaches its tables through one initial-exec TLS pointer (the library's
@@ -79,7 +85,8 @@
 /* --------------------------------------------------------------------------
  * Tables
  * -------------------------------------------------------------------------- */
-/* An entry is one word: page << 24 | opened << 13 | touched << 12 | units.
+/* An entry is one word: (page + 1) << 24 | opened << 13 | touched << 12 |
+ * units (page + 1: an empty entry, 0, never matches a page).
  * units: window-count units held; opened: windows opened with a held unit
  * and not yet closed through this entry (their closes need no check against
  * the shared count); touched: a window call on the page since the service
@@ -88,7 +95,12 @@
 #define TC_OPEN_SHIFT 13u
 #define TC_OPEN_MAX 0x7ffu
 #define TC_PAGE_SHIFT 24u
-#define TC_MASK (PR_TC_SLOTS - 1u)
+/* Sets of PR_TC_WAYS entries, one 64 B line each, picked by a hash of the
+ * page number (tc_set_of). */
+#define TC_SETS (PR_TC_SLOTS / PR_TC_WAYS)
+#define TC_SET_BITS 11u
+_Static_assert((1u << TC_SET_BITS) == TC_SETS, "TC_SET_BITS");
+_Static_assert(PR_TC_WAYS * sizeof(uint64_t) == 64, "a set is one cache line");
 
 typedef struct pr_tc_entry {
     _Atomic uint64_t word;
@@ -114,7 +126,9 @@ static _Thread_local pr_tc_tls *tc_tls __attribute__((tls_model("initial-exec"))
 static pthread_mutex_t tc_lock = PTHREAD_MUTEX_INITIALIZER;
 static _Atomic uint64_t tc_next_id = 1;
 
-static inline uint64_t tc_page(uint64_t w) { return w >> TC_PAGE_SHIFT; }
+/* The page field holds page + 1, so that an empty entry (0) never matches. */
+static inline uint64_t tc_page(uint64_t w) { return (w >> TC_PAGE_SHIFT) - 1u; }
+static inline uint64_t tc_tag(uint64_t page) { return (page + 1u) << TC_PAGE_SHIFT; }
 static inline uint32_t tc_units(uint64_t w) { return (uint32_t)(w & PR_TC_UNITS_MAX); }
 static inline uint32_t tc_opened(uint64_t w)
 {
@@ -146,6 +160,18 @@ static inline void tc_drop(struct nvh_protect *pr, pr_tc_entry *e, bool release,
     if (!w) return;
     atomic_store_explicit(&e->word, 0, memory_order_relaxed);
     if (release && tc_units(w)) pr_release_units_(pr, tc_page(w), tc_units(w), tick, ref);
+}
+
+/* The owner evicts an entry to make room for another page: its units go
+ * back now. With the second chance if the page was used since the last
+ * pass (touched: it is in use); without if not (its last use was in the
+ * interval before that pass, so the next pass protects it, as the service
+ * would have at its next look): the exposure stays <= 2 intervals either
+ * way. */
+static inline void tc_evict(struct nvh_protect *pr, pr_tc_entry *e)
+{
+    uint64_t w = atomic_load_explicit(&e->word, memory_order_relaxed);
+    tc_drop(pr, e, true, (w & TC_TOUCHED) != 0, 0);
 }
 
 static void tc_empty(struct nvh_protect *pr, pr_tcache *tc, bool release)
@@ -297,15 +323,53 @@ static inline pr_tcache *tc_get(struct nvh_protect *pr)
     return tc && tc_enter(tc) ? tc : NULL;
 }
 
+static inline uint64_t tc_set_of(uint64_t page)
+{
+    /* Fibonacci hashing: the pages a tree uses come in runs (a batch of
+     * nodes is 16 adjacent pages, between slabs of records), which the low
+     * bits of the page number spread unevenly over the sets (measured:
+     * 20% of the sets full and 20% empty) */
+    return (page * 0x9e3779b97f4a7c15ull) >> (64u - TC_SET_BITS);
+}
+
+static inline pr_tc_entry *tc_set(pr_tcache *tc, uint64_t page)
+{
+    return &tc->e[tc_set_of(page) * PR_TC_WAYS];
+}
+
+/* The entry of `page` in its set (one 64 B line), or NULL. */
+static inline pr_tc_entry *tc_lookup(pr_tc_entry *set, uint64_t page)
+{
+    uint64_t tag = page + 1u;
+    for (unsigned i = 0; i < PR_TC_WAYS; i++)
+        if ((atomic_load_explicit(&set[i].word, memory_order_relaxed) >> TC_PAGE_SHIFT) == tag)
+            return &set[i];
+    return NULL;
+}
+
+/* Where a page that is not in its set goes: an empty way, else one whose
+ * page was not used since the service last looked (no touched bit), else
+ * the way the page number picks. Its current entry, if any, is evicted by
+ * the caller. */
+static pr_tc_entry *tc_victim(pr_tc_entry *set, uint64_t page)
+{
+    pr_tc_entry *cold = NULL;
+    for (unsigned i = 0; i < PR_TC_WAYS; i++) {
+        uint64_t w = atomic_load_explicit(&set[i].word, memory_order_relaxed);
+        if (!w) return &set[i];
+        if (!(w & TC_TOUCHED) && !cold) cold = &set[i];
+    }
+    return cold ? cold : &set[page & (PR_TC_WAYS - 1)];
+}
+
 int pr_tc_open(struct nvh_protect *pr, uint64_t page)
 {
     pr_tcache *tc = tc_get(pr);
     if (!tc) return PR_TC_NOT_CACHED;
-    pr_tc_entry *e = &tc->e[page & TC_MASK];
-    uint64_t w = atomic_load_explicit(&e->word, memory_order_relaxed);
-    bool same = w && tc_page(w) == page;
-    uint64_t opened = same && tc_opened(w) == TC_OPEN_MAX ? 0 : (uint64_t)1 << TC_OPEN_SHIFT;
-    if (same && tc_units(w)) {                         /* take a held unit */
+    pr_tc_entry *set = tc_set(tc, page), *e = tc_lookup(set, page);
+    uint64_t w = e ? atomic_load_explicit(&e->word, memory_order_relaxed) : 0;
+    uint64_t opened = e && tc_opened(w) == TC_OPEN_MAX ? 0 : (uint64_t)1 << TC_OPEN_SHIFT;
+    if (e && tc_units(w)) {                            /* take a held unit */
         atomic_store_explicit(&e->word, (w - 1 + opened) | TC_TOUCHED, memory_order_relaxed);
         tc_leave(tc);
         return PR_TC_DONE;
@@ -314,8 +378,12 @@ int pr_tc_open(struct nvh_protect *pr, uint64_t page)
      * for this window and the rest for the page's next windows (a record
      * page gets 16 windows, mostly opened before the first one closes). */
     int rc = atomic_fetch_add(&pr->count[page], PR_TC_BATCH) == 0 ? PR_TC_FIRST : PR_TC_DONE;
-    if (w && !same) tc_drop(pr, e, true, true, 0);              /* evict: was in use */
-    if (!same) w = page << TC_PAGE_SHIFT;
+    pr_stat(pr, ST_TC_MISSES, 1);
+    if (!e) {
+        e = tc_victim(set, page);
+        tc_evict(pr, e);
+        w = tc_tag(page);
+    }
     atomic_store_explicit(&e->word, (w + opened + (PR_TC_BATCH - 1)) | TC_TOUCHED,
                           memory_order_relaxed);
     if (!atomic_load_explicit(&tc->nonempty, memory_order_relaxed))
@@ -328,10 +396,9 @@ int pr_tc_close(struct nvh_protect *pr, uint64_t page)
 {
     pr_tcache *tc = tc_get(pr);
     if (!tc) return PR_TC_NOT_CACHED;
-    pr_tc_entry *e = &tc->e[page & TC_MASK];
-    uint64_t w = atomic_load_explicit(&e->word, memory_order_relaxed);
-    bool same = w && tc_page(w) == page;
-    uint32_t mine = same ? tc_units(w) : 0, opened = same ? tc_opened(w) : 0;
+    pr_tc_entry *set = tc_set(tc, page), *e = tc_lookup(set, page);
+    uint64_t w = e ? atomic_load_explicit(&e->word, memory_order_relaxed) : 0;
+    uint32_t mine = e ? tc_units(w) : 0, opened = e ? tc_opened(w) : 0;
     if (mine == PR_TC_UNITS_MAX) { tc_leave(tc); return PR_TC_NOT_CACHED; }
     if (opened) {
         /* closes a window this entry's unit opened (the usual case): the
@@ -346,14 +413,32 @@ int pr_tc_close(struct nvh_protect *pr, uint64_t page)
             tc_leave(tc);
             return PR_TC_UNBALANCED;
         }
-        if (w && !same) tc_drop(pr, e, true, true, 0);          /* evict: was in use */
-        if (!same) w = page << TC_PAGE_SHIFT;
+        if (!e) {
+            e = tc_victim(set, page);
+            tc_evict(pr, e);
+            w = tc_tag(page);
+        }
     }
     atomic_store_explicit(&e->word, (w + 1) | TC_TOUCHED, memory_order_relaxed);
     if (!atomic_load_explicit(&tc->nonempty, memory_order_relaxed))
         atomic_store_explicit(&tc->nonempty, 1, memory_order_relaxed);
     tc_leave(tc);
     return PR_TC_DONE;
+}
+
+/* A hint only: the line is fetched whether or not the table is the
+ * thread's current one for the pool (a dead table is still the owner's
+ * memory until it frees it at a look-up, which this is not). */
+void pr_tc_prefetch(struct nvh_protect *pr, uint64_t page)
+{
+    uint64_t id = atomic_load_explicit(&pr->tc_id, memory_order_relaxed);
+    pr_tc_tls *t = tc_tls;
+    if (!id || !t) return;
+    for (unsigned k = 0; k < PR_TC_POOLS; k++)
+        if (t->id[k] == id) {
+            __builtin_prefetch(tc_set(t->tc[k], page), 1);
+            return;
+        }
 }
 
 /* --------------------------------------------------------------------------

@@ -31,6 +31,7 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 /* --------------------------------------------------------------------------
@@ -156,6 +157,16 @@ static void resolve_open_window(struct nvh_protect *pr, uint64_t page)
     atomic_fetch_add(&pr->fault_seq, 1);
     for (uint64_t p = lo; p < hi; p++) pr_bit_set(pr->state, p);
     pr_stat(pr, ST_FAULTS_RESOLVED, 1);
+#ifdef MADV_POPULATE_WRITE
+    /* A run of several pages is fresh memory opened in bulk (a record slab,
+     * a batch of nodes: never written, so not mapped yet): map it now in
+     * one call rather than with one page-fault trap per page on the way
+     * (~0.5 us each on the dev VM: ~50 ns per B+ tree insert). The pages
+     * are writable and have a window open; contents are unchanged. A page
+     * whose window closed meanwhile is re-protected below either way. */
+    if (hi - lo > 1 && pr->populate)
+        (void)madvise(pr_page_addr(pr, lo), (size_t)(hi - lo) << PR_PAGE_SHIFT, MADV_POPULATE_WRITE);
+#endif
     for (uint64_t p = lo; p < hi; p++) {
         if (!pr_page_wanted(pr, p)) {          /* the re-check, see the top */
             /* Leave the state bit set: "bit 1, really read-only" only costs a

@@ -87,6 +87,18 @@ static inline int nvh_protect_close_(nvh_pool *pool, const void *p, size_t len)
         return NVH_OK;
     return nvh_protect_close_slow_(pool, p, len);
 }
+/* A hint: a window on the page of p is about to be opened or closed (async
+ * mode: the thread's window-cache line for that page is fetched, so the
+ * call finds it in the cache; a random leaf page's line is otherwise a
+ * cache miss inside the call). Nothing else happens; no effect on the
+ * protection. */
+void nvh_protect_prefetch_slow_(nvh_pool *pool, const void *p);
+static inline void nvh_protect_prefetch_(nvh_pool *pool, const void *p)
+{
+    if (__builtin_expect(atomic_load_explicit(&pool->protect, memory_order_relaxed) == NULL, 1))
+        return;
+    nvh_protect_prefetch_slow_(pool, p);
+}
 /* Protection epoch of the pool: 0 while protection is off, else a number
  * that changes whenever the window counts are reset (protection turned off,
  * which forgets every window). */
@@ -99,6 +111,7 @@ static inline int nvh_protect_close_(nvh_pool *pool, const void *p, size_t len)
 static inline void nvh_protect_internal_begin(nvh_pool *pool) { (void)pool; }
 static inline void nvh_protect_internal_end(nvh_pool *pool) { (void)pool; }
 static inline uint64_t nvh_protect_epoch_(nvh_pool *pool) { (void)pool; return 0; }
+static inline void nvh_protect_prefetch_(nvh_pool *pool, const void *p) { (void)pool; (void)p; }
 #endif
 
 /* Held windows: a window a structure keeps open across many operations
@@ -159,6 +172,7 @@ enum { PR_KIND_UNPROTECT = 0, PR_KIND_PROTECT = 1, PR_KIND_SWEEP = 2 };
  * give back what it holds, so below ~1 ms it only adds work), and the most
  * units one slot holds. */
 #define PR_TC_SLOTS 16384u
+#define PR_TC_WAYS 8u                /* set-associative: ways of a set    */
 #define PR_TC_POOLS 4u
 #define PR_TC_MIN_INTERVAL 1000000ull
 #define PR_TC_UNITS_MAX 0xfffu
@@ -228,7 +242,7 @@ uint64_t pr_hist_upper(unsigned index);      /* largest ns in bucket */
  * -------------------------------------------------------------------------- */
 enum { ST_MPROTECTS, ST_PAGES_CHANGED, ST_REQUESTS, ST_BATCHES, ST_CANCELLED,
        ST_FAULTS_RESOLVED, ST_INTERNAL_FAULTS, ST_STRAYS, ST_QUEUE_FULL, ST_UNBALANCED,
-       ST_SYNC_APPLIES, ST_RECHECKS, ST_DEFERRED, ST_COUNT_ };
+       ST_SYNC_APPLIES, ST_RECHECKS, ST_DEFERRED, ST_TC_MISSES, ST_COUNT_ };
 
 struct nvh_protect {
     nvh_pool *pool;
@@ -240,6 +254,10 @@ struct nvh_protect {
     _Atomic uint64_t epoch;               /* advances when disable() forgets the
                                              windows (held windows check it)  */
     unsigned flags;                       /* NVH_PROTECT_* option bits        */
+    bool populate;                        /* the mapping is the media and
+                                             populating it is free of side
+                                             effects: the fault handler maps a
+                                             fresh run's pages in one call  */
     _Atomic uint64_t interval_ns;
     int registry_slot;
 
@@ -372,6 +390,8 @@ int pr_tc_open(struct nvh_protect *pr, uint64_t page);
  * PR_TC_NOT_CACHED. */
 int pr_tc_close(struct nvh_protect *pr, uint64_t page);
 void pr_tc_pass(struct nvh_protect *pr);
+/* Prefetch the calling thread's entry line for `page` (no table: nothing). */
+void pr_tc_prefetch(struct nvh_protect *pr, uint64_t page);
 void pr_tc_configure(struct nvh_protect *pr);
 void pr_tc_steal_all(struct nvh_protect *pr, bool release, bool detach);
 

@@ -56,6 +56,12 @@ static struct nvh_protect *pr_create(nvh_pool *pool, unsigned queue_slots)
     pr->pool = pool;
     pr->base = pool->ctx.base;
     pr->registry_slot = -1;
+    /* as bt_prefault (src/ds/btree.c): only where the mapping is the media
+     * (not the simulator's domain) and dirtying a page costs no write-back
+     * (not msync), and not when the pool was mapped populated already */
+    nvh_domain d = nvh_pool_domain(pool);
+    pr->populate = !(pool->flags & NVH_POOL_PREFAULT) &&
+                   (d == NVH_DOMAIN_PMEM || d == NVH_DOMAIN_PROCESS || d == NVH_DOMAIN_EADR);
     pr->max_pages = (pool->max_size + NVH_PAGE - 1) / NVH_PAGE;
     atomic_init(&pr->mode, NVH_PROTECT_OFF);
     atomic_init(&pr->interval_ns, NVH_PROTECT_INTERVAL_DEFAULT);
@@ -378,6 +384,7 @@ int nvh_protect_stats_get(const nvh_pool *pool, nvh_protect_stats *s)
     GET(unbalanced, ST_UNBALANCED);
     GET(sync_applies, ST_SYNC_APPLIES);
     GET(deferred, ST_DEFERRED);
+    GET(cache_misses, ST_TC_MISSES);
 #undef GET
     return NVH_OK;
 }
