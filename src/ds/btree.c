@@ -611,7 +611,8 @@ static void bt_kd_progress(struct nvh_btree *t)
     bt_path path[BT_MAX_DEPTH];
     for (unsigned k = 0; k < BT_KD_BUILD_LEAVES; k++) {
         int d = bt_descend(t, t->kd_cursor, 0, path, BT_MAX_DEPTH);
-        if (d < 0) {                               /* an empty tree */
+        if (d < 0) {          /* an empty tree (or an error: the directory is a
+                                 cache, lookups it misses still descend) */
             t->kd_state = BT_KD_READY;
             return;
         }

@@ -76,7 +76,6 @@ nvh_group_ctx *nvh_group_ctx_create(nvh_pool *pool, const nvh_group_options *opt
         return NULL;
     }
     ctx->pool = pool;
-    ctx->owner = pthread_self();
     ctx->owner_mark = &group_thread_mark;
     ctx->opt = opt;
     ctx->ring = ring;

@@ -69,7 +69,6 @@ typedef struct sim_cache {
  * -------------------------------------------------------------------------- */
 struct nvh_group_ctx {
     nvh_pool *pool;
-    pthread_t owner;
     const char *owner_mark;  /* &group_thread_mark in the owner thread: the
                                 owner check is one TLS address compare (a
                                 pthread_self call was ~14 instructions, 4
