@@ -83,38 +83,9 @@
 #include <unistd.h>
 
 /* --------------------------------------------------------------------------
- * Tables
+ * Tables (the layout, the entry word and the set hash are in protect.h,
+ * next to the inline hit path)
  * -------------------------------------------------------------------------- */
-/* An entry is one word: (page + 1) << 24 | opened << 13 | touched << 12 |
- * units (page + 1: an empty entry, 0, never matches a page).
- * units: window-count units held; opened: windows opened with a held unit
- * and not yet closed through this entry (their closes need no check against
- * the shared count); touched: a window call on the page since the service
- * last looked. 0 = empty. */
-#define TC_TOUCHED ((uint64_t)1 << 12)
-#define TC_OPEN_SHIFT 13u
-#define TC_OPEN_MAX 0x7ffu
-#define TC_PAGE_SHIFT 24u
-/* Sets of PR_TC_WAYS entries, one 64 B line each, picked by a hash of the
- * page number (tc_set_of). */
-#define TC_SETS (PR_TC_SLOTS / PR_TC_WAYS)
-#define TC_SET_BITS 11u
-_Static_assert((1u << TC_SET_BITS) == TC_SETS, "TC_SET_BITS");
-_Static_assert(PR_TC_WAYS * sizeof(uint64_t) == 64, "a set is one cache line");
-
-typedef struct pr_tc_entry {
-    _Atomic uint64_t word;
-} pr_tc_entry;
-
-typedef struct pr_tcache {
-    _Alignas(64) _Atomic uint32_t busy;      /* owner: inside a cached call     */
-    _Atomic uint32_t steal;                  /* service: hands off              */
-    _Atomic uint32_t nonempty;               /* owner sets, service clears      */
-    struct nvh_protect *pr;                  /* under tc_lock; NULL = dead      */
-    struct pr_tcache *next, *prev;           /* pr->tc_list, under tc_lock      */
-    _Alignas(64) pr_tc_entry e[PR_TC_SLOTS];
-} pr_tcache;
-
 /* The thread's tables, by the pool's cache id (unique per enabling). */
 typedef struct pr_tc_tls {
     uint64_t id[PR_TC_POOLS];
@@ -122,17 +93,18 @@ typedef struct pr_tc_tls {
 } pr_tc_tls;
 
 static _Thread_local pr_tc_tls *tc_tls __attribute__((tls_model("initial-exec")));
+_Thread_local pr_tc_hot nvh_protect_tc_hot_ __attribute__((tls_model("initial-exec")));
 
 static pthread_mutex_t tc_lock = PTHREAD_MUTEX_INITIALIZER;
 static _Atomic uint64_t tc_next_id = 1;
 
 /* The page field holds page + 1, so that an empty entry (0) never matches. */
-static inline uint64_t tc_page(uint64_t w) { return (w >> TC_PAGE_SHIFT) - 1u; }
-static inline uint64_t tc_tag(uint64_t page) { return (page + 1u) << TC_PAGE_SHIFT; }
+static inline uint64_t tc_page(uint64_t w) { return (w >> PR_TC_PAGE_SHIFT) - 1u; }
+static inline uint64_t tc_tag(uint64_t page) { return (page + 1u) << PR_TC_PAGE_SHIFT; }
 static inline uint32_t tc_units(uint64_t w) { return (uint32_t)(w & PR_TC_UNITS_MAX); }
 static inline uint32_t tc_opened(uint64_t w)
 {
-    return (uint32_t)(w >> TC_OPEN_SHIFT) & TC_OPEN_MAX;
+    return (uint32_t)(w >> PR_TC_OPEN_SHIFT) & PR_TC_OPEN_MAX;
 }
 
 /* --------------------------------------------------------------------------
@@ -171,7 +143,7 @@ static inline void tc_drop(struct nvh_protect *pr, pr_tc_entry *e, bool release,
 static inline void tc_evict(struct nvh_protect *pr, pr_tc_entry *e)
 {
     uint64_t w = atomic_load_explicit(&e->word, memory_order_relaxed);
-    tc_drop(pr, e, true, (w & TC_TOUCHED) != 0, 0);
+    tc_drop(pr, e, true, (w & PR_TC_TOUCHED) != 0, 0);
 }
 
 static void tc_empty(struct nvh_protect *pr, pr_tcache *tc, bool release)
@@ -191,8 +163,8 @@ static void tc_age(struct nvh_protect *pr, pr_tcache *tc, uint64_t tick)
         pr_tc_entry *e = &tc->e[i];
         uint64_t w = atomic_load_explicit(&e->word, memory_order_relaxed);
         if (!w) continue;
-        if (w & TC_TOUCHED) {
-            atomic_store_explicit(&e->word, w & ~TC_TOUCHED, memory_order_relaxed);
+        if (w & PR_TC_TOUCHED) {
+            atomic_store_explicit(&e->word, w & ~PR_TC_TOUCHED, memory_order_relaxed);
             left = true;
         } else {
             tc_drop(pr, e, true, false, tick);
@@ -219,6 +191,7 @@ static void tc_retire_locked(pr_tcache *tc)
         else pr->tc_list = tc->next;
         if (tc->next) tc->next->prev = tc->prev;
     }
+    if (nvh_protect_tc_hot_.tc == tc) nvh_protect_tc_hot_ = (pr_tc_hot){NULL, NULL, NULL};
     free(tc);
 }
 
@@ -296,55 +269,16 @@ static inline pr_tcache *tc_find(struct nvh_protect *pr, uint64_t id)
 /* --------------------------------------------------------------------------
  * The owner's fast path
  * -------------------------------------------------------------------------- */
-/* Enter a cached call: false if the service holds the table (take the shared
- * path). The StoreLoad barrier between the busy store and the steal load is
- * the service's membarrier (see the top). */
-static inline bool tc_enter(pr_tcache *tc)
-{
-    atomic_store_explicit(&tc->busy, 1, memory_order_relaxed);
-    atomic_signal_fence(memory_order_seq_cst);
-    if (__builtin_expect(atomic_load_explicit(&tc->steal, memory_order_acquire) == 0, 1))
-        return true;
-    atomic_store_explicit(&tc->busy, 0, memory_order_release);
-    return false;
-}
-
-static inline void tc_leave(pr_tcache *tc)
-{
-    atomic_signal_fence(memory_order_seq_cst);
-    atomic_store_explicit(&tc->busy, 0, memory_order_release);
-}
-
 static inline pr_tcache *tc_get(struct nvh_protect *pr)
 {
     uint64_t id = atomic_load_explicit(&pr->tc_id, memory_order_relaxed);
     if (!id) return NULL;
     pr_tcache *tc = tc_find(pr, id);
-    return tc && tc_enter(tc) ? tc : NULL;
-}
-
-static inline uint64_t tc_set_of(uint64_t page)
-{
-    /* Fibonacci hashing: the pages a tree uses come in runs (a batch of
-     * nodes is 16 adjacent pages, between slabs of records), which the low
-     * bits of the page number spread unevenly over the sets (measured:
-     * 20% of the sets full and 20% empty) */
-    return (page * 0x9e3779b97f4a7c15ull) >> (64u - TC_SET_BITS);
-}
-
-static inline pr_tc_entry *tc_set(pr_tcache *tc, uint64_t page)
-{
-    return &tc->e[tc_set_of(page) * PR_TC_WAYS];
-}
-
-/* The entry of `page` in its set (one 64 B line), or NULL. */
-static inline pr_tc_entry *tc_lookup(pr_tc_entry *set, uint64_t page)
-{
-    uint64_t tag = page + 1u;
-    for (unsigned i = 0; i < PR_TC_WAYS; i++)
-        if ((atomic_load_explicit(&set[i].word, memory_order_relaxed) >> TC_PAGE_SHIFT) == tag)
-            return &set[i];
-    return NULL;
+    if (!tc) return NULL;
+    /* the inline hit path (protect.h) serves this thread's next calls on
+     * the pool from this table */
+    if (nvh_protect_tc_hot_.tc != tc) nvh_protect_tc_hot_ = (pr_tc_hot){pr->pool, pr->base, tc};
+    return pr_tc_enter(tc) ? tc : NULL;
 }
 
 /* Where a page that is not in its set goes: an empty way, else one whose
@@ -357,7 +291,7 @@ static pr_tc_entry *tc_victim(pr_tc_entry *set, uint64_t page)
     for (unsigned i = 0; i < PR_TC_WAYS; i++) {
         uint64_t w = atomic_load_explicit(&set[i].word, memory_order_relaxed);
         if (!w) return &set[i];
-        if (!(w & TC_TOUCHED) && !cold) cold = &set[i];
+        if (!(w & PR_TC_TOUCHED) && !cold) cold = &set[i];
     }
     return cold ? cold : &set[page & (PR_TC_WAYS - 1)];
 }
@@ -366,12 +300,12 @@ int pr_tc_open(struct nvh_protect *pr, uint64_t page)
 {
     pr_tcache *tc = tc_get(pr);
     if (!tc) return PR_TC_NOT_CACHED;
-    pr_tc_entry *set = tc_set(tc, page), *e = tc_lookup(set, page);
+    pr_tc_entry *set = pr_tc_set(tc, page), *e = pr_tc_lookup(set, page);
     uint64_t w = e ? atomic_load_explicit(&e->word, memory_order_relaxed) : 0;
-    uint64_t opened = e && tc_opened(w) == TC_OPEN_MAX ? 0 : (uint64_t)1 << TC_OPEN_SHIFT;
+    uint64_t opened = e && tc_opened(w) == PR_TC_OPEN_MAX ? 0 : (uint64_t)1 << PR_TC_OPEN_SHIFT;
     if (e && tc_units(w)) {                            /* take a held unit */
-        atomic_store_explicit(&e->word, (w - 1 + opened) | TC_TOUCHED, memory_order_relaxed);
-        tc_leave(tc);
+        atomic_store_explicit(&e->word, (w - 1 + opened) | PR_TC_TOUCHED, memory_order_relaxed);
+        pr_tc_leave(tc);
         return PR_TC_DONE;
     }
     /* None held: take a batch from the shared count in one atomic add, one
@@ -384,11 +318,11 @@ int pr_tc_open(struct nvh_protect *pr, uint64_t page)
         tc_evict(pr, e);
         w = tc_tag(page);
     }
-    atomic_store_explicit(&e->word, (w + opened + (PR_TC_BATCH - 1)) | TC_TOUCHED,
+    atomic_store_explicit(&e->word, (w + opened + (PR_TC_BATCH - 1)) | PR_TC_TOUCHED,
                           memory_order_relaxed);
     if (!atomic_load_explicit(&tc->nonempty, memory_order_relaxed))
         atomic_store_explicit(&tc->nonempty, 1, memory_order_relaxed);
-    tc_leave(tc);
+    pr_tc_leave(tc);
     return rc;
 }
 
@@ -396,21 +330,21 @@ int pr_tc_close(struct nvh_protect *pr, uint64_t page)
 {
     pr_tcache *tc = tc_get(pr);
     if (!tc) return PR_TC_NOT_CACHED;
-    pr_tc_entry *set = tc_set(tc, page), *e = tc_lookup(set, page);
+    pr_tc_entry *set = pr_tc_set(tc, page), *e = pr_tc_lookup(set, page);
     uint64_t w = e ? atomic_load_explicit(&e->word, memory_order_relaxed) : 0;
     uint32_t mine = e ? tc_units(w) : 0, opened = e ? tc_opened(w) : 0;
-    if (mine == PR_TC_UNITS_MAX) { tc_leave(tc); return PR_TC_NOT_CACHED; }
+    if (mine == PR_TC_UNITS_MAX) { pr_tc_leave(tc); return PR_TC_NOT_CACHED; }
     if (opened) {
         /* closes a window this entry's unit opened (the usual case): the
          * window exists, no check needed */
-        w -= (uint64_t)1 << TC_OPEN_SHIFT;
+        w -= (uint64_t)1 << PR_TC_OPEN_SHIFT;
     } else {
         /* the window being closed must exist: its unit is in the shared
          * count besides the ones this thread holds (else it is an
          * unbalanced call: the shared path must not take one of our units
          * for it). A plain load: only the value matters. */
         if (atomic_load_explicit(&pr->count[page], memory_order_relaxed) <= mine) {
-            tc_leave(tc);
+            pr_tc_leave(tc);
             return PR_TC_UNBALANCED;
         }
         if (!e) {
@@ -419,26 +353,11 @@ int pr_tc_close(struct nvh_protect *pr, uint64_t page)
             w = tc_tag(page);
         }
     }
-    atomic_store_explicit(&e->word, (w + 1) | TC_TOUCHED, memory_order_relaxed);
+    atomic_store_explicit(&e->word, (w + 1) | PR_TC_TOUCHED, memory_order_relaxed);
     if (!atomic_load_explicit(&tc->nonempty, memory_order_relaxed))
         atomic_store_explicit(&tc->nonempty, 1, memory_order_relaxed);
-    tc_leave(tc);
+    pr_tc_leave(tc);
     return PR_TC_DONE;
-}
-
-/* A hint only: the line is fetched whether or not the table is the
- * thread's current one for the pool (a dead table is still the owner's
- * memory until it frees it at a look-up, which this is not). */
-void pr_tc_prefetch(struct nvh_protect *pr, uint64_t page)
-{
-    uint64_t id = atomic_load_explicit(&pr->tc_id, memory_order_relaxed);
-    pr_tc_tls *t = tc_tls;
-    if (!id || !t) return;
-    for (unsigned k = 0; k < PR_TC_POOLS; k++)
-        if (t->id[k] == id) {
-            __builtin_prefetch(tc_set(t->tc[k], page), 1);
-            return;
-        }
 }
 
 /* --------------------------------------------------------------------------

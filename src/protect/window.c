@@ -320,15 +320,6 @@ int nvh_protect_close_slow_(nvh_pool *pool, const void *p, size_t len)
     return nvh_protect(pool, p, len);
 }
 
-void nvh_protect_prefetch_slow_(nvh_pool *pool, const void *p)
-{
-    struct nvh_protect *pr = atomic_load_explicit(&pool->protect, memory_order_acquire);
-    if (!pr || atomic_load_explicit(&pr->mode, memory_order_relaxed) != NVH_PROTECT_ASYNC) return;
-    uint64_t off = (uint64_t)((uintptr_t)p - (uintptr_t)pr->base);
-    if (off >= atomic_load_explicit(&pool->ctx.size, memory_order_relaxed)) return;
-    pr_tc_prefetch(pr, off >> PR_PAGE_SHIFT);
-}
-
 /* --------------------------------------------------------------------------
  * Implicit (thread-local) windows
  * -------------------------------------------------------------------------- */
