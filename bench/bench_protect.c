@@ -52,7 +52,10 @@
  *
  * Options: --ops N (default 1000000, quick 10000), --ops4k N (default
  * 250000, quick 2000), --workloads LIST (tree,random,btree,btree-early),
- * --subjects LIST (the subjects above), --implicit, --cdf.
+ * --subjects LIST (the subjects above), --implicit, --cdf, --no-prefault
+ * (the tree's pool is prefaulted at create by default, as in bench_btree;
+ * see g_prefault). Runs are run-major: run r of every subject, then run
+ * r + 1, so a slow minute of the shared machine hits all subjects alike.
  *
  * Plugging in a workload: add an entry to `workloads[]` with bytes (pool
  * needed for n ops), optional setup (before protection is on), run (n ops,
@@ -285,8 +288,20 @@ static const bench_info info = {
              "                     async-80ms-nocache, async-40ms-eager, async-40ms-strict,\n"
              "                     async-80ms-strict\n"
              "                     (default all)\n"
-             "  --cdf              also emit the protect-latency CDF (cases fig6-*)\n",
+             "  --cdf              also emit the protect-latency CDF (cases fig6-*)\n"
+             "  --no-prefault      the tree's pool is not prefaulted at create (first-touch\n"
+             "                     page faults inside the timed loop, in every subject)\n",
 };
+
+/* The tree workload's pool is prefaulted at create (NVH_POOL_PREFAULT, as
+ * bench_btree does for both libraries), outside the timing: a long-running
+ * program's pool is populated, and on this VM a first touch costs 1-2 us
+ * per page in every subject, which dilutes the protection's share of the
+ * time (and async's fault handler populates a run of pages in one call,
+ * cheaper than off's one fault per page, which flattered async). With
+ * protection, populated pages also make every protection change rewrite
+ * present page-table entries: the stricter case. --no-prefault clears it. */
+static bool g_prefault = true;
 
 static bool listed(const char *list, const char *name)
 {
@@ -354,7 +369,8 @@ static void measure(const bench_opts *o, const workload *w, const subject *s,
      * the synthetic shapes in the process domain (no flush: only the
      * protection costs show) */
     nvh_pool *pool = nvh_pool_create_ex(path, "bench_protect", size,
-                                        w->real ? NVH_DOMAIN_PMEM : NVH_DOMAIN_PROCESS, &popt);
+                                        w->real ? NVH_DOMAIN_PMEM | (g_prefault ? NVH_POOL_PREFAULT : 0)
+                                                : NVH_DOMAIN_PROCESS, &popt);
     if (!pool) {
         bench_error(o, "create %s: %s", path, nvh_errormsg());
         bench_scratch_remove(path);
@@ -447,15 +463,18 @@ int main(int argc, char **argv)
         else if (strcmp(a, "--subjects") == 0 && i + 1 < opts.argc) subj_list = opts.argv[++i];
         else if (strcmp(a, "--cdf") == 0) cdf = true;
         else if (strcmp(a, "--implicit") == 0) implicit = true;
+        else if (strcmp(a, "--no-prefault") == 0) g_prefault = false;
         else bench_usage_error(&opts, "unknown option: %s", a);
     }
     if (n < 16) bench_usage_error(&opts, "--ops must be at least 16");
     unsigned runs = opts.runs > MAX_RUNS ? MAX_RUNS : opts.runs;
-    bench_note(&opts, "%llu ops per measurement (tree/4KB: %llu), %u runs, in %s%s",
+    bench_note(&opts, "%llu ops per measurement (tree/4KB: %llu), %u runs, in %s%s; the tree's "
+               "pool %s; subjects alternate within each run",
                (unsigned long long)n, (unsigned long long)n4k, runs, opts.dir,
-               implicit ? "; tree calls inside IMPLICIT windows (stop-gap)" : "");
+               implicit ? "; tree calls inside IMPLICIT windows (stop-gap)" : "",
+               g_prefault ? "prefaulted at create" : "not prefaulted (--no-prefault)");
 
-    static result res[MAX_RUNS];
+    static result all[NSUBJECTS][MAX_RUNS];
     for (size_t wi = 0; wi < sizeof workloads / sizeof workloads[0]; wi++)
     for (unsigned vi = 0; vi < 2; vi++) {
         const workload *w = &workloads[wi];
@@ -467,15 +486,21 @@ int main(int argc, char **argv)
         snprintf(cname, sizeof cname, "%s%s/%s", w->name, cfg.implicit ? "-implicit" : "",
                  vi ? "4KB" : "256B");
         if (!bench_selected(&opts, cname)) continue;
+        /* run-major: every subject's r-th run before any (r+1)-th, so that a
+         * slow minute of this shared machine hits all subjects alike */
+        for (unsigned r = 0; r < runs; r++)
+            for (size_t si = 0; si < NSUBJECTS; si++)
+                if (listed(subj_list, subjects[si].name))
+                    measure(&opts, w, &subjects[si], &cfg, r, &all[si][r]);
         for (size_t si = 0; si < NSUBJECTS; si++) {
             const subject *s = &subjects[si];
             if (!listed(subj_list, s->name)) continue;
+            result *res = all[si];
             double ns[MAX_RUNS], cpu[MAX_RUNS], mp[MAX_RUNS], fl[MAX_RUNS], rq[MAX_RUNS];
             double cm[MAX_RUNS];
             double p50[MAX_RUNS], p90[MAX_RUNS], p99[MAX_RUNS], mean[MAX_RUNS];
             unsigned ok = 0, median_run = 0;
             for (unsigned r = 0; r < runs; r++) {
-                measure(&opts, w, s, &cfg, r, &res[r]);
                 if (!res[r].ok) continue;
                 ns[ok] = res[r].ns_per_op;
                 cpu[ok] = res[r].cpu_ns_per_op;
