@@ -40,14 +40,20 @@
                                               record not durable yet          */
 #define BT_SLAB_SIZE (64u * 1024u)         /* a record slab (one activation)  */
 #define BT_SLAB_BIG (BT_SLAB_SIZE / 4u)    /* larger records: a slab of their own */
-/* Record slabs of a tree whose pool is protected: 4x larger, since each new
- * slab costs one protection change (a fault or an mprotect of its held
- * window, 7-10 us) against the insert's ~1 us (docs/PROTECT.md). */
-#define BT_SLAB_SIZE_HELD (256u * 1024u)
+/* Record slabs of a tree whose pool is protected: 16x larger, since each
+ * new slab costs two protection changes (a fault or an mprotect of its held
+ * window, then the service's protect once it is full: with a populated pool
+ * each rewrites the slab's page-table entries and interrupts the inserting
+ * CPU for the TLB, ~20-30 us) against the insert's ~0.6 us
+ * (docs/PROTECT.md). 256 KiB -> 1 MiB: async insert overhead ~1.25x ->
+ * ~1.15x, protection changes 0.0031 -> 0.0013 per insert. The cost: up to
+ * 1 MiB of not yet carved slab stays writable while the slab is current. */
+#define BT_SLAB_SIZE_HELD (1024u * 1024u)
 #define BT_NODE_BATCH 16u                  /* nodes reserved ahead (bt_node_take) */
 /* ... in a protected pool: each batch's fresh pages cost one fault (async)
- * or mprotect (sync): 64 nodes, 16 pages, per protection change */
-#define BT_NODE_BATCH_HELD 64u
+ * or mprotect (sync): 256 nodes, 64 pages, per protection change (their
+ * windows stay open until each node is taken: the exposure of a 1 MiB slab) */
+#define BT_NODE_BATCH_HELD 256u
 
 /* The tree header: a named object "nvh.btree.<name>". */
 typedef struct bt_header {
