@@ -139,10 +139,11 @@ static void make_writable(struct nvh_protect *pr, uint64_t page)
 /* A window is open on the page: usually a queued unprotect the service has
  * not reached yet. The neighbours that are in the same situation (window
  * open, not yet writable: a multi-page record, a slab opened ahead) are
- * made writable in the same mprotect, up to PR_FAULT_RUN pages: each of
+ * made writable in the same mprotect, up to PR_FAULT_RUN pages (4 MiB: the
+ * B+ tree's 1 MiB slab with its header and the page after it is 258): each of
  * them would otherwise cost a fault of its own a moment later. Every page
  * of the run then goes through the same re-check. */
-#define PR_FAULT_RUN 256u
+#define PR_FAULT_RUN 1024u
 static bool needs_opening(struct nvh_protect *pr, uint64_t page)
 {
     return pr_page_wanted(pr, page) && !pr_bit_test(pr->state, page);
