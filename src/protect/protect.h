@@ -93,9 +93,11 @@ int nvh_protect_env_apply_(nvh_pool *pool);
  * is only ever created while the pool is in async mode with the cache on,
  * and every change that turns the cache off (async -> sync or off, STRICT,
  * NO_CACHE, a short interval, pool close) first kills every table: its
- * `steal` is set and stays set, and the change waits until no call is
- * inside it. tc_enter below reads `steal` after announcing itself in
- * `busy`, so a live table means the cache is on for this very enabling. */
+ * `steal` is set and stays set, its entries are emptied, and the change
+ * waits until no call is inside it. pr_tc_enter below reads `steal` after
+ * announcing itself in `busy`, so a live table means the cache is on for
+ * this very enabling (and a dead one holds no entry a look-up could find).
+ * nvh_unprotect / nvh_protect try the same hit path first. */
 #define PR_TC_SLOTS 16384u
 #define PR_TC_WAYS 8u                /* set-associative: ways of a set    */
 #define PR_TC_UNITS_MAX 0xfffu

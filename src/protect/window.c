@@ -277,6 +277,10 @@ static int resolve(nvh_pool *pool, const void *p, size_t len, const char *fn,
 
 int nvh_unprotect(nvh_pool *pool, const void *p, size_t len)
 {
+    /* the window cache's hit path first (protect.h), as the layers' calls */
+    if (pool && atomic_load_explicit(&pool->protect, memory_order_acquire) &&
+        pr_tc_open_hit(pool, p, len))
+        return NVH_OK;
     if (pool && open_fast(pool, p, len)) return NVH_OK;
     struct nvh_protect *pr;
     int mode = 0;
@@ -289,6 +293,9 @@ int nvh_unprotect(nvh_pool *pool, const void *p, size_t len)
 
 int nvh_protect(nvh_pool *pool, const void *p, size_t len)
 {
+    if (pool && atomic_load_explicit(&pool->protect, memory_order_acquire) &&
+        pr_tc_close_hit(pool, p, len))
+        return NVH_OK;
     int fast = pool ? close_fast(pool, p, len) : 0;
     if (fast > 0) return NVH_OK;
     if (fast < 0)
