@@ -338,12 +338,7 @@ typedef struct nvh_heap nvh_heap;
 /* ==========================================================================
  * Helpers
  * ========================================================================== */
-static inline uint64_t nvh_now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
+/* nvh_now_ns: common/internal.h */
 static inline unsigned nvh_cls_of(size_t size)  /* 1..31, 0 = not small */
 {
     if (size == 0) size = 1;

@@ -45,10 +45,10 @@ batch_reason group_batch_due(nvh_group_ctx *ctx, bool just_ended)
     if (waiting >= ctx->opt.batch_count) return BATCH_COUNT;
     if (ctx->opt.batch_ns == NVH_GROUP_NEVER) return BATCH_NONE;
     if (just_ended && (waiting & (waiting - 1)) != 0) return BATCH_NONE;  /* not 2^k */
-    uint64_t now = group_now_ns();
+    uint64_t now = group_now_ticks();
     if (just_ended && waiting == 1) {
-        ctx->oldest_ns = now;          /* the group that just ended is the oldest */
+        ctx->oldest_ticks = now;       /* the group that just ended is the oldest */
         return BATCH_NONE;
     }
-    return now - ctx->oldest_ns >= ctx->opt.batch_ns ? BATCH_TIME : BATCH_NONE;
+    return now - ctx->oldest_ticks >= ctx->batch_ticks ? BATCH_TIME : BATCH_NONE;
 }

@@ -78,6 +78,9 @@ nvh_group_ctx *nvh_group_ctx_create(nvh_pool *pool, const nvh_group_options *opt
     ctx->pool = pool;
     ctx->owner_mark = &group_thread_mark;
     ctx->opt = opt;
+    /* the batching deadline runs on nvh_ticks (group.h) */
+    nvh_ticks_calibrate();
+    ctx->batch_ticks = opt.batch_ns == NVH_GROUP_NEVER ? UINT64_MAX : nvh_ns_to_ticks(opt.batch_ns);
     ctx->ring = ring;
     ctx->mask = cap - 1;
     if (group_is_simcache(ctx) &&

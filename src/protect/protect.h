@@ -369,21 +369,10 @@ bool pr_queue_push(pr_queue *q, const pr_request *r);
 size_t pr_queue_pop(pr_queue *q, pr_request *out, size_t max);
 
 /* --------------------------------------------------------------------------
- * Cheap timestamps for the latency histogram: the TSC on x86-64 (one
- * instruction, ~14 ns on the dev VM against ~30-70 ns for clock_gettime;
- * the async close path takes one per closing call), converted to ns with a
- * factor calibrated once per process (state.c). Elsewhere CLOCK_MONOTONIC.
+ * Cheap timestamps for the latency histogram: nvh_ticks (common/internal.h:
+ * the TSC on x86-64; the async close path takes one per closing call).
  * -------------------------------------------------------------------------- */
-#if defined(__x86_64__) || defined(__i386__)
-#include <x86intrin.h>
-static inline uint64_t pr_ticks(void) { return __rdtsc(); }
-#define PR_TICKS_ARE_TSC 1
-#else
-static inline uint64_t pr_ticks(void);
-#define PR_TICKS_ARE_TSC 0
-#endif
-extern double pr_ns_per_tick;                /* 1.0 when ticks are ns        */
-void pr_ticks_calibrate(void);               /* once per process            */
+static inline uint64_t pr_ticks(void) { return nvh_ticks(); }
 
 /* --------------------------------------------------------------------------
  * Latency histogram (apply.c): log-linear buckets, relaxed atomic counts.
@@ -465,19 +454,8 @@ static inline void pr_stat(struct nvh_protect *pr, unsigned which, uint64_t n)
     atomic_fetch_add_explicit(&pr->stats[which], n, memory_order_relaxed);
 }
 
-static inline uint64_t pr_now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-#if !PR_TICKS_ARE_TSC
-static inline uint64_t pr_ticks(void) { return pr_now_ns(); }
-#endif
-static inline uint64_t pr_ticks_to_ns(uint64_t ticks)
-{
-    return (uint64_t)((double)ticks * pr_ns_per_tick);
-}
+static inline uint64_t pr_now_ns(void) { return nvh_now_ns(); }
+static inline uint64_t pr_ticks_to_ns(uint64_t ticks) { return nvh_ticks_to_ns(ticks); }
 
 /* Bit helpers on the state/pending bitmaps (seq_cst: see the pairs above). */
 static inline bool pr_bit_test(_Atomic uint64_t *map, uint64_t page)

@@ -16,31 +16,6 @@
 #include <sys/mman.h>
 
 /* --------------------------------------------------------------------------
- * Tick calibration (protect.h: pr_ticks)
- * -------------------------------------------------------------------------- */
-double pr_ns_per_tick = 1.0;
-static pthread_once_t ticks_once = PTHREAD_ONCE_INIT;
-
-/* TSC ticks per ns against CLOCK_MONOTONIC over a 2 ms sleep, once per
- * process (constant-rate TSC assumed, as on every x86-64 of the last 15
- * years; the figures only feed the latency histogram). */
-static void ticks_calibrate_once(void)
-{
-#if PR_TICKS_ARE_TSC
-    uint64_t n0 = pr_now_ns(), t0 = pr_ticks();
-    struct timespec d = {.tv_sec = 0, .tv_nsec = 2000000};
-    while (nanosleep(&d, &d) != 0 && errno == EINTR) {}
-    uint64_t n1 = pr_now_ns(), t1 = pr_ticks();
-    if (t1 > t0 && n1 > n0) pr_ns_per_tick = (double)(n1 - n0) / (double)(t1 - t0);
-#endif
-}
-
-void pr_ticks_calibrate(void)
-{
-    pthread_once(&ticks_once, ticks_calibrate_once);
-}
-
-/* --------------------------------------------------------------------------
  * Creation and teardown of the per-pool state
  * -------------------------------------------------------------------------- */
 static size_t bitmap_bytes(uint64_t pages)
@@ -212,7 +187,7 @@ int nvh_protect_configure(nvh_pool *pool, const nvh_protect_options *options)
                         "mapping is read-only already)", pool->path);
     int rc = pr_handler_install();
     if (rc != NVH_OK) return rc;
-    pr_ticks_calibrate();
+    nvh_ticks_calibrate();
     if (!pr) {
         pr = pr_create(pool, o.queue_slots);
         if (!pr) return nvh_errcode();
