@@ -197,8 +197,10 @@ static inline bool pr_tc_hot_page(const nvh_pool *pool, const void *p, size_t le
     *page = off >> 12;
     return true;
 }
-/* Open: a unit the table holds for the page is taken. */
-static inline bool pr_tc_open_hit(nvh_pool *pool, const void *p, size_t len)
+/* A hit moves one unit between the entry's held units and its opened
+ * windows. open: a held unit is taken for a new window; close: a window
+ * this table's unit opened is closed and the unit kept. */
+static inline bool pr_tc_hit(nvh_pool *pool, const void *p, size_t len, bool open)
 {
     const pr_tc_hot *h = &nvh_protect_tc_hot_;
     uint64_t page;
@@ -207,31 +209,23 @@ static inline bool pr_tc_open_hit(nvh_pool *pool, const void *p, size_t len)
     if (!pr_tc_enter(tc)) return false;
     pr_tc_entry *e = pr_tc_lookup(pr_tc_set(tc, page), page);
     uint64_t w = e ? atomic_load_explicit(&e->word, memory_order_relaxed) : 0;
-    bool hit = (w & PR_TC_UNITS_MAX) != 0 &&
-               ((w >> PR_TC_OPEN_SHIFT) & PR_TC_OPEN_MAX) != PR_TC_OPEN_MAX;
+    uint64_t units = w & PR_TC_UNITS_MAX, opened = (w >> PR_TC_OPEN_SHIFT) & PR_TC_OPEN_MAX;
+    const uint64_t one_open = (uint64_t)1 << PR_TC_OPEN_SHIFT;
+    bool hit = open ? units != 0 && opened != PR_TC_OPEN_MAX
+                    : opened != 0 && units != PR_TC_UNITS_MAX;
     if (hit)
-        atomic_store_explicit(&e->word, (w - 1 + ((uint64_t)1 << PR_TC_OPEN_SHIFT)) | PR_TC_TOUCHED,
+        atomic_store_explicit(&e->word, (open ? w - 1 + one_open : w + 1 - one_open) | PR_TC_TOUCHED,
                               memory_order_relaxed);
     pr_tc_leave(tc);
     return hit;
 }
-/* Close of a window this table's unit opened: the unit is kept. */
+static inline bool pr_tc_open_hit(nvh_pool *pool, const void *p, size_t len)
+{
+    return pr_tc_hit(pool, p, len, true);
+}
 static inline bool pr_tc_close_hit(nvh_pool *pool, const void *p, size_t len)
 {
-    const pr_tc_hot *h = &nvh_protect_tc_hot_;
-    uint64_t page;
-    if (!pr_tc_hot_page(pool, p, len, h, &page)) return false;
-    pr_tcache *tc = h->tc;
-    if (!pr_tc_enter(tc)) return false;
-    pr_tc_entry *e = pr_tc_lookup(pr_tc_set(tc, page), page);
-    uint64_t w = e ? atomic_load_explicit(&e->word, memory_order_relaxed) : 0;
-    bool hit = ((w >> PR_TC_OPEN_SHIFT) & PR_TC_OPEN_MAX) != 0 &&
-               (w & PR_TC_UNITS_MAX) != PR_TC_UNITS_MAX;
-    if (hit)
-        atomic_store_explicit(&e->word, (w - ((uint64_t)1 << PR_TC_OPEN_SHIFT) + 1) | PR_TC_TOUCHED,
-                              memory_order_relaxed);
-    pr_tc_leave(tc);
-    return hit;
+    return pr_tc_hit(pool, p, len, false);
 }
 
 static inline int nvh_protect_open_(nvh_pool *pool, const void *p, size_t len)
