@@ -157,7 +157,14 @@ typedef struct bt_slabinfo {
  * companions; for a leaf a one-byte fingerprint per slot (one line to
  * compare) and each used slot's key and record, so that a lookup reads the
  * record and nothing else of the pool (the slot line was a second TLB and
- * cache miss). Companions are kept exact by every store that changes a
+ * cache miss) — but only in a tree without the key directory: with it,
+ * lookups find the record in the directory and rarely descend, and the
+ * slots (15 lines per leaf, written by every insert) cost inserts more
+ * than they saved the few descending lookups (1 M inserts of 256 B:
+ * ~430 -> ~380 ns; the leaf companions of a 1 M-entry tree shrink from
+ * ~26 to ~3 MiB, nearer what the cache holds); such a leaf companion is 2 lines
+ * and a descent reads the matching slot from the node. Companions are
+ * kept exact by every store that changes a
  * slot (bt_ix_add*, bt_ix_del, bt_ix_hint, the insert's validation); a
  * slot whose record word is 0 (unknown) or marked pending is read from the
  * node instead. Companions live in 2 MiB arenas (transparent huge pages
@@ -172,7 +179,10 @@ typedef struct bt_idx {
     nvh_off_t successor;     /* header successor when built                    */
     uint32_t level;
     uint8_t n;               /* inner: used slots in key[]/slot[]              */
-    uint8_t pad[3];
+    uint8_t slots;           /* leaf: u.lf.s[] kept (a tree without the key
+                                directory, BT_IX_LEAF_SIZE); 0: fingerprints
+                                only (BT_IX_LEAF_SMALL), the node has the keys */
+    uint8_t pad[2];
     struct bt_idx *free_next;    /* free list link                              */
     uint64_t pad1;           /* the union starts on the second line          */
     union {
@@ -215,6 +225,7 @@ typedef struct bt_idx {
     } u;
 } bt_idx;
 #define BT_IX_LEAF_SIZE (offsetof(bt_idx, u) + 64 + 16 * BT_NODE_CAP)
+#define BT_IX_LEAF_SMALL (offsetof(bt_idx, u) + 64)   /* header and fingerprints */
 #define BT_IX_INNER_SIZE ((sizeof(bt_idx) + 63) & ~(size_t)63)
 _Static_assert(offsetof(bt_idx, u) == 64, "companion: header line, then fingerprints");
 _Static_assert(BT_IX_LEAF_SIZE % 64 == 0 && BT_IX_INNER_SIZE >= BT_IX_LEAF_SIZE, "companion sizes");
@@ -253,16 +264,16 @@ static inline unsigned bt_ix_lower(const bt_idx *x, uint64_t key)
  * an inner one's header and separator lines (the block of keys and
  * children those select is asked for as soon as it is known); a leaf's
  * header and fingerprints, and for a reader also its key/record slots
- * (all 15 slot lines: the matching slot's line is only known once the
+ * where leaf companions have them (`slots`; all 15 slot lines: the matching slot's line is only known once the
  * fingerprints arrived; measured ~12% faster lookups than header and
  * fingerprints only, while writers, which rarely need a slot line, were
  * ~6% faster without them). */
-static inline void bt_ix_prefetch(const bt_idx *x, int leaf, int for_write)
+static inline void bt_ix_prefetch(const bt_idx *x, int leaf, int for_write, int slots)
 {
     const char *c = (const char *)x;
     __builtin_prefetch(c);
     __builtin_prefetch(c + 64);
-    if (leaf && !for_write)
+    if (leaf && !for_write && slots)
         for (unsigned o = 128; o < BT_IX_LEAF_SIZE; o += 64) __builtin_prefetch(c + o);
 }
 
@@ -328,6 +339,8 @@ struct nvh_btree {
     nvh_btree_mode mode;
     int sorted;
     int kd_off;                  /* no key directory (option no_key_directory) */
+    int ix_slots;                /* leaf companions keep key/record slots
+                                    (= kd_off: bt_idx.slots) */
     nvh_group_ctx *group;
     bt_pending *pend;        /* ring of pending inserts                        */
     unsigned pend_cap, pend_used, pend_next;

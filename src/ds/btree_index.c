@@ -79,6 +79,7 @@ static inline uint64_t ix_rec_word(nvh_off_t p, uint64_t lines)
  * by the caller, so in the cache) gives the line count. */
 static inline void ix_leaf_hint(const struct nvh_btree *t, bt_idx *x, const bt_node *n, unsigned j)
 {
+    if (!x->slots) return;
     nvh_off_t p = n->e[j].ptr;
     x->u.lf.s[j].key = n->e[j].key;
     x->u.lf.s[j].rec = 0;
@@ -95,8 +96,8 @@ static void ix_seal(bt_idx *x)
     for (unsigned b = 0; b < 8; b++) x->u.in.sep[b] = x->u.in.b[b].key[0];
 }
 
-/* Fill x from node n. */
-static void ix_fill(bt_idx *x, const bt_node *n)
+/* Fill x from node n (a leaf's key/record slots too if `slots`). */
+static void ix_fill(bt_idx *x, const bt_node *n, int slots)
 {
     x->node = n;
     x->lo = n->lo;
@@ -105,12 +106,16 @@ static void ix_fill(bt_idx *x, const bt_node *n)
     x->level = n->level;
     x->used = 0;
     x->n = 0;
+    x->slots = 0;
     if (n->level == 0) {
+        x->slots = (uint8_t)(slots != 0);
         for (unsigned j = 0; j < BT_NODE_CAP; j++) {
             nvh_off_t p = n->e[j].ptr;
             x->u.lf.fp[j] = bt_fp(n->e[j].key);
-            x->u.lf.s[j].key = n->e[j].key;
-            x->u.lf.s[j].rec = ix_rec_word(p, 0);   /* lines not read: cold */
+            if (slots) {
+                x->u.lf.s[j].key = n->e[j].key;
+                x->u.lf.s[j].rec = ix_rec_word(p, 0);   /* lines not read: cold */
+            }
             if (p) x->used |= 1ull << j;
         }
         memset(&x->u.lf.fp[BT_NODE_CAP], 0, 64 - BT_NODE_CAP);
@@ -188,12 +193,14 @@ static void *ix_carve(struct nvh_btree *t, size_t size)
 bt_idx *bt_ix_build(struct nvh_btree *t, const bt_node *n)
 {
     if ((t->ix_used + 1) * 2 > t->ix_cap && ix_grow(t) != 0) return NULL;
-    /* leaf companions are 17 lines, inner ones 25 */
+    /* leaf companions are 17 lines (2 without slots), inner ones 25; a
+     * tree's leaf companions are all of one size (ix_slots is fixed) */
     bt_idx **fl = n->level == 0 ? &t->ix_free_leaf : &t->ix_free;
     bt_idx *x = *fl;
+    size_t size = n->level != 0 ? BT_IX_INNER_SIZE : t->ix_slots ? BT_IX_LEAF_SIZE : BT_IX_LEAF_SMALL;
     if (x) *fl = x->free_next;
-    else if (!(x = ix_carve(t, n->level == 0 ? BT_IX_LEAF_SIZE : BT_IX_INNER_SIZE))) return NULL;
-    ix_fill(x, n);
+    else if (!(x = ix_carve(t, size))) return NULL;
+    ix_fill(x, n, t->ix_slots);
     uint32_t h = ix_hash(n, t->ix_cap);
     while (t->ix_tab[h].node) h = (h + 1) & (t->ix_cap - 1);
     t->ix_tab[h] = (bt_ixslot){n, x};
@@ -272,8 +279,10 @@ bt_idx *bt_ix_add_leaf(struct nvh_btree *t, bt_idx *x, const bt_node *n, unsigne
     if (x->level != 0 || (x->used & (1ull << slot))) { bt_ix_drop(t, n); return NULL; }  /* not expected */
     x->used |= 1ull << slot;
     x->u.lf.fp[slot] = bt_fp(key);
-    x->u.lf.s[slot].key = key;
-    x->u.lf.s[slot].rec = ix_rec_word(ptr, (rsize + 63) / 64);
+    if (x->slots) {
+        x->u.lf.s[slot].key = key;
+        x->u.lf.s[slot].rec = ix_rec_word(ptr, (rsize + 63) / 64);
+    }
     return x;
 }
 
@@ -284,7 +293,7 @@ void bt_ix_validated(const bt_pending *pd)
     /* the companion is the leaf's still (a structural change syncs the
      * pending inserts first, so it cannot have been dropped in between;
      * checked anyway), and the slot is the one the insert filled */
-    if (!x || x->node != pd->node || !(x->used & (1ull << slot))) return;
+    if (!x || x->node != pd->node || !(x->used & (1ull << slot)) || !x->slots) return;
     x->u.lf.s[slot].rec &= ~(uint64_t)BT_PENDING;
 }
 

@@ -144,10 +144,11 @@ static int bt_leaf_find(struct nvh_btree *t, bt_path *p, uint64_t key, bt_entry 
     for (; m; m &= m - 1) {
         unsigned i = (unsigned)__builtin_ctzll(m);
         /* a fingerprint collision (~1 in 6 inserts into a 40-entry leaf)
-         * is settled by the companion's key: no read of another line */
-        if (x && x->u.lf.s[i].key != key) continue;
+         * is settled by the companion's key if it keeps slots (no read of
+         * another line), else by the node's */
+        if (x && x->slots && x->u.lf.s[i].key != key) continue;
         bt_entry *e = &n->e[i];
-        assert(!x || !e->ptr || e->key == x->u.lf.s[i].key);   /* kept exact */
+        assert(!x || !x->slots || !e->ptr || e->key == x->u.lf.s[i].key);   /* kept exact */
         if (!e->ptr) {
             if (*free_slot < 0) *free_slot = (int)i;
             continue;
