@@ -160,6 +160,11 @@ static bt_slab *bt_slab_new(struct nvh_btree *t, uint64_t size, int32_t *idx, in
 {
     bt_slab *s = nvh_reserve(t->pool, size);
     if (!s) return NULL;
+    /* the allocator rounds a reservation up (a 64 KiB slab takes 68 KiB
+     * with its header): the slab is all of it — 16 records of a 4 KiB value
+     * instead of 15, 217 of 256 B instead of 204 */
+    size_t usable = nvh_usable_size(t->pool, s);
+    if (usable > size) size = usable;
     /* The allocator writes the header of the free space that follows the
      * slab at the slab's activation, on the page after it: fresh memory
      * too. A window on it, opened with the hold, makes it writable with
