@@ -162,10 +162,10 @@ typedef struct bt_slabinfo {
  * slots (15 lines per leaf, written by every insert) cost inserts more
  * than they saved the few descending lookups (1 M inserts of 256 B:
  * ~430 -> ~380 ns; the leaf companions of a 1 M-entry tree shrink from
- * ~26 to ~3 MiB, nearer what the cache holds); such a leaf companion is 2 lines
- * and a descent reads the matching slot from the node. Companions are
- * kept exact by every store that changes a
- * slot (bt_ix_add*, bt_ix_del, bt_ix_hint, the insert's validation); a
+ * ~26 to ~3 MiB, nearer what the cache holds); such a leaf companion is
+ * 2 lines and a descent reads the matching slot from the node. Companions
+ * are kept exact by every store that changes a slot (bt_ix_add*,
+ * bt_ix_del, bt_ix_hint, the insert's validation); a
  * slot whose record word is 0 (unknown) or marked pending is read from the
  * node instead. Companions live in 2 MiB arenas (transparent huge pages
  * where the kernel gives them) and are never returned to malloc while the
@@ -264,7 +264,8 @@ static inline unsigned bt_ix_lower(const bt_idx *x, uint64_t key)
  * an inner one's header and separator lines (the block of keys and
  * children those select is asked for as soon as it is known); a leaf's
  * header and fingerprints, and for a reader also its key/record slots
- * where leaf companions have them (`slots`; all 15 slot lines: the matching slot's line is only known once the
+ * where leaf companions have them (`slots`; all 15 slot lines: the
+ * matching slot's line is only known once the
  * fingerprints arrived; measured ~12% faster lookups than header and
  * fingerprints only, while writers, which rarely need a slot line, were
  * ~6% faster without them). */
