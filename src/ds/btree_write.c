@@ -73,11 +73,13 @@ static int bt_sync_pending(struct nvh_btree *t)
 static inline size_t bt_rec_size(size_t len) { return sizeof(bt_record) + len; }
 
 /* Values of at least this many bytes are streamed with non-temporal stores
- * in the groups variant (pmem domain), all but the record's first line:
- * 4 KiB values 4.3 -> ~2 us per insert (memcpy and 65 CLWBs, each of which
- * evicts its line on this CPU, against a streamed copy; PMDK, which
- * streams copies of 256 B and more, took 3.1 us); at 256 B the cached copy
- * and its 5 flushes were faster (BTREE.md, session 5: ~860 vs ~950 ns). */
+ * in the groups variant (pmem domain), all but the record's first line.
+ * Inserts, streamed vs copied and flushed (CLWB, which evicts its line on
+ * this CPU), same build, NVHEAP_NT_THRESHOLD=0 for the second: 256 B
+ * 418-461 vs 380-390 ns (slower: session 5 found the same), 512 B 343-410
+ * vs 390-426 (even), 1 KiB 319-335 vs 423-425, 2 KiB 413-416 vs 690-728,
+ * 4 KiB ~370 vs ~800 (PMDK's btree_map, which streams copies of 256 B and
+ * more: ~3.2 us). */
 #define BT_NT_VALUE_MIN 1024u
 
 /* A new record (not referenced yet) holding value, its write window open;
