@@ -160,9 +160,9 @@ static bt_slab *bt_slab_new(struct nvh_btree *t, uint64_t size, int32_t *idx, in
 {
     bt_slab *s = nvh_reserve(t->pool, size);
     if (!s) return NULL;
-    /* the allocator rounds a reservation up (a 64 KiB slab takes 68 KiB
-     * with its header): the slab is all of it — 16 records of a 4 KiB value
-     * instead of 15, 217 of 256 B instead of 204 */
+    /* the allocator may round a reservation up (a record's own slab, or a
+     * 64 KiB one, which took 68 KiB with its header: BT_SLAB_SIZE): the
+     * slab is all of it */
     size_t usable = nvh_usable_size(t->pool, s);
     if (usable > size) size = usable;
     /* The allocator writes the header of the free space that follows the
