@@ -277,7 +277,6 @@ nvh_btree *nvh_btree_open(nvh_pool *pool, const char *name, int create,
     t->mode = options->mode;
     t->sorted = options->sorted;
     t->kd_off = options->no_key_directory != 0;
-    t->ix_slots = t->kd_off;
     t->kd_state = t->kd_off || t->sorted ? BT_KD_READY : BT_KD_IDLE;
     t->count = -1;
     t->slab_idx = t->si_head = t->si_freelist = -1;
@@ -555,7 +554,7 @@ static int bt_find_fast(struct nvh_btree *t, uint64_t key, bt_record **rec)
         if (!kx || kx->node != k->node) {
             if (!(kx = k->ix = bt_ix(t, k->node))) return -1;
         }
-        bt_ix_prefetch(kx, x->level == 1, 0, t->ix_slots);
+        bt_ix_prefetch(kx, x->level == 1, 0, t->kd_off);
         x = kx;
     }
     if (x->successor || x->lo < lo || x->hi > hi) return -1;

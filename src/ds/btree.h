@@ -344,9 +344,9 @@ struct nvh_btree {
     bt_header *hdr;          /* volatile variant: a malloc'd header            */
     nvh_btree_mode mode;
     int sorted;
-    int kd_off;                  /* no key directory (option no_key_directory) */
-    int ix_slots;                /* leaf companions keep key/record slots
-                                    (= kd_off: bt_idx.slots) */
+    int kd_off;                  /* no key directory (option no_key_directory):
+                                    then leaf companions keep key/record
+                                    slots too (bt_idx.slots) */
     nvh_group_ctx *group;
     bt_pending *pend;        /* ring of pending inserts                        */
     unsigned pend_cap, pend_used, pend_next;

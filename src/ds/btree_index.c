@@ -194,13 +194,14 @@ bt_idx *bt_ix_build(struct nvh_btree *t, const bt_node *n)
 {
     if ((t->ix_used + 1) * 2 > t->ix_cap && ix_grow(t) != 0) return NULL;
     /* leaf companions are 17 lines (2 without slots), inner ones 25; a
-     * tree's leaf companions are all of one size (ix_slots is fixed) */
+     * tree's leaf companions are all of one size: slots iff the tree has
+     * no key directory, fixed at open */
     bt_idx **fl = n->level == 0 ? &t->ix_free_leaf : &t->ix_free;
     bt_idx *x = *fl;
-    size_t size = n->level != 0 ? BT_IX_INNER_SIZE : t->ix_slots ? BT_IX_LEAF_SIZE : BT_IX_LEAF_SMALL;
+    size_t size = n->level != 0 ? BT_IX_INNER_SIZE : t->kd_off ? BT_IX_LEAF_SIZE : BT_IX_LEAF_SMALL;
     if (x) *fl = x->free_next;
     else if (!(x = ix_carve(t, size))) return NULL;
-    ix_fill(x, n, t->ix_slots);
+    ix_fill(x, n, t->kd_off);
     uint32_t h = ix_hash(n, t->ix_cap);
     while (t->ix_tab[h].node) h = (h + 1) & (t->ix_cap - 1);
     t->ix_tab[h] = (bt_ixslot){n, x};

@@ -416,7 +416,7 @@ int bt_descend(struct nvh_btree *t, uint64_t key, int for_write, bt_path *path, 
             /* a cached companion is the child's while its node matches
              * (dropped ones have node NULL; their memory is never freed) */
             if (!kx || kx->node != k->node) kx = k->ix = bt_ix(t, k->node);
-            if (kx) bt_ix_prefetch(kx, x->level == 1, for_write, t->ix_slots);
+            if (kx) bt_ix_prefetch(kx, x->level == 1, for_write, t->kd_off);
             /* A writer will store into one slot of the leaf: which one the
              * companion tells, but the leaf's page (a TLB miss: random
              * keys, 4 KiB pages) can be walked now, while the companion
