@@ -166,8 +166,9 @@ typedef struct bt_slabinfo {
  * lookups find the record in the directory and rarely descend, and the
  * slots (15 lines per leaf, written by every insert) cost inserts more
  * than they saved the few descending lookups (1 M inserts of 256 B:
- * ~430 -> ~380 ns; the leaf companions of a 1 M-entry tree shrink from
- * ~26 to ~3 MiB, nearer what the cache holds); such a leaf companion is
+ * ~430 -> ~380 ns; 1 M random inserts make ~24.4 k leaves — 24 417
+ * splits, nvh_btree_stats — whose companions shrink from ~26 to ~3 MiB,
+ * nearer what the cache holds); such a leaf companion is
  * 2 lines and a descent reads the matching slot from the node. Companions
  * are kept exact by every store that changes a slot (bt_ix_add*,
  * bt_ix_del, bt_ix_hint, the insert's validation); a
