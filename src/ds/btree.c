@@ -401,7 +401,6 @@ void bt_ack_upto(struct nvh_btree *t, uint64_t mark)
         bt_pending *pd = &t->pend[(t->pend_next + t->pend_cap - t->pend_used) & (t->pend_cap - 1)];
         assert(pd->used && pd->vno);
         if (pd->vno > mark) return;
-        bt_wclose(t, pd->entry, sizeof *pd->entry);
         pd->used = 0;
         t->pend_used--;
         t->pend_valid--;
