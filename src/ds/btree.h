@@ -144,6 +144,8 @@ typedef struct bt_pending {
     uint64_t vmark;          /* validations flushed before its group began:
                                 when its action runs, those are durable    */
     uint64_t vno;            /* its own validation's number (0: not yet)    */
+    uint8_t way;             /* protection: the slot page's window-cache way,
+                                from the open (the close's hint)           */
 } bt_pending;
 
 /* DRAM accounting of one slab: live records. Tracked slabs are always a
@@ -190,7 +192,9 @@ typedef struct bt_idx {
                                 only (BT_IX_LEAF_SMALL), the node has the keys */
     uint8_t pad[2];
     struct bt_idx *free_next;    /* free list link                              */
-    uint64_t pad1;           /* the union starts on the second line          */
+    uint8_t win_way;         /* protection: the window-cache way of the node's
+                                page last time (nvh_protect_open_way_)     */
+    uint8_t pad1[7];         /* the union starts on the second line          */
     union {
         struct {
             uint8_t fp[64];              /* fingerprint of slot j's key        */
@@ -473,6 +477,16 @@ static inline void bt_wopen(struct nvh_btree *t, const void *p, size_t len)
 static inline void bt_wclose(struct nvh_btree *t, const void *p, size_t len)
 {
     if (t->pool) nvh_protect_close_(t->pool, p, len);
+}
+/* The same with a way hint (nvh_protect_open_way_): for the leaf slots,
+ * opened and closed on the same hot pages again and again. */
+static inline void bt_wopen_way(struct nvh_btree *t, const void *p, size_t len, uint8_t *way)
+{
+    if (t->pool) nvh_protect_open_way_(t->pool, p, len, way);
+}
+static inline void bt_wclose_way(struct nvh_btree *t, const void *p, size_t len, uint8_t *way)
+{
+    if (t->pool) nvh_protect_close_way_(t->pool, p, len, way);
 }
 
 /* Is this leaf entry (its ptr carrying BT_PENDING) pending in THIS session

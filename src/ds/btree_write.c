@@ -151,12 +151,18 @@ static void bt_insert_action(nvh_pool *pool, nvh_group_ctx *ctx, void *arg)
      * an insert later, it was a cache miss (~0.9 % of the protected
      * insert's samples; async-80ms median 1.155x -> 1.11x over 6
      * alternations). */
-    bt_wclose(t, pd->entry, sizeof *pd->entry);
+    bt_wclose_way(t, pd->entry, sizeof *pd->entry, &pd->way);
     /* actions run in begin order: the validated inserts are the oldest of
      * the ring */
     assert(pd == &t->pend[(t->pend_next + t->pend_cap - t->pend_used + t->pend_valid) & (t->pend_cap - 1)]);
     pd->vno = ++t->vdone;
     t->pend_valid++;
+    /* the next action's slot (actions run in begin order, often several in
+     * a row: group_run_ready): its window-cache line, fetched while this
+     * action finishes (pr_tc_hit 2.9 % -> 2.55 % of protected samples) */
+    if (t->pool && t->pend_valid < t->pend_used)
+        nvh_protect_prefetch_(t->pool, t->pend[(t->pend_next + t->pend_cap - t->pend_used + t->pend_valid) &
+                                               (t->pend_cap - 1)].entry);
     if (__builtin_expect(t->fault & BT_FAULT_ACK_EARLY, 0)) bt_ack_upto(t, pd->vno);
 }
 
@@ -340,13 +346,18 @@ int nvh_btree_put(nvh_btree *t, uint64_t key, const void *value, size_t len)
         t->pend_next = (t->pend_next + 1) & (t->pend_cap - 1);
         t->pend_used++;
         *pd = (bt_pending){t, e, r, t->rec_win ? bt_rec_size(len) : 0, key, seq, 1, path[d].node,
-                           NULL, t->vdone, 0};
+                           NULL, t->vdone, 0, 0};
         rc = nvh_group_begin(t->group);
         if (rc != NVH_OK) return rc;
         nvh_group_add(t->group, r, to_flush);
         /* the slot: key and the pending pointer, durable with the record;
-         * the action then writes the bare pointer (the validation) */
-        bt_wopen(t, e, sizeof *e);
+         * the action then writes the bare pointer (the validation). The
+         * leaf's companion remembers where the window cache keeps its page,
+         * and the pending insert takes that over for the close. */
+        bt_idx *x = path[d].ix && path[d].ix->node == path[d].node ? path[d].ix : NULL;
+        pd->way = x ? x->win_way : 0;
+        bt_wopen_way(t, e, sizeof *e, &pd->way);
+        if (x) x->win_way = pd->way;
         e->key = key;
         e->ptr = bt_off(t, r) | BT_PENDING;
         if (__builtin_expect(t->fault & BT_FAULT_VALIDATE_EARLY, 0)) e->ptr = bt_off(t, r);

@@ -197,17 +197,35 @@ static inline bool pr_tc_hot_page(const nvh_pool *pool, const void *p, size_t le
     *page = off >> 12;
     return true;
 }
+/* The entry of `page` in its set, trying the way *way first: the caller's
+ * memory of where the page was found last. The way a page sits in is
+ * random, so the scan's exit branch mispredicts on most calls (~13 cycles
+ * of a ~25-cycle hit); a right hint is one compare and a predicted branch.
+ * *way is updated to the way found; a wrong or stale hint costs the scan.
+ * Any value is safe: only its low 3 bits are used, within the set. */
+static inline pr_tc_entry *pr_tc_lookup_hinted(pr_tc_entry *set, uint64_t page, uint8_t *way)
+{
+    unsigned w = *way & (PR_TC_WAYS - 1u);
+    if (__builtin_expect((atomic_load_explicit(&set[w].word, memory_order_relaxed) >> PR_TC_PAGE_SHIFT) ==
+                             page + 1u, 1))
+        return &set[w];
+    pr_tc_entry *e = pr_tc_lookup(set, page);
+    if (e) *way = (uint8_t)(e - set);
+    return e;
+}
 /* A hit moves one unit between the entry's held units and its opened
  * windows. open: a held unit is taken for a new window; close: a window
- * this table's unit opened is closed and the unit kept. */
-static inline bool pr_tc_hit(nvh_pool *pool, const void *p, size_t len, bool open)
+ * this table's unit opened is closed and the unit kept. way: a hint for
+ * pr_tc_lookup_hinted, or NULL. */
+static inline bool pr_tc_hit(nvh_pool *pool, const void *p, size_t len, bool open, uint8_t *way)
 {
     const pr_tc_hot *h = &nvh_protect_tc_hot_;
     uint64_t page;
     if (!pr_tc_hot_page(pool, p, len, h, &page)) return false;
     pr_tcache *tc = h->tc;
     if (!pr_tc_enter(tc)) return false;
-    pr_tc_entry *e = pr_tc_lookup(pr_tc_set(tc, page), page);
+    pr_tc_entry *set = pr_tc_set(tc, page);
+    pr_tc_entry *e = way ? pr_tc_lookup_hinted(set, page, way) : pr_tc_lookup(set, page);
     uint64_t w = e ? atomic_load_explicit(&e->word, memory_order_relaxed) : 0;
     uint64_t units = w & PR_TC_UNITS_MAX, opened = (w >> PR_TC_OPEN_SHIFT) & PR_TC_OPEN_MAX;
     const uint64_t one_open = (uint64_t)1 << PR_TC_OPEN_SHIFT;
@@ -221,11 +239,11 @@ static inline bool pr_tc_hit(nvh_pool *pool, const void *p, size_t len, bool ope
 }
 static inline bool pr_tc_open_hit(nvh_pool *pool, const void *p, size_t len)
 {
-    return pr_tc_hit(pool, p, len, true);
+    return pr_tc_hit(pool, p, len, true, NULL);
 }
 static inline bool pr_tc_close_hit(nvh_pool *pool, const void *p, size_t len)
 {
-    return pr_tc_hit(pool, p, len, false);
+    return pr_tc_hit(pool, p, len, false, NULL);
 }
 
 static inline int nvh_protect_open_(nvh_pool *pool, const void *p, size_t len)
@@ -240,6 +258,25 @@ static inline int nvh_protect_close_(nvh_pool *pool, const void *p, size_t len)
     if (__builtin_expect(atomic_load_explicit(&pool->protect, memory_order_acquire) == NULL, 1))
         return NVH_OK;
     if (pr_tc_close_hit(pool, p, len)) return NVH_OK;
+    return nvh_protect_close_slow_(pool, p, len);
+}
+/* nvh_protect_open_/close_ with a way hint (pr_tc_lookup_hinted): for a
+ * caller that opens and closes windows on the same pages again and again
+ * and can keep one byte per page (the B+ tree: in a leaf's companion for
+ * the open, in the pending insert for the close). Initialise the byte to
+ * anything; the call keeps it up to date. Same semantics as without. */
+static inline int nvh_protect_open_way_(nvh_pool *pool, const void *p, size_t len, uint8_t *way)
+{
+    if (__builtin_expect(atomic_load_explicit(&pool->protect, memory_order_acquire) == NULL, 1))
+        return NVH_OK;
+    if (pr_tc_hit(pool, p, len, true, way)) return NVH_OK;
+    return nvh_protect_open_slow_(pool, p, len);
+}
+static inline int nvh_protect_close_way_(nvh_pool *pool, const void *p, size_t len, uint8_t *way)
+{
+    if (__builtin_expect(atomic_load_explicit(&pool->protect, memory_order_acquire) == NULL, 1))
+        return NVH_OK;
+    if (pr_tc_hit(pool, p, len, false, way)) return NVH_OK;
     return nvh_protect_close_slow_(pool, p, len);
 }
 /* A hint: a window on the page of p is about to be opened or closed (async
@@ -269,6 +306,10 @@ static inline void nvh_protect_internal_begin(nvh_pool *pool) { (void)pool; }
 static inline void nvh_protect_internal_end(nvh_pool *pool) { (void)pool; }
 static inline uint64_t nvh_protect_epoch_(nvh_pool *pool) { (void)pool; return 0; }
 static inline void nvh_protect_prefetch_(nvh_pool *pool, const void *p) { (void)pool; (void)p; }
+static inline int nvh_protect_open_way_(nvh_pool *pool, const void *p, size_t len, uint8_t *way)
+{ (void)pool; (void)p; (void)len; (void)way; return NVH_OK; }
+static inline int nvh_protect_close_way_(nvh_pool *pool, const void *p, size_t len, uint8_t *way)
+{ (void)pool; (void)p; (void)len; (void)way; return NVH_OK; }
 #endif
 
 /* Held windows: a window a structure keeps open across many operations

@@ -291,11 +291,12 @@ int nvh_unprotect(nvh_pool *pool, const void *p, size_t len)
     return NVH_OK;
 }
 
-int nvh_protect(nvh_pool *pool, const void *p, size_t len)
+/* nvh_protect after the cache's hit path: the single-page fast path, then
+ * the general one. Shared with nvh_protect_close_slow_, which has tried the
+ * hit path itself (trying close_fast there and again here counted an
+ * unbalanced close twice). */
+static int protect_after_hit(nvh_pool *pool, const void *p, size_t len)
 {
-    if (pool && atomic_load_explicit(&pool->protect, memory_order_acquire) &&
-        pr_tc_close_hit(pool, p, len))
-        return NVH_OK;
     int fast = pool ? close_fast(pool, p, len) : 0;
     if (fast > 0) return NVH_OK;
     if (fast < 0)
@@ -314,6 +315,14 @@ int nvh_protect(nvh_pool *pool, const void *p, size_t len)
     return NVH_OK;
 }
 
+int nvh_protect(nvh_pool *pool, const void *p, size_t len)
+{
+    if (pool && atomic_load_explicit(&pool->protect, memory_order_acquire) &&
+        pr_tc_close_hit(pool, p, len))
+        return NVH_OK;
+    return protect_after_hit(pool, p, len);
+}
+
 /* The explicit windows of the other layers: the same counted windows. */
 int nvh_protect_open_slow_(nvh_pool *pool, const void *p, size_t len)
 {
@@ -323,8 +332,7 @@ int nvh_protect_open_slow_(nvh_pool *pool, const void *p, size_t len)
 
 int nvh_protect_close_slow_(nvh_pool *pool, const void *p, size_t len)
 {
-    if (close_fast(pool, p, len) > 0) return NVH_OK;
-    return nvh_protect(pool, p, len);
+    return protect_after_hit(pool, p, len);
 }
 
 /* --------------------------------------------------------------------------

@@ -284,6 +284,82 @@ static void test_large_hot_set(void **state)
     nvh_pool_close(pool);
 }
 
+/* ==========================================================================
+ * Way hints (nvh_protect_open_way_ / close_way_: the B+ tree's leaf slots)
+ * ========================================================================== */
+/* Any hint byte must be safe: a wrong one costs the scan, never the wrong
+ * entry. Every window is opened with a garbage hint and closed with another
+ * page's (wrong) one, then rounds with each page's own: a lookup that
+ * trusted the hint without checking the page would move units between
+ * pages (unbalanced closes, pages left writable or protected under an open
+ * window: strays). */
+#define WAY_POOL_PAGES 16384u          /* 64 MiB: sets with several pages */
+#define WAY_MAX 64u
+
+static void test_way_hints(void **state)
+{
+    (void)state;
+    nvh_pool *pool = pt_pool("cache-way", (uint64_t)WAY_POOL_PAGES * PAGE + 8 * MIB);
+    assert_non_null(pool);
+    nvh_protect_options o = {.mode = NVH_PROTECT_ASYNC, .interval_ns = 5000000000ull};
+    assert_int_equal(nvh_protect_configure(pool, &o), NVH_OK);
+    /* pages that share a window-cache set with others (up to the 8 ways,
+     * so nothing is evicted): a hint then names another page's entry */
+    static char *pg[WAY_MAX];
+    static uint8_t hint[WAY_MAX], other[WAY_MAX];
+    static uint8_t taken[PR_TC_SETS];
+    const char *base = nvh_pool_base(pool);
+    unsigned n = 0;
+    /* the sets of the first 8 heap pages, with up to 8 pages each */
+    for (unsigned i = 0; i < 8; i++) taken[pr_tc_set_of((uint64_t)(pt_page(pool, i) - base) / PAGE)] = 1;
+    for (unsigned i = 0; i < WAY_POOL_PAGES && n < WAY_MAX; i++) {
+        uint64_t set = pr_tc_set_of((uint64_t)(pt_page(pool, i) - base) / PAGE);
+        if (taken[set] && taken[set] <= PR_TC_WAYS) {
+            taken[set]++;
+            pg[n++] = pt_page(pool, i);
+        }
+    }
+    assert_true(n >= 32);                              /* ~8 per set */
+    for (unsigned i = 0; i < n; i++) {
+        hint[i] = (uint8_t)(i * 37u + 5u);
+        other[i] = (uint8_t)(i * 53u + 3u);
+    }
+    nvh_protect_stats_reset(pool);
+    for (int round = 0; round < 6; round++) {
+        /* round 0: garbage hints; round 1: each window closed with another
+         * page's; then each page's own, learnt by the calls */
+        for (unsigned i = 0; i < n; i++)
+            assert_int_equal(nvh_protect_open_way_(pool, pg[i] + 8, 8, round ? &hint[i] : &other[i]), NVH_OK);
+        for (unsigned i = 0; i < n; i++) {
+            pg[i][8] = (char)round;                 /* a fault resolves in round 0 */
+            assert_int_equal(pt_writable(pg[i]), 1);
+        }
+        for (unsigned i = 0; i < n; i++) {
+            uint8_t *h = round == 1 ? &hint[(i + 1) % n] : round ? &hint[i] : &other[i];
+            assert_int_equal(nvh_protect_close_way_(pool, pg[i] + 8, 8, h), NVH_OK);
+        }
+    }
+    /* each hint names the way its page is in */
+    const pr_tc_hot *hot = &nvh_protect_tc_hot_;
+    assert_ptr_equal(hot->pool, pool);
+    for (unsigned i = 0; i < n; i++) {
+        uint64_t page = (uint64_t)(pg[i] - base) / PAGE;
+        pr_tc_entry *set = pr_tc_set(hot->tc, page);
+        assert_ptr_equal(pr_tc_lookup(set, page), &set[hint[i] & (PR_TC_WAYS - 1u)]);
+    }
+    nvh_protect_stats s = pt_stats(pool);
+    assert_int_equal(s.cache_misses, n);                /* one per page, the first open */
+    assert_int_equal(s.unbalanced, 0);
+    assert_int_equal(s.strays, 0);
+    /* every unit went back to its own page: all read-only after a flush,
+     * and one close more on any page is reported, once */
+    assert_int_equal(nvh_protect_sync(pool), NVH_OK);
+    for (unsigned i = 0; i < n; i++) assert_int_equal(pt_writable(pg[i]), 0);
+    assert_int_equal(nvh_protect_close_way_(pool, pg[3] + 8, 8, &hint[3]), NVH_E_INVAL);
+    assert_int_equal(pt_stats(pool).unbalanced, 1);    /* counted once (twice before session 8) */
+    nvh_pool_close(pool);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -293,6 +369,7 @@ int main(void)
         cmocka_unit_test(test_unbalanced_still_reported),
         cmocka_unit_test(test_threads),
         cmocka_unit_test(test_large_hot_set),
+        cmocka_unit_test(test_way_hints),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
