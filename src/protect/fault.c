@@ -127,11 +127,13 @@ static void report_and_abort(const nvh_stray_info *info)
 /* --------------------------------------------------------------------------
  * Making a page writable from the handler
  * -------------------------------------------------------------------------- */
-/* mprotect, then fault_seq, then the state bit: the order apply.c's
- * reconcile() relies on to notice a handler racing with its pass. */
+/* mprotect, then the hfault bit, then fault_seq, then the state bit: the
+ * order apply.c's reconcile() relies on to notice a handler racing with its
+ * pass, and to redo only the pages such a handler touched. */
 static void make_writable(struct nvh_protect *pr, uint64_t page)
 {
     pr_mprotect(pr, page, 1, true);
+    pr_bit_set(pr->hfault, page);
     atomic_fetch_add(&pr->fault_seq, 1);
     pr_bit_set(pr->state, page);
 }
@@ -155,6 +157,7 @@ static void resolve_open_window(struct nvh_protect *pr, uint64_t page)
     while (lo > 0 && hi - lo < PR_FAULT_RUN && needs_opening(pr, lo - 1)) lo--;
     while (hi < mapped && hi - lo < PR_FAULT_RUN && needs_opening(pr, hi)) hi++;
     pr_mprotect(pr, lo, hi - lo, true);
+    for (uint64_t p = lo; p < hi; p++) pr_bit_set(pr->hfault, p);
     atomic_fetch_add(&pr->fault_seq, 1);
     for (uint64_t p = lo; p < hi; p++) pr_bit_set(pr->state, p);
     pr_stat(pr, ST_FAULTS_RESOLVED, 1);

@@ -450,6 +450,8 @@ struct nvh_protect {
     _Atomic uint64_t *state;              /* 1 = writable (applied)           */
     _Atomic uint64_t *pending;            /* 1 = queued                       */
     _Atomic uint64_t *ref;                /* async: used since the last look  */
+    _Atomic uint64_t *hfault;             /* a handler made it writable since an
+                                             applier's forced pass last looked */
     _Atomic uint64_t *ptime;              /* async: when the last window closed
                                              (pr_ticks), for the protect latency */
     size_t arrays_bytes;

@@ -45,7 +45,7 @@ static struct nvh_protect *pr_create(nvh_pool *pool, unsigned queue_slots)
     size_t count_bytes = (size_t)NVH_ALIGN_UP(pr->max_pages * 4, (uint64_t)NVH_PAGE);
     size_t bits = bitmap_bytes(pr->max_pages);
     size_t times = (size_t)NVH_ALIGN_UP(pr->max_pages * 8, (uint64_t)NVH_PAGE);
-    pr->arrays_bytes = count_bytes + 3 * bits + times;
+    pr->arrays_bytes = count_bytes + 4 * bits + times;
     char *arrays = mmap(NULL, pr->arrays_bytes, PROT_READ | PROT_WRITE,
                         MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (arrays == MAP_FAILED) {
@@ -58,7 +58,8 @@ static struct nvh_protect *pr_create(nvh_pool *pool, unsigned queue_slots)
     pr->state = (_Atomic uint64_t *)(void *)(arrays + count_bytes);
     pr->pending = (_Atomic uint64_t *)(void *)(arrays + count_bytes + bits);
     pr->ref = (_Atomic uint64_t *)(void *)(arrays + count_bytes + 2 * bits);
-    pr->ptime = (_Atomic uint64_t *)(void *)(arrays + count_bytes + 3 * bits);
+    pr->hfault = (_Atomic uint64_t *)(void *)(arrays + count_bytes + 3 * bits);
+    pr->ptime = (_Atomic uint64_t *)(void *)(arrays + count_bytes + 4 * bits);
 
     if (pr_queue_init(&pr->queue, queue_slots ? queue_slots : PR_QUEUE_DEFAULT) != NVH_OK) {
         munmap(arrays, pr->arrays_bytes);
