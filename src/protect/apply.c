@@ -33,14 +33,6 @@ int pr_mprotect(struct nvh_protect *pr, uint64_t first, uint64_t n, bool writabl
 /* --------------------------------------------------------------------------
  * Reconcile
  * -------------------------------------------------------------------------- */
-/* One pass over [first, end): every page whose applied state differs from its
- * count gets changed, adjacent pages with the same target in one call. The
- * state store comes after the mprotect and before the next pass's count
- * loads, which is the applier's half of the "count RMW, then load state"
- * pair: a producer that closed the last window while we made the page
- * writable either sees the new state (and queues the page) or we see its
- * count in the next pass. Returns the pages changed; *same counts the pages
- * that needed nothing. */
 /* A forced pass also changes the pages a handler made writable since the
  * last forced look (their hfault bit, taken here): the state bit of such a
  * page may be 0 on a writable page (reconcile, below). */
@@ -52,6 +44,14 @@ static inline bool redo_page(struct nvh_protect *pr, uint64_t p, bool want, bool
     return true;
 }
 
+/* One pass over [first, end): every page whose applied state differs from its
+ * count gets changed, adjacent pages with the same target in one call. The
+ * state store comes after the mprotect and before the next pass's count
+ * loads, which is the applier's half of the "count RMW, then load state"
+ * pair: a producer that closed the last window while we made the page
+ * writable either sees the new state (and queues the page) or we see its
+ * count in the next pass. Returns the pages changed; *same counts the pages
+ * that needed nothing. */
 static uint64_t reconcile_pass(struct nvh_protect *pr, uint64_t first, uint64_t end,
                                uint64_t *same, bool force)
 {

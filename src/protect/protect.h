@@ -246,25 +246,13 @@ static inline bool pr_tc_close_hit(nvh_pool *pool, const void *p, size_t len)
     return pr_tc_hit(pool, p, len, false, NULL);
 }
 
-static inline int nvh_protect_open_(nvh_pool *pool, const void *p, size_t len)
-{
-    if (__builtin_expect(atomic_load_explicit(&pool->protect, memory_order_acquire) == NULL, 1))
-        return NVH_OK;
-    if (pr_tc_open_hit(pool, p, len)) return NVH_OK;
-    return nvh_protect_open_slow_(pool, p, len);
-}
-static inline int nvh_protect_close_(nvh_pool *pool, const void *p, size_t len)
-{
-    if (__builtin_expect(atomic_load_explicit(&pool->protect, memory_order_acquire) == NULL, 1))
-        return NVH_OK;
-    if (pr_tc_close_hit(pool, p, len)) return NVH_OK;
-    return nvh_protect_close_slow_(pool, p, len);
-}
-/* nvh_protect_open_/close_ with a way hint (pr_tc_lookup_hinted): for a
- * caller that opens and closes windows on the same pages again and again
- * and can keep one byte per page (the B+ tree: in a leaf's companion for
- * the open, in the pending insert for the close). Initialise the byte to
- * anything; the call keeps it up to date. Same semantics as without. */
+/* The explicit windows of the layers, as nvh_unprotect/nvh_protect but
+ * inline (the window cache's hit path in the caller), optionally with a way
+ * hint (pr_tc_lookup_hinted; NULL: none): for a caller that opens and
+ * closes windows on the same pages again and again and can keep one byte
+ * per page (the B+ tree: in a leaf's companion for the open, in the pending
+ * insert for the close). Initialise the byte to anything; the call keeps it
+ * up to date. Same semantics with or without. */
 static inline int nvh_protect_open_way_(nvh_pool *pool, const void *p, size_t len, uint8_t *way)
 {
     if (__builtin_expect(atomic_load_explicit(&pool->protect, memory_order_acquire) == NULL, 1))
@@ -278,6 +266,14 @@ static inline int nvh_protect_close_way_(nvh_pool *pool, const void *p, size_t l
         return NVH_OK;
     if (pr_tc_hit(pool, p, len, false, way)) return NVH_OK;
     return nvh_protect_close_slow_(pool, p, len);
+}
+static inline int nvh_protect_open_(nvh_pool *pool, const void *p, size_t len)
+{
+    return nvh_protect_open_way_(pool, p, len, NULL);
+}
+static inline int nvh_protect_close_(nvh_pool *pool, const void *p, size_t len)
+{
+    return nvh_protect_close_way_(pool, p, len, NULL);
 }
 /* A hint: a window on the page of p is about to be opened or closed (async
  * mode: the thread's window-cache line for that page is fetched, so the
