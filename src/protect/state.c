@@ -1,8 +1,9 @@
 /* state.c — a pool's protection state: creation, turning modes on and off,
  * the pool hooks (grow, close), and the counters / latency read-outs.
  *
- * The page arrays (window counts, applied-state and pending bitmaps) cover
- * the pool's whole reserved range (max_size), mapped MAP_NORESERVE: they are
+ * The page arrays (window counts; applied-state, pending, ref and hfault
+ * bitmaps; close times) cover the pool's whole reserved range (max_size),
+ * mapped MAP_NORESERVE: they are
  * never reallocated, so the signal handler can index them without a lock
  * while the pool grows, and only the pages of them that are used cost
  * memory (a 4-byte count per 4 KiB page: 0.1% of the pool written).

@@ -275,12 +275,11 @@ static int resolve(nvh_pool *pool, const void *p, size_t len, const char *fn,
     return NVH_OK;
 }
 
-int nvh_unprotect(nvh_pool *pool, const void *p, size_t len)
+/* nvh_unprotect after the cache's hit path: the single-page fast path, then
+ * the general one (shared with nvh_protect_open_slow_, which has tried the
+ * hit path itself). */
+static int unprotect_after_hit(nvh_pool *pool, const void *p, size_t len)
 {
-    /* the window cache's hit path first (protect.h), as the layers' calls */
-    if (pool && atomic_load_explicit(&pool->protect, memory_order_acquire) &&
-        pr_tc_open_hit(pool, p, len))
-        return NVH_OK;
     if (pool && open_fast(pool, p, len)) return NVH_OK;
     struct nvh_protect *pr;
     int mode = 0;
@@ -289,6 +288,15 @@ int nvh_unprotect(nvh_pool *pool, const void *p, size_t len)
     if (rc != NVH_OK || !pr) return rc;
     open_pages(pr, mode, first, end);
     return NVH_OK;
+}
+
+int nvh_unprotect(nvh_pool *pool, const void *p, size_t len)
+{
+    /* the window cache's hit path first (protect.h), as the layers' calls */
+    if (pool && atomic_load_explicit(&pool->protect, memory_order_acquire) &&
+        pr_tc_open_hit(pool, p, len))
+        return NVH_OK;
+    return unprotect_after_hit(pool, p, len);
 }
 
 /* nvh_protect after the cache's hit path: the single-page fast path, then
@@ -326,8 +334,7 @@ int nvh_protect(nvh_pool *pool, const void *p, size_t len)
 /* The explicit windows of the other layers: the same counted windows. */
 int nvh_protect_open_slow_(nvh_pool *pool, const void *p, size_t len)
 {
-    if (open_fast(pool, p, len)) return NVH_OK;
-    return nvh_unprotect(pool, p, len);
+    return unprotect_after_hit(pool, p, len);
 }
 
 int nvh_protect_close_slow_(nvh_pool *pool, const void *p, size_t len)
