@@ -49,6 +49,16 @@
  * (from 1%) of protect requests applied within UPPER_MS milliseconds, from
  * the run with the median time (a line chart with --plot).
  *
+ * --platform adds what a protection change costs the CPU that runs the
+ * tree, on this machine, without nvheap: cases platform/fault-Npages (a
+ * write to a read-only page whose SIGSEGV handler mprotects N pages
+ * writable, against the same mprotect called directly: the signal's share)
+ * and platform/ipi (a loop of in-cache loads, alone and while another
+ * thread of the process, on another CPU, changes one page's protection
+ * every 100 us: each change interrupts the loop's CPU with a TLB-shootdown
+ * IPI; per_ipi_us is the loop's loss per change). docs/BENCHMARKS.md,
+ * protect, session 9: why opening pages ahead on the service's CPU lost.
+ *
  * Every measurement is a fresh pool in --dir; synthetic areas are touched
  * once before timing; each run is checked for strays (none allowed).
  *
@@ -66,11 +76,16 @@
 #include "bench_util.h"
 
 #include <errno.h>
+#include <pthread.h>
+#include <sched.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
+#include <unistd.h>
 
 #define MIB ((uint64_t)1 << 20)
 #define VALUE 256u
@@ -292,7 +307,9 @@ static const bench_info info = {
              "                     (default all)\n"
              "  --cdf              also emit the protect-latency CDF (cases fig6-*)\n"
              "  --no-prefault      the tree's pool is not prefaulted at create (first-touch\n"
-             "                     page faults inside the timed loop, in every subject)\n",
+             "                     page faults inside the timed loop, in every subject)\n"
+             "  --platform         also measure this machine's cost of a protection fault and\n"
+             "                     of a TLB-shootdown IPI (cases platform/...; no nvheap)\n",
 };
 
 /* The tree workload's pool is prefaulted at create (NVH_POOL_PREFAULT, as
@@ -448,6 +465,163 @@ out:
     bench_scratch_remove(path);
 }
 
+
+/* ==========================================================================
+ * --platform: the cost of a protection change to the CPU that runs the tree
+ * ========================================================================== */
+#define PLAT_PAGE 4096u
+
+static char *g_plat_area;
+static size_t g_plat_run;            /* pages the handler makes writable */
+
+static void plat_segv(int sig, siginfo_t *si, void *uc)
+{
+    (void)sig;
+    (void)uc;
+    uintptr_t a = (uintptr_t)si->si_addr & ~(uintptr_t)(PLAT_PAGE - 1);
+    mprotect((void *)a, g_plat_run * PLAT_PAGE, PROT_READ | PROT_WRITE);
+}
+
+static double plat_now_us(void) { return (double)bench_now_ns() / 1000.0; }
+
+/* One write per group of `pages` pages, every group read-only: through the
+ * fault handler, then with the mprotect called first. us per group. */
+static void plat_fault_once(size_t pages, double *fault_us, double *direct_us)
+{
+    const size_t groups = 256, len = groups * pages * PLAT_PAGE;
+    char *m = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
+    *fault_us = *direct_us = 0;
+    if (m == MAP_FAILED) return;
+    memset(m, 1, len);                   /* populated and dirty, as the pool */
+    struct sigaction sa, old;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_sigaction = plat_segv;
+    sa.sa_flags = SA_SIGINFO;
+    sigemptyset(&sa.sa_mask);
+    g_plat_area = m;
+    g_plat_run = pages;
+    sigaction(SIGSEGV, &sa, &old);
+    mprotect(m, len, PROT_READ);
+    double t0 = plat_now_us();
+    for (size_t g = 0; g < groups; g++) ((volatile char *)m)[g * pages * PLAT_PAGE] = 2;
+    double t1 = plat_now_us();
+    mprotect(m, len, PROT_READ);
+    double t2 = plat_now_us();
+    for (size_t g = 0; g < groups; g++) {
+        mprotect(m + g * pages * PLAT_PAGE, pages * PLAT_PAGE, PROT_READ | PROT_WRITE);
+        ((volatile char *)m)[g * pages * PLAT_PAGE] = 2;
+    }
+    double t3 = plat_now_us();
+    sigaction(SIGSEGV, &old, NULL);
+    munmap(m, len);
+    *fault_us = (t1 - t0) / (double)groups;
+    *direct_us = (t3 - t2) / (double)groups;
+}
+
+typedef struct plat_helper {
+    _Atomic int stop;
+    _Atomic uint64_t changes;
+    int cpu;
+} plat_helper;
+
+/* Another thread of this process on another CPU: one page of its own
+ * flipped read-only and back every 100 us. Each change of a present page's
+ * protection flushes it from the TLB of every CPU running the process: an
+ * IPI to the loop's CPU (x86 without broadcast invalidation). */
+static void *plat_helper_main(void *arg)
+{
+    plat_helper *h = arg;
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    CPU_SET(h->cpu, &set);
+    pthread_setaffinity_np(pthread_self(), sizeof set, &set);
+    char *p = mmap(NULL, PLAT_PAGE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) return NULL;
+    p[0] = 1;
+    while (!atomic_load_explicit(&h->stop, memory_order_relaxed)) {
+        mprotect(p, PLAT_PAGE, PROT_READ);
+        mprotect(p, PLAT_PAGE, PROT_READ | PROT_WRITE);
+        atomic_fetch_add_explicit(&h->changes, 2, memory_order_relaxed);
+        usleep(100);
+    }
+    munmap(p, PLAT_PAGE);
+    return NULL;
+}
+
+/* ns per iteration of a loop of dependent-free loads from 1 MiB (in cache):
+ * what the interruptions cost shows, not memory. */
+static double plat_loop(const uint64_t *a, size_t words, uint64_t iters, uint64_t *sink)
+{
+    uint64_t x = 0x9E3779B97F4A7C15ull, sum = 0;
+    double t0 = plat_now_us();
+    for (uint64_t i = 0; i < iters; i++) {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        sum += a[x & (words - 1)];
+    }
+    *sink += sum;
+    return (plat_now_us() - t0) * 1000.0 / (double)iters;
+}
+
+static void platform_costs(const bench_opts *o, unsigned runs)
+{
+    static const size_t sizes[] = {1, 64, 256};
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+        char cname[64];
+        snprintf(cname, sizeof cname, "platform/fault-%zupages", sizes[i]);
+        if (!bench_selected(o, cname)) continue;
+        double f[MAX_RUNS], d[MAX_RUNS], sig[MAX_RUNS];
+        for (unsigned r = 0; r < runs; r++) {
+            plat_fault_once(sizes[i], &f[r], &d[r]);
+            sig[r] = f[r] - d[r];
+        }
+        bench_emit(o, cname, "fault+mprotect", "us_per_change", bench_summarize(f, runs), "us");
+        bench_emit(o, cname, "mprotect", "us_per_change", bench_summarize(d, runs), "us");
+        bench_emit(o, cname, "signal_share", "us_per_change", bench_summarize(sig, runs), "us");
+    }
+    if (!bench_selected(o, "platform/ipi")) return;
+    /* the loop on the first CPU this process may use, the helper on the
+     * second: never the same one (that would measure preemption) */
+    cpu_set_t set, saved;
+    int cpus[2] = {-1, -1}, found = 0;
+    if (sched_getaffinity(0, sizeof saved, &saved) == 0)
+        for (int c = 0; c < CPU_SETSIZE && found < 2; c++)
+            if (CPU_ISSET(c, &saved)) cpus[found++] = c;
+    if (found < 2) {
+        bench_note(o, "platform/ipi: fewer than two CPUs to run on, no IPI to measure: skipped");
+        return;
+    }
+    CPU_ZERO(&set);
+    CPU_SET(cpus[0], &set);
+    sched_setaffinity(0, sizeof set, &set);
+    const size_t words = (1u << 20) / sizeof(uint64_t);
+    uint64_t *a = calloc(words, sizeof *a), sink = 0;
+    const uint64_t iters = o->quick ? 2000000u : 40000000u;
+    double alone[MAX_RUNS], with[MAX_RUNS], per[MAX_RUNS];
+    unsigned ok = 0;
+    for (unsigned r = 0; a && r < runs; r++) {
+        alone[ok] = plat_loop(a, words, iters, &sink);
+        plat_helper h = {.cpu = cpus[1]};
+        pthread_t th;
+        if (pthread_create(&th, NULL, plat_helper_main, &h) != 0) break;
+        with[ok] = plat_loop(a, words, iters, &sink);
+        uint64_t changes = atomic_load(&h.changes);
+        atomic_store(&h.stop, 1);
+        pthread_join(th, NULL);
+        if (!changes) continue;
+        per[ok] = (with[ok] - alone[ok]) * (double)iters / (double)changes / 1000.0;
+        ok++;
+    }
+    sched_setaffinity(0, sizeof saved, &saved);
+    free(a);
+    if (!ok) return;
+    bench_emit(o, "platform/ipi", "loop", "ns_per_iter", bench_summarize(alone, ok), "ns");
+    bench_emit(o, "platform/ipi", "loop+changes", "ns_per_iter", bench_summarize(with, ok), "ns");
+    bench_emit(o, "platform/ipi", "per_ipi", "us_lost", bench_summarize(per, ok), "us");
+    if (sink == 42) bench_note(o, "(sink)");
+}
+
 /* ==========================================================================
  * Main
  * ========================================================================== */
@@ -463,7 +637,7 @@ int main(int argc, char **argv)
     bench_parse(&opts, &info, argc, argv);
     uint64_t n = opts.quick ? 10000 : 1000000, n4k = opts.quick ? 2000 : 250000;
     const char *wl_list = NULL, *subj_list = NULL;
-    bool cdf = false, implicit = false;
+    bool cdf = false, implicit = false, platform = false;
     for (int i = 0; i < opts.argc; i++) {
         const char *a = opts.argv[i];
         if (strcmp(a, "--ops") == 0 && i + 1 < opts.argc) n = strtoull(opts.argv[++i], NULL, 0);
@@ -474,6 +648,7 @@ int main(int argc, char **argv)
         else if (strcmp(a, "--cdf") == 0) cdf = true;
         else if (strcmp(a, "--implicit") == 0) implicit = true;
         else if (strcmp(a, "--no-prefault") == 0) g_prefault = false;
+        else if (strcmp(a, "--platform") == 0) platform = true;
         else bench_usage_error(&opts, "unknown option: %s", a);
     }
     if (n < 16) bench_usage_error(&opts, "--ops must be at least 16");
@@ -536,6 +711,18 @@ int main(int argc, char **argv)
             bench_emit(&opts, cname, s->name, "ns_per_op", bench_summarize(ns, ok), "ns");
             bench_emit(&opts, cname, s->name, "cpu_ns_per_op", bench_summarize(cpu, ok), "ns");
             if (s->mode == NVH_PROTECT_OFF) continue;
+            /* Paired ratio: the median over runs of this subject's time over
+             * off's time IN THE SAME RUN (measured seconds apart). The ratio
+             * column divides the two medians, which a slow minute of this
+             * shared machine can skew when it hits one subject's median run;
+             * the per-run pairs cancel drift slower than a run. Both are
+             * printed; docs/BENCHMARKS.md (protect, session 9) compares them. */
+            double paired[MAX_RUNS];
+            unsigned np = 0;
+            for (unsigned r = 0; r < runs; r++)
+                if (res[r].ok && all[0][r].ok && all[0][r].ns_per_op > 0)
+                    paired[np++] = res[r].ns_per_op / all[0][r].ns_per_op;
+            if (np) bench_emit(&opts, cname, s->name, "paired_ratio", bench_summarize(paired, np), "x");
             bench_emit(&opts, cname, s->name, "mprotect_per_op", bench_summarize(mp, ok), "calls");
             bench_emit(&opts, cname, s->name, "pages_changed_per_op", bench_summarize(pg, ok), "pages");
             bench_emit(&opts, cname, s->name, "faults_per_op", bench_summarize(fl, ok), "faults");
@@ -567,5 +754,6 @@ int main(int argc, char **argv)
             }
         }
     }
+    if (platform) platform_costs(&opts, runs);
     return bench_finish(&opts);
 }
