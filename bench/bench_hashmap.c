@@ -130,7 +130,10 @@ static run_result run_nvheap(const workload *w)
     run_result r = {0};
     const char *path = bench_scratch_path(w->opts, NULL, "nvheap");
     nvh_pool_options po = {.root_size = 4096, .max_size = 64ull << 30};
-    nvh_pool *pool = nvh_pool_create_ex(path, "bench-hashmap", 64 * MIB, NVH_DOMAIN_PMEM, &po);
+    /* the size PMDK's pool gets (run_pmdk), so that neither grows its pool
+     * inside the timed puts (nvheap's did, from 64 MiB, until session 9) */
+    uint64_t size = (128 * MIB + w->n * 512 + 2 * MIB - 1) & ~(2 * MIB - 1);
+    nvh_pool *pool = nvh_pool_create_ex(path, "bench-hashmap", size, NVH_DOMAIN_PMEM, &po);
     if (!pool) {
         bench_error(w->opts, "nvheap pool: %s", nvh_errormsg());
         return r;
@@ -152,6 +155,9 @@ static run_result run_nvheap(const workload *w)
         }
     }
     uint64_t t1 = bench_now_ns();
+    if (nvh_pool_size(pool) > size)
+        bench_error(w->opts, "nvheap: the pool grew inside the timed puts (%llu -> %llu MiB)",
+                    (unsigned long long)(size >> 20), (unsigned long long)(nvh_pool_size(pool) >> 20));
     nvh_stats s;
     nvh_stats_get(pool, &s);
     if (getenv("NVHEAP_BENCH_CHECK")) {          /* verify the map (not timed) */
