@@ -44,6 +44,14 @@ static inline bool redo_page(struct nvh_protect *pr, uint64_t p, bool want, bool
     return true;
 }
 
+/* Tests only (protect.h, widen_races): let the other threads run for a
+ * moment between an mprotect(read-only) and the state-bit stores. */
+static void widen_race_pause(void)
+{
+    struct timespec ts = {0, 20000};
+    nanosleep(&ts, NULL);
+}
+
 /* One pass over [first, end): every page whose applied state differs from its
  * count gets changed, adjacent pages with the same target in one call. The
  * state store comes after the mprotect and before the next pass's count
@@ -68,6 +76,7 @@ static uint64_t reconcile_pass(struct nvh_protect *pr, uint64_t first, uint64_t 
         while (q < end && pr_page_wanted(pr, q) == want && redo_page(pr, q, want, force))
             q++;
         pr_mprotect(pr, p, q - p, want);
+        if (__builtin_expect(pr->widen_races, 0) && !want) widen_race_pause();
         uint64_t now = want ? 0 : pr_ticks();
         for (uint64_t i = p; i < q; i++) {
             if (want) {

@@ -440,6 +440,12 @@ struct nvh_protect {
                                              fresh run's pages in one call  */
     _Atomic uint64_t interval_ns;
     int registry_slot;
+    /* tests only (NVHEAP_TEST_WIDEN_RACES in the environment when the state
+     * is created): an applier pauses between its mprotect(read-only) and
+     * its state-bit stores, the window in which a racing fault handler can
+     * hide a writable page behind a 0 bit (apply.c, reconcile), so that
+     * test_protect_threads meets that interleaving often, not 1 run in 30 */
+    bool widen_races;
 
     /* page arrays: mmap'ed MAP_NORESERVE for max_pages, touched on use */
     _Atomic uint32_t *count;

@@ -38,6 +38,7 @@ static struct nvh_protect *pr_create(nvh_pool *pool, unsigned queue_slots)
     nvh_domain d = nvh_pool_domain(pool);
     pr->populate = !(pool->flags & NVH_POOL_PREFAULT) &&
                    (d == NVH_DOMAIN_PMEM || d == NVH_DOMAIN_PROCESS || d == NVH_DOMAIN_EADR);
+    pr->widen_races = getenv("NVHEAP_TEST_WIDEN_RACES") != NULL;
     pr->max_pages = (pool->max_size + NVH_PAGE - 1) / NVH_PAGE;
     atomic_init(&pr->mode, NVH_PROTECT_OFF);
     atomic_init(&pr->interval_ns, NVH_PROTECT_INTERVAL_DEFAULT);
