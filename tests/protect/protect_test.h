@@ -16,10 +16,37 @@
 #define MIB ((uint64_t)1 << 20)
 #define PAGE 4096u
 
+/* Pool files made by pt_pool are removed when the test program exits (a
+ * test may close and reopen one meanwhile). In a forked child, which the
+ * stray tests end with an abort, the file is unlinked at once: the child
+ * keeps its mapping and never reopens the path. */
+#define PT_MADE_MAX 64
+static char pt_made[PT_MADE_MAX][512];
+static unsigned pt_made_n;
+static pid_t pt_main_pid;
+
+__attribute__((constructor)) static void pt_note_main_pid(void) { pt_main_pid = getpid(); }
+
+static void pt_remove_made(void)
+{
+    if (getpid() != pt_main_pid) return;
+    for (unsigned i = 0; i < pt_made_n; i++) unlink(pt_made[i]);
+}
+
 static inline nvh_pool *pt_pool(const char *name, uint64_t size)
 {
-    nvh_pool *pool = nvh_pool_create(test_path(name), "protect", size, NVH_DOMAIN_PROCESS);
-    if (!pool) fprintf(stderr, "create: %s\n", nvh_errormsg());
+    const char *path = test_path(name);
+    nvh_pool *pool = nvh_pool_create(path, "protect", size, NVH_DOMAIN_PROCESS);
+    if (!pool) {
+        fprintf(stderr, "create: %s\n", nvh_errormsg());
+        return NULL;
+    }
+    if (getpid() != pt_main_pid) {
+        unlink(path);
+    } else if (pt_made_n < PT_MADE_MAX) {
+        if (pt_made_n == 0) atexit(pt_remove_made);
+        snprintf(pt_made[pt_made_n++], sizeof pt_made[0], "%s", path);
+    }
     return pool;
 }
 

@@ -364,6 +364,7 @@ static void test_bad_input(void **state)
     assert_non_null(ro);
     assert_int_equal(nvh_protect_set_mode(ro, NVH_PROTECT_SYNC, 0), NVH_E_READONLY);
     nvh_pool_close(ro);
+    unlink(path);
     nvh_pool_close(pool);
 }
 
@@ -397,6 +398,7 @@ static void test_grow_close_reopen(void **state)
         assert_string_equal((char *)nvh_pool_base(pool) + 3 * MIB, "grown");
         assert_int_equal(nvh_protect_get_mode(pool), NVH_PROTECT_OFF);
         nvh_pool_close(pool);
+        unlink(path);
     }
 }
 

@@ -19,7 +19,7 @@ typedef struct stray_case {
 static void stray_child(void *arg)
 {
     const stray_case *c = arg;
-    nvh_pool *pool = nvh_pool_create(test_path("stray"), NULL, 4 * MIB, NVH_DOMAIN_PROCESS);
+    nvh_pool *pool = pt_pool("stray", 4 * MIB);
     if (!pool) _exit(10);
     if (nvh_protect_set_mode(pool, c->mode, 500000000ull) != NVH_OK) _exit(11);
     char *p = (char *)nvh_pool_base(pool) + c->offset;
@@ -128,7 +128,7 @@ static void chain_child(void *arg)
         sa.sa_flags = SA_SIGINFO;
         sigaction(SIGSEGV, &sa, NULL);
     }
-    nvh_pool *pool = nvh_pool_create(test_path("chain"), NULL, 4 * MIB, NVH_DOMAIN_PROCESS);
+    nvh_pool *pool = pt_pool("chain", 4 * MIB);
     if (!pool) _exit(10);
     if (nvh_protect_set_mode(pool, NVH_PROTECT_ASYNC, 1000000) != NVH_OK) _exit(11);
     if (c->stray_in_pool) *((volatile char *)nvh_pool_base(pool) + 0x2000) = 1;
