@@ -274,7 +274,7 @@ typedef struct subject {
 } subject;
 
 static const subject subjects[] = {
-    {"off", NVH_PROTECT_OFF, 0, 0, NULL},
+    {"off", NVH_PROTECT_OFF, 0, 0, NULL},    /* first: paired_ratio divides by all[0] */
     {"sync", NVH_PROTECT_SYNC, 0, 0, NULL},
     {"async-10us", NVH_PROTECT_ASYNC, 10000, 0, "10us"},
     {"async-1ms", NVH_PROTECT_ASYNC, 1000000, 0, "1ms"},
@@ -471,7 +471,6 @@ out:
  * ========================================================================== */
 #define PLAT_PAGE 4096u
 
-static char *g_plat_area;
 static size_t g_plat_run;            /* pages the handler makes writable */
 
 static void plat_segv(int sig, siginfo_t *si, void *uc)
@@ -498,7 +497,6 @@ static void plat_fault_once(size_t pages, double *fault_us, double *direct_us)
     sa.sa_sigaction = plat_segv;
     sa.sa_flags = SA_SIGINFO;
     sigemptyset(&sa.sa_mask);
-    g_plat_area = m;
     g_plat_run = pages;
     sigaction(SIGSEGV, &sa, &old);
     mprotect(m, len, PROT_READ);
