@@ -35,7 +35,9 @@
  * async-1ms, async-40ms, async-80ms, async-40ms-eager (unprotects applied in
  * the call, protects queued), async-40ms-strict / async-80ms-strict (no
  * second chance: every pass protects every unused page; the policy before).
- * Metrics: ns_per_op (wall time; ratio = overhead), cpu_ns_per_op (CPU time
+ * Metrics: ns_per_op (wall time; ratio = overhead), paired_ratio (median
+ * over runs of this subject's time over off's in the same run: the figure
+ * to quote on a noisy machine), cpu_ns_per_op (CPU time
  * of all the process's threads, user + system, per op: the figure to trust
  * on a loaded machine), mprotect_per_op, pages_changed_per_op (pages whose
  * protection those calls changed: with a populated pool each one is a
