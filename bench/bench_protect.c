@@ -66,10 +66,12 @@
  *
  * Options: --ops N (default 1000000, quick 10000), --ops4k N (default
  * 250000, quick 2000), --workloads LIST (tree,random,btree,btree-early),
- * --subjects LIST (the subjects above), --implicit, --cdf, --no-prefault
+ * --subjects LIST (the subjects above), --implicit, --cdf, --no-prefault,
+ * --per-run
  * (the tree's pool is prefaulted at create by default, as in bench_btree;
  * see g_prefault). Runs are run-major: run r of every subject, then run
- * r + 1, so a slow minute of the shared machine hits all subjects alike.
+ * r + 1, so a slow minute of the shared machine hits all subjects alike;
+ * odd runs take the subjects in reverse order.
  *
  * Plugging in a workload: add an entry to `workloads[]` with bytes (pool
  * needed for n ops), optional setup (before protection is on), run (n ops,
@@ -311,7 +313,9 @@ static const bench_info info = {
              "  --no-prefault      the tree's pool is not prefaulted at create (first-touch\n"
              "                     page faults inside the timed loop, in every subject)\n"
              "  --platform         also measure this machine's cost of a protection fault and\n"
-             "                     of a TLB-shootdown IPI (cases platform/...; no nvheap)\n",
+             "                     of a TLB-shootdown IPI (cases platform/...; no nvheap)\n"
+             "  --per-run          also print each run's time of each subject (a note line\n"
+             "                     `run R CASE SUBJECT NS ns`: for pairing runs yourself)\n",
 };
 
 /* The tree workload's pool is prefaulted at create (NVH_POOL_PREFAULT, as
@@ -637,7 +641,7 @@ int main(int argc, char **argv)
     bench_parse(&opts, &info, argc, argv);
     uint64_t n = opts.quick ? 10000 : 1000000, n4k = opts.quick ? 2000 : 250000;
     const char *wl_list = NULL, *subj_list = NULL;
-    bool cdf = false, implicit = false, platform = false;
+    bool cdf = false, implicit = false, platform = false, per_run = false;
     for (int i = 0; i < opts.argc; i++) {
         const char *a = opts.argv[i];
         if (strcmp(a, "--ops") == 0 && i + 1 < opts.argc) n = strtoull(opts.argv[++i], NULL, 0);
@@ -649,12 +653,13 @@ int main(int argc, char **argv)
         else if (strcmp(a, "--implicit") == 0) implicit = true;
         else if (strcmp(a, "--no-prefault") == 0) g_prefault = false;
         else if (strcmp(a, "--platform") == 0) platform = true;
+        else if (strcmp(a, "--per-run") == 0) per_run = true;
         else bench_usage_error(&opts, "unknown option: %s", a);
     }
     if (n < 16) bench_usage_error(&opts, "--ops must be at least 16");
     unsigned runs = opts.runs > MAX_RUNS ? MAX_RUNS : opts.runs;
     bench_note(&opts, "%llu ops per measurement (tree/4KB: %llu), %u runs, in %s%s; the tree's "
-               "pool %s; subjects alternate within each run",
+               "pool %s; subjects alternate within each run (odd runs in reverse order)",
                (unsigned long long)n, (unsigned long long)n4k, runs, opts.dir,
                implicit ? "; tree calls inside IMPLICIT windows (stop-gap)" : "",
                g_prefault ? "prefaulted at create" : "not prefaulted (--no-prefault)");
@@ -672,11 +677,19 @@ int main(int argc, char **argv)
                  vi ? "4KB" : "256B");
         if (!bench_selected(&opts, cname)) continue;
         /* run-major: every subject's r-th run before any (r+1)-th, so that a
-         * slow minute of this shared machine hits all subjects alike */
+         * slow minute of this shared machine hits all subjects alike; odd
+         * runs take the subjects in reverse order, so that no subject is
+         * always measured first (after the pool files of the previous run
+         * were freed) or always right after another */
         for (unsigned r = 0; r < runs; r++)
-            for (size_t si = 0; si < NSUBJECTS; si++)
-                if (listed(subj_list, subjects[si].name))
-                    measure(&opts, w, &subjects[si], &cfg, r, &all[si][r]);
+            for (size_t k = 0; k < NSUBJECTS; k++) {
+                size_t si = r % 2 ? NSUBJECTS - 1 - k : k;
+                if (!listed(subj_list, subjects[si].name)) continue;
+                measure(&opts, w, &subjects[si], &cfg, r, &all[si][r]);
+                if (per_run && all[si][r].ok)
+                    bench_note(&opts, "run %u %s %s %.1f ns", r, cname, subjects[si].name,
+                               all[si][r].ns_per_op);
+            }
         for (size_t si = 0; si < NSUBJECTS; si++) {
             const subject *s = &subjects[si];
             if (!listed(subj_list, s->name)) continue;
