@@ -278,7 +278,7 @@ typedef struct subject {
 } subject;
 
 static const subject subjects[] = {
-    {"off", NVH_PROTECT_OFF, 0, 0, NULL},    /* first: paired_ratio divides by all[0] */
+    {"off", NVH_PROTECT_OFF, 0, 0, NULL},    /* first in the table: paired_ratio divides by all[0] */
     {"sync", NVH_PROTECT_SYNC, 0, 0, NULL},
     {"async-10us", NVH_PROTECT_ASYNC, 10000, 0, "10us"},
     {"async-1ms", NVH_PROTECT_ASYNC, 1000000, 0, "1ms"},
