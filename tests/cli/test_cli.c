@@ -73,6 +73,8 @@ static const char *program(const char *env, const char *built_path)
     const char *path = getenv(env);
     return path && *path ? path : built_path;
 }
+static const char *cli_path(void) { return program("NVHEAP_CLI", NVHEAP_CLI_BUILT); }
+static const char *hello_path(void) { return program("NVHEAP_HELLO", NVHEAP_HELLO_BUILT); }
 
 /* Run `program` with the NULL-terminated arguments that follow. */
 static int run_program(struct run *r, const char *prog, va_list ap)
@@ -92,7 +94,7 @@ static int run_cli_(struct run *r, ...)
 {
     va_list ap;
     va_start(ap, r);
-    int status = run_program(r, program("NVHEAP_CLI", NVHEAP_CLI_BUILT), ap);
+    int status = run_program(r, cli_path(), ap);
     va_end(ap);
     return status;
 }
@@ -102,7 +104,7 @@ static int run_hello_(struct run *r, ...)
 {
     va_list ap;
     va_start(ap, r);
-    int status = run_program(r, program("NVHEAP_HELLO", NVHEAP_HELLO_BUILT), ap);
+    int status = run_program(r, hello_path(), ap);
     va_end(ap);
     return status;
 }
@@ -238,7 +240,7 @@ static void help_everywhere(void **state)
     };
     struct run r;
     for (size_t i = 0; i < sizeof helps / sizeof helps[0]; i++) {
-        const char *argv[5] = {program("NVHEAP_CLI", NVHEAP_CLI_BUILT), helps[i][0], helps[i][1], helps[i][2]};
+        const char *argv[5] = {cli_path(), helps[i][0], helps[i][1], helps[i][2]};
         run_argv(&r, argv);
         EXPECT_STATUS(&r, 0);
         EXPECT_CONTAINS(r.out, "usage: nvheap");
@@ -257,7 +259,7 @@ static void usage_errors(void **state)
     char path[512];
     fresh_path(path, sizeof path, "usage");
     struct run r;
-    const char *bare[] = {program("NVHEAP_CLI", NVHEAP_CLI_BUILT), NULL};
+    const char *bare[] = {cli_path(), NULL};
     run_argv(&r, bare);
     EXPECT_STATUS(&r, 2);
     EXPECT_CONTAINS(r.err, "usage: nvheap");
@@ -274,7 +276,7 @@ static void usage_errors(void **state)
         {"create", "a.pool", "--size"},          /* option without its value */
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-        const char *argv[6] = {program("NVHEAP_CLI", NVHEAP_CLI_BUILT), bad[i][0], bad[i][1], bad[i][2],
+        const char *argv[6] = {cli_path(), bad[i][0], bad[i][1], bad[i][2],
                                bad[i][3]};
         run_argv(&r, argv);
         EXPECT_STATUS(&r, 2);
@@ -481,7 +483,7 @@ static void bad_sizes_rejected(void **state)
          "0123456789012345678901234567890123456789012345678901234567890123"}, /* 64 bytes */
     };
     for (size_t i = 0; i < sizeof out_of_range / sizeof out_of_range[0]; i++) {
-        const char *argv[10] = {program("NVHEAP_CLI", NVHEAP_CLI_BUILT), "create", path};
+        const char *argv[10] = {cli_path(), "create", path};
         for (size_t j = 0; j < 6; j++) argv[3 + j] = out_of_range[i][j];
         run_argv(&r, argv);
         EXPECT_STATUS(&r, 2);
@@ -603,7 +605,7 @@ static void read_only_commands_never_modify(void **state)
     };
     struct run r;
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++) {
-        const char *argv[7] = {program("NVHEAP_CLI", NVHEAP_CLI_BUILT), commands[i][0], path, commands[i][1],
+        const char *argv[7] = {cli_path(), commands[i][0], path, commands[i][1],
                                commands[i][2], commands[i][3]};
         run_argv(&r, argv);
         EXPECT_STATUS(&r, 0);
