@@ -1,4 +1,4 @@
-/* bench_btree.c — the consistent B+ tree vs its variants and PMDK's btree_map (seed 000 Fig. 7, Fig. 5)
+/* bench_btree.c — the consistent B+ tree vs its variants and PMDK's btree_map ([Moraru11] Fig. 7, Fig. 5)
  *
  * Cases (docs/BENCHMARKS.md, section "btree"):
  *   insert/256B, insert/4KB   inserts/s of N random 8-byte keys with 256 B or

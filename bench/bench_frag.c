@@ -1,6 +1,6 @@
-/* bench_frag.c — fragmentation and slowdown vs glibc, 1 M random ops (seed 000 Table 2)
+/* bench_frag.c — fragmentation and slowdown vs glibc, 1 M random ops ([Moraru11] Table 2)
  *
- * Seed 000 (NVMalloc) section 8.1.2: one million allocations and frees of
+ * [Moraru11] (NVMalloc) section 8.1.2: one million allocations and frees of
  * sizes uniform in 10 B .. 4 KB, at free/alloc ratios 1/3, 1/2 and 1/1; total
  * and external fragmentation at the end, and the allocator's slowdown
  * against glibc malloc. The don't-allocate delay T is 0 (as in the seed's
@@ -231,7 +231,7 @@ static void measure_in_child(subject_id sub, const ratio *rt, uint64_t ops, cons
  * ========================================================================== */
 static const bench_info info = {
     .name = "frag",
-    .summary = "fragmentation and slowdown vs glibc, 1 M random ops (seed 000 Table 2)",
+    .summary = "fragmentation and slowdown vs glibc, 1 M random ops ([Moraru11] Table 2)",
     .baseline = "glibc",
     .ratio_metric = "ns_per_op",
     .usage = "  --ops N            operations per sequence (default 1000000, quick 50000)\n"

@@ -1,6 +1,6 @@
-/* bench_protect.c — stray-write protection: off vs sync vs async intervals (seed 000 Table 4, Fig. 6)
+/* bench_protect.c — stray-write protection: off vs sync vs async intervals ([Moraru11] Table 4, Fig. 6)
  *
- * Seed 000 §8.2 times 1 M B+ tree inserts (8 B keys, 256 B values) with no
+ * [Moraru11] §8.2 times 1 M B+ tree inserts (8 B keys, 256 B values) with no
  * protection, synchronous mprotect (with a page-state bitmap) and the
  * asynchronous service at several wait times, and plots the distribution of
  * the protection latency (request to applied) for 40 ms and 10 us.
@@ -13,7 +13,7 @@
  *            (tree/4KB, --ops4k), then nvh_btree_sync, all in the time. The
  *            tree and the allocator open their own windows (unprotect a
  *            node/record before the update, protect once durable, as seed
- *            000's tree did). --implicit is the stop-gap for a build in which
+ *            [Moraru11]'s tree did). --implicit is the stop-gap for a build in which
  *            they do not yet: each call runs inside an implicit library window
  *            (a fault opens a window on the page, the call's end closes it);
  *            those cases are named tree-implicit/... and the figures are
@@ -296,7 +296,7 @@ static const subject subjects[] = {
 
 static const bench_info info = {
     .name = "protect",
-    .summary = "stray-write protection: off vs sync vs async intervals (seed 000 Table 4, Fig. 6)",
+    .summary = "stray-write protection: off vs sync vs async intervals ([Moraru11] Table 4, Fig. 6)",
     .baseline = "off",
     .ratio_metric = "ns_per_op",
     .usage = "  --ops N            operations per measurement (default 1000000, quick 10000)\n"

@@ -1,6 +1,6 @@
-/* bench_wear.c — writes per 64 B line under random alloc/free, glibc vs nvheap (seed 000 Fig. 4)
+/* bench_wear.c — writes per 64 B line under random alloc/free, glibc vs nvheap ([Moraru11] Fig. 4)
  *
- * Seed 000 (NVMalloc) section 8.1.1: 100,000 random operations (half
+ * [Moraru11] (NVMalloc) section 8.1.1: 100,000 random operations (half
  * allocations, half frees, sizes uniform in 10 B .. 4 KB, every block written
  * once), stores recorded with binary instrumentation, writes counted per 64 B
  * line, consecutive stores to one line coalesced. The seed found malloc's
@@ -21,7 +21,7 @@
  *     mapping, persistent metadata included; glibc: the pages that held
  *     blocks, in-heap chunk headers and free-list links included).
  * Subjects: glibc (malloc), nvheap-T0 (don't-allocate delay T = 0) and
- * nvheap-T<ms> (T = --delay-ms, default 2000: the 100 ms the seed used
+ * nvheap-T<ms> (T = --delay-ms, default 2000: the 100 ms [Moraru11] used
  * natively, scaled like the seed's 2 s under Pin, since lackey slows the
  * driver down ~50-100x; the note reports the real ops/s under valgrind).
  *
@@ -379,7 +379,7 @@ static int run_subject(const bench_opts *opts, const subject *sub, uint64_t ops,
  * ========================================================================== */
 static const bench_info info = {
     .name = "wear",
-    .summary = "writes per 64 B line under random alloc/free, glibc vs nvheap (seed 000 Fig. 4)",
+    .summary = "writes per 64 B line under random alloc/free, glibc vs nvheap ([Moraru11] Fig. 4)",
     .baseline = "glibc",
     .ratio_metric = "total_writes",
     .usage = "  --ops N            operations (default 100000, quick 5000)\n"

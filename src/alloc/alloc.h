@@ -424,7 +424,7 @@ static inline uint32_t nvh_rhdr_checksum_(const struct nvh_rhdr *r, uint64_t off
     return nvh_crc_fast((uint32_t)(off ^ (off >> 32)) ^ 0x9E3779B9u, (const char *)r + 8, 52);
 }
 /* A header is trusted only if its magic, checksum and fields check out
- * (seed 000: validate before trusting). Inline: every activate and free
+ * ([Moraru11]: validate before trusting). Inline: every activate and free
  * runs it; the pool size is read directly (nvh_pool_size is out of line). */
 static inline bool nvh_rhdr_valid_(const nvh_heap *h, uint64_t block)
 {

@@ -1,6 +1,6 @@
 /* btree.h — internal header of the consistent B+ tree (src/ds/btree*.c).
  *
- * The design is seed 000 §6 (Moraru et al.): nodes are append-only (an entry
+ * The design is [Moraru11] §6: nodes are append-only (an entry
  * is written into a free slot, never shifted), a value record becomes valid
  * when the leaf entry's pointer to it is written after its data (and the
  * entry's key) is durable, a split
@@ -105,7 +105,7 @@ _Static_assert(offsetof(bt_node, e) == 64, "entries start on the second line");
  * `next` = the old head) and unlinked by its nvh_free. One activation fence
  * per slab instead of one per record: a record needs no allocator state of
  * its own, because what makes it live is the leaf entry pointing at it, and
- * that pointer is written only after the record is durable (seed 000 §6:
+ * that pointer is written only after the record is durable ([Moraru11] §6:
  * "valid only when its key is written after its data is durable"). */
 typedef struct bt_slab {
     uint64_t magic;          /* BT_MAGIC_SLAB                                  */
@@ -467,7 +467,7 @@ static inline void bt_drain(struct nvh_btree *t)
     if (t->pool) nvh_drain(t->pool);
 }
 
-/* Write windows of the protection layer (seed 000 §6: unprotect the node or
+/* Write windows of the protection layer ([Moraru11] §6: unprotect the node or
  * record before the update, protect it again once the update is durable).
  * One load and a branch when the pool is not protected. */
 static inline void bt_wopen(struct nvh_btree *t, const void *p, size_t len)

@@ -29,7 +29,7 @@
 #define GROUP_DEFAULT_CACHE_LINES 131072ull       /* 8 MiB, a server LLC share */
 
 /* --------------------------------------------------------------------------
- * One waiting group (a "counter-action pair" of seed 000 §6)
+ * One waiting group (a "counter-action pair" of [Moraru11] §6)
  * -------------------------------------------------------------------------- */
 enum { ENTRY_OPEN = 1, ENTRY_ENDED = 2 };
 
