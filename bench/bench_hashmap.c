@@ -131,7 +131,7 @@ static run_result run_nvheap(const workload *w)
     const char *path = bench_scratch_path(w->opts, NULL, "nvheap");
     nvh_pool_options po = {.root_size = 4096, .max_size = 64ull << 30};
     /* the size PMDK's pool gets (run_pmdk), so that neither grows its pool
-     * inside the timed puts (nvheap's did, from 64 MiB, until session 9) */
+     * inside the timed puts */
     uint64_t size = (128 * MIB + w->n * 512 + 2 * MIB - 1) & ~(2 * MIB - 1);
     nvh_pool *pool = nvh_pool_create_ex(path, "bench-hashmap", size, NVH_DOMAIN_PMEM, &po);
     if (!pool) {

@@ -58,8 +58,8 @@
  * and platform/ipi (a loop of in-cache loads, alone and while another
  * thread of the process, on another CPU, changes one page's protection
  * every 100 us: each change interrupts the loop's CPU with a TLB-shootdown
- * IPI; per_ipi_us is the loop's loss per change). docs/BENCHMARKS.md,
- * protect, session 9: why opening pages ahead on the service's CPU lost.
+ * IPI; per_ipi_us is the loop's loss per change). docs/PROTECT.md,
+ * "Measured": why opening pages ahead on the service's CPU loses.
  *
  * Every measurement is a fresh pool in --dir; synthetic areas are touched
  * once before timing; each run is checked for strays (none allowed).
@@ -434,7 +434,7 @@ static void measure(const bench_opts *o, const workload *w, const subject *s,
     nvh_protect_sync(pool);                 /* everything applied: part of the cost */
     uint64_t t1 = bench_now_ns(), c1 = cpu_now_ns();
     /* a pool that grew inside the loop was populated inside it too: not
-     * the cost being measured (session 7: the 4 KiB case did, by 560 MB) */
+     * the cost being measured */
     if (nvh_pool_size(pool) > size0)
         bench_error(o, "%s/%s: the pool grew inside the timed loop (%llu -> %llu MiB): raise the "
                     "workload's size estimate", w->name, s->name, (unsigned long long)(size0 >> 20),
@@ -729,7 +729,7 @@ int main(int argc, char **argv)
              * column divides the two medians, which a slow minute of this
              * shared machine can skew when it hits one subject's median run;
              * the per-run pairs cancel drift slower than a run. Both are
-             * printed; docs/BENCHMARKS.md (protect, session 9) compares them. */
+             * printed; quote paired_ratio (docs/BENCHMARKS.md, protect). */
             double paired[MAX_RUNS];
             unsigned np = 0;
             for (unsigned r = 0; r < runs; r++)
