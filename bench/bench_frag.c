@@ -3,13 +3,13 @@
  * [Moraru11] (NVMalloc) section 8.1.2: one million allocations and frees of
  * sizes uniform in 10 B .. 4 KB, at free/alloc ratios 1/3, 1/2 and 1/1; total
  * and external fragmentation at the end, and the allocator's slowdown
- * against glibc malloc. The don't-allocate delay T is 0 (as in the seed's
+ * against glibc malloc. The don't-allocate delay T is 0 (as in [Moraru11]'s
  * footnote 12).
  *
  * The operation sequence (one seed, identical for every subject): each op is
  * a free of a uniformly chosen live block with probability r/(1+r) (r = the
  * ratio; an alloc when nothing is live), else an allocation of a uniform size
- * in 10..4096 B. Nothing is written into the blocks (the seed's tool "performs
+ * in 10..4096 B. Nothing is written into the blocks ([Moraru11]'s tool "performs
  * only memory allocations and deallocations").
  *
  * Subjects (a fresh process each):

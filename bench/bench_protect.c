@@ -12,7 +12,7 @@
  *            keys with 256 B values (case tree/256B) and 4 KiB values
  *            (tree/4KB, --ops4k), then nvh_btree_sync, all in the time. The
  *            tree and the allocator open their own windows (unprotect a
- *            node/record before the update, protect once durable, as seed
+ *            node/record before the update, protect once durable, as
  *            [Moraru11]'s tree did). --implicit is the stop-gap for a build in which
  *            they do not yet: each call runs inside an implicit library window
  *            (a fault opens a window on the page, the call's end closes it);

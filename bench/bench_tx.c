@@ -527,7 +527,7 @@ static void h_insert(void *p, uint64_t iters)
         uint64_t *head = &h->t->bucket[key % HBUCKETS];
         nvh_tx_begin(pool);
         hentry *en = nvh_tx_alloc(pool, sizeof *en);
-        /* the entry's three words are logged too (as in the seed's PHT, where
+        /* the entry's three words are logged too (as in [Kannan14]'s PHT, where
          * the entry comes from a free list): word-only logs 5 words, object-only
          * 3 objects, hybrid the entry as one object and the two counters as words */
         nvh_tx_range r[3] = {{en, 24, h->hint}, {head, 8, h->hint}, {&h->t->count, 8, h->hint}};
