@@ -1,6 +1,6 @@
-/* bench_alloc.c — allocation loops (seed 002 Figs. 4-7) vs glibc, jemalloc, mimalloc, PMDK
+/* bench_alloc.c — allocation loops ([Schwalb15] Figs. 4-7) vs glibc, jemalloc, mimalloc, PMDK
  *
- * The allocation benchmark of seed 002 (nvm_malloc) section 4.2.1, with every
+ * The allocation benchmark of [Schwalb15] (nvm_malloc) section 4.2.1, with every
  * allocator measured in the same run. One measurement is one fresh process
  * (a fork per subject and repetition, so every allocator starts empty, as
  * the paper's runs did) in which each of `threads` threads performs
@@ -614,7 +614,7 @@ out:
 
 static const bench_info info = {
     .name = "alloc",
-    .summary = "allocation loops (seed 002 Figs. 4-7) vs glibc, jemalloc, mimalloc, PMDK",
+    .summary = "allocation loops ([Schwalb15] Figs. 4-7) vs glibc, jemalloc, mimalloc, PMDK",
     .baseline = "pmdk",
     .ratio_metric = "ops_per_s",
     .usage =

@@ -1,4 +1,4 @@
-/* bench_btree.c — the consistent B+ tree vs its variants and PMDK's btree_map (seed 000 Fig. 7, Fig. 5)
+/* bench_btree.c — the consistent B+ tree vs its variants and PMDK's btree_map ([Moraru11] Fig. 7, Fig. 5)
  *
  * Cases (docs/BENCHMARKS.md, section "btree"):
  *   insert/256B, insert/4KB   inserts/s of N random 8-byte keys with 256 B or
@@ -195,8 +195,8 @@ static run_result run_nvheap(const bench_opts *opts, const subject *sub, uint64_
     res.insert_ns = (double)(bench_now_ns() - t0);
     res.insert_cpu_ns = (double)(cpu_now_ns() - c0);
     if (pool) res.counts = bench_counts_per_op(pool, n);
-    /* a pool that grew inside the loop was populated inside it too (the
-     * 4 KiB case did until session 7, by 560 MB: ~3.6 us of a 4.4 us insert) */
+    /* a pool that grew inside the loop was populated inside it too: its
+     * growth would be timed as part of the inserts */
     if (pool && nvh_pool_size(pool) > size0)
         bench_error(opts, "%s: the pool grew inside the timed loop (%llu -> %llu MiB): raise the "
                     "size estimate", sub->name, (unsigned long long)(size0 >> 20),

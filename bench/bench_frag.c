@@ -1,15 +1,15 @@
-/* bench_frag.c — fragmentation and slowdown vs glibc, 1 M random ops (seed 000 Table 2)
+/* bench_frag.c — fragmentation and slowdown vs glibc, 1 M random ops ([Moraru11] Table 2)
  *
- * Seed 000 (NVMalloc) section 8.1.2: one million allocations and frees of
+ * [Moraru11] (NVMalloc) section 8.1.2: one million allocations and frees of
  * sizes uniform in 10 B .. 4 KB, at free/alloc ratios 1/3, 1/2 and 1/1; total
  * and external fragmentation at the end, and the allocator's slowdown
- * against glibc malloc. The don't-allocate delay T is 0 (as in the seed's
+ * against glibc malloc. The don't-allocate delay T is 0 (as in [Moraru11]'s
  * footnote 12).
  *
  * The operation sequence (one seed, identical for every subject): each op is
  * a free of a uniformly chosen live block with probability r/(1+r) (r = the
  * ratio; an alloc when nothing is live), else an allocation of a uniform size
- * in 10..4096 B. Nothing is written into the blocks (the seed's tool "performs
+ * in 10..4096 B. Nothing is written into the blocks ([Moraru11]'s tool "performs
  * only memory allocations and deallocations").
  *
  * Subjects (a fresh process each):
@@ -231,7 +231,7 @@ static void measure_in_child(subject_id sub, const ratio *rt, uint64_t ops, cons
  * ========================================================================== */
 static const bench_info info = {
     .name = "frag",
-    .summary = "fragmentation and slowdown vs glibc, 1 M random ops (seed 000 Table 2)",
+    .summary = "fragmentation and slowdown vs glibc, 1 M random ops ([Moraru11] Table 2)",
     .baseline = "glibc",
     .ratio_metric = "ns_per_op",
     .usage = "  --ops N            operations per sequence (default 1000000, quick 50000)\n"

@@ -1,6 +1,6 @@
-/* bench_hashmap.c — persistent hash table (seed 003 PHT): random puts and gets, 0.6-1.5 M elements, vs PMDK hashmap_tx
+/* bench_hashmap.c — persistent hash table ([Kannan14] PHT): random puts and gets, 0.6-1.5 M elements, vs PMDK hashmap_tx
  *
- * The PHT workload of seed 003 §4.2-4.3 (Figs. 13, 18): a persistent hash
+ * The PHT workload of [Kannan14] §4.2-4.3 (Figs. 13, 18): a persistent hash
  * table filled with N random keys (puts, from empty: every resize included),
  * then N gets of random present keys; N = 600000, 1000000, 1500000 (quick:
  * 20000). Each repetition builds a fresh pool for each subject; subjects run
@@ -18,7 +18,7 @@
  *               into our transaction: one transaction per put, as nvheap's put
  *               is one failure-atomic operation); get = hm_tx_get + copy of
  *               the 64 B value
- *   put_k64/N, get_k64/N  64-byte keys and values, seed 003's PHT element:
+ *   put_k64/N, get_k64/N  64-byte keys and values, [Kannan14]'s PHT element:
  *       nvheap  the same calls with 64 B keys
  *       pmdk    hashmap_tx cannot hold byte-string keys: the value object is
  *               128 B {key, value}, the map key is a 64-bit hash of the key
@@ -67,7 +67,7 @@
 
 static const bench_info info = {
     .name = "hashmap",
-    .summary = "persistent hash table (seed 003 PHT): puts and gets, 0.6-1.5 M elements, vs PMDK hashmap_tx",
+    .summary = "persistent hash table ([Kannan14] PHT): puts and gets, 0.6-1.5 M elements, vs PMDK hashmap_tx",
     .baseline = "pmdk",
     .ratio_metric = "ns_per_op",
     .usage = "  --sizes LIST   element counts (default 600000,1000000,1500000; quick 20000)\n"
@@ -131,7 +131,7 @@ static run_result run_nvheap(const workload *w)
     const char *path = bench_scratch_path(w->opts, NULL, "nvheap");
     nvh_pool_options po = {.root_size = 4096, .max_size = 64ull << 30};
     /* the size PMDK's pool gets (run_pmdk), so that neither grows its pool
-     * inside the timed puts (nvheap's did, from 64 MiB, until session 9) */
+     * inside the timed puts */
     uint64_t size = (128 * MIB + w->n * 512 + 2 * MIB - 1) & ~(2 * MIB - 1);
     nvh_pool *pool = nvh_pool_create_ex(path, "bench-hashmap", size, NVH_DOMAIN_PMEM, &po);
     if (!pool) {

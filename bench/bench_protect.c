@@ -1,6 +1,6 @@
-/* bench_protect.c — stray-write protection: off vs sync vs async intervals (seed 000 Table 4, Fig. 6)
+/* bench_protect.c — stray-write protection: off vs sync vs async intervals ([Moraru11] Table 4, Fig. 6)
  *
- * Seed 000 §8.2 times 1 M B+ tree inserts (8 B keys, 256 B values) with no
+ * [Moraru11] §8.2 times 1 M B+ tree inserts (8 B keys, 256 B values) with no
  * protection, synchronous mprotect (with a page-state bitmap) and the
  * asynchronous service at several wait times, and plots the distribution of
  * the protection latency (request to applied) for 40 ms and 10 us.
@@ -12,8 +12,8 @@
  *            keys with 256 B values (case tree/256B) and 4 KiB values
  *            (tree/4KB, --ops4k), then nvh_btree_sync, all in the time. The
  *            tree and the allocator open their own windows (unprotect a
- *            node/record before the update, protect once durable, as seed
- *            000's tree did). --implicit is the stop-gap for a build in which
+ *            node/record before the update, protect once durable, as
+ *            [Moraru11]'s tree did). --implicit is the stop-gap for a build in which
  *            they do not yet: each call runs inside an implicit library window
  *            (a fault opens a window on the page, the call's end closes it);
  *            those cases are named tree-implicit/... and the figures are
@@ -58,8 +58,8 @@
  * and platform/ipi (a loop of in-cache loads, alone and while another
  * thread of the process, on another CPU, changes one page's protection
  * every 100 us: each change interrupts the loop's CPU with a TLB-shootdown
- * IPI; per_ipi_us is the loop's loss per change). docs/BENCHMARKS.md,
- * protect, session 9: why opening pages ahead on the service's CPU lost.
+ * IPI; per_ipi_us is the loop's loss per change). docs/PROTECT.md,
+ * "Measured": why opening pages ahead on the service's CPU loses.
  *
  * Every measurement is a fresh pool in --dir; synthetic areas are touched
  * once before timing; each run is checked for strays (none allowed).
@@ -296,7 +296,7 @@ static const subject subjects[] = {
 
 static const bench_info info = {
     .name = "protect",
-    .summary = "stray-write protection: off vs sync vs async intervals (seed 000 Table 4, Fig. 6)",
+    .summary = "stray-write protection: off vs sync vs async intervals ([Moraru11] Table 4, Fig. 6)",
     .baseline = "off",
     .ratio_metric = "ns_per_op",
     .usage = "  --ops N            operations per measurement (default 1000000, quick 10000)\n"
@@ -434,7 +434,7 @@ static void measure(const bench_opts *o, const workload *w, const subject *s,
     nvh_protect_sync(pool);                 /* everything applied: part of the cost */
     uint64_t t1 = bench_now_ns(), c1 = cpu_now_ns();
     /* a pool that grew inside the loop was populated inside it too: not
-     * the cost being measured (session 7: the 4 KiB case did, by 560 MB) */
+     * the cost being measured */
     if (nvh_pool_size(pool) > size0)
         bench_error(o, "%s/%s: the pool grew inside the timed loop (%llu -> %llu MiB): raise the "
                     "workload's size estimate", w->name, s->name, (unsigned long long)(size0 >> 20),
@@ -729,7 +729,7 @@ int main(int argc, char **argv)
              * column divides the two medians, which a slow minute of this
              * shared machine can skew when it hits one subject's median run;
              * the per-run pairs cancel drift slower than a run. Both are
-             * printed; docs/BENCHMARKS.md (protect, session 9) compares them. */
+             * printed; quote paired_ratio (docs/BENCHMARKS.md, protect). */
             double paired[MAX_RUNS];
             unsigned np = 0;
             for (unsigned r = 0; r < runs; r++)

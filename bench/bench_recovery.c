@@ -1,6 +1,6 @@
-/* bench_recovery.c — pool open time after a crash, 10^3 to 10^7 live objects (seed 002 Fig. 8)
+/* bench_recovery.c — pool open time after a crash, 10^3 to 10^7 live objects ([Schwalb15] Fig. 8)
  *
- * Seed 002 (nvm_malloc) section 4.2.2 measures the time until a recovered
+ * [Schwalb15] (nvm_malloc) section 4.2.2 measures the time until a recovered
  * allocator is usable again, for growing numbers of allocations, and expects
  * it not to depend on them (no scan of the heap at recovery). Here:
  *
@@ -250,7 +250,7 @@ out:
 
 static const bench_info info = {
     .name = "recovery",
-    .summary = "pool open time after a crash, 10^3 to 10^7 live objects (seed 002 Fig. 8)",
+    .summary = "pool open time after a crash, 10^3 to 10^7 live objects ([Schwalb15] Fig. 8)",
     .baseline = "nvheap-clean",
     .ratio_metric = "open_us",
     .usage = "  --counts LIST      object counts, comma-separated (default 1000,...,10000000;\n"

@@ -1,7 +1,7 @@
-/* bench_tx.c — durable transactions: NVTM's Table 3 and GUPS/GSPS (seed 004), hybrid logging (seed 003), vs PMDK
+/* bench_tx.c — durable transactions: NVTM's Table 3 and GUPS/GSPS ([Coburn09]), hybrid logging ([Kannan14]), vs PMDK
  *
  * Cases are GROUP/VARIANT (subjects: nvheap, nvheap-obj, pmdk):
- *   latency/{empty,read,write,read-write}-{dur,nodur}   seed 004 Table 3: one
+ *   latency/{empty,read,write,read-write}-{dur,nodur}   [Coburn09] Table 3: one
  *        object transaction on one 8-byte object; dur = pmem domain (CLWB +
  *        SFENCE on /dev/shm), nodur = process domain (no flush, no fence).
  *        pmdk: TX_BEGIN/pmemobj_tx_add_range_direct (no read isolation: its
@@ -20,7 +20,7 @@
  *   contention/SIZE-Tt  GUPS with 1 update per transaction on arrays of SIZE
  *                 elements by T threads (Fig. 5), object transactions
  *                 (isolated); pmdk: 1 thread only (it has no isolation)
- *   hash/{insert,delete}-{word,object,hybrid}  seed 003 Fig. 18: a persistent
+ *   hash/{insert,delete}-{word,object,hybrid}  [Kannan14] Fig. 18: a persistent
  *                 hash table; log bytes, lines and fences per operation with
  *                 word-only, object-only and hybrid (AUTO) logging hints
  * Metrics: ns_per_op, ops_per_s, lines_per_op, fences_per_op, log_bytes_per_op.
@@ -505,7 +505,7 @@ static void contention(env *e)
 }
 
 /* ==========================================================================
- * Hybrid logging: a persistent hash table (seed 003 §4.3, Fig. 18)
+ * Hybrid logging: a persistent hash table ([Kannan14] §4.3, Fig. 18)
  * ========================================================================== */
 #define HBUCKETS 4096u
 typedef struct hentry { uint64_t key, val, next; uint64_t pad[5]; } hentry;   /* 64 B */
@@ -527,7 +527,7 @@ static void h_insert(void *p, uint64_t iters)
         uint64_t *head = &h->t->bucket[key % HBUCKETS];
         nvh_tx_begin(pool);
         hentry *en = nvh_tx_alloc(pool, sizeof *en);
-        /* the entry's three words are logged too (as in the seed's PHT, where
+        /* the entry's three words are logged too (as in [Kannan14]'s PHT, where
          * the entry comes from a free list): word-only logs 5 words, object-only
          * 3 objects, hybrid the entry as one object and the two counters as words */
         nvh_tx_range r[3] = {{en, 24, h->hint}, {head, 8, h->hint}, {&h->t->count, 8, h->hint}};

@@ -1,9 +1,9 @@
-/* bench_wear.c — writes per 64 B line under random alloc/free, glibc vs nvheap (seed 000 Fig. 4)
+/* bench_wear.c — writes per 64 B line under random alloc/free, glibc vs nvheap ([Moraru11] Fig. 4)
  *
- * Seed 000 (NVMalloc) section 8.1.1: 100,000 random operations (half
+ * [Moraru11] (NVMalloc) section 8.1.1: 100,000 random operations (half
  * allocations, half frees, sizes uniform in 10 B .. 4 KB, every block written
  * once), stores recorded with binary instrumentation, writes counted per 64 B
- * line, consecutive stores to one line coalesced. The seed found malloc's
+ * line, consecutive stores to one line coalesced. [Moraru11] found malloc's
  * writes concentrated on few lines (LIFO reuse of freed blocks, in-place
  * metadata) and 1.3x more writes in total than NVMalloc.
  *
@@ -21,8 +21,8 @@
  *     mapping, persistent metadata included; glibc: the pages that held
  *     blocks, in-heap chunk headers and free-list links included).
  * Subjects: glibc (malloc), nvheap-T0 (don't-allocate delay T = 0) and
- * nvheap-T<ms> (T = --delay-ms, default 2000: the 100 ms the seed used
- * natively, scaled like the seed's 2 s under Pin, since lackey slows the
+ * nvheap-T<ms> (T = --delay-ms, default 2000: the 100 ms [Moraru11] used
+ * natively, scaled like [Moraru11]'s 2 s under Pin, since lackey slows the
  * driver down ~50-100x; the note reports the real ops/s under valgrind).
  *
  * Case wear/OPS. Metrics: total_writes, lines_written, max_writes_per_line
@@ -379,7 +379,7 @@ static int run_subject(const bench_opts *opts, const subject *sub, uint64_t ops,
  * ========================================================================== */
 static const bench_info info = {
     .name = "wear",
-    .summary = "writes per 64 B line under random alloc/free, glibc vs nvheap (seed 000 Fig. 4)",
+    .summary = "writes per 64 B line under random alloc/free, glibc vs nvheap ([Moraru11] Fig. 4)",
     .baseline = "glibc",
     .ratio_metric = "total_writes",
     .usage = "  --ops N            operations (default 100000, quick 5000)\n"
@@ -470,7 +470,7 @@ int main(int argc, char **argv)
     for (int s = 1; s < NSUB; s++)
         if (ok[0] && ok[s])
             bench_note(&opts, "%s vs glibc: most-written line %.1fx fewer writes (target >= 10x), "
-                       "total writes %.2fx fewer (target > 1; the seed: 1.3x)", subjects[s].name,
+                       "total writes %.2fx fewer (target > 1; [Moraru11]: 1.3x)", subjects[s].name,
                        (double)res[0].max / (double)res[s].max,
                        (double)res[0].total / (double)res[s].total);
     if (hist) {

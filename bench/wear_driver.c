@@ -1,4 +1,4 @@
-/* wear_driver.c — the random alloc/free workload of seed 000 Fig. 4, run under valgrind by bench_wear
+/* wear_driver.c — the random alloc/free workload of [Moraru11] Fig. 4, run under valgrind by bench_wear
  *
  *   wear_driver glibc  OPS SEED RANGES_FILE
  *   wear_driver nvheap OPS SEED RANGES_FILE POOL_PATH DELAY_NS

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""wear_plot.py — draw bench_wear's histogram of writes per 64 B line (seed 000 Fig. 4).
+"""wear_plot.py — draw bench_wear's histogram of writes per 64 B line ([Moraru11] Fig. 4).
 
     bench/wear_plot.py WEAR.png.jsonl -o WEAR.png
 

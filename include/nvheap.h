@@ -19,7 +19,7 @@
  *                      once a shared, batched fence made their stores durable.
  *   9. Transactions    durable undo/redo transactions, isolated object
  *                      transactions (NVTM), epoch locks, reference counting.
- *  10. B+ tree         the consistent B+ tree of seed 000 (64-bit keys).
+ *  10. B+ tree         the consistent B+ tree of [Moraru11] (64-bit keys).
  *  11. Protection      stray-write protection: sync/async mprotect windows.
  *  12. Hash map        byte-string keys and values, incremental resizing.
  *
@@ -523,7 +523,7 @@ void nvh_sim_set_fence_hook(nvh_pool *pool, nvh_sim_fence_hook hook, void *arg);
  * at least 64 B and 64 B aligned. Pools grow automatically up to max_size;
  * a full pool fails with NVH_E_NOSPACE.
  *
- * Publication is two-step (seed 002): nvh_reserve returns memory that only
+ * Publication is two-step ([Schwalb15]): nvh_reserve returns memory that only
  * DRAM knows about; the application initialises and persists it, then
  * nvh_activate makes the allocation durable AND stores its offset into up to
  * NVH_LINKS_MAX link pointers (8-byte relative pointers inside the pool) in
@@ -650,7 +650,7 @@ int nvh_heap_stats_get(nvh_pool *pool, nvh_heap_stats *stats);
 /* ==========================================================================
  * 8. Persist groups
  * ==========================================================================
- * The software form of seed 000's cache-line counters (design: docs/GROUP.md).
+ * The software form of [Moraru11]'s cache-line counters (design: docs/GROUP.md).
  * A group is a set of stores whose durability one deferred *action* waits for:
  *
  *   nvh_group_begin(g);
@@ -674,7 +674,7 @@ int nvh_heap_stats_get(nvh_pool *pool, nvh_heap_stats *stats);
  * threads on one pool each create their own. Destroy every context before
  * closing its pool.
  *
- * Models (what "written back" means), for experiments with seed 000 Fig. 7.
+ * Models (what "written back" means), for experiments with [Moraru11] Fig. 7.
  * Lower/upper are bounds on throughput, as in the paper:
  *   REAL       flush at add, batched fences. The default; crash-consistent.
  *   SIM_CACHE  exact counters over a simulated cache of cache_lines lines:
@@ -725,7 +725,7 @@ typedef struct nvh_group_options {
     uint64_t cache_lines;    /* SIM_CACHE: capacity; 0 = 131072 (8 MiB)       */
     nvh_group_evict evict;   /* SIM_CACHE: eviction policy                    */
     uint64_t seed;           /* SIM_CACHE random eviction; 0 = 1              */
-    int sgroup_fence;        /* SIM_*: one fence per begin, as seed 000 emulated
+    int sgroup_fence;        /* SIM_*: one fence per begin, as [Moraru11] emulated
                                 the sgroup instruction                        */
 } nvh_group_options;
 
@@ -940,7 +940,7 @@ typedef struct nvh_tx_stats {
 int nvh_tx_stats_get(nvh_pool *pool, nvh_tx_stats *stats);
 void nvh_tx_stats_reset(nvh_pool *pool);
 
-/* Epoch-based persistent locks (seed 004): a lock is one 8-byte word in the
+/* Epoch-based persistent locks ([Coburn09]): a lock is one 8-byte word in the
  * pool, held when it equals the pool's current epoch. Every open bumps the
  * epoch, so all locks are free after a restart without any scan. Zero is
  * "free". Not recursive. Locks need no flushing. */
@@ -950,7 +950,7 @@ int nvh_plock_try(nvh_pool *pool, nvh_plock *lock);   /* NVH_E_BUSY if held */
 int nvh_plock_release(nvh_pool *pool, nvh_plock *lock);
 int nvh_plock_held(nvh_pool *pool, const nvh_plock *lock);  /* 1 or 0 */
 
-/* Reference-counted objects (seed 004): zeroed objects with a count, whose
+/* Reference-counted objects ([Coburn09]): zeroed objects with a count, whose
  * references (nvh_off_t fields) are assigned failure-atomically with the
  * count changes (each assignment is a small transaction: its log records are
  * the operation descriptors). When a count reaches zero the object is
@@ -972,7 +972,7 @@ int nvh_rc_recover(nvh_pool *pool);
 /* ==========================================================================
  * 10. B+ tree
  * ==========================================================================
- * The consistent B+ tree of seed 000 §6 (design: docs/BTREE.md): 64-bit keys,
+ * The consistent B+ tree of [Moraru11] §6 (design: docs/BTREE.md): 64-bit keys,
  * values of any size in value records carved from tree-owned slabs. Nodes
  * are append-only; a value becomes valid when the leaf entry's pointer to
  * it is written, after the record and the entry's key are durable (persist
@@ -1081,7 +1081,7 @@ uint64_t nvh_btree_wear_foreach(const nvh_btree *tree, void (*fn)(uint64_t write
  * ==========================================================================
  * Keeps a pool's pages read-only except inside write windows, so a stray
  * store (a wild pointer, an overflow from DRAM data) into persistent memory
- * traps instead of corrupting the pool for good (seed 000 §4, in user space
+ * traps instead of corrupting the pool for good ([Moraru11] §4, in user space
  * on stock Linux; design and rules: docs/PROTECT.md).
  *
  *   nvh_protect_set_mode(pool, NVH_PROTECT_ASYNC, 40000000);   // 40 ms
@@ -1240,7 +1240,7 @@ typedef struct nvh_protect_stats {
 int nvh_protect_stats_get(const nvh_pool *pool, nvh_protect_stats *stats);
 void nvh_protect_stats_reset(nvh_pool *pool);
 
-/* Request-to-applied latency (seed 000 Fig. 6): for each queued request, the
+/* Request-to-applied latency ([Moraru11] Fig. 6): for each queued request, the
  * time from the call that queued it to the end of the mprotect pass that
  * handled it (sync mode: the duration of the call's mprotect). kind 0 =
  * unprotect requests (may have been applied earlier by a fault), 1 = protect.

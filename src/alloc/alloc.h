@@ -424,7 +424,7 @@ static inline uint32_t nvh_rhdr_checksum_(const struct nvh_rhdr *r, uint64_t off
     return nvh_crc_fast((uint32_t)(off ^ (off >> 32)) ^ 0x9E3779B9u, (const char *)r + 8, 52);
 }
 /* A header is trusted only if its magic, checksum and fields check out
- * (seed 000: validate before trusting). Inline: every activate and free
+ * ([Moraru11]: validate before trusting). Inline: every activate and free
  * runs it; the pool size is read directly (nvh_pool_size is out of line). */
 static inline bool nvh_rhdr_valid_(const nvh_heap *h, uint64_t block)
 {
@@ -574,8 +574,8 @@ static inline bool nvh_pmem_clwb_(const nvh_heap *h)
 
 /* Issue the write-backs of the ring's previous activation links now, at the
  * start of the locked section of an activate or free, instead of just before
- * the record's fence: on this machine a CLWB'd line takes ~85 ns to write
- * back, and started here it overlaps the ~200 instructions of checks and
+ * the record's fence: a CLWB'd line takes tens of ns to write back, and
+ * started here it overlaps the ~200 instructions of checks and
  * record building. Durability is unchanged — the fence of this section's
  * record still waits for them, and the fast append counts them as before;
  * the flag only spares it a second CLWB of the same lines. Every path that

@@ -340,8 +340,8 @@ static int refill(nvh_heap *h, nvh_arena *a)
         /* Incremental rebuild: one reservation scans at most
          * NVH_SCAN_BUDGET unscanned chunks; if they had no room it takes a
          * fresh chunk (while the pool may grow) and leaves the rest of the
-         * scan to later refills. Before, the first allocation after opening
-         * a full pool scanned every chunk (68-85 ms at 10^7 objects). */
+         * scan to later refills, so that the first allocation after opening
+         * a full pool does not scan every chunk (docs/ALLOC.md §5). */
         bool fresh_first = a->claim_scans >= NVH_SCAN_BUDGET;
         if (!fresh_first) a->claim_scans++;
         int rc = nvh_chunk_claim(h, a, fresh_first);
@@ -959,9 +959,9 @@ free_off(nvh_heap *h, uint64_t off, const struct nvh_link_entry *links, unsigned
     rec.obj = off;
     rec.kind_links = named_slot >= 0 ? NVH_REC_FREE_NAMED : NVH_REC_FREE;
     if (named_slot >= 0) rec.link[0].addr = (uint64_t)named_slot;
-    /* The run descriptor, looked up once: under the owner's lock it cannot
-     * change, and the checks below used to look it up three times and
-     * compute the slot twice (~40 instructions per free, callgrind). */
+    /* The run descriptor, looked up once for all the checks below: under
+     * the owner's lock it cannot change (a lookup per check would cost ~40
+     * instructions per free). */
     nvh_run *run = run_lookup(h, b);
     unsigned s = 0;
     bool s_ok = run && nvh_slot_of(in, run->cls, &s);

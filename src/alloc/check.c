@@ -1,5 +1,5 @@
 /* check.c — region-header integrity: checksums over size, state, class and
- * the header's own position (seed 000 §3.2), corruption reports (error code,
+ * the header's own position ([Moraru11] §3.2), corruption reports (error code,
  * application callback, counter), containment by scanning forward to the next
  * valid header, quarantine; and the whole-heap walks built on them: check
  * (with optional repair), statistics, iteration over live objects. */

@@ -596,11 +596,10 @@ static int scan_step(nvh_heap *h, nvh_arena *a)
 }
 
 /* Map blocks the allocator is about to carve in one system call instead of
- * one page fault per 4 KiB as allocation first touches them: round-1
- * allocation of 128 B objects took a fault every 32 objects, ~80 ns per
- * object on the shared VM (bench/run alloc, alloc_128/1 vs realloc_128/1).
- * Called for 16 blocks (64 KiB, ~20 us) at a time as runs are carved, not
- * for a whole chunk at its claim (~1.5 ms: a latency spike, and it made the
+ * one page fault per 4 KiB as allocation first touches them (128 B objects
+ * would take a fault every 32 objects). Called for 16 blocks (64 KiB) at a
+ * time as runs are carved, not for a whole chunk at its claim (a
+ * millisecond-scale latency spike, which would make the
  * first allocation after an open cost more than the chunk scans). Only the
  * domains whose stores go straight to the mapping (the crash simulator and
  * the msync domain track pages themselves); a failure (old kernel, or

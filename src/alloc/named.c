@@ -1,4 +1,4 @@
-/* named.c — named allocations (seed 002 §3.6): a persistent open-addressing
+/* named.c — named allocations ([Schwalb15] §3.6): a persistent open-addressing
  * hash table of 64 B entries {name[56], offset}, read directly from the pool,
  * so lookups need no DRAM index and work right after open. An entry commits
  * with the 8-byte store of its offset (inside the activation's redo record)

@@ -30,8 +30,8 @@
  * Time (src/common/ticks.c)
  * --------------------------------------------------------------------------
  * nvh_now_ns: CLOCK_MONOTONIC in ns. nvh_ticks: a cheaper timestamp for
- * deadlines and latency figures — the TSC on x86-64 (~14 ns on the dev VM
- * against 30-70 ns for clock_gettime), nanoseconds elsewhere — converted
+ * deadlines and latency figures — the TSC on x86-64 (a fraction of a
+ * clock_gettime), nanoseconds elsewhere — converted
  * with nvh_ticks_to_ns once nvh_ticks_calibrate has run (once per process;
  * a 2 ms sleep the first time). */
 #include <time.h>

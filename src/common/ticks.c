@@ -1,8 +1,8 @@
 /* ticks.c — cheap timestamps for deadlines and latency figures: the
  * calibration of nvh_ticks() (internal.h) against CLOCK_MONOTONIC.
  *
- * Why not clock_gettime everywhere: on the development VM (kvm-clock) it
- * costs 30-70 ns, the TSC ~14 ns, and the persist-group layer reads a clock
+ * Why not clock_gettime everywhere: under a paravirtual clock (kvm-clock)
+ * it costs several times a TSC read, and the persist-group layer reads a clock
  * ~0.4 times per B+ tree insert (its batching deadline), the protection
  * layer at every window close that queues a page.
  */

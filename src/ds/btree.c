@@ -63,8 +63,8 @@ void bt_prefault(struct nvh_btree *t, const void *p, size_t len)
  * With the batch's windows open together, the first store's fault finds
  * the neighbouring pages wanted too and makes the whole run writable in one
  * mprotect (src/protect/fault.c, resolve_open_window): one fault per 4
- * pages. A node's window is the one bt_new_node used to open: taking a node
- * hands its window to the caller. Reservations are DRAM only: after a
+ * pages. A node's window is opened with its batch, not by bt_new_node:
+ * taking a node hands its window to the caller. Reservations are DRAM only: after a
  * crash the batch is free again, so the media never sees it. In a
  * protected pool the batch is BT_NODE_BATCH_HELD (64 nodes, 16 pages: one
  * fault per 16 pages). Exposure: reserved nodes are writable before they

@@ -1,6 +1,6 @@
 /* btree.h — internal header of the consistent B+ tree (src/ds/btree*.c).
  *
- * The design is seed 000 §6 (Moraru et al.): nodes are append-only (an entry
+ * The design is [Moraru11] §6: nodes are append-only (an entry
  * is written into a free slot, never shifted), a value record becomes valid
  * when the leaf entry's pointer to it is written after its data (and the
  * entry's key) is durable, a split
@@ -49,9 +49,8 @@
  * new slab costs two protection changes (a fault or an mprotect of its held
  * window, then the service's protect once it is full: with a populated pool
  * each rewrites the slab's page-table entries and interrupts the inserting
- * CPU for the TLB, ~20-30 us) against the insert's ~0.6 us
- * (docs/PROTECT.md). 256 KiB -> 1 MiB: async insert overhead ~1.25x ->
- * ~1.15x, protection changes 0.0031 -> 0.0013 per insert. The cost: up to
+ * CPU for the TLB: many inserts' worth of time; docs/PROTECT.md has the
+ * measurements against 256 KiB slabs). The cost: up to
  * 1 MiB of not yet carved slab stays writable while the slab is current. */
 #define BT_SLAB_SIZE_HELD (1024u * 1024u - BT_ALLOC_HEADER)
 #define BT_NODE_BATCH 16u                  /* nodes reserved ahead (bt_node_take) */
@@ -105,7 +104,7 @@ _Static_assert(offsetof(bt_node, e) == 64, "entries start on the second line");
  * `next` = the old head) and unlinked by its nvh_free. One activation fence
  * per slab instead of one per record: a record needs no allocator state of
  * its own, because what makes it live is the leaf entry pointing at it, and
- * that pointer is written only after the record is durable (seed 000 §6:
+ * that pointer is written only after the record is durable ([Moraru11] §6:
  * "valid only when its key is written after its data is durable"). */
 typedef struct bt_slab {
     uint64_t magic;          /* BT_MAGIC_SLAB                                  */
@@ -167,8 +166,8 @@ typedef struct bt_slabinfo {
  * cache miss) — but only in a tree without the key directory: with it,
  * lookups find the record in the directory and rarely descend, and the
  * slots (15 lines per leaf, written by every insert) cost inserts more
- * than they saved the few descending lookups (1 M inserts of 256 B:
- * ~430 -> ~380 ns; 1 M random inserts make ~24.4 k leaves — 24 417
+ * than they saved the few descending lookups (docs/BTREE.md, "Alternatives
+ * measured"; 1 M random inserts make ~24.4 k leaves — 24 417
  * splits, nvh_btree_stats — whose companions shrink from ~26 to ~3 MiB,
  * nearer what the cache holds); such a leaf companion is
  * 2 lines and a descent reads the matching slot from the node. Companions
@@ -467,7 +466,7 @@ static inline void bt_drain(struct nvh_btree *t)
     if (t->pool) nvh_drain(t->pool);
 }
 
-/* Write windows of the protection layer (seed 000 §6: unprotect the node or
+/* Write windows of the protection layer ([Moraru11] §6: unprotect the node or
  * record before the update, protect it again once the update is durable).
  * One load and a branch when the pool is not protected. */
 static inline void bt_wopen(struct nvh_btree *t, const void *p, size_t len)

@@ -1,6 +1,6 @@
 /* btree_check.c — the B+ tree's invariant checker (nvh_btree_check), the
  * eager reclaim walk (nvh_btree_reclaim) and the wear counter that counts
- * stores per 64 B line of node memory (seed 000 Fig. 5).
+ * stores per 64 B line of node memory ([Moraru11] Fig. 5).
  */
 #include <stdlib.h>
 #include <string.h>

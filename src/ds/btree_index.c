@@ -1,6 +1,6 @@
 /* btree_index.c — the DRAM search index of the B+ tree's unsorted nodes.
  *
- * The persistent nodes stay exactly as seed 000 §6 wants them: entries are
+ * The persistent nodes stay exactly as [Moraru11] §6 wants them: entries are
  * appended into any free slot and never shifted. Searching such a node means
  * reading all of it (16 lines of 64 B), and at 1 M keys that read — not the
  * flushes — dominated both inserts and lookups. So each node visited gets a

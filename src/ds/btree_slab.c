@@ -6,7 +6,7 @@
  * allocator's activation fence (the record must be allocated failure-
  * atomically). But a record needs no allocation state of its own: the leaf
  * entry pointing at it is what makes it live, and that pointer is written
- * only after the record is durable (seed 000 §6: a record "becomes valid only
+ * only after the record is durable ([Moraru11] §6: a record "becomes valid only
  * when its key is written after its data is durable"). So a slab of 64 KiB
  * is activated once (one fence per ~200 records of 256 B) and records are
  * carved from it by a DRAM bump pointer; a crash leaves at worst records that

@@ -4,7 +4,7 @@
  * crash interrupted, root growth, removal of empty leaves; and the classic
  * in-place split of the volatile sorted variant.
  *
- * Why a split is crash-consistent (seed 000 §6, Fig. 3), node C with
+ * Why a split is crash-consistent ([Moraru11] §6, Fig. 3), node C with
  * effective range [lo, hi] in parent P at entry i, median key m:
  *   1. N1 = C's live entries < m, N2 = those >= m, both new; P.e[j].key = m
  *      in a free slot of P; flush all that, one fence.

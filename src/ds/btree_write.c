@@ -74,12 +74,9 @@ static inline size_t bt_rec_size(size_t len) { return sizeof(bt_record) + len; }
 
 /* Values of at least this many bytes are streamed with non-temporal stores
  * in the groups variant (pmem domain), all but the record's first line.
- * Inserts, streamed vs copied and flushed (CLWB, which evicts its line on
- * this CPU), same build, NVHEAP_NT_THRESHOLD=0 for the second: 256 B
- * 418-461 vs 380-390 ns (slower: session 5 found the same), 512 B 343-410
- * vs 390-426 (even), 1 KiB 319-335 vs 423-425, 2 KiB 413-416 vs 690-728,
- * 4 KiB ~370 vs ~800 (PMDK's btree_map, which streams copies of 256 B and
- * more: ~3.2 us). */
+ * Streaming loses to copy + CLWB for small values, breaks even at 512 B and
+ * wins from 1 KiB (4 KiB: about half the insert time); the measurements are
+ * in docs/BTREE.md, "Alternatives measured". */
 #define BT_NT_VALUE_MIN 1024u
 
 /* A new record (not referenced yet) holding value, its write window open;
@@ -148,9 +145,7 @@ static void bt_insert_action(nvh_pool *pool, nvh_group_ctx *ctx, void *arg)
      * ack. The flush needs no write permission (CLWB/CLFLUSHOPT, msync and
      * the simulator only read the line), and the page's window-cache line
      * is still at hand from the open in nvh_btree_put: closed at the ack,
-     * an insert later, it was a cache miss (~0.9 % of the protected
-     * insert's samples; async-80ms median 1.155x -> 1.11x over 6
-     * alternations). */
+     * an insert later, it would be a cache miss (docs/BTREE.md). */
     bt_wclose_way(t, pd->entry, sizeof *pd->entry, &pd->way);
     /* actions run in begin order: the validated inserts are the oldest of
      * the ring */

@@ -12,9 +12,9 @@
  * add, so by the time of the fence most lines are already in the media and
  * the fence returns quickly.
  *
- * The clock is not read at every end: a CLOCK_MONOTONIC read cost 25-50 ns
- * on the development VM (more than the rest of a group's bookkeeping), and
- * CLOCK_MONOTONIC_COARSE ticks too slowly (4 ms there) for a 100 us default. It is read when the number of waiting
+ * The clock is not read at every end: a clock read can cost more than the
+ * rest of a group's bookkeeping, and CLOCK_MONOTONIC_COARSE ticks too
+ * slowly (milliseconds) for a 100 us default. It is read when the number of waiting
  * groups reaches a power of two (1 stamps the oldest; 2, 4, 8, ... check its
  * age) and at every poll. With groups ending every d ns, the check that
  * fires comes at most about twice the limit (+ d) after the oldest ended:

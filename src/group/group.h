@@ -29,7 +29,7 @@
 #define GROUP_DEFAULT_CACHE_LINES 131072ull       /* 8 MiB, a server LLC share */
 
 /* --------------------------------------------------------------------------
- * One waiting group (a "counter-action pair" of seed 000 §6)
+ * One waiting group (a "counter-action pair" of [Moraru11] §6)
  * -------------------------------------------------------------------------- */
 enum { ENTRY_OPEN = 1, ENTRY_ENDED = 2 };
 
@@ -115,9 +115,8 @@ static inline uint64_t group_pending(const nvh_group_ctx *ctx)
     return ctx->tail - ctx->head;
 }
 
-/* The batching deadline's clock: nvh_ticks (the TSC on x86-64; a
- * clock_gettime was 30-70 ns on the dev VM, read ~0.4 times per B+ tree
- * insert). batch_ticks is the context's batch_ns in these ticks. */
+/* The batching deadline's clock: nvh_ticks (the TSC on x86-64, cheaper
+ * than clock_gettime; read ~0.4 times per B+ tree insert). batch_ticks is the context's batch_ns in these ticks. */
 static inline uint64_t group_now_ticks(void) { return nvh_ticks(); }
 
 /* Lines covered by [addr, addr+len), len > 0. */

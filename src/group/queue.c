@@ -1,7 +1,7 @@
 /* queue.c — the persist-group calls themselves (begin, add, end, poll, sync)
  * and the ring of waiting groups behind them.
  *
- * The ring holds seed 000's "counter-action pairs" (§6): one entry per group,
+ * The ring holds [Moraru11]'s "counter-action pairs" (§6): one entry per group,
  * in begin order, from begin until its action has run. Its head is checked
  * on every call, as the paper's B+ tree checks the counter at the head of its
  * circular buffer along with every operation; every ready entry at the head
@@ -145,7 +145,7 @@ int nvh_group_begin(nvh_group_ctx *ctx)
     if (ctx->open)
         return nvh_fail(NVH_E_INVAL, "nvh_group_begin: a group is already open (groups do "
                         "not nest: end it first)");
-    /* Seed 000 emulated the cost of the sgroup instruction, which orders
+    /* [Moraru11] emulated the cost of the sgroup instruction, which orders
      * stores like an SFENCE, with an SFENCE. */
     if (ctx->opt.sgroup_fence && ctx->opt.model != NVH_GROUP_REAL) group_fence(ctx);
     group_run_ready_if_any(ctx);

@@ -1,5 +1,5 @@
 /* simcache.c — the simulated CPU cache behind the SIM_CACHE and SIM_LOWER
- * models: exact cache-line counters (seed 000 §5.1, §7.3) in software.
+ * models: exact cache-line counters ([Moraru11] §5.1, §7.3) in software.
  *
  * The cache holds the dirty lines that groups added, each tagged with the
  * group that dirtied it. The rules are the paper's:

@@ -3,7 +3,7 @@
  *
  * Mapping: a pool is mapped at the start of a reserved PROT_NONE virtual
  * range as large as its max_size, so nvh_pool_grow maps the new tail in place
- * and the base never moves (seed 002 §3.2: "a contiguous range in virtual
+ * and the base never moves ([Schwalb15] §3.2: "a contiguous range in virtual
  * memory"). Validation reads the superblock with pread before anything is
  * mapped or written, so a bad file is reported without being touched. */
 #include "../common/internal.h"

@@ -108,10 +108,10 @@ static uint64_t reconcile_pass(struct nvh_protect *pr, uint64_t first, uint64_t 
  * their hfault bit after its mprotect and before the bump, so a page of
  * such an interleaving has its bit set after we last took it (our take
  * precedes our mprotect, which precedes the handler's) and is redone by the
- * next forced pass, which the bump makes happen. Until session 8 the forced
- * pass redid the whole range: with 4 KiB records and a 40 ms interval a
- * fault came every ~140 us, nearly every pass was forced, over thousands of
- * pages, again and again (20 pages changed per insert instead of 2). */
+ * next forced pass, which the bump makes happen. Only those pages, not the
+ * whole range: when faults are frequent (4 KiB records, long intervals)
+ * nearly every pass is forced, and redoing thousands of pages each time
+ * changes ten times the pages per insert (docs/PROTECT.md). */
 static void reconcile(struct nvh_protect *pr, uint64_t first, uint64_t end, bool force)
 {
     for (;;) {

@@ -2,10 +2,10 @@
  * on pages a thread used recently cost plain loads and stores instead of a
  * LOCKed read-modify-write on the pool's shared per-page window count.
  *
- * Why: on the B+ tree (docs/BENCHMARKS.md, protect) each insert opens and
- * closes ~2.3 windows; each call was one LOCKed RMW on the shared count
- * (~250 ns per insert in all: a LOCKed instruction on x86 waits for the
- * CLWBs issued before it), more than the 1.10x target allows in total.
+ * Why: on the B+ tree (docs/PROTECT.md) each insert opens and closes ~2.3
+ * windows; a LOCKed RMW on the shared count per call costs more than the
+ * whole 1.10x target allows (a LOCKed instruction on x86 waits for the
+ * CLWBs issued before it).
  *
  * The model. The shared count of a page is a number of UNITS: one per open
  * window, as before, plus the units the threads' caches hold. A cache holds
@@ -155,7 +155,7 @@ static void tc_empty(struct nvh_protect *pr, pr_tcache *tc, bool release)
 /* The service's pass over a table it holds: untouched units back, touched
  * bits cleared. An untouched entry was last used in the interval before the
  * previous pass; the protect latency counts from the middle of it (the
- * entries carry no timestamp: a TSC read per close cost ~12 ns here). */
+ * entries carry no timestamp: no TSC read per close). */
 static void tc_age(struct nvh_protect *pr, pr_tcache *tc, uint64_t tick)
 {
     bool left = false;

@@ -165,7 +165,7 @@ static void resolve_open_window(struct nvh_protect *pr, uint64_t page)
     /* A run of several pages is fresh memory opened in bulk (a record slab,
      * a batch of nodes: never written, so not mapped yet): map it now in
      * one call rather than with one page-fault trap per page on the way
-     * (~0.5 us each on the dev VM: ~50 ns per B+ tree insert). The pages
+     * (a trap costs far more than mapping the page in the call). The pages
      * are writable and have a window open; contents are unchanged. A page
      * whose window closed meanwhile is re-protected below either way. */
     if (hi - lo > 1 && pr->populate)

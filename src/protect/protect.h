@@ -83,8 +83,8 @@ int nvh_protect_env_apply_(nvh_pool *pool);
  * (open) or the entry that opened the window (close), and the call is a
  * few plain loads and stores on one line of the thread's table. That case
  * is decided here, inline in the caller: the out-of-line path (three calls
- * deep, with the range resolution and the mode checks) was ~25 ns of the
- * ~35 ns a cached call cost on the B+ tree. Every other case (no table
+ * deep, with the range resolution and the mode checks) would be most of
+ * a cached call's cost. Every other case (no table
  * yet, the page not in the table, no unit held, the service holding the
  * table, a range over two pages, protection off or sync) returns false and
  * the caller takes the out-of-line path, which decides it in full.

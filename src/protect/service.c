@@ -1,6 +1,6 @@
 /* service.c — the async protection service thread of a pool.
  *
- * It plays the part of seed 000's kernel thread (§7.2): sleep for the
+ * It plays the part of [Moraru11]'s kernel thread (§7.2): sleep for the
  * interval, take everything queued, sort, coalesce, apply, sleep again. In
  * user space the sleep is a condition-variable wait on CLOCK_MONOTONIC with
  * the thread's timer slack set to 1 ns, so intervals of a few microseconds

@@ -1,4 +1,4 @@
-/* otm.c — concurrent object transactions (NVTM, seed 004 §4.3): a volatile
+/* otm.c — concurrent object transactions (NVTM, [Coburn09] §4.3): a volatile
  * table of ownership records hashed by object offset, eager write locking
  * at open-for-write, versioned reads validated at commit (and whenever the
  * read version has to be extended), abort and retry under a contention

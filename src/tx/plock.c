@@ -1,4 +1,4 @@
-/* plock.c — epoch-based persistent locks (seed 004 §4.2).
+/* plock.c — epoch-based persistent locks ([Coburn09] §4.2).
  *
  * A lock is one 8-byte word in the pool. It is held when it equals the
  * pool's current epoch, which nvh_pool_open increments: after a crash or a

@@ -1,14 +1,14 @@
-/* rc.c — reference-counted objects (seed 004 §4.2): failure-atomic reference
+/* rc.c — reference-counted objects ([Coburn09] §4.2): failure-atomic reference
  * assignment, zeroed new objects, and restartable recursive destruction.
  *
  * An rc object is a heap object whose first 64 bytes are a header (count,
  * type, an epoch lock); the caller sees the payload after it. Every change of
  * counts and references is one small transaction of this library: the
- * transaction's log records are the "operation descriptors" of seed 004
+ * transaction's log records are the "operation descriptors" of [Coburn09]
  * (Algorithm 1), with the same guarantee — after a crash the assignment and
  * the count change happened together or not at all.
  *
- * Destruction (seed 004 Fig. 3): when a count reaches zero, the same
+ * Destruction ([Coburn09] Fig. 3): when a count reaches zero, the same
  * transaction records the object in a persistent descriptor slot (the named
  * object "nvheap.rc"). The destructor then walks the object's references
  * (the type's refs callback lists them): a child still referenced elsewhere

@@ -1,6 +1,6 @@
 /* tx.h — internals of the transaction layer (layer `tx`): the per-thread
  * transaction descriptor, the volatile ownership-record table of the object
- * transactions (NVTM, seed 004 §4.3), and the per-pool state.
+ * transactions (NVTM, [Coburn09] §4.3), and the per-pool state.
  *
  * Files:
  *   tx.c      begin / add / commit / abort, nesting, pool open/close hooks

@@ -1,4 +1,4 @@
-/* test_alloc_corrupt.c — corruption detection and containment (seed 000
+/* test_alloc_corrupt.c — corruption detection and containment ([Moraru11]
  * §3.2): flip bytes in region headers (large, run, huge) and in data right
  * next to headers; the allocator reports corrupt headers (error code,
  * callback, counter, nvh_heap_check with offsets), refuses to free through

@@ -1,4 +1,4 @@
-/* test_btree_protect.c — the B+ tree under stray-write protection (seed 000
+/* test_btree_protect.c — the B+ tree under stray-write protection ([Moraru11]
  * §6: the tree unprotects a node or record before it writes it and protects
  * it again once the write is durable; docs/PROTECT.md "Per-layer checklist").
  *

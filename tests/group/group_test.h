@@ -103,7 +103,7 @@ static inline uint64_t gt_pool_fences(const nvh_pool *pool)
 
 /* --------------------------------------------------------------------------
  * Records: 200 bytes, so they straddle lines and neighbours share lines.
- * `key` is the validation key an action may write (seed 000 §6 change 2).
+ * `key` is the validation key an action may write ([Moraru11] §6 change 2).
  * -------------------------------------------------------------------------- */
 #define GT_WORDS 23
 typedef struct gt_record {

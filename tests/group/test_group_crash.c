@@ -4,7 +4,7 @@
  * one) in groups; each group's action publishes its record, in one of two
  * ways:
  *   COUNT  bump a persisted count (records below it are published)
- *   KEY    write the record's validation key (seed 000 §6, change 2)
+ *   KEY    write the record's validation key ([Moraru11] §6, change 2)
  * and syncs every few groups (what a sync returned is acknowledged). The
  * checker opens every crash image and demands: every published record is
  * intact, the count never exceeds what was written, everything acknowledged

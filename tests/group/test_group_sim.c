@@ -7,7 +7,7 @@
  *              flush, no fence (one per begin with sgroup_fence).
  *   SIM_CACHE  exact counters: with LRU and 2 lines per group in an 8-line
  *              cache, each action runs exactly 4 groups later; a line already
- *              dirty does not count for a later group (seed 000 §5.1);
+ *              dirty does not count for a later group ([Moraru11] §5.1);
  *              random eviction is deterministic by seed.
  *   property   random workloads (random sizes, shared lines, random options,
  *              every model but UPPER) in the sim domain: actions exactly once,

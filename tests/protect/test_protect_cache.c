@@ -249,8 +249,8 @@ static void test_threads(void **state)
  * thread's cache. The first round misses once per page. Negative control
  * (tried by hand): 8-way sets picked by the low bits of the page number
  * instead of a hash crowd the pages into 256 of the 2048 sets: 3840 misses
- * in the later rounds, the test fails. The direct-mapped table of session
- * 4 (16 K entries on the low bits) would too, by the arithmetic (not run):
+ * in the later rounds, the test fails. A direct-mapped table (16 K entries
+ * on the low bits) would too, by the arithmetic (not run):
  * pages 2048 x 8 apart share an entry, so 1024 of the pages evict each
  * other every round. */
 #define HOT_PAGES 2560u
@@ -356,7 +356,7 @@ static void test_way_hints(void **state)
     assert_int_equal(nvh_protect_sync(pool), NVH_OK);
     for (unsigned i = 0; i < n; i++) assert_int_equal(pt_writable(pg[i]), 0);
     assert_int_equal(nvh_protect_close_way_(pool, pg[3] + 8, 8, &hint[3]), NVH_E_INVAL);
-    assert_int_equal(pt_stats(pool).unbalanced, 1);    /* counted once (twice before session 8) */
+    assert_int_equal(pt_stats(pool).unbalanced, 1);    /* counted once, not twice */
     nvh_pool_close(pool);
 }
 

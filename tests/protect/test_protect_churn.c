@@ -3,10 +3,10 @@
  * B+-tree-like workload costs a bounded number of mprotect calls and faults
  * however many operations it runs.
  *
- * Why this test exists: a rework of the window counts once looked faster
- * under load but, on an idle machine, protected hot pages and re-opened
- * them in a loop (1-2.5 mprotect calls per B+ tree insert, 17-25x slower;
- * docs/BENCHMARKS.md, protect section). Timing tests cannot catch that on a
+ * Why this test exists: a rework of the window counts can look faster
+ * under load yet, on an idle machine, protect hot pages and re-open them
+ * in a loop (1-2.5 mprotect calls per B+ tree insert, 17-25x slower;
+ * docs/PROTECT.md, "Alternatives measured"). Timing tests cannot catch that on a
  * shared machine; counting system calls can.
  *
  * The workload (one thread, as the B+ tree's inserts): every operation
