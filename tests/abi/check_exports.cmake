@@ -17,6 +17,7 @@ cmake_minimum_required(VERSION 3.18)
 # The internal symbols the header's inline fast paths (section 4) reach:
 # they are part of the ABI — an application compiled against this header
 # calls them — so they are exported, and renaming one breaks the ABI.
+# (-aux-info lists functions only, so an exported variable is listed here.)
 set(INLINE_SUPPORT
   nvh_thread_stripe_      # per-thread statistics stripe (initial-exec TLS)
   nvh_assign_stripe_      # first use of the stripe in a thread
