@@ -30,7 +30,9 @@
 #ifndef NVHEAP_H
 #define NVHEAP_H
 
-#include <stdatomic.h>
+#ifndef __cplusplus
+#include <stdatomic.h> /* C++ uses the __atomic builtins instead (section 4) */
+#endif
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
@@ -38,9 +40,15 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+/* Everything declared here is the library's ABI: libnvheap is built with
+ * -fvisibility=hidden, and only these declarations are visible to the
+ * dynamic linker (tests/abi/test_exports checks the list). */
+#pragma GCC visibility push(default)
 
-#define NVH_VERSION_MAJOR 0
-#define NVH_VERSION_MINOR 1
+/* The library version: CMakeLists.txt reads it from here for the SONAME
+ * (libnvheap.so.MAJOR), the pkg-config file and the CMake package version. */
+#define NVH_VERSION_MAJOR 1
+#define NVH_VERSION_MINOR 0
 #define NVH_VERSION_PATCH 0
 
 /* Size of a cache line: the unit of flushing and of crash simulation. */
@@ -216,11 +224,14 @@ void *nvh_root(const nvh_pool *pool, uint64_t *size_out);
  */
 typedef uint64_t nvh_off_t;
 
-#define NVH_RELPTR(type) union { nvh_off_t off; type *type_tag_[0]; }
+/* type_tag_ is never read or written: it only carries the pointee type for
+ * NVH_DEREF's cast and NVH_SET's type check (a pointer is at most 8 bytes,
+ * so the union stays 8 bytes). */
+#define NVH_RELPTR(type) union { nvh_off_t off; type *type_tag_; }
 #define NVH_DEREF(pool, ref) \
-    ((__typeof__((ref).type_tag_[0]))nvh_ptr((pool), (ref).off))
+    ((__typeof__((ref).type_tag_))nvh_ptr((pool), (ref).off))
 #define NVH_SET(pool, ref, pointer) \
-    ((ref).off = nvh_off((pool), (1 ? (pointer) : (ref).type_tag_[0])))
+    ((ref).off = nvh_off((pool), (1 ? (pointer) : (ref).type_tag_)))
 #define NVH_IS_NULL(ref) ((ref).off == 0)
 
 /* ==========================================================================
@@ -239,6 +250,27 @@ typedef uint64_t nvh_off_t;
  * call — no indirect call per flush. */
 
 /* ---- internal: what the inline paths need to see of a pool. Do not use. --- */
+/* The header compiles as C11 and as C++11 or later (extern "C", same
+ * layout): C++ has no _Atomic, _Alignas or _Thread_local, so these fields
+ * are plain 8-byte-aligned integers there, accessed with the GCC/Clang
+ * __atomic builtins (the same instructions as C11's relaxed atomics), and
+ * the stripe is a __thread variable (no C++ thread_local wrapper call). */
+#ifdef __cplusplus
+#define NVH_ATOMIC_U64_ alignas(8) uint64_t
+#define NVH_ALIGNAS_(n) alignas(n)
+#define NVH_THREAD_LOCAL_ __thread
+#define NVH_LOAD_RELAXED_(p) __atomic_load_n((p), __ATOMIC_RELAXED)
+#define NVH_STORE_RELAXED_(p, v) __atomic_store_n((p), (v), __ATOMIC_RELAXED)
+#define NVH_FENCE_SEQ_CST_() __atomic_thread_fence(__ATOMIC_SEQ_CST)
+#else
+#define NVH_ATOMIC_U64_ _Atomic uint64_t
+#define NVH_ALIGNAS_(n) _Alignas(n)
+#define NVH_THREAD_LOCAL_ _Thread_local
+#define NVH_LOAD_RELAXED_(p) atomic_load_explicit((p), memory_order_relaxed)
+#define NVH_STORE_RELAXED_(p, v) atomic_store_explicit((p), (v), memory_order_relaxed)
+#define NVH_FENCE_SEQ_CST_() atomic_thread_fence(memory_order_seq_cst)
+#endif
+
 typedef enum nvh_flush_kind {
     NVH_FLUSH_NONE = 0, NVH_FLUSH_CLFLUSH = 1, NVH_FLUSH_CLFLUSHOPT = 2, NVH_FLUSH_CLWB = 3,
 } nvh_flush_kind;
@@ -248,12 +280,12 @@ enum { NVH_STAT_LINES, NVH_STAT_FENCES, NVH_STAT_MSYNCS, NVH_STAT_NT_BYTES,
 #define NVH_STAT_STRIPES 16
 typedef struct nvh_stat_stripe_ {
     /* one line of its own: threads on neighbouring stripes must not share one */
-    _Alignas(64) _Atomic uint64_t value[8]; /* indexed by NVH_STAT_*            */
+    NVH_ALIGNAS_(64) NVH_ATOMIC_U64_ value[8]; /* indexed by NVH_STAT_*         */
 } nvh_stat_stripe_;
 
 typedef struct nvh_persist_ctx_ {
     char *base;                           /* pool base address               */
-    _Atomic uint64_t size;                /* mapped pool size (grows)        */
+    NVH_ATOMIC_U64_ size;                 /* mapped pool size (grows)        */
     uint8_t domain;                       /* nvh_domain                      */
     uint8_t flush_kind;                   /* nvh_flush_kind (pmem domain)    */
     uint8_t pad_[6];
@@ -264,7 +296,7 @@ typedef struct nvh_persist_ctx_ {
 /* Every nvh_pool begins with its nvh_persist_ctx_. */
 #define NVH_CTX_(pool) ((nvh_persist_ctx_ *)(void *)(pool))
 
-extern _Thread_local unsigned nvh_thread_stripe_
+extern NVH_THREAD_LOCAL_ unsigned nvh_thread_stripe_
     __attribute__((tls_model("initial-exec")));
 unsigned nvh_assign_stripe_(void);
 void nvh_flush_slow_(nvh_pool *pool, const void *addr, size_t len);
@@ -280,9 +312,8 @@ static inline void nvh_stat_add_(nvh_persist_ctx_ *ctx, unsigned stat, uint64_t 
      * nvh_flush wait for the previous one (bench/run persist: 8 flushes + 1
      * fence took 6.6x PMDK's time). Exact while a stripe has one writer (up
      * to NVH_STAT_STRIPES threads); beyond that a race may drop a count. */
-    _Atomic uint64_t *counter = &ctx->stats[stripe - 1].value[stat];
-    atomic_store_explicit(counter, atomic_load_explicit(counter, memory_order_relaxed) + n,
-                          memory_order_relaxed);
+    NVH_ATOMIC_U64_ *counter = &ctx->stats[stripe - 1].value[stat];
+    NVH_STORE_RELAXED_(counter, NVH_LOAD_RELAXED_(counter) + n);
 }
 /* ---- end of internal section ---------------------------------------------- */
 
@@ -299,7 +330,7 @@ static inline int nvh_contains(const nvh_pool *pool, const void *ptr, size_t len
 {
     const nvh_persist_ctx_ *ctx = NVH_CTX_(pool);
     uintptr_t p = (uintptr_t)ptr, b = (uintptr_t)ctx->base;
-    uint64_t size = atomic_load_explicit(&ctx->size, memory_order_relaxed);
+    uint64_t size = NVH_LOAD_RELAXED_(&ctx->size);
     return p >= b && p - b <= size && len <= size - (p - b);
 }
 
@@ -351,7 +382,7 @@ static inline void nvh_drain(nvh_pool *pool)
         if (ctx->flush_kind != NVH_FLUSH_CLFLUSH) __asm__ volatile("sfence" ::: "memory");
         else __asm__ volatile("" ::: "memory");
 #else
-        atomic_thread_fence(memory_order_seq_cst);
+        NVH_FENCE_SEQ_CST_();
 #endif
         return;
     case NVH_DOMAIN_PROCESS:
@@ -944,7 +975,7 @@ void nvh_tx_stats_reset(nvh_pool *pool);
  * pool, held when it equals the pool's current epoch. Every open bumps the
  * epoch, so all locks are free after a restart without any scan. Zero is
  * "free". Not recursive. Locks need no flushing. */
-typedef struct nvh_plock { _Atomic uint64_t word; } nvh_plock;
+typedef struct nvh_plock { NVH_ATOMIC_U64_ word; } nvh_plock;
 int nvh_plock_acquire(nvh_pool *pool, nvh_plock *lock);
 int nvh_plock_try(nvh_pool *pool, nvh_plock *lock);   /* NVH_E_BUSY if held */
 int nvh_plock_release(nvh_pool *pool, nvh_plock *lock);
@@ -1344,6 +1375,7 @@ int nvh_hmap_stats_get(nvh_hmap *map, nvh_hmap_stats *stats);
  * buckets; NVH_E_CORRUPT with a message if one fails. Repairs the count. */
 int nvh_hmap_check(nvh_hmap *map, nvh_hmap_stats *stats);
 
+#pragma GCC visibility pop
 #ifdef __cplusplus
 }
 #endif

@@ -250,7 +250,10 @@ static void help_everywhere(void **state)
     EXPECT_CONTAINS(r.out, "--root-size");
     CLI(&r, "--version");
     EXPECT_STATUS(&r, 0);
-    EXPECT_CONTAINS(r.out, "nvheap 0.1.0");
+    char version[64];
+    snprintf(version, sizeof version, "nvheap %d.%d.%d ", NVH_VERSION_MAJOR, NVH_VERSION_MINOR,
+             NVH_VERSION_PATCH);
+    EXPECT_CONTAINS(r.out, version);
 }
 
 static void usage_errors(void **state)
