@@ -980,13 +980,16 @@ int nvh_rc_recover(nvh_pool *pool);
  * they and the parent's pointers are durable; deletes null a pointer.
  * Monotonic: whatever was recoverable once stays recoverable.
  *
- * Durability: in the default GROUPS mode a put returns before it is durable;
- * it is acknowledged when nvh_btree_durable() reaches its operation number
- * (ops are numbered 1, 2, ... in issue order; every op <= durable() survives
- * a crash; of the puts issued after it, each survives whole or not at all,
- * independently — updates and deletes first make all earlier ops durable).
- * nvh_btree_sync() makes everything durable. Deletes and updates are
- * durable when they return.
+ * Durability (nvh_btree_options.durability): by default
+ * (NVH_BTREE_DURABLE_ON_RETURN) put and delete return once the operation is
+ * durable: after a crash it is there (2 fences per insert, 2 per update, 1
+ * per delete). Opt-in NVH_BTREE_DURABLE_DEFERRED (GROUPS mode): a put
+ * returns before it is durable and is acknowledged when nvh_btree_durable()
+ * reaches its operation number (ops are numbered 1, 2, ... in issue order;
+ * every op <= durable() survives a crash; of the puts issued after it, each
+ * survives whole or not at all, independently — updates and deletes first
+ * make all earlier ops durable); nvh_btree_sync() makes everything durable,
+ * and so do nvh_btree_close and nvh_pool_close. Every op is atomic either way.
  *
  * Recovery: open does no scan. Inserts that were never validated and splits
  * that were interrupted are ignored by readers and repaired/reclaimed by the
@@ -999,9 +1002,16 @@ int nvh_rc_recover(nvh_pool *pool);
  * writable while the tree is open, so fresh pages cost one unprotect per
  * slab or batch instead of one per page (docs/BTREE.md).
  *
- * Threads: one thread at a time per tree; a GROUPS tree belongs to the thread
- * that opened it (its persist-group context does). Close before the pool. */
+ * Threads: a tree handle is not thread-safe: it belongs to the thread that
+ * opened it, and calls from another thread fail with NVH_E_BUSY. Opening an
+ * open tree again (same thread, same options) returns the same handle, with
+ * a reference more (close it once per open); other options: NVH_E_BUSY.
+ * nvh_pool_close closes the trees still open (all their operations durable
+ * first); their handles are then invalid. */
 typedef struct nvh_btree nvh_btree;
+
+/* Largest value (NVH_E_TOOLONG above it). */
+#define NVH_BTREE_VALUE_MAX ((size_t)UINT32_MAX)
 
 typedef enum nvh_btree_mode {
     NVH_BTREE_GROUPS = 0,    /* persist groups (the paper's design; default)  */
@@ -1009,6 +1019,12 @@ typedef enum nvh_btree_mode {
     NVH_BTREE_NT = 2,        /* same tree, non-temporal stores + fence         */
     NVH_BTREE_VOLATILE = 3,  /* DRAM only (malloc), no consistency: baseline  */
 } nvh_btree_mode;
+
+typedef enum nvh_btree_durability {
+    NVH_BTREE_DURABLE_ON_RETURN = 0, /* put/delete durable when they return (default) */
+    NVH_BTREE_DURABLE_DEFERRED = 1,  /* GROUPS: puts durable later (batched fences):
+                                        nvh_btree_durable(), nvh_btree_sync()   */
+} nvh_btree_durability;
 
 typedef struct nvh_btree_options {
     nvh_btree_mode mode;
@@ -1021,6 +1037,7 @@ typedef struct nvh_btree_options {
                                 directory starts at the first lookup (built from
                                 the leaves a few at a time by the next lookups);
                                 until then writes do not pay for it (BTREE.md) */
+    nvh_btree_durability durability; /* default: durable on return          */
 } nvh_btree_options;
 
 typedef struct nvh_btree_stats {
@@ -1042,10 +1059,13 @@ typedef void (*nvh_btree_durable_fn)(nvh_btree *tree, uint64_t durable, void *ar
  * the tree lives in DRAM. options NULL = GROUPS with defaults. */
 nvh_btree *nvh_btree_open(nvh_pool *pool, const char *name, int create,
                           const nvh_btree_options *options);
-/* Sync, then free the DRAM state (the tree stays in the pool). */
+/* Drop a reference; the last one syncs, then frees the DRAM state (the tree
+ * stays in the pool). A read-only pool opens trees read-only (get, scan and
+ * count work; writes fail NVH_E_READONLY). */
 int nvh_btree_close(nvh_btree *tree);
 
-/* Insert or replace. */
+/* Insert or replace. NVH_E_TOOLONG if len > NVH_BTREE_VALUE_MAX,
+ * NVH_E_READONLY on a read-only pool (the tree is unchanged). */
 int nvh_btree_put(nvh_btree *tree, uint64_t key, const void *value, size_t len);
 /* Value of key: *value points into the pool, valid until the next write.
  * NVH_E_NOTFOUND if absent. value/len may be NULL. */

@@ -62,7 +62,7 @@ static void run(nvh_btree_mode bmode, nvh_protect_mode pmode, unsigned nops)
     const char *path = test_path("bt-protect");
     nvh_pool *pool = nvh_pool_create(path, BT_LAYOUT, 64u << 20, NVH_DOMAIN_PROCESS);
     assert_non_null(pool);
-    nvh_btree_options opt = {.mode = bmode};
+    nvh_btree_options opt = {.mode = bmode, .durability = NVH_BTREE_DURABLE_DEFERRED};
     nvh_btree *t = nvh_btree_open(pool, "p", 1, &opt);
     assert_non_null(t);
     g_strays = 0;
