@@ -103,6 +103,8 @@ struct nvh_pool_hook {
 /* Register hook, unless a hook with the same key is registered: then that
  * one gets a reference more and is returned (hook is left alone). */
 nvh_pool_hook *nvh_pool_hook_add_(nvh_pool *pool, nvh_pool_hook *hook);
+/* The hook registered with key, with a reference more; NULL if none. */
+nvh_pool_hook *nvh_pool_hook_get_(nvh_pool *pool, const void *key);
 /* Drop a reference; at the last one the hook is unregistered. Returns the
  * references left (0: the caller closes the container now). */
 unsigned nvh_pool_hook_del_(nvh_pool *pool, nvh_pool_hook *hook);

@@ -652,6 +652,16 @@ nvh_pool_hook *nvh_pool_hook_add_(nvh_pool *pool, nvh_pool_hook *hook)
     return h;
 }
 
+nvh_pool_hook *nvh_pool_hook_get_(nvh_pool *pool, const void *key)
+{
+    pthread_mutex_lock(&pool->hooks_lock);
+    nvh_pool_hook *h = pool->hooks;
+    while (h && h->key != key) h = h->next;
+    if (h) h->refs++;
+    pthread_mutex_unlock(&pool->hooks_lock);
+    return h;
+}
+
 unsigned nvh_pool_hook_del_(nvh_pool *pool, nvh_pool_hook *hook)
 {
     pthread_mutex_lock(&pool->hooks_lock);
