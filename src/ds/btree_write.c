@@ -19,6 +19,12 @@
  * = 0 persisted ("deletes null the pointer"). Both first sync pending
  * inserts and are durable when they return.
  *
+ * Durability on return (the default, NVH_BTREE_DURABLE_ON_RETURN): a GROUPS
+ * tree has no group context then and an insert takes the flush variant's
+ * path: record and slot key flushed, fence, the validation flushed, fence
+ * (the validation must follow durable data, so two fences are the least).
+ *
+ * Deferred durability (NVH_BTREE_DURABLE_DEFERRED, opt-in), below.
  * Durability of inserts: each is atomic and is durable once acknowledged;
  * inserts still in flight at a crash survive or not independently of each
  * other (their validations are batched, not ordered by a fence each), so a
