@@ -157,12 +157,17 @@ nvh_pool *nvh_pool_create_ex(const char *path, const char *layout, uint64_t size
  * left byte-for-byte unchanged. */
 nvh_pool *nvh_pool_open(const char *path, const char *layout, unsigned flags);
 
-/* Close: persist what the library owns, unmap, unlock. NULL is a no-op.
+/* Close: first close the B+ trees and hash maps still open (every completed
+ * operation durable; their handles are invalid afterwards) — or, if one
+ * cannot be closed from this thread (a deferred-durability tree of another
+ * thread), return NVH_E_BUSY with the pool and everything in it left open.
+ * Then persist what the library owns, unmap, unlock. NULL is a no-op.
  * Data the application stored but never flushed is only guaranteed to be
  * durable in the domains whose caches survive (eadr, process); in the sim
  * domain a clean close writes the working copy back (no crash happened).
- * The handle is always released; NVH_E_IO if an msync failed while the pool
- * was open (nvh_pool_info.io_errors), since then durability was not kept. */
+ * Otherwise the handle is always released; NVH_E_IO if an msync failed while
+ * the pool was open (nvh_pool_info.io_errors), since then durability was not
+ * kept. */
 int nvh_pool_close(nvh_pool *pool);
 
 /* Grow the pool file to new_size bytes (>= current size, <= max_size). The
@@ -1297,9 +1302,10 @@ unsigned nvh_protect_latency_buckets(const nvh_pool *pool, int kind, uint64_t *u
  *   nvh_hmap_put(m, "k", 1, "v", 1);
  *   nvh_hmap_close(m);
  *
- * Threads: calls on one handle are serialised by its mutex. Open a map once
- * per process. Pointers returned by get are valid until the next call that
- * modifies the map. Close every map before its pool. */
+ * Threads: calls on one handle are serialised by its mutex. Opening an open
+ * map again returns the same handle with a reference more (close it once per
+ * open). Pointers returned by get are valid until the next call that
+ * modifies the map. nvh_pool_close closes maps still open. */
 typedef struct nvh_hmap nvh_hmap;
 
 #define NVH_HMAP_KEY_MAX 65536u
@@ -1332,10 +1338,12 @@ int nvh_hmap_create(nvh_pool *pool, nvh_off_t *link, const nvh_hmap_options *opt
 /* Open the map at offset root (recovering an interrupted replacement). NULL
  * and NVH_E_BADMAGIC / NVH_E_CORRUPT / NVH_E_INVAL on error. */
 nvh_hmap *nvh_hmap_open(nvh_pool *pool, nvh_off_t root);
-/* Persist the count hint and free the handle (the map stays in the pool). */
+/* Drop a reference; the last one persists the count hint and frees the
+ * handle (the map stays in the pool). */
 int nvh_hmap_close(nvh_hmap *map);
 /* Free every entry, the buckets and the map, clearing *link (which must
- * point at the map); the handle is freed on success. A crash in the middle
+ * point at the map); the handle is freed on success. NVH_E_BUSY while the
+ * map is open more than once. A crash in the middle
  * leaves a smaller (possibly empty) valid map. */
 int nvh_hmap_destroy(nvh_hmap *map, nvh_off_t *link);
 
