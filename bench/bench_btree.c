@@ -19,11 +19,16 @@
  *   volatile      the same tree in DRAM (malloc), no flush, no fence
  *   flush         flush + fence at every step (3 fences per insert)
  *   nt            non-temporal stores + fence (3 fences per insert)
- *   groups        persist groups, REAL model (the default tree)
- *   groups-lower  SIM_LOWER: transient states last forever (a lower bound)
- *   groups-upper  SIM_UPPER: transient states end at once (an upper bound;
+ *   durable       the default tree: persist-group design, every put
+ *                 durable when it returns (NVH_BTREE_DURABLE_ON_RETURN:
+ *                 2 fences per insert)
+ *   groups        persist groups, REAL model, opt-in deferred durability
+ *                 (NVH_BTREE_DURABLE_DEFERRED: puts acknowledged by later
+ *                 fences, batched)
+ *   groups-lower  deferred, SIM_LOWER: transient states last forever (a lower bound)
+ *   groups-upper  deferred, SIM_UPPER: transient states end at once (an upper bound;
  *                 not crash-consistent)
- *   groups-nodir  groups without the DRAM key directory (no_key_directory):
+ *   groups-nodir  deferred groups without the DRAM key directory (no_key_directory):
  *                 lookups descend the tree, inserts skip the directory
  *   pmdk          PMDK's btree_map example (order 8, sorted nodes), one
  *                 transaction per insert that also pmemobj_tx_alloc's and
@@ -66,7 +71,8 @@ static const bench_info info = {
              "  --no-prefault  pools are not prefaulted at create (first-touch page\n"
              "               faults inside the timed loops, both libraries)\n"
              "  --subjects LIST  comma-separated subjects to run (default all: volatile,\n"
-             "               flush,nt,groups,groups-lower,groups-upper,groups-nodir,pmdk)\n",
+             "               flush,nt,durable,groups,groups-lower,groups-upper,groups-nodir,\n"
+             "               pmdk)\n",
 };
 
 typedef struct subject {
@@ -74,16 +80,18 @@ typedef struct subject {
     nvh_btree_mode mode;
     nvh_group_model model;
     int no_key_directory;
+    nvh_btree_durability durability;
 } subject;
 
 static const subject g_subjects[] = {
-    {"volatile", NVH_BTREE_VOLATILE, NVH_GROUP_REAL, 0},
-    {"flush", NVH_BTREE_FLUSH, NVH_GROUP_REAL, 0},
-    {"nt", NVH_BTREE_NT, NVH_GROUP_REAL, 0},
-    {"groups", NVH_BTREE_GROUPS, NVH_GROUP_REAL, 0},
-    {"groups-lower", NVH_BTREE_GROUPS, NVH_GROUP_SIM_LOWER, 0},
-    {"groups-upper", NVH_BTREE_GROUPS, NVH_GROUP_SIM_UPPER, 0},
-    {"groups-nodir", NVH_BTREE_GROUPS, NVH_GROUP_REAL, 1},  /* without the key directory */
+    {"volatile", NVH_BTREE_VOLATILE, NVH_GROUP_REAL, 0, 0},
+    {"flush", NVH_BTREE_FLUSH, NVH_GROUP_REAL, 0, 0},
+    {"nt", NVH_BTREE_NT, NVH_GROUP_REAL, 0, 0},
+    {"durable", NVH_BTREE_GROUPS, NVH_GROUP_REAL, 0, NVH_BTREE_DURABLE_ON_RETURN},  /* the default */
+    {"groups", NVH_BTREE_GROUPS, NVH_GROUP_REAL, 0, NVH_BTREE_DURABLE_DEFERRED},
+    {"groups-lower", NVH_BTREE_GROUPS, NVH_GROUP_SIM_LOWER, 0, NVH_BTREE_DURABLE_DEFERRED},
+    {"groups-upper", NVH_BTREE_GROUPS, NVH_GROUP_SIM_UPPER, 0, NVH_BTREE_DURABLE_DEFERRED},
+    {"groups-nodir", NVH_BTREE_GROUPS, NVH_GROUP_REAL, 1, NVH_BTREE_DURABLE_DEFERRED},
 };
 
 /* Pools prefaulted at create (both libraries): --no-prefault clears it. */
@@ -174,7 +182,8 @@ static run_result run_nvheap(const bench_opts *opts, const subject *sub, uint64_
     nvh_group_options go = {.model = sub->model};
     if (sub->model != NVH_GROUP_REAL) go.slots = 8192;   /* the paper's 8 K counters */
     nvh_btree_options bo = {.mode = sub->mode, .group = &go,
-                            .no_key_directory = sub->no_key_directory};
+                            .no_key_directory = sub->no_key_directory,
+                            .durability = sub->durability};
     nvh_btree *t = nvh_btree_open(pool, "bench", 1, &bo);
     if (!t) {
         bench_error(opts, "%s: open: %s", sub->name, nvh_errormsg());
@@ -494,7 +503,7 @@ int main(int argc, char **argv)
         snprintf(sw, sizeof sw, "%llu", (unsigned long long)nwear);
         const char *args[] = {"--n", sn, "--n4k", s4, "--wear-n", sw,
                               "--subjects", g_subject_list ? g_subject_list : "volatile,flush,nt,"
-                              "groups,groups-lower,groups-upper,groups-nodir,pmdk",
+                              "durable,groups,groups-lower,groups-upper,groups-nodir,pmdk",
                               g_prefault ? NULL : "--no-prefault", NULL};
         bench_run_child(&opts, envs, args);
         return bench_finish(&opts);

@@ -165,12 +165,17 @@ nvh_pool *nvh_pool_create_ex(const char *path, const char *layout, uint64_t size
  * left byte-for-byte unchanged. */
 nvh_pool *nvh_pool_open(const char *path, const char *layout, unsigned flags);
 
-/* Close: persist what the library owns, unmap, unlock. NULL is a no-op.
+/* Close: first close the B+ trees and hash maps still open (every completed
+ * operation durable; their handles are invalid afterwards) — or, if one
+ * cannot be closed from this thread (a deferred-durability tree of another
+ * thread), return NVH_E_BUSY with the pool and everything in it left open.
+ * Then persist what the library owns, unmap, unlock. NULL is a no-op.
  * Data the application stored but never flushed is only guaranteed to be
  * durable in the domains whose caches survive (eadr, process); in the sim
  * domain a clean close writes the working copy back (no crash happened).
- * The handle is always released; NVH_E_IO if an msync failed while the pool
- * was open (nvh_pool_info.io_errors), since then durability was not kept. */
+ * Otherwise the handle is always released; NVH_E_IO if an msync failed while
+ * the pool was open (nvh_pool_info.io_errors), since then durability was not
+ * kept. */
 int nvh_pool_close(nvh_pool *pool);
 
 /* Grow the pool file to new_size bytes (>= current size, <= max_size). The
@@ -1011,13 +1016,16 @@ int nvh_rc_recover(nvh_pool *pool);
  * they and the parent's pointers are durable; deletes null a pointer.
  * Monotonic: whatever was recoverable once stays recoverable.
  *
- * Durability: in the default GROUPS mode a put returns before it is durable;
- * it is acknowledged when nvh_btree_durable() reaches its operation number
- * (ops are numbered 1, 2, ... in issue order; every op <= durable() survives
- * a crash; of the puts issued after it, each survives whole or not at all,
- * independently — updates and deletes first make all earlier ops durable).
- * nvh_btree_sync() makes everything durable. Deletes and updates are
- * durable when they return.
+ * Durability (nvh_btree_options.durability): by default
+ * (NVH_BTREE_DURABLE_ON_RETURN) put and delete return once the operation is
+ * durable: after a crash it is there (2 fences per insert, 2 per update, 1
+ * per delete). Opt-in NVH_BTREE_DURABLE_DEFERRED (GROUPS mode): a put
+ * returns before it is durable and is acknowledged when nvh_btree_durable()
+ * reaches its operation number (ops are numbered 1, 2, ... in issue order;
+ * every op <= durable() survives a crash; of the puts issued after it, each
+ * survives whole or not at all, independently — updates and deletes first
+ * make all earlier ops durable); nvh_btree_sync() makes everything durable,
+ * and so do nvh_btree_close and nvh_pool_close. Every op is atomic either way.
  *
  * Recovery: open does no scan. Inserts that were never validated and splits
  * that were interrupted are ignored by readers and repaired/reclaimed by the
@@ -1030,9 +1038,16 @@ int nvh_rc_recover(nvh_pool *pool);
  * writable while the tree is open, so fresh pages cost one unprotect per
  * slab or batch instead of one per page (docs/BTREE.md).
  *
- * Threads: one thread at a time per tree; a GROUPS tree belongs to the thread
- * that opened it (its persist-group context does). Close before the pool. */
+ * Threads: a tree handle is not thread-safe: it belongs to the thread that
+ * opened it, and calls from another thread fail with NVH_E_BUSY. Opening an
+ * open tree again (same thread, same options) returns the same handle, with
+ * a reference more (close it once per open); other options: NVH_E_BUSY.
+ * nvh_pool_close closes the trees still open (all their operations durable
+ * first); their handles are then invalid. */
 typedef struct nvh_btree nvh_btree;
+
+/* Largest value (NVH_E_TOOLONG above it). */
+#define NVH_BTREE_VALUE_MAX ((size_t)UINT32_MAX)
 
 typedef enum nvh_btree_mode {
     NVH_BTREE_GROUPS = 0,    /* persist groups (the paper's design; default)  */
@@ -1040,6 +1055,12 @@ typedef enum nvh_btree_mode {
     NVH_BTREE_NT = 2,        /* same tree, non-temporal stores + fence         */
     NVH_BTREE_VOLATILE = 3,  /* DRAM only (malloc), no consistency: baseline  */
 } nvh_btree_mode;
+
+typedef enum nvh_btree_durability {
+    NVH_BTREE_DURABLE_ON_RETURN = 0, /* put/delete durable when they return (default) */
+    NVH_BTREE_DURABLE_DEFERRED = 1,  /* GROUPS: puts durable later (batched fences):
+                                        nvh_btree_durable(), nvh_btree_sync()   */
+} nvh_btree_durability;
 
 typedef struct nvh_btree_options {
     nvh_btree_mode mode;
@@ -1052,6 +1073,7 @@ typedef struct nvh_btree_options {
                                 directory starts at the first lookup (built from
                                 the leaves a few at a time by the next lookups);
                                 until then writes do not pay for it (BTREE.md) */
+    nvh_btree_durability durability; /* default: durable on return          */
 } nvh_btree_options;
 
 typedef struct nvh_btree_stats {
@@ -1073,10 +1095,13 @@ typedef void (*nvh_btree_durable_fn)(nvh_btree *tree, uint64_t durable, void *ar
  * the tree lives in DRAM. options NULL = GROUPS with defaults. */
 nvh_btree *nvh_btree_open(nvh_pool *pool, const char *name, int create,
                           const nvh_btree_options *options);
-/* Sync, then free the DRAM state (the tree stays in the pool). */
+/* Drop a reference; the last one syncs, then frees the DRAM state (the tree
+ * stays in the pool). A read-only pool opens trees read-only (get, scan and
+ * count work; writes fail NVH_E_READONLY). */
 int nvh_btree_close(nvh_btree *tree);
 
-/* Insert or replace. */
+/* Insert or replace. NVH_E_TOOLONG if len > NVH_BTREE_VALUE_MAX,
+ * NVH_E_READONLY on a read-only pool (the tree is unchanged). */
 int nvh_btree_put(nvh_btree *tree, uint64_t key, const void *value, size_t len);
 /* Value of key: *value points into the pool, valid until the next write.
  * NVH_E_NOTFOUND if absent. value/len may be NULL. */
@@ -1308,9 +1333,10 @@ unsigned nvh_protect_latency_buckets(const nvh_pool *pool, int kind, uint64_t *u
  *   nvh_hmap_put(m, "k", 1, "v", 1);
  *   nvh_hmap_close(m);
  *
- * Threads: calls on one handle are serialised by its mutex. Open a map once
- * per process. Pointers returned by get are valid until the next call that
- * modifies the map. Close every map before its pool. */
+ * Threads: calls on one handle are serialised by its mutex. Opening an open
+ * map again returns the same handle with a reference more (close it once per
+ * open). Pointers returned by get are valid until the next call that
+ * modifies the map. nvh_pool_close closes maps still open. */
 typedef struct nvh_hmap nvh_hmap;
 
 #define NVH_HMAP_KEY_MAX 65536u
@@ -1343,10 +1369,12 @@ int nvh_hmap_create(nvh_pool *pool, nvh_off_t *link, const nvh_hmap_options *opt
 /* Open the map at offset root (recovering an interrupted replacement). NULL
  * and NVH_E_BADMAGIC / NVH_E_CORRUPT / NVH_E_INVAL on error. */
 nvh_hmap *nvh_hmap_open(nvh_pool *pool, nvh_off_t root);
-/* Persist the count hint and free the handle (the map stays in the pool). */
+/* Drop a reference; the last one persists the count hint and frees the
+ * handle (the map stays in the pool). */
 int nvh_hmap_close(nvh_hmap *map);
 /* Free every entry, the buckets and the map, clearing *link (which must
- * point at the map); the handle is freed on success. A crash in the middle
+ * point at the map); the handle is freed on success. NVH_E_BUSY while the
+ * map is open more than once. A crash in the middle
  * leaves a smaller (possibly empty) valid map. */
 int nvh_hmap_destroy(nvh_hmap *map, nvh_off_t *link);
 

@@ -255,6 +255,17 @@ static int bt_header_init(nvh_pool *pool, void *p, size_t size, void *arg)
 }
 
 
+/* Free a handle that open built but does not hand out. */
+static void bt_discard(struct nvh_btree *t)
+{
+    if (t->group) nvh_group_ctx_destroy(t->group);
+    free(t->pend);
+    if (t->wear) { free(t->wear->keys); free(t->wear->counts); free(t->wear); }
+    free(t);
+}
+
+static int bt_hook_close(nvh_pool_hook *hook, int check_only);
+
 nvh_btree *nvh_btree_open(nvh_pool *pool, const char *name, int create,
                           const nvh_btree_options *options)
 {
@@ -268,6 +279,10 @@ nvh_btree *nvh_btree_open(nvh_pool *pool, const char *name, int create,
         bt_fail(NVH_E_INVAL, "bad options (sorted nodes exist only in the volatile variant)");
         return NULL;
     }
+    if (options->durability > NVH_BTREE_DURABLE_DEFERRED) {
+        bt_fail(NVH_E_INVAL, "bad options (durability)");
+        return NULL;
+    }
     if (!pool && options->mode != NVH_BTREE_VOLATILE) {
         bt_fail(NVH_E_INVAL, "pool is NULL");
         return NULL;
@@ -276,6 +291,10 @@ nvh_btree *nvh_btree_open(nvh_pool *pool, const char *name, int create,
     if (!t) { bt_fail(NVH_E_NOMEM, "out of memory"); return NULL; }
     t->mode = options->mode;
     t->sorted = options->sorted;
+    t->owner = pthread_self();
+    snprintf(t->name, sizeof t->name, "%s", name);
+    /* deferred durability exists only where a later fence can carry it */
+    t->durability = options->mode == NVH_BTREE_GROUPS ? options->durability : NVH_BTREE_DURABLE_ON_RETURN;
     t->kd_off = options->no_key_directory != 0;
     t->kd_state = t->kd_off || t->sorted ? BT_KD_READY : BT_KD_IDLE;
     t->count = -1;
@@ -296,6 +315,7 @@ nvh_btree *nvh_btree_open(nvh_pool *pool, const char *name, int create,
         return t;
     }
     t->pool = pool;
+    t->readonly = pool->readonly;
     t->base = (uintptr_t)nvh_pool_base(pool);
     char full[NVH_NAME_MAX + 1];
     bt_name(full, name);
@@ -304,6 +324,10 @@ nvh_btree *nvh_btree_open(nvh_pool *pool, const char *name, int create,
     if (!h) {
         if (!create) {
             nvh_fail(NVH_E_NOTFOUND, "btree: no tree named '%s' in the pool", name);
+            goto fail;
+        }
+        if (t->readonly) {
+            nvh_fail(NVH_E_READONLY, "btree: cannot create '%s': the pool is open read-only", name);
             goto fail;
         }
         h = nvh_reserve_named(pool, full, sizeof *h);
@@ -320,7 +344,7 @@ nvh_btree *nvh_btree_open(nvh_pool *pool, const char *name, int create,
         goto fail;
     }
     t->hdr = h;
-    if (t->mode == NVH_BTREE_GROUPS) {
+    if (t->mode == NVH_BTREE_GROUPS && t->durability == NVH_BTREE_DURABLE_DEFERRED && !t->readonly) {
         t->group = nvh_group_ctx_create(pool, options->group);
         if (!t->group) goto fail;
         nvh_group_options go;
@@ -333,14 +357,32 @@ nvh_btree *nvh_btree_open(nvh_pool *pool, const char *name, int create,
         t->pend = calloc(t->pend_cap, sizeof *t->pend);
         if (!t->pend) goto nomem;
     }
+    /* One handle per tree and process: two writers on one tree would each
+     * believe their DRAM state (companions, pending inserts, slabs). */
+    t->hook.key = h;
+    t->hook.close = bt_hook_close;
+    nvh_pool_hook *got = nvh_pool_hook_add_(pool, &t->hook);
+    if (got != &t->hook) {
+        struct nvh_btree *x = (struct nvh_btree *)(void *)((char *)got - offsetof(struct nvh_btree, hook));
+        bool same = x->mode == t->mode && x->durability == t->durability &&
+                    x->kd_off == t->kd_off && (x->wear != NULL) == (t->wear != NULL) &&
+                    pthread_equal(x->owner, t->owner);
+        bt_discard(t);
+        if (same) return x;
+        nvh_pool_hook_del_(pool, got);
+        nvh_fail(NVH_E_BUSY, "btree '%s' is open already in this process %s", name,
+                 pthread_equal(x->owner, pthread_self())
+                     ? "with other options (open it again with the same options, or close it first)"
+                     : "by another thread (a tree is not thread-safe: use it from the thread that "
+                       "opened it)");
+        return NULL;
+    }
+    if (!t->readonly) bt_slab_adopt(t);
     return t;
 nomem:
     bt_fail(NVH_E_NOMEM, "out of memory");
 fail:
-    if (t->group) nvh_group_ctx_destroy(t->group);
-    free(t->pend);
-    if (t->wear) { free(t->wear->keys); free(t->wear->counts); free(t->wear); }
-    free(t);
+    bt_discard(t);
     return NULL;
 }
 
@@ -357,9 +399,9 @@ static void bt_free_volatile(struct nvh_btree *t, bt_node *n)
     free(n);
 }
 
-int nvh_btree_close(nvh_btree *t)
+/* Free the handle now (sync first), whatever its references. */
+static int bt_close_now(struct nvh_btree *t)
 {
-    if (!t) return NVH_OK;
     int rc = NVH_OK;
     if (t->group) {
         rc = nvh_btree_sync(t);
@@ -372,12 +414,51 @@ int nvh_btree_close(nvh_btree *t)
     }
     free(t->pend);
     bt_nres_fini(t);
+    if (t->pool && !t->readonly) bt_slab_close(t);
     bt_slab_fini(t);
     bt_ix_fini(t);
     bt_kd_fini(t);
     if (t->wear) { free(t->wear->keys); free(t->wear->counts); free(t->wear); }
     free(t);
     return rc;
+}
+
+/* nvh_pool_close with the tree still open: every completed operation made
+ * durable, then closed. A deferred tree's persist-group context belongs to
+ * the opening thread: from another thread the pool refuses to close. */
+static int bt_hook_close(nvh_pool_hook *hook, int check_only)
+{
+    struct nvh_btree *t = (struct nvh_btree *)(void *)((char *)hook - offsetof(struct nvh_btree, hook));
+    if (check_only) {
+        if (t->group && !pthread_equal(t->owner, pthread_self()))
+            return nvh_fail(NVH_E_BUSY, "btree '%s' (deferred durability) is open in another "
+                            "thread: close it there before the pool", t->name);
+        return NVH_OK;
+    }
+    return bt_close_now(t);
+}
+
+int nvh_btree_close(nvh_btree *t)
+{
+    if (!t) return NVH_OK;
+    int rc = bt_check_thread(t);
+    if (rc != NVH_OK) return rc;
+    if (t->pool && nvh_pool_hook_del_(t->pool, &t->hook) > 0) return NVH_OK;
+    return bt_close_now(t);
+}
+
+int bt_thread_error(const struct nvh_btree *t)
+{
+    return nvh_fail(NVH_E_BUSY, "btree '%s': called from a thread other than the one that "
+                    "opened it; a B+ tree is not thread-safe: use it from that thread only",
+                    t->name);
+}
+
+int bt_check_write(const struct nvh_btree *t)
+{
+    if (__builtin_expect(t->readonly, 0))
+        return nvh_fail(NVH_E_READONLY, "btree '%s': the pool is open read-only", t->name);
+    return bt_check_thread(t);
 }
 
 /* ==========================================================================
@@ -418,6 +499,8 @@ void bt_ack_validated(struct nvh_btree *t)
 int nvh_btree_sync(nvh_btree *t)
 {
     if (!t) return bt_fail(NVH_E_INVAL, "tree is NULL");
+    int rc0 = bt_check_thread(t);
+    if (rc0 != NVH_OK) return rc0;
     if (t->group) {
         int rc = nvh_group_sync(t->group);
         if (rc != NVH_OK) return rc;
@@ -654,6 +737,8 @@ static void bt_kd_progress(struct nvh_btree *t)
 int nvh_btree_get(nvh_btree *t, uint64_t key, const void **value, size_t *len)
 {
     if (!t) return bt_fail(NVH_E_INVAL, "tree is NULL");
+    int trc = bt_check_thread(t);
+    if (trc != NVH_OK) return trc;
     if (__builtin_expect(t->kd_state != BT_KD_READY, 0)) bt_kd_progress(t);
     bt_record *r = NULL;
     uint64_t w = bt_kd_get(t, key);
@@ -750,6 +835,8 @@ static int bt_walk(struct nvh_btree *t, bt_node *n, uint64_t lo, uint64_t hi, ui
 int nvh_btree_scan(nvh_btree *t, uint64_t from, uint64_t to, nvh_btree_scan_fn fn, void *arg)
 {
     if (!t || !fn) return bt_fail(NVH_E_INVAL, "tree or callback is NULL");
+    int trc = bt_check_thread(t);
+    if (trc != NVH_OK) return trc;
     bt_node *root = bt_ptr(t, t->hdr->root);
     if (!root || from > to) return 0;
     return bt_walk(t, root, 0, UINT64_MAX, from, to, fn, arg, NULL);

@@ -21,10 +21,13 @@
 #define NVH_DS_BTREE_H
 
 #include <assert.h>
+#include <pthread.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
 #include "nvheap.h"
+#include "../common/internal.h"
 #include "../protect/protect.h"
 
 /* ==========================================================================
@@ -66,11 +69,16 @@ typedef struct bt_header {
     uint32_t node_size;      /* BT_NODE_SIZE                                   */
     nvh_off_t root;          /* root node; 0 = empty tree (set by activation)  */
     nvh_off_t slabs;         /* newest record slab; 0 = none (activation links) */
-    uint64_t reserved[4];    /* zero                                           */
+    nvh_off_t cur_slab;      /* the slab records were last carved from, for the
+                                next session to go on carving (btree_slab.c);
+                                0 = none. Set by the slab's activation, cleared
+                                by its free                                   */
+    uint64_t reserved[3];    /* zero                                           */
 } bt_header;
 _Static_assert(sizeof(bt_header) == 64, "bt_header is one line");
 _Static_assert(offsetof(bt_header, root) == 16, "bt_header.root offset");
 _Static_assert(offsetof(bt_header, slabs) == 24, "bt_header.slabs offset");
+_Static_assert(offsetof(bt_header, cur_slab) == 32, "bt_header.cur_slab offset");
 
 /* One slot: in a leaf (key, value record), in an inner node (lower bound of
  * the child's key range, child). 16 B, so a slot never straddles a line. */
@@ -110,10 +118,28 @@ typedef struct bt_slab {
     uint64_t magic;          /* BT_MAGIC_SLAB                                  */
     nvh_off_t next;          /* older slab, or 0                                */
     uint64_t size;           /* bytes, header included                          */
-    uint64_t reserved[5];    /* zero                                           */
+    uint64_t fill;           /* no record lies at or past this byte offset: the
+                                durable bound of the bump pointer, raised ahead
+                                of it by BT_FILL_STEP (btree_slab.c); 0 = unknown */
+    uint64_t fill_check;     /* bt_fill_check(slab offset, fill): a fill that
+                                does not match is unknown                       */
+    nvh_off_t tree;          /* the tree header owning it                       */
+    uint64_t reserved[2];    /* zero                                           */
 } bt_slab;
 _Static_assert(sizeof(bt_slab) == 64, "bt_slab header is one line");
 _Static_assert(offsetof(bt_slab, next) == 8, "bt_slab.next offset");
+_Static_assert(offsetof(bt_slab, fill) == 24 && offsetof(bt_slab, fill_check) == 32 &&
+               offsetof(bt_slab, tree) == 40,
+               "bt_slab.fill offsets");
+/* How far the durable fill bound runs ahead of the bump pointer: one store
+ * and flush of the slab's header line per BT_FILL_STEP bytes of records
+ * (~13 inserts of 256 B), and at most this much of the slab is skipped when
+ * a process dies without closing the tree. */
+#define BT_FILL_STEP 4096u
+static inline uint64_t bt_fill_check(nvh_off_t slab, uint64_t fill)
+{
+    return (fill ^ slab) * 0x9E3779B97F4A7C15ull ^ BT_MAGIC_SLAB;
+}
 
 /* A value record, 64 B aligned inside a slab. Written (and made durable)
  * before any leaf entry points at it; never written again. */
@@ -344,6 +370,11 @@ typedef struct bt_wear {
 
 struct nvh_btree {
     nvh_pool *pool;          /* NULL for the volatile variant                  */
+    nvh_pool_hook hook;      /* registered with the pool while open (key: hdr) */
+    pthread_t owner;         /* the thread that opened it (not thread-safe)    */
+    char name[41];           /* for messages                                   */
+    bool readonly;           /* the pool is open read-only                     */
+    nvh_btree_durability durability;
     uintptr_t base;          /* pool base, or 0 (volatile: offsets = addresses) */
     bt_header *hdr;          /* volatile variant: a malloc'd header            */
     nvh_btree_mode mode;
@@ -369,6 +400,7 @@ struct nvh_btree {
     bt_slab *slab;           /* current slab (bump allocation), or NULL        */
     int32_t slab_idx;        /* its bt_slabinfo index                          */
     uint64_t slab_used;      /* bytes carved from it, header included          */
+    uint64_t slab_fill;      /* its durable fill bound (bt_slab.fill)          */
     bool rec_win;                /* the last bt_rec_new opened a record window */
     nvh_protect_hold slab_hold;  /* protected pool: a write window over the whole
                                     current slab, open while it is current  */
@@ -431,6 +463,21 @@ static inline nvh_off_t bt_off(const struct nvh_btree *t, const void *p)
     return p ? (nvh_off_t)((uintptr_t)p - t->base) : 0;
 }
 static inline int bt_persistent(const struct nvh_btree *t) { return t->mode != NVH_BTREE_VOLATILE; }
+
+/* A tree is used by the thread that opened it (its handle is not
+ * thread-safe); any other thread gets NVH_E_BUSY saying so. */
+int bt_thread_error(const struct nvh_btree *t);
+static inline int bt_check_thread(const struct nvh_btree *t)
+{
+    if (__builtin_expect(pthread_equal(t->owner, pthread_self()) != 0, 1)) return NVH_OK;
+    return bt_thread_error(t);
+}
+/* Writes: NVH_E_READONLY on a read-only pool, else the thread check. */
+int bt_check_write(const struct nvh_btree *t);
+/* Adopt the slab an earlier session carved records from last (open), and
+ * make the current slab's fill bound exact (close). */
+void bt_slab_adopt(struct nvh_btree *t);
+void bt_slab_close(struct nvh_btree *t);
 
 /* Ask for every line of a node at once: a linear scan of 16 lines would
  * otherwise wait for the lines one after another (the node is usually not
@@ -704,6 +751,8 @@ int bt_reclaim_leaf(struct nvh_btree *t, bt_path *p);
 #define BT_FAULT_KD_SKIP_LEAF 8u     /* the key directory's build skips every
                                         other leaf (test_btree_basic's
                                         directory_build must catch it)       */
+#define BT_FAULT_NO_VALIDATION_FENCE 16u /* durable insert: returns before its
+                                        validation is fenced (acked too early) */
 void nvh_btree_debug_fault_(nvh_btree *t, unsigned faults);
 
 #endif /* NVH_DS_BTREE_H */

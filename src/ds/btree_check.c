@@ -210,7 +210,8 @@ static int bt_reclaim_node(struct nvh_btree *t, bt_path *p)
 int nvh_btree_reclaim(nvh_btree *t)
 {
     if (!t) return nvh_fail(NVH_E_INVAL, "btree: tree is NULL");
-    int rc = nvh_btree_sync(t);
+    int rc = bt_check_write(t);
+    if (rc == NVH_OK) rc = nvh_btree_sync(t);
     if (rc != NVH_OK) return rc;
     if (t->pool) {
         rc = bt_slab_recount_begin(t);

@@ -20,6 +20,15 @@
  * Slab space is never reused inside a slab (bump only), so no stale pointer
  * can ever see a different record at the same address; a freed slab goes
  * through the allocator's don't-allocate FIFO like any object.
+ *
+ * Across sessions: the tree header names the slab records were carved from
+ * last (cur_slab), and each slab's header keeps a durable bound of its bump
+ * pointer (fill), raised BT_FILL_STEP ahead of it in the same store-and-
+ * flush that precedes the record's fence, so no record that an entry can
+ * point at lies past it. The next session (after a close, or a crash) goes
+ * on carving at the bound instead of activating a slab of its own: many
+ * short sessions share slabs; a session that dies skips at most
+ * BT_FILL_STEP. A clean close makes the bound exact.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -191,12 +200,22 @@ static bt_slab *bt_slab_new(struct nvh_btree *t, uint64_t size, int32_t *idx, in
     s->magic = BT_MAGIC_SLAB;
     s->next = t->hdr->slabs;
     s->size = size;
+    s->tree = bt_off(t, t->hdr);
+    s->fill = size;                   /* a record's own slab: full at once */
+    if (hold) {
+        s->fill = sizeof *s + BT_FILL_STEP < size ? sizeof *s + BT_FILL_STEP : size;
+        t->slab_fill = s->fill;
+    }
+    s->fill_check = bt_fill_check(bt_off(t, s), s->fill);
     nvh_persist(t->pool, s, sizeof *s);
     nvh_protect_close_(t->pool, s, sizeof *s);
-    nvh_off_t *link = &t->hdr->slabs;
-    nvh_protect_open_(t->pool, link, sizeof *link);
-    int rc = nvh_activate(t->pool, s, &link, 1);
-    nvh_protect_close_(t->pool, link, sizeof *link);
+    /* a current slab is also named by the header's cur_slab (both links are
+     * set by the one activation) */
+    nvh_off_t *links[2] = {&t->hdr->slabs, &t->hdr->cur_slab};
+    unsigned nlinks = hold ? 2 : 1;
+    nvh_protect_open_(t->pool, t->hdr, sizeof *t->hdr);
+    int rc = nvh_activate(t->pool, s, links, nlinks);
+    nvh_protect_close_(t->pool, t->hdr, sizeof *t->hdr);
     if (after) nvh_protect_close_(t->pool, after, 64);
     if (rc != NVH_OK) {
         if (hold) bt_slab_unhold(t);
@@ -224,9 +243,13 @@ static int bt_slab_free(struct nvh_btree *t, int32_t i)
     int32_t p = t->si[i].prev;
     nvh_off_t *link = p >= 0 ? &((bt_slab *)bt_ptr(t, t->si[p].off))->next : &t->hdr->slabs;
     if (*link != t->si[i].off) return nvh_fail(NVH_E_CORRUPT, "btree: slab list out of order (bug)");
-    nvh_link l = {link, s->next};
+    /* the header must never name a freed slab as the one to go on carving */
+    nvh_link l[2] = {{link, s->next}, {&t->hdr->cur_slab, 0}};
+    unsigned nl = t->hdr->cur_slab == t->si[i].off ? 2 : 1;
     nvh_protect_open_(t->pool, link, sizeof *link);
-    int rc = nvh_free(t->pool, s, &l, 1);
+    nvh_protect_open_(t->pool, t->hdr, sizeof *t->hdr);
+    int rc = nvh_free(t->pool, s, l, nl);
+    nvh_protect_close_(t->pool, t->hdr, sizeof *t->hdr);
     nvh_protect_close_(t->pool, link, sizeof *link);
     if (rc != NVH_OK) return rc;
     si_remove(t, i);
@@ -237,6 +260,57 @@ static int bt_slab_free(struct nvh_btree *t, int32_t i)
 /* ==========================================================================
  * Records
  * ========================================================================== */
+/* The bump pointer passed the durable fill bound: raise it BT_FILL_STEP
+ * ahead. Stored and flushed, not fenced: the fence that makes the record
+ * durable, which every insert and update has before an entry points at the
+ * record, makes the bound durable first. */
+static void bt_slab_raise_fill(struct nvh_btree *t)
+{
+    bt_slab *s = t->slab;
+    uint64_t f = t->slab_used + BT_FILL_STEP;
+    if (f > s->size) f = s->size;
+    nvh_protect_open_(t->pool, s, sizeof *s);
+    s->fill = f;
+    s->fill_check = bt_fill_check(bt_off(t, s), f);
+    nvh_flush(t->pool, s, sizeof *s);
+    nvh_protect_close_(t->pool, s, sizeof *s);
+    t->slab_fill = f;
+}
+
+void bt_slab_adopt(struct nvh_btree *t)
+{
+    nvh_off_t o = t->hdr->cur_slab;
+    if (!o || (o & 63) || t->slab) return;
+    bt_slab *s = bt_ptr(t, o);
+    if (!nvh_contains(t->pool, s, sizeof *s) || s->magic != BT_MAGIC_SLAB ||
+        s->tree != bt_off(t, t->hdr))
+        return;
+    if (s->fill_check != bt_fill_check(o, s->fill) || s->fill < sizeof *s || s->fill > s->size ||
+        s->size > BT_SLAB_SIZE_HELD + BT_ALLOC_HEADER || nvh_usable_size(t->pool, s) < s->size)
+        return;                                   /* unknown: leave it (reclaim counts it) */
+    uint64_t at = (s->fill + 63) & ~(uint64_t)63;
+    if (at + 64 > s->size) return;                /* full */
+    /* held as a freshly activated current slab is (protected pools) */
+    if (nvh_protect_epoch_(t->pool)) nvh_protect_hold_open_(t->pool, &t->slab_hold, s, s->size);
+    t->slab = s;
+    t->slab_idx = -1;           /* its live records are counted by reclaim only */
+    t->slab_used = at;
+    t->slab_fill = s->fill;
+}
+
+void bt_slab_close(struct nvh_btree *t)
+{
+    bt_slab *s = t->slab;
+    if (!s || t->slab_fill == t->slab_used || !nvh_contains(t->pool, s, sizeof *s)) return;
+    /* every record carved is durable (the tree is synced): the exact bound */
+    nvh_protect_open_(t->pool, s, sizeof *s);
+    s->fill = t->slab_used;
+    s->fill_check = bt_fill_check(bt_off(t, s), s->fill);
+    nvh_persist(t->pool, s, sizeof *s);
+    nvh_protect_close_(t->pool, s, sizeof *s);
+    t->slab_fill = t->slab_used;
+}
+
 bt_record *bt_rec_new(struct nvh_btree *t, size_t len)
 {
     size_t size = (sizeof(bt_record) + len + 63) & ~(size_t)63;
@@ -265,6 +339,7 @@ bt_record *bt_rec_new(struct nvh_btree *t, size_t len)
             t->slab = s;
             t->slab_idx = idx;
             t->slab_used = sizeof(bt_slab);
+            /* (bt_slab_new set slab_fill) */
             /* the previous current slab may already be empty */
             if (old >= 0 && t->si[old].off && t->si[old].live == 0) {
                 int rc = bt_slab_free(t, old);
@@ -275,8 +350,9 @@ bt_record *bt_rec_new(struct nvh_btree *t, size_t len)
         idx = t->slab_idx;
         at = t->slab_used;
         t->slab_used += size;
+        if (t->slab_used > t->slab_fill) bt_slab_raise_fill(t);
     }
-    t->si[idx].live++;
+    if (idx >= 0) t->si[idx].live++;   /* (an adopted slab is not counted) */
     bt_record *r = (bt_record *)((char *)s + at);
     /* A record of the current slab needs no window of its own while the
      * slab is held (protected pool): every store to a record happens now,

@@ -19,6 +19,12 @@
  * = 0 persisted ("deletes null the pointer"). Both first sync pending
  * inserts and are durable when they return.
  *
+ * Durability on return (the default, NVH_BTREE_DURABLE_ON_RETURN): a GROUPS
+ * tree has no group context then and an insert takes the flush variant's
+ * path: record and slot key flushed, fence, the validation flushed, fence
+ * (the validation must follow durable data, so two fences are the least).
+ *
+ * Deferred durability (NVH_BTREE_DURABLE_DEFERRED, opt-in), below.
  * Durability of inserts: each is atomic and is durable once acknowledged;
  * inserts still in flight at a crash survive or not independently of each
  * other (their validations are batched, not ordered by a fence each), so a
@@ -275,6 +281,11 @@ static int bt_update(struct nvh_btree *t, const bt_node *n, bt_entry *e, const v
 int nvh_btree_put(nvh_btree *t, uint64_t key, const void *value, size_t len)
 {
     if (!t || (!value && len)) return nvh_fail(NVH_E_INVAL, "btree: tree or value is NULL");
+    int rc0 = bt_check_write(t);
+    if (rc0 != NVH_OK) return rc0;
+    if (len > NVH_BTREE_VALUE_MAX)
+        return nvh_fail(NVH_E_TOOLONG, "btree '%s': value of %zu bytes, the limit is %zu", t->name,
+                        len, (size_t)NVH_BTREE_VALUE_MAX);
     if (t->deferred_err) return nvh_btree_sync(t);
     bt_path path[BT_MAX_DEPTH];
     int d = bt_descend(t, key, 1, path, BT_MAX_DEPTH);
@@ -306,7 +317,9 @@ int nvh_btree_put(nvh_btree *t, uint64_t key, const void *value, size_t len)
     bt_record *r = bt_new_record(t, value, len, &to_flush);
     if (!r) return nvh_errcode();
     if (t->count >= 0) t->count++;
-    switch (t->mode) {
+    /* durable on return: the groups tree without a group, i.e. every
+     * step flushed and fenced before the next */
+    switch (t->mode == NVH_BTREE_GROUPS && !t->group ? NVH_BTREE_FLUSH : t->mode) {
     case NVH_BTREE_VOLATILE:
         e->key = key;
         e->ptr = bt_off(t, r);
@@ -324,7 +337,7 @@ int nvh_btree_put(nvh_btree *t, uint64_t key, const void *value, size_t len)
         nvh_drain(t->pool);
         if (t->rec_win) bt_wclose(t, r, bt_rec_size(len));
         bt_store_persist(t, &e->ptr, bt_off(t, r));
-        nvh_drain(t->pool);
+        if (__builtin_expect(!(t->fault & BT_FAULT_NO_VALIDATION_FENCE), 1)) nvh_drain(t->pool);
         bt_wclose(t, e, sizeof *e);
         bt_ix_add_leaf(t, path[d].ix, path[d].node, (unsigned)slot, key, bt_off(t, r), bt_rec_size(len));
         bt_kd_add(t, key, bt_rec_word(bt_off(t, r), bt_rec_size(len)));
@@ -374,6 +387,8 @@ int nvh_btree_put(nvh_btree *t, uint64_t key, const void *value, size_t len)
 int nvh_btree_delete(nvh_btree *t, uint64_t key)
 {
     if (!t) return nvh_fail(NVH_E_INVAL, "btree: tree is NULL");
+    int rc0 = bt_check_write(t);
+    if (rc0 != NVH_OK) return rc0;
     if (t->deferred_err) return nvh_btree_sync(t);
     if (!t->hdr->root) return nvh_fail(NVH_E_NOTFOUND, "btree: key %llu not found", (unsigned long long)key);
     int rc = bt_sync_pending(t);

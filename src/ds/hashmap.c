@@ -425,6 +425,8 @@ static int hm_recover_pending(struct nvh_hmap *m)
     return nvh_free(m->pool, old, &l, 1);
 }
 
+static int hm_hook_close(nvh_pool_hook *hook, int check_only);
+
 static nvh_hmap *hm_open(nvh_pool *pool, nvh_off_t root_off)
 {
     if (!pool) {
@@ -452,6 +454,12 @@ static nvh_hmap *hm_open(nvh_pool *pool, nvh_off_t root_off)
                  r->max_load_pct);
         return NULL;
     }
+    /* One handle per map and process (two handles would each trust their
+     * own DRAM view: count, pending marks, and a second open's recovery
+     * would undo the first handle's update in flight): an open map's handle
+     * is returned again, with a reference more. */
+    nvh_pool_hook *open = nvh_pool_hook_get_(pool, r);
+    if (open) return (struct nvh_hmap *)(void *)((char *)open - offsetof(struct nvh_hmap, hook));
     struct nvh_hmap *m = calloc(1, sizeof *m);
     if (!m) {
         nvh_fail(NVH_E_NOMEM, "nvh_hmap_open: out of memory");
@@ -478,6 +486,15 @@ static nvh_hmap *hm_open(nvh_pool *pool, nvh_off_t root_off)
     }
     m->count = r->count_hint;
     m->link_cursor = m->nsegs > 1 ? m->nbuckets / 2 : 1;
+    m->hook.key = r;
+    m->hook.close = hm_hook_close;
+    nvh_pool_hook *got = nvh_pool_hook_add_(pool, &m->hook);
+    if (got != &m->hook) {
+        /* another thread opened it meanwhile: use that handle */
+        pthread_mutex_destroy(&m->lock);
+        free(m);
+        return (struct nvh_hmap *)(void *)((char *)got - offsetof(struct nvh_hmap, hook));
+    }
     return m;
 }
 
@@ -496,6 +513,19 @@ static int hm_close(nvh_hmap *m)
     return NVH_OK;
 }
 
+/* nvh_pool_close with the map still open: operations are durable when
+ * they return; close persists the count hint and frees the handle. */
+static int hm_hook_close(nvh_pool_hook *hook, int check_only)
+{
+    if (check_only) return NVH_OK;
+    struct nvh_hmap *m = (struct nvh_hmap *)(void *)((char *)hook - offsetof(struct nvh_hmap, hook));
+    nvh_pool *pool = m->pool;
+    nvh_protect_internal_begin(pool);
+    int rc = hm_close(m);
+    nvh_protect_internal_end(pool);
+    return rc;
+}
+
 /* ==========================================================================
  * Destroy: entry by entry (each step failure-atomic), then the segments,
  * then the root. A crash in the middle leaves a smaller, consistent map.
@@ -506,6 +536,11 @@ static int hm_destroy(nvh_hmap *m, nvh_off_t *link)
     if (m->pool->readonly) return nvh_fail(NVH_E_READONLY, "nvh_hmap_destroy: pool is read-only");
     if (*link != m->root_off)
         return nvh_fail(NVH_E_INVAL, "nvh_hmap_destroy: link does not point at the map");
+    if (nvh_pool_hook_del_(m->pool, &m->hook) > 0) {
+        nvh_pool_hook_add_(m->pool, &m->hook);      /* keep the reference: refused */
+        return nvh_fail(NVH_E_BUSY, "nvh_hmap_destroy: the map is open more than once "
+                        "(close the other handles first)");
+    }
     hm_lock(m);
     int rc = NVH_OK;
     nvh_hm_settle_(m, true);
@@ -551,7 +586,10 @@ static int hm_destroy(nvh_hmap *m, nvh_off_t *link)
         rc = nvh_free(m->pool, m->root, &l, 1);
     }
     hm_unlock(m);
-    if (rc != NVH_OK) return rc;
+    if (rc != NVH_OK) {
+        nvh_pool_hook_add_(m->pool, &m->hook);      /* still open */
+        return rc;
+    }
     pthread_mutex_destroy(&m->lock);
     free(m);
     return NVH_OK;
@@ -582,6 +620,7 @@ int nvh_hmap_close(nvh_hmap *m)
 {
     if (!m) return NVH_OK;
     nvh_pool *pool = m->pool;
+    if (nvh_pool_hook_del_(pool, &m->hook) > 0) return NVH_OK;   /* opened again */
     nvh_protect_internal_begin(pool);
     int rc = hm_close(m);
     nvh_protect_internal_end(pool);

@@ -100,6 +100,7 @@ static_assert(offsetof(struct nvh_hm_dummy, so_key) == offsetof(struct nvh_hm_li
  * ========================================================================== */
 struct nvh_hmap {
     nvh_pool *pool;
+    nvh_pool_hook hook;      /* registered with the pool while open (key: root) */
     struct nvh_hm_root *root;
     nvh_off_t root_off;
     pthread_mutex_t lock;    /* one writer or reader at a time              */

@@ -324,6 +324,7 @@ static void pool_free(nvh_pool *pool)
     if (pool->reserved) munmap(pool->reserved, pool->reserved_size);
     if (pool->fd >= 0) close(pool->fd);   /* also drops the flock */
     pthread_mutex_destroy(&pool->grow_lock);
+    pthread_mutex_destroy(&pool->hooks_lock);
     free(pool->path);
     free(pool);
 }
@@ -350,6 +351,7 @@ static nvh_pool *pool_attach(int fd, const char *path, unsigned flags,
     pthread_mutexattr_settype(&grow_attr, PTHREAD_MUTEX_ERRORCHECK);
     pthread_mutex_init(&pool->grow_lock, &grow_attr);
     pthread_mutexattr_destroy(&grow_attr);
+    pthread_mutex_init(&pool->hooks_lock, NULL);
     pool->path = strdup(path);
     uint64_t size = sb_copy->state[slot].pool_size;
     pool->state_seq = sb_copy->state[slot].sequence;
@@ -630,12 +632,89 @@ int nvh_pool_grow(nvh_pool *pool, uint64_t new_size)
 }
 
 /* --------------------------------------------------------------------------
+ * Open containers (internal.h, nvh_pool_hook): a list under a mutex; pools
+ * have a handful of open containers, so a linear search is enough.
+ * -------------------------------------------------------------------------- */
+nvh_pool_hook *nvh_pool_hook_add_(nvh_pool *pool, nvh_pool_hook *hook)
+{
+    pthread_mutex_lock(&pool->hooks_lock);
+    nvh_pool_hook *h = pool->hooks;
+    while (h && h->key != hook->key) h = h->next;
+    if (h) {
+        h->refs++;
+    } else {
+        h = hook;
+        h->refs = 1;
+        h->next = pool->hooks;
+        pool->hooks = h;
+    }
+    pthread_mutex_unlock(&pool->hooks_lock);
+    return h;
+}
+
+nvh_pool_hook *nvh_pool_hook_get_(nvh_pool *pool, const void *key)
+{
+    pthread_mutex_lock(&pool->hooks_lock);
+    nvh_pool_hook *h = pool->hooks;
+    while (h && h->key != key) h = h->next;
+    if (h) h->refs++;
+    pthread_mutex_unlock(&pool->hooks_lock);
+    return h;
+}
+
+unsigned nvh_pool_hook_del_(nvh_pool *pool, nvh_pool_hook *hook)
+{
+    pthread_mutex_lock(&pool->hooks_lock);
+    unsigned left = hook->refs ? --hook->refs : 0;
+    if (left == 0) {
+        nvh_pool_hook **p = &pool->hooks;
+        while (*p && *p != hook) p = &(*p)->next;
+        if (*p) *p = hook->next;
+        hook->next = NULL;
+    }
+    pthread_mutex_unlock(&pool->hooks_lock);
+    return left;
+}
+
+/* Close the containers still open: first ask each whether it can close
+ * (a refusal, *refused, leaves everything as it was), then close them all. */
+static int close_containers(nvh_pool *pool, bool *refused)
+{
+    *refused = false;
+    pthread_mutex_lock(&pool->hooks_lock);
+    for (nvh_pool_hook *h = pool->hooks; h; h = h->next) {
+        int rc = h->close(h, 1);
+        if (rc != NVH_OK) {
+            pthread_mutex_unlock(&pool->hooks_lock);
+            *refused = true;
+            return rc;
+        }
+    }
+    nvh_pool_hook *list = pool->hooks;
+    pool->hooks = NULL;
+    pthread_mutex_unlock(&pool->hooks_lock);
+    int rc = NVH_OK;
+    while (list) {
+        nvh_pool_hook *h = list;
+        list = h->next;
+        h->next = NULL;
+        h->refs = 0;
+        int rc2 = h->close(h, 0);
+        if (rc == NVH_OK) rc = rc2;
+    }
+    return rc;
+}
+
+/* --------------------------------------------------------------------------
  * Close
  * -------------------------------------------------------------------------- */
 int nvh_pool_close(nvh_pool *pool)
 {
     if (!pool) return NVH_OK;
-    int rc = NVH_OK;
+    /* containers first: their close writes through every layer below */
+    bool refused;
+    int rc = close_containers(pool, &refused);
+    if (refused) return rc;                   /* the pool stays open, unchanged */
     if (!pool->readonly) {
         /* an implicit window: the layers' close-time stores stay legal under
          * protection whether or not they open windows themselves */

@@ -14,15 +14,17 @@ typedef struct variant {
     nvh_btree_mode mode;
     int sorted;
     int no_key_directory;
+    nvh_btree_durability durability;
 } variant;
 
 static const variant g_variants[] = {
-    {"groups", NVH_BTREE_GROUPS, 0, 0},
-    {"flush", NVH_BTREE_FLUSH, 0, 0},
-    {"nt", NVH_BTREE_NT, 0, 0},
-    {"volatile", NVH_BTREE_VOLATILE, 0, 0},
-    {"volatile-sorted", NVH_BTREE_VOLATILE, 1, 0},
-    {"groups-nodir", NVH_BTREE_GROUPS, 0, 1},   /* no key directory */
+    {"durable", NVH_BTREE_GROUPS, 0, 0, NVH_BTREE_DURABLE_ON_RETURN},   /* the default */
+    {"groups", NVH_BTREE_GROUPS, 0, 0, NVH_BTREE_DURABLE_DEFERRED},
+    {"flush", NVH_BTREE_FLUSH, 0, 0, 0},
+    {"nt", NVH_BTREE_NT, 0, 0, 0},
+    {"volatile", NVH_BTREE_VOLATILE, 0, 0, 0},
+    {"volatile-sorted", NVH_BTREE_VOLATILE, 1, 0, 0},
+    {"groups-nodir", NVH_BTREE_GROUPS, 0, 1, NVH_BTREE_DURABLE_DEFERRED},   /* no key directory */
 };
 
 static nvh_pool *new_pool(const char *name, const char **path)
@@ -51,7 +53,7 @@ static void property_run(const variant *v, uint64_t seed, unsigned ops, uint64_t
     const char *path;
     nvh_pool *pool = new_pool("bt-prop", &path);
     nvh_btree_options opt = {.mode = v->mode, .sorted = v->sorted,
-                             .no_key_directory = v->no_key_directory};
+                             .no_key_directory = v->no_key_directory, .durability = v->durability};
     nvh_btree *t = nvh_btree_open(v->mode == NVH_BTREE_VOLATILE ? NULL : pool, "prop", 1, &opt);
     assert_non_null(t);
     bt_model m;
@@ -258,7 +260,8 @@ static void durable_and_wear(void **state)
     const char *path;
     nvh_pool *pool = new_pool("bt-dur", &path);
     nvh_group_options go = {.batch_count = 4, .batch_ns = NVH_GROUP_NEVER};
-    nvh_btree_options opt = {.mode = NVH_BTREE_GROUPS, .count_wear = 1, .group = &go};
+    nvh_btree_options opt = {.mode = NVH_BTREE_GROUPS, .count_wear = 1, .group = &go,
+                             .durability = NVH_BTREE_DURABLE_DEFERRED};
     nvh_btree *t = nvh_btree_open(pool, "d", 1, &opt);
     assert_non_null(t);
     for (uint64_t k = 0; k < 3; k++) assert_int_equal(nvh_btree_put(t, k, &k, 8), NVH_OK);
@@ -449,7 +452,7 @@ static void companion_exact(void **state)
             pool = nvh_pool_create(path, BT_LAYOUT, 64u << 20, NVH_DOMAIN_PROCESS);
             assert_non_null(pool);
         }
-        nvh_btree_options o = {.mode = modes[mi]};
+        nvh_btree_options o = {.mode = modes[mi], .durability = NVH_BTREE_DURABLE_DEFERRED};
         nvh_btree *t = nvh_btree_open(pool, "c", 1, &o);
         assert_non_null(t);
         /* inserts, each looked up while (in GROUPS) still pending */
@@ -513,7 +516,7 @@ static uint64_t directory_run(nvh_btree_mode mode, unsigned fault)
         pool = nvh_pool_create(path, BT_LAYOUT, 64u << 20, NVH_DOMAIN_PROCESS);
         assert_non_null(pool);
     }
-    nvh_btree_options o = {.mode = mode};
+    nvh_btree_options o = {.mode = mode, .durability = NVH_BTREE_DURABLE_DEFERRED};
     nvh_btree *t = nvh_btree_open(pool, "kd", 1, &o);
     assert_non_null(t);
     if (fault) nvh_btree_debug_fault_(t, fault);

@@ -42,6 +42,8 @@ typedef struct cfg {
     unsigned maxlen;
     unsigned sync_every; /* explicit nvh_btree_sync every N ops (0 = never) */
     unsigned fault;      /* negative controls: deliberate bugs (src/ds/btree.h) */
+    int on_return;       /* GROUPS: the default durability (durable on return);
+                            0: NVH_BTREE_DURABLE_DEFERRED */
 } cfg;
 
 /* src/ds/btree.c (internal): make the tree deliberately broken. */
@@ -49,6 +51,7 @@ void nvh_btree_debug_fault_(nvh_btree *t, unsigned faults);
 #define BT_FAULT_VALIDATE_EARLY 1u
 #define BT_FAULT_NODE_UNFLUSHED 2u
 #define BT_FAULT_ACK_EARLY 4u
+#define BT_FAULT_NO_VALIDATION_FENCE 16u
 
 static volatile uint64_t g_issued, g_durable;
 static nvh_btree_stats g_stats;     /* of the last workload run */
@@ -139,7 +142,9 @@ static nvh_btree_options tree_options(const cfg *c, nvh_group_options *go)
     go->batch_count = 6;
     go->batch_ns = NVH_GROUP_NEVER;          /* deterministic for exploration */
     go->slots = 24;
-    return (nvh_btree_options){.mode = c->mode, .group = go};
+    return (nvh_btree_options){.mode = c->mode, .group = go,
+                               .durability = c->on_return ? NVH_BTREE_DURABLE_ON_RETURN
+                                                          : NVH_BTREE_DURABLE_DEFERRED};
 }
 
 static int workload(nvh_pool *pool, void *arg)
@@ -360,11 +365,14 @@ static void report_progress(const char *what, const nvh_crash_report *rep, uint6
     (void)points;
 }
 
+static int g_on_return;   /* run_every_fence*: the default durability */
+
 static void run_every_fence_len(nvh_btree_mode mode, nvh_crash_mode cmode, const char *what,
                                 uint64_t inserts, uint64_t updates, uint64_t deletes,
                                 unsigned images, unsigned maxlen)
 {
-    cfg c = {.mode = mode, .nkeys = inserts, .maxlen = maxlen, .sync_every = 50};
+    cfg c = {.mode = mode, .nkeys = inserts, .maxlen = maxlen, .sync_every = 50,
+             .on_return = g_on_return};
     c.ops = make_ops(c.nkeys, inserts, updates, deletes, 17, &c.nops);
     nvh_crash_report rep = explore(&c, cmode, 0, images, maxlen > MAXLEN ? 16u << 20 : 4u << 20);
     report_progress(what, &rep, c.nops);
@@ -403,6 +411,31 @@ static void every_fence_groups_words(void **s)
     (void)s;
     run_every_fence(NVH_BTREE_GROUPS, NVH_CRASH_WORDS, "groups, words", 150, 30, 100, 1);
 }
+/* The default: every put and delete durable when it returns. The checker
+ * demands every op that returned (the durable watermark advances at each
+ * return) and sees at most the one op in flight. No explicit syncs. */
+static void every_fence_durable(nvh_crash_mode cmode, const char *what, unsigned maxlen)
+{
+    g_on_return = 1;
+    run_every_fence_len(NVH_BTREE_GROUPS, cmode, what, 150, 30, 100, 1, maxlen);
+    g_on_return = 0;
+}
+static void every_fence_durable_lines(void **s)
+{
+    (void)s;
+    every_fence_durable(NVH_CRASH_LINES, "durable (default), lines", MAXLEN);
+}
+static void every_fence_durable_words(void **s)
+{
+    (void)s;
+    every_fence_durable(NVH_CRASH_WORDS, "durable (default), words", MAXLEN);
+}
+static void every_fence_durable_big(void **s)
+{
+    (void)s;
+    every_fence_durable(NVH_CRASH_LINES, "durable (default), big", BIGLEN);
+}
+
 static void every_fence_flush(void **s)
 {
     (void)s;
@@ -444,7 +477,8 @@ static void sampled_1e5(void **s)
  * (negative_ack_early below: acknowledged before the validation's fence.) */
 static void negative_control(unsigned fault, const char *what)
 {
-    cfg c = {.mode = NVH_BTREE_GROUPS, .nkeys = 150, .maxlen = MAXLEN, .sync_every = 50, .fault = fault};
+    cfg c = {.mode = NVH_BTREE_GROUPS, .nkeys = 150, .maxlen = MAXLEN, .sync_every = 50, .fault = fault,
+             .on_return = fault == BT_FAULT_NO_VALIDATION_FENCE};
     c.ops = make_ops(c.nkeys, 150, 30, 100, 17, &c.nops);
     printf("  negative control (%s): the checker must complain\n", what);
     nvh_crash_report rep = explore(&c, NVH_CRASH_LINES, 0, 1, 4u << 20);
@@ -474,6 +508,14 @@ static void negative_ack_early(void **s)
     negative_control(BT_FAULT_ACK_EARLY, "ack before validation fence");
 }
 
+/* The default durability's put returning before its validation is fenced:
+ * a crash right after the return loses the key. */
+static void negative_durable_unfenced(void **s)
+{
+    (void)s;
+    negative_control(BT_FAULT_NO_VALIDATION_FENCE, "durable put unfenced");
+}
+
 int main(int argc, char **argv)
 {
     if (argc == 5) {
@@ -498,6 +540,9 @@ int main(int argc, char **argv)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(every_fence_groups_lines),
         cmocka_unit_test(every_fence_groups_words),
+        cmocka_unit_test(every_fence_durable_lines),
+        cmocka_unit_test(every_fence_durable_words),
+        cmocka_unit_test(every_fence_durable_big),
         cmocka_unit_test(every_fence_flush),
         cmocka_unit_test(every_fence_nt),
         cmocka_unit_test(every_fence_big_values),
@@ -505,6 +550,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(negative_validate_early),
         cmocka_unit_test(negative_node_unflushed),
         cmocka_unit_test(negative_ack_early),
+        cmocka_unit_test(negative_durable_unfenced),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

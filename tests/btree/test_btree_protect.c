@@ -57,12 +57,14 @@ static int collect(void *ptr, size_t usable, void *arg)
     return 0;
 }
 
+static nvh_btree_durability g_durability = NVH_BTREE_DURABLE_DEFERRED;
+
 static void run(nvh_btree_mode bmode, nvh_protect_mode pmode, unsigned nops)
 {
     const char *path = test_path("bt-protect");
     nvh_pool *pool = nvh_pool_create(path, BT_LAYOUT, 64u << 20, NVH_DOMAIN_PROCESS);
     assert_non_null(pool);
-    nvh_btree_options opt = {.mode = bmode};
+    nvh_btree_options opt = {.mode = bmode, .durability = g_durability};
     nvh_btree *t = nvh_btree_open(pool, "p", 1, &opt);
     assert_non_null(t);
     g_strays = 0;
@@ -81,6 +83,7 @@ static void run(nvh_btree_mode bmode, nvh_protect_mode pmode, unsigned nops)
     unsigned char buf[300];
     uint64_t del_at = nkeys / 5;
     uint64_t s = 99 + (uint64_t)bmode * 7 + (uint64_t)pmode;
+    nvh_btree_stats first = {0};
     for (unsigned k = 0; k < nops; k++) {
         uint64_t r = bt_rng(&s), i = r % nkeys, key;
         unsigned what = (unsigned)(r >> 32) % 10;
@@ -108,6 +111,14 @@ static void run(nvh_btree_mode bmode, nvh_protect_mode pmode, unsigned nops)
             m.ver[i] = 0;
         }
         if (k % 997 == 0) assert_int_equal(nvh_btree_sync(t), NVH_OK);
+        if (k == nops / 2) {
+            /* a new session, protection on: it adopts the current slab
+             * (held again) and carves on from its fill bound */
+            nvh_btree_stats_get(t, &first);      /* stats are per handle */
+            assert_int_equal(nvh_btree_close(t), NVH_OK);
+            t = nvh_btree_open(pool, "p", 0, &opt);
+            assert_non_null(t);
+        }
     }
     assert_int_equal(nvh_btree_sync(t), NVH_OK);
     bt_scan_out o = {0};
@@ -136,6 +147,10 @@ static void run(nvh_btree_mode bmode, nvh_protect_mode pmode, unsigned nops)
     assert_int_equal(nvh_btree_check(t), NVH_OK);
     nvh_btree_stats bs;
     nvh_btree_stats_get(t, &bs);
+    bs.splits += first.splits;
+    bs.leaves_removed += first.leaves_removed;
+    bs.slabs += first.slabs;
+    bs.slabs_freed += first.slabs_freed;
     assert_int_equal(nvh_btree_close(t), NVH_OK);
     assert_int_equal(nvh_protect_sync(pool), NVH_OK);
     nvh_protect_stats ps;
@@ -154,9 +169,10 @@ static void run(nvh_btree_mode bmode, nvh_protect_mode pmode, unsigned nops)
     }
     free(os.lo);
     free(os.hi);
-    printf("  %-6s %-5s %u ops: splits %llu, leaves removed %llu, slabs %llu (freed %llu); "
+    printf("  %-7s %-5s %u ops: splits %llu, leaves removed %llu, slabs %llu (freed %llu); "
            "mprotect %llu, strays %llu (tree %llu, allocator %llu), unbalanced %llu\n",
-           bmode == NVH_BTREE_GROUPS ? "groups" : bmode == NVH_BTREE_FLUSH ? "flush" : "nt",
+           bmode == NVH_BTREE_GROUPS ? (g_durability == NVH_BTREE_DURABLE_DEFERRED ? "groups" : "durable")
+                                     : bmode == NVH_BTREE_FLUSH ? "flush" : "nt",
            pmode == NVH_PROTECT_SYNC ? "sync" : "async", nops, (unsigned long long)bs.splits,
            (unsigned long long)bs.leaves_removed, (unsigned long long)bs.slabs,
            (unsigned long long)bs.slabs_freed, (unsigned long long)ps.mprotect_calls,
@@ -187,6 +203,14 @@ static void run(nvh_btree_mode bmode, nvh_protect_mode pmode, unsigned nops)
 
 static void groups_sync(void **s) { (void)s; run(NVH_BTREE_GROUPS, NVH_PROTECT_SYNC, NOPS); }
 static void groups_async(void **s) { (void)s; run(NVH_BTREE_GROUPS, NVH_PROTECT_ASYNC, NOPS * 2); }
+static void durable_run(nvh_protect_mode pmode, unsigned nops)
+{
+    g_durability = NVH_BTREE_DURABLE_ON_RETURN;
+    run(NVH_BTREE_GROUPS, pmode, nops);
+    g_durability = NVH_BTREE_DURABLE_DEFERRED;
+}
+static void durable_sync(void **s) { (void)s; durable_run(NVH_PROTECT_SYNC, NOPS); }
+static void durable_async(void **s) { (void)s; durable_run(NVH_PROTECT_ASYNC, NOPS); }
 static void flush_sync(void **s) { (void)s; run(NVH_BTREE_FLUSH, NVH_PROTECT_SYNC, NOPS / 2); }
 static void nt_async(void **s) { (void)s; run(NVH_BTREE_NT, NVH_PROTECT_ASYNC, NOPS); }
 
@@ -195,6 +219,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(groups_sync),
         cmocka_unit_test(groups_async),
+        cmocka_unit_test(durable_sync),
+        cmocka_unit_test(durable_async),
         cmocka_unit_test(flush_sync),
         cmocka_unit_test(nt_async),
     };
