@@ -10,7 +10,8 @@
  *     in one pool keep the file within live data + a constant
  *     (processes_reuse);
  *   - a chunk found full and skipped by later sessions is found again once
- *     something in it is freed (full_chunk_freed). */
+ *     something in it is freed (full_chunk_freed), also after a crash at
+ *     any fence (full_map_every_fence). */
 #include "test_util.h"
 
 #include <signal.h>
@@ -168,6 +169,99 @@ static void span_every_fence_words(void **state)
 {
     (void)state;
     span_run(NVH_CRASH_WORDS);
+}
+
+/* ---------------------------------------------------------------------------
+ * The chunk-full map under crashes: a chunk is marked full when the arena
+ * moves on to the next one, then frees make room in it; at every fence the
+ * recovered pool must hand out every free slot before it grows (a mark that
+ * survived a free would hide the slot).
+ * ------------------------------------------------------------------------- */
+#define FULL_OBJ 1984u          /* the largest small class: 2 slots a run   */
+#define FULL_SLOTS 96
+
+static int full_workload(nvh_pool *pool, void *arg)
+{
+    (void)arg;
+    nvh_off_t *root = nvh_root(pool, NULL);
+    /* 64 KiB chunks: 16 runs, 32 objects each; fill two and start a third */
+    for (int i = 0; i < 70; i++)
+        if (!nvh_alloc(pool, FULL_OBJ, NULL, NULL, &root[i])) return 1;
+    /* room in the two full chunks again */
+    static const int victims[] = {3, 40, 41, 10};
+    for (unsigned k = 0; k < sizeof victims / sizeof *victims; k++) {
+        nvh_link l = {&root[victims[k]], 0};
+        if (nvh_free(pool, nvh_ptr(pool, root[victims[k]]), &l, 1) != NVH_OK) return 1;
+        if (k == 1 && nvh_heap_sync(pool) != NVH_OK) return 1;   /* retired */
+    }
+    for (int i = 70; i < 74; i++)
+        if (!nvh_alloc(pool, FULL_OBJ, NULL, NULL, &root[i])) return 1;
+    return 0;
+}
+
+static int full_check(const char *image, const nvh_crash_point *pt, void *arg)
+{
+    (void)arg;
+    nvh_pool *pool = nvh_pool_open(image, LAYOUT, NVH_DOMAIN_PROCESS);
+    if (!pool) return span_complain(pt, "cannot open the image", nvh_errcode());
+    int rc = 0;
+    uint64_t corrupt = 0;
+    if (nvh_heap_check(pool, span_report, NULL, 0, &corrupt) != NVH_OK || corrupt)
+        rc = span_complain(pt, "corrupt headers after recovery", (long)corrupt);
+    nvh_heap_stats st;
+    if (!rc && nvh_heap_stats_get(pool, &st) != NVH_OK) rc = 1;
+    if (rc || st.chunks == 0) {
+        nvh_pool_close(pool);
+        return rc;
+    }
+    /* every free slot of the class and every free block (a new run of 2) */
+    uint64_t chunks = st.chunks;
+    uint64_t expect = st.cls[31].slots_total - st.cls[31].slots_used + 2 * (st.free_bytes / 4096);
+    uint64_t got = 0;
+    for (;;) {
+        if (!nvh_alloc(pool, FULL_OBJ, NULL, NULL, NULL)) {
+            rc = span_complain(pt, "allocation failed", nvh_errcode());
+            break;
+        }
+        if (nvh_heap_stats_get(pool, &st) != NVH_OK) { rc = 1; break; }
+        if (st.chunks != chunks) break;
+        if (++got > expect) break;
+    }
+    if (!rc && got != expect)
+        rc = span_complain(pt, "free slots handed out before the pool grew != free slots",
+                           (long)got - (long)expect);
+    nvh_pool_close(pool);
+    return rc;
+}
+
+static void full_map_run(nvh_crash_mode mode)
+{
+    setenv("NVHEAP_CHUNK_SIZE", "65536", 1);
+    const char *path = test_path("fullmap");
+    nvh_pool_options o = {.root_size = 4096, .max_size = 16 << 20};
+    nvh_pool *pool = nvh_pool_create_ex(path, LAYOUT, 1 << 20, NVH_DOMAIN_PROCESS, &o);
+    assert_non_null(pool);
+    assert_int_equal(nvh_pool_close(pool), NVH_OK);
+    g_fail_print = 0;
+#if defined(__SANITIZE_THREAD__)
+    uint64_t budget = 20;
+#else
+    uint64_t budget = 0;        /* every fence */
+#endif
+    nvh_crash_config cfg = {
+        .pool_path = path, .layout = LAYOUT, .workload = full_workload, .check = full_check,
+        .seed = 13, .mode = mode, .budget = budget, .images_per_point = 1,
+        .scratch_dir = g_scratch,
+    };
+    test_crash_explore(&cfg);
+    unlink(path);
+}
+
+static void full_map_every_fence(void **state)
+{
+    (void)state;
+    full_map_run(NVH_CRASH_LINES);
+    full_map_run(NVH_CRASH_WORDS);
 }
 
 /* ---------------------------------------------------------------------------
@@ -419,6 +513,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(span_every_fence_lines),
         cmocka_unit_test(span_every_fence_words),
+        cmocka_unit_test(full_map_every_fence),
         cmocka_unit_test(huge_reuse),
         cmocka_unit_test(fragmentation_empty),
         cmocka_unit_test(processes_reuse),
