@@ -202,8 +202,8 @@ typedef struct nvh_chunk {
      * written and read under the chunk owner's lock. The scan hands the
      * chunk's free space out only once that record is retired everywhere. */
     _Atomic uint64_t unscanned_free_seq;
-    /* DRAM copy of the chunk's bit in the chunk-full map (owner's lock, or
-     * h->lock for chunks nobody owns yet) */
+    /* set when this session marked the chunk in the chunk-full map (chunks
+     * marked by earlier sessions are read from the map: nvh_fullmap_test) */
     _Atomic bool full_mark;
 } nvh_chunk;
 
@@ -520,6 +520,7 @@ int nvh_chunk_claim(nvh_heap *h, nvh_arena *a, bool scan_only); /* scanned or fr
 int nvh_huge_take(nvh_heap *h, uint64_t nchunks, uint64_t *chunk_out, uint64_t *rem_out,
                   bool fresh);
 void nvh_fullmap_clear(nvh_heap *h, nvh_arena *a, uint64_t chunk, bool replay);
+bool nvh_fullmap_test(nvh_heap *h, uint64_t chunk);
 bool nvh_chunk_full_dram(nvh_heap *h, nvh_arena *a, uint64_t chunk);
 void nvh_huge_put(nvh_heap *h, uint64_t chunk, uint64_t nchunks);
 void nvh_hwm_raise(nvh_heap *h, uint64_t chunks, bool from_apply);

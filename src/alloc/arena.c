@@ -1144,8 +1144,10 @@ free_off(nvh_heap *h, uint64_t off, const struct nvh_link_entry *links, unsigned
         nvh_rec_apply_state(h, &rec, links, a, false);
         nvh_rec_apply_links(h, &rec, links, a, false);
     }
-    /* the chunk has free space again (rare: only chunks found full) */
-    if (__builtin_expect(atomic_load_explicit(&ch->full_mark, memory_order_relaxed), 0))
+    /* the chunk has free space again (rare: only chunks found full, by
+     * this session or, for a chunk it has not scanned, an earlier one) */
+    if (__builtin_expect(atomic_load_explicit(&ch->full_mark, memory_order_relaxed) ||
+                             (!scanned && nvh_fullmap_test(h, c)), 0))
         nvh_fullmap_clear(h, a, c, false);
     if (!scanned) {
         /* DRAM knows nothing of this chunk yet: the scan will find the space

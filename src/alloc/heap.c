@@ -175,7 +175,6 @@ static uint64_t env_u64(const char *name, uint64_t dflt)
  * gets its heap formatted lazily, by the first allocator call (create=true
  * from nvh_heap_get_), so pools that never allocate stay untouched. */
 static int heap_open_locked(nvh_pool *pool, bool create);
-static inline _Atomic uint64_t *fullmap_word(nvh_heap *h, uint64_t c);
 static void fullmap_set(nvh_heap *h, uint64_t c);
 
 /* Format and recovery store all over the heap's metadata once: the
@@ -256,11 +255,6 @@ static int heap_open_locked(nvh_pool *pool, bool create)
     uint64_t hw = atomic_load_explicit((_Atomic uint64_t *)&h->state->hwm_chunks,
                                        memory_order_relaxed);
     if (hw > h->hwm) h->hwm = hw < h->max_chunks ? hw : h->max_chunks;
-    /* the chunk-full map, after replay (which clears the bits of chunks its
-     * free records freed space in) */
-    for (uint64_t c = 0; c < h->hwm && c < NVH_FULLMAP_CHUNKS; c++)
-        if (atomic_load_explicit(fullmap_word(h, c), memory_order_relaxed) & (1ull << (c % 64)))
-            atomic_init(&h->chunks[c].full_mark, true);
     __atomic_store_n(&pool->heap, h, __ATOMIC_RELEASE);
     return NVH_OK;
 }
@@ -699,7 +693,7 @@ int nvh_chunk_claim(nvh_heap *h, nvh_arena *a, bool scan_only)
     while (h->scan_next < h->hwm) {
         uint64_t sc = h->scan_next;
         if (__atomic_load_n(&h->chunks[sc].scanned, __ATOMIC_ACQUIRE) ||
-            atomic_load_explicit(&h->chunks[sc].full_mark, memory_order_acquire)) {
+            nvh_fullmap_test(h, sc)) {
             /* claimed in this session, or full (a free into it clears the
              * mark and moves the cursor back: nvh_fullmap_clear) */
             h->scan_next++;
@@ -827,6 +821,15 @@ static inline _Atomic uint64_t *fullmap_word(nvh_heap *h, uint64_t c)
     return (_Atomic uint64_t *)(h->base + h->heap_off + NVH_FULLMAP_OFF) + c / 64;
 }
 
+/* Chunk c's bit on the media (the lazy rebuild's cursor, and frees into
+ * chunks this session has not scanned: the map is read where it is used,
+ * not loaded at open). */
+bool nvh_fullmap_test(nvh_heap *h, uint64_t c)
+{
+    return c < NVH_FULLMAP_CHUNKS &&
+           (atomic_load_explicit(fullmap_word(h, c), memory_order_acquire) & (1ull << (c % 64)));
+}
+
 /* Mark chunk c full (flushed, not fenced: the caller's next fence makes it
  * durable, and a lost mark only costs a scan). Caller holds c's owner
  * lock or h->lock with nobody else able to free into c. */
@@ -851,7 +854,8 @@ void nvh_fullmap_clear(nvh_heap *h, nvh_arena *a, uint64_t chunk, bool replay)
     if (chunk >= NVH_FULLMAP_CHUNKS) return;
     _Atomic uint64_t *w = fullmap_word(h, chunk);
     uint64_t bit = 1ull << (chunk % 64);
-    if (atomic_load_explicit(w, memory_order_relaxed) & bit) {
+    bool was = atomic_load_explicit(w, memory_order_relaxed) & bit;
+    if (was) {
         nvh_wopen(h, (const void *)w, 8);
         atomic_fetch_and_explicit(w, ~bit, memory_order_relaxed);
         nvh_wclose(h, (const void *)w, 8);
@@ -861,9 +865,8 @@ void nvh_fullmap_clear(nvh_heap *h, nvh_arena *a, uint64_t chunk, bool replay)
         return;
     }
     nvh_log_dirty(h, a, (const void *)w);
-    if (!atomic_exchange_explicit(&h->chunks[chunk].full_mark, false, memory_order_acq_rel))
-        return;
-    if (!__atomic_load_n(&h->chunks[chunk].scanned, __ATOMIC_ACQUIRE)) {
+    atomic_store_explicit(&h->chunks[chunk].full_mark, false, memory_order_release);
+    if (was && !__atomic_load_n(&h->chunks[chunk].scanned, __ATOMIC_ACQUIRE)) {
         pthread_mutex_lock(&h->lock);
         if (h->scan_next > chunk) h->scan_next = chunk;
         pthread_mutex_unlock(&h->lock);
