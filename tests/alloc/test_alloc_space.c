@@ -11,7 +11,9 @@
  *     (processes_reuse);
  *   - a chunk found full and skipped by later sessions is found again once
  *     something in it is freed (full_chunk_freed), also after a crash at
- *     any fence (full_map_every_fence). */
+ *     any fence (full_map_every_fence);
+ *   - the first allocations after opening a crashed pool of full chunks
+ *     use the room left in its last chunk (first_alloc_after_crash). */
 #include "test_util.h"
 
 #include <signal.h>
@@ -500,6 +502,51 @@ static void full_chunk_freed(void **state)
     unlink(path);
 }
 
+/* ---------------------------------------------------------------------------
+ * The first allocation after opening a crashed pool whose chunks are full
+ * but the last takes the room in the last one: it does not grow the pool
+ * after scanning a full chunk or two (the full ones are skipped by their
+ * mark, set when the arena moved on to the next chunk).
+ * ------------------------------------------------------------------------- */
+static void first_alloc_after_crash(void **state)
+{
+    (void)state;
+    setenv("NVHEAP_CHUNK_SIZE", "65536", 1);
+    const char *path = test_path("firstalloc");
+    nvh_pool_options o = {.root_size = 64 * KIB, .max_size = 64 * MIB};
+    nvh_pool *pool = nvh_pool_create_ex(path, LAYOUT, 1 * MIB, NVH_DOMAIN_PROCESS, &o);
+    assert_non_null(pool);
+    assert_int_equal(nvh_pool_close(pool), NVH_OK);
+    fflush(NULL);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {             /* fill 6 chunks and a bit, then crash */
+        nvh_pool *p = nvh_pool_open(path, LAYOUT, NVH_DOMAIN_PROCESS);
+        if (!p) _exit(2);
+        nvh_off_t *root = nvh_root(p, NULL);
+        for (int i = 0; i < 6 * 32 + 3; i++)
+            if (!nvh_alloc(p, FULL_OBJ, NULL, NULL, &root[i])) _exit(3);
+        _exit(0);
+    }
+    int st = 0;
+    assert_int_equal(waitpid(pid, &st, 0), pid);
+    assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    pool = nvh_pool_open(path, LAYOUT, NVH_DOMAIN_PROCESS);
+    assert_non_null(pool);
+    nvh_heap_stats hs;
+    assert_int_equal(nvh_heap_stats_get(pool, &hs), NVH_OK);
+    uint64_t chunks = hs.chunks;
+    assert_int_equal(chunks, 7);
+    for (int i = 0; i < 20; i++) {
+        assert_non_null(nvh_alloc(pool, FULL_OBJ, NULL, NULL, NULL));
+        assert_int_equal(nvh_heap_stats_get(pool, &hs), NVH_OK);
+        if (hs.chunks != chunks) fail_msg("allocation %d grew the pool to %llu chunks", i,
+                                          (unsigned long long)hs.chunks);
+    }
+    assert_int_equal(nvh_pool_close(pool), NVH_OK);
+    unlink(path);
+}
+
 int main(void)
 {
     setenv("NVHEAP_ARENAS", "2", 1);
@@ -518,6 +565,7 @@ int main(void)
         cmocka_unit_test(fragmentation_empty),
         cmocka_unit_test(processes_reuse),
         cmocka_unit_test(full_chunk_freed),
+        cmocka_unit_test(first_alloc_after_crash),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     rmdir(scratch);
