@@ -176,6 +176,7 @@ static uint64_t env_u64(const char *name, uint64_t dflt)
  * from nvh_heap_get_), so pools that never allocate stay untouched. */
 static int heap_open_locked(nvh_pool *pool, bool create);
 static void fullmap_set(nvh_heap *h, uint64_t c);
+static bool chunk_blocks_full(nvh_heap *h, uint64_t c);
 
 /* Format and recovery store all over the heap's metadata once: the
  * implicit window (cold path), in case protection is already on (a heap
@@ -285,23 +286,45 @@ void nvh_heap_quiesce_(nvh_pool *pool)
     nvh_heap *h = pool->heap;
     if (!h || pool->readonly) return;
     nvh_log_retire_all(h);
+    uint64_t n = h->hwm < NVH_FULLMAP_CHUNKS ? h->hwm : NVH_FULLMAP_CHUNKS;
+    /* chunks with free space in some arena's lists, in one pass over them
+     * (the pool is closing: no other thread allocates) */
+    uint64_t *space = calloc((n + 63) / 64 + 1, sizeof *space);
+    if (!space) return;             /* the marks are only a hint */
+    for (unsigned i = 0; i < NVH_RINGS; i++) {
+        nvh_arena *a = &h->arenas[i];
+        nvh_alock_lock(&a->lock);
+        for (size_t k = 0; k < a->next; k++)
+            for (uint64_t c = a->ext[k].block >> h->bpc_shift;
+                 c < n && c <= (a->ext[k].block + a->ext[k].nblocks - 1) >> h->bpc_shift; c++)
+                space[c / 64] |= 1ull << (c % 64);
+        for (size_t k = 0; k < a->nresv; k++) {
+            uint64_t c = a->resv[k].block >> h->bpc_shift;
+            if (c < n) space[c / 64] |= 1ull << (c % 64);
+        }
+        for (size_t k = 0; k < a->fifo_len; k++) {
+            const nvh_fifo_entry *e = &a->fifo[(a->fifo_head + k) & (a->fifo_cap - 1)];
+            uint64_t c = e->off >> h->bpc_shift;
+            if (e->nblocks && c < n) space[c / 64] |= 1ull << (c % 64);
+        }
+        nvh_alock_unlock(&a->lock);
+    }
     bool marked = false;
-    for (uint64_t c = 0; c < h->hwm && c < NVH_FULLMAP_CHUNKS; c++) {
+    pthread_mutex_lock(&h->lock);
+    for (uint64_t c = 0; c < n; c++) {
         nvh_chunk *ch = &h->chunks[c];
-        int16_t own = atomic_load_explicit(&h->owner[c], memory_order_acquire);
-        if (own < 0 || !ch->arena_chunk || atomic_load(&ch->full_mark) ||
+        if ((space[c / 64] >> (c % 64)) & 1) continue;
+        if (atomic_load_explicit(&h->owner[c], memory_order_acquire) < 0 || !ch->arena_chunk ||
+            !ch->runs || atomic_load(&ch->full_mark) ||
             !__atomic_load_n(&ch->scanned, __ATOMIC_ACQUIRE))
             continue;
-        nvh_arena *a = &h->arenas[own];
-        nvh_alock_lock(&a->lock);
-        pthread_mutex_lock(&h->lock);
-        if (nvh_chunk_full_dram(h, a, c)) {
+        if (chunk_blocks_full(h, c)) {
             fullmap_set(h, c);
             marked = true;
         }
-        pthread_mutex_unlock(&h->lock);
-        nvh_alock_unlock(&a->lock);
     }
+    pthread_mutex_unlock(&h->lock);
+    free(space);
     if (marked) nvh_drain(pool);
 }
 
@@ -877,19 +900,35 @@ void nvh_fullmap_clear(nvh_heap *h, nvh_arena *a, uint64_t chunk, bool replay)
  * by a's DRAM view? Free extents, large reservations and FIFO extents in
  * it, and runs with a slot that is not activated (free, cached, reserved or
  * waiting in the FIFO: pbits has them clear) all say no. */
+/* Does arena a hold free space of chunk c in its extents, its large
+ * reservations or its FIFO (freed regions waiting)? a->lock held. */
+static bool arena_has_space_in(const nvh_arena *a, uint64_t lo, uint64_t hi)
+{
+    for (size_t i = 0; i < a->next; i++)
+        if (a->ext[i].block < hi && a->ext[i].block + a->ext[i].nblocks > lo) return true;
+    for (size_t i = 0; i < a->nresv; i++)
+        if (a->resv[i].block >= lo && a->resv[i].block < hi) return true;
+    for (size_t i = 0; i < a->fifo_len; i++) {
+        const nvh_fifo_entry *e = &a->fifo[(a->fifo_head + i) & (a->fifo_cap - 1)];
+        if (e->nblocks && e->off >= lo && e->off < hi) return true;
+    }
+    return false;
+}
+
 bool nvh_chunk_full_dram(nvh_heap *h, nvh_arena *a, uint64_t c)
 {
     nvh_chunk *ch = &h->chunks[c];
     if (!ch->scanned || !ch->arena_chunk || !ch->runs) return false;
+    if (arena_has_space_in(a, c * h->bpc, (c + 1) * h->bpc)) return false;
+    return chunk_blocks_full(h, c);
+}
+
+/* The part of the test that needs no arena list: no quarantine in chunk c,
+ * every run's slots activated, every other region used (the tiling). */
+static bool chunk_blocks_full(nvh_heap *h, uint64_t c)
+{
+    nvh_chunk *ch = &h->chunks[c];
     uint64_t lo = c * h->bpc, hi = lo + h->bpc;
-    for (size_t i = 0; i < a->next; i++)
-        if (a->ext[i].block < hi && a->ext[i].block + a->ext[i].nblocks > lo) return false;
-    for (size_t i = 0; i < a->nresv; i++)
-        if (a->resv[i].block >= lo && a->resv[i].block < hi) return false;
-    for (size_t i = 0; i < a->fifo_len; i++) {
-        const nvh_fifo_entry *e = &a->fifo[(a->fifo_head + i) & (a->fifo_cap - 1)];
-        if (e->nblocks && e->off >= lo && e->off < hi) return false;
-    }
     pthread_mutex_lock(&h->quar_lock);
     for (size_t i = 0; i < h->nquar; i++)
         if (h->quar[i].block < hi && h->quar[i].block + h->quar[i].nblocks > lo) {
