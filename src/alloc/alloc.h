@@ -271,6 +271,9 @@ typedef struct nvh_arena {
     uint64_t last_seq;          /* seq of the newest record in the ring       */
     bool live;                  /* ring in h->live_rings (appended this session) */
     _Atomic uint64_t unretired_min; /* oldest unretired seq, UINT64_MAX none  */
+    bool no_grow;               /* this reservation may not take a fresh
+                                   chunk (nvh_reserve tries the other arenas'
+                                   free space first); a->lock held          */
     uint64_t last_claim;        /* 1 + the chunk this arena claimed last (0:
                                    none): checked for the chunk-full map at
                                    the next claim                             */

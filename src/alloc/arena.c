@@ -342,7 +342,7 @@ static int refill(nvh_heap *h, nvh_arena *a)
          * extents and comes back if it had no room), skipping chunks the
          * chunk-full map knows to be full; only when no chunk is left to
          * scan does it take a fresh one (heap.c: nvh_chunk_claim). */
-        int rc = nvh_chunk_claim(h, a, false);
+        int rc = nvh_chunk_claim(h, a, a->no_grow);
         if (rc == NVH_OK) return NVH_OK;
         if (rc != NVH_E_BUSY) break;
         nvh_alock_unlock(&a->lock);
@@ -352,6 +352,11 @@ static int refill(nvh_heap *h, nvh_arena *a)
         /* another thread may have freed or scanned space for us meanwhile */
         if (fifo_drain(h, a, false, true)) return NVH_OK;
     }
+    /* nothing left to scan: the caller looks at the other arenas before
+     * it lets this one grow the pool (nvh_reserve) */
+    if (a->no_grow)
+        return nvh_fail(NVH_E_NOSPACE, "no free space in arena %u without growing the pool",
+                        a->index);
     /* pool full: take FIFO space early (space pressure overrides T) */
     if (fifo_drain(h, a, true, true)) return NVH_OK;
     if (a->fifo_len) {
@@ -731,6 +736,32 @@ static int reserve_huge(nvh_heap *h, nvh_arena *a, size_t size, uint64_t *off)
     return NVH_OK;
 }
 
+/* A small slot (cls > 0; into the thread's cache if it has one) or a large
+ * region of `need` blocks from arena a. Caller holds a->lock. */
+static int reserve_in(nvh_heap *h, nvh_arena *a, nvh_tcache *tc, unsigned cls, uint64_t need,
+                      uint64_t *off)
+{
+    int rc;
+    if (cls) {
+        rc = tc ? tc_refill(h, a, tc, cls, off) : reserve_small(h, a, cls, off);
+    } else {
+        uint64_t b = 0;
+        for (;;) {
+            if (extent_take(h, a, need, &b)) { rc = NVH_OK; break; }
+            rc = refill(h, a);
+            if (rc != NVH_OK) break;
+        }
+        if (rc == NVH_OK) {
+            rc = span_merge(h, a, b, need, false);
+            if (rc == NVH_OK) rc = resv_add(a, b, need, NVH_RK_LARGE);
+            if (rc == NVH_OK) *off = nvh_block_off(h, b) + NVH_HDR;
+            else nvh_extent_put(a, b, need);
+        }
+    }
+    debug_validate(h, a, "reserve");
+    return rc;
+}
+
 void *nvh_reserve(nvh_pool *pool, size_t size)
 {
     nvh_heap *h = heap_of(pool, true);
@@ -752,30 +783,37 @@ void *nvh_reserve(nvh_pool *pool, size_t size)
     nvh_arena *a = nvh_arena_mine(h);
     uint64_t off = 0;
     int rc;
-    nvh_alock_lock(&a->lock);
-    if (cls) {
-        rc = tc ? tc_refill(h, a, tc, cls, &off) : reserve_small(h, a, cls, &off);
+    uint64_t need = cls ? 0 : ((uint64_t)size + NVH_HDR + NVH_BLOCK - 1) / NVH_BLOCK;
+    if (!cls && need > h->bpc / 2) {
+        nvh_alock_lock(&a->lock);
+        rc = reserve_huge(h, a, size, &off);
+        nvh_alock_unlock(&a->lock);
     } else {
-        uint64_t need = ((uint64_t)size + NVH_HDR + NVH_BLOCK - 1) / NVH_BLOCK;
-        if (need <= h->bpc / 2) {
-            uint64_t b = 0;
-            for (;;) {
-                if (extent_take(h, a, need, &b)) { rc = NVH_OK; break; }
-                rc = refill(h, a);
-                if (rc != NVH_OK) break;
-            }
-            if (rc == NVH_OK) {
-                rc = span_merge(h, a, b, need, false);
-                if (rc == NVH_OK) rc = resv_add(a, b, need, NVH_RK_LARGE);
-                if (rc == NVH_OK) off = nvh_block_off(h, b) + NVH_HDR;
-                else nvh_extent_put(a, b, need);
-            }
-        } else {
-            rc = reserve_huge(h, a, size, &off);
+        /* Free space anywhere before the pool grows: this arena's (its
+         * bins, extents, FIFO, and every chunk left to scan), then the
+         * other arenas' (a reservation in another arena's chunk is that
+         * arena's: activation and free find it through the chunk's
+         * owner), and only then a fresh chunk for this arena. */
+        nvh_alock_lock(&a->lock);
+        a->no_grow = true;
+        rc = reserve_in(h, a, tc, cls, need, &off);
+        a->no_grow = false;
+        nvh_alock_unlock(&a->lock);
+        for (unsigned i = 0; rc == NVH_E_NOSPACE && i < NVH_RINGS; i++) {
+            nvh_arena *o = &h->arenas[i];
+            if (o == a) continue;
+            nvh_alock_lock(&o->lock);
+            o->no_grow = true;
+            rc = reserve_in(h, o, tc, cls, need, &off);
+            o->no_grow = false;
+            nvh_alock_unlock(&o->lock);
+        }
+        if (rc == NVH_E_NOSPACE) {
+            nvh_alock_lock(&a->lock);
+            rc = reserve_in(h, a, tc, cls, need, &off);
+            nvh_alock_unlock(&a->lock);
         }
     }
-    debug_validate(h, a, "reserve");
-    nvh_alock_unlock(&a->lock);
     if (rc != NVH_OK) return NULL;
     return h->base + off;
 }

@@ -13,9 +13,12 @@
  *     something in it is freed (full_chunk_freed), also after a crash at
  *     any fence (full_map_every_fence);
  *   - the first allocations after opening a crashed pool of full chunks
- *     use the room left in its last chunk (first_alloc_after_crash). */
+ *     use the room left in its last chunk (first_alloc_after_crash);
+ *   - one arena's free space is used by another before the pool grows
+ *     (cross_arena_reuse). */
 #include "test_util.h"
 
+#include <pthread.h>
 #include <signal.h>
 #include <stdbool.h>
 #include <sys/mman.h>
@@ -547,6 +550,70 @@ static void first_alloc_after_crash(void **state)
     unlink(path);
 }
 
+/* ---------------------------------------------------------------------------
+ * Free space of another arena is used before the pool grows: thread 1
+ * (arena 0) fills chunks and frees everything; thread 2 (arena 1) then
+ * allocates as much again, small and large objects.
+ * ------------------------------------------------------------------------- */
+#define XA_OBJS 600
+typedef struct xa_arg {
+    nvh_pool *pool;
+    nvh_off_t *slots;
+    size_t size;
+    int alloc, free_all, rc;
+} xa_arg;
+
+static void *xa_thread(void *p)
+{
+    xa_arg *x = p;
+    for (int i = 0; i < XA_OBJS && x->alloc; i++)
+        if (!nvh_alloc(x->pool, x->size, NULL, NULL, &x->slots[i])) { x->rc = 1; return NULL; }
+    for (int i = 0; i < XA_OBJS && x->free_all; i++) {
+        nvh_link l = {&x->slots[i], 0};
+        if (nvh_free(x->pool, nvh_ptr(x->pool, x->slots[i]), &l, 1) != NVH_OK) {
+            x->rc = 2;
+            return NULL;
+        }
+    }
+    return NULL;
+}
+
+static void cross_arena_reuse(void **state)
+{
+    (void)state;
+    setenv("NVHEAP_CHUNK_SIZE", "262144", 1);
+    static const size_t sizes[] = {1984, 20000};
+    for (unsigned k = 0; k < 2; k++) {
+        const char *path = test_path("xarena");
+        nvh_pool_options o = {.root_size = 64 * KIB, .max_size = 256 * MIB};
+        nvh_pool *pool = nvh_pool_create_ex(path, LAYOUT, 1 * MIB, NVH_DOMAIN_PROCESS, &o);
+        assert_non_null(pool);
+        nvh_off_t *root = nvh_root(pool, NULL);
+        xa_arg x = {pool, root, sizes[k], 1, 1, 0};
+        pthread_t t;
+        assert_int_equal(pthread_create(&t, NULL, xa_thread, &x), 0);   /* arena 0 */
+        pthread_join(t, NULL);
+        assert_int_equal(x.rc, 0);
+        nvh_heap_stats st;
+        assert_int_equal(nvh_heap_stats_get(pool, &st), NVH_OK);
+        uint64_t chunks = st.chunks;
+        xa_arg y = {pool, root + XA_OBJS, sizes[k], 1, 0, 0};
+        assert_int_equal(pthread_create(&t, NULL, xa_thread, &y), 0);   /* arena 1 */
+        pthread_join(t, NULL);
+        assert_int_equal(y.rc, 0);
+        assert_int_equal(nvh_heap_stats_get(pool, &st), NVH_OK);
+        if (st.chunks != chunks)
+            fail_msg("%zu B: the second arena grew the pool from %llu to %llu chunks",
+                     sizes[k], (unsigned long long)chunks, (unsigned long long)st.chunks);
+        assert_int_equal(st.live_objects, XA_OBJS);
+        uint64_t corrupt = 1;
+        assert_int_equal(nvh_heap_check(pool, NULL, NULL, 0, &corrupt), NVH_OK);
+        assert_int_equal(corrupt, 0);
+        assert_int_equal(nvh_pool_close(pool), NVH_OK);
+        unlink(path);
+    }
+}
+
 int main(void)
 {
     setenv("NVHEAP_ARENAS", "2", 1);
@@ -566,6 +633,7 @@ int main(void)
         cmocka_unit_test(processes_reuse),
         cmocka_unit_test(full_chunk_freed),
         cmocka_unit_test(first_alloc_after_crash),
+        cmocka_unit_test(cross_arena_reuse),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     rmdir(scratch);
