@@ -437,8 +437,8 @@ static void processes_reuse(void **state)
      * chunks), empty runs of classes no longer used, and the last growth
      * step of the file (it grows by half its size, or to the chunk needed).
      * It does not depend on the number of processes: the file stays at the
-     * same size from 300 to 3,000 of them (a pool that took a fresh chunk
-     * per process was 266 MiB here after 1,000). */
+     * same size from 300 to 3,000 of them (an allocator that takes a fresh
+     * chunk whenever the first unscanned one has no room ends at 266 MiB). */
     uint64_t bound = hs.live_bytes + 2 * MIB;
     print_message("  %u processes (%u killed): file %.2f MiB, live %.2f MiB in %llu objects, "
                   "%llu chunks in use, free %.2f MiB in %llu regions (largest %.2f), runs "
