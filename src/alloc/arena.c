@@ -661,6 +661,9 @@ static int span_merge(nvh_heap *h, nvh_arena *a, uint64_t b, uint64_t n, bool hu
     if (!huge && nvh_chunk_of_block(h, start) != cb)
         return nvh_fail(NVH_E_CORRUPT, "free span at block %llu crosses a chunk end",
                         (unsigned long long)b);
+    /* a huge span may end in chunks a cancelled fresh reservation gave
+     * back: they count as used from here on (durable with the record) */
+    if (huge) nvh_hwm_raise(h, (end + h->bpc - 1) >> h->bpc_shift, false);
     struct nvh_rec rec;
     memset(&rec, 0, sizeof rec);
     rec.obj = nvh_block_off(h, start) + NVH_HDR;
