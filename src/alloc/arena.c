@@ -353,10 +353,9 @@ static int refill(nvh_heap *h, nvh_arena *a)
         if (fifo_drain(h, a, false, true)) return NVH_OK;
     }
     /* nothing left to scan: the caller looks at the other arenas before
-     * it lets this one grow the pool (nvh_reserve) */
-    if (a->no_grow)
-        return nvh_fail(NVH_E_NOSPACE, "no free space in arena %u without growing the pool",
-                        a->index);
+     * it lets this one grow the pool (nvh_reserve). Not an error of the
+     * call (no message: a reservation that then succeeds leaves none) */
+    if (a->no_grow) return NVH_E_NOSPACE;
     /* pool full: take FIFO space early (space pressure overrides T) */
     if (fifo_drain(h, a, true, true)) return NVH_OK;
     if (a->fifo_len) {
