@@ -673,8 +673,10 @@ typedef struct nvh_heap_stats {
     uint64_t heap_bytes;             /* bytes covered by chunks in use           */
     uint64_t live_objects, live_bytes;
     uint64_t large_objects, huge_objects, run_bytes;
-    uint64_t free_bytes, free_regions, largest_free;
-    double fragmentation;            /* 1 - largest_free / free_bytes            */
+    uint64_t free_bytes, free_regions;
+    uint64_t largest_free;           /* largest span of adjacent free regions    */
+    double fragmentation;            /* 1 - largest_free / free_bytes (0: all
+                                        free space is one span, or none)        */
     uint64_t quarantined_bytes, corrupt_regions, corruptions;
     uint64_t fifo_entries, fifo_bytes, fifo_oldest_ns; /* don't-allocate list   */
     uint64_t fifo_delay_ns, fifo_max_bytes;

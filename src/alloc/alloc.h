@@ -46,7 +46,6 @@
 #define NVH_RING_LINES 128u               /* 64 B lines per ring                 */
 #define NVH_NAMED_CAP 1024u               /* object-table entries (power of 2)   */
 #define NVH_FIFO_BATCH 16u                /* frees drain the FIFO in batches     */
-#define NVH_SCAN_BUDGET 1u                /* unscanned chunks per reservation    */
 #define NVH_HEAP_VERSION 1u
 #define NVH_HEAP_MAGIC "NVHHEAP\1"
 #define NVH_RHDR_MAGIC 0x5248564eu        /* "NVHR" */
@@ -82,6 +81,22 @@ struct nvh_heap_state {
     uint8_t reserved[56];
 };
 static_assert(sizeof(struct nvh_heap_state) == 64, "heap state is one line");
+
+/* Chunk-full map: heap_off + NVH_FULLMAP_OFF, one bit per chunk (chunk c:
+ * bit c % 64 of word c / 64), for the first NVH_FULLMAP_CHUNKS chunks. A set
+ * bit promises that the chunk is an arena chunk with no free space on the
+ * media (no free region, every run slot activated), so the lazy rebuild can
+ * skip it without reading it: the first allocation after an open goes
+ * straight to a chunk with room instead of scanning full ones (or growing
+ * the pool past them). Set only from what is durable (a scan that found the
+ * chunk full, or the owner arena's DRAM view at a chunk claim or at close);
+ * cleared by every free into the chunk — on the normal path before the
+ * free's record retires (the line is in the ring's dirty list) and again by
+ * replay — so a set bit never hides free space. Zero (unknown: scan it) in
+ * pools formatted without it. */
+#define NVH_FULLMAP_OFF 512u
+#define NVH_FULLMAP_BYTES (4096u - NVH_FULLMAP_OFF)
+#define NVH_FULLMAP_CHUNKS ((uint64_t)NVH_FULLMAP_BYTES * 8u)
 
 /* Region header: the first 64 B of every region (free, run, large, huge). */
 enum { NVH_RS_FREE = 1, NVH_RS_USED = 2, NVH_RS_QUARANTINE = 3 };
@@ -119,6 +134,11 @@ static_assert(sizeof(struct nvh_ring_hdr) == 64, "ring header is one line");
  * carries four. kind_links: kind in the low 4 bits, nlinks in the high 4. */
 enum { NVH_REC_ACT = 1, NVH_REC_FREE = 2, NVH_REC_ACT_NAMED = 3, NVH_REC_FREE_NAMED = 4 };
 #define NVH_RECF_NEWRUN 0x20u           /* cls_flags: first activation in a run */
+#define NVH_RECF_MERGE 0x20u            /* cls_flags of a FREE record of a large or
+                                           huge region: not an object's free but
+                                           the on-media merge of the free regions a
+                                           reservation spans (arena.c: span_merge);
+                                           replayed like any free (one FREE header) */
 #define NVH_RECF_KIND_SHIFT 6           /* cls_flags bits 6..7: region kind      */
 struct nvh_link_entry {
     uint64_t addr;              /* offset of the link word                     */
@@ -182,6 +202,9 @@ typedef struct nvh_chunk {
      * written and read under the chunk owner's lock. The scan hands the
      * chunk's free space out only once that record is retired everywhere. */
     _Atomic uint64_t unscanned_free_seq;
+    /* set when this session marked the chunk in the chunk-full map (chunks
+     * marked by earlier sessions are read from the map: nvh_fullmap_test) */
+    _Atomic bool full_mark;
 } nvh_chunk;
 
 typedef struct nvh_extent { uint64_t block, nblocks; } nvh_extent;
@@ -248,8 +271,12 @@ typedef struct nvh_arena {
     uint64_t last_seq;          /* seq of the newest record in the ring       */
     bool live;                  /* ring in h->live_rings (appended this session) */
     _Atomic uint64_t unretired_min; /* oldest unretired seq, UINT64_MAX none  */
-    unsigned claim_scans;       /* chunks the current reservation scanned (the
-                                   lazy rebuild's budget per reservation)     */
+    bool no_grow;               /* this reservation may not take a fresh
+                                   chunk (nvh_reserve tries the other arenas'
+                                   free space first); a->lock held          */
+    uint64_t last_claim;        /* 1 + the chunk this arena claimed last (0:
+                                   none): checked for the chunk-full map at
+                                   the next claim                             */
     uint64_t fifo_blocked;      /* 1 + h->retire_epoch when the FIFO head last
                                    waited for a retire (0: not waiting); frees
                                    skip the drain until some ring retires     */
@@ -492,8 +519,12 @@ int nvh_heap_open_(nvh_pool *pool, bool create);
 nvh_heap *nvh_heap_get_(nvh_pool *pool);
 void nvh_heap_close_(nvh_pool *pool);
 nvh_chunk *nvh_chunk_get(nvh_heap *h, uint64_t chunk);       /* allocate DRAM view */
-int nvh_chunk_claim(nvh_heap *h, nvh_arena *a, bool fresh_first); /* scanned or fresh */
-int nvh_huge_take(nvh_heap *h, uint64_t nchunks, uint64_t *chunk_out, uint64_t *rem_out);
+int nvh_chunk_claim(nvh_heap *h, nvh_arena *a, bool scan_only); /* scanned or fresh */
+int nvh_huge_take(nvh_heap *h, uint64_t nchunks, uint64_t *chunk_out, uint64_t *rem_out,
+                  bool fresh);
+void nvh_fullmap_clear(nvh_heap *h, nvh_arena *a, uint64_t chunk, bool replay);
+bool nvh_fullmap_test(nvh_heap *h, uint64_t chunk);
+bool nvh_chunk_full_dram(nvh_heap *h, nvh_arena *a, uint64_t chunk);
 void nvh_huge_put(nvh_heap *h, uint64_t chunk, uint64_t nchunks);
 void nvh_hwm_raise(nvh_heap *h, uint64_t chunks, bool from_apply);
 void nvh_prefault(nvh_heap *h, uint64_t block, uint64_t nblocks);

@@ -337,14 +337,12 @@ static int refill(nvh_heap *h, nvh_arena *a)
      * unscanned chunk can be handed out): it must never turn into a spurious
      * NOSPACE, which a fixed number of tries did under contention */
     for (unsigned tries = 0;; tries++) {
-        /* Incremental rebuild: one reservation scans at most
-         * NVH_SCAN_BUDGET unscanned chunks; if they had no room it takes a
-         * fresh chunk (while the pool may grow) and leaves the rest of the
-         * scan to later refills, so that the first allocation after opening
-         * a full pool does not scan every chunk (docs/ALLOC.md §5). */
-        bool fresh_first = a->claim_scans >= NVH_SCAN_BUDGET;
-        if (!fresh_first) a->claim_scans++;
-        int rc = nvh_chunk_claim(h, a, fresh_first);
+        /* Incremental rebuild: the claim scans unscanned chunks one at a
+         * time until one joins this arena (the caller retries its bins and
+         * extents and comes back if it had no room), skipping chunks the
+         * chunk-full map knows to be full; only when no chunk is left to
+         * scan does it take a fresh one (heap.c: nvh_chunk_claim). */
+        int rc = nvh_chunk_claim(h, a, a->no_grow);
         if (rc == NVH_OK) return NVH_OK;
         if (rc != NVH_E_BUSY) break;
         nvh_alock_unlock(&a->lock);
@@ -354,6 +352,10 @@ static int refill(nvh_heap *h, nvh_arena *a)
         /* another thread may have freed or scanned space for us meanwhile */
         if (fifo_drain(h, a, false, true)) return NVH_OK;
     }
+    /* nothing left to scan: the caller looks at the other arenas before
+     * it lets this one grow the pool (nvh_reserve). Not an error of the
+     * call (no message: a reservation that then succeeds leaves none) */
+    if (a->no_grow) return NVH_E_NOSPACE;
     /* pool full: take FIFO space early (space pressure overrides T) */
     if (fifo_drain(h, a, true, true)) return NVH_OK;
     if (a->fifo_len) {
@@ -631,6 +633,137 @@ static void debug_validate_(nvh_heap *h, nvh_arena *a, const char *where)
     }
 }
 
+/* A large or huge reservation [b, b+n) is carved from free extents that
+ * DRAM merges across persistent region boundaries, so it may cover the
+ * headers of several free regions (or the zero first line of a chunk that
+ * was never formatted). The caller fills the reservation before
+ * nvh_activate (nvh_alloc's constructor does): a crash before the
+ * activation would leave those headers overwritten by its data, with no
+ * record to restore them. So before such a reservation is handed out, the
+ * free regions it touches are merged on the media: one FREE record (flag
+ * NVH_RECF_MERGE) whose effect is a single FREE header over the whole span,
+ * written, fenced and applied like any free — replay rewrites the header
+ * if a crash tears it. After it the reservation lies inside one persistent
+ * free region, which activation splits as usual (plan_split). Reserve
+ * stays DRAM-only in every other case (one persistent region: nothing to
+ * do). Caller holds a->lock (and h->lock for huge). */
+static int span_merge(nvh_heap *h, nvh_arena *a, uint64_t b, uint64_t n, bool huge)
+{
+    uint64_t plen = 0, qlen = 0;
+    uint64_t p = nvh_pview_containing(h, b, &plen);
+    uint64_t q = nvh_pview_containing(h, b + n - 1, &qlen);
+    uint64_t cb = nvh_chunk_of_block(h, b), ce = nvh_chunk_of_block(h, b + n - 1);
+    if (p == q && (p != UINT64_MAX || cb == ce)) return NVH_OK;
+    uint64_t start = p != UINT64_MAX ? p : b;
+    uint64_t end = q != UINT64_MAX ? q + qlen : (ce + 1) * h->bpc;
+    if (end < b + n) end = (ce + 1) * h->bpc;
+    if (!huge && nvh_chunk_of_block(h, start) != cb)
+        return nvh_fail(NVH_E_CORRUPT, "free span at block %llu crosses a chunk end",
+                        (unsigned long long)b);
+    /* a huge span may end in chunks a cancelled fresh reservation gave
+     * back: they count as used from here on (durable with the record) */
+    if (huge) nvh_hwm_raise(h, (end + h->bpc - 1) >> h->bpc_shift, false);
+    struct nvh_rec rec;
+    memset(&rec, 0, sizeof rec);
+    rec.obj = nvh_block_off(h, start) + NVH_HDR;
+    rec.blocks = (uint32_t)(end - start);
+    rec.kind_links = NVH_REC_FREE;
+    rec.cls_flags = (uint8_t)(NVH_RECF_MERGE |
+                              ((huge ? NVH_RK_HUGE : NVH_RK_LARGE) << NVH_RECF_KIND_SHIFT));
+    nvh_log_append1(h, a, &rec, NULL, 0);
+    nvh_rec_apply_state(h, &rec, NULL, a, false);
+    /* durable before the caller can write over the old headers: a crashed
+     * pool then reads consistently even before recovery (nvheap check of a
+     * read-only open); only the fence window itself relies on replay */
+    nvh_persist(h->pool, nvh_rhdr_at(h, start), NVH_HDR);
+    /* the persistent tiling: one region where there were several */
+    if (huge) {
+        for (uint64_t x = start + h->bpc; x < end; x += h->bpc) nvh_pview_set(h, x, 0);
+    } else {
+        for (uint64_t x = start + 1; x < end; x++) nvh_pview_set(h, x, 0);
+    }
+    nvh_pview_set(h, start, end - start);
+    a->links_clwb = false;
+    return NVH_OK;
+}
+
+/* Huge: whole chunks from the heap's free-chunk list. Before the pool
+ * grows, the arena's don't-allocate FIFO (a freed huge region waits there
+ * until its record retires) and the unscanned chunks (free huge regions of
+ * earlier sessions are found by the scan) are tried: free space anywhere in
+ * the pool comes before growth. Caller holds a->lock (dropped and retaken
+ * while other rings retire). */
+static int reserve_huge(nvh_heap *h, nvh_arena *a, size_t size, uint64_t *off)
+{
+    uint64_t nch = ((uint64_t)size + NVH_HDR + h->chunk_size - 1) / h->chunk_size;
+    uint64_t c = 0, rem = 0;
+    int rc;
+    for (unsigned tries = 0;; tries++) {
+        rc = nvh_huge_take(h, nch, &c, &rem, false);
+        if (rc == NVH_OK) break;
+        if (fifo_drain(h, a, false, true)) continue;
+        rc = nvh_chunk_claim(h, a, true);          /* scan one more chunk */
+        if (rc == NVH_OK) continue;
+        if (rc == NVH_E_BUSY) {
+            nvh_alock_unlock(&a->lock);
+            nvh_log_retire_all(h);
+            if (tries >= 2) sched_yield();
+            nvh_alock_lock(&a->lock);
+            continue;
+        }
+        rc = nvh_huge_take(h, nch, &c, &rem, true); /* fresh chunks */
+        if (rc == NVH_OK) break;
+        /* pool full: FIFO space early (space pressure overrides T) */
+        if (fifo_drain(h, a, true, true)) continue;
+        if (a->fifo_len) {
+            nvh_alock_unlock(&a->lock);
+            nvh_log_retire_all(h);
+            nvh_alock_lock(&a->lock);
+            if (fifo_drain(h, a, true, true)) continue;
+        }
+        return rc;
+    }
+    atomic_store_explicit(&h->owner[c], (int16_t)a->index, memory_order_release);
+    if (rem != UINT64_MAX) {            /* not fresh: may span free regions */
+        pthread_mutex_lock(&h->lock);
+        rc = span_merge(h, a, c * h->bpc, nch * h->bpc, true);
+        pthread_mutex_unlock(&h->lock);
+    }
+    if (rc == NVH_OK) rc = resv_add(a, c * h->bpc, nch * h->bpc, NVH_RK_HUGE);
+    if (rc != NVH_OK) {
+        nvh_huge_put(h, c, nch);
+        return rc;
+    }
+    *off = nvh_block_off(h, c * h->bpc) + NVH_HDR;
+    return NVH_OK;
+}
+
+/* A small slot (cls > 0; into the thread's cache if it has one) or a large
+ * region of `need` blocks from arena a. Caller holds a->lock. */
+static int reserve_in(nvh_heap *h, nvh_arena *a, nvh_tcache *tc, unsigned cls, uint64_t need,
+                      uint64_t *off)
+{
+    int rc;
+    if (cls) {
+        rc = tc ? tc_refill(h, a, tc, cls, off) : reserve_small(h, a, cls, off);
+    } else {
+        uint64_t b = 0;
+        for (;;) {
+            if (extent_take(h, a, need, &b)) { rc = NVH_OK; break; }
+            rc = refill(h, a);
+            if (rc != NVH_OK) break;
+        }
+        if (rc == NVH_OK) {
+            rc = span_merge(h, a, b, need, false);
+            if (rc == NVH_OK) rc = resv_add(a, b, need, NVH_RK_LARGE);
+            if (rc == NVH_OK) *off = nvh_block_off(h, b) + NVH_HDR;
+            else nvh_extent_put(a, b, need);
+        }
+    }
+    debug_validate(h, a, "reserve");
+    return rc;
+}
+
 void *nvh_reserve(nvh_pool *pool, size_t size)
 {
     nvh_heap *h = heap_of(pool, true);
@@ -652,38 +785,37 @@ void *nvh_reserve(nvh_pool *pool, size_t size)
     nvh_arena *a = nvh_arena_mine(h);
     uint64_t off = 0;
     int rc;
-    nvh_alock_lock(&a->lock);
-    a->claim_scans = 0;
-    if (cls) {
-        rc = tc ? tc_refill(h, a, tc, cls, &off) : reserve_small(h, a, cls, &off);
+    uint64_t need = cls ? 0 : ((uint64_t)size + NVH_HDR + NVH_BLOCK - 1) / NVH_BLOCK;
+    if (!cls && need > h->bpc / 2) {
+        nvh_alock_lock(&a->lock);
+        rc = reserve_huge(h, a, size, &off);
+        nvh_alock_unlock(&a->lock);
     } else {
-        uint64_t need = ((uint64_t)size + NVH_HDR + NVH_BLOCK - 1) / NVH_BLOCK;
-        if (need <= h->bpc / 2) {
-            uint64_t b = 0;
-            for (;;) {
-                if (extent_take(h, a, need, &b)) { rc = NVH_OK; break; }
-                rc = refill(h, a);
-                if (rc != NVH_OK) break;
-            }
-            if (rc == NVH_OK) {
-                rc = resv_add(a, b, need, NVH_RK_LARGE);
-                if (rc != NVH_OK) nvh_extent_put(a, b, need);
-                else off = nvh_block_off(h, b) + NVH_HDR;
-            }
-        } else {
-            uint64_t nch = ((uint64_t)size + NVH_HDR + h->chunk_size - 1) / h->chunk_size;
-            uint64_t c = 0, rem = 0;
-            rc = nvh_huge_take(h, nch, &c, &rem);
-            if (rc == NVH_OK) {
-                atomic_store_explicit(&h->owner[c], (int16_t)a->index, memory_order_release);
-                rc = resv_add(a, c * h->bpc, nch * h->bpc, NVH_RK_HUGE);
-                if (rc != NVH_OK) nvh_huge_put(h, c, nch);
-                else off = nvh_block_off(h, c * h->bpc) + NVH_HDR;
-            }
+        /* Free space anywhere before the pool grows: this arena's (its
+         * bins, extents, FIFO, and every chunk left to scan), then the
+         * other arenas' (a reservation in another arena's chunk is that
+         * arena's: activation and free find it through the chunk's
+         * owner), and only then a fresh chunk for this arena. */
+        nvh_alock_lock(&a->lock);
+        a->no_grow = true;
+        rc = reserve_in(h, a, tc, cls, need, &off);
+        a->no_grow = false;
+        nvh_alock_unlock(&a->lock);
+        for (unsigned i = 0; rc == NVH_E_NOSPACE && i < NVH_RINGS; i++) {
+            nvh_arena *o = &h->arenas[i];
+            if (o == a) continue;
+            nvh_alock_lock(&o->lock);
+            o->no_grow = true;
+            rc = reserve_in(h, o, tc, cls, need, &off);
+            o->no_grow = false;
+            nvh_alock_unlock(&o->lock);
+        }
+        if (rc == NVH_E_NOSPACE) {
+            nvh_alock_lock(&a->lock);
+            rc = reserve_in(h, a, tc, cls, need, &off);
+            nvh_alock_unlock(&a->lock);
         }
     }
-    debug_validate(h, a, "reserve");
-    nvh_alock_unlock(&a->lock);
     if (rc != NVH_OK) return NULL;
     return h->base + off;
 }
@@ -1052,6 +1184,11 @@ free_off(nvh_heap *h, uint64_t off, const struct nvh_link_entry *links, unsigned
         nvh_rec_apply_state(h, &rec, links, a, false);
         nvh_rec_apply_links(h, &rec, links, a, false);
     }
+    /* the chunk has free space again (rare: only chunks found full, by
+     * this session or, for a chunk it has not scanned, an earlier one) */
+    if (__builtin_expect(atomic_load_explicit(&ch->full_mark, memory_order_relaxed) ||
+                             (!scanned && nvh_fullmap_test(h, c)), 0))
+        nvh_fullmap_clear(h, a, c, false);
     if (!scanned) {
         /* DRAM knows nothing of this chunk yet: the scan will find the space
          * free; it must not be reused before this record is retired. We hold

@@ -240,17 +240,28 @@ int nvh_heap_check_path(const char *path, nvh_check_fn fn, void *arg, int repair
 /* ==========================================================================
  * Statistics
  * ========================================================================== */
+/* Free space is measured in spans of adjacent free regions (the walk is in
+ * address order): the allocator merges neighbouring free regions when it
+ * reserves, so two free regions side by side are one piece of free space,
+ * and a pool with nothing allocated reads fragmentation 0. */
+typedef struct stats_ctx {
+    nvh_heap_stats *s;
+    uint64_t span_end, span_bytes;  /* current span of adjacent free regions */
+} stats_ctx;
+
 static void stats_region(nvh_heap *h, uint64_t b, uint64_t n, const struct nvh_rhdr *r, void *arg)
 {
-    nvh_heap_stats *s = arg;
-    (void)b;
+    stats_ctx *c = arg;
+    nvh_heap_stats *s = c->s;
     uint64_t bytes = n * NVH_BLOCK;
     s->heap_bytes += bytes;
     if (r == CORRUPT_MARK) { s->corrupt_regions++; s->quarantined_bytes += bytes; return; }
     if (!r || r->state == NVH_RS_FREE) {
         s->free_bytes += bytes;
         s->free_regions++;
-        if (bytes > s->largest_free) s->largest_free = bytes;
+        c->span_bytes = c->span_end == b ? c->span_bytes + bytes : bytes;
+        c->span_end = b + n;
+        if (c->span_bytes > s->largest_free) s->largest_free = c->span_bytes;
         return;
     }
     if (r->state == NVH_RS_QUARANTINE) { s->quarantined_bytes += bytes; return; }
@@ -284,7 +295,8 @@ int nvh_heap_stats_get(nvh_pool *pool, nvh_heap_stats *s)
     if (!h) return NVH_OK;
     /* run bitmaps on the media lag until their ring retires (log.c) */
     if (!pool->readonly) nvh_log_retire_all(h);
-    walk_cb cb = {stats_region, s};
+    stats_ctx sc = {s, UINT64_MAX, 0};
+    walk_cb cb = {stats_region, &sc};
     pthread_mutex_lock(&h->lock);
     walk_heap(h, &cb);
     s->chunks = h->hwm;

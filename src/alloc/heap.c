@@ -175,6 +175,8 @@ static uint64_t env_u64(const char *name, uint64_t dflt)
  * gets its heap formatted lazily, by the first allocator call (create=true
  * from nvh_heap_get_), so pools that never allocate stay untouched. */
 static int heap_open_locked(nvh_pool *pool, bool create);
+static void fullmap_set(nvh_heap *h, uint64_t c);
+static bool chunk_blocks_full(nvh_heap *h, uint64_t c);
 
 /* Format and recovery store all over the heap's metadata once: the
  * implicit window (cold path), in case protection is already on (a heap
@@ -276,10 +278,54 @@ nvh_heap *nvh_heap_get_(nvh_pool *pool)
     return h;
 }
 
-/* Quiesce: retire every ring so the media holds all effects. */
+/* Quiesce (clean close): retire every ring so the media holds all effects,
+ * and mark the chunks this session filled in the chunk-full map, so the
+ * next session's first allocations go straight to chunks with room. */
 void nvh_heap_quiesce_(nvh_pool *pool)
 {
-    if (pool->heap && !pool->readonly) nvh_log_retire_all(pool->heap);
+    nvh_heap *h = pool->heap;
+    if (!h || pool->readonly) return;
+    nvh_log_retire_all(h);
+    uint64_t n = h->hwm < NVH_FULLMAP_CHUNKS ? h->hwm : NVH_FULLMAP_CHUNKS;
+    /* chunks with free space in some arena's lists, in one pass over them
+     * (the pool is closing: no other thread allocates) */
+    uint64_t *space = calloc((n + 63) / 64 + 1, sizeof *space);
+    if (!space) return;             /* the marks are only a hint */
+    for (unsigned i = 0; i < NVH_RINGS; i++) {
+        nvh_arena *a = &h->arenas[i];
+        nvh_alock_lock(&a->lock);
+        for (size_t k = 0; k < a->next; k++)
+            for (uint64_t c = a->ext[k].block >> h->bpc_shift;
+                 c < n && c <= (a->ext[k].block + a->ext[k].nblocks - 1) >> h->bpc_shift; c++)
+                space[c / 64] |= 1ull << (c % 64);
+        for (size_t k = 0; k < a->nresv; k++) {
+            uint64_t c = a->resv[k].block >> h->bpc_shift;
+            if (c < n) space[c / 64] |= 1ull << (c % 64);
+        }
+        for (size_t k = 0; k < a->fifo_len; k++) {
+            const nvh_fifo_entry *e = &a->fifo[(a->fifo_head + k) & (a->fifo_cap - 1)];
+            uint64_t c = e->off >> h->bpc_shift;
+            if (e->nblocks && c < n) space[c / 64] |= 1ull << (c % 64);
+        }
+        nvh_alock_unlock(&a->lock);
+    }
+    bool marked = false;
+    pthread_mutex_lock(&h->lock);
+    for (uint64_t c = 0; c < n; c++) {
+        nvh_chunk *ch = &h->chunks[c];
+        if ((space[c / 64] >> (c % 64)) & 1) continue;
+        if (atomic_load_explicit(&h->owner[c], memory_order_acquire) < 0 || !ch->arena_chunk ||
+            !ch->runs || atomic_load(&ch->full_mark) ||
+            !__atomic_load_n(&ch->scanned, __ATOMIC_ACQUIRE))
+            continue;
+        if (chunk_blocks_full(h, c)) {
+            fullmap_set(h, c);
+            marked = true;
+        }
+    }
+    pthread_mutex_unlock(&h->lock);
+    free(space);
+    if (marked) nvh_drain(pool);
 }
 
 void nvh_heap_close_(nvh_pool *pool)
@@ -423,8 +469,11 @@ void nvh_huge_put(nvh_heap *h, uint64_t chunk, uint64_t nchunks)
 }
 
 /* Find nchunks contiguous chunks: first fit from the free list (taking the
- * start of an extent), else fresh chunks above the high-water mark. */
-int nvh_huge_take(nvh_heap *h, uint64_t nchunks, uint64_t *chunk_out, uint64_t *rem_out)
+ * start of an extent; *rem_out = chunks left in it), else, if `fresh`, fresh
+ * chunks above the high-water mark (*rem_out = UINT64_MAX: no header lies
+ * in them). */
+int nvh_huge_take(nvh_heap *h, uint64_t nchunks, uint64_t *chunk_out, uint64_t *rem_out,
+                  bool fresh)
 {
     pthread_mutex_lock(&h->lock);
     for (size_t i = 0; i < h->nhuge; i++) {
@@ -441,8 +490,12 @@ int nvh_huge_take(nvh_heap *h, uint64_t nchunks, uint64_t *chunk_out, uint64_t *
             return NVH_OK;
         }
     }
-    /* fresh chunks; but never while chunks below the mark are unscanned
-     * free space we could not yet see: that is only a missed opportunity */
+    /* fresh chunks: only once the caller has looked everywhere else (its
+     * FIFO, the unscanned chunks: arena.c, reserve_huge) */
+    if (!fresh) {
+        pthread_mutex_unlock(&h->lock);
+        return NVH_E_NOSPACE;
+    }
     uint64_t c = h->hwm;
     int rc = nvh_heap_ensure_size(h, c + nchunks);
     if (rc == NVH_OK) {
@@ -450,7 +503,7 @@ int nvh_huge_take(nvh_heap *h, uint64_t nchunks, uint64_t *chunk_out, uint64_t *
         for (uint64_t i = 0; i < nchunks; i++)
             __atomic_store_n(&h->chunks[c + i].scanned, true, __ATOMIC_RELEASE);
         *chunk_out = c;
-        *rem_out = 0;
+        *rem_out = UINT64_MAX;
     }
     pthread_mutex_unlock(&h->lock);
     return rc;
@@ -468,16 +521,20 @@ static uint64_t next_valid_nonfree(nvh_heap *h, uint64_t b, uint64_t end)
     return end;
 }
 
+static void fullmap_set(nvh_heap *h, uint64_t c);
+
 static void scan_arena_chunk(nvh_heap *h, nvh_arena *a, uint64_t c)
 {
     nvh_chunk *ch = nvh_chunk_get(h, c);
     uint64_t b = c * h->bpc, end = b + h->bpc;
+    bool full = true;           /* no free region, no free slot, no damage */
     ch->arena_chunk = true;
     while (b < end) {
         const struct nvh_rhdr *r = nvh_rhdr_at(h, b);
         if (!nvh_rhdr_valid(h, b) || r->blocks == 0 || b + r->blocks > end ||
             r->kind == NVH_RK_HUGE) {
             nvh_corrupt_report(h, nvh_block_off(h, b), "invalid region header during scan");
+            full = false;
             uint64_t q = next_valid_nonfree(h, b + 1, end);
             nvh_pview_set(h, b, q - b);
             nvh_quarantine_add(h, b, q - b);
@@ -487,12 +544,15 @@ static void scan_arena_chunk(nvh_heap *h, nvh_arena *a, uint64_t c)
         nvh_pview_set(h, b, r->blocks);
         if (r->state == NVH_RS_FREE) {
             nvh_extent_put(a, b, r->blocks);
+            full = false;
         } else if (r->state == NVH_RS_QUARANTINE) {
             nvh_quarantine_add(h, b, r->blocks);
+            full = false;
         } else if (r->kind == NVH_RK_RUN) {
             if (r->cls == 0 || r->cls > NVH_SMALL_CLASSES || r->nslots != nvh_cls_slots(r->cls) ||
                 r->blocks != 1) {
                 nvh_corrupt_report(h, nvh_block_off(h, b), "run header with a bad class");
+                full = false;
                 nvh_quarantine_add(h, b, 1);
             } else {
                 nvh_run *run = calloc(1, sizeof *run);
@@ -506,7 +566,12 @@ static void scan_arena_chunk(nvh_heap *h, nvh_arena *a, uint64_t c)
                     run->avail = ~run->pbits & mask;
                     run->persisted = true;
                     __atomic_store_n(&ch->runs[b - c * h->bpc], run, __ATOMIC_RELEASE);
-                    if (run->avail) nvh_bin_add(a, run);
+                    if (run->avail) {
+                        nvh_bin_add(a, run);
+                        full = false;
+                    }
+                } else {
+                    full = false;
                 }
             }
         }
@@ -514,6 +579,12 @@ static void scan_arena_chunk(nvh_heap *h, nvh_arena *a, uint64_t c)
     }
     atomic_store_explicit(&h->owner[c], (int16_t)a->index, memory_order_release);
     __atomic_store_n(&ch->scanned, true, __ATOMIC_RELEASE);
+    /* a full chunk is skipped by the next session's scan (it never gets
+     * DRAM state, frees into it take the unscanned path) */
+    if (full && !atomic_load_explicit(&ch->full_mark, memory_order_relaxed)) {
+        fullmap_set(h, c);
+        nvh_drain(h->pool);
+    }
 }
 
 /* Process the chunk at the scan cursor. Returns 1 if it became an arena
@@ -621,18 +692,32 @@ void nvh_prefault(nvh_heap *h, uint64_t block, uint64_t nblocks)
  * the first chunk of a free huge extent, else a fresh chunk. Caller holds
  * a->lock. Returns NVH_E_BUSY if the rings must be retired first (the caller
  * drops its lock, calls nvh_log_retire_all and retries). */
-int nvh_chunk_claim(nvh_heap *h, nvh_arena *a, bool fresh_first)
+int nvh_chunk_claim(nvh_heap *h, nvh_arena *a, bool scan_only)
 {
     pthread_mutex_lock(&h->lock);
-    /* fresh_first: the caller's scan budget is spent; a fresh chunk (or a
-     * free huge chunk) if there is one, else scanning goes on */
-    if (fresh_first && (h->nhuge > 0 || (h->hwm < h->max_chunks &&
-                                         nvh_heap_ensure_size(h, h->hwm + 1) == NVH_OK)))
-        goto fresh;
+    /* the chunk this arena claimed before is used up now, as a rule: if all
+     * of it is activated, the next session need not scan it */
+    if (a->last_claim) {
+        uint64_t lc = a->last_claim - 1;
+        a->last_claim = 0;
+        if (!atomic_load_explicit(&h->chunks[lc].full_mark, memory_order_relaxed) &&
+            atomic_load_explicit(&h->owner[lc], memory_order_relaxed) == (int16_t)a->index &&
+            nvh_chunk_full_dram(h, a, lc))
+            fullmap_set(h, lc);    /* durable at the next fence (the claim's
+                                      or the record's): a lost bit only costs
+                                      a scan */
+    }
+    /* Scan before growing: every chunk below the high-water mark that is
+     * not known to be full is looked at before the pool takes a fresh one
+     * (space freed by any process or arena is found). Known-full chunks
+     * cost one bit test, so the first allocation after opening a full pool
+     * scans only the chunks that have room. */
     while (h->scan_next < h->hwm) {
         uint64_t sc = h->scan_next;
-        if (__atomic_load_n(&h->chunks[sc].scanned, __ATOMIC_ACQUIRE)) {
-            /* claimed in this session */
+        if (__atomic_load_n(&h->chunks[sc].scanned, __ATOMIC_ACQUIRE) ||
+            nvh_fullmap_test(h, sc)) {
+            /* claimed in this session, or full (a free into it clears the
+             * mark and moves the cursor back: nvh_fullmap_clear) */
             h->scan_next++;
             continue;
         }
@@ -672,12 +757,16 @@ int nvh_chunk_claim(nvh_heap *h, nvh_arena *a, bool fresh_first)
         }
         int got = scan_step(h, a);
         if (other) nvh_alock_unlock(&other->lock);
-        if (got) {
+        if (got || scan_only) {
+            if (got) a->last_claim = sc + 1;
             pthread_mutex_unlock(&h->lock);
             return NVH_OK;
         }
     }
-fresh:;
+    if (scan_only) {
+        pthread_mutex_unlock(&h->lock);
+        return NVH_E_NOSPACE;
+    }
     uint64_t c;
     if (h->nhuge > 0) {
         /* first chunk of the first free extent; the rest keeps a header */
@@ -740,9 +829,131 @@ fresh:;
     nvh_pview_set(h, c * h->bpc, h->bpc);
     atomic_store_explicit(&h->owner[c], (int16_t)a->index, memory_order_release);
     __atomic_store_n(&ch->scanned, true, __ATOMIC_RELEASE);
+    a->last_claim = c + 1;
     pthread_mutex_unlock(&h->lock);
     nvh_extent_put(a, c * h->bpc, h->bpc);
     return NVH_OK;
+}
+
+/* ==========================================================================
+ * Chunk-full map (alloc.h: NVH_FULLMAP_OFF)
+ * ========================================================================== */
+static inline _Atomic uint64_t *fullmap_word(nvh_heap *h, uint64_t c)
+{
+    return (_Atomic uint64_t *)(h->base + h->heap_off + NVH_FULLMAP_OFF) + c / 64;
+}
+
+/* Chunk c's bit on the media (the lazy rebuild's cursor, and frees into
+ * chunks this session has not scanned: the map is read where it is used,
+ * not loaded at open). */
+bool nvh_fullmap_test(nvh_heap *h, uint64_t c)
+{
+    return c < NVH_FULLMAP_CHUNKS &&
+           (atomic_load_explicit(fullmap_word(h, c), memory_order_acquire) & (1ull << (c % 64)));
+}
+
+/* Mark chunk c full (flushed, not fenced: the caller's next fence makes it
+ * durable, and a lost mark only costs a scan). Caller holds c's owner
+ * lock or h->lock with nobody else able to free into c. */
+static void fullmap_set(nvh_heap *h, uint64_t c)
+{
+    if (c >= NVH_FULLMAP_CHUNKS || h->pool->readonly) return;
+    _Atomic uint64_t *w = fullmap_word(h, c);
+    nvh_wopen(h, (const void *)w, 8);
+    atomic_fetch_or_explicit(w, 1ull << (c % 64), memory_order_relaxed);
+    nvh_wclose(h, (const void *)w, 8);
+    nvh_flush(h->pool, (const void *)w, 8);
+    atomic_store_explicit(&h->chunks[c].full_mark, true, memory_order_release);
+}
+
+/* A free into chunk `chunk` (owner's lock held, or replay): the chunk has
+ * free space again. Normal path: the bit's line joins the ring's dirty list,
+ * so it is durable before the free's record retires; until then replay
+ * clears it again (free_region). An unscanned chunk the lazy rebuild
+ * skipped as full is put back in its way. */
+void nvh_fullmap_clear(nvh_heap *h, nvh_arena *a, uint64_t chunk, bool replay)
+{
+    if (chunk >= NVH_FULLMAP_CHUNKS) return;
+    _Atomic uint64_t *w = fullmap_word(h, chunk);
+    uint64_t bit = 1ull << (chunk % 64);
+    bool was = atomic_load_explicit(w, memory_order_relaxed) & bit;
+    if (was) {
+        nvh_wopen(h, (const void *)w, 8);
+        atomic_fetch_and_explicit(w, ~bit, memory_order_relaxed);
+        nvh_wclose(h, (const void *)w, 8);
+    }
+    if (replay) {
+        nvh_flush(h->pool, (const void *)w, 8);
+        return;
+    }
+    nvh_log_dirty(h, a, (const void *)w);
+    atomic_store_explicit(&h->chunks[chunk].full_mark, false, memory_order_release);
+    if (was && !__atomic_load_n(&h->chunks[chunk].scanned, __ATOMIC_ACQUIRE)) {
+        pthread_mutex_lock(&h->lock);
+        if (h->scan_next > chunk) h->scan_next = chunk;
+        pthread_mutex_unlock(&h->lock);
+    }
+}
+
+/* Is every block of chunk c (scanned, owned by a: a->lock held) activated,
+ * by a's DRAM view? Free extents, large reservations and FIFO extents in
+ * it, and runs with a slot that is not activated (free, cached, reserved or
+ * waiting in the FIFO: pbits has them clear) all say no. */
+/* Does arena a hold free space of chunk c in its extents, its large
+ * reservations or its FIFO (freed regions waiting)? a->lock held. */
+static bool arena_has_space_in(const nvh_arena *a, uint64_t lo, uint64_t hi)
+{
+    for (size_t i = 0; i < a->next; i++)
+        if (a->ext[i].block < hi && a->ext[i].block + a->ext[i].nblocks > lo) return true;
+    for (size_t i = 0; i < a->nresv; i++)
+        if (a->resv[i].block >= lo && a->resv[i].block < hi) return true;
+    for (size_t i = 0; i < a->fifo_len; i++) {
+        const nvh_fifo_entry *e = &a->fifo[(a->fifo_head + i) & (a->fifo_cap - 1)];
+        if (e->nblocks && e->off >= lo && e->off < hi) return true;
+    }
+    return false;
+}
+
+bool nvh_chunk_full_dram(nvh_heap *h, nvh_arena *a, uint64_t c)
+{
+    nvh_chunk *ch = &h->chunks[c];
+    if (!ch->scanned || !ch->arena_chunk || !ch->runs) return false;
+    if (arena_has_space_in(a, c * h->bpc, (c + 1) * h->bpc)) return false;
+    return chunk_blocks_full(h, c);
+}
+
+/* The part of the test that needs no arena list: no quarantine in chunk c,
+ * every run's slots activated, every other region used (the tiling). */
+static bool chunk_blocks_full(nvh_heap *h, uint64_t c)
+{
+    nvh_chunk *ch = &h->chunks[c];
+    uint64_t lo = c * h->bpc, hi = lo + h->bpc;
+    pthread_mutex_lock(&h->quar_lock);
+    for (size_t i = 0; i < h->nquar; i++)
+        if (h->quar[i].block < hi && h->quar[i].block + h->quar[i].nblocks > lo) {
+            pthread_mutex_unlock(&h->quar_lock);
+            return false;
+        }
+    pthread_mutex_unlock(&h->quar_lock);
+    for (uint64_t i = 0; i < h->bpc; i++) {
+        nvh_run *run = ch->runs[i];
+        if (!run) continue;
+        uint64_t mask = run->nslots == 64 ? ~0ull : (1ull << run->nslots) - 1;
+        if (run->quarantined || (run->pbits & mask) != mask) return false;
+    }
+    /* every block is a run or inside a used region: walk the persistent
+     * tiling (pview) so that free space DRAM lost track of is not marked */
+    for (uint64_t b = lo; b < hi;) {
+        uint64_t n = h->pview[b];
+        if (n == 0) return false;
+        if (!ch->runs[b - lo]) {
+            const struct nvh_rhdr *r = nvh_rhdr_at(h, b);
+            if (!nvh_rhdr_valid(h, b) || r->state != NVH_RS_USED || r->kind != NVH_RK_LARGE)
+                return false;
+        }
+        b += n;
+    }
+    return true;
 }
 
 /* ==========================================================================

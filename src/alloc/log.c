@@ -329,11 +329,14 @@ static void free_region(nvh_heap *h, const struct nvh_rec *r, nvh_arena *a, bool
             nvh_wclose(h, &hd->bitmap, 8);
         }
         touch(h, a, hd, replay);
+        /* the chunk-full map (heap.c); the normal path's caller does it */
+        if (replay) nvh_fullmap_clear(h, a, nvh_chunk_of_block(h, b), true);
         return;
     }
     uint64_t b = (rel - NVH_HDR) / NVH_BLOCK;
     nvh_rhdr_write(h, b, r->blocks, NVH_RS_FREE, (uint8_t)rk, 0, 0, r->seq);
     touch(h, a, nvh_rhdr_at(h, b), replay);
+    if (replay) nvh_fullmap_clear(h, a, nvh_chunk_of_block(h, b), true);
 }
 
 void nvh_rec_apply_state(nvh_heap *h, const struct nvh_rec *r,
@@ -580,9 +583,23 @@ int nvh_log_recover(nvh_heap *h)
  * crashed pool checked without recovery may hold them torn; they are not
  * corruption). Sorted block indexes, malloc'd; *n_out entries.
  * ========================================================================== */
+static bool pending_push(uint64_t **v, size_t *n, size_t *cap, uint64_t b)
+{
+    if (*n == *cap) {
+        size_t c = *cap * 2;
+        uint64_t *g = realloc(*v, c * sizeof *g);
+        if (!g) return false;
+        *v = g;
+        *cap = c;
+    }
+    (*v)[(*n)++] = b;
+    return true;
+}
+
 uint64_t *nvh_log_pending_blocks(nvh_heap *h, size_t *n_out)
 {
-    uint64_t *v = malloc(sizeof *v * 3 * NVH_RINGS * NVH_RING_LINES);
+    size_t cap = 3 * NVH_RINGS * NVH_RING_LINES;
+    uint64_t *v = malloc(sizeof *v * cap);
     size_t n = 0;
     *n_out = 0;
     if (!v) return NULL;
@@ -598,9 +615,20 @@ uint64_t *nvh_log_pending_blocks(nvh_heap *h, size_t *n_out)
             uint64_t rel = r->obj - h->chunks_off;
             uint64_t b = rk == NVH_RK_RUN ? rel / NVH_BLOCK : (rel - NVH_HDR) / NVH_BLOCK;
             uint64_t pre = rk == NVH_RK_HUGE ? (uint64_t)r->prefix * h->bpc : r->prefix;
-            v[n++] = b;
-            if (pre && pre <= b) v[n++] = b - pre;
-            if (r->remainder) v[n++] = b + (rk == NVH_RK_RUN ? 1 : r->blocks);
+            bool ok = pending_push(&v, &n, &cap, b);
+            if (pre && pre <= b) ok = ok && pending_push(&v, &n, &cap, b - pre);
+            if (r->remainder)
+                ok = ok && pending_push(&v, &n, &cap, b + (rk == NVH_RK_RUN ? 1 : r->blocks));
+            /* a huge region's later chunks: until its header is rewritten,
+             * the walk reads their first lines (the object's data, or a
+             * merged region's old headers) as chunk starts */
+            if (rk == NVH_RK_HUGE && b % h->bpc == 0)
+                for (uint64_t x = b + h->bpc; ok && x < b + r->blocks; x += h->bpc)
+                    ok = pending_push(&v, &n, &cap, x);
+            if (!ok) {
+                free(v);
+                return NULL;
+            }
         }
     }
     qsort(v, n, sizeof *v, cmp_u64);
