@@ -107,8 +107,10 @@ static uint64_t skip_corrupt(nvh_heap *h, uint64_t b, uint64_t end)
 
 static void walk_heap(nvh_heap *h, const walk_cb *cb)
 {
-    uint64_t hwm = atomic_load_explicit((_Atomic uint64_t *)&h->state->hwm_chunks,
-                                        memory_order_relaxed);
+    uint64_t hwm = 0;
+    if (!nvh_hwm_decode(atomic_load_explicit((_Atomic uint64_t *)&h->state->hwm_word,
+                                             memory_order_relaxed), &hwm))
+        hwm = 0;                 /* damaged since open: this session's mark */
     if (h->hwm > hwm) hwm = h->hwm;
     uint64_t limit_blocks = (nvh_pool_size(h->pool) - h->chunks_off) / NVH_BLOCK;
     uint64_t end_all = hwm * h->bpc;

@@ -353,11 +353,14 @@ void nvh_rec_apply_state(nvh_heap *h, const struct nvh_rec *r,
         apply_region(h, r, a, replay);
         struct nvh_named_entry *e = &h->table[r->link[0].addr];
         uint64_t cur = atomic_load_explicit(&e->off, memory_order_relaxed);
-        if (!replay || cur == 0 || cur == NVH_NAMED_TOMB || cur == r->obj) {
+        if (!replay || cur == 0 || cur == NVH_NAMED_TOMB ||
+            (cur & NVH_NAMED_OFF_MASK) == r->obj) {
             nvh_wopen(h, e, sizeof *e);
             memcpy(e->name, &links[2], sizeof e->name);
             e->name[sizeof e->name - 1] = '\0';
-            atomic_store_explicit(&e->off, r->obj, memory_order_release);
+            atomic_store_explicit(&e->off,
+                                  nvh_named_word(e->name, (uint32_t)r->link[0].addr, r->obj),
+                                  memory_order_release);
             nvh_wclose(h, e, sizeof *e);
         }
         touch(h, a, e, replay);
@@ -366,7 +369,8 @@ void nvh_rec_apply_state(nvh_heap *h, const struct nvh_rec *r,
     case NVH_REC_FREE_NAMED: {
         free_region(h, r, a, replay);
         struct nvh_named_entry *e = &h->table[r->link[0].addr];
-        if (atomic_load_explicit(&e->off, memory_order_relaxed) == r->obj) {
+        uint64_t cur = atomic_load_explicit(&e->off, memory_order_relaxed);
+        if (cur > NVH_NAMED_TOMB && (cur & NVH_NAMED_OFF_MASK) == r->obj) {
             nvh_wopen(h, &e->off, 8);
             atomic_store_explicit(&e->off, NVH_NAMED_TOMB, memory_order_relaxed);
             nvh_wclose(h, &e->off, 8);

@@ -226,15 +226,6 @@ static int cmp_redo(const void *a, const void *b)
     return x->tid > y->tid ? -1 : x->tid < y->tid;             /* undo: newest first */
 }
 
-typedef struct find_arg { void *ptr; size_t size; } find_arg;
-static int find_dir(const char *name, void *ptr, size_t size, void *arg)
-{
-    if (strcmp(name, NVH_TX_DIR_NAME) != 0) return 0;
-    ((find_arg *)arg)->ptr = ptr;
-    ((find_arg *)arg)->size = size;
-    return 1;
-}
-
 int nvh_txlog_recover(nvh_txlog *lg)
 {
     nvh_pool *pool = lg->pool;
@@ -242,10 +233,13 @@ int nvh_txlog_recover(nvh_txlog *lg)
      * leave NVH_E_NOTFOUND as the thread's last error after a good open */
     if (!__atomic_load_n(&pool->heap, __ATOMIC_ACQUIRE)) return NVH_OK;  /* no heap yet:
                                      never format it just to look (lazy format) */
-    find_arg fa = {NULL, 0};
-    nvh_named_foreach(pool, find_dir, &fa);
-    struct nvh_tx_dir *d = fa.ptr;
-    size_t size = fa.size;
+    void *ptr = NULL;
+    size_t size = 0;
+    int lrc = nvh_named_lookup_(pool, NVH_TX_DIR_NAME, &ptr, &size);
+    if (lrc == NVH_E_CORRUPT)      /* the directory may be lost: rollback would be skipped */
+        return nvh_fail(NVH_E_CORRUPT, "%s: cannot find the transaction log directory: %s",
+                        pool->path, nvh_errormsg());
+    struct nvh_tx_dir *d = ptr;
     if (!d) return NVH_OK;                       /* no transaction ever ran */
     if (size < NVH_TX_DIR_V1_SIZE || d->magic != NVH_TX_DIR_MAGIC ||
         d->version < 1 || d->version > 3 || (d->version == 2 && size < NVH_TX_DIR_V2_SIZE) ||
