@@ -139,6 +139,12 @@ static void nset_del(nvh_heap *h, uint64_t off)
     atomic_fetch_sub_explicit(&h->named_n, 1, memory_order_release);
 }
 
+bool nvh_named_obj_(nvh_pool *pool, uint64_t off)
+{
+    nvh_heap *h = __atomic_load_n(&pool->heap, __ATOMIC_ACQUIRE);
+    return h && nvh_named_has(h, off);
+}
+
 /* Fill the set from the table (heap open, after recovery). */
 void nvh_named_set_build(nvh_heap *h)
 {

@@ -137,6 +137,8 @@ int nvh_superblock_commit_state(nvh_pool *pool, uint64_t size, uint64_t epoch);
  * state on NVH_E_NOTFOUND (alloc/named.c): NVH_OK, NVH_E_NOTFOUND, or
  * NVH_E_CORRUPT (error set) if a damaged entry may have been the name's. */
 int nvh_named_lookup_(nvh_pool *pool, const char *name, void **ptr_out, size_t *size_out);
+/* Is the object at pool offset off named (alloc/named.c)? */
+bool nvh_named_obj_(nvh_pool *pool, uint64_t off);
 /* Add NVH_STATE_* flags to the superblock state: the next state slot is
  * written and flushed, and durable at the caller's next fence (a crash
  * before it leaves the previous slot current, without the flags). */

@@ -339,7 +339,11 @@ static void api(void **state)
     assert_int_equal(nvh_tx_write_word(pool, &reg[0], 1), NVH_E_INVAL);   /* no tx */
     assert_int_equal(nvh_tx_begin(pool), NVH_OK);
     assert_int_equal(nvh_tx_write_word(pool, (char *)&reg[0] + 4, 1), NVH_E_INVAL);
-    assert_int_equal(nvh_tx_write_word(pool, &local, 1), NVH_E_BADPTR);
+    assert_int_equal(nvh_tx_write_word(pool, &reg[0], 9), NVH_OK);
+    assert_int_equal(nvh_tx_write_word(pool, &local, 1), NVH_E_BADPTR);   /* aborts */
+    assert_int_equal(nvh_tx_commit(pool), NVH_E_ABORTED);
+    assert_int_equal(reg[0], 0);
+    assert_int_equal(nvh_tx_begin(pool), NVH_OK);
     assert_int_equal(nvh_tx_write_word(pool, &reg[0], 11), NVH_OK);
     assert_int_equal(nvh_tx_write_word(pool, &reg[0], 12), NVH_OK);        /* replaces */
     assert_int_equal(nvh_tx_read_word(pool, &reg[0]), 12);
