@@ -119,6 +119,7 @@ struct nvh_pool {
     uint64_t epoch;
     uint64_t state_seq;
     uint32_t state_flags;          /* NVH_STATE_* of the current state slot */
+    bool state_unfenced;           /* the current slot is flushed, not yet fenced */
     nvh_domain created_domain;
     bool opened_clean;             /* the pool had been closed cleanly before this open */
     _Atomic uint32_t io_errors;    /* msync failures since open (msync.c); sticky */

@@ -229,6 +229,10 @@ static int commit_state_(nvh_pool *pool, uint64_t size, uint64_t epoch, uint32_t
                          bool fence)
 {
     struct nvh_superblock *sb = pool->sb;
+    /* the slot about to be overwritten is current only once the newest one
+     * is durable: an unfenced commit (nvh_superblock_set_flags) is made
+     * durable first, by this thread (its flush + fence) */
+    if (pool->state_unfenced) nvh_persist(pool, &sb->state[pool->state_slot], sizeof sb->state[0]);
     uint64_t seq = pool->state_seq + 1;
     struct nvh_superblock_state *slot = &sb->state[seq % 2];
     struct nvh_superblock_state next = {
@@ -244,6 +248,7 @@ static int commit_state_(nvh_pool *pool, uint64_t size, uint64_t epoch, uint32_t
     nvh_protect_close_(pool, slot, sizeof *slot);
     pool->state_seq = seq;
     pool->state_slot = (unsigned)(seq % 2);
+    pool->state_unfenced = !fence;
     pool->epoch = epoch;
     return NVH_OK;
 }
