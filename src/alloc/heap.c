@@ -482,6 +482,16 @@ int nvh_huge_take(nvh_heap *h, uint64_t nchunks, uint64_t *chunk_out, uint64_t *
     uint64_t c = h->hwm;
     int rc = nvh_heap_ensure_size(h, c + nchunks);
     if (rc == NVH_OK) {
+        /* Every chunk below any high-water mark starts with a valid header
+         * or lies inside a region that does, so a zero chunk header there is
+         * damage, not "never formatted" (scan_step). The fresh chunks get a
+         * free huge header, durable before the mark can pass them (another
+         * activation may raise the persistent mark over them while this
+         * reservation is pending); its activation overwrites it. */
+        uint64_t b = c * h->bpc;
+        nvh_rhdr_write(h, b, (uint32_t)(nchunks * h->bpc), NVH_RS_FREE, NVH_RK_HUGE, 0, 0, 0);
+        nvh_persist(h->pool, nvh_rhdr_at(h, b), 64);
+        nvh_pview_set(h, b, nchunks * h->bpc);
         __atomic_store_n(&h->hwm, c + nchunks, __ATOMIC_RELEASE);
         for (uint64_t i = 0; i < nchunks; i++)
             __atomic_store_n(&h->chunks[c + i].scanned, true, __ATOMIC_RELEASE);
@@ -577,16 +587,13 @@ static int scan_step(nvh_heap *h, nvh_arena *a)
     }
     h->scan_next = c + 1;
     __atomic_store_n(&h->chunks[c].scanned, true, __ATOMIC_RELEASE);
-    if (all_zero(r, sizeof *r)) {
-        /* never formatted, unless a valid header follows (then the chunk's
-         * first header was zeroed: corruption, contained below) */
-        uint64_t q = next_valid_nonfree(h, b + 1, b + h->bpc);
-        if (q == b + h->bpc) {
-            huge_put_locked(h, c, 1);
-            return 0;
-        }
-    }
-    nvh_corrupt_report(h, nvh_block_off(h, b), "invalid header at a chunk start");
+    /* Below the high-water mark every chunk was formatted before the mark
+     * passed it (nvh_chunk_claim, nvh_huge_take): a zero header here is
+     * damage — the chunk may be the start of a live huge object — never a
+     * free chunk. Contained below (quarantined, or resynchronised). */
+    nvh_corrupt_report(h, nvh_block_off(h, b), all_zero(r, sizeof *r)
+                                                  ? "zeroed header at a chunk start"
+                                                  : "invalid header at a chunk start");
     uint64_t q = next_valid_nonfree(h, b + 1, b + h->bpc);
     if (q < b + h->bpc && nvh_rhdr_at(h, q)->kind != NVH_RK_HUGE) {
         /* resynchronised inside the chunk: an arena chunk with a bad first header */

@@ -150,6 +150,54 @@ static void zero_hwm(void **state)
     unlink(path);
 }
 
+/* A zeroed header at the start of a live huge object's chunk must not read
+ * as "never formatted": the allocator would hand out the object's memory.
+ * The damaged object is reported and quarantined; every allocation after it
+ * lies elsewhere, and the other objects are intact. */
+static void zeroed_chunk_header(void **state)
+{
+    (void)state;
+    const char *path = test_path("chunkhdr");
+    nvh_pool_options o = {.max_size = 64 << 20};
+    nvh_pool *pool = nvh_pool_create_ex(path, LAYOUT, 4 << 20, NVH_DOMAIN_PROCESS, &o);
+    assert_non_null(pool);
+    nvh_off_t *root = nvh_root(pool, NULL);
+    size_t hsize = 600000;                      /* 3 chunks of 256 KiB */
+    unsigned char *big = nvh_alloc(pool, hsize, NULL, NULL, &root[0]);
+    assert_non_null(big);
+    memset(big, 0x5C, hsize);
+    nvh_persist(pool, big, hsize);
+    unsigned char *small = nvh_alloc(pool, 200, NULL, NULL, &root[1]);
+    assert_non_null(small);
+    memset(small, 0x3A, 200);
+    nvh_persist(pool, small, 200);
+    uint64_t big_off = nvh_off(pool, big);
+    assert_int_equal(nvh_pool_close(pool), NVH_OK);
+    unsigned char zero[64] = {0};
+    test_poke(path, (off_t)(big_off - 64), zero, 64);        /* its region header */
+
+    pool = nvh_pool_open(path, LAYOUT, NVH_DOMAIN_PROCESS);
+    assert_non_null(pool);
+    uint64_t corrupt = 0;
+    assert_int_equal(nvh_heap_check(pool, NULL, NULL, 0, &corrupt), NVH_E_CORRUPT);
+    assert_true(corrupt >= 1);
+    /* allocate well past the heap's current extent: every chunk is scanned */
+    for (int i = 0; i < 300; i++) {
+        size_t sz = i % 3 ? 4000 : 300000;
+        unsigned char *p = nvh_alloc(pool, sz, NULL, NULL, NULL);
+        assert_non_null(p);
+        uint64_t off = nvh_off(pool, p);
+        assert_true(off + sz <= big_off - 64 || off >= big_off + hsize);
+        memset(p, 0xEE, sz);
+    }
+    big = nvh_ptr(pool, big_off);
+    for (size_t k = 0; k < hsize; k++) assert_int_equal(big[k], 0x5C);
+    small = nvh_ptr(pool, root[1]);
+    for (int k = 0; k < 200; k++) assert_int_equal(small[k], 0x3A);
+    assert_int_equal(nvh_pool_close(pool), NVH_OK);
+    unlink(path);
+}
+
 /* ---------------------------------------------------------------------------
  * Object table
  * ------------------------------------------------------------------------- */
@@ -311,6 +359,7 @@ int main(void)
         cmocka_unit_test(zero_heap_magic),
         cmocka_unit_test(fresh_pool_formats_lazily),
         cmocka_unit_test(zero_hwm),
+        cmocka_unit_test(zeroed_chunk_header),
         cmocka_unit_test(named_offset_flip),
         cmocka_unit_test(named_offset_zeroed),
         cmocka_unit_test(named_name_flip),
