@@ -584,9 +584,25 @@ int nvh_log_recover(nvh_heap *h)
  * crashed pool checked without recovery may hold them torn; they are not
  * corruption). Sorted block indexes, malloc'd; *n_out entries.
  * ========================================================================== */
+/* Append x to the growing array *v (n used, *cap allocated); false if out
+ * of memory. */
+static bool push_block(uint64_t **v, size_t *n, size_t *cap, uint64_t x)
+{
+    if (*n == *cap) {
+        size_t c = *cap * 2;
+        uint64_t *g = realloc(*v, c * sizeof *g);
+        if (!g) return false;
+        *v = g;
+        *cap = c;
+    }
+    (*v)[(*n)++] = x;
+    return true;
+}
+
 uint64_t *nvh_log_pending_blocks(nvh_heap *h, size_t *n_out)
 {
-    uint64_t *v = malloc(sizeof *v * 3 * NVH_RINGS * NVH_RING_LINES);
+    size_t cap = 3 * NVH_RINGS * NVH_RING_LINES;
+    uint64_t *v = malloc(sizeof *v * cap);
     size_t n = 0;
     *n_out = 0;
     if (!v) return NULL;
@@ -602,9 +618,17 @@ uint64_t *nvh_log_pending_blocks(nvh_heap *h, size_t *n_out)
             uint64_t rel = r->obj - h->chunks_off;
             uint64_t b = rk == NVH_RK_RUN ? rel / NVH_BLOCK : (rel - NVH_HDR) / NVH_BLOCK;
             uint64_t pre = rk == NVH_RK_HUGE ? (uint64_t)r->prefix * h->bpc : r->prefix;
-            v[n++] = b;
-            if (pre && pre <= b) v[n++] = b - pre;
-            if (r->remainder) v[n++] = b + (rk == NVH_RK_RUN ? 1 : r->blocks);
+            bool ok = push_block(&v, &n, &cap, b);
+            if (pre && pre <= b) ok = ok && push_block(&v, &n, &cap, b - pre);
+            if (r->remainder) ok = ok && push_block(&v, &n, &cap, b + (rk == NVH_RK_RUN ? 1 : r->blocks));
+            /* a huge record rewrites the headers of regions spanning chunks:
+             * the chunk starts inside them may read as zero until it does */
+            if (rk == NVH_RK_HUGE && pre <= b) {
+                uint64_t end = b + r->blocks + r->remainder, max = h->max_chunks * h->bpc;
+                for (uint64_t x = b - pre + h->bpc; ok && x < end && x < max; x += h->bpc)
+                    ok = push_block(&v, &n, &cap, x);
+            }
+            if (!ok) { free(v); return NULL; }
         }
     }
     qsort(v, n, sizeof *v, cmp_u64);
