@@ -198,6 +198,62 @@ static void zeroed_chunk_header(void **state)
     unlink(path);
 }
 
+/* Crash at every fence of the first allocations of a pool without a heap
+ * (format, then activations): once an object is live (its link, root[0],
+ * is durable) the superblock must already say the heap exists, so a zeroed
+ * heap magic in that image is NVH_E_CORRUPT, never a fresh format. Before,
+ * the image opens (the format may be redone). */
+static int first_alloc_workload(nvh_pool *pool, void *arg)
+{
+    (void)arg;
+    nvh_off_t *root = nvh_root(pool, NULL);
+    for (int i = 0; i < 4; i++) {
+        unsigned char *p = nvh_alloc(pool, 100 + 1000 * (size_t)i, NULL, NULL, &root[i]);
+        if (!p) return 1;
+    }
+    return 0;
+}
+
+static int first_alloc_check(const char *image, const nvh_crash_point *pt, void *arg)
+{
+    (void)pt; (void)arg;
+    nvh_off_t live;
+    test_peek(image, 4096, &live, sizeof live);              /* root[0] */
+    uint64_t zero = 0, magic;
+    test_peek(image, (off_t)heap_off, &magic, 8);
+    test_poke(image, (off_t)heap_off, &zero, 8);
+    nvh_pool *pool = nvh_pool_open(image, LAYOUT, NVH_DOMAIN_PROCESS);
+    int code = nvh_errcode();
+    if (pool) nvh_pool_close(pool);
+    if (live && (pool || code != NVH_E_CORRUPT)) return 1;   /* would format over it */
+    test_poke(image, (off_t)heap_off, &magic, 8);
+    pool = nvh_pool_open(image, LAYOUT, NVH_DOMAIN_PROCESS);
+    if (!pool) return 2;
+    nvh_pool_close(pool);
+    return 0;
+}
+
+static void heap_flag_crash_consistent(void **state)
+{
+    (void)state;
+    const char *path = test_path("flagcrash");
+    nvh_pool *pool = nvh_pool_create(path, LAYOUT, 1 << 20, NVH_DOMAIN_PROCESS);
+    assert_non_null(pool);
+    nvh_pool_info info;
+    assert_int_equal(nvh_pool_info_get(pool, &info), NVH_OK);
+    heap_off = info.heap_offset;
+    assert_int_equal(nvh_pool_close(pool), NVH_OK);
+    for (int mode = 0; mode < 2; mode++) {
+        nvh_crash_config cfg = {
+            .pool_path = path, .layout = LAYOUT, .workload = first_alloc_workload,
+            .check = first_alloc_check, .seed = 11 + (uint64_t)mode,
+            .mode = mode ? NVH_CRASH_WORDS : NVH_CRASH_LINES, .images_per_point = 3,
+        };
+        test_crash_explore(&cfg);
+    }
+    unlink(path);
+}
+
 /* ---------------------------------------------------------------------------
  * Object table
  * ------------------------------------------------------------------------- */
@@ -360,6 +416,7 @@ int main(void)
         cmocka_unit_test(fresh_pool_formats_lazily),
         cmocka_unit_test(zero_hwm),
         cmocka_unit_test(zeroed_chunk_header),
+        cmocka_unit_test(heap_flag_crash_consistent),
         cmocka_unit_test(named_offset_flip),
         cmocka_unit_test(named_offset_zeroed),
         cmocka_unit_test(named_name_flip),
