@@ -124,7 +124,9 @@ static_assert(offsetof(struct nvh_rhdr, state) == 16, "rhdr layout");
 static_assert(offsetof(struct nvh_rhdr, seq) == 24, "rhdr layout");
 static_assert(offsetof(struct nvh_rhdr, checksum) == 60, "rhdr layout");
 
-/* Ring header (one line per ring, contiguous): the watermark is one word. */
+/* Ring header (one line per ring, contiguous): the watermark is one word,
+ * nvh_wm_word(seq): a zeroed watermark would make recovery replay every
+ * stale record of the ring over newer headers, so it carries a check. */
 struct nvh_ring_hdr {
     _Atomic uint64_t watermark; /*  0 records with seq <= this are retired   */
     uint32_t magic;             /*  8 NVH_RING_MAGIC                         */
@@ -132,6 +134,16 @@ struct nvh_ring_hdr {
     uint8_t reserved[48];
 };
 static_assert(sizeof(struct nvh_ring_hdr) == 64, "ring header is one line");
+/* seq << 8 | 8-bit check (never 0 for seq 0); monotonic in seq */
+static inline uint64_t nvh_wm_word(uint64_t seq)
+{
+    return seq << 8 | ((((seq ^ 0x574du) * 0x9E3779B97F4A7C15ull) >> 56) ^ 0x5Au);
+}
+static inline bool nvh_wm_decode(uint64_t w, uint64_t *seq)
+{
+    *seq = w >> 8;
+    return nvh_wm_word(*seq) == w;
+}
 
 /* Redo record. Head line (64 B) carries two links; each continuation line
  * carries four. kind_links: kind in the low 4 bits, nlinks in the high 4. */

@@ -85,6 +85,7 @@ static int heap_format(nvh_pool *pool, uint64_t heap_off)
         memset(rh, 0, sizeof *rh);
         rh->magic = NVH_RING_MAGIC;
         rh->index = i;
+        atomic_store_explicit(&rh->watermark, nvh_wm_word(0), memory_order_relaxed);
         nvh_flush(pool, rh, sizeof *rh);
     }
     char *body = base + hh.rings_off + NVH_RINGS * 64u;
@@ -235,6 +236,18 @@ static int heap_open_locked(nvh_pool *pool, bool create)
                         "more than the pool holds", pool->path,
                         (unsigned long long)(heap_off + 64), (unsigned long long)hwm0);
 
+    /* a zeroed watermark would replay every stale record of its ring over
+     * newer headers (recovery), or hide pending ones (read-only checks) */
+    for (unsigned i = 0; i < NVH_RINGS; i++) {
+        const struct nvh_ring_hdr *rh =
+            (const struct nvh_ring_hdr *)(base + hh->rings_off + i * 64u);
+        uint64_t wm;
+        if (!nvh_wm_decode(atomic_load_explicit(&((struct nvh_ring_hdr *)rh)->watermark,
+                                                memory_order_relaxed), &wm))
+            return nvh_fail(NVH_E_CORRUPT, "%s: redo ring %u: the watermark at offset %llu "
+                            "fails its check", pool->path, i,
+                            (unsigned long long)(hh->rings_off + i * 64u));
+    }
     nvh_heap *h = calloc(1, sizeof *h);
     if (!h) return nvh_fail(NVH_E_NOMEM, "out of memory for the heap of %s", pool->path);
     pthread_mutex_init(&h->lock, NULL);

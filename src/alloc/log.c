@@ -133,7 +133,7 @@ void nvh_log_retire(nvh_heap *h, nvh_arena *a)
     nvh_drain(pool);
     struct nvh_ring_hdr *rh = &h->ring_hdr[a->index];
     nvh_wopen(h, &rh->watermark, 8);
-    atomic_store_explicit(&rh->watermark, a->last_seq, memory_order_relaxed);
+    atomic_store_explicit(&rh->watermark, nvh_wm_word(a->last_seq), memory_order_relaxed);
     nvh_wclose(h, &rh->watermark, 8);
     nvh_persist(pool, rh, 8);
     a->ndirty = 0;
@@ -498,7 +498,14 @@ int nvh_log_recover(nvh_heap *h)
     uint64_t last_of[NVH_RINGS], prev_of[NVH_RINGS];
     unsigned last_line[NVH_RINGS], prev_line[NVH_RINGS];
     for (unsigned i = 0; i < NVH_RINGS; i++) {
-        uint64_t wm = atomic_load_explicit(&h->ring_hdr[i].watermark, memory_order_relaxed);
+        uint64_t wm;
+        if (!nvh_wm_decode(atomic_load_explicit(&h->ring_hdr[i].watermark, memory_order_relaxed),
+                           &wm)) {
+            free(found);
+            return nvh_fail(NVH_E_CORRUPT, "%s: redo ring %u: the watermark at offset %llu "
+                            "fails its check", h->pool->path, i,
+                            (unsigned long long)((char *)&h->ring_hdr[i] - h->base));
+        }
         if (wm > maxseq) maxseq = wm;
         last_of[i] = prev_of[i] = 0;
         last_line[i] = prev_line[i] = 0;
@@ -566,13 +573,15 @@ int nvh_log_recover(nvh_heap *h)
         for (unsigned i = 0; i < NVH_RINGS; i++) {
             if (!last_of[i]) continue;
             /* recovery runs inside nvh_heap_open_'s implicit window */
-            atomic_store_explicit(&h->ring_hdr[i].watermark, last_of[i], memory_order_relaxed);
+            atomic_store_explicit(&h->ring_hdr[i].watermark, nvh_wm_word(last_of[i]),
+                                  memory_order_relaxed);
             nvh_flush(pool, &h->ring_hdr[i], 8);
         }
         nvh_drain(pool);
     }
-    for (unsigned i = 0; i < NVH_RINGS; i++) h->arenas[i].last_seq =
-        atomic_load_explicit(&h->ring_hdr[i].watermark, memory_order_relaxed);
+    for (unsigned i = 0; i < NVH_RINGS; i++)
+        (void)nvh_wm_decode(atomic_load_explicit(&h->ring_hdr[i].watermark, memory_order_relaxed),
+                            &h->arenas[i].last_seq);
     atomic_store(&h->seq, maxseq);   /* the floor of nvh_seq_next */
     free(tail);
     free(found);
@@ -607,7 +616,10 @@ uint64_t *nvh_log_pending_blocks(nvh_heap *h, size_t *n_out)
     *n_out = 0;
     if (!v) return NULL;
     for (unsigned i = 0; i < NVH_RINGS; i++) {
-        uint64_t wm = atomic_load_explicit(&h->ring_hdr[i].watermark, memory_order_relaxed);
+        uint64_t wm;
+        if (!nvh_wm_decode(atomic_load_explicit(&h->ring_hdr[i].watermark, memory_order_relaxed),
+                           &wm))
+            wm = 0;            /* damaged: every record counts as pending */
         for (unsigned j = 0; j < NVH_RING_LINES; j++) {
             const struct nvh_rec *r = (const struct nvh_rec *)ring_line(h, i, j);
             unsigned nl = r->kind_links >> 4, nlines = nvh_rec_nlines(nl);

@@ -150,6 +150,26 @@ static void zero_hwm(void **state)
     unlink(path);
 }
 
+/* A zeroed redo-ring watermark would make recovery replay every stale
+ * record of the ring over newer region headers: open fails instead. */
+static void zero_ring_watermark(void **state)
+{
+    (void)state;
+    const char *path = make_pool("watermark");
+    struct nvh_heap_hdr hh;
+    test_peek(path, (off_t)heap_off, &hh, sizeof hh);
+    uint64_t at = hh.rings_off, w, zero = 0;        /* ring 0's watermark */
+    test_peek(path, (off_t)at, &w, 8);
+    test_poke(path, (off_t)at, &zero, 8);
+    expect_open_corrupt(path, "watermark");
+    test_poke(path, (off_t)at, &w, 8);
+    nvh_pool *pool = nvh_pool_open(path, LAYOUT, NVH_DOMAIN_PROCESS);
+    assert_non_null(pool);
+    for (int i = 0; i < NOBJ; i++) assert_true(obj_intact(pool, i));
+    assert_int_equal(nvh_pool_close(pool), NVH_OK);
+    unlink(path);
+}
+
 /* A zeroed header at the start of a live huge object's chunk must not read
  * as "never formatted": the allocator would hand out the object's memory.
  * The damaged object is reported and quarantined; every allocation after it
@@ -415,6 +435,7 @@ int main(void)
         cmocka_unit_test(zero_heap_magic),
         cmocka_unit_test(fresh_pool_formats_lazily),
         cmocka_unit_test(zero_hwm),
+        cmocka_unit_test(zero_ring_watermark),
         cmocka_unit_test(zeroed_chunk_header),
         cmocka_unit_test(heap_flag_crash_consistent),
         cmocka_unit_test(named_offset_flip),
