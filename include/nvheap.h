@@ -601,7 +601,9 @@ typedef struct nvh_link {
 /* Free an activated object and update its links, failure-atomically.
  * NVH_E_BADPTR: not an object of this pool (outside, misaligned, interior,
  * not activated); NVH_E_DOUBLEFREE: already free; NVH_E_CORRUPT: its header
- * fails its checksum (reported, the region is quarantined, nothing changes).
+ * fails its checksum (reported, the region is quarantined, nothing changes);
+ * NVH_E_INVAL: the object is named (free it with nvh_free_named, which drops
+ * the name with it; nothing changes).
  * The space rests in the don't-allocate FIFO before it is reused. */
 int nvh_free(nvh_pool *pool, void *ptr, const nvh_link *links, unsigned nlinks);
 
@@ -616,11 +618,15 @@ void *nvh_alloc(nvh_pool *pool, size_t size, nvh_ctor_fn ctor, void *arg, nvh_of
 void *nvh_reserve_named(nvh_pool *pool, const char *name, size_t size);
 int nvh_activate_named(nvh_pool *pool, const char *name);
 /* The object of that name (NULL and NVH_E_NOTFOUND if none); *size_out gets
- * its usable size if not NULL. */
+ * its usable size if not NULL. A damaged object-table entry is never
+ * followed: a name whose lookup passes one fails with NVH_E_CORRUPT (the
+ * message names the entry and its offset; the free and reserve calls of that
+ * name fail the same way); every other name stays usable. */
 void *nvh_get_named(nvh_pool *pool, const char *name, size_t *size_out);
 int nvh_free_named(nvh_pool *pool, const char *name);
 /* Calls fn for every named object; stops when fn returns non-zero (and
- * returns that value). */
+ * returns that value). Damaged entries are skipped; after visiting every
+ * intact one it returns NVH_E_CORRUPT if there was one. */
 typedef int (*nvh_named_fn)(const char *name, void *ptr, size_t size, void *arg);
 int nvh_named_foreach(nvh_pool *pool, nvh_named_fn fn, void *arg);
 

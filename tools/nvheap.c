@@ -801,9 +801,9 @@ static void check_current_state(struct check_ctx *c, unsigned i)
     else if (s->clean == 0)
         finding(c, SEV_NOTE, STATE_OFF(i, clean), "pool was not closed cleanly (the last "
                 "read-write open crashed or never closed it)");
-    if (s->reserved0 || !all_zero(s->reserved1, sizeof s->reserved1, &at))
-        finding(c, SEV_WARNING, s->reserved0 ? STATE_OFF(i, reserved0)
-                                             : STATE_OFF(i, reserved1) + at,
+    if ((s->flags & ~NVH_STATE_HEAP) || !all_zero(s->reserved1, sizeof s->reserved1, &at))
+        finding(c, SEV_WARNING, (s->flags & ~NVH_STATE_HEAP) ? STATE_OFF(i, flags)
+                                                             : STATE_OFF(i, reserved1) + at,
                 "reserved bytes of state slot %u are not zero", i);
 }
 

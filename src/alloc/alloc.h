@@ -75,9 +75,12 @@ static_assert(offsetof(struct nvh_heap_hdr, chunk_size) == 16, "heap header layo
 static_assert(offsetof(struct nvh_heap_hdr, checksum) == 60, "heap header layout");
 
 /* Second line of the heap area: the high-water mark, one 8-byte word (so it
- * can never be torn): chunks at or above it have never been used. */
+ * can never be torn): chunks at or above it have never been used. The word
+ * carries its own check (nvh_hwm_word): a mark lowered by damage would let
+ * the allocator format chunks over live objects, so a word that fails the
+ * check makes open fail with NVH_E_CORRUPT. */
 struct nvh_heap_state {
-    uint64_t hwm_chunks;        /*  0 chunks in use (upper bound)            */
+    uint64_t hwm_word;          /*  0 nvh_hwm_word(chunks in use, upper bound) */
     uint8_t reserved[56];
 };
 static_assert(sizeof(struct nvh_heap_state) == 64, "heap state is one line");
@@ -97,6 +100,20 @@ static_assert(sizeof(struct nvh_heap_state) == 64, "heap state is one line");
 #define NVH_FULLMAP_OFF 512u
 #define NVH_FULLMAP_BYTES (4096u - NVH_FULLMAP_OFF)
 #define NVH_FULLMAP_CHUNKS ((uint64_t)NVH_FULLMAP_BYTES * 8u)
+/* hwm word: chunks in the low 32 bits (a pool of at most 2^44 bytes has at
+ * most 2^28 chunks), CRC32C of them in the high 32. Zero is not a valid
+ * word: a zeroed mark is detected, not read as "no chunk used". */
+#define NVH_HWM_SEED 0x4d57484eu          /* "NHWM" */
+static inline uint64_t nvh_hwm_word(uint64_t chunks)
+{
+    uint32_t c = (uint32_t)chunks;
+    return (uint64_t)c | (uint64_t)nvh_crc32c(NVH_HWM_SEED, &c, sizeof c) << 32;
+}
+static inline bool nvh_hwm_decode(uint64_t w, uint64_t *chunks)
+{
+    *chunks = (uint32_t)w;
+    return w == nvh_hwm_word(*chunks);
+}
 
 /* Region header: the first 64 B of every region (free, run, large, huge). */
 enum { NVH_RS_FREE = 1, NVH_RS_USED = 2, NVH_RS_QUARANTINE = 3 };
@@ -121,7 +138,9 @@ static_assert(offsetof(struct nvh_rhdr, state) == 16, "rhdr layout");
 static_assert(offsetof(struct nvh_rhdr, seq) == 24, "rhdr layout");
 static_assert(offsetof(struct nvh_rhdr, checksum) == 60, "rhdr layout");
 
-/* Ring header (one line per ring, contiguous): the watermark is one word. */
+/* Ring header (one line per ring, contiguous): the watermark is one word,
+ * nvh_wm_word(seq): a zeroed watermark would make recovery replay every
+ * stale record of the ring over newer headers, so it carries a check. */
 struct nvh_ring_hdr {
     _Atomic uint64_t watermark; /*  0 records with seq <= this are retired   */
     uint32_t magic;             /*  8 NVH_RING_MAGIC                         */
@@ -129,6 +148,16 @@ struct nvh_ring_hdr {
     uint8_t reserved[48];
 };
 static_assert(sizeof(struct nvh_ring_hdr) == 64, "ring header is one line");
+/* seq << 8 | 8-bit check (never 0 for seq 0); monotonic in seq */
+static inline uint64_t nvh_wm_word(uint64_t seq)
+{
+    return seq << 8 | ((((seq ^ 0x574du) * 0x9E3779B97F4A7C15ull) >> 56) ^ 0x5Au);
+}
+static inline bool nvh_wm_decode(uint64_t w, uint64_t *seq)
+{
+    *seq = w >> 8;
+    return nvh_wm_word(*seq) == w;
+}
 
 /* Redo record. Head line (64 B) carries two links; each continuation line
  * carries four. kind_links: kind in the low 4 bits, nlinks in the high 4. */
@@ -163,14 +192,25 @@ static_assert(offsetof(struct nvh_rec, checksum) == 56, "record layout");
 #define NVH_LINKS_MAX_ (2u + 4u * (NVH_REC_MAX_LINES - 1u))
 
 /* Object-table entry: committed by the 8-byte store of `off` after the name is
- * durable. off == 0: empty (name[0] == 0) or abandoned reservation;
- * off == 1: tombstone. */
+ * durable. off == 0: empty (then name[0] == 0; a name with off 0 is damage);
+ * off == 1: tombstone; else nvh_named_word(): the payload offset in bits
+ * 0..47 and, in bits 48..63, a check of the name, the slot and the offset, so
+ * that a flipped byte of the entry can neither make a phantom name appear nor
+ * send a lookup to another offset (the whole entry still commits with one
+ * 8-byte store). */
 struct nvh_named_entry {
     char name[56];              /*  0 NUL-terminated, <= 55 bytes             */
-    _Atomic uint64_t off;       /* 56 payload offset, 0 or 1 as above          */
+    _Atomic uint64_t off;       /* 56 0, 1 or nvh_named_word(), as above       */
 };
 static_assert(sizeof(struct nvh_named_entry) == 64, "named entry is one line");
 #define NVH_NAMED_TOMB 1u
+#define NVH_NAMED_OFF_MASK (((uint64_t)1 << 48) - 1)   /* pools are < 2^44 bytes */
+static inline uint64_t nvh_named_word(const char name[56], uint32_t slot, uint64_t obj)
+{
+    uint32_t c = nvh_crc32c(0x4e4d4531u ^ slot, name, 56);
+    c = nvh_crc32c(c, &obj, sizeof obj);
+    return obj | (uint64_t)((c ^ (c >> 16)) & 0xFFFFu) << 48;
+}
 
 /* ==========================================================================
  * DRAM structures
@@ -349,6 +389,11 @@ struct nvh_heap {
 
     pthread_mutex_t named_lock;
     nvh_named_pending *pending; size_t npending, pending_cap;
+    /* offsets of the named objects (open addressing, 0 = empty): nvh_free
+     * refuses them without a table walk. Written under named_lock, read
+     * without it by nvh_free (named.c). */
+    _Atomic uint64_t named_set[2 * NVH_NAMED_CAP];
+    _Atomic uint32_t named_n;
 
     /* configuration */
     _Atomic uint64_t fifo_delay_ns, fifo_max_bytes;
@@ -776,6 +821,15 @@ int nvh_free_off_(nvh_heap *h, uint64_t off, const struct nvh_link_entry *links,
 int nvh_heap_usable(nvh_heap *h, uint64_t off, uint64_t *usable);
 
 /* named.c */
+void nvh_named_set_build(nvh_heap *h);
+bool nvh_named_set_has_(nvh_heap *h, uint64_t off);
+/* Is the object at off named? (nvh_free refuses named objects.) One load
+ * when the pool has no named object. */
+static inline bool nvh_named_has(nvh_heap *h, uint64_t off)
+{
+    return atomic_load_explicit(&h->named_n, memory_order_acquire) != 0 &&
+           nvh_named_set_has_(h, off);
+}
 void nvh_named_drop_pending(nvh_heap *h, uint64_t off);
 const char *nvh_named_pending_name(nvh_heap *h, uint64_t off); /* 56 bytes, NUL padded */
 

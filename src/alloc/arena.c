@@ -1247,6 +1247,10 @@ int nvh_free(nvh_pool *pool, void *ptr, const nvh_link *links, unsigned nlinks)
             return nvh_fail(NVH_E_INVAL, "link %u does not point at the object", i);
         e[i].value = links[i].value;
     }
+    /* the name would point at memory handed to the next object */
+    if (nvh_named_has(h, off))
+        return nvh_fail(NVH_E_INVAL, "nvh_free: the object at offset %llu is named; use "
+                        "nvh_free_named", (unsigned long long)off);
     return free_off(h, off, e, nlinks, -1);
 }
 

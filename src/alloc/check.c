@@ -107,8 +107,10 @@ static uint64_t skip_corrupt(nvh_heap *h, uint64_t b, uint64_t end)
 
 static void walk_heap(nvh_heap *h, const walk_cb *cb)
 {
-    uint64_t hwm = atomic_load_explicit((_Atomic uint64_t *)&h->state->hwm_chunks,
-                                        memory_order_relaxed);
+    uint64_t hwm = 0;
+    if (!nvh_hwm_decode(atomic_load_explicit((_Atomic uint64_t *)&h->state->hwm_word,
+                                             memory_order_relaxed), &hwm))
+        hwm = 0;                 /* damaged since open: this session's mark */
     if (h->hwm > hwm) hwm = h->hwm;
     uint64_t limit_blocks = (nvh_pool_size(h->pool) - h->chunks_off) / NVH_BLOCK;
     uint64_t end_all = hwm * h->bpc;
@@ -126,15 +128,8 @@ static void walk_heap(nvh_heap *h, const walk_cb *cb)
             b += n;
             continue;
         }
-        if (b % h->bpc == 0 && !valid) {
-            bool zero = true;
-            for (unsigned i = 0; i < 64; i++) if (((const char *)r)[i]) { zero = false; break; }
-            if (zero && skip_corrupt(h, b, cend) == cend) {   /* unformatted chunk */
-                cb->region(h, b, cend - b, NULL, cb->arg ? cb->arg : NULL);
-                b = cend;
-                continue;
-            }
-        }
+        /* a zero chunk header below the mark is damage too (heap.c,
+         * scan_step): every such chunk was formatted before the mark passed */
         if (!valid || b + r->blocks > cend || r->kind == NVH_RK_HUGE) {
             uint64_t q = skip_corrupt(h, b, cend);
             cb->region(h, b, q - b, (const struct nvh_rhdr *)1, cb->arg); /* corrupt marker */

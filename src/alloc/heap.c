@@ -5,7 +5,7 @@
  *
  * Heap area layout (offsets from the pool base; heap_off from the superblock):
  *   heap_off + 0      heap header (immutable, CRC)
- *   heap_off + 64     heap state: high-water mark (one 8-byte word)
+ *   heap_off + 64     heap state: high-water mark (one self-checking word)
  *   heap_off + 4096   object table: NVH_NAMED_CAP x 64 B entries
  *   rings_off         NVH_RINGS ring headers (64 B each), then the ring bodies
  *   chunks_off        chunk 0, chunk 1, ... (64 KiB aligned)
@@ -72,8 +72,11 @@ static int heap_format(nvh_pool *pool, uint64_t heap_off)
     hh.checksum = heap_hdr_checksum(&hh);
 
     /* Everything but the header first (the file is fresh: zero), then the
-     * header: a crash in between leaves a zero header, which open formats. */
+     * header: a crash in between leaves a zero header, which open formats
+     * (the superblock does not say NVH_STATE_HEAP yet). */
     memset(base + heap_off + 64, 0, 64);
+    uint64_t hwm0 = nvh_hwm_word(0);
+    memcpy(base + heap_off + 64, &hwm0, sizeof hwm0);
     nvh_flush(pool, base + heap_off + 64, 64);
     memset(base + hh.table_off, 0, (size_t)NVH_NAMED_CAP * 64);
     nvh_flush(pool, base + hh.table_off, (size_t)NVH_NAMED_CAP * 64);
@@ -82,6 +85,7 @@ static int heap_format(nvh_pool *pool, uint64_t heap_off)
         memset(rh, 0, sizeof *rh);
         rh->magic = NVH_RING_MAGIC;
         rh->index = i;
+        atomic_store_explicit(&rh->watermark, nvh_wm_word(0), memory_order_relaxed);
         nvh_flush(pool, rh, sizeof *rh);
     }
     char *body = base + hh.rings_off + NVH_RINGS * 64u;
@@ -97,7 +101,13 @@ static int heap_format(nvh_pool *pool, uint64_t heap_off)
     memcpy(&magic, hh.magic, 8);
     __atomic_store_n((uint64_t *)(void *)(base + heap_off), magic, __ATOMIC_RELAXED);
     nvh_persist(pool, base + heap_off, sizeof hh);
-    return NVH_OK;
+    /* From here on a heap header that is not valid is damage: the superblock
+     * (checksummed, two slots) remembers that the heap exists. The state slot
+     * rides on the next fence, which the first allocation's record issues
+     * before any object is live: a crash before it leaves a complete header
+     * without the flag, which open accepts and records with its epoch
+     * commit. (No fence of its own: format keeps its two.) */
+    return nvh_superblock_set_flags(pool, NVH_STATE_HEAP);
 }
 
 static int heap_validate(nvh_pool *pool, const struct nvh_heap_hdr *hh, uint64_t heap_off)
@@ -198,14 +208,48 @@ static int heap_open_locked(nvh_pool *pool, bool create)
         if (!create) return NVH_OK;
         return nvh_fail(NVH_E_NOSPACE, "%s: no room for a heap", pool->path);
     }
+    bool formatted = (pool->state_flags & NVH_STATE_HEAP) != 0;
     if (all_zero(hh->magic, sizeof hh->magic)) {
+        /* never format over a heap the superblock says exists: its header
+         * was zeroed by damage, and the objects behind it are live */
+        if (formatted)
+            return nvh_fail(NVH_E_CORRUPT, "%s: heap header at offset %llu is zeroed, but the "
+                            "superblock says the heap was formatted", pool->path,
+                            (unsigned long long)heap_off);
         if (!create || pool->readonly) return NVH_OK;  /* no heap yet */
         int rc = heap_format(pool, heap_off);
         if (rc != NVH_OK) return rc;
     }
     int rc = heap_validate(pool, hh, heap_off);
     if (rc != NVH_OK) return rc;
+    /* a valid header whose flag a crash kept from the superblock: the
+     * open's epoch commit (or the next state commit) records it */
+    if (!formatted && !pool->readonly) pool->state_flags |= NVH_STATE_HEAP;
+    uint64_t hwm_w = atomic_load_explicit(
+        (_Atomic uint64_t *)&((struct nvh_heap_state *)(base + heap_off + 64))->hwm_word,
+        memory_order_relaxed);
+    uint64_t hwm0;
+    if (!nvh_hwm_decode(hwm_w, &hwm0))
+        return nvh_fail(NVH_E_CORRUPT, "%s: heap high-water mark at offset %llu fails its check "
+                        "(word %016llx)", pool->path, (unsigned long long)(heap_off + 64),
+                        (unsigned long long)hwm_w);
+    if (hwm0 > (nvh_pool_size(pool) - hh->chunks_off) / hh->chunk_size)
+        return nvh_fail(NVH_E_CORRUPT, "%s: heap high-water mark at offset %llu says %llu chunks, "
+                        "more than the pool holds", pool->path,
+                        (unsigned long long)(heap_off + 64), (unsigned long long)hwm0);
 
+    /* a zeroed watermark would replay every stale record of its ring over
+     * newer headers (recovery), or hide pending ones (read-only checks) */
+    for (unsigned i = 0; i < NVH_RINGS; i++) {
+        const struct nvh_ring_hdr *rh =
+            (const struct nvh_ring_hdr *)(base + hh->rings_off + i * 64u);
+        uint64_t wm;
+        if (!nvh_wm_decode(atomic_load_explicit(&((struct nvh_ring_hdr *)rh)->watermark,
+                                                memory_order_relaxed), &wm))
+            return nvh_fail(NVH_E_CORRUPT, "%s: redo ring %u: the watermark at offset %llu "
+                            "fails its check", pool->path, i,
+                            (unsigned long long)(hh->rings_off + i * 64u));
+    }
     nvh_heap *h = calloc(1, sizeof *h);
     if (!h) return nvh_fail(NVH_E_NOMEM, "out of memory for the heap of %s", pool->path);
     pthread_mutex_init(&h->lock, NULL);
@@ -242,9 +286,7 @@ static int heap_open_locked(nvh_pool *pool, bool create)
     atomic_init(&h->narenas, default_arenas());
     atomic_init(&h->fifo_delay_ns, env_u64("NVHEAP_FIFO_DELAY_NS", 0));
     atomic_init(&h->fifo_max_bytes, env_u64("NVHEAP_FIFO_MAX_BYTES", (uint64_t)64 << 20));
-    h->hwm = atomic_load_explicit((_Atomic uint64_t *)&h->state->hwm_chunks,
-                                  memory_order_relaxed);
-    if (h->hwm > h->max_chunks) h->hwm = h->max_chunks;
+    h->hwm = hwm0 < h->max_chunks ? hwm0 : h->max_chunks;
     if (!pool->readonly) {
         rc = nvh_log_recover(h);
         if (rc != NVH_OK) {
@@ -253,9 +295,11 @@ static int heap_open_locked(nvh_pool *pool, bool create)
         }
     }
     /* recovery may have raised the persistent high-water mark */
-    uint64_t hw = atomic_load_explicit((_Atomic uint64_t *)&h->state->hwm_chunks,
-                                       memory_order_relaxed);
-    if (hw > h->hwm) h->hwm = hw < h->max_chunks ? hw : h->max_chunks;
+    uint64_t hw = 0;
+    if (nvh_hwm_decode(atomic_load_explicit((_Atomic uint64_t *)&h->state->hwm_word,
+                                            memory_order_relaxed), &hw) && hw > h->hwm)
+        h->hwm = hw < h->max_chunks ? hw : h->max_chunks;
+    nvh_named_set_build(h);
     __atomic_store_n(&pool->heap, h, __ATOMIC_RELEASE);
     return NVH_OK;
 }
@@ -414,16 +458,21 @@ int nvh_heap_ensure_size(nvh_heap *h, uint64_t chunks)
  * From apply: flushed at the ring's retire (dirty list); else persisted. */
 void nvh_hwm_raise(nvh_heap *h, uint64_t chunks, bool from_apply)
 {
-    _Atomic uint64_t *w = (_Atomic uint64_t *)&h->state->hwm_chunks;
-    uint64_t cur = atomic_load_explicit(w, memory_order_relaxed);
-    if (cur >= chunks) {
+    _Atomic uint64_t *w = (_Atomic uint64_t *)&h->state->hwm_word;
+    uint64_t cur = atomic_load_explicit(w, memory_order_relaxed), cc;
+    if (nvh_hwm_decode(cur, &cc) && cc >= chunks) {
         if (!from_apply) nvh_flush(h->pool, w, 8);
         return;
     }
+    if (!nvh_hwm_decode(cur, &cc)) {
+        /* damaged since open: rewritten from this session's mark */
+        uint64_t dram = __atomic_load_n(&h->hwm, __ATOMIC_ACQUIRE);
+        if (dram > chunks && dram <= h->max_chunks) chunks = dram;
+    }
     nvh_wopen(h, w, 8);
-    while (cur < chunks &&
-           !atomic_compare_exchange_weak_explicit(w, &cur, chunks, memory_order_relaxed,
-                                                  memory_order_relaxed)) {
+    while ((!nvh_hwm_decode(cur, &cc) || cc < chunks) &&
+           !atomic_compare_exchange_weak_explicit(w, &cur, nvh_hwm_word(chunks),
+                                                  memory_order_relaxed, memory_order_relaxed)) {
     }
     nvh_wclose(h, w, 8);
     if (!from_apply) nvh_flush(h->pool, w, 8);
@@ -499,6 +548,16 @@ int nvh_huge_take(nvh_heap *h, uint64_t nchunks, uint64_t *chunk_out, uint64_t *
     uint64_t c = h->hwm;
     int rc = nvh_heap_ensure_size(h, c + nchunks);
     if (rc == NVH_OK) {
+        /* Every chunk below any high-water mark starts with a valid header
+         * or lies inside a region that does, so a zero chunk header there is
+         * damage, not "never formatted" (scan_step). The fresh chunks get a
+         * free huge header, durable before the mark can pass them (another
+         * activation may raise the persistent mark over them while this
+         * reservation is pending); its activation overwrites it. */
+        uint64_t b = c * h->bpc;
+        nvh_rhdr_write(h, b, (uint32_t)(nchunks * h->bpc), NVH_RS_FREE, NVH_RK_HUGE, 0, 0, 0);
+        nvh_persist(h->pool, nvh_rhdr_at(h, b), 64);
+        nvh_pview_set(h, b, nchunks * h->bpc);
         __atomic_store_n(&h->hwm, c + nchunks, __ATOMIC_RELEASE);
         for (uint64_t i = 0; i < nchunks; i++)
             __atomic_store_n(&h->chunks[c + i].scanned, true, __ATOMIC_RELEASE);
@@ -612,16 +671,13 @@ static int scan_step(nvh_heap *h, nvh_arena *a)
     }
     h->scan_next = c + 1;
     __atomic_store_n(&h->chunks[c].scanned, true, __ATOMIC_RELEASE);
-    if (all_zero(r, sizeof *r)) {
-        /* never formatted, unless a valid header follows (then the chunk's
-         * first header was zeroed: corruption, contained below) */
-        uint64_t q = next_valid_nonfree(h, b + 1, b + h->bpc);
-        if (q == b + h->bpc) {
-            huge_put_locked(h, c, 1);
-            return 0;
-        }
-    }
-    nvh_corrupt_report(h, nvh_block_off(h, b), "invalid header at a chunk start");
+    /* Below the high-water mark every chunk was formatted before the mark
+     * passed it (nvh_chunk_claim, nvh_huge_take): a zero header here is
+     * damage — the chunk may be the start of a live huge object — never a
+     * free chunk. Contained below (quarantined, or resynchronised). */
+    nvh_corrupt_report(h, nvh_block_off(h, b), all_zero(r, sizeof *r)
+                                                  ? "zeroed header at a chunk start"
+                                                  : "invalid header at a chunk start");
     uint64_t q = next_valid_nonfree(h, b + 1, b + h->bpc);
     if (q < b + h->bpc && nvh_rhdr_at(h, q)->kind != NVH_RK_HUGE) {
         /* resynchronised inside the chunk: an arena chunk with a bad first header */

@@ -133,7 +133,7 @@ void nvh_log_retire(nvh_heap *h, nvh_arena *a)
     nvh_drain(pool);
     struct nvh_ring_hdr *rh = &h->ring_hdr[a->index];
     nvh_wopen(h, &rh->watermark, 8);
-    atomic_store_explicit(&rh->watermark, a->last_seq, memory_order_relaxed);
+    atomic_store_explicit(&rh->watermark, nvh_wm_word(a->last_seq), memory_order_relaxed);
     nvh_wclose(h, &rh->watermark, 8);
     nvh_persist(pool, rh, 8);
     a->ndirty = 0;
@@ -356,11 +356,14 @@ void nvh_rec_apply_state(nvh_heap *h, const struct nvh_rec *r,
         apply_region(h, r, a, replay);
         struct nvh_named_entry *e = &h->table[r->link[0].addr];
         uint64_t cur = atomic_load_explicit(&e->off, memory_order_relaxed);
-        if (!replay || cur == 0 || cur == NVH_NAMED_TOMB || cur == r->obj) {
+        if (!replay || cur == 0 || cur == NVH_NAMED_TOMB ||
+            (cur & NVH_NAMED_OFF_MASK) == r->obj) {
             nvh_wopen(h, e, sizeof *e);
             memcpy(e->name, &links[2], sizeof e->name);
             e->name[sizeof e->name - 1] = '\0';
-            atomic_store_explicit(&e->off, r->obj, memory_order_release);
+            atomic_store_explicit(&e->off,
+                                  nvh_named_word(e->name, (uint32_t)r->link[0].addr, r->obj),
+                                  memory_order_release);
             nvh_wclose(h, e, sizeof *e);
         }
         touch(h, a, e, replay);
@@ -369,7 +372,8 @@ void nvh_rec_apply_state(nvh_heap *h, const struct nvh_rec *r,
     case NVH_REC_FREE_NAMED: {
         free_region(h, r, a, replay);
         struct nvh_named_entry *e = &h->table[r->link[0].addr];
-        if (atomic_load_explicit(&e->off, memory_order_relaxed) == r->obj) {
+        uint64_t cur = atomic_load_explicit(&e->off, memory_order_relaxed);
+        if (cur > NVH_NAMED_TOMB && (cur & NVH_NAMED_OFF_MASK) == r->obj) {
             nvh_wopen(h, &e->off, 8);
             atomic_store_explicit(&e->off, NVH_NAMED_TOMB, memory_order_relaxed);
             nvh_wclose(h, &e->off, 8);
@@ -497,7 +501,14 @@ int nvh_log_recover(nvh_heap *h)
     uint64_t last_of[NVH_RINGS], prev_of[NVH_RINGS];
     unsigned last_line[NVH_RINGS], prev_line[NVH_RINGS];
     for (unsigned i = 0; i < NVH_RINGS; i++) {
-        uint64_t wm = atomic_load_explicit(&h->ring_hdr[i].watermark, memory_order_relaxed);
+        uint64_t wm;
+        if (!nvh_wm_decode(atomic_load_explicit(&h->ring_hdr[i].watermark, memory_order_relaxed),
+                           &wm)) {
+            free(found);
+            return nvh_fail(NVH_E_CORRUPT, "%s: redo ring %u: the watermark at offset %llu "
+                            "fails its check", h->pool->path, i,
+                            (unsigned long long)((char *)&h->ring_hdr[i] - h->base));
+        }
         if (wm > maxseq) maxseq = wm;
         last_of[i] = prev_of[i] = 0;
         last_line[i] = prev_line[i] = 0;
@@ -565,13 +576,15 @@ int nvh_log_recover(nvh_heap *h)
         for (unsigned i = 0; i < NVH_RINGS; i++) {
             if (!last_of[i]) continue;
             /* recovery runs inside nvh_heap_open_'s implicit window */
-            atomic_store_explicit(&h->ring_hdr[i].watermark, last_of[i], memory_order_relaxed);
+            atomic_store_explicit(&h->ring_hdr[i].watermark, nvh_wm_word(last_of[i]),
+                                  memory_order_relaxed);
             nvh_flush(pool, &h->ring_hdr[i], 8);
         }
         nvh_drain(pool);
     }
-    for (unsigned i = 0; i < NVH_RINGS; i++) h->arenas[i].last_seq =
-        atomic_load_explicit(&h->ring_hdr[i].watermark, memory_order_relaxed);
+    for (unsigned i = 0; i < NVH_RINGS; i++)
+        (void)nvh_wm_decode(atomic_load_explicit(&h->ring_hdr[i].watermark, memory_order_relaxed),
+                            &h->arenas[i].last_seq);
     atomic_store(&h->seq, maxseq);   /* the floor of nvh_seq_next */
     free(tail);
     free(found);
@@ -583,7 +596,9 @@ int nvh_log_recover(nvh_heap *h)
  * crashed pool checked without recovery may hold them torn; they are not
  * corruption). Sorted block indexes, malloc'd; *n_out entries.
  * ========================================================================== */
-static bool pending_push(uint64_t **v, size_t *n, size_t *cap, uint64_t b)
+/* Append x to the growing array *v (n used, *cap allocated); false if out
+ * of memory. */
+static bool push_block(uint64_t **v, size_t *n, size_t *cap, uint64_t x)
 {
     if (*n == *cap) {
         size_t c = *cap * 2;
@@ -592,7 +607,7 @@ static bool pending_push(uint64_t **v, size_t *n, size_t *cap, uint64_t b)
         *v = g;
         *cap = c;
     }
-    (*v)[(*n)++] = b;
+    (*v)[(*n)++] = x;
     return true;
 }
 
@@ -604,7 +619,10 @@ uint64_t *nvh_log_pending_blocks(nvh_heap *h, size_t *n_out)
     *n_out = 0;
     if (!v) return NULL;
     for (unsigned i = 0; i < NVH_RINGS; i++) {
-        uint64_t wm = atomic_load_explicit(&h->ring_hdr[i].watermark, memory_order_relaxed);
+        uint64_t wm;
+        if (!nvh_wm_decode(atomic_load_explicit(&h->ring_hdr[i].watermark, memory_order_relaxed),
+                           &wm))
+            wm = 0;            /* damaged: every record counts as pending */
         for (unsigned j = 0; j < NVH_RING_LINES; j++) {
             const struct nvh_rec *r = (const struct nvh_rec *)ring_line(h, i, j);
             unsigned nl = r->kind_links >> 4, nlines = nvh_rec_nlines(nl);
@@ -615,20 +633,20 @@ uint64_t *nvh_log_pending_blocks(nvh_heap *h, size_t *n_out)
             uint64_t rel = r->obj - h->chunks_off;
             uint64_t b = rk == NVH_RK_RUN ? rel / NVH_BLOCK : (rel - NVH_HDR) / NVH_BLOCK;
             uint64_t pre = rk == NVH_RK_HUGE ? (uint64_t)r->prefix * h->bpc : r->prefix;
-            bool ok = pending_push(&v, &n, &cap, b);
-            if (pre && pre <= b) ok = ok && pending_push(&v, &n, &cap, b - pre);
-            if (r->remainder)
-                ok = ok && pending_push(&v, &n, &cap, b + (rk == NVH_RK_RUN ? 1 : r->blocks));
-            /* a huge region's later chunks: until its header is rewritten,
-             * the walk reads their first lines (the object's data, or a
-             * merged region's old headers) as chunk starts */
-            if (rk == NVH_RK_HUGE && b % h->bpc == 0)
-                for (uint64_t x = b + h->bpc; ok && x < b + r->blocks; x += h->bpc)
-                    ok = pending_push(&v, &n, &cap, x);
-            if (!ok) {
-                free(v);
-                return NULL;
+            bool ok = push_block(&v, &n, &cap, b);
+            if (pre && pre <= b) ok = ok && push_block(&v, &n, &cap, b - pre);
+            if (r->remainder) ok = ok && push_block(&v, &n, &cap, b + (rk == NVH_RK_RUN ? 1 : r->blocks));
+            /* a huge record rewrites the headers of regions spanning chunks:
+             * the chunk starts inside them may read as zero until it does */
+            if (rk == NVH_RK_HUGE && pre <= b) {
+                uint64_t end = b + r->blocks + r->remainder, max = h->max_chunks * h->bpc;
+                for (uint64_t x = b - pre + h->bpc; ok && x < end && x < max; x += h->bpc)
+                    ok = push_block(&v, &n, &cap, x);
             }
+            if (ok && rk == NVH_RK_HUGE && b % h->bpc == 0)
+                for (uint64_t x = b + h->bpc; ok && x < b + r->blocks; x += h->bpc)
+                    ok = push_block(&v, &n, &cap, x);
+            if (!ok) { free(v); return NULL; }
         }
     }
     qsort(v, n, sizeof *v, cmp_u64);

@@ -145,6 +145,8 @@ struct nvh_pool {
     unsigned state_slot;           /* which superblock state slot is current */
     uint64_t epoch;
     uint64_t state_seq;
+    uint32_t state_flags;          /* NVH_STATE_* of the current state slot */
+    bool state_unfenced;           /* the current slot is flushed, not yet fenced */
     nvh_domain created_domain;
     bool opened_clean;             /* the pool had been closed cleanly before this open */
     _Atomic uint32_t io_errors;    /* msync failures since open (msync.c); sticky */
@@ -161,5 +163,15 @@ struct nvh_pool {
 
 /* Write the next superblock state slot (size, epoch) durably. */
 int nvh_superblock_commit_state(nvh_pool *pool, uint64_t size, uint64_t epoch);
+/* Look a name up in the object table without touching the thread's error
+ * state on NVH_E_NOTFOUND (alloc/named.c): NVH_OK, NVH_E_NOTFOUND, or
+ * NVH_E_CORRUPT (error set) if a damaged entry may have been the name's. */
+int nvh_named_lookup_(nvh_pool *pool, const char *name, void **ptr_out, size_t *size_out);
+/* Is the object at pool offset off named (alloc/named.c)? */
+bool nvh_named_obj_(nvh_pool *pool, uint64_t off);
+/* Add NVH_STATE_* flags to the superblock state: the next state slot is
+ * written and flushed, and durable at the caller's next fence (a crash
+ * before it leaves the previous slot current, without the flags). */
+int nvh_superblock_set_flags(nvh_pool *pool, uint32_t flags);
 
 #endif /* NVH_INTERNAL_H */

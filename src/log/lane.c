@@ -185,6 +185,11 @@ int nvh_txlog_dir_ensure(nvh_txlog *lg)
             d->magic = NVH_TX_DIR_MAGIC;
             d->version = NVH_TX_DIR_VERSION;
             d->nlanes = NVH_TX_LANES;
+            for (unsigned i = 0; i < NVH_TX_LANES; i++) {   /* zero words fail their check */
+                atomic_store_explicit(&d->lane[i].state, NVH_LS_MAKE(0, 0, NVH_LS_IDLE),
+                                      memory_order_relaxed);
+                atomic_store_explicit(&d->retire[i].tid, nvh_rw_make(0), memory_order_relaxed);
+            }
             nvh_persist(pool, d, sizeof *d);    /* before the activation (see seg_new) */
             if (win) (void)nvh_protect_close_(pool, d, sizeof *d);
             rc = nvh_activate_named(pool, NVH_TX_DIR_NAME);
@@ -261,6 +266,7 @@ static struct nvh_seg *seg_format(nvh_txlog *lg, void *obj, uint64_t size)
     if (nrec < 8) nrec = 8;
     s->nrec_cap = (uint32_t)nrec;
     s->data_cap = (uint32_t)(size - 64 - nrec * 64);
+    s->check = nvh_seg_check(s);
     /* record slots must not look valid: tid 0 never matches a transaction */
     memset((char *)s + 64, 0, nrec * 64);
     /* persisted, not just flushed: the activation record may reach the media

@@ -36,7 +36,8 @@
 #define NVH_FILTER_TX_FINE 8u                /* fine granules a transaction lists */
 #define NVH_TX_DIR_NAME "nvheap.tx"
 #define NVH_TX_DIR_MAGIC 0x31584c48564e0000ull /* "\0\0NVHLX1" little-endian  */
-#define NVH_TX_DIR_VERSION 3u                /* 3: redo lines; 2: retire lines (1: IDLE in the header) */
+#define NVH_TX_DIR_VERSION 4u                /* 4: self-checking state and retire
+                                                words (format 2 pools have only 4) */
 #define NVH_REDO_LINES 4u                    /* redo lines per slot (2 slots per lane) */
 #define NVH_REDO_WORDS_PER_LINE 2u
 #define NVH_REDO_MAX (NVH_REDO_LINES * NVH_REDO_WORDS_PER_LINE) /* words of a one-fence tx */
@@ -44,11 +45,29 @@
 #define NVH_TX_SEG_MIN 4096u                 /* first segment of a slot        */
 #define NVH_TX_LIMIT_DEFAULT ((uint64_t)64 << 20) /* bytes of log per lane     */
 
-/* Lane state word: tid << 3 | slot << 2 | st. One 8-byte word, so no crash
- * (not even the simulator's adversarial word mode) can tear it. */
+/* Lane state word: tid << 11 | check << 3 | slot << 2 | st. One 8-byte
+ * word, so no crash (not even the simulator's adversarial word mode) can
+ * tear it. The 8-bit check (of tid, slot and st; never 0 for the all-zero
+ * fields) makes a zeroed or flipped word detectable: read as IDLE it would
+ * make recovery skip an in-flight transaction's rollback. */
 enum { NVH_LS_IDLE = 0, NVH_LS_ACTIVE = 1, NVH_LS_COMMITTED = 2 };
-#define NVH_LS_MAKE(tid, slot, st) (((uint64_t)(tid) << 3) | ((uint64_t)(slot) << 2) | (uint64_t)(st))
-#define NVH_LS_TID(w) ((w) >> 3)
+static inline uint64_t nvh_ls_chk_(uint64_t v)
+{
+    return (((v * 0x9E3779B97F4A7C15ull) >> 56) ^ 0xA5u) & 0xFFu;
+}
+#define NVH_LS_RAW_(tid, slot, st) (((uint64_t)(tid) << 3) | ((uint64_t)(slot) << 2) | (uint64_t)(st))
+#define NVH_LS_MAKE(tid, slot, st)                                                   \
+    (((uint64_t)(tid) << 11) | (nvh_ls_chk_(NVH_LS_RAW_(tid, slot, st)) << 3) |    \
+     ((uint64_t)(slot) << 2) | (uint64_t)(st))
+#define NVH_LS_TID(w) ((w) >> 11)
+#define NVH_LS_VALID(w) (NVH_LS_MAKE(NVH_LS_TID(w), NVH_LS_SLOT(w), NVH_LS_ST(w)) == (w))
+
+/* Retire word (version 4): tid << 8 | check. Monotonic in the tid, so the
+ * "only grows" updates compare encoded words; a zeroed word fails the check
+ * instead of un-retiring every transaction of the lane. */
+static inline uint64_t nvh_rw_make(uint64_t tid) { return tid << 8 | nvh_ls_chk_(tid ^ 0x5257u); }
+static inline bool nvh_rw_valid(uint64_t w) { return nvh_rw_make(w >> 8) == w; }
+static inline uint64_t nvh_rw_tid(uint64_t w) { return w >> 8; }
 #define NVH_LS_SLOT(w) ((unsigned)(((w) >> 2) & 1u))
 #define NVH_LS_ST(w) ((unsigned)((w) & 3u))
 #define NVH_TID_LANE_BITS 6u
@@ -139,9 +158,18 @@ struct nvh_seg {
     uint32_t nrec_cap;          /* 16                                            */
     uint32_t data_cap;          /* 20 bytes                                      */
     uint64_t size;              /* 24 bytes of the whole segment                 */
-    uint8_t reserved[32];       /* 32                                            */
+    uint32_t check;             /* 32 nvh_seg_check(): magic, caps, size          */
+    uint8_t reserved[28];       /* 36                                            */
 };
 static_assert(sizeof(struct nvh_seg) == 64, "segment header is one line");
+static_assert(offsetof(struct nvh_seg, check) == 32, "segment header layout");
+/* The segment's fixed fields (written once, before the segment is linked):
+ * `next` is not covered; it is checked by being a valid segment itself. */
+static inline uint32_t nvh_seg_check(const struct nvh_seg *s)
+{
+    uint64_t f[3] = {s->magic, (uint64_t)s->nrec_cap << 32 | s->data_cap, s->size};
+    return nvh_crc32c(0x5345474du, f, sizeof f);
+}
 
 /* Record: one line. The undo checksum covers bytes 0..31 plus, for ranges,
  * the old copy; `new_word` is written at commit and covered by the commit

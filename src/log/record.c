@@ -427,11 +427,12 @@ static void help_pending_pre(nvh_txlog *lg, nvh_lane *self, uint64_t mask, const
 
 static inline void retire_max_(nvh_pool *pool, _Atomic uint64_t *w, uint64_t tid)
 {
+    uint64_t rw = nvh_rw_make(tid);      /* monotonic in tid: compare encoded */
     uint64_t cur = atomic_load_explicit(w, memory_order_relaxed);
-    if (cur >= tid) return;
+    if (cur >= rw) return;
     bool win = nvh_txlog_protected_(pool) && nvh_protect_open_(pool, (const void *)w, 8) == NVH_OK;
-    while (cur < tid && !atomic_compare_exchange_weak_explicit(w, &cur, tid, memory_order_release,
-                                                              memory_order_relaxed)) {}
+    while (cur < rw && !atomic_compare_exchange_weak_explicit(w, &cur, rw, memory_order_release,
+                                                             memory_order_relaxed)) {}
     nvh_flush(pool, (const void *)w, 8);
     if (win) (void)nvh_protect_close_(pool, (const void *)w, 8);
 }
@@ -455,7 +456,7 @@ static inline void retire_own_pending(nvh_txlog *lg, nvh_lane *lane)
 {
     atomic_store_explicit(&lane->retire_pending, 1, memory_order_release);
     uint64_t cur = atomic_load_explicit(lane->retire_word, memory_order_relaxed);
-    if (cur < lane->redo_pend)   /* a helper may have raised it already */
+    if (cur < nvh_rw_make(lane->redo_pend))   /* a helper may have raised it already */
         retire_max_(lg->pool, lane->retire_word, lane->redo_pend);
     else
         nvh_flush(lg->pool, (void *)lane->retire_word, sizeof(uint64_t));
@@ -558,7 +559,7 @@ void nvh_txlog_retire(nvh_txlog *lg, nvh_lane *lane)
     } else {
         /* the header (and its shadow) keep ACTIVE/COMMITTED(tid): the
          * retire line naming the same tid overrides it (recover.c) */
-        atomic_store_explicit(lane->retire_word, lane->tid, memory_order_release);
+        atomic_store_explicit(lane->retire_word, nvh_rw_make(lane->tid), memory_order_release);
     }
     nvh_flush(lg->pool, (void *)lane->retire_word, sizeof(uint64_t));
     lane->active_written = false;

@@ -110,12 +110,27 @@ static bool rec_ok(nvh_txlog *lg, struct nvh_seg *s, struct nvh_txrec *r, uint64
     return true;
 }
 
+/* The segment at off of lane's chain, checked; NULL and NVH_E_CORRUPT (set)
+ * if it is not one. A transaction in flight always has its first segment
+ * (linked durably before its ACTIVE state), and a linked segment was
+ * formatted before it was linked: so a missing or invalid one is damage,
+ * and recovering without it would silently skip the rollback. */
+static struct nvh_seg *seg_checked(nvh_txlog *lg, nvh_lane *lane, uint64_t off, const char *what)
+{
+    struct nvh_seg *s = nvh_txlog_seg_at(lg, off);
+    if (s && s->check == nvh_seg_check(s)) return s;
+    nvh_fail(NVH_E_CORRUPT, "%s: transaction log lane %u: %s at offset %llu is not a valid "
+             "segment", lg->pool->path, lane->index, what, (unsigned long long)off);
+    return NULL;
+}
+
 static int collect(nvh_txlog *lg, nvh_lane *lane, rtx *t, unsigned slot)
 {
     uint16_t seq = 0;
     unsigned guard = 0;
-    for (struct nvh_seg *s = nvh_txlog_seg_at(lg, lane->hdr->slot_head[slot]); s;
-         s = nvh_txlog_seg_at(lg, s->next)) {
+    struct nvh_seg *s = seg_checked(lg, lane, lane->hdr->slot_head[slot],
+                                    "the slot's first segment");
+    while (s) {
         if (++guard > 1u << 20) return nvh_fail(NVH_E_CORRUPT, "transaction log chain loops");
         struct nvh_txrec *recs = (struct nvh_txrec *)((char *)s + 64);
         for (uint32_t i = 0; i < s->nrec_cap; i++) {
@@ -125,8 +140,10 @@ static int collect(nvh_txlog *lg, nvh_lane *lane, rtx *t, unsigned slot)
             if (rc != NVH_OK) return rc;
             seq++;
         }
+        if (!s->next) return NVH_OK;
+        s = seg_checked(lg, lane, s->next, "a linked segment");
     }
-    return NVH_OK;
+    return NVH_E_CORRUPT;
 }
 
 static bool commit_valid(nvh_txlog *lg, const rtx *t, const struct nvh_lane_hdr *h)
@@ -226,15 +243,6 @@ static int cmp_redo(const void *a, const void *b)
     return x->tid > y->tid ? -1 : x->tid < y->tid;             /* undo: newest first */
 }
 
-typedef struct find_arg { void *ptr; size_t size; } find_arg;
-static int find_dir(const char *name, void *ptr, size_t size, void *arg)
-{
-    if (strcmp(name, NVH_TX_DIR_NAME) != 0) return 0;
-    ((find_arg *)arg)->ptr = ptr;
-    ((find_arg *)arg)->size = size;
-    return 1;
-}
-
 int nvh_txlog_recover(nvh_txlog *lg)
 {
     nvh_pool *pool = lg->pool;
@@ -242,17 +250,20 @@ int nvh_txlog_recover(nvh_txlog *lg)
      * leave NVH_E_NOTFOUND as the thread's last error after a good open */
     if (!__atomic_load_n(&pool->heap, __ATOMIC_ACQUIRE)) return NVH_OK;  /* no heap yet:
                                      never format it just to look (lazy format) */
-    find_arg fa = {NULL, 0};
-    nvh_named_foreach(pool, find_dir, &fa);
-    struct nvh_tx_dir *d = fa.ptr;
-    size_t size = fa.size;
+    void *ptr = NULL;
+    size_t size = 0;
+    int lrc = nvh_named_lookup_(pool, NVH_TX_DIR_NAME, &ptr, &size);
+    if (lrc == NVH_E_CORRUPT)      /* the directory may be lost: rollback would be skipped */
+        return nvh_fail(NVH_E_CORRUPT, "%s: cannot find the transaction log directory: %s",
+                        pool->path, nvh_errormsg());
+    struct nvh_tx_dir *d = ptr;
     if (!d) return NVH_OK;                       /* no transaction ever ran */
-    if (size < NVH_TX_DIR_V1_SIZE || d->magic != NVH_TX_DIR_MAGIC ||
-        d->version < 1 || d->version > 3 || (d->version == 2 && size < NVH_TX_DIR_V2_SIZE) ||
-        (d->version == 3 && size < sizeof *d) ||
+    /* format 2 pools only ever hold version-4 directories */
+    if (size < sizeof *d || d->magic != NVH_TX_DIR_MAGIC || d->version != NVH_TX_DIR_VERSION ||
         d->nlanes != NVH_TX_LANES)
-        return nvh_fail(NVH_E_CORRUPT, "the transaction log directory of %s is corrupt",
-                        pool->path);
+        return nvh_fail(NVH_E_CORRUPT, "%s: the transaction log directory at offset %llu is "
+                        "corrupt (magic, version %u or lane count)", pool->path,
+                        (unsigned long long)nvh_off(pool, d), d->version);
     lg->dir = d;
     nvh_txlog_dir_attach_(lg, d);
     uint64_t max_tid = 0, max_cseq = 0;
@@ -265,9 +276,20 @@ int nvh_txlog_recover(nvh_txlog *lg)
     for (unsigned i = 0; i < NVH_TX_LANES; i++) {
         nvh_lane *lane = &lg->lanes[i];
         uint64_t w = atomic_load(&lane->hdr->state);
+        uint64_t rw = atomic_load(lane->retire_word);
+        /* a damaged state or retire word hides whether a transaction is in
+         * flight (or was retired): report it, never guess */
+        if (!NVH_LS_VALID(w) || !nvh_rw_valid(rw)) {
+            bool st = !NVH_LS_VALID(w);
+            rc = nvh_fail(NVH_E_CORRUPT, "%s: transaction log lane %u: the %s word at offset "
+                          "%llu fails its check", pool->path, i, st ? "state" : "retire",
+                          (unsigned long long)nvh_off(pool, st ? (void *)&lane->hdr->state
+                                                               : (void *)lane->retire_word));
+            goto out;
+        }
         if (NVH_LS_TID(w) > max_tid) max_tid = NVH_LS_TID(w);
         uint64_t lane_max = NVH_LS_TID(w);
-        uint64_t retired = lane->retire_v1 ? 0 : atomic_load(lane->retire_word);
+        uint64_t retired = nvh_rw_tid(rw);
         if (lane->hdr->cseq > max_cseq) max_cseq = lane->hdr->cseq;
         lane->redo_slot = 0;
         lane->redo_pend = 0;
@@ -322,7 +344,8 @@ int nvh_txlog_recover(nvh_txlog *lg)
         nvh_lane *lane = txs[i].lane;
         if (txs[i].nw) {
             /* a one-fence transaction: retired (the word only grows) */
-            if (atomic_load(lane->retire_word) < txs[i].tid) atomic_store(lane->retire_word, txs[i].tid);
+            if (atomic_load(lane->retire_word) < nvh_rw_make(txs[i].tid))
+                atomic_store(lane->retire_word, nvh_rw_make(txs[i].tid));
             nvh_flush(pool, (const void *)lane->retire_word, 8);
             continue;
         }

@@ -20,7 +20,7 @@
 #include <stdint.h>
 
 #define NVH_MAGIC "NVHEAP\0\1"           /* 8 bytes, includes the NULs   */
-#define NVH_FORMAT_VERSION 1u
+#define NVH_FORMAT_VERSION 2u
 #define NVH_SUPERBLOCK_SIZE 4096u
 #define NVH_STATE_SLOT_OFFSET 512u
 #define NVH_AREA_MAX 8u
@@ -67,12 +67,18 @@ static_assert(offsetof(struct nvh_superblock_header, areas) == 144, "header layo
 static_assert(offsetof(struct nvh_superblock_header, max_size) == 336, "header layout");
 static_assert(offsetof(struct nvh_superblock_header, checksum) == 508, "header layout");
 
+/* state flags (format 2). NVH_STATE_HEAP: the heap area has been formatted.
+ * Set once the heap header is durable and never cleared, so a heap header
+ * that later reads as zero or garbage is damage (NVH_E_CORRUPT), never a
+ * reason to format again over live objects. */
+#define NVH_STATE_HEAP 1u
+
 struct nvh_superblock_state {
     uint64_t sequence;              /*  0 increases by one per update; slot = seq % 2 */
     uint64_t pool_size;             /*  8 bytes of the file that belong to the pool   */
     uint64_t epoch;                 /* 16 incremented at every read-write open        */
     uint32_t clean;                 /* 24 1 after nvh_pool_close, 0 while open        */
-    uint32_t reserved0;             /* 28                                             */
+    uint32_t flags;                 /* 28 NVH_STATE_* facts that never revert         */
     uint8_t reserved1[24];          /* 32 .. 55, zero                                 */
     uint32_t uuid_crc;              /* 56 CRC32C of the header's uuid: binds the slot */
     uint32_t checksum;              /* 60 CRC32C of bytes 0..59                       */
@@ -81,6 +87,7 @@ static_assert(sizeof(struct nvh_superblock_state) == 64, "state slot is one cach
 static_assert(offsetof(struct nvh_superblock_state, pool_size) == 8, "state layout");
 static_assert(offsetof(struct nvh_superblock_state, epoch) == 16, "state layout");
 static_assert(offsetof(struct nvh_superblock_state, clean) == 24, "state layout");
+static_assert(offsetof(struct nvh_superblock_state, flags) == 28, "state layout");
 static_assert(offsetof(struct nvh_superblock_state, uuid_crc) == 56, "state layout");
 static_assert(offsetof(struct nvh_superblock_state, checksum) == 60, "state layout");
 

@@ -225,29 +225,49 @@ static int map_range(nvh_pool *pool, uint64_t from, uint64_t to, bool dax)
 /* --------------------------------------------------------------------------
  * State updates
  * -------------------------------------------------------------------------- */
-static int commit_state(nvh_pool *pool, uint64_t size, uint64_t epoch, uint32_t clean)
+static int commit_state_(nvh_pool *pool, uint64_t size, uint64_t epoch, uint32_t clean,
+                         bool fence)
 {
     struct nvh_superblock *sb = pool->sb;
+    /* the slot about to be overwritten is current only once the newest one
+     * is durable: an unfenced commit (nvh_superblock_set_flags) is made
+     * durable first, by this thread (its flush + fence) */
+    if (pool->state_unfenced) nvh_persist(pool, &sb->state[pool->state_slot], sizeof sb->state[0]);
     uint64_t seq = pool->state_seq + 1;
     struct nvh_superblock_state *slot = &sb->state[seq % 2];
     struct nvh_superblock_state next = {
         .sequence = seq, .pool_size = size, .epoch = epoch, .clean = clean,
+        .flags = pool->state_flags,
         .uuid_crc = nvh_crc32c(0, sb->header.uuid, sizeof sb->header.uuid),
     };
     next.checksum = state_checksum(&next);
     nvh_protect_open_(pool, slot, sizeof *slot);
     memcpy(slot, &next, sizeof next);
-    nvh_persist(pool, slot, sizeof *slot);
+    if (fence) nvh_persist(pool, slot, sizeof *slot);
+    else nvh_flush(pool, slot, sizeof *slot);
     nvh_protect_close_(pool, slot, sizeof *slot);
     pool->state_seq = seq;
     pool->state_slot = (unsigned)(seq % 2);
+    pool->state_unfenced = !fence;
     pool->epoch = epoch;
     return NVH_OK;
+}
+
+static int commit_state(nvh_pool *pool, uint64_t size, uint64_t epoch, uint32_t clean)
+{
+    return commit_state_(pool, size, epoch, clean, true);
 }
 
 int nvh_superblock_commit_state(nvh_pool *pool, uint64_t size, uint64_t epoch)
 {
     return commit_state(pool, size, epoch, 0);
+}
+
+int nvh_superblock_set_flags(nvh_pool *pool, uint32_t flags)
+{
+    if ((pool->state_flags & flags) == flags) return NVH_OK;
+    pool->state_flags |= flags;
+    return commit_state_(pool, nvh_pool_size(pool), pool->epoch, 0, false);
 }
 
 /* --------------------------------------------------------------------------
@@ -273,6 +293,12 @@ static int validate(int fd, const char *path, const char *layout,
     if (sb->header.format_version > NVH_FORMAT_VERSION)
         return nvh_fail(NVH_E_VERSION, "%s has format version %u; this library reads up to %u",
                         path, sb->header.format_version, NVH_FORMAT_VERSION);
+    if (sb->header.format_version >= 1 && sb->header.format_version < NVH_FORMAT_VERSION)
+        return nvh_fail(NVH_E_VERSION, "%s has format version %u; this library reads format %u "
+                        "only (the heap, object table and log gained checksums). To migrate, "
+                        "open it with the nvheap release that wrote it and copy its objects "
+                        "into a pool created by this one", path, sb->header.format_version,
+                        NVH_FORMAT_VERSION);
     if (sb->header.checksum != header_checksum(&sb->header))
         return nvh_fail(NVH_E_CHECKSUM, "%s: superblock header checksum mismatch "
                         "(stored %08x, computed %08x)", path, sb->header.checksum,
@@ -355,6 +381,7 @@ static nvh_pool *pool_attach(int fd, const char *path, unsigned flags,
     pool->path = strdup(path);
     uint64_t size = sb_copy->state[slot].pool_size;
     pool->state_seq = sb_copy->state[slot].sequence;
+    pool->state_flags = sb_copy->state[slot].flags;
     pool->state_slot = (unsigned)slot;
     pool->epoch = sb_copy->state[slot].epoch;
     pool->created_domain = (nvh_domain)sb_copy->header.created_domain;

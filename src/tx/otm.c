@@ -158,7 +158,8 @@ static nvh_tx *otm_tx(nvh_pool *pool, const void *obj, size_t size, const char *
     if (tx->status == NVH_TXS_ABORTED) { nvh_tx_fail_aborted_(tx, what); return NULL; }
     if (!obj || size == 0) { nvh_fail(NVH_E_INVAL, "%s: NULL object or size 0", what); return NULL; }
     if (!nvh_contains(pool, obj, size) || nvh_off(pool, obj) < NVH_PAGE) {
-        nvh_fail(NVH_E_BADPTR, "%s: [%p, +%zu) is not inside the pool's data", what, obj, size);
+        nvh_tx_failed_(tx, nvh_fail(NVH_E_BADPTR, "%s: [%p, +%zu) is not inside the pool's "
+                                    "data", what, obj, size));
         return NULL;
     }
     return tx;

@@ -330,11 +330,13 @@ static nvh_tx *tx_working(nvh_pool *pool, const char *what, int *rc)
     return tx;
 }
 
-/* Failures other than bad arguments abort the transaction: the log may hold
- * a partial record set the caller cannot reason about. */
-static int add_failed(nvh_tx *tx, int rc)
+/* Failures other than bad arguments (NVH_E_INVAL) abort the transaction
+ * (include/nvheap.h): the log may hold a partial record set the caller cannot
+ * reason about, and a caller that goes on after, say, NVH_E_BADPTR would
+ * commit a transaction missing the write it asked for. */
+int nvh_tx_failed_(nvh_tx *tx, int rc)
 {
-    if (rc == NVH_E_INVAL || rc == NVH_E_BADPTR) return rc;
+    if (rc == NVH_E_INVAL) return rc;
     int code = nvh_errcode();
     char msg[256];
     snprintf(msg, sizeof msg, "%s", nvh_errormsg());
@@ -354,7 +356,7 @@ int nvh_tx_add_ranges(nvh_pool *pool, const nvh_tx_range *ranges, unsigned n)
         rc = add_one(tx, ranges[i].ptr, ranges[i].len, ranges[i].hint);
         if (rc != NVH_OK) {
             if (tx->lane->nrecs != before) nvh_txlog_fence(tx->lg, tx->lane, NVH_TXLOG_HELP_MEETING);
-            return add_failed(tx, rc);
+            return nvh_tx_failed_(tx, rc);
         }
     }
     logged = tx->lane->nrecs != before || tx->lane->unfenced;
@@ -365,7 +367,7 @@ int nvh_tx_add_ranges(nvh_pool *pool, const nvh_tx_range *ranges, unsigned n)
     if (nvh_txlog_protected_(pool))
         for (unsigned i = 0; i < n; i++) {
             rc = nvh_txlog_win_open(tx->lg, tx->lane, ranges[i].ptr, ranges[i].len);
-            if (rc != NVH_OK) return add_failed(tx, rc);
+            if (rc != NVH_OK) return nvh_tx_failed_(tx, rc);
         }
     return NVH_OK;
 }
@@ -423,7 +425,7 @@ static int wb_grow(nvh_tx *tx)
         /* a half-done move: keep both arrays usable (the heap one is
          * freed at close if it is not the inline one) */
         if (o && !heap) { free(o); tx->wb_off = tx->wb_inline_off; }
-        return add_failed(tx, nvh_fail(NVH_E_NOMEM, "nvh_tx_write_word: out of memory"));
+        return nvh_tx_failed_(tx, nvh_fail(NVH_E_NOMEM, "nvh_tx_write_word: out of memory"));
     }
     tx->wbcap = cap;
     return NVH_OK;
@@ -438,7 +440,8 @@ int nvh_tx_write_word(nvh_pool *pool, void *word, uint64_t value)
         return nvh_fail(NVH_E_INVAL, "nvh_tx_write_word: %p is not an 8-byte aligned word", word);
     uint64_t off = nvh_off(pool, word);
     if (!nvh_contains(pool, word, 8) || off < NVH_PAGE)
-        return nvh_fail(NVH_E_BADPTR, "nvh_tx_write_word: %p is not inside the pool's data", word);
+        return nvh_tx_failed_(tx, nvh_fail(NVH_E_BADPTR, "nvh_tx_write_word: %p is not inside "
+                                           "the pool's data", word));
     size_t i = wb_find(tx, off);
     if (i != SIZE_MAX) { tx->wb_val[i] = value; return NVH_OK; }
     if (__builtin_expect(tx->wbn == tx->wbcap, 0) && (rc = wb_grow(tx)) != NVH_OK) return rc;

@@ -105,6 +105,9 @@ typedef struct nvh_txstate {
 /* tx.c */
 nvh_tx *nvh_tx_cur_(nvh_pool *pool, bool need_active);
 int nvh_tx_fail_aborted_(nvh_tx *tx, const char *what);
+/* A call failed with rc (error state set): roll back unless rc is
+ * NVH_E_INVAL; returns rc. */
+int nvh_tx_failed_(nvh_tx *tx, int rc);
 void nvh_tx_rollback_(nvh_tx *tx);
 void *nvh_tx_arena_(nvh_tx *tx, size_t size);
 

@@ -90,18 +90,27 @@ int nvh_tx_free(nvh_pool *pool, void *ptr)
     for (size_t i = 0; i < tx->nallocs; i++)
         if (tx->allocs[i].ptr == (char *)ptr) {
             if (tx->allocs[i].cancelled)
-                return nvh_fail(NVH_E_DOUBLEFREE, "nvh_tx_free: %p freed twice", ptr);
+                return nvh_tx_failed_(tx, nvh_fail(NVH_E_DOUBLEFREE, "nvh_tx_free: %p freed "
+                                                   "twice", ptr));
             tx->allocs[i].cancelled = true;
             return NVH_OK;
         }
     uint64_t off = nvh_off(pool, ptr);
     for (size_t i = 0; i < tx->nfrees; i++)
         if (tx->frees[i].sh.off == off)
-            return nvh_fail(NVH_E_DOUBLEFREE, "nvh_tx_free: %p freed twice", ptr);
+            return nvh_tx_failed_(tx, nvh_fail(NVH_E_DOUBLEFREE, "nvh_tx_free: %p freed twice",
+                                               ptr));
     if (!nvh_contains(pool, ptr, 1))
-        return nvh_fail(NVH_E_BADPTR, "nvh_tx_free: %p is outside the pool", ptr);
+        return nvh_tx_failed_(tx, nvh_fail(NVH_E_BADPTR, "nvh_tx_free: %p is outside the pool",
+                                           ptr));
     size_t usable = nvh_usable_size(pool, ptr);
-    if (!usable) return nvh_fail(NVH_E_BADPTR, "nvh_tx_free: %p is not an allocated object", ptr);
+    if (!usable)
+        return nvh_tx_failed_(tx, nvh_fail(NVH_E_BADPTR, "nvh_tx_free: %p is not an allocated "
+                                           "object", ptr));
+    /* the name would outlive the object (nvh_free refuses it too) */
+    if (nvh_named_obj_(pool, off))
+        return nvh_fail(NVH_E_INVAL, "nvh_tx_free: %p is a named object; use nvh_free_named "
+                        "outside the transaction", ptr);
     nvh_recref ref;
     int rc = nvh_txlog_intent(tx->lg, tx->lane, NVH_LR_FREE, off, usable, &ref);
     if (rc == NVH_OK) rc = push_free(tx, ref);

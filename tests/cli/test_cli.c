@@ -325,7 +325,7 @@ static void create_then_info(void **state)
     assert_string_equal(str_of(r.out, "layout"), "cli-info");
     assert_int_equal(u64_of(r.out, "size"), 2 << 20);
     assert_int_equal(u64_of(r.out, "epoch"), 1);           /* create's open */
-    assert_int_equal(u64_of(r.out, "format-version"), 1);
+    assert_int_equal(u64_of(r.out, "format-version"), 2);
     assert_int_equal(u64_of(r.out, "root-offset"), 4096);
     assert_int_equal(u64_of(r.out, "root-size"), 4096);
     assert_int_equal(u64_of(r.out, "heap-offset"), 8192);
@@ -536,7 +536,7 @@ static void info_json(void **state)
                     "      d['fences'], d['open-mode'], len(d['uuid']), sep='|')\n",
                     &py)) {
         EXPECT_STATUS(&py, 0);
-        assert_string_equal(py.out, "we\"ird\\name|2097152|1|1|0|read-only|36\n");
+        assert_string_equal(py.out, "we\"ird\\name|2097152|1|2|0|read-only|36\n");
     } else {
         print_message("python3 not found: JSON checked by key search only\n");
     }

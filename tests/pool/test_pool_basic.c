@@ -1,6 +1,7 @@
 /* test_pool_basic.c — create, write a record, close, reopen in every
  * domain; epoch increments; grow keeps the base; root area survives. */
 #include "test_util.h"
+#include "pool/format.h"
 
 static const nvh_domain domains[] = {NVH_DOMAIN_PMEM, NVH_DOMAIN_EADR, NVH_DOMAIN_MSYNC,
                                      NVH_DOMAIN_PROCESS, NVH_DOMAIN_SIM};
@@ -30,7 +31,7 @@ static void create_write_reopen(void **state)
         assert_int_equal(nvh_pool_info_get(pool, &info), NVH_OK);
         assert_string_equal(info.layout, "basic");
         assert_int_equal(info.size, 2 << 20);
-        assert_int_equal(info.format_version, 1);
+        assert_int_equal(info.format_version, NVH_FORMAT_VERSION);
         assert_int_equal(nvh_pool_close(pool), NVH_OK);
         unlink(path);
     }

@@ -121,6 +121,23 @@ static void newer_format_version(void **state)
     unlink(path);
 }
 
+/* A format-1 pool (no heap, object-table or log checksums) is refused with
+ * NVH_E_VERSION and a message saying how to migrate, never opened. */
+static void older_format_version(void **state)
+{
+    (void)state;
+    const char *path = make_pool("oldversion", LAYOUT, MiB, NVH_DOMAIN_PROCESS);
+    struct nvh_superblock sb;
+    read_superblock(path, &sb);
+    sb.header.format_version = 1;
+    sb.header.checksum = header_crc(&sb.header);
+    write_superblock(path, &sb);
+    EXPECT_OPEN_FAILS(path, LAYOUT, 0, NVH_E_VERSION);
+    assert_non_null(strstr(nvh_errormsg(), "migrate"));
+    EXPECT_OPEN_FAILS(path, NULL, NVH_OPEN_READONLY, NVH_E_VERSION);
+    unlink(path);
+}
+
 static void truncated_files(void **state)
 {
     (void)state;
@@ -753,6 +770,7 @@ int main(void)
         cmocka_unit_test(not_a_regular_file),
         cmocka_unit_test(wrong_layout),
         cmocka_unit_test(newer_format_version),
+        cmocka_unit_test(older_format_version),
         cmocka_unit_test(truncated_files),
         cmocka_unit_test(header_checksum_mismatch),
         cmocka_unit_test(one_corrupt_state_slot),

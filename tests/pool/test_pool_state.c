@@ -317,7 +317,7 @@ static void on_media_layout_matches_format_doc(void **state)
     test_peek(path, 0, page, sizeof page);
 
     assert_memory_equal(page, "NVHEAP\0\1", 8);                /* magic */
-    assert_int_equal(le32(page + 8), 1);                        /* format_version */
+    assert_int_equal(le32(page + 8), NVH_FORMAT_VERSION);       /* format_version */
     assert_int_equal(le32(page + 12), 512);                     /* header_size */
     assert_int_equal(page[16 + 6] >> 4, 4);                     /* uuid v4 */
     assert_string_equal((char *)page + 32, "fmt");              /* layout */

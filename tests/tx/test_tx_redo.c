@@ -339,7 +339,11 @@ static void api(void **state)
     assert_int_equal(nvh_tx_write_word(pool, &reg[0], 1), NVH_E_INVAL);   /* no tx */
     assert_int_equal(nvh_tx_begin(pool), NVH_OK);
     assert_int_equal(nvh_tx_write_word(pool, (char *)&reg[0] + 4, 1), NVH_E_INVAL);
-    assert_int_equal(nvh_tx_write_word(pool, &local, 1), NVH_E_BADPTR);
+    assert_int_equal(nvh_tx_write_word(pool, &reg[0], 9), NVH_OK);
+    assert_int_equal(nvh_tx_write_word(pool, &local, 1), NVH_E_BADPTR);   /* aborts */
+    assert_int_equal(nvh_tx_commit(pool), NVH_E_ABORTED);
+    assert_int_equal(reg[0], 0);
+    assert_int_equal(nvh_tx_begin(pool), NVH_OK);
     assert_int_equal(nvh_tx_write_word(pool, &reg[0], 11), NVH_OK);
     assert_int_equal(nvh_tx_write_word(pool, &reg[0], 12), NVH_OK);        /* replaces */
     assert_int_equal(nvh_tx_read_word(pool, &reg[0]), 12);
@@ -394,48 +398,6 @@ static void api(void **state)
     assert_int_equal(reg[0], 12);
     assert_int_equal(reg[2], 31);
     assert_int_equal(reg[27], 20);
-    assert_int_equal(nvh_pool_close(pool), NVH_OK);
-    unlink(path);
-}
-
-/* a version 2 directory (no redo lines): word writes take the two-fence
- * fallback, and the directory stays version 2 */
-static void dir_v2(void **state)
-{
-    (void)state;
-    const char *path = fresh_pool();
-    nvh_pool *pool = nvh_pool_open(path, LAYOUT, NVH_DOMAIN_PROCESS);
-    assert_non_null(pool);
-    uint64_t *reg = region(pool);
-    assert_int_equal(nvh_tx_begin(pool), NVH_OK);
-    assert_int_equal(nvh_tx_add_word(pool, &reg[1]), NVH_OK);
-    assert_int_equal(nvh_tx_commit(pool), NVH_OK);
-    struct nvh_tx_dir *d = NULL;
-    nvh_named_foreach(pool, tx_dir_find, &d);
-    assert_non_null(d);
-    assert_int_equal(d->version, 3);
-    d->version = 2;
-    nvh_persist(pool, d, 64);
-    assert_int_equal(nvh_pool_close(pool), NVH_OK);
-    pool = nvh_pool_open(path, LAYOUT, NVH_DOMAIN_PROCESS);
-    assert_non_null(pool);
-    reg = region(pool);
-    nvh_stats s;
-    for (unsigned k = 0; k < 3; k++) {     /* warm: the lane's segments */
-        assert_int_equal(nvh_tx_begin(pool), NVH_OK);
-        assert_int_equal(nvh_tx_write_word(pool, &reg[3], k), NVH_OK);
-        assert_int_equal(nvh_tx_commit(pool), NVH_OK);
-    }
-    nvh_stats_reset(pool);
-    assert_int_equal(nvh_tx_begin(pool), NVH_OK);
-    assert_int_equal(nvh_tx_write_word(pool, &reg[2], 7), NVH_OK);
-    assert_int_equal(nvh_tx_commit(pool), NVH_OK);
-    nvh_stats_get(pool, &s);
-    assert_int_equal(s.fences, 2);
-    assert_int_equal(reg[2], 7);
-    d = NULL;
-    nvh_named_foreach(pool, tx_dir_find, &d);
-    assert_int_equal(d->version, 2);
     assert_int_equal(nvh_pool_close(pool), NVH_OK);
     unlink(path);
 }
@@ -732,7 +694,6 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(api),
         cmocka_unit_test(costs),
-        cmocka_unit_test(dir_v2),
         cmocka_unit_test(every_fence),
         cmocka_unit_test(every_fence_no_replay_fails),
         cmocka_unit_test(handover),

@@ -30,7 +30,7 @@ static int complain(const nvh_crash_point *pt, int rc, const char *what, long a,
 }
 
 /* nvh_named_foreach callback: the transaction log directory into *arg. */
-static int tx_dir_find(const char *name, void *ptr, size_t size, void *arg)
+static inline int tx_dir_find(const char *name, void *ptr, size_t size, void *arg)
 {
     (void)size;
     if (strcmp(name, NVH_TX_DIR_NAME) != 0) return 0;
