@@ -78,13 +78,17 @@ int nvh_hmap_check(nvh_hmap *m, nvh_hmap_stats *stats)
     seen[0] |= 1;
     st.buckets_linked = 1;
     uint64_t last_so = 0, chain = 0, run_start = 0;
+    unsigned run = 0;
     uint64_t cur = head->next;
     while (cur) {
-        struct nvh_hm_link *n = hm_at(m, cur);
-        if (!nvh_contains(m->pool, n, sizeof *n) || cur % 32)
-            HM_BAD("hm: node offset %llu outside the pool or misaligned", (unsigned long long)cur);
+        struct nvh_hm_link *n = hm_node_at(m, cur);
+        if (!n)
+            HM_BAD("hm: node offset %llu outside the pool, misaligned, or a damaged entry "
+                   "(magic, key length, size)", (unsigned long long)cur);
         uint64_t so = n->so_key;
         if (so < last_so) HM_BAD("hm: list out of order at %llu", (unsigned long long)cur);
+        run = so == last_so ? run + 1 : 0;
+        if (run > HM_MAX_RUN) HM_BAD("hm: list cycles at %llu", (unsigned long long)cur);
         if (!(so & 1)) {                                        /* a dummy */
             uint64_t b = hm_bucket_of(m, n);
             if (b == UINT64_MAX) HM_BAD("hm: dummy %llu not in a segment", (unsigned long long)cur);

@@ -679,7 +679,7 @@ int main(int argc, char **argv)
     fprintf(stderr, "fuzz_pools: seed %" PRIu64 ", %" PRIu64 " mutated pools in %.1f s, "
             "%" PRIu64 " failure%s\n", seed, done, now_s() - start, failures,
             failures == 1 ? "" : "s");
-    unlink(tmpl_path);
+    if (!getenv("FUZZ_KEEP")) unlink(tmpl_path);
     unlink(work_path);
     unlink(repair_path);
     char bak[700];
