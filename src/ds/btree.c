@@ -299,8 +299,7 @@ nvh_btree *nvh_btree_open(nvh_pool *pool, const char *name, int create,
     t->base = (uintptr_t)nvh_pool_base(pool);
     char full[NVH_NAME_MAX + 1];
     bt_name(full, name);
-    size_t size = 0;
-    bt_header *h = nvh_get_named(pool, full, &size);
+    bt_header *h = nvh_get_named(pool, full, NULL);
     if (!h) {
         if (!create) {
             nvh_fail(NVH_E_NOTFOUND, "btree: no tree named '%s' in the pool", name);
@@ -314,8 +313,13 @@ nvh_btree *nvh_btree_open(nvh_pool *pool, const char *name, int create,
         nvh_protect_close_(pool, h, sizeof *h);
         if (nvh_activate_named(pool, full) != NVH_OK) goto fail;
         t->count = 0;
-    } else if (size < sizeof *h || h->magic != BT_MAGIC_TREE || h->version != BT_VERSION ||
+    } else if (!nvh_contains(pool, h, sizeof *h) || ((uintptr_t)h & 63) ||
+               h->magic != BT_MAGIC_TREE || h->version != BT_VERSION ||
                h->node_size != BT_NODE_SIZE) {
+        /* The header's own bytes decide, not the allocator's size for it:
+         * an object in a region whose header was damaged and quarantined
+         * reads as size 0 but is intact, and the tree above it must stay
+         * reachable (nvheap check --repair). */
         nvh_fail(NVH_E_CORRUPT, "btree: '%s' (header at offset %llu) is not a B+ tree of "
                  "this version", name, (unsigned long long)nvh_off(pool, h));
         goto fail;

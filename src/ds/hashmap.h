@@ -324,6 +324,18 @@ void nvh_hm_settle_(struct nvh_hmap *m, bool drain);
  * at a parent. Progress lives in DRAM only (restarts at open: idempotent). */
 void nvh_hm_link_ahead_(struct nvh_hmap *m);
 
+/* Salvage a damaged list in place (nvheap check --repair): each link to
+ * something a walk must not follow (hm_node_at, key order, a cycle), to an
+ * entry that is not a live allocation of its size or not at its hash's
+ * place, or to a dummy not at its bucket's place, is redirected (durably)
+ * to the next intact linked dummy; fn hears of each change (the link's
+ * offset, its old and new value, why). What lay between is dropped; every
+ * other entry stays. Returns the number of links changed, or an error. The
+ * count hint is then repaired by nvh_hmap_check. */
+typedef void (*nvh_hm_salvage_fn)(uint64_t link_off, uint64_t old_value, uint64_t new_value,
+                                  const char *why, void *arg);
+int nvh_hm_salvage_(struct nvh_hmap *m, nvh_hm_salvage_fn fn, void *arg);
+
 /* Add a segment if the load factor calls for it (after an insert). */
 int nvh_hm_maybe_grow_(struct nvh_hmap *m);
 /* Store and flush the count hint (no fence) every 64 changes, or now. */

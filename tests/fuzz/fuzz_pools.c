@@ -431,7 +431,9 @@ static void walk_pool(nvh_pool *pool, bool writable)
     nvh_heap_foreach(pool, object_fn, NULL);
 
     set_stage(writable ? "rw: btree open" : "ro: btree open");
-    nvh_btree *t = nvh_btree_open(pool, TREE_NAME, 0, NULL);
+    /* read-only: FLUSH mode (a persist-group context needs a writable pool) */
+    nvh_btree_options ro = {.mode = NVH_BTREE_FLUSH};
+    nvh_btree *t = nvh_btree_open(pool, TREE_NAME, 0, writable ? NULL : &ro);
     if (t) {
         set_stage(writable ? "rw: btree get" : "ro: btree get");
         for (uint64_t k = 0; k < TREE_KEYS; k++) {
