@@ -286,9 +286,12 @@ static inline void nvh_stat_add_(nvh_persist_ctx_ *ctx, unsigned stat, uint64_t 
 }
 /* ---- end of internal section ---------------------------------------------- */
 
+/* Integer arithmetic: an offset read from a damaged pool may be anything,
+ * and the (unusable) address it gives must be computable without undefined
+ * behaviour so that nvh_contains() can reject it. */
 static inline void *nvh_ptr(const nvh_pool *pool, nvh_off_t off)
 {
-    return off ? (void *)(NVH_CTX_(pool)->base + off) : NULL;
+    return off ? (void *)((uintptr_t)NVH_CTX_(pool)->base + (uintptr_t)off) : NULL;
 }
 static inline nvh_off_t nvh_off(const nvh_pool *pool, const void *ptr)
 {

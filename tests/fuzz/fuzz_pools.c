@@ -35,6 +35,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <spawn.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -52,7 +53,17 @@
 #define NNAMED 8u
 #define ROOT_MAP 63u         /* root[63]: the hash map                    */
 #define ROOT_TX 62u          /* root[62]: an object written by transactions */
-#define CHILD_TIMEOUT 20u    /* seconds (a hang is far slower than a run)  */
+#define CHILD_TIMEOUT 20u    /* seconds per case (a hang is far slower)    */
+#define BATCH 16u            /* cases per forked child                     */
+
+extern char **environ;
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
 
 /* ==========================================================================
  * Deterministic randomness
@@ -362,11 +373,18 @@ static int write_mutated(const char *path, const mutation *m, unsigned n)
 /* ==========================================================================
  * The readers (run in the child)
  * ========================================================================== */
-/* The stage a child is in, in memory shared with the parent. */
-static volatile char *stage;
+/* Where a child is, in memory shared with the parent: the case (a child
+ * runs a batch of them: forking a sanitizer build per case costs more than
+ * the case) and its stage. */
+struct shared {
+    uint64_t iter;
+    char stage[64];
+    char desc[512];
+};
+static struct shared *sh;
 static void set_stage(const char *s)
 {
-    if (stage) { strncpy((char *)stage, s, 63); stage[63] = '\0'; }
+    if (sh) { strncpy(sh->stage, s, sizeof sh->stage - 1); sh->stage[sizeof sh->stage - 1] = '\0'; }
 }
 
 static volatile uint64_t sink;   /* every byte read goes here (nothing is elided) */
@@ -476,25 +494,34 @@ static void walk_pool(nvh_pool *pool, bool writable)
 }
 
 /* Run the CLI on path; returns its exit status, or -signal, or -1000 for a
- * timeout. alarm() survives exec, so a hung CLI is killed too. */
+ * timeout (killed). posix_spawn: no copy of this (sanitizer-sized) process. */
 static int run_cli(const char *path, bool repair)
 {
-    pid_t pid = fork();
-    if (pid < 0) return -2000;
-    if (pid == 0) {
-        int null = open("/dev/null", O_WRONLY);
-        if (null >= 0) { dup2(null, 1); dup2(null, 2); }
-        alarm(CHILD_TIMEOUT);
-        if (repair)
-            execl(cli, cli, "check", path, "--repair", "--no-backup", (char *)NULL);
-        else
-            execl(cli, cli, "check", path, (char *)NULL);
-        _exit(97);
-    }
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
+    posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
+    char *args[6] = {(char *)cli, "check", (char *)path, NULL, NULL, NULL};
+    if (repair) { args[3] = "--repair"; args[4] = "--no-backup"; }
+    pid_t pid;
+    int rc = posix_spawn(&pid, cli, &fa, NULL, args, environ);
+    posix_spawn_file_actions_destroy(&fa);
+    if (rc != 0) return -2000;
     int st;
-    while (waitpid(pid, &st, 0) < 0)
-        if (errno != EINTR) return -2000;
-    if (WIFSIGNALED(st)) return WTERMSIG(st) == SIGALRM ? -1000 : -WTERMSIG(st);
+    double deadline = now_s() + CHILD_TIMEOUT;
+    for (unsigned nap = 50;;) {
+        pid_t r = waitpid(pid, &st, WNOHANG);
+        if (r == pid) break;
+        if (r < 0 && errno != EINTR) return -2000;
+        if (now_s() > deadline) {
+            kill(pid, SIGKILL);
+            waitpid(pid, &st, 0);
+            return -1000;
+        }
+        usleep(nap);
+        if (nap < 2000) nap *= 2;
+    }
+    if (WIFSIGNALED(st)) return -WTERMSIG(st);
     return WEXITSTATUS(st);
 }
 
@@ -574,13 +601,6 @@ static uint64_t parse_regions(const char *s)
     return mask;
 }
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 int main(int argc, char **argv)
 {
     uint64_t seed = 1, iters = 1000, repro_iter = UINT64_MAX;
@@ -623,37 +643,42 @@ int main(int argc, char **argv)
         fprintf(stderr, "fuzz_pools: template %" PRIu64 " bytes, %zu metadata regions\n",
                 tmpl_size, nregions);
 
-    stage = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-    if (stage == MAP_FAILED) { perror("mmap"); return 2; }
+    sh = mmap(NULL, sizeof *sh, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    if (sh == MAP_FAILED) { perror("mmap"); return 2; }
 
     uint64_t failures = 0, done = 0, first = 0, last = iters;
     if (repro_iter != UINT64_MAX) { first = repro_iter; last = repro_iter + 1; }
     double start = now_s();
-    for (uint64_t it = first; it < last; it++) {
+    for (uint64_t it = first; it < last;) {
         if (seconds > 0 && now_s() - start > seconds) break;
-        rng_state = seed * 0x9E3779B97F4A7C15ull ^ (it + 1) * 0xD1B54A32D192ED03ull;
-        mutation m[MAX_MUT];
-        unsigned n = make_mutations(m);
-        char desc[512];
-        describe(m, n, desc, sizeof desc);
-        if (write_mutated(work_path, m, n) != 0 || write_mutated(repair_path, m, n) != 0) {
-            perror("write");
-            return 2;
-        }
-        done++;
-        if (verbose) fprintf(stderr, "iter %" PRIu64 ": %s\n", it, desc);
-        if (repro_iter != UINT64_MAX) {      /* in this process: for gdb / sanitizers */
-            fprintf(stderr, "repro %" PRIu64 ":%" PRIu64 ": %s\n", seed, it, desc);
-            int rc = run_case(work_path, repair_path);
-            fprintf(stderr, "repro: %s\n", rc ? "FAILED" : "ok");
-            return rc ? 1 : 0;
-        }
+        uint64_t end = it + BATCH < last ? it + BATCH : last;
+        sh->iter = it;
         set_stage("start");
-        pid_t pid = fork();
+        pid_t pid = repro_iter != UINT64_MAX ? 0 : fork();
         if (pid < 0) { perror("fork"); return 2; }
         if (pid == 0) {
-            alarm(CHILD_TIMEOUT * 3);
-            _exit(run_case(work_path, repair_path) ? 1 : 0);
+            for (uint64_t j = it; j < end; j++) {
+                rng_state = seed * 0x9E3779B97F4A7C15ull ^ (j + 1) * 0xD1B54A32D192ED03ull;
+                mutation m[MAX_MUT];
+                unsigned n = make_mutations(m);
+                sh->iter = j;
+                describe(m, n, sh->desc, sizeof sh->desc);
+                set_stage("write");
+                if (write_mutated(work_path, m, n) != 0 || write_mutated(repair_path, m, n) != 0) {
+                    perror("write");
+                    _exit(2);
+                }
+                if (verbose) fprintf(stderr, "iter %" PRIu64 ": %s\n", j, sh->desc);
+                if (repro_iter != UINT64_MAX) {   /* in this process: for gdb / sanitizers */
+                    fprintf(stderr, "repro %" PRIu64 ":%" PRIu64 ": %s\n", seed, j, sh->desc);
+                    int rc = run_case(work_path, repair_path);
+                    fprintf(stderr, "repro: %s\n", rc ? "FAILED" : "ok");
+                    return rc ? 1 : 0;
+                }
+                alarm(CHILD_TIMEOUT * 3);
+                if (run_case(work_path, repair_path)) _exit(1);
+            }
+            _exit(0);
         }
         int st;
         while (waitpid(pid, &st, 0) < 0)
@@ -669,24 +694,32 @@ int main(int argc, char **argv)
                      WEXITSTATUS(st) >= 98 ? " (sanitizer report)" : "");
             why = buf;
         }
-        if (why) {
-            failures++;
-            fprintf(stderr, "FAIL seed %" PRIu64 " iter %" PRIu64 ": %s in stage '%s'; "
-                    "mutations: %s\n  reproduce: %s --repro %" PRIu64 ":%" PRIu64 "%s%s\n",
-                    seed, it, why, (const char *)stage, desc, argv[0], seed, it,
-                    cli ? " --cli " : "", cli ? cli : "");
-            if (!keep_going) break;
+        if (!why) {
+            done += end - it;
+            it = end;
+            continue;
         }
+        failures++;
+        done += sh->iter - it + 1;
+        fprintf(stderr, "FAIL seed %" PRIu64 " iter %" PRIu64 ": %s in stage '%s'; "
+                "mutations: %s\n  reproduce: %s --repro %" PRIu64 ":%" PRIu64 "%s%s\n",
+                seed, sh->iter, why, sh->stage, sh->desc, argv[0], seed, sh->iter,
+                cli ? " --cli " : "", cli ? cli : "");
+        if (!keep_going) break;
+        it = sh->iter + 1;
     }
     fprintf(stderr, "fuzz_pools: seed %" PRIu64 ", %" PRIu64 " mutated pools in %.1f s, "
             "%" PRIu64 " failure%s\n", seed, done, now_s() - start, failures,
             failures == 1 ? "" : "s");
-    if (!getenv("FUZZ_KEEP")) unlink(tmpl_path);
-    unlink(work_path);
-    unlink(repair_path);
-    char bak[700];
-    snprintf(bak, sizeof bak, "%s.bak", repair_path);
-    unlink(bak);
-    rmdir(dir);
+    /* FUZZ_KEEP=1 keeps the files (a --repro case's mutated pool) */
+    if (!getenv("FUZZ_KEEP")) {
+        unlink(tmpl_path);
+        unlink(work_path);
+        unlink(repair_path);
+        char bak[700];
+        snprintf(bak, sizeof bak, "%s.bak", repair_path);
+        unlink(bak);
+        rmdir(dir);
+    }
     return failures ? 1 : 0;
 }
