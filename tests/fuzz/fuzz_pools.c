@@ -183,7 +183,10 @@ static void build_template(void)
     }
     if (nvh_btree_close(t) != NVH_OK) die("btree_close");
     /* a hash map */
-    if (nvh_hmap_create(pool, &root[ROOT_MAP], NULL) != NVH_OK) die("hmap_create");
+    /* a fixed hash seed: the default derives it from the (random) pool uuid,
+     * and the mutations are aimed at where the entries lie */
+    nvh_hmap_options ho = {.seed = 0x18};
+    if (nvh_hmap_create(pool, &root[ROOT_MAP], &ho) != NVH_OK) die("hmap_create");
     nvh_hmap *m = nvh_hmap_open(pool, root[ROOT_MAP]);
     if (!m) die("hmap_open");
     for (unsigned i = 0; i < MAP_KEYS; i++) {
