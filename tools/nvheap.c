@@ -1019,18 +1019,54 @@ static int check_map(struct check_ctx *c, nvh_pool *pool, nvh_off_t off)
     return rc;
 }
 
-static void check_containers(struct check_ctx *c)
+static void check_containers_of(struct check_ctx *c, nvh_pool *pool)
 {
-    if (!c->pool) return;
     struct containers k;
-    if (!find_containers(c->pool, &k)) {
+    if (!find_containers(pool, &k)) {
         finding(c, SEV_ERROR, 0, "out of memory listing the containers");
         free_containers(&k);
         return;
     }
-    for (unsigned i = 0; i < k.ntrees; i++) check_tree(c, c->pool, k.trees[i]);
-    for (unsigned i = 0; i < k.nmaps; i++) check_map(c, c->pool, k.maps[i]);
+    for (unsigned i = 0; i < k.ntrees; i++) check_tree(c, pool, k.trees[i]);
+    for (unsigned i = 0; i < k.nmaps; i++) check_map(c, pool, k.maps[i]);
     free_containers(&k);
+}
+
+static int copy_file(int in, uint64_t size, int out);
+
+/* A pool that was not closed cleanly is checked as the next open will see
+ * it: its allocator log holds effects (new tree nodes, map entries) that
+ * only recovery applies, and a read-only open does not recover, so the
+ * containers would read as pointing at unallocated memory. The containers
+ * are therefore checked on a recovered private copy ($TMPDIR, removed
+ * after); the pool itself is not touched. */
+static void check_containers(struct check_ctx *c)
+{
+    if (!c->pool) return;
+    bool clean = c->current >= 0 && c->sb.state[c->current].clean == 1;
+    if (clean) {
+        check_containers_of(c, c->pool);
+        return;
+    }
+    const char *tmp = getenv("TMPDIR");
+    char copy[4200];
+    snprintf(copy, sizeof copy, "%s/nvheap-check-XXXXXX", tmp && *tmp ? tmp : "/tmp");
+    int fd = mkstemp(copy);
+    int err = fd < 0 ? errno : copy_file(c->fd, c->file_size, fd);
+    if (fd >= 0) close(fd);
+    nvh_pool *pool = err ? NULL : nvh_pool_open(copy, NULL, NVH_DOMAIN_PROCESS);
+    if (!pool) {
+        finding(c, SEV_WARNING, 0, "the pool was not closed cleanly and no recovered copy "
+                "could be made (%s): the containers are checked without recovery",
+                err ? strerror(err) : nvh_errormsg());
+        check_containers_of(c, c->pool);
+    } else {
+        finding(c, SEV_NOTE, 0, "the pool was not closed cleanly: its containers are checked "
+                "as recovery leaves them (on a private copy)");
+        check_containers_of(c, pool);
+        nvh_pool_close(pool);
+    }
+    if (fd >= 0) unlink(copy);
 }
 
 static const struct checker {
@@ -1048,6 +1084,27 @@ static const struct checker {
 /* ==========================================================================
  * check --repair: back up, quarantine, salvage, check again
  * ========================================================================== */
+/* Copy size bytes of in to out (both at offset 0). 0 or an errno. */
+static int copy_file(int in, uint64_t size, int out)
+{
+    static char buf[1 << 16];
+    uint64_t done = 0;
+    while (done < size) {
+        size_t want = size - done < sizeof buf ? (size_t)(size - done) : sizeof buf;
+        ssize_t n = pread(in, buf, want, (off_t)done);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) return n < 0 ? errno : EIO;
+        for (ssize_t w = 0; w < n;) {
+            ssize_t k = pwrite(out, buf + w, (size_t)(n - w), (off_t)(done + (uint64_t)w));
+            if (k < 0 && errno == EINTR) continue;
+            if (k < 0) return errno;
+            w += k;
+        }
+        done += (uint64_t)n;
+    }
+    return 0;
+}
+
 /* Copy the pool to PATH.bak (PATH.bak.N if that exists), never overwriting.
  * Returns false (reported) if no backup could be written. */
 static bool write_backup(struct check_ctx *c)
@@ -1065,22 +1122,7 @@ static bool write_backup(struct check_ctx *c)
                  "repairs without one)", c->path, bak, strerror(errno));
         return false;
     }
-    static char buf[1 << 16];
-    uint64_t done = 0;
-    int err = 0;
-    while (done < c->file_size && !err) {
-        size_t want = c->file_size - done < sizeof buf ? (size_t)(c->file_size - done) : sizeof buf;
-        ssize_t n = pread(c->fd, buf, want, (off_t)done);
-        if (n < 0 && errno == EINTR) continue;
-        if (n <= 0) { err = n < 0 ? errno : EIO; break; }
-        for (ssize_t w = 0; w < n;) {
-            ssize_t k = write(out, buf + w, (size_t)(n - w));
-            if (k < 0 && errno == EINTR) continue;
-            if (k < 0) { err = errno; break; }
-            w += k;
-        }
-        done += (uint64_t)n;
-    }
+    int err = copy_file(c->fd, c->file_size, out);
     if (!err && fsync(out) != 0) err = errno;
     close(out);
     if (err) {

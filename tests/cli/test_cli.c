@@ -1073,6 +1073,47 @@ static void repair_keeps_tree_over_bad_region(void **state)
     unlink(path);
 }
 
+/* A process that dies without closing leaves allocator effects (the new
+ * nodes and entries) that only recovery applies: check judges the
+ * containers as recovery leaves them, so a recoverable pool is consistent
+ * and --repair has nothing to salvage (it destroyed such trees before). */
+static void check_crashed_pool(void **state)
+{
+    (void)state;
+    char path[512];
+    fresh_path(path, sizeof path, "dscrash");
+    make_container_pool(path);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        nvh_pool *pool = nvh_pool_open(path, "ds", NVH_DOMAIN_PROCESS);
+        nvh_btree *t = pool ? nvh_btree_open(pool, "t", 1, NULL) : NULL;
+        char v[64];
+        for (uint64_t k = TREE_KEYS; t && k < TREE_KEYS + 200; k++) {
+            tree_value(k, v, sizeof v);
+            nvh_btree_put(t, k * 7, v, strlen(v) + 1);
+        }
+        if (t) nvh_btree_sync(t);
+        nvh_hmap *m = pool ? nvh_hmap_open(pool, ((nvh_off_t *)nvh_root(pool, NULL))[0]) : NULL;
+        if (m) nvh_hmap_put(m, "late", 4, "x", 1);
+        _exit(t && m ? 0 : 1);                   /* no close: a crash */
+    }
+    int st;
+    assert_int_equal(waitpid(pid, &st, 0), pid);
+    assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    struct fingerprint before = fingerprint(path);
+    struct run r;
+    CLI(&r, "check", path);
+    EXPECT_STATUS(&r, 0);
+    EXPECT_CONTAINS(r.out, "not closed cleanly");
+    EXPECT_CONTAINS(r.out, "B+ tree 't': 500 keys, consistent");
+    EXPECT_CONTAINS(r.out, "hash map: 201 entries, consistent");
+    CLI(&r, "check", path, "--repair");
+    EXPECT_STATUS(&r, 0);
+    assert_unchanged(path, before);               /* nothing to repair */
+    unlink(path);
+}
+
 static int count_entry(const void *key, size_t klen, const void *value, size_t vlen, void *arg)
 {
     (void)key; (void)klen; (void)value; (void)vlen;
@@ -1202,6 +1243,7 @@ int main(void)
         cmocka_unit_test(repair_salvages_tree),
         cmocka_unit_test(repair_keeps_tree_over_bad_region),
         cmocka_unit_test(repair_salvages_map),
+        cmocka_unit_test(check_crashed_pool),
         cmocka_unit_test(hello_pool_twice),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -111,7 +111,27 @@ static void add_region(uint64_t off, uint64_t len, enum region_kind kind)
 /* ==========================================================================
  * The template pool
  * ========================================================================== */
-static char dir[512], tmpl_path[600], work_path[600], repair_path[600];
+static char dir[512], tmpl_path[600], dirty_path[600], work_path[600], repair_path[600];
+
+/* The two templates cases alternate between: the pool closed cleanly, and
+ * the same pool after a process died in the middle of work (unretired log
+ * records, pending tree inserts, an open transaction: recovery runs). */
+struct template_ {
+    unsigned char *bytes;
+    uint64_t size;
+    region *regions;
+    size_t nregions;
+};
+static struct template_ templates[2];
+static unsigned ntemplates;
+
+static void use_template(unsigned k)
+{
+    tmpl = templates[k].bytes;
+    tmpl_size = templates[k].size;
+    regions = templates[k].regions;
+    nregions = templates[k].nregions;
+}
 static const char *cli;
 
 static int die(const char *what)
@@ -209,9 +229,50 @@ static void build_template(void)
     if (nvh_pool_close(pool) != NVH_OK) die("close");
 }
 
-/* Record the template's metadata regions (read-only open, white-box). */
-static void map_template(void)
+/* The clean template, then a process that dies (no close) after more
+ * inserts, an update and in the middle of a transaction. */
+static void build_dirty(void)
 {
+    char cmd[1400];
+    snprintf(cmd, sizeof cmd, "cp '%s' '%s'", tmpl_path, dirty_path);
+    if (system(cmd) != 0) { fprintf(stderr, "fuzz_pools: cannot copy the template\n"); exit(2); }
+    pid_t pid = fork();
+    if (pid < 0) { perror("fork"); exit(2); }
+    if (pid == 0) {
+        nvh_pool *pool = nvh_pool_open(dirty_path, NULL, NVH_DOMAIN_PROCESS);
+        if (!pool) die("open dirty");
+        nvh_btree *t = nvh_btree_open(pool, TREE_NAME, 1, NULL);
+        if (!t) die("btree_open dirty");
+        unsigned char val[256];
+        for (uint64_t k = 0; k < 64; k++) {
+            uint64_t key = 200000 + k * 3;
+            tree_value(key, val, tree_value_len(key));
+            nvh_btree_put(t, key, val, tree_value_len(key));
+        }
+        nvh_off_t *root = nvh_root(pool, NULL);
+        nvh_hmap *m = nvh_hmap_open(pool, root[ROOT_MAP]);
+        if (m) {
+            nvh_hmap_put(m, "key-1", 5, "changed", 7);
+            nvh_hmap_put(m, "dirty", 5, "x", 1);
+        }
+        uint64_t *txo = nvh_ptr(pool, root[ROOT_TX]);
+        if (txo && nvh_tx_begin(pool) == NVH_OK) {
+            nvh_tx_add_range(pool, txo, 64);
+            txo[0] = 0xD1D1;
+            nvh_tx_alloc(pool, 256);
+        }
+        _exit(0);                    /* no close: a crash */
+    }
+    int st;
+    waitpid(pid, &st, 0);
+}
+
+/* Record the template's metadata regions (read-only open, white-box). */
+static void map_template(const char *path)
+{
+    regions = NULL;
+    nregions = cap_regions = 0;
+    const char *tmpl_path = path;
     int fd = open(tmpl_path, O_RDONLY);
     struct stat st;
     if (fd < 0 || fstat(fd, &st) != 0) { perror(tmpl_path); exit(2); }
@@ -229,7 +290,7 @@ static void map_template(void)
     const struct nvh_heap_hdr *hh = (const void *)(base + heap);
     add_region(heap, 128, R_HEAPHDR);
     add_region(hh->table_off, (uint64_t)hh->table_cap * 64 > 16384 ? 16384 : (uint64_t)hh->table_cap * 64, R_TABLE);
-    add_region(hh->rings_off, (uint64_t)hh->rings * 64 + 4096, R_RINGS);
+    add_region(hh->rings_off, (uint64_t)hh->rings * 64 * (1 + hh->ring_lines), R_RINGS);
     /* region headers: every 4 KiB block start in the used chunks (runs,
      * large and free regions begin there), plus each object's header line */
     uint64_t hwm = ((const struct nvh_heap_state *)(base + heap + 64))->hwm_chunks;
@@ -634,6 +695,7 @@ int main(int argc, char **argv)
     snprintf(dir, sizeof dir, "%s/fuzz-pools-%d", d, (int)getpid());
     if (mkdir(dir, 0700) != 0) { perror(dir); return 2; }
     snprintf(tmpl_path, sizeof tmpl_path, "%s/template.pool", dir);
+    snprintf(dirty_path, sizeof dirty_path, "%s/dirty.pool", dir);
     snprintf(work_path, sizeof work_path, "%s/mutated.pool", dir);
     snprintf(repair_path, sizeof repair_path, "%s/repaired.pool", dir);
     /* sanitizer reports get exit codes of their own (not the CLI's 1/2) */
@@ -641,10 +703,16 @@ int main(int argc, char **argv)
     setenv("UBSAN_OPTIONS", "exitcode=98:halt_on_error=1:print_stacktrace=1", 0);
 
     build_template();
-    map_template();
-    if (verbose)
-        fprintf(stderr, "fuzz_pools: template %" PRIu64 " bytes, %zu metadata regions\n",
-                tmpl_size, nregions);
+    build_dirty();
+    const char *paths[2] = {tmpl_path, dirty_path};
+    for (unsigned k = 0; k < 2; k++) {
+        map_template(paths[k]);
+        templates[k] = (struct template_){tmpl, tmpl_size, regions, nregions};
+        if (verbose)
+            fprintf(stderr, "fuzz_pools: template %u: %" PRIu64 " bytes, %zu metadata regions\n",
+                    k, tmpl_size, nregions);
+    }
+    ntemplates = 2;
 
     sh = mmap(NULL, sizeof *sh, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     if (sh == MAP_FAILED) { perror("mmap"); return 2; }
@@ -662,10 +730,14 @@ int main(int argc, char **argv)
         if (pid == 0) {
             for (uint64_t j = it; j < end; j++) {
                 rng_state = seed * 0x9E3779B97F4A7C15ull ^ (j + 1) * 0xD1B54A32D192ED03ull;
+                use_template((unsigned)(j % ntemplates));
                 mutation m[MAX_MUT];
                 unsigned n = make_mutations(m);
                 sh->iter = j;
-                describe(m, n, sh->desc, sizeof sh->desc);
+                char d[480];
+                describe(m, n, d, sizeof d);
+                snprintf(sh->desc, sizeof sh->desc, "%s template: %s",
+                         j % ntemplates ? "crashed" : "clean", d);
                 set_stage("write");
                 if (write_mutated(work_path, m, n) != 0 || write_mutated(repair_path, m, n) != 0) {
                     perror("write");
@@ -717,6 +789,7 @@ int main(int argc, char **argv)
     /* FUZZ_KEEP=1 keeps the files (a --repro case's mutated pool) */
     if (!getenv("FUZZ_KEEP")) {
         unlink(tmpl_path);
+        unlink(dirty_path);
         unlink(work_path);
         unlink(repair_path);
         char bak[700];
