@@ -146,6 +146,9 @@ int nvh_hmap_check(nvh_hmap *m, nvh_hmap_stats *stats)
             st.buckets_marked++;
             if (!(seen[b / 8] & (1u << (b % 8))))
                 HM_BAD("hm: bucket %llu marked but not in the list", (unsigned long long)b);
+            if (d->so_key != hm_dummy_so(b))          /* searches start at it */
+                HM_BAD("hm: dummy of bucket %llu has key %llx", (unsigned long long)b,
+                       (unsigned long long)d->so_key);
         }
     }
     st.buckets_marked++;   /* bucket 0 */

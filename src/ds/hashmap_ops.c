@@ -65,7 +65,7 @@ struct nvh_hm_node *nvh_hm_find_(struct nvh_hmap *m, struct nvh_hm_link *start, 
                                  const void *key, uint32_t klen, uint64_t **prev_out)
 {
     uint64_t *prev = &start->next;
-    uint64_t last = start->so_key;
+    uint64_t last = 0;             /* not start->so_key: a dummy's key is not checked */
     unsigned run = 0;
     for (;;) {
         uint64_t cur = *prev;

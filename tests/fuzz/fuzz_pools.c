@@ -393,7 +393,7 @@ static unsigned make_mutations(mutation *m)
         unsigned cls;
         do cls = 1u << rnd_below(4);
         while (!(classes & cls));
-        if (cls == M_TRUNC && rnd_below(3)) {       /* truncation: rarer */
+        if (cls == M_TRUNC && rnd_below(10)) {      /* truncation: rarer (~4% of cases) */
             if (classes == M_TRUNC) goto keep;
             i--;
             continue;
@@ -444,7 +444,19 @@ struct shared {
     uint64_t iter;
     char stage[64];
     char desc[512];
+    /* what the readers said (not failures: the numbers behind the report) */
+    uint64_t check_rc[3];        /* nvheap check exit 0 / 1 / 2           */
+    uint64_t repair_rc[3];       /* nvheap check --repair exit 0 / 1 / 2  */
+    uint64_t clean_but_corrupt;  /* check said 0, a read-only walk met NVH_E_CORRUPT */
 };
+static bool walk_corrupt;        /* this case's read-only walk met NVH_E_CORRUPT */
+static char walk_msg[256];
+static void note_rc(int rc)
+{
+    if (rc != NVH_E_CORRUPT || walk_corrupt) return;
+    walk_corrupt = true;
+    snprintf(walk_msg, sizeof walk_msg, "%s", nvh_errormsg());
+}
 static struct shared *sh;
 static void set_stage(const char *s)
 {
@@ -522,15 +534,19 @@ static void walk_pool(nvh_pool *pool, bool writable)
             const void *v;
             size_t len;
             uint64_t key = (k * 2654435761u) % 100000;
-            if (nvh_btree_get(t, key, &v, &len) == NVH_OK) touch(v, len);
+            int rc = nvh_btree_get(t, key, &v, &len);
+            if (rc == NVH_OK) touch(v, len);
+            if (!writable) note_rc(rc);
         }
         set_stage(writable ? "rw: btree scan" : "ro: btree scan");
         uint64_t seen = 0;
-        nvh_btree_scan(t, 0, UINT64_MAX, scan_fn, &seen);
+        int src = nvh_btree_scan(t, 0, UINT64_MAX, scan_fn, &seen);
+        if (!writable) note_rc(src);
         set_stage(writable ? "rw: btree count" : "ro: btree count");
         sink += nvh_btree_count(t);
         set_stage(writable ? "rw: btree check" : "ro: btree check");
-        nvh_btree_check(t);
+        int crc = nvh_btree_check(t);
+        if (!writable) note_rc(crc);
         set_stage(writable ? "rw: btree close" : "ro: btree close");
         nvh_btree_close(t);
     }
@@ -544,14 +560,18 @@ static void walk_pool(nvh_pool *pool, bool writable)
             const void *v;
             size_t vl;
             int kl = snprintf(key, sizeof key, "key-%u", i);
-            if (nvh_hmap_get(m, key, (size_t)kl, &v, &vl) == NVH_OK) touch(v, vl);
+            int rc = nvh_hmap_get(m, key, (size_t)kl, &v, &vl);
+            if (rc == NVH_OK) touch(v, vl);
+            if (!writable) note_rc(rc);
         }
         set_stage(writable ? "rw: hmap foreach" : "ro: hmap foreach");
         uint64_t seen = 0;
-        nvh_hmap_foreach(m, hm_fn, &seen);
+        int frc = nvh_hmap_foreach(m, hm_fn, &seen);
+        if (!writable) note_rc(frc);
         sink += nvh_hmap_count(m);
         set_stage(writable ? "rw: hmap check" : "ro: hmap check");
-        nvh_hmap_check(m, NULL);
+        int hrc = nvh_hmap_check(m, NULL);
+        if (!writable) note_rc(hrc);
         set_stage(writable ? "rw: hmap close" : "ro: hmap close");
         nvh_hmap_close(m);
     }
@@ -592,17 +612,24 @@ static int run_cli(const char *path, bool repair)
 static bool cli_ok(int rc) { return rc == 0 || rc == 1 || rc == 2; }
 
 /* One case, in the current process. Returns 0 if every reader behaved. */
+static unsigned cur_template;    /* 0 clean, 1 crashed */
+
 static int run_case(const char *path, const char *rpath)
 {
+    int check_said = -1;
+    walk_corrupt = false;
     if (cli) {
         set_stage("cli: check");
         int rc = run_cli(path, false);
+        check_said = rc;
+        if (rc >= 0 && rc <= 2) sh->check_rc[rc]++;
         if (!cli_ok(rc)) {
             fprintf(stderr, "  nvheap check: %s %d\n", rc < 0 ? "signal/timeout" : "exit", rc);
             return 1;
         }
         set_stage("cli: check --repair");
         rc = run_cli(rpath, true);
+        if (rc >= 0 && rc <= 2) sh->repair_rc[rc]++;
         if (!cli_ok(rc)) {
             fprintf(stderr, "  nvheap check --repair: %s %d\n", rc < 0 ? "signal/timeout" : "exit", rc);
             return 1;
@@ -614,6 +641,13 @@ static int run_case(const char *path, const char *rpath)
         walk_pool(pool, false);
         set_stage("ro: close");
         nvh_pool_close(pool);
+    }
+    /* a crashed template's read-only walk sees the pool before recovery
+     * (check judges it after): only clean ones are comparable */
+    if (check_said == 0 && walk_corrupt && cur_template == 0) {
+        sh->clean_but_corrupt++;
+        fprintf(stderr, "note: case %" PRIu64 " (%s): nvheap check said consistent, a walk "
+                "met: %s\n", sh->iter, sh->desc, walk_msg);
     }
     /* read-write on the repaired copy when there is one, else on the
      * mutated pool: recovery (log replay, transaction rollback) runs */
@@ -730,7 +764,8 @@ int main(int argc, char **argv)
         if (pid == 0) {
             for (uint64_t j = it; j < end; j++) {
                 rng_state = seed * 0x9E3779B97F4A7C15ull ^ (j + 1) * 0xD1B54A32D192ED03ull;
-                use_template((unsigned)(j % ntemplates));
+                cur_template = (unsigned)(j % ntemplates);
+                use_template(cur_template);
                 mutation m[MAX_MUT];
                 unsigned n = make_mutations(m);
                 sh->iter = j;
@@ -786,6 +821,12 @@ int main(int argc, char **argv)
     fprintf(stderr, "fuzz_pools: seed %" PRIu64 ", %" PRIu64 " mutated pools in %.1f s, "
             "%" PRIu64 " failure%s\n", seed, done, now_s() - start, failures,
             failures == 1 ? "" : "s");
+    if (cli)
+        fprintf(stderr, "fuzz_pools: nvheap check exit 0/1/2: %" PRIu64 "/%" PRIu64 "/%" PRIu64
+                "; check --repair exit 0/1/2: %" PRIu64 "/%" PRIu64 "/%" PRIu64 "; called "
+                "consistent but a read-only walk met NVH_E_CORRUPT: %" PRIu64 "\n",
+                sh->check_rc[0], sh->check_rc[1], sh->check_rc[2], sh->repair_rc[0],
+                sh->repair_rc[1], sh->repair_rc[2], sh->clean_but_corrupt);
     /* FUZZ_KEEP=1 keeps the files (a --repro case's mutated pool) */
     if (!getenv("FUZZ_KEEP")) {
         unlink(tmpl_path);
