@@ -947,6 +947,20 @@ static bool find_containers(nvh_pool *pool, struct containers *k)
     if (!k->trees || !k->maps) return false;
     nvh_named_foreach(pool, collect_tree, k);
     nvh_heap_foreach(pool, collect_map, k);
+    /* Maps are usually linked from the root area: look there too, so that a
+     * map is checked even when damaged allocator metadata hides its object
+     * from nvh_heap_foreach. */
+    uint64_t root_size = 0;
+    const nvh_off_t *root = nvh_root(pool, &root_size);
+    for (uint64_t i = 0; root && i < root_size / sizeof *root; i++) {
+        const struct nvh_hm_root *r = nvh_ptr(pool, root[i]);
+        if (!r || root[i] % NVH_ALLOC_ALIGN || !nvh_contains(pool, r, sizeof *r) ||
+            r->magic != NVH_HM_MAGIC || r->version != NVH_HM_VERSION)
+            continue;
+        bool known = false;
+        for (unsigned j = 0; j < k->nmaps && !known; j++) known = k->maps[j] == root[i];
+        if (!known && k->nmaps < MAX_CONTAINERS) k->maps[k->nmaps++] = root[i];
+    }
     return true;
 }
 
