@@ -446,6 +446,12 @@ static inline int bt_persistent(const struct nvh_btree *t) { return t->mode != N
  * (btree_index.c) is built only for a node that passed, so cached children
  * are checked once, when their companion is made. The volatile variant
  * (offsets are DRAM addresses) is trusted. */
+/* The pool's mapped size (nvh_contains' bound), read without a call. */
+static inline uint64_t bt_pool_size(const nvh_pool *pool)
+{
+    return atomic_load_explicit(&((const nvh_persist_ctx_ *)(const void *)pool)->size,
+                                memory_order_relaxed);
+}
 static inline int bt_node_ok(const struct nvh_btree *t, const bt_node *n)
 {
     if (!t->pool) return n != NULL;
@@ -455,8 +461,12 @@ static inline int bt_node_ok(const struct nvh_btree *t, const bt_node *n)
 static inline int bt_rec_ok(const struct nvh_btree *t, const bt_record *r)
 {
     if (!t->pool) return r != NULL;
-    return r && ((uintptr_t)r & 63) == 0 && nvh_contains(t->pool, r, sizeof *r) &&
-           r->len <= SIZE_MAX - sizeof *r && nvh_contains(t->pool, r, sizeof *r + (size_t)r->len);
+    /* on lookups' hot path: offsets and one branch (r->len is a cache miss
+     * the caller would wait for anyway; no short-circuit branch on it) */
+    uint64_t size = bt_pool_size(t->pool);
+    uint64_t off = (uint64_t)((uintptr_t)r - t->base);
+    if (size < sizeof *r || off > size - sizeof *r || (off & 63) || !r) return 0;
+    return r->len <= size - sizeof *r - off;
 }
 /* Record NVH_E_CORRUPT naming the tree structure and its offset. */
 int bt_corrupt(const struct nvh_btree *t, const void *where, const char *what);
