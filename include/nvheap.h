@@ -322,9 +322,12 @@ static inline void nvh_stat_add_(nvh_persist_ctx_ *ctx, unsigned stat, uint64_t 
 }
 /* ---- end of internal section ---------------------------------------------- */
 
+/* Integer arithmetic: an offset read from a damaged pool may be anything,
+ * and the (unusable) address it gives must be computable without undefined
+ * behaviour so that nvh_contains() can reject it. */
 static inline void *nvh_ptr(const nvh_pool *pool, nvh_off_t off)
 {
-    return off ? (void *)(NVH_CTX_(pool)->base + off) : NULL;
+    return off ? (void *)((uintptr_t)NVH_CTX_(pool)->base + (uintptr_t)off) : NULL;
 }
 static inline nvh_off_t nvh_off(const nvh_pool *pool, const void *ptr)
 {
@@ -1100,7 +1103,9 @@ typedef void (*nvh_btree_durable_fn)(nvh_btree *tree, uint64_t durable, void *ar
 
 /* Open the tree `name` (1..40 bytes) of pool, creating it if `create` and it
  * does not exist (NVH_E_NOTFOUND otherwise). VOLATILE: pool may be NULL and
- * the tree lives in DRAM. options NULL = GROUPS with defaults. */
+ * the tree lives in DRAM. options NULL = GROUPS with defaults (GROUPS needs
+ * a writable pool: open a read-only pool's tree in FLUSH mode). A header
+ * or root node that fails validation: NULL and NVH_E_CORRUPT. */
 nvh_btree *nvh_btree_open(nvh_pool *pool, const char *name, int create,
                           const nvh_btree_options *options);
 /* Drop a reference; the last one syncs, then frees the DRAM state (the tree
@@ -1112,15 +1117,22 @@ int nvh_btree_close(nvh_btree *tree);
  * NVH_E_READONLY on a read-only pool (the tree is unchanged). */
 int nvh_btree_put(nvh_btree *tree, uint64_t key, const void *value, size_t len);
 /* Value of key: *value points into the pool, valid until the next write.
- * NVH_E_NOTFOUND if absent. value/len may be NULL. */
+ * NVH_E_NOTFOUND if absent. value/len may be NULL.
+ * Damage: every node and record offset read from the pool is validated
+ * before it is followed; a damaged node or record on the key's path gives
+ * NVH_E_CORRUPT (message: structure and offset), never a fault, and keys
+ * elsewhere stay readable. The same holds for scan, count and check. */
 int nvh_btree_get(nvh_btree *tree, uint64_t key, const void **value, size_t *len);
 int nvh_btree_delete(nvh_btree *tree, uint64_t key);   /* NVH_E_NOTFOUND */
 /* Keys in [from, to] in ascending order; stops when fn returns non-zero
- * (and returns that value). */
+ * (and returns that value). A damaged subtree or record is skipped, the
+ * walk goes on, and the call returns NVH_E_CORRUPT at the end. */
 typedef int (*nvh_btree_scan_fn)(uint64_t key, const void *value, size_t len, void *arg);
 int nvh_btree_scan(nvh_btree *tree, uint64_t from, uint64_t to,
                    nvh_btree_scan_fn fn, void *arg);
-/* Live keys (counted by one walk after open, then maintained). */
+/* Live keys (counted by one walk after open, then maintained). In a
+ * damaged tree: the keys that are readable, with nvh_errcode() NVH_E_CORRUPT
+ * (and counted again at the next call). */
 uint64_t nvh_btree_count(nvh_btree *tree);
 
 int nvh_btree_sync(nvh_btree *tree);
@@ -1394,14 +1406,19 @@ int nvh_hmap_insert(nvh_hmap *map, const void *key, size_t klen, const void *val
 /* Replace only: NVH_E_NOTFOUND if the key is absent. */
 int nvh_hmap_update(nvh_hmap *map, const void *key, size_t klen, const void *value, size_t vlen);
 /* *value points into the pool (valid until the next modification); value
- * and vlen may be NULL. NVH_E_NOTFOUND if absent. Never writes. */
+ * and vlen may be NULL. NVH_E_NOTFOUND if absent. Never writes.
+ * NVH_E_CORRUPT (message: map and offset) if the search meets a link that
+ * fails validation (outside the pool, misaligned, not a node, out of key
+ * order): no reader follows such a link, so a damaged map never faults. */
 int nvh_hmap_get(nvh_hmap *map, const void *key, size_t klen, const void **value, size_t *vlen);
 /* 1 if present, 0 if not, or an error code. */
 int nvh_hmap_contains(nvh_hmap *map, const void *key, size_t klen);
 int nvh_hmap_delete(nvh_hmap *map, const void *key, size_t klen);   /* NVH_E_NOTFOUND */
 
 /* Every entry, in split order (stable while the map is unchanged); stops
- * when fn returns non-zero and returns that. fn must not call the map. */
+ * when fn returns non-zero and returns that. fn must not call the map.
+ * Past a damaged link the walk goes on at the next intact bucket and the
+ * call returns NVH_E_CORRUPT at the end (unless fn stopped it). */
 typedef int (*nvh_hmap_fn)(const void *key, size_t klen, const void *value, size_t vlen,
                            void *arg);
 int nvh_hmap_foreach(nvh_hmap *map, nvh_hmap_fn fn, void *arg);

@@ -15,6 +15,8 @@
 #include "nvheap.h"
 #include "common/internal.h"   /* nvh_crc32c */
 #include "pool/format.h"       /* on-media superblock layout, read by `check` */
+#include "ds/btree.h"          /* B+ tree header (emptied by `check --repair`) */
+#include "ds/hashmap.h"        /* hash-map root (found by `check`), salvage */
 
 #include <ctype.h>
 #include <errno.h>
@@ -150,7 +152,7 @@ static const char *domain_label(nvh_domain domain, char buf[32])
  * ========================================================================== */
 enum opt_id {
     OPT_HELP, OPT_SIZE, OPT_LAYOUT, OPT_DOMAIN, OPT_ROOT_SIZE, OPT_MAX_SIZE,
-    OPT_SPARSE, OPT_STATS, OPT_JSON, OPT_RW, OPT_REPAIR, OPT_COUNT_
+    OPT_SPARSE, OPT_STATS, OPT_JSON, OPT_RW, OPT_REPAIR, OPT_NO_BACKUP, OPT_COUNT_
 };
 #define OPT_BIT(id) (1u << (id))
 
@@ -169,6 +171,7 @@ static const struct option_def {
     [OPT_JSON] = {"json", false},
     [OPT_RW] = {"rw", false},
     [OPT_REPAIR] = {"repair", false},
+    [OPT_NO_BACKUP] = {"no-backup", false},
 };
 
 struct command;
@@ -184,7 +187,8 @@ struct command {
     const char *name;
     const char *synopsis;   /* after "nvheap " */
     const char *summary;    /* one line for the global help */
-    const char *details;    /* options and notes for `nvheap help CMD` */
+    const char *details;    /* options for `nvheap help CMD` */
+    const char *notes;      /* paragraph after the options, or NULL */
     unsigned options;       /* OPT_BIT()s this command accepts */
     int (*run)(const struct args *args);
 };
@@ -203,9 +207,10 @@ static const struct command commands[] = {
      "                     auto (default: NVHEAP_DOMAIN, else detected); recorded\n"
      "                     as the pool's created domain\n"
      "  --root-size SIZE   root area size (default 4K; rounded up to 4 KiB; max 1G)\n"
-     "  --max-size SIZE    growth limit of the creating open (not recorded in the\n"
-     "                     pool: each open takes NVHEAP_MAX_SIZE or 64 GiB)\n"
+     "  --max-size SIZE    growth limit, recorded in the pool (later opens keep it\n"
+     "                     unless NVHEAP_MAX_SIZE is set; default 64 GiB)\n"
      "  --sparse           do not allocate the file's space up front\n",
+     NULL,
      OPT_BIT(OPT_SIZE) | OPT_BIT(OPT_LAYOUT) | OPT_BIT(OPT_DOMAIN) | OPT_BIT(OPT_ROOT_SIZE) |
          OPT_BIT(OPT_MAX_SIZE) | OPT_BIT(OPT_SPARSE),
      run_create},
@@ -219,21 +224,26 @@ static const struct command commands[] = {
      "  --rw               open read-write like an application does: bumps the\n"
      "                     epoch (the file changes); with --stats the counters show\n"
      "                     what that open cost in this domain\n",
+     NULL,
      OPT_BIT(OPT_STATS) | OPT_BIT(OPT_JSON) | OPT_BIT(OPT_LAYOUT) | OPT_BIT(OPT_DOMAIN) |
          OPT_BIT(OPT_RW),
      run_info},
-    {"check", "check PATH [--layout NAME] [--repair]",
-     "verify a pool offline: superblock, then every heap region header",
+    {"check", "check PATH [--layout NAME] [--repair [--no-backup]]",
+     "verify a pool offline: superblock, heap region headers, every B+ tree and "
+     "hash map",
      "  --layout NAME      refuse a pool of another layout\n"
-     "  --repair           quarantine corrupt heap regions durably (opens the pool\n"
-     "                     read-write: the file changes); without it check never\n"
-     "                     modifies the file\n"
-     "\n"
+     "  --repair           if the check finds errors: back the pool up to\n"
+     "                     PATH.bak, quarantine corrupt heap regions, rebuild\n"
+     "                     damaged B+ trees from their readable keys, cut damaged\n"
+     "                     hash-map links past the damage; print what was\n"
+     "                     removed, then check again (the file changes). Without\n"
+     "                     it check never modifies the file\n"
+     "  --no-backup        with --repair: do not write PATH.bak first\n",
      "Prints one finding per line (error/warning/note, byte offset, what is wrong),\n"
-     "then a summary. Exit status: 0 consistent (warnings allowed, or everything\n"
-     "found was repaired), 1 inconsistent, 2 could not check (missing file, not a\n"
-     "pool, pool in use, ...).\n",
-     OPT_BIT(OPT_LAYOUT) | OPT_BIT(OPT_REPAIR),
+     "then a summary. Exit status: 0 consistent (warnings allowed; with --repair:\n"
+     "consistent after the repair), 1 inconsistent, 2 could not check (missing\n"
+     "file, not a pool, pool in use, backup failed, ...).\n",
+     OPT_BIT(OPT_LAYOUT) | OPT_BIT(OPT_REPAIR) | OPT_BIT(OPT_NO_BACKUP),
      run_check},
 };
 #define COMMAND_COUNT (sizeof commands / sizeof commands[0])
@@ -259,6 +269,7 @@ static void print_command_help(const struct command *cmd, FILE *out)
     fprintf(out, "usage: nvheap %s\n\n%s.\n\nOptions:\n%s", cmd->synopsis, cmd->summary,
             cmd->details);
     fprintf(out, "  -h, --help         print this help\n");
+    if (cmd->notes) fprintf(out, "\n%s", cmd->notes);
 }
 
 /* A usage error: message, the command's synopsis, exit 2. */
@@ -574,7 +585,11 @@ struct check_ctx {
     struct nvh_superblock sb;  /* as read from the file */
     int current;               /* current state slot, -1 if none is valid */
     nvh_pool *pool;            /* read-only open, for checkers of later layers */
-    bool repair;               /* --repair: quarantine what the heap check finds */
+    bool repair;               /* --repair: salvage what the check finds */
+    bool no_backup;            /* --no-backup */
+    bool repaired;             /* run_repair ran: errors/warnings are the re-check's */
+    bool backup_failed;
+    unsigned errors_before;    /* errors the first pass found (repaired runs) */
     unsigned errors, warnings;
     bool stop;                 /* a checker found the rest cannot run */
 };
@@ -875,28 +890,197 @@ static void check_library_open(struct check_ctx *c)
 static void heap_finding(uint64_t offset, uint64_t length, const char *what, void *arg)
 {
     struct check_ctx *c = arg;
-    finding(c, c->repair ? SEV_WARNING : SEV_ERROR, offset,
-            "heap region of %llu bytes: %s%s", (unsigned long long)length, what,
-            c->repair ? " (quarantined)" : "");
+    finding(c, SEV_ERROR, offset, "heap region of %llu bytes: %s", (unsigned long long)length,
+            what);
 }
 
 static void check_heap(struct check_ctx *c)
 {
     if (!c->pool) return;
     uint64_t corrupt = 0;
-    int rc;
-    if (c->repair) {
-        /* Repair needs a read-write open: give up this read-only one and the
-         * shared lock first, or the library would find the pool busy. */
-        nvh_pool_close(c->pool);
-        c->pool = NULL;
-        flock(c->fd, LOCK_UN);
-        rc = nvh_heap_check_path(c->path, heap_finding, c, 1, &corrupt);
-    } else {
-        rc = nvh_heap_check(c->pool, heap_finding, c, 0, &corrupt);
-    }
+    int rc = nvh_heap_check(c->pool, heap_finding, c, 0, &corrupt);
     if (rc != NVH_OK && rc != NVH_E_CORRUPT)
         finding(c, SEV_ERROR, 0, "heap check failed: %s", nvh_errormsg());
+}
+
+/* ---- the containers: every B+ tree and hash map in the pool --------------
+ * B+ trees are the named objects "nvh.btree.NAME"; hash maps are found as
+ * the heap objects that start with a hash-map root (magic, version). Each is
+ * opened through the library (which validates its header) and checked by
+ * its own checker (nvh_btree_check, nvh_hmap_check). */
+#define TREE_PREFIX "nvh.btree."
+#define MAX_CONTAINERS 4096
+
+struct containers {
+    char (*trees)[NVH_NAME_MAX + 1];
+    unsigned ntrees;
+    nvh_off_t *maps;
+    unsigned nmaps;
+    nvh_pool *pool;
+};
+
+static int collect_tree(const char *name, void *ptr, size_t size, void *arg)
+{
+    (void)ptr; (void)size;
+    struct containers *k = arg;
+    if (strncmp(name, TREE_PREFIX, strlen(TREE_PREFIX)) == 0 && k->ntrees < MAX_CONTAINERS)
+        snprintf(k->trees[k->ntrees++], NVH_NAME_MAX + 1, "%s", name + strlen(TREE_PREFIX));
+    return 0;
+}
+
+static int collect_map(void *ptr, size_t usable, void *arg)
+{
+    struct containers *k = arg;
+    const struct nvh_hm_root *r = ptr;
+    if (usable >= sizeof *r && r->magic == NVH_HM_MAGIC && r->version == NVH_HM_VERSION &&
+        k->nmaps < MAX_CONTAINERS)
+        k->maps[k->nmaps++] = nvh_off(k->pool, ptr);
+    return 0;
+}
+
+static bool find_containers(nvh_pool *pool, struct containers *k)
+{
+    memset(k, 0, sizeof *k);
+    k->pool = pool;
+    k->trees = calloc(MAX_CONTAINERS, sizeof *k->trees);
+    k->maps = calloc(MAX_CONTAINERS, sizeof *k->maps);
+    if (!k->trees || !k->maps) return false;
+    nvh_named_foreach(pool, collect_tree, k);
+    nvh_heap_foreach(pool, collect_map, k);
+    /* Maps are usually linked from the root area: look there too, so that a
+     * map is checked even when damaged allocator metadata hides its object
+     * from nvh_heap_foreach. */
+    uint64_t root_size = 0;
+    const nvh_off_t *root = nvh_root(pool, &root_size);
+    for (uint64_t i = 0; root && i < root_size / sizeof *root; i++) {
+        const struct nvh_hm_root *r = nvh_ptr(pool, root[i]);
+        if (!r || root[i] % NVH_ALLOC_ALIGN || !nvh_contains(pool, r, sizeof *r) ||
+            r->magic != NVH_HM_MAGIC || r->version != NVH_HM_VERSION)
+            continue;
+        bool known = false;
+        for (unsigned j = 0; j < k->nmaps && !known; j++) known = k->maps[j] == root[i];
+        if (!known && k->nmaps < MAX_CONTAINERS) k->maps[k->nmaps++] = root[i];
+    }
+    return true;
+}
+
+static void free_containers(struct containers *k)
+{
+    free(k->trees);
+    free(k->maps);
+}
+
+/* Offset of the tree's header object (0 if it cannot be found). */
+static uint64_t tree_header_offset(nvh_pool *pool, const char *name)
+{
+    char full[NVH_NAME_MAX + 1];
+    snprintf(full, sizeof full, TREE_PREFIX "%s", name);
+    void *h = nvh_get_named(pool, full, NULL);
+    return h ? nvh_off(pool, h) : 0;
+}
+
+static int count_key(uint64_t key, const void *value, size_t len, void *arg)
+{
+    (void)key; (void)value; (void)len;
+    ++*(uint64_t *)arg;
+    return 0;
+}
+
+/* Check one tree: NVH_OK, or the error (already reported). */
+static int check_tree(struct check_ctx *c, nvh_pool *pool, const char *name)
+{
+    uint64_t at = tree_header_offset(pool, name);
+    /* FLUSH: the default mode's persist-group context needs a writable pool */
+    nvh_btree_options ro = {.mode = NVH_BTREE_FLUSH};
+    nvh_btree *t = nvh_btree_open(pool, name, 0, &ro);
+    if (!t) {
+        int rc = nvh_errcode();
+        finding(c, SEV_ERROR, at, "B+ tree '%s' does not open: %s", name, nvh_errormsg());
+        return rc;
+    }
+    int rc = nvh_btree_check(t);
+    if (rc != NVH_OK) {
+        char msg[512];
+        snprintf(msg, sizeof msg, "%s", nvh_errormsg());
+        uint64_t keys = 0;
+        nvh_btree_scan(t, 0, UINT64_MAX, count_key, &keys);
+        finding(c, SEV_ERROR, at, "B+ tree '%s': %s (%llu keys readable)", name, msg,
+                (unsigned long long)keys);
+    } else {
+        finding(c, SEV_NOTE, at, "B+ tree '%s': %llu keys, consistent", name,
+                (unsigned long long)nvh_btree_count(t));
+    }
+    nvh_btree_close(t);
+    return rc;
+}
+
+static int check_map(struct check_ctx *c, nvh_pool *pool, nvh_off_t off)
+{
+    nvh_hmap *m = nvh_hmap_open(pool, off);
+    if (!m) {
+        int rc = nvh_errcode();
+        finding(c, SEV_ERROR, off, "hash map does not open: %s", nvh_errormsg());
+        return rc;
+    }
+    nvh_hmap_stats st;
+    int rc = nvh_hmap_check(m, &st);
+    if (rc != NVH_OK)
+        finding(c, SEV_ERROR, off, "hash map: %s", nvh_errormsg());
+    else
+        finding(c, SEV_NOTE, off, "hash map: %llu entries, consistent",
+                (unsigned long long)st.count);
+    nvh_hmap_close(m);
+    return rc;
+}
+
+static void check_containers_of(struct check_ctx *c, nvh_pool *pool)
+{
+    struct containers k;
+    if (!find_containers(pool, &k)) {
+        finding(c, SEV_ERROR, 0, "out of memory listing the containers");
+        free_containers(&k);
+        return;
+    }
+    for (unsigned i = 0; i < k.ntrees; i++) check_tree(c, pool, k.trees[i]);
+    for (unsigned i = 0; i < k.nmaps; i++) check_map(c, pool, k.maps[i]);
+    free_containers(&k);
+}
+
+static int copy_file(int in, uint64_t size, int out);
+
+/* A pool that was not closed cleanly is checked as the next open will see
+ * it: its allocator log holds effects (new tree nodes, map entries) that
+ * only recovery applies, and a read-only open does not recover, so the
+ * containers would read as pointing at unallocated memory. The containers
+ * are therefore checked on a recovered private copy ($TMPDIR, removed
+ * after); the pool itself is not touched. */
+static void check_containers(struct check_ctx *c)
+{
+    if (!c->pool) return;
+    bool clean = c->current >= 0 && c->sb.state[c->current].clean == 1;
+    if (clean) {
+        check_containers_of(c, c->pool);
+        return;
+    }
+    const char *tmp = getenv("TMPDIR");
+    char copy[4200];
+    snprintf(copy, sizeof copy, "%s/nvheap-check-XXXXXX", tmp && *tmp ? tmp : "/tmp");
+    int fd = mkstemp(copy);
+    int err = fd < 0 ? errno : copy_file(c->fd, c->file_size, fd);
+    if (fd >= 0) close(fd);
+    nvh_pool *pool = err ? NULL : nvh_pool_open(copy, NULL, NVH_DOMAIN_PROCESS);
+    if (!pool) {
+        finding(c, SEV_WARNING, 0, "the pool was not closed cleanly and no recovered copy "
+                "could be made (%s): the containers are checked without recovery",
+                err ? strerror(err) : nvh_errormsg());
+        check_containers_of(c, c->pool);
+    } else {
+        finding(c, SEV_NOTE, 0, "the pool was not closed cleanly: its containers are checked "
+                "as recovery leaves them (on a private copy)");
+        check_containers_of(c, pool);
+        nvh_pool_close(pool);
+    }
+    if (fd >= 0) unlink(copy);
 }
 
 static const struct checker {
@@ -908,7 +1092,226 @@ static const struct checker {
     {"superblock state", check_state},
     {"library open", check_library_open},
     {"heap", check_heap},
+    {"containers", check_containers},
 };
+
+/* ==========================================================================
+ * check --repair: back up, quarantine, salvage, check again
+ * ========================================================================== */
+/* Copy size bytes of in to out (both at offset 0). 0 or an errno. */
+static int copy_file(int in, uint64_t size, int out)
+{
+    static char buf[1 << 16];
+    uint64_t done = 0;
+    while (done < size) {
+        size_t want = size - done < sizeof buf ? (size_t)(size - done) : sizeof buf;
+        ssize_t n = pread(in, buf, want, (off_t)done);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) return n < 0 ? errno : EIO;
+        for (ssize_t w = 0; w < n;) {
+            ssize_t k = pwrite(out, buf + w, (size_t)(n - w), (off_t)(done + (uint64_t)w));
+            if (k < 0 && errno == EINTR) continue;
+            if (k < 0) return errno;
+            w += k;
+        }
+        done += (uint64_t)n;
+    }
+    return 0;
+}
+
+/* Copy the pool to PATH.bak (PATH.bak.N if that exists), never overwriting.
+ * Returns false (reported) if no backup could be written. */
+static bool write_backup(struct check_ctx *c)
+{
+    char bak[4200];
+    int out = -1;
+    for (unsigned n = 0; n < 100 && out < 0; n++) {
+        if (n == 0) snprintf(bak, sizeof bak, "%s.bak", c->path);
+        else snprintf(bak, sizeof bak, "%s.bak.%u", c->path, n);
+        out = open(bak, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+        if (out < 0 && errno != EEXIST) break;
+    }
+    if (out < 0) {
+        fail_msg("cannot write a backup of %s (%s): %s; nothing was repaired (--no-backup "
+                 "repairs without one)", c->path, bak, strerror(errno));
+        return false;
+    }
+    int err = copy_file(c->fd, c->file_size, out);
+    if (!err && fsync(out) != 0) err = errno;
+    close(out);
+    if (err) {
+        unlink(bak);
+        fail_msg("cannot write the backup %s: %s; nothing was repaired", bak, strerror(err));
+        return false;
+    }
+    printf("repair: backup of the pool written to %s\n", bak);
+    return true;
+}
+
+static void repair_heap_fn(uint64_t offset, uint64_t length, const char *what, void *arg)
+{
+    (void)arg;
+    printf("repair: offset %llu: heap region of %llu bytes: %s (quarantined: the objects in "
+           "it are removed)\n", (unsigned long long)offset, (unsigned long long)length, what);
+}
+
+struct kv { uint64_t key; size_t len; unsigned char *value; };
+struct kv_list { struct kv *v; size_t n, cap; bool oom; };
+
+static int collect_kv(uint64_t key, const void *value, size_t len, void *arg)
+{
+    struct kv_list *l = arg;
+    if (l->n == l->cap) {
+        size_t cap = l->cap ? l->cap * 2 : 256;
+        struct kv *v = realloc(l->v, cap * sizeof *v);
+        if (!v) { l->oom = true; return 1; }
+        l->v = v;
+        l->cap = cap;
+    }
+    unsigned char *copy = malloc(len ? len : 1);
+    if (!copy) { l->oom = true; return 1; }
+    memcpy(copy, value, len);
+    l->v[l->n++] = (struct kv){key, len, copy};
+    return 0;
+}
+
+/* Rebuild a damaged tree from the keys that can still be read: copy them
+ * out, empty the tree's header in place (root and slab list 0: the old
+ * nodes and slabs stay allocated but unreachable, since freeing them would
+ * trust the damaged structure; the header is kept even in a quarantined
+ * region, so the tree keeps its name), then put the keys back. A crash in
+ * between leaves a smaller tree; the backup has the original. */
+static void salvage_tree(nvh_pool *pool, const char *name)
+{
+    struct kv_list l = {0};
+    nvh_btree *t = nvh_btree_open(pool, name, 0, NULL);
+    char damage[512];
+    if (t) {
+        int rc = nvh_btree_check(t);
+        snprintf(damage, sizeof damage, "%s", rc == NVH_OK ? "nothing" : nvh_errormsg());
+        nvh_btree_scan(t, 0, UINT64_MAX, collect_kv, &l);
+        nvh_btree_close(t);
+    } else {
+        snprintf(damage, sizeof damage, "%s", nvh_errormsg());
+    }
+    if (l.oom) {
+        printf("repair: B+ tree '%s': out of memory copying its keys; left as it is\n", name);
+        goto out;
+    }
+    char full[NVH_NAME_MAX + 1];
+    snprintf(full, sizeof full, TREE_PREFIX "%s", name);
+    bt_header *h = nvh_get_named(pool, full, NULL);
+    if (!h || !nvh_contains(pool, h, sizeof *h)) {
+        printf("repair: B+ tree '%s': its header cannot be found (%s); left as it is\n", name,
+               nvh_errormsg());
+        goto out;
+    }
+    if (h->magic != BT_MAGIC_TREE || h->version != BT_VERSION || h->node_size != BT_NODE_SIZE) {
+        /* the header line itself is damaged: make it a valid empty header */
+        memset(h, 0, sizeof *h);
+        h->magic = BT_MAGIC_TREE;
+        h->version = BT_VERSION;
+        h->node_size = BT_NODE_SIZE;
+    }
+    nvh_unprotect(pool, h, sizeof *h);
+    h->root = 0;
+    h->slabs = 0;
+    nvh_persist(pool, h, sizeof *h);
+    nvh_protect(pool, h, sizeof *h);
+    t = nvh_btree_open(pool, name, 0, NULL);
+    size_t put = 0;
+    for (size_t i = 0; t && i < l.n; i++)
+        if (nvh_btree_put(t, l.v[i].key, l.v[i].value, l.v[i].len) == NVH_OK) put++;
+    if (!t || nvh_btree_close(t) != NVH_OK) {
+        printf("repair: B+ tree '%s': rebuilding failed: %s\n", name, nvh_errormsg());
+        goto out;
+    }
+    printf("repair: B+ tree '%s' rebuilt with its %zu readable keys; removed: the part "
+           "beyond the damage (%s); the old nodes stay allocated, unreachable\n", name, put,
+           damage);
+out:
+    for (size_t i = 0; i < l.n; i++) free(l.v[i].value);
+    free(l.v);
+}
+
+static void salvage_map_fn(uint64_t link_off, uint64_t old_value, uint64_t new_value,
+                           const char *why, void *arg)
+{
+    printf("repair: offset %llu: hash map at %llu: link to %llu was %s; now %s%llu (the "
+           "entries in between are removed)\n", (unsigned long long)link_off,
+           (unsigned long long)*(nvh_off_t *)arg, (unsigned long long)old_value, why,
+           new_value ? "points at the next intact bucket, " : "ends the list, ",
+           (unsigned long long)new_value);
+}
+
+static void salvage_map(nvh_pool *pool, nvh_off_t off)
+{
+    nvh_hmap *m = nvh_hmap_open(pool, off);
+    if (!m) {
+        printf("repair: offset %llu: hash map does not open (%s); left as it is\n",
+               (unsigned long long)off, nvh_errormsg());
+        return;
+    }
+    int n = nvh_hm_salvage_(m, salvage_map_fn, &off);
+    if (n < 0)
+        printf("repair: offset %llu: hash map: %s\n", (unsigned long long)off, nvh_errormsg());
+    nvh_hmap_stats st;
+    if (nvh_hmap_check(m, &st) == NVH_OK && st.count_repaired)
+        printf("repair: offset %llu: hash map: count set to %llu entries\n",
+               (unsigned long long)off, (unsigned long long)st.count);
+    nvh_hmap_close(m);
+}
+
+/* The check found errors and the library opens the pool: repair what can
+ * be repaired, then check everything again. */
+static void run_repair(struct check_ctx *c)
+{
+    if (!c->no_backup && !write_backup(c)) {
+        c->backup_failed = true;
+        return;
+    }
+    /* Repairs need read-write opens: give up the read-only one and the
+     * shared lock first, or the library would find the pool busy. */
+    nvh_pool_close(c->pool);
+    c->pool = NULL;
+    flock(c->fd, LOCK_UN);
+    uint64_t corrupt = 0;
+    int rc = nvh_heap_check_path(c->path, repair_heap_fn, NULL, 1, &corrupt);
+    if (rc != NVH_OK && rc != NVH_E_CORRUPT) printf("repair: heap: %s\n", nvh_errormsg());
+    nvh_pool *pool = nvh_pool_open(c->path, c->layout, 0);
+    if (!pool) {
+        printf("repair: the pool does not open read-write: %s\n", nvh_errormsg());
+    } else {
+        struct containers k;
+        if (find_containers(pool, &k)) {
+            for (unsigned i = 0; i < k.ntrees; i++) {
+                nvh_btree *t = nvh_btree_open(pool, k.trees[i], 0, NULL);
+                bool bad = !t || nvh_btree_check(t) != NVH_OK;
+                if (t) nvh_btree_close(t);
+                if (bad) salvage_tree(pool, k.trees[i]);
+            }
+            for (unsigned i = 0; i < k.nmaps; i++) salvage_map(pool, k.maps[i]);
+        }
+        free_containers(&k);
+        if (nvh_pool_close(pool) != NVH_OK) printf("repair: close: %s\n", nvh_errormsg());
+    }
+    /* check again, read-only, under the shared lock again */
+    printf("after repair:\n");
+    c->errors_before = c->errors;
+    c->errors = c->warnings = 0;
+    c->repaired = true;
+    while (flock(c->fd, LOCK_SH | LOCK_NB) != 0 && errno == EINTR) {}
+    /* the repair's opens moved the epoch on: read the superblock again */
+    struct stat st;
+    if (fstat(c->fd, &st) == 0) c->file_size = (uint64_t)st.st_size;
+    if (read_full(c->fd, &c->sb, sizeof c->sb, 0) != 0) {
+        finding(c, SEV_ERROR, 0, "cannot read the superblock again: %s", strerror(errno));
+        return;
+    }
+    check_state(c);
+    for (size_t i = 3; i < sizeof checkers / sizeof checkers[0] && !c->stop; i++)
+        checkers[i].run(c);    /* library open, heap, containers */
+}
 
 /* Open, lock (shared: a read-write open elsewhere makes it busy), read the
  * superblock. Returns EXIT_OK, or EXIT_ERROR (printed) when the file cannot
@@ -916,7 +1319,8 @@ static const struct checker {
  * layout, in use. */
 static int check_prepare(struct check_ctx *c)
 {
-    c->fd = open(c->path, O_RDONLY | O_CLOEXEC);
+    /* O_NONBLOCK: a FIFO would block the open until a writer came */
+    c->fd = open(c->path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (c->fd < 0) return fail_msg("cannot open %s: %s", c->path, strerror(errno));
     struct stat st;
     if (fstat(c->fd, &st) != 0) return fail_msg("cannot stat %s: %s", c->path, strerror(errno));
@@ -949,16 +1353,31 @@ static int check_prepare(struct check_ctx *c)
 
 static int run_check(const struct args *args)
 {
+    if (args->given[OPT_NO_BACKUP] && !args->given[OPT_REPAIR])
+        return usage_error(args->command, "--no-backup needs --repair");
     struct check_ctx c = {.path = args->path, .layout = args->value[OPT_LAYOUT], .fd = -1,
-                          .current = -1, .repair = args->given[OPT_REPAIR]};
+                          .current = -1, .repair = args->given[OPT_REPAIR],
+                          .no_backup = args->given[OPT_NO_BACKUP]};
     int rc = check_prepare(&c);
     if (rc == EXIT_OK) {
         for (size_t i = 0; i < sizeof checkers / sizeof checkers[0] && !c.stop; i++)
             checkers[i].run(&c);
-        printf("%s: %s (%u error%s, %u warning%s)\n", c.path,
-               c.errors ? "INCONSISTENT" : "consistent", c.errors, c.errors == 1 ? "" : "s",
-               c.warnings, c.warnings == 1 ? "" : "s");
-        rc = c.errors ? EXIT_INCONSISTENT : EXIT_OK;
+        /* Repair only what the library opens (a superblock it refuses is
+         * beyond repair here), and only if something is wrong: a
+         * consistent pool is never written. */
+        if (c.repair && c.errors && c.pool) run_repair(&c);
+        if (c.backup_failed) {
+            rc = EXIT_ERROR;
+        } else {
+            printf("%s: %s%s (%u error%s, %u warning%s", c.path,
+                   c.errors ? "INCONSISTENT" : "consistent", c.repaired ? " after repair" : "",
+                   c.errors, c.errors == 1 ? "" : "s", c.warnings, c.warnings == 1 ? "" : "s");
+            if (c.repaired)
+                printf("; %u error%s found before the repair", c.errors_before,
+                       c.errors_before == 1 ? "" : "s");
+            printf(")\n");
+            rc = c.errors ? EXIT_INCONSISTENT : EXIT_OK;
+        }
     }
     if (c.pool) nvh_pool_close(c.pool);
     if (c.fd >= 0) close(c.fd);

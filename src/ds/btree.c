@@ -319,8 +319,7 @@ nvh_btree *nvh_btree_open(nvh_pool *pool, const char *name, int create,
     t->base = (uintptr_t)nvh_pool_base(pool);
     char full[NVH_NAME_MAX + 1];
     bt_name(full, name);
-    size_t size = 0;
-    bt_header *h = nvh_get_named(pool, full, &size);
+    bt_header *h = nvh_get_named(pool, full, NULL);
     if (!h) {
         if (!create) {
             nvh_fail(NVH_E_NOTFOUND, "btree: no tree named '%s' in the pool", name);
@@ -338,9 +337,22 @@ nvh_btree *nvh_btree_open(nvh_pool *pool, const char *name, int create,
         nvh_protect_close_(pool, h, sizeof *h);
         if (nvh_activate_named(pool, full) != NVH_OK) goto fail;
         t->count = 0;
-    } else if (size < sizeof *h || h->magic != BT_MAGIC_TREE || h->version != BT_VERSION ||
+    } else if (!nvh_contains(pool, h, sizeof *h) || ((uintptr_t)h & 63) ||
+               h->magic != BT_MAGIC_TREE || h->version != BT_VERSION ||
                h->node_size != BT_NODE_SIZE) {
-        nvh_fail(NVH_E_CORRUPT, "btree: '%s' is not a B+ tree of this version", name);
+        /* The header's own bytes decide, not the allocator's size for it:
+         * an object in a region whose header was damaged and quarantined
+         * reads as size 0 but is intact, and the tree above it must stay
+         * reachable (nvheap check --repair). */
+        nvh_fail(NVH_E_CORRUPT, "btree: '%s' (header at offset %llu) is not a B+ tree of "
+                 "this version", name, (unsigned long long)nvh_off(pool, h));
+        goto fail;
+    } else if (h->root && !bt_node_ok(t, bt_ptr(t, h->root))) {
+        /* nothing below a damaged root is reachable: refuse rather than
+         * hand out a tree whose every operation fails */
+        nvh_fail(NVH_E_CORRUPT, "btree: '%s' (header at offset %llu): root node at offset "
+                 "%llu is not a node", name, (unsigned long long)nvh_off(pool, h),
+                 (unsigned long long)h->root);
         goto fail;
     }
     t->hdr = h;
@@ -542,12 +554,17 @@ nvh_group_ctx *nvh_btree_group(const nvh_btree *t) { return t ? t->group : NULL;
 /* ==========================================================================
  * Lookup
  * ========================================================================== */
-/* Find the live leaf entry of key (read-only descent). */
-static bt_entry *bt_find(struct nvh_btree *t, uint64_t key, bt_record **rec)
+/* Find the live leaf entry of key (read-only descent). NULL if absent, or
+ * with *err set to the descent's error (NVH_E_CORRUPT: a damaged node on
+ * the way). */
+static bt_entry *bt_find(struct nvh_btree *t, uint64_t key, bt_record **rec, int *err)
 {
     bt_path path[BT_MAX_DEPTH];
     int d = bt_descend(t, key, 0, path, BT_MAX_DEPTH);
-    if (d < 0) return NULL;
+    if (d < 0) {
+        *err = d;
+        return NULL;
+    }
     bt_node *n = path[d].node;
     if (t->sorted) {
         int a = 0, b = (int)n->count - 1;
@@ -615,7 +632,9 @@ static int bt_find_fast(struct nvh_btree *t, uint64_t key, bt_record **rec)
     if (!root || t->sorted) return -1;
     bt_idx *x = t->ix_root;
     if (!x || x->node != root) {
-        if (!(x = t->ix_root = bt_ix(t, root))) return -1;
+        /* a node gets a companion only once it is known valid: the general
+         * path reports a damaged one */
+        if (!bt_node_ok(t, root) || !(x = t->ix_root = bt_ix(t, root))) return -1;
     }
     uint64_t lo = 0, hi = UINT64_MAX;
     while (x->level) {
@@ -634,8 +653,9 @@ static int bt_find_fast(struct nvh_btree *t, uint64_t key, bt_record **rec)
         struct bt_kid *k = bt_ixkid(x, r);
         bt_idx *kx = k->ix;
         if (!kx || kx->node != k->node) {
-            if (!(kx = k->ix = bt_ix(t, k->node))) return -1;
+            if (!bt_node_ok(t, k->node) || !(kx = k->ix = bt_ix(t, k->node))) return -1;
         }
+        if (kx->level + 1 != x->level) return -1;  /* damaged: bt_find reports it */
         bt_ix_prefetch(kx, x->level == 1, 0, t->kd_off);
         x = kx;
     }
@@ -749,8 +769,13 @@ int nvh_btree_get(nvh_btree *t, uint64_t key, const void **value, size_t *len)
         if (lines > 8) lines = 8;
         for (unsigned q = 0; q < lines; q++) __builtin_prefetch((const char *)r + 64 * q);
 #ifndef NDEBUG
+        /* debug: the directory is exact — in an intact tree; in a damaged
+         * one (duplicate keys, keys outside their node) the two may differ,
+         * which is corruption, not a reason to abort */
         bt_record *r2 = NULL;
-        assert(bt_find(t, key, &r2) && r2 == r);   /* the directory is exact */
+        int err2 = NVH_OK;
+        if (!bt_find(t, key, &r2, &err2) || r2 != r)
+            return bt_corrupt(t, r, "tree (the key directory and a descent disagree)");
 #endif
         goto found;
     }
@@ -759,22 +784,32 @@ int nvh_btree_get(nvh_btree *t, uint64_t key, const void **value, size_t *len)
     if (f >= 0) {
         /* debug: the fast path agrees with the general one */
         bt_record *r2 = NULL;
-        bt_entry *e2 = bt_find(t, key, &r2);
-        assert(f ? e2 && r2 == r : !e2);
+        int err2 = NVH_OK;
+        bt_entry *e2 = bt_find(t, key, &r2, &err2);
+        if (f ? !e2 || r2 != r : e2 != NULL)       /* see above: damage, not a bug */
+            return bt_corrupt(t, r, "tree (the fast and the general lookup disagree)");
     }
 #endif
     if (f > 0) {
         /* a validated entry (the fast path takes no other) */
+        if (!bt_rec_ok(t, r)) return bt_corrupt(t, r, "value record");
         bt_kd_set(t, key, bt_rec_word(bt_off(t, r), sizeof *r + r->len));
-        goto found;
+        goto checked;
     }
-    bt_entry *e = f == 0 ? NULL : bt_find(t, key, &r);
+    int err = NVH_OK;
+    bt_entry *e = f == 0 ? NULL : bt_find(t, key, &r, &err);
     if (!e) {
+        if (err != NVH_OK && err != NVH_E_NOTFOUND) return err;
         nvh_fail(NVH_E_NOTFOUND, "btree: key %llu not found", (unsigned long long)key);
         return NVH_E_NOTFOUND;
     }
+    if (!bt_rec_ok(t, r)) return bt_corrupt(t, r, "value record");
     if (!(e->ptr & BT_PENDING)) bt_kd_set(t, key, bt_rec_word(bt_off(t, r), sizeof *r + r->len));
+    goto checked;
 found:
+    /* the directory's and the fast path's records come from the media too */
+    if (!bt_rec_ok(t, r)) return bt_corrupt(t, r, "value record");
+checked:
     if (value) *value = r->data;
     if (len) *len = (size_t)r->len;
     return NVH_OK;
@@ -789,30 +824,63 @@ static int bt_entry_cmp(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
-/* Walk the subtree of n (effective range [lo, hi]) in key order. */
-static int bt_walk(struct nvh_btree *t, bt_node *n, uint64_t lo, uint64_t hi, uint64_t from,
-                   uint64_t to, nvh_btree_scan_fn fn, void *arg, uint64_t *counted)
+/* A walk's arguments, and the first damage it met (bt_corrupt's code; the
+ * walk skips a damaged node or record and goes on with the rest). */
+typedef struct bt_walk_ctx {
+    uint64_t from, to;
+    nvh_btree_scan_fn fn;
+    void *arg;
+    uint64_t *counted;       /* count instead of calling fn */
+    int err;
+} bt_walk_ctx;
+
+/* Walk the subtree of n (effective range [lo, hi]) in key order. n is a
+ * valid node (bt_node_ok); `level` is the level its parent expects (-1 for
+ * the root), so the recursion is at most BT_MAX_DEPTH deep. */
+static int bt_walk(struct nvh_btree *t, bt_node *n, uint64_t lo, uint64_t hi, int level,
+                   bt_walk_ctx *w)
 {
-    while (n->successor) n = bt_ptr(t, n->successor);
+    /* an interrupted split leaves at most one successor to follow */
+    for (unsigned hops = 0; n->successor; hops++) {
+        bt_node *s = bt_ptr(t, n->successor);
+        if (hops > 1 || !bt_node_ok(t, s) || s->level != n->level) {
+            int rc = bt_corrupt(t, n, "node's successor link");
+            if (w->err == NVH_OK) w->err = rc;
+            return 0;
+        }
+        n = s;
+    }
+    if (level >= 0 && n->level != (unsigned)level) {
+        int rc = bt_corrupt(t, n, "node (level does not fit its parent)");
+        if (w->err == NVH_OK) w->err = rc;
+        return 0;
+    }
     bt_entry v[BT_NODE_CAP];
     bt_record *recs[BT_NODE_CAP];
     unsigned k = 0;
     unsigned limit = n->sorted ? n->count : BT_NODE_CAP;
+    if (limit > BT_NODE_CAP) limit = BT_NODE_CAP;
+    uint64_t from = w->from, to = w->to;
     if (n->level == 0) {
         for (unsigned i = 0; i < limit; i++) {
             bt_entry *e = &n->e[i];
             if (!e->ptr || e->key < lo || e->key > hi || e->key < from || e->key > to) continue;
             bt_record *r = n->sorted ? bt_ptr(t, e->ptr) : bt_entry_record(t, e);
             if (!r) continue;
+            if (!bt_rec_ok(t, r)) {
+                int rc = bt_corrupt(t, &e->ptr, "leaf entry (record pointer)");
+                if (w->err == NVH_OK) w->err = rc;
+                continue;
+            }
             v[k].key = e->key;
             v[k].ptr = (nvh_off_t)k;     /* index into recs after sorting */
             recs[k++] = r;
         }
-        if (counted) { *counted += k; return 0; }
+        if (w->counted) { *w->counted += k; return 0; }
         if (!n->sorted) qsort(v, k, sizeof v[0], bt_entry_cmp);
         for (unsigned i = 0; i < k; i++) {
             bt_record *r = recs[v[i].ptr];
-            int rc = fn(v[i].key, r->data, (size_t)r->len, arg);
+            int rc = w->fn(v[i].key, r->data, (size_t)r->len, w->arg);
             if (rc) return rc;
         }
         return 0;
@@ -826,10 +894,27 @@ static int bt_walk(struct nvh_btree *t, bt_node *n, uint64_t lo, uint64_t hi, ui
     for (unsigned i = 0; i < k; i++) {
         uint64_t clo = v[i].key, chi = i + 1 < k ? v[i + 1].key - 1 : hi;
         if (chi < from || clo > to) continue;
-        int rc = bt_walk(t, bt_ptr(t, v[i].ptr), clo, chi, from, to, fn, arg, counted);
+        bt_node *c = bt_ptr(t, v[i].ptr);
+        if (!bt_node_ok(t, c)) {
+            int rc = bt_corrupt(t, c, "child node");
+            if (w->err == NVH_OK) w->err = rc;
+            continue;                    /* the other subtrees are intact */
+        }
+        int rc = bt_walk(t, c, clo, chi, (int)n->level - 1, w);
         if (rc) return rc;
     }
     return 0;
+}
+
+/* The root if it is valid; NULL for an empty tree, or with *err set. */
+static bt_node *bt_root(struct nvh_btree *t, int *err)
+{
+    bt_node *root = bt_ptr(t, t->hdr->root);
+    if (root && !bt_node_ok(t, root)) {
+        *err = bt_corrupt(t, root, "root node");
+        return NULL;
+    }
+    return root;
 }
 
 int nvh_btree_scan(nvh_btree *t, uint64_t from, uint64_t to, nvh_btree_scan_fn fn, void *arg)
@@ -837,9 +922,11 @@ int nvh_btree_scan(nvh_btree *t, uint64_t from, uint64_t to, nvh_btree_scan_fn f
     if (!t || !fn) return bt_fail(NVH_E_INVAL, "tree or callback is NULL");
     int trc = bt_check_thread(t);
     if (trc != NVH_OK) return trc;
-    bt_node *root = bt_ptr(t, t->hdr->root);
-    if (!root || from > to) return 0;
-    return bt_walk(t, root, 0, UINT64_MAX, from, to, fn, arg, NULL);
+    bt_walk_ctx w = {from, to, fn, arg, NULL, NVH_OK};
+    bt_node *root = bt_root(t, &w.err);
+    if (!root || from > to) return w.err;
+    int rc = bt_walk(t, root, 0, UINT64_MAX, -1, &w);
+    return rc ? rc : w.err;
 }
 
 uint64_t nvh_btree_count(nvh_btree *t)
@@ -847,8 +934,12 @@ uint64_t nvh_btree_count(nvh_btree *t)
     if (!t) return 0;
     if (t->count < 0) {
         uint64_t c = 0;
-        bt_node *root = bt_ptr(t, t->hdr->root);
-        if (root) bt_walk(t, root, 0, UINT64_MAX, 0, UINT64_MAX, NULL, NULL, &c);
+        bt_walk_ctx w = {0, UINT64_MAX, NULL, NULL, &c, NVH_OK};
+        bt_node *root = bt_root(t, &w.err);
+        if (root) bt_walk(t, root, 0, UINT64_MAX, -1, &w);
+        /* a damaged tree's count is of what is intact, and not kept: the
+         * next call walks again (and the error stays readable) */
+        if (w.err != NVH_OK) return c;
         t->count = (int64_t)c;
     }
     return (uint64_t)t->count;

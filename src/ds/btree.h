@@ -56,6 +56,7 @@
  * measurements against 256 KiB slabs). The cost: up to
  * 1 MiB of not yet carved slab stays writable while the slab is current. */
 #define BT_SLAB_SIZE_HELD (1024u * 1024u - BT_ALLOC_HEADER)
+#define BT_MAX_DEPTH 32                    /* levels (a deeper node is corrupt)    */
 #define BT_NODE_BATCH 16u                  /* nodes reserved ahead (bt_node_take) */
 /* ... in a protected pool: each batch's fresh pages cost one fault (async)
  * or mprotect (sync): 256 nodes, 64 pages, per protection change (their
@@ -478,6 +479,42 @@ int bt_check_write(const struct nvh_btree *t);
  * make the current slab's fill bound exact (close). */
 void bt_slab_adopt(struct nvh_btree *t);
 void bt_slab_close(struct nvh_btree *t);
+/* ==========================================================================
+ * Validation of what is read from the pool (docs/BTREE.md, "Corruption")
+ * ==========================================================================
+ * Every node and record offset a reader follows comes from the media, so a
+ * damaged pool can hold any value there. Readers follow an offset only once
+ * these say it can be what it claims: inside the pool, 64 B aligned, and for
+ * a node its magic and a level below BT_MAX_DEPTH (a child must be exactly
+ * one level below its parent, so descents and walks are bounded and cannot
+ * cycle); for a record its whole value inside the pool. A companion
+ * (btree_index.c) is built only for a node that passed, so cached children
+ * are checked once, when their companion is made. The volatile variant
+ * (offsets are DRAM addresses) is trusted. */
+/* The pool's mapped size (nvh_contains' bound), read without a call. */
+static inline uint64_t bt_pool_size(const nvh_pool *pool)
+{
+    return atomic_load_explicit(&((const nvh_persist_ctx_ *)(const void *)pool)->size,
+                                memory_order_relaxed);
+}
+static inline int bt_node_ok(const struct nvh_btree *t, const bt_node *n)
+{
+    if (!t->pool) return n != NULL;
+    return n && ((uintptr_t)n & 63) == 0 && nvh_contains(t->pool, n, sizeof *n) &&
+           n->magic == BT_MAGIC_NODE && n->level < BT_MAX_DEPTH;
+}
+static inline int bt_rec_ok(const struct nvh_btree *t, const bt_record *r)
+{
+    if (!t->pool) return r != NULL;
+    /* on lookups' hot path: offsets and one branch (r->len is a cache miss
+     * the caller would wait for anyway; no short-circuit branch on it) */
+    uint64_t size = bt_pool_size(t->pool);
+    uint64_t off = (uint64_t)((uintptr_t)r - t->base);
+    if (size < sizeof *r || off > size - sizeof *r || (off & 63) || !r) return 0;
+    return r->len <= size - sizeof *r - off;
+}
+/* Record NVH_E_CORRUPT naming the tree structure and its offset. */
+int bt_corrupt(const struct nvh_btree *t, const void *where, const char *what);
 
 /* Ask for every line of a node at once: a linear scan of 16 lines would
  * otherwise wait for the lines one after another (the node is usually not
@@ -737,7 +774,6 @@ int bt_stale(const bt_path *p);
 /* Free records of in-range entries that were never validated. */
 int bt_reclaim_leaf(struct nvh_btree *t, bt_path *p);
 
-#define BT_MAX_DEPTH 32
 
 /* Deliberate bugs for the crash checker's negative controls
  * (nvh_btree_debug_fault_, tests/btree/test_btree_crash.c): the crash test

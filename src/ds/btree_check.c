@@ -56,6 +56,17 @@ uint64_t nvh_btree_wear_foreach(const nvh_btree *t, void (*fn)(uint64_t writes, 
 }
 
 /* ==========================================================================
+ * Corruption reports
+ * ========================================================================== */
+int bt_corrupt(const struct nvh_btree *t, const void *where, const char *what)
+{
+    uint64_t hdr = t->pool ? nvh_off(t->pool, t->hdr) : 0;
+    uint64_t off = t->pool ? nvh_off(t->pool, where) : (uint64_t)(uintptr_t)where;
+    return nvh_fail(NVH_E_CORRUPT, "btree (header at offset %llu): corrupt %s at offset %llu",
+                    (unsigned long long)hdr, what, (unsigned long long)off);
+}
+
+/* ==========================================================================
  * Invariant checker
  * ========================================================================== */
 typedef struct bt_check_state {
@@ -80,12 +91,13 @@ static int bt_cmp_key(const void *a, const void *b)
 static int bt_check_node(struct nvh_btree *t, bt_node *n, uint64_t lo, uint64_t hi, int level,
                          bt_check_state *st)
 {
+    /* n passed bt_node_ok (the caller checked it before reading it) */
     for (int hops = 0; n->successor; hops++) {
-        if (hops > 1 || !bt_obj_ok(t, bt_ptr(t, n->successor), sizeof *n))
-            return nvh_fail(NVH_E_CORRUPT, "btree check: bad successor chain");
-        n = bt_ptr(t, n->successor);
+        bt_node *s = bt_ptr(t, n->successor);
+        if (hops > 1 || !bt_node_ok(t, s) || !bt_obj_ok(t, s, sizeof *n))
+            return bt_corrupt(t, n, "node's successor link (btree check)");
+        n = s;
     }
-    if (n->magic != BT_MAGIC_NODE) return nvh_fail(NVH_E_CORRUPT, "btree check: bad node magic");
     if (level >= 0 && (int)n->level != level)
         return nvh_fail(NVH_E_CORRUPT, "btree check: node level %u, expected %d", n->level, level);
     if (lo > hi || n->lo > lo) return nvh_fail(NVH_E_CORRUPT, "btree check: bad node range");
@@ -108,6 +120,8 @@ static int bt_check_node(struct nvh_btree *t, bt_node *n, uint64_t lo, uint64_t 
             if ((e->ptr & BT_PENDING) && !bt_pending_has(t, e)) continue;
             bt_record *v = n->sorted ? bt_ptr(t, e->ptr) : bt_entry_record(t, e);
             if (!v) continue;            /* never validated: a free slot */
+            if (!bt_rec_ok(t, v)) return bt_corrupt(t, &e->ptr, "leaf entry (btree check: "
+                                                    "record pointer outside the pool)");
             if (t->pool ? !nvh_contains(t->pool, v, sizeof *v) || !bt_slab_check_record(t, v)
                         : !bt_obj_ok(t, v, sizeof *v))
                 return nvh_fail(NVH_E_CORRUPT, "btree check: key %llu -> record outside its slab",
@@ -130,8 +144,8 @@ static int bt_check_node(struct nvh_btree *t, bt_node *n, uint64_t lo, uint64_t 
     for (unsigned i = 0; i < limit; i++) {
         bt_entry *e = &n->e[i];
         if (!e->ptr || e->key < lo || e->key > hi) continue;
-        if (!bt_obj_ok(t, bt_ptr(t, e->ptr), sizeof(bt_node)))
-            return nvh_fail(NVH_E_CORRUPT, "btree check: child pointer outside the heap");
+        if (!bt_node_ok(t, bt_ptr(t, e->ptr)) || !bt_obj_ok(t, bt_ptr(t, e->ptr), sizeof(bt_node)))
+            return bt_corrupt(t, &e->ptr, "inner entry (btree check: child pointer is not a node)");
         v[k++] = *e;
     }
     qsort(v, k, sizeof v[0], bt_cmp_key);
@@ -155,7 +169,8 @@ int nvh_btree_check(nvh_btree *t)
         return nvh_fail(NVH_E_CORRUPT, "btree check: bad header");
     bt_node *root = bt_ptr(t, h->root);
     if (!root) return NVH_OK;
-    if (!bt_obj_ok(t, root, sizeof *root)) return nvh_fail(NVH_E_CORRUPT, "btree check: bad root");
+    if (!bt_node_ok(t, root) || !bt_obj_ok(t, root, sizeof *root))
+        return bt_corrupt(t, root, "root node (btree check)");
     bt_check_state st = {0, 0, 0};
     int rc = bt_check_node(t, root, 0, UINT64_MAX, -1, &st);
     if (rc != NVH_OK) return rc;
@@ -170,6 +185,9 @@ int nvh_btree_check(nvh_btree *t)
  * ========================================================================== */
 static int bt_reclaim_node(struct nvh_btree *t, bt_path *p)
 {
+    const bt_node *s = bt_ptr(t, p->node->successor);
+    if (s && (!bt_node_ok(t, s) || s->level != p->node->level))
+        return bt_corrupt(t, p->node, "node's successor link");
     if (!t->sorted && (bt_stale(p) || p->node->hi < p->hi)) {
         int rc = bt_repair(t, p);
         if (rc != NVH_OK) return rc;
@@ -182,6 +200,7 @@ static int bt_reclaim_node(struct nvh_btree *t, bt_path *p)
         for (unsigned i = 0; i < BT_NODE_CAP; i++) {
             const bt_entry *e = &n->e[i];
             if (!e->ptr || (e->ptr & BT_PENDING) || e->key < p->lo || e->key > p->hi) continue;
+            if (!bt_rec_ok(t, bt_ptr(t, e->ptr))) return bt_corrupt(t, &e->ptr, "leaf entry (record pointer)");
             bt_slab_count(t, bt_ptr(t, e->ptr));
         }
         return NVH_OK;
@@ -191,6 +210,8 @@ static int bt_reclaim_node(struct nvh_btree *t, bt_path *p)
         if (!e->ptr || e->key < p->lo || e->key > p->hi) continue;
         if (n->sorted && i >= n->count) break;
         bt_path c = {bt_ptr(t, e->ptr), 0, 0, e, NULL, n};
+        if (!bt_node_ok(t, c.node) || c.node->level + 1 != n->level)
+            return bt_corrupt(t, c.node, "child node");
         if (n->sorted) {
             c.lo = e->key;
             c.hi = i + 1 < n->count ? n->e[i + 1].key - 1 : p->hi;
@@ -218,6 +239,7 @@ int nvh_btree_reclaim(nvh_btree *t)
         if (rc != NVH_OK) return rc;
     }
     bt_node *root = bt_ptr(t, t->hdr->root);
+    if (root && !bt_node_ok(t, root)) return bt_corrupt(t, root, "root node");
     if (root) {
         bt_path p = {root, 0, UINT64_MAX, NULL, NULL, NULL};
         rc = bt_reclaim_node(t, &p);

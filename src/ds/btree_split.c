@@ -346,12 +346,26 @@ int bt_descend(struct nvh_btree *t, uint64_t key, int for_write, bt_path *path, 
         int rc = bt_activate(t, n, &link, 1);
         if (rc != NVH_OK) { bt_cancel(t, n); return rc; }
         root = n;
+    } else if (!bt_node_ok(t, root)) {
+        return bt_corrupt(t, root, "root node");
     }
     path[0] = (bt_path){root, 0, UINT64_MAX, NULL, NULL, NULL};
     int d = 0;
-    for (;;) {
+    /* Bounded: each level costs a few steps (a repair, a split, a
+     * successor); more is a damaged tree that would loop. */
+    for (unsigned steps = 0;; steps++) {
+        if (steps > 8 * BT_MAX_DEPTH) return bt_corrupt(t, path[d].node, "node (descent does not end)");
         bt_path *p = &path[d];
         bt_idx *x = p->ix ? p->ix : (p->ix = bt_ix(t, p->node));
+        /* Every node on the path was checked (bt_node_ok) before it was
+         * entered; its successor (an interrupted split's replacement) is
+         * checked before a repair or a reader follows it. */
+        nvh_off_t succ = x ? x->successor : p->node->successor;
+        if (succ) {
+            const bt_node *s = bt_ptr(t, succ);
+            if (!bt_node_ok(t, s) || s->level != p->node->level)
+                return bt_corrupt(t, p->node, "node's successor link");
+        }
         if (for_write) {
             /* stale (interrupted split), or narrower than its effective
              * range (a crash between removing its right neighbour and
@@ -380,8 +394,8 @@ int bt_descend(struct nvh_btree *t, uint64_t key, int for_write, bt_path *path, 
                 path[d].ix = NULL;
                 continue;
             }
-        } else if (x ? x->successor != 0 : p->node->successor != 0) {
-            while (p->node->successor) p->node = bt_ptr(t, p->node->successor);
+        } else if (succ) {
+            p->node = bt_ptr(t, succ);   /* checked above; its own successor next round */
             p->ix = NULL;
             continue;
         }
@@ -414,8 +428,14 @@ int bt_descend(struct nvh_btree *t, uint64_t key, int for_write, bt_path *path, 
             assert(k->node == bt_ptr(t, n->e[i].ptr));  /* kid[] kept exact */
             bt_idx *kx = k->ix;
             /* a cached companion is the child's while its node matches
-             * (dropped ones have node NULL; their memory is never freed) */
-            if (!kx || kx->node != k->node) kx = k->ix = bt_ix(t, k->node);
+             * (dropped ones have node NULL; their memory is never freed);
+             * a companion is only made for a node that passed bt_node_ok */
+            if (!kx || kx->node != k->node) {
+                if (!bt_node_ok(t, k->node)) return bt_corrupt(t, k->node, "child node");
+                kx = k->ix = bt_ix(t, k->node);
+            }
+            if ((kx ? kx->level : k->node->level) + 1 != x->level)
+                return bt_corrupt(t, k->node, "child node (level does not fit its parent)");
             if (kx) bt_ix_prefetch(kx, x->level == 1, for_write, t->kd_off);
             /* A writer will store into one slot of the leaf: which one the
              * companion tells, but the leaf's page (a TLB miss: random
@@ -433,7 +453,10 @@ int bt_descend(struct nvh_btree *t, uint64_t key, int for_write, bt_path *path, 
             clo = n->e[i].key;
         }
         if (d + 1 >= max) return nvh_fail(NVH_E_CORRUPT, "btree: deeper than %d levels", max);
-        path[d + 1] = (bt_path){bt_ptr(t, n->e[i].ptr), clo, chi, &n->e[i], NULL, n};
+        bt_node *c = bt_ptr(t, n->e[i].ptr);
+        if (!bt_node_ok(t, c) || c->level + 1 != n->level)
+            return bt_corrupt(t, c, "child node");
+        path[d + 1] = (bt_path){c, clo, chi, &n->e[i], NULL, n};
         d++;
     }
 }

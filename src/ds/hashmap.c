@@ -41,6 +41,10 @@ static int hm_load_directory(struct nvh_hmap *m)
     for (unsigned k = n; k < NVH_HM_SEGS; k++)
         if (r->seg[k] != 0)
             return nvh_fail(NVH_E_CORRUPT, "hash map: hole in the segment directory at %u", n);
+    if (m->base_log2 + n - 1 > NVH_HM_MAX_BUCKETS_LOG2)
+        return nvh_fail(NVH_E_CORRUPT, "hash map (root at offset %llu): %u segments of base "
+                        "2^%u buckets exceed 2^%u", (unsigned long long)m->root_off, n,
+                        m->base_log2, NVH_HM_MAX_BUCKETS_LOG2);
     for (unsigned k = 0; k < n; k++) {
         uint64_t bytes = hm_seg_buckets(m->base_log2, k) * sizeof(struct nvh_hm_dummy);
         void *p = nvh_ptr(m->pool, r->seg[k]);
@@ -404,8 +408,9 @@ static int hm_recover_pending(struct nvh_hmap *m)
     /* Is `old` itself reachable? Walk the run of equal split-order keys. */
     uint64_t *prev = &d->next;
     bool reachable = false;
-    while (*prev) {
-        struct nvh_hm_link *n = hm_at(m, *prev);
+    for (unsigned steps = 0; *prev; steps++) {
+        struct nvh_hm_link *n = hm_node_at(m, *prev);   /* a damaged list: no repair */
+        if (!n || steps > (1u << 20)) return nvh_hm_corrupt_(m, nvh_off(m->pool, prev), "list link");
         if (*prev == off) {
             reachable = true;
             break;

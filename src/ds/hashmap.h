@@ -240,6 +240,37 @@ static inline struct nvh_hm_link *hm_at(const struct nvh_hmap *m, uint64_t off)
 }
 
 /* ==========================================================================
+ * Validation of what is read from the pool (docs/HASHMAP.md, "Corruption")
+ * ==========================================================================
+ * A list link comes from the media, so a damaged pool can hold any value in
+ * it. A walk follows a link only once hm_node_at says it can be a node:
+ * inside the pool and aligned (dummies 32 B, entries NVH_ALLOC_ALIGN), and
+ * an entry with its magic, a key length within NVH_HMAP_KEY_MAX and its key
+ * and value inside the pool. A walk also requires split-order keys that
+ * never decrease, with at most HM_MAX_RUN nodes of one key in a row (equal
+ * keys need equal 63-bit hashes): a cycle in a damaged list breaks one of
+ * the two, so every walk ends. */
+#define HM_MAX_RUN 256u
+
+static inline struct nvh_hm_link *hm_node_at(const struct nvh_hmap *m, uint64_t off)
+{
+    struct nvh_hm_link *n = (struct nvh_hm_link *)nvh_ptr(m->pool, off);
+    if (!n || off % sizeof(struct nvh_hm_dummy) ||
+        !nvh_contains(m->pool, n, sizeof(struct nvh_hm_dummy)))
+        return NULL;
+    if (!(n->so_key & 1)) return n;                 /* a dummy */
+    const struct nvh_hm_node *e = (const struct nvh_hm_node *)n;
+    if (off % NVH_ALLOC_ALIGN || !nvh_contains(m->pool, e, sizeof *e) ||
+        e->magic != NVH_HM_NODE_MAGIC || e->klen > NVH_HMAP_KEY_MAX ||
+        !nvh_contains(m->pool, e, sizeof *e + (size_t)e->klen + e->vlen))
+        return NULL;
+    return n;
+}
+
+/* Record NVH_E_CORRUPT naming the map (its root offset), what and where. */
+int nvh_hm_corrupt_(const struct nvh_hmap *m, uint64_t off, const char *what);
+
+/* ==========================================================================
  * Allocator calls inside an implicit protection window (hashmap.c says why)
  * ========================================================================== */
 static inline void *hm_reserve(nvh_pool *pool, size_t size)
@@ -278,7 +309,9 @@ struct nvh_hm_dummy *nvh_hm_bucket_(struct nvh_hmap *m, uint64_t h63);
 
 /* Search the list from `start` for (so, key). Returns the node or NULL;
  * *prev_out gets the word that points at the node (or, if not found, at the
- * first node after the position where the key belongs). */
+ * first node after the position where the key belongs). A damaged list
+ * (hm_node_at, key order) returns NULL with *prev_out NULL and
+ * NVH_E_CORRUPT recorded. */
 struct nvh_hm_node *nvh_hm_find_(struct nvh_hmap *m, struct nvh_hm_link *start, uint64_t so,
                                  const void *key, uint32_t klen, uint64_t **prev_out);
 
@@ -291,6 +324,18 @@ void nvh_hm_settle_(struct nvh_hmap *m, bool drain);
  * so that by the next doubling every bucket is linked and reads never start
  * at a parent. Progress lives in DRAM only (restarts at open: idempotent). */
 void nvh_hm_link_ahead_(struct nvh_hmap *m);
+
+/* Salvage a damaged list in place (nvheap check --repair): each link to
+ * something a walk must not follow (hm_node_at, key order, a cycle), to an
+ * entry that is not a live allocation of its size or not at its hash's
+ * place, or to a dummy not at its bucket's place, is redirected (durably)
+ * to the next intact linked dummy; fn hears of each change (the link's
+ * offset, its old and new value, why). What lay between is dropped; every
+ * other entry stays. Returns the number of links changed, or an error. The
+ * count hint is then repaired by nvh_hmap_check. */
+typedef void (*nvh_hm_salvage_fn)(uint64_t link_off, uint64_t old_value, uint64_t new_value,
+                                  const char *why, void *arg);
+int nvh_hm_salvage_(struct nvh_hmap *m, nvh_hm_salvage_fn fn, void *arg);
 
 /* Add a segment if the load factor calls for it (after an insert). */
 int nvh_hm_maybe_grow_(struct nvh_hmap *m);

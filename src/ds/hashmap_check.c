@@ -78,13 +78,17 @@ int nvh_hmap_check(nvh_hmap *m, nvh_hmap_stats *stats)
     seen[0] |= 1;
     st.buckets_linked = 1;
     uint64_t last_so = 0, chain = 0, run_start = 0;
+    unsigned run = 0;
     uint64_t cur = head->next;
     while (cur) {
-        struct nvh_hm_link *n = hm_at(m, cur);
-        if (!nvh_contains(m->pool, n, sizeof *n) || cur % 32)
-            HM_BAD("hm: node offset %llu outside the pool or misaligned", (unsigned long long)cur);
+        struct nvh_hm_link *n = hm_node_at(m, cur);
+        if (!n)
+            HM_BAD("hm: node offset %llu outside the pool, misaligned, or a damaged entry "
+                   "(magic, key length, size)", (unsigned long long)cur);
         uint64_t so = n->so_key;
         if (so < last_so) HM_BAD("hm: list out of order at %llu", (unsigned long long)cur);
+        run = so == last_so ? run + 1 : 0;
+        if (run > HM_MAX_RUN) HM_BAD("hm: list cycles at %llu", (unsigned long long)cur);
         if (!(so & 1)) {                                        /* a dummy */
             uint64_t b = hm_bucket_of(m, n);
             if (b == UINT64_MAX) HM_BAD("hm: dummy %llu not in a segment", (unsigned long long)cur);
@@ -142,6 +146,9 @@ int nvh_hmap_check(nvh_hmap *m, nvh_hmap_stats *stats)
             st.buckets_marked++;
             if (!(seen[b / 8] & (1u << (b % 8))))
                 HM_BAD("hm: bucket %llu marked but not in the list", (unsigned long long)b);
+            if (d->so_key != hm_dummy_so(b))          /* searches start at it */
+                HM_BAD("hm: dummy of bucket %llu has key %llx", (unsigned long long)b,
+                       (unsigned long long)d->so_key);
         }
     }
     st.buckets_marked++;   /* bucket 0 */
@@ -187,4 +194,75 @@ int nvh_hmap_stats_get(nvh_hmap *m, nvh_hmap_stats *stats)
     stats->load_factor = m->nbuckets ? (double)m->count / (double)m->nbuckets : 0;
     hm_unlock(m);
     return NVH_OK;
+}
+
+/* ==========================================================================
+ * Salvage (nvheap check --repair)
+ * ========================================================================== */
+/* The linked, intact dummy with the smallest split-order key above `last`
+ * (0 if none): where the list continues past a damaged stretch. */
+static uint64_t hm_next_dummy(const struct nvh_hmap *m, uint64_t last)
+{
+    const struct nvh_hm_dummy *best = NULL;
+    for (uint64_t b = 1; b < m->nbuckets; b++) {
+        const struct nvh_hm_dummy *d = hm_dummy(m, b);
+        uint64_t so = hm_dummy_so(b);
+        if (so <= last || (best && so >= best->so_key)) continue;
+        if (hm_dummy_ready(m, b, d) && d->so_key == so) best = d;
+    }
+    return best ? nvh_off(m->pool, best) : 0;
+}
+
+/* Why the node at cur (reached after split-order key `last`, `run` nodes
+ * of that key in a row) cannot stay in the list, or NULL if it can. */
+static const char *hm_reject(struct nvh_hmap *m, uint64_t cur, uint64_t last, unsigned run)
+{
+    struct nvh_hm_link *n = hm_node_at(m, cur);
+    if (!n) return "a link to something that is not a node";
+    if (n->so_key < last) return "the list goes back in key order (a cycle)";
+    if (n->so_key == last && run >= HM_MAX_RUN) return "the list cycles";
+    if (!(n->so_key & 1)) {
+        uint64_t b = hm_bucket_of(m, n);
+        if (b == UINT64_MAX || b >= m->nbuckets || hm_dummy_so(b) != n->so_key)
+            return "a bucket dummy that is not at its bucket's place";
+        return NULL;
+    }
+    struct nvh_hm_node *e = (struct nvh_hm_node *)n;
+    if (nvh_usable_size(m->pool, e) < sizeof *e + (uint64_t)e->klen + e->vlen)
+        return "an entry that is not a live allocation of its size";
+    if (hm_entry_so(hm_h63(hm_hash(m->seed, e->data, e->klen))) != e->so_key)
+        return "an entry whose key does not hash to its place";
+    return NULL;
+}
+
+int nvh_hm_salvage_(struct nvh_hmap *m, nvh_hm_salvage_fn fn, void *arg)
+{
+    if (!m) return nvh_fail(NVH_E_INVAL, "nvh_hm_salvage_: NULL map");
+    if (m->pool->readonly) return nvh_fail(NVH_E_READONLY, "nvh_hm_salvage_: pool is read-only");
+    hm_lock(m);
+    int changed = 0;
+    uint64_t *prev = &m->seg_ptr[0][0].next;
+    uint64_t last = 0;
+    unsigned run = 0;
+    /* every change moves the walk to a dummy with a larger key: bounded */
+    while (*prev) {
+        const char *why = hm_reject(m, *prev, last, run);
+        if (why) {
+            uint64_t old = *prev, now = hm_next_dummy(m, last);
+            nvh_protect_open_(m->pool, prev, 8);
+            *prev = now;
+            nvh_persist(m->pool, prev, 8);
+            nvh_protect_close_(m->pool, prev, 8);
+            if (fn) fn(nvh_off(m->pool, prev), old, now, why, arg);
+            changed++;
+            if (!now) break;
+            continue;
+        }
+        struct nvh_hm_link *n = hm_at(m, *prev);
+        run = n->so_key == last ? run + 1 : 0;
+        last = n->so_key;
+        prev = &n->next;
+    }
+    hm_unlock(m);
+    return changed;
 }

@@ -55,15 +55,31 @@ static inline struct nvh_hm_dummy *hm_start_ro(const struct nvh_hmap *m, uint64_
 /* ==========================================================================
  * Search
  * ========================================================================== */
+int nvh_hm_corrupt_(const struct nvh_hmap *m, uint64_t off, const char *what)
+{
+    return nvh_fail(NVH_E_CORRUPT, "hash map (root at offset %llu): %s at offset %llu",
+                    (unsigned long long)m->root_off, what, (unsigned long long)off);
+}
+
 struct nvh_hm_node *nvh_hm_find_(struct nvh_hmap *m, struct nvh_hm_link *start, uint64_t so,
                                  const void *key, uint32_t klen, uint64_t **prev_out)
 {
     uint64_t *prev = &start->next;
+    uint64_t last = 0;             /* not start->so_key: a dummy's key is not checked */
+    unsigned run = 0;
     for (;;) {
         uint64_t cur = *prev;
         if (!cur) break;
-        struct nvh_hm_link *n = hm_at(m, cur);
+        struct nvh_hm_link *n = hm_node_at(m, cur);
+        if (!n || n->so_key < last || (n->so_key == last && ++run > HM_MAX_RUN)) {
+            nvh_hm_corrupt_(m, nvh_off(m->pool, prev), n ? "list out of order (a cycle)"
+                                                          : "list link to a non-node");
+            *prev_out = NULL;
+            return NULL;
+        }
         uint64_t nso = n->so_key;
+        if (nso != last) run = 0;
+        last = nso;
         if (nso > so) break;
         if (nso == so) {             /* same 63-bit hash: compare the key bytes */
             struct nvh_hm_node *e = (struct nvh_hm_node *)n;
@@ -121,6 +137,10 @@ static int hm_write(struct nvh_hmap *m, const void *key, size_t klen, const void
     uint64_t *prev;
     struct nvh_hm_node *old = nvh_hm_find_(m, (struct nvh_hm_link *)d, so, key, (uint32_t)klen,
                                            &prev);
+    if (!prev) {                                  /* damaged list */
+        hm_unlock(m);
+        return NVH_E_CORRUPT;
+    }
     if (old && mode == HM_INSERT) {
         hm_unlock(m);
         return nvh_fail(NVH_E_EXISTS, "%s: key exists", fn);
@@ -224,6 +244,7 @@ int nvh_hmap_delete(nvh_hmap *m, const void *key, size_t klen)
         nvh_hm_find_(m, (struct nvh_hm_link *)d, hm_entry_so(h63), key, (uint32_t)klen, &prev);
     if (!e) {
         hm_unlock(m);
+        if (!prev) return NVH_E_CORRUPT;          /* damaged list */
         return nvh_fail(NVH_E_NOTFOUND, "nvh_hmap_delete: key not present");
     }
     nvh_hm_settle_(m, true);       /* a dummy linked by this call or an earlier one */
@@ -247,6 +268,7 @@ int nvh_hmap_get(nvh_hmap *m, const void *key, size_t klen, const void **value, 
     struct nvh_hm_node *e = nvh_hm_find_(m, (struct nvh_hm_link *)hm_start_ro(m, h63),
                                          hm_entry_so(h63), key, (uint32_t)klen, &prev);
     hm_unlock(m);
+    if (!e && !prev) return NVH_E_CORRUPT;        /* damaged list (message recorded) */
     if (!e) return nvh_fail(NVH_E_NOTFOUND, "nvh_hmap_get: key not present");
     if (value) *value = e->data + e->klen;
     if (vlen) *vlen = e->vlen;
@@ -261,21 +283,53 @@ int nvh_hmap_contains(nvh_hmap *m, const void *key, size_t klen)
     return rc == NVH_OK ? 1 : rc == NVH_E_NOTFOUND ? 0 : rc;
 }
 
+/* After a damaged link: the linked, intact dummy with the smallest
+ * split-order key above `last` (buckets are dummies at known places in the
+ * segments, so the rest of the list can be reached past the damage), or
+ * NULL if there is none. O(buckets). */
+static struct nvh_hm_dummy *hm_resume(const struct nvh_hmap *m, uint64_t last)
+{
+    struct nvh_hm_dummy *best = NULL;
+    for (uint64_t b = 1; b < m->nbuckets; b++) {
+        struct nvh_hm_dummy *d = hm_dummy(m, b);
+        uint64_t so = hm_dummy_so(b);
+        if (so <= last || (best && so >= best->so_key)) continue;
+        if (hm_dummy_ready(m, b, d) && d->so_key == so) best = d;
+    }
+    return best;
+}
+
 int nvh_hmap_foreach(nvh_hmap *m, nvh_hmap_fn fn, void *arg)
 {
     if (!m || !fn) return nvh_fail(NVH_E_INVAL, "nvh_hmap_foreach: NULL map or function");
     hm_lock(m);
-    int rc = 0;
-    uint64_t cur = m->seg_ptr[0][0].next;
-    while (cur && rc == 0) {
-        struct nvh_hm_link *n = hm_at(m, cur);
-        cur = n->next;
+    int rc = 0, err = NVH_OK;
+    uint64_t *prev = &m->seg_ptr[0][0].next;
+    uint64_t last = 0;
+    unsigned run = 0;
+    while (*prev && rc == 0) {
+        struct nvh_hm_link *n = hm_node_at(m, *prev);
+        if (!n || n->so_key < last || (n->so_key == last && ++run > HM_MAX_RUN)) {
+            /* A damaged link: what lies beyond it is reached again from
+             * the next bucket whose dummy is linked and intact (hm_resume) */
+            err = nvh_hm_corrupt_(m, nvh_off(m->pool, prev),
+                                  n ? "list out of order (a cycle)" : "list link to a non-node");
+            struct nvh_hm_dummy *d = hm_resume(m, last);
+            if (!d) break;
+            prev = &d->next;
+            last = d->so_key;            /* strictly above: the walk moves on */
+            run = 0;
+            continue;
+        }
+        if (n->so_key != last) run = 0;
+        last = n->so_key;
+        prev = &n->next;
         if (!(n->so_key & 1)) continue;          /* a bucket dummy */
         const struct nvh_hm_node *e = (const struct nvh_hm_node *)n;
         rc = fn(e->data, e->klen, e->data + e->klen, e->vlen, arg);
     }
     hm_unlock(m);
-    return rc;
+    return rc ? rc : err;
 }
 
 uint64_t nvh_hmap_count(nvh_hmap *m)

@@ -465,13 +465,18 @@ nvh_pool *nvh_pool_open(const char *path, const char *layout, unsigned flags)
         return NULL;
     }
     bool readonly = (flags & NVH_OPEN_READONLY) != 0;
-    int fd = open(path, (readonly ? O_RDONLY : O_RDWR) | O_CLOEXEC);
+    /* O_NONBLOCK: opening a FIFO for reading would otherwise wait for a
+     * writer forever; validate() then refuses anything but a regular file,
+     * and the flag is dropped (it means nothing for regular files). */
+    int fd = open(path, (readonly ? O_RDONLY : O_RDWR) | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0) {
         int e = errno;
         nvh_fail_errno(open_errno_code(e), e, "cannot open pool %s%s", path,
                        e == EACCES && !readonly ? " for writing" : "");
         return NULL;
     }
+    int fl = fcntl(fd, F_GETFL);
+    if (fl >= 0) (void)fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
     struct nvh_superblock sb;
     uint64_t file_size = 0;
     int slot = -1;

@@ -2,8 +2,9 @@
  * programs (their paths come from $NVHEAP_CLI and $NVHEAP_HELLO, set by
  * tests/cli/CMakeLists.txt): help and usage errors, create (sizes, refusing
  * to overwrite), info (keys, values, JSON, statistics), check (good pool,
- * corrupt header, state slots, truncation, files it cannot check), that
- * info and check never modify a pool, and hello_pool run twice. */
+ * corrupt header, state slots, truncation, files it cannot check; every
+ * B+ tree and hash map; --repair's backup and salvage), FIFOs refused at
+ * once, that info and check never modify a pool, and hello_pool run twice. */
 #include "test_util.h"
 
 #include "pool/format.h"
@@ -694,7 +695,12 @@ static void check_heap_corruption(void **state)
 
     CLI(&r, "check", path, "--repair");
     EXPECT_STATUS(&r, 0);
-    EXPECT_CONTAINS(r.out, "(quarantined)");
+    EXPECT_CONTAINS(r.out, "(quarantined");
+    EXPECT_CONTAINS(r.out, "consistent after repair");
+    char bak[600];
+    snprintf(bak, sizeof bak, "%s.bak", path);
+    assert_true(exists(bak));                   /* written before the repair */
+    unlink(bak);
     CLI(&r, "check", path);
     EXPECT_STATUS(&r, 0);
     EXPECT_CONTAINS(r.out, "consistent (0 errors, 0 warnings)");
@@ -837,6 +843,345 @@ static void check_cannot_check(void **state)
 }
 
 /* ==========================================================================
+ * Help text (issue 18 item 5)
+ * ========================================================================== */
+static void help_text_accurate(void **state)
+{
+    (void)state;
+    struct run r;
+    CLI(&r, "create", "--help");
+    EXPECT_STATUS(&r, 0);
+    EXPECT_CONTAINS(r.out, "recorded in the pool");
+    if (strstr(r.out, "not recorded")) fail_msg("create --help still says --max-size is not recorded:\n%s", r.out);
+    /* check's -h line belongs to its option list, before the closing paragraph */
+    CLI(&r, "check", "--help");
+    EXPECT_STATUS(&r, 0);
+    const char *h = strstr(r.out, "-h, --help");
+    const char *para = strstr(r.out, "Exit status");
+    assert_non_null(h);
+    assert_non_null(para);
+    if (h > para) fail_msg("check --help prints -h after its closing paragraph:\n%s", r.out);
+    EXPECT_CONTAINS(r.out, "--no-backup");
+}
+
+/* ==========================================================================
+ * FIFOs fail at once instead of blocking (issue 18 item 4)
+ * ========================================================================== */
+static void fifo_is_not_a_pool(void **state)
+{
+    (void)state;
+    char path[512];
+    fresh_path(path, sizeof path, "fifo");
+    assert_int_equal(mkfifo(path, 0600), 0);
+    /* the library, in a child with a deadline: a blocking open hangs there */
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        alarm(10);
+        nvh_pool *p = nvh_pool_open(path, NULL, NVH_OPEN_READONLY);
+        _exit(p == NULL && nvh_errcode() == NVH_E_INVAL &&
+                      strstr(nvh_errormsg(), "not a regular file") ? 0 : 1);
+    }
+    int st;
+    assert_int_equal(waitpid(pid, &st, 0), pid);
+    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
+        fail_msg("read-only nvh_pool_open of a FIFO: %s", WIFSIGNALED(st) ? "hung (killed)" : "did not fail as 'not a regular file'");
+    /* the tool: alarm() survives exec, so a blocking open is killed */
+    static const char *const cmds[][2] = {{"check", NULL}, {"info", NULL}};
+    for (size_t i = 0; i < 2; i++) {
+        pid = fork();
+        assert_true(pid >= 0);
+        if (pid == 0) {
+            int null = open("/dev/null", O_WRONLY);
+            dup2(null, 1);
+            dup2(null, 2);
+            alarm(10);
+            execl(cli_path(), cli_path(), cmds[i][0], path, (char *)NULL);
+            _exit(127);
+        }
+        assert_int_equal(waitpid(pid, &st, 0), pid);
+        if (!WIFEXITED(st) || WEXITSTATUS(st) != 2)
+            fail_msg("nvheap %s FIFO: %s %d", cmds[i][0], WIFSIGNALED(st) ? "signal" : "exit",
+                     WIFSIGNALED(st) ? WTERMSIG(st) : WEXITSTATUS(st));
+    }
+    struct run r;
+    CLI(&r, "check", path);
+    EXPECT_CONTAINS(r.err, "not a regular file");
+    unlink(path);
+}
+
+/* ==========================================================================
+ * check and --repair on B+ trees and hash maps (issue 18 item 3)
+ * ========================================================================== */
+enum { TREE_KEYS = 300, MAP_KEYS = 200 };
+
+static void tree_value(uint64_t key, char *buf, size_t len)
+{
+    snprintf(buf, len, "value-%llu", (unsigned long long)key);
+}
+
+/* A pool with a tree "t" of TREE_KEYS keys (several levels) and a hash map
+ * at root[0] with MAP_KEYS entries. Returns the tree header's offset. */
+static uint64_t make_container_pool(const char *path)
+{
+    create_pool(path, "4M", "ds");
+    nvh_pool *pool = nvh_pool_open(path, "ds", NVH_DOMAIN_PROCESS);
+    assert_non_null(pool);
+    nvh_btree *t = nvh_btree_open(pool, "t", 1, NULL);
+    assert_non_null(t);
+    char v[64];
+    for (uint64_t k = 0; k < TREE_KEYS; k++) {
+        tree_value(k, v, sizeof v);
+        assert_int_equal(nvh_btree_put(t, k * 7, v, strlen(v) + 1), NVH_OK);
+    }
+    assert_int_equal(nvh_btree_close(t), NVH_OK);
+    nvh_off_t *root = nvh_root(pool, NULL);
+    assert_int_equal(nvh_hmap_create(pool, &root[0], NULL), NVH_OK);
+    nvh_hmap *m = nvh_hmap_open(pool, root[0]);
+    assert_non_null(m);
+    for (unsigned i = 0; i < MAP_KEYS; i++) {
+        char key[32];
+        int kl = snprintf(key, sizeof key, "k%u", i);
+        assert_int_equal(nvh_hmap_put(m, key, (size_t)kl, key, (size_t)kl), NVH_OK);
+    }
+    assert_int_equal(nvh_hmap_close(m), NVH_OK);
+    uint64_t hdr = nvh_off(pool, nvh_get_named(pool, "nvh.btree.t", NULL));
+    assert_int_equal(nvh_pool_close(pool), NVH_OK);
+    return hdr;
+}
+
+/* Keys of tree "t" readable with their right value. */
+static uint64_t tree_keys_intact(const char *path)
+{
+    nvh_pool *pool = nvh_pool_open(path, "ds", NVH_OPEN_READONLY);
+    assert_non_null(pool);
+    nvh_btree_options ro = {.mode = NVH_BTREE_FLUSH};
+    nvh_btree *t = nvh_btree_open(pool, "t", 0, &ro);
+    uint64_t good = 0;
+    for (uint64_t k = 0; t && k < TREE_KEYS; k++) {
+        const void *v;
+        size_t len;
+        char want[64];
+        tree_value(k, want, sizeof want);
+        if (nvh_btree_get(t, k * 7, &v, &len) == NVH_OK && len == strlen(want) + 1 &&
+            memcmp(v, want, len) == 0)
+            good++;
+    }
+    if (t) nvh_btree_close(t);
+    nvh_pool_close(pool);
+    return good;
+}
+
+static void bak_path(char *buf, size_t len, const char *path)
+{
+    snprintf(buf, len, "%s.bak", path);
+}
+
+static void check_reports_containers(void **state)
+{
+    (void)state;
+    char path[512], bak[600];
+    fresh_path(path, sizeof path, "ds");
+    make_container_pool(path);
+    struct run r;
+    CLI(&r, "check", path);
+    EXPECT_STATUS(&r, 0);
+    EXPECT_CONTAINS(r.out, "B+ tree 't': 300 keys, consistent");
+    EXPECT_CONTAINS(r.out, "hash map: 200 entries, consistent");
+    /* --repair on a consistent pool writes nothing, not even a backup */
+    struct fingerprint before = fingerprint(path);
+    CLI(&r, "check", path, "--repair");
+    EXPECT_STATUS(&r, 0);
+    assert_unchanged(path, before);
+    bak_path(bak, sizeof bak, path);
+    assert_false(exists(bak));
+    CLI(&r, "check", path, "--no-backup");        /* only with --repair */
+    EXPECT_STATUS(&r, 2);
+    unlink(path);
+}
+
+/* The tree's first leaf-level child pointer of the root points outside the
+ * pool: check reports the tree (it crashed readers before), repair backs the
+ * pool up, rebuilds the tree from every readable key and checks clean. */
+static void repair_salvages_tree(void **state)
+{
+    (void)state;
+    char path[512], bak[600];
+    fresh_path(path, sizeof path, "dstree");
+    uint64_t hdr = make_container_pool(path);
+    uint64_t rootoff;
+    test_peek(path, (off_t)hdr + 16, &rootoff, 8);  /* bt_header.root */
+    uint32_t level;
+    test_peek(path, (off_t)rootoff + 8, &level, 4);
+    assert_true(level >= 1);                        /* splits made an inner root */
+    /* first used slot of the root: entries start at 64, 16 B each (key, ptr) */
+    off_t slot = 0;
+    for (unsigned i = 0; i < 60 && !slot; i++) {
+        uint64_t ptr;
+        test_peek(path, (off_t)rootoff + 64 + 16 * i + 8, &ptr, 8);
+        if (ptr) slot = (off_t)rootoff + 64 + 16 * i + 8;
+    }
+    assert_true(slot != 0);
+    uint64_t wild = 0xdeadbeef000ull;
+    test_poke(path, slot, &wild, 8);
+    uint64_t readable = tree_keys_intact(path);     /* no crash; some keys lost */
+    assert_true(readable > 0 && readable < TREE_KEYS);
+
+    struct run r;
+    CLI(&r, "check", path);
+    EXPECT_STATUS(&r, 1);
+    EXPECT_CONTAINS(r.out, "B+ tree 't'");
+    EXPECT_CONTAINS(r.out, "corrupt");
+    struct fingerprint before = fingerprint(path);
+    CLI(&r, "check", path, "--repair");
+    EXPECT_STATUS(&r, 0);
+    EXPECT_CONTAINS(r.out, "backup of the pool written to");
+    EXPECT_CONTAINS(r.out, "B+ tree 't' rebuilt");
+    EXPECT_CONTAINS(r.out, "consistent after repair");
+    bak_path(bak, sizeof bak, path);
+    assert_true(exists(bak));
+    struct fingerprint saved = fingerprint(bak);
+    assert_int_equal(saved.hash, before.hash);      /* the backup is the damaged pool */
+    CLI(&r, "check", path);
+    EXPECT_STATUS(&r, 0);
+    assert_int_equal(tree_keys_intact(path), readable);   /* every readable key kept */
+    unlink(bak);
+    unlink(path);
+}
+
+/* The issue's case: the allocator region header covering the tree's header
+ * object is damaged. Repair quarantines that region, loses at most the
+ * objects it covered, and the tree above stays whole. --no-backup writes no
+ * backup. */
+static void repair_keeps_tree_over_bad_region(void **state)
+{
+    (void)state;
+    char path[512], bak[600];
+    fresh_path(path, sizeof path, "dsregion");
+    uint64_t hdr = make_container_pool(path);
+    flip_byte(path, (off_t)(hdr & ~4095ull) + 12);   /* the run's header: its size */
+    struct run r;
+    CLI(&r, "check", path);
+    EXPECT_STATUS(&r, 1);
+    EXPECT_CONTAINS(r.out, "heap region");
+    CLI(&r, "check", path, "--repair", "--no-backup");
+    EXPECT_STATUS(&r, 0);
+    EXPECT_CONTAINS(r.out, "quarantined");
+    EXPECT_CONTAINS(r.out, "B+ tree 't': 300 keys, consistent");
+    bak_path(bak, sizeof bak, path);
+    assert_false(exists(bak));
+    CLI(&r, "check", path);
+    EXPECT_STATUS(&r, 0);
+    assert_int_equal(tree_keys_intact(path), TREE_KEYS);
+    unlink(path);
+}
+
+/* A process that dies without closing leaves allocator effects (the new
+ * nodes and entries) that only recovery applies: check judges the
+ * containers as recovery leaves them, so a recoverable pool is consistent
+ * and --repair has nothing to salvage (it destroyed such trees before). */
+static void check_crashed_pool(void **state)
+{
+    (void)state;
+    char path[512];
+    fresh_path(path, sizeof path, "dscrash");
+    make_container_pool(path);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        nvh_pool *pool = nvh_pool_open(path, "ds", NVH_DOMAIN_PROCESS);
+        nvh_btree *t = pool ? nvh_btree_open(pool, "t", 1, NULL) : NULL;
+        char v[64];
+        for (uint64_t k = TREE_KEYS; t && k < TREE_KEYS + 200; k++) {
+            tree_value(k, v, sizeof v);
+            nvh_btree_put(t, k * 7, v, strlen(v) + 1);
+        }
+        if (t) nvh_btree_sync(t);
+        nvh_hmap *m = pool ? nvh_hmap_open(pool, ((nvh_off_t *)nvh_root(pool, NULL))[0]) : NULL;
+        if (m) nvh_hmap_put(m, "late", 4, "x", 1);
+        _exit(t && m ? 0 : 1);                   /* no close: a crash */
+    }
+    int st;
+    assert_int_equal(waitpid(pid, &st, 0), pid);
+    assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    struct fingerprint before = fingerprint(path);
+    struct run r;
+    CLI(&r, "check", path);
+    EXPECT_STATUS(&r, 0);
+    EXPECT_CONTAINS(r.out, "not closed cleanly");
+    EXPECT_CONTAINS(r.out, "B+ tree 't': 500 keys, consistent");
+    EXPECT_CONTAINS(r.out, "hash map: 201 entries, consistent");
+    CLI(&r, "check", path, "--repair");
+    EXPECT_STATUS(&r, 0);
+    assert_unchanged(path, before);               /* nothing to repair */
+    unlink(path);
+}
+
+static int count_entry(const void *key, size_t klen, const void *value, size_t vlen, void *arg)
+{
+    (void)key; (void)klen; (void)value; (void)vlen;
+    ++*(unsigned *)arg;
+    return 0;
+}
+
+/* A hash-map entry's link points into the middle of nowhere: readers get
+ * NVH_E_CORRUPT (not a crash), repair cuts the list past the damage. */
+static void repair_salvages_map(void **state)
+{
+    (void)state;
+    char path[512];
+    fresh_path(path, sizeof path, "dsmap");
+    make_container_pool(path);
+    nvh_pool *pool = nvh_pool_open(path, "ds", NVH_DOMAIN_PROCESS);
+    assert_non_null(pool);
+    nvh_off_t map = ((nvh_off_t *)nvh_root(pool, NULL))[0];
+    nvh_hmap *m = nvh_hmap_open(pool, map);
+    const void *v;
+    size_t vl;
+    assert_int_equal(nvh_hmap_get(m, "k7", 2, &v, &vl), NVH_OK);
+    uint64_t entry = nvh_off(pool, v) - 32 - 2;     /* header, then key bytes */
+    assert_int_equal(nvh_hmap_close(m), NVH_OK);
+    assert_int_equal(nvh_pool_close(pool), NVH_OK);
+    uint64_t wild = 0x7ffffffffff0ull;
+    test_poke(path, (off_t)entry, &wild, 8);        /* its `next` */
+
+    pool = nvh_pool_open(path, "ds", NVH_OPEN_READONLY);
+    assert_non_null(pool);
+    m = nvh_hmap_open(pool, map);
+    assert_non_null(m);
+    unsigned found = 0;
+    int corrupt = 0;
+    for (unsigned i = 0; i < MAP_KEYS; i++) {
+        char key[32];
+        int kl = snprintf(key, sizeof key, "k%u", i);
+        int rc = nvh_hmap_get(m, key, (size_t)kl, &v, &vl);
+        if (rc == NVH_OK) found++;
+        else if (rc == NVH_E_CORRUPT) corrupt++;
+        else assert_int_equal(rc, NVH_E_NOTFOUND);
+    }
+    /* only the keys of k7's bucket after it are behind the damage */
+    assert_true(found + (unsigned)corrupt == MAP_KEYS && found > MAP_KEYS / 2);
+    /* a walk reports the damage and goes on past it (next linked bucket) */
+    unsigned walked = 0;
+    assert_int_equal(nvh_hmap_foreach(m, count_entry, &walked), NVH_E_CORRUPT);
+    assert_true(walked >= found - 8 && walked <= MAP_KEYS);
+    assert_int_equal(nvh_hmap_close(m), NVH_OK);
+    nvh_pool_close(pool);
+
+    struct run r;
+    CLI(&r, "check", path);
+    EXPECT_STATUS(&r, 1);
+    EXPECT_CONTAINS(r.out, "hash map");
+    CLI(&r, "check", path, "--repair", "--no-backup");
+    EXPECT_STATUS(&r, 0);
+    EXPECT_CONTAINS(r.out, "entries in between are removed");
+    EXPECT_CONTAINS(r.out, "consistent after repair");
+    CLI(&r, "check", path);
+    EXPECT_STATUS(&r, 0);
+    unlink(path);
+}
+
+/* ==========================================================================
  * hello_pool, the first example
  * ========================================================================== */
 static void hello_pool_twice(void **state)
@@ -895,6 +1240,13 @@ int main(void)
         cmocka_unit_test(check_truncated),
         cmocka_unit_test(check_heap_corruption),
         cmocka_unit_test(check_cannot_check),
+        cmocka_unit_test(help_text_accurate),
+        cmocka_unit_test(fifo_is_not_a_pool),
+        cmocka_unit_test(check_reports_containers),
+        cmocka_unit_test(repair_salvages_tree),
+        cmocka_unit_test(repair_keeps_tree_over_bad_region),
+        cmocka_unit_test(repair_salvages_map),
+        cmocka_unit_test(check_crashed_pool),
         cmocka_unit_test(hello_pool_twice),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
