@@ -476,7 +476,7 @@ static void full_chunk_freed(void **state)
     }
     /* the newest object sits alone in chunk 4; free it so chunk 4 is not full */
     assert_int_equal(nvh_pool_close(pool), NVH_OK);
-    /* session 2: free one object of chunk 0 */
+    /* second open: free one object of chunk 0 */
     pool = nvh_pool_open(path, LAYOUT, NVH_DOMAIN_PROCESS);
     assert_non_null(pool);
     root = nvh_root(pool, NULL);
@@ -484,7 +484,7 @@ static void full_chunk_freed(void **state)
     uint64_t freed = root[0];
     assert_int_equal(nvh_free(pool, nvh_ptr(pool, root[0]), &l, 1), NVH_OK);
     assert_int_equal(nvh_pool_close(pool), NVH_OK);
-    /* session 3: fill chunk 4, then the next allocation must take the
+    /* third open: fill chunk 4, then the next allocation must take the
      * freed slot of chunk 0 before the pool grows */
     pool = nvh_pool_open(path, LAYOUT, NVH_DOMAIN_PROCESS);
     assert_non_null(pool);
