@@ -293,7 +293,10 @@ static void map_template(const char *path)
     add_region(hh->rings_off, (uint64_t)hh->rings * 64 * (1 + hh->ring_lines), R_RINGS);
     /* region headers: every 4 KiB block start in the used chunks (runs,
      * large and free regions begin there), plus each object's header line */
-    uint64_t hwm = ((const struct nvh_heap_state *)(base + heap + 64))->hwm_chunks;
+    add_region(heap + NVH_FULLMAP_OFF, NVH_FULLMAP_BYTES, R_HEAPHDR);   /* chunk-full map */
+    uint64_t hwm = 0;
+    if (!nvh_hwm_decode(((const struct nvh_heap_state *)(base + heap + 64))->hwm_word, &hwm))
+        die("template's high-water mark fails its check");
     for (uint64_t c = 0; c < hwm && c < 8; c++)
         for (uint64_t b = 0; b < hh->chunk_size / NVH_BLOCK; b++) {
             uint64_t off = hh->chunks_off + c * hh->chunk_size + b * NVH_BLOCK;
