@@ -560,9 +560,10 @@ void nvh_corrupt_report(nvh_heap *h, uint64_t off, const char *what);
 void nvh_quarantine_add(nvh_heap *h, uint64_t block, uint64_t nblocks);
 
 /* heap.c */
-int nvh_heap_open_(nvh_pool *pool, bool create);
+int nvh_heap_open_(nvh_pool *pool, bool create);  /* format or recover (pool open) */
 nvh_heap *nvh_heap_get_(nvh_pool *pool);
-void nvh_heap_close_(nvh_pool *pool);
+void nvh_heap_quiesce_(nvh_pool *pool);            /* pool close, before the clean mark */
+void nvh_heap_close_(nvh_pool *pool);              /* free the DRAM state */
 nvh_chunk *nvh_chunk_get(nvh_heap *h, uint64_t chunk);       /* allocate DRAM view */
 int nvh_chunk_claim(nvh_heap *h, nvh_arena *a, bool scan_only); /* scanned or fresh */
 int nvh_huge_take(nvh_heap *h, uint64_t nchunks, uint64_t *chunk_out, uint64_t *rem_out,

@@ -219,19 +219,6 @@ int nvh_heap_check(nvh_pool *pool, nvh_check_fn fn, void *arg, int repair, uint6
     return NVH_OK;
 }
 
-int nvh_heap_check_path(const char *path, nvh_check_fn fn, void *arg, int repair,
-                        uint64_t *corrupt_out)
-{
-    nvh_pool *pool = nvh_pool_open(path, NULL, repair ? 0 : NVH_OPEN_READONLY);
-    if (!pool) return nvh_errcode();
-    int rc = nvh_heap_check(pool, fn, arg, repair, corrupt_out);
-    char msg[512];
-    snprintf(msg, sizeof msg, "%s", nvh_errormsg());
-    nvh_pool_close(pool);
-    if (rc != NVH_OK) nvh_fail(rc, "%s", msg);
-    return rc;
-}
-
 /* ==========================================================================
  * Statistics
  * ========================================================================== */

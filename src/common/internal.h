@@ -118,6 +118,12 @@ uint64_t nvh_nt_threshold_default(void);
 
 int nvh_msync_init(nvh_pool *pool);
 void nvh_msync_fini(nvh_pool *pool);
+/* The out-of-line flush and drain of the msync and sim domains (msync.c,
+ * sim.c), called by flush.c. */
+void nvh_msync_record(nvh_pool *pool, const void *addr, size_t len);
+int nvh_msync_drain(nvh_pool *pool);
+void nvh_sim_flush(nvh_pool *pool, const void *addr, size_t len);
+void nvh_sim_drain(nvh_pool *pool);
 
 int nvh_sim_attach(nvh_pool *pool);    /* after the working copy is loaded */
 int nvh_sim_grow(nvh_pool *pool, uint64_t old_size, uint64_t new_size);

@@ -306,6 +306,13 @@ typedef struct nvh_txlog {
  * ========================================================================== */
 /* lane.c */
 nvh_txlog *nvh_txlog_get(nvh_pool *pool);             /* NULL + error if none */
+/* Attach lg to its pool (nvh_txlog_get finds it) / detach it (lane.c). */
+int nvh_txlog_register_(nvh_pool *pool, nvh_txlog *lg);
+void nvh_txlog_unregister_(nvh_txlog *lg);
+/* A segment's data area, and the bytes of a lane's segment chain from head
+ * (lane.c; used by record.c and recover.c). */
+char *nvh_txlog_seg_data_(struct nvh_seg *s);
+uint64_t nvh_txlog_chain_bytes_(nvh_txlog *lg, uint64_t head);
 int nvh_txlog_dir_ensure(nvh_txlog *lg);              /* create the directory  */
 nvh_lane *nvh_txlog_lane_acquire(nvh_txlog *lg);      /* a free lane for this thread */
 nvh_lane *nvh_txlog_lane_get(nvh_pool *pool, nvh_txlog **lg_out); /* fast path    */
@@ -350,13 +357,8 @@ int nvh_txlog_win_open_slow_(nvh_txlog *lg, nvh_lane *lane, const void *p, size_
 void nvh_txlog_win_close_all_(nvh_txlog *lg, nvh_lane *lane);
 static inline bool nvh_txlog_protected_(const nvh_pool *pool)
 {
-#ifdef NVH_LAYER_PROTECT
     return __builtin_expect(atomic_load_explicit(&((nvh_pool *)pool)->protect,
                                                  memory_order_acquire) != NULL, 0);
-#else
-    (void)pool;
-    return false;
-#endif
 }
 static inline int nvh_txlog_win_open(nvh_txlog *lg, nvh_lane *lane, const void *p, size_t len)
 {

@@ -25,7 +25,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-char *nvh_txlog_seg_data_(struct nvh_seg *s);
 
 /* ==========================================================================
  * Checksums

@@ -21,8 +21,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-char *nvh_txlog_seg_data_(struct nvh_seg *s);
-uint64_t nvh_txlog_chain_bytes_(nvh_txlog *lg, uint64_t head);
 
 typedef struct rtx {
     nvh_lane *lane;

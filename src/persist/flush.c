@@ -8,11 +8,6 @@
 #include <immintrin.h>
 #endif
 
-void nvh_msync_record(nvh_pool *pool, const void *addr, size_t len);
-int nvh_msync_drain(nvh_pool *pool);
-void nvh_sim_flush(nvh_pool *pool, const void *addr, size_t len);
-void nvh_sim_drain(nvh_pool *pool);
-
 /* A full memory barrier. Not atomic_thread_fence: GCC's TSan rejects it
  * (-Werror=tsan), and these fallbacks only need the hardware ordering. */
 static inline void full_fence(void)

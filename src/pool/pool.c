@@ -1,12 +1,14 @@
 /* pool.c — pool files: create, open (validate, lock, detect the domain, map),
- * grow, close, and the superblock's state updates.
+ * grow, close, and the superblock's state updates. The layers above the
+ * pool (heap and transaction recovery, the epoch commit, the clean mark) are
+ * sequenced by src/lifecycle, which calls the primitives declared in pool.h.
  *
  * Mapping: a pool is mapped at the start of a reserved PROT_NONE virtual
  * range as large as its max_size, so nvh_pool_grow maps the new tail in place
  * and the base never moves ([Schwalb15] §3.2: "a contiguous range in virtual
  * memory"). Validation reads the superblock with pread before anything is
  * mapped or written, so a bad file is reported without being touched. */
-#include "../common/internal.h"
+#include "pool.h"
 #include "format.h"
 
 #include <errno.h>
@@ -32,19 +34,8 @@
 #define TMPFS_MAGIC 0x01021994
 #endif
 
-#ifdef NVH_LAYER_ALLOC
-/* src/alloc/heap.c: format/recover the heap at open, quiesce and free it at close */
-int nvh_heap_open_(nvh_pool *pool, bool create);
-void nvh_heap_quiesce_(nvh_pool *pool);
-void nvh_heap_close_(nvh_pool *pool);
-#endif
-#ifdef NVH_LAYER_TX
-/* src/tx/tx.c: transaction recovery at open (after the heap's), retire at close */
-int nvh_tx_open_(nvh_pool *pool);
-void nvh_tx_close_(nvh_pool *pool);
-#endif
-/* src/protect: write windows around superblock stores (no-ops without the
- * layer), new pages protected at grow, protection off at close */
+/* src/protect: write windows around superblock stores, new pages protected
+ * at grow, protection off at close */
 #include "../protect/protect.h"
 
 #define DEFAULT_MAX_SIZE ((uint64_t)64 << 30)
@@ -225,8 +216,8 @@ static int map_range(nvh_pool *pool, uint64_t from, uint64_t to, bool dax)
 /* --------------------------------------------------------------------------
  * State updates
  * -------------------------------------------------------------------------- */
-static int commit_state_(nvh_pool *pool, uint64_t size, uint64_t epoch, uint32_t clean,
-                         bool fence)
+static int state_commit(nvh_pool *pool, uint64_t size, uint64_t epoch, uint32_t clean,
+                        bool fence)
 {
     struct nvh_superblock *sb = pool->sb;
     /* the slot about to be overwritten is current only once the newest one
@@ -253,21 +244,21 @@ static int commit_state_(nvh_pool *pool, uint64_t size, uint64_t epoch, uint32_t
     return NVH_OK;
 }
 
-static int commit_state(nvh_pool *pool, uint64_t size, uint64_t epoch, uint32_t clean)
+int nvh_pool_state_commit_(nvh_pool *pool, uint64_t size, uint64_t epoch, uint32_t clean)
 {
-    return commit_state_(pool, size, epoch, clean, true);
+    return state_commit(pool, size, epoch, clean, true);
 }
 
 int nvh_superblock_commit_state(nvh_pool *pool, uint64_t size, uint64_t epoch)
 {
-    return commit_state(pool, size, epoch, 0);
+    return nvh_pool_state_commit_(pool, size, epoch, 0);
 }
 
 int nvh_superblock_set_flags(nvh_pool *pool, uint32_t flags)
 {
     if ((pool->state_flags & flags) == flags) return NVH_OK;
     pool->state_flags |= flags;
-    return commit_state_(pool, nvh_pool_size(pool), pool->epoch, 0, false);
+    return state_commit(pool, nvh_pool_size(pool), pool->epoch, 0, false);
 }
 
 /* --------------------------------------------------------------------------
@@ -336,15 +327,10 @@ static int validate(int fd, const char *path, const char *layout,
 /* --------------------------------------------------------------------------
  * Open (shared by create and open: fd is open, locked and validated)
  * -------------------------------------------------------------------------- */
-static void pool_free(nvh_pool *pool)
+void nvh_pool_file_close_(nvh_pool *pool)
 {
     if (!pool) return;
-#ifdef NVH_LAYER_PROTECT
     nvh_protect_detach_(pool);            /* first: the layers below may write */
-#endif
-#ifdef NVH_LAYER_ALLOC
-    nvh_heap_close_(pool);
-#endif
     nvh_sim_detach(pool);
     nvh_msync_fini(pool);
     if (pool->reserved) munmap(pool->reserved, pool->reserved_size);
@@ -357,7 +343,7 @@ static void pool_free(nvh_pool *pool)
 
 static nvh_pool *pool_attach(int fd, const char *path, unsigned flags,
                              const struct nvh_superblock *sb_copy, int slot,
-                             uint64_t max_size, bool bump_epoch)
+                             uint64_t max_size)
 {
     nvh_pool *pool = aligned_alloc(64, NVH_ALIGN_UP(sizeof *pool, 64));
     if (!pool) {
@@ -424,25 +410,9 @@ static nvh_pool *pool_attach(int fd, const char *path, unsigned flags,
     if (domain == NVH_DOMAIN_MSYNC && nvh_msync_init(pool) != NVH_OK) goto fail;
     if (domain == NVH_DOMAIN_SIM && nvh_sim_attach(pool) != NVH_OK) goto fail;
 
-#ifdef NVH_LAYER_ALLOC
-    /* before the epoch commit: a heap that fails validation must fail the
-     * open with the file unchanged (nvh_pool_open's promise) */
-    if (nvh_heap_open_(pool, false) != NVH_OK) goto fail;
-#endif
-#ifdef NVH_LAYER_TX
-    if (nvh_tx_open_(pool) != NVH_OK) goto fail;
-#endif
-#ifdef NVH_LAYER_PROTECT
-    /* NVHEAP_PROTECT=off|sync|async[:ns]: protection from the first store on
-     * (docs/PROTECT.md); before the epoch commit, so a bad value fails the
-     * open with the file unchanged */
-    if (nvh_protect_env_apply_(pool) != NVH_OK) goto fail;
-#endif
-    if (bump_epoch && !pool->readonly)
-        commit_state(pool, size, pool->epoch + 1, 0);
     return pool;
 fail:
-    pool_free(pool);
+    nvh_pool_file_close_(pool);
     return NULL;
 }
 
@@ -458,7 +428,7 @@ static int lock_file(int fd, const char *path, bool shared)
     return NVH_OK;
 }
 
-nvh_pool *nvh_pool_open(const char *path, const char *layout, unsigned flags)
+nvh_pool *nvh_pool_file_open_(const char *path, const char *layout, unsigned flags)
 {
     if (!path) {
         nvh_fail(NVH_E_INVAL, "nvh_pool_open: path is NULL");
@@ -485,7 +455,7 @@ nvh_pool *nvh_pool_open(const char *path, const char *layout, unsigned flags)
         close(fd);
         return NULL;
     }
-    return pool_attach(fd, path, flags, &sb, slot, open_max_size(&sb.header), true);
+    return pool_attach(fd, path, flags, &sb, slot, open_max_size(&sb.header));
 }
 
 /* --------------------------------------------------------------------------
@@ -503,8 +473,8 @@ static void make_uuid(uint8_t uuid[16])
     uuid[8] = (uint8_t)((uuid[8] & 0x3F) | 0x80);   /* RFC 4122 variant */
 }
 
-nvh_pool *nvh_pool_create_ex(const char *path, const char *layout, uint64_t size,
-                             unsigned flags, const nvh_pool_options *options)
+nvh_pool *nvh_pool_file_create_(const char *path, const char *layout, uint64_t size,
+                                unsigned flags, const nvh_pool_options *options)
 {
     nvh_pool_options opts = {0};
     if (options) opts = *options;
@@ -592,7 +562,7 @@ nvh_pool *nvh_pool_create_ex(const char *path, const char *layout, uint64_t size
         nvh_fail_errno(open_errno_code(errno), errno, "cannot write the superblock of %s", path);
         goto fail;
     }
-    nvh_pool *pool = pool_attach(fd, path, flags, &sb, 1, max_size, true);
+    nvh_pool *pool = pool_attach(fd, path, flags, &sb, 1, max_size);
     if (!pool) {
         int code = nvh_errcode();
         char msg[512];
@@ -611,11 +581,6 @@ fail:
         nvh_fail(code, "%s", msg);
     }
     return NULL;
-}
-
-nvh_pool *nvh_pool_create(const char *path, const char *layout, uint64_t size, unsigned flags)
-{
-    return nvh_pool_create_ex(path, layout, size, flags, NULL);
 }
 
 /* --------------------------------------------------------------------------
@@ -651,12 +616,10 @@ int nvh_pool_grow(nvh_pool *pool, uint64_t new_size)
         if (rc == NVH_OK && pool->sim) rc = nvh_sim_grow(pool, old_size, new_size);
         if (rc == NVH_OK) {
             atomic_store_explicit(&pool->ctx.size, new_size, memory_order_release);
-#ifdef NVH_LAYER_PROTECT
             nvh_protect_grow_(pool, old_size, new_size);   /* new pages read-only */
-#endif
             /* The file grew before the superblock says so: a crash in between
              * leaves a longer file, which open accepts. */
-            commit_state(pool, new_size, pool->epoch, 0);
+            nvh_pool_state_commit_(pool, new_size, pool->epoch, 0);
         }
     }
     pthread_mutex_unlock(&pool->grow_lock);
@@ -710,7 +673,7 @@ unsigned nvh_pool_hook_del_(nvh_pool *pool, nvh_pool_hook *hook)
 
 /* Close the containers still open: first ask each whether it can close
  * (a refusal, *refused, leaves everything as it was), then close them all. */
-static int close_containers(nvh_pool *pool, bool *refused)
+int nvh_pool_close_containers_(nvh_pool *pool, bool *refused)
 {
     *refused = false;
     pthread_mutex_lock(&pool->hooks_lock);
@@ -740,41 +703,23 @@ static int close_containers(nvh_pool *pool, bool *refused)
 /* --------------------------------------------------------------------------
  * Close
  * -------------------------------------------------------------------------- */
-int nvh_pool_close(nvh_pool *pool)
+int nvh_pool_close_writeback_(nvh_pool *pool)
 {
-    if (!pool) return NVH_OK;
-    /* containers first: their close writes through every layer below */
-    bool refused;
-    int rc = close_containers(pool, &refused);
-    if (refused) return rc;                   /* the pool stays open, unchanged */
-    if (!pool->readonly) {
-        /* an implicit window: the layers' close-time stores stay legal under
-         * protection whether or not they open windows themselves */
-        nvh_protect_internal_begin(pool);
-#ifdef NVH_LAYER_TX
-        nvh_tx_close_(pool);
-#endif
-#ifdef NVH_LAYER_ALLOC
-        nvh_heap_quiesce_(pool);
-#endif
-        uint64_t size = atomic_load_explicit(&pool->ctx.size, memory_order_relaxed);
-        commit_state(pool, size, pool->epoch, 1);
-        nvh_protect_internal_end(pool);
-        uint32_t io_errors = atomic_load_explicit(&pool->io_errors, memory_order_relaxed);
-        if (io_errors)
-            /* fsync-gate: after a failed msync the kernel may have dropped the
-             * dirty pages, so nothing written since open can be promised */
-            rc = nvh_fail(NVH_E_IO, "pool %s: %u msync call(s) failed while it was open; "
-                          "data written since the open may not be durable", pool->path, io_errors);
-        if (pool->ctx.domain == NVH_DOMAIN_SIM) {
-            /* No crash happened: every cached line would reach the media. */
-            if (write_full(pool->fd, pool->ctx.base, size, 0) != 0)
-                rc = nvh_fail_errno(NVH_E_IO, errno, "cannot write back sim pool %s", pool->path);
-        } else if (pool->ctx.domain == NVH_DOMAIN_PROCESS || pool->ctx.domain == NVH_DOMAIN_EADR) {
-            /* nothing: the page cache / persistent caches hold the data */
-        }
+    int rc = NVH_OK;
+    uint64_t size = atomic_load_explicit(&pool->ctx.size, memory_order_relaxed);
+    uint32_t io_errors = atomic_load_explicit(&pool->io_errors, memory_order_relaxed);
+    if (io_errors)
+        /* fsync-gate: after a failed msync the kernel may have dropped the
+         * dirty pages, so nothing written since open can be promised */
+        rc = nvh_fail(NVH_E_IO, "pool %s: %u msync call(s) failed while it was open; "
+                      "data written since the open may not be durable", pool->path, io_errors);
+    if (pool->ctx.domain == NVH_DOMAIN_SIM) {
+        /* No crash happened: every cached line would reach the media. */
+        if (write_full(pool->fd, pool->ctx.base, size, 0) != 0)
+            rc = nvh_fail_errno(NVH_E_IO, errno, "cannot write back sim pool %s", pool->path);
+    } else if (pool->ctx.domain == NVH_DOMAIN_PROCESS || pool->ctx.domain == NVH_DOMAIN_EADR) {
+        /* nothing: the page cache / persistent caches hold the data */
     }
-    pool_free(pool);
     return rc;
 }
 

@@ -59,18 +59,16 @@
  *              thread on a protected pool page opens a window on that page
  *              (the handler does it) and _end closes them all. Nestable. One
  *              fault per page first written, so for cold paths (open, close,
- *              recovery, rare metadata) rather than per-operation hot paths.
- * Without NVH_LAYER_PROTECT in the build they compile to nothing. */
-#ifdef NVH_LAYER_PROTECT
+ *              recovery, rare metadata) rather than per-operation hot paths. */
 struct nvh_protect;
 int nvh_protect_open_slow_(nvh_pool *pool, const void *p, size_t len);
 int nvh_protect_close_slow_(nvh_pool *pool, const void *p, size_t len);
 void nvh_protect_internal_begin(nvh_pool *pool);
 void nvh_protect_internal_end(nvh_pool *pool);
-/* Pool hooks (src/pool/pool.c). */
+/* Pool hooks (src/pool/pool.c: grow, file close). */
 void nvh_protect_grow_(nvh_pool *pool, uint64_t old_size, uint64_t new_size);
 void nvh_protect_detach_(nvh_pool *pool);
-/* At open/create (pool.c): apply NVHEAP_PROTECT=off|sync|async[:interval_ns]
+/* At open/create (src/lifecycle): apply NVHEAP_PROTECT=off|sync|async[:interval_ns]
  * if set. Read-only and sim-domain pools are left alone. NVH_E_INVAL for a
  * value it cannot parse. */
 int nvh_protect_env_apply_(nvh_pool *pool);
@@ -293,20 +291,6 @@ static inline void nvh_protect_prefetch_(nvh_pool *pool, const void *p)
  * that changes whenever the window counts are reset (protection turned off,
  * which forgets every window). */
 uint64_t nvh_protect_epoch_(nvh_pool *pool);
-#else
-static inline int nvh_protect_open_(nvh_pool *pool, const void *p, size_t len)
-{ (void)pool; (void)p; (void)len; return NVH_OK; }
-static inline int nvh_protect_close_(nvh_pool *pool, const void *p, size_t len)
-{ (void)pool; (void)p; (void)len; return NVH_OK; }
-static inline void nvh_protect_internal_begin(nvh_pool *pool) { (void)pool; }
-static inline void nvh_protect_internal_end(nvh_pool *pool) { (void)pool; }
-static inline uint64_t nvh_protect_epoch_(nvh_pool *pool) { (void)pool; return 0; }
-static inline void nvh_protect_prefetch_(nvh_pool *pool, const void *p) { (void)pool; (void)p; }
-static inline int nvh_protect_open_way_(nvh_pool *pool, const void *p, size_t len, uint8_t *way)
-{ (void)pool; (void)p; (void)len; (void)way; return NVH_OK; }
-static inline int nvh_protect_close_way_(nvh_pool *pool, const void *p, size_t len, uint8_t *way)
-{ (void)pool; (void)p; (void)len; (void)way; return NVH_OK; }
-#endif
 
 /* Held windows: a window a structure keeps open across many operations
  * (the B+ tree's current record slab), so that its fresh pages cost one

@@ -35,7 +35,7 @@ static struct nvh_protect *pr_create(nvh_pool *pool, unsigned queue_slots)
     /* as bt_prefault (src/ds/btree.c): only where the mapping is the media
      * (not the simulator's domain) and dirtying a page costs no write-back
      * (not msync), and not when the pool was mapped populated already */
-    nvh_domain d = nvh_pool_domain(pool);
+    nvh_domain d = (nvh_domain)pool->ctx.domain;   /* common/internal.h: no call up into pool */
     pr->populate = !(pool->flags & NVH_POOL_PREFAULT) &&
                    (d == NVH_DOMAIN_PMEM || d == NVH_DOMAIN_PROCESS || d == NVH_DOMAIN_EADR);
     pr->widen_races = getenv("NVHEAP_TEST_WIDEN_RACES") != NULL;

@@ -15,8 +15,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-int nvh_txlog_register_(nvh_pool *pool, nvh_txlog *lg);
-void nvh_txlog_unregister_(nvh_txlog *lg);
 
 /* ==========================================================================
  * Descriptor lookup
@@ -655,8 +653,6 @@ int nvh_tx_open_(nvh_pool *pool)
 }
 
 /* Called by nvh_pool_close before the allocator quiesces. */
-void nvh_rc_forget_(nvh_pool *pool);
-
 void nvh_tx_close_(nvh_pool *pool)
 {
     nvh_txlog *lg = NULL;

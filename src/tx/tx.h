@@ -110,6 +110,16 @@ int nvh_tx_fail_aborted_(nvh_tx *tx, const char *what);
 int nvh_tx_failed_(nvh_tx *tx, int rc);
 void nvh_tx_rollback_(nvh_tx *tx);
 void *nvh_tx_arena_(nvh_tx *tx, size_t size);
+/* Pool open/close (the sequence, src/lifecycle): recover the log after the
+ * allocator opened; quiesce and free it before the allocator quiesces. */
+int nvh_tx_open_(nvh_pool *pool);
+void nvh_tx_close_(nvh_pool *pool);
+/* Test hook: run recovery now on a pool opened with
+ * NVHEAP_TX_SKIP_RECOVERY=1, as the open would have. */
+int nvh_tx_recover_(nvh_pool *pool);
+
+/* rc.c */
+void nvh_rc_forget_(nvh_pool *pool);    /* pool close: drop its registrations */
 
 /* txalloc.c */
 int nvh_tx_alloc_commit_(nvh_tx *tx);   /* activate before the commit point */

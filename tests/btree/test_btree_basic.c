@@ -6,6 +6,7 @@
  * counting.
  */
 #include "btree_test.h"
+#include "ds/btree.h"                 /* nvh_btree_debug_fault_, BT_FAULT_* */
 
 #define MAXLEN 300
 
@@ -504,8 +505,6 @@ static void companion_exact(void **state)
  * the directory answers is not checked against the tree in release
  * builds). The negative control (BT_FAULT_KD_SKIP_LEAF: the build skips
  * every other leaf) must end with keys missing from the directory. */
-void nvh_btree_debug_fault_(nvh_btree *t, unsigned faults);
-
 static uint64_t directory_run(nvh_btree_mode mode, unsigned fault)
 {
     enum { N = 20000, EXTRA = 4000 };
@@ -606,7 +605,7 @@ static void directory_build(void **state)
     for (unsigned mi = 0; mi < sizeof modes / sizeof modes[0]; mi++)
         assert_int_equal(directory_run(modes[mi], 0), 0);
     /* negative control: a build that skips leaves leaves keys out */
-    uint64_t missing = directory_run(NVH_BTREE_GROUPS, 8u /* BT_FAULT_KD_SKIP_LEAF */);
+    uint64_t missing = directory_run(NVH_BTREE_GROUPS, BT_FAULT_KD_SKIP_LEAF);
     printf("  negative control: the skipping build misses %llu live keys\n",
            (unsigned long long)missing);
     assert_true(missing > 0);

@@ -46,12 +46,9 @@ typedef struct cfg {
                             0: NVH_BTREE_DURABLE_DEFERRED */
 } cfg;
 
-/* src/ds/btree.c (internal): make the tree deliberately broken. */
-void nvh_btree_debug_fault_(nvh_btree *t, unsigned faults);
-#define BT_FAULT_VALIDATE_EARLY 1u
-#define BT_FAULT_NODE_UNFLUSHED 2u
-#define BT_FAULT_ACK_EARLY 4u
-#define BT_FAULT_NO_VALIDATION_FENCE 16u
+/* nvh_btree_debug_fault_ and the BT_FAULT_* bits: make the tree deliberately
+ * broken (src/ds/btree.h, internal) */
+#include "ds/btree.h"
 
 static volatile uint64_t g_issued, g_durable;
 static nvh_btree_stats g_stats;     /* of the last workload run */

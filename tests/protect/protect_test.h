@@ -5,7 +5,6 @@
 #ifndef NVH_PROTECT_TEST_H
 #define NVH_PROTECT_TEST_H
 
-#define NVH_LAYER_PROTECT 1          /* the internal window calls, for real */
 #include "test_util.h"
 #include "protect/protect.h"
 

@@ -40,7 +40,7 @@ const char *__lsan_default_suppressions(void) { return "leak:nvh_reserve_named\n
 #define SAN 0
 #endif
 
-int nvh_tx_recover_(nvh_pool *pool);
+#include "tx/tx.h"                 /* nvh_tx_recover_ (test hook) */
 
 /* the model, inherited by the forked checkers */
 static unsigned char exp_prev[REG], exp_next[REG];

@@ -7,7 +7,6 @@
  * range or a transactionally allocated object is inside a window. A store
  * outside a transaction is still caught, and the windows close at commit
  * and abort. */
-#define NVH_LAYER_PROTECT 1
 #include "test_util.h"
 #include "protect/protect.h"
 

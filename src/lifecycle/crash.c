@@ -1,5 +1,7 @@
 /* crash.c — nvh_crash_explore(): the crash-exploration harness on top of the
- * sim domain's media model (sim.c).
+ * sim domain's media model (src/persist/sim.c). It lives in the open/close
+ * sequence's layer because it opens and closes pools (with heap and
+ * transaction recovery) on its scratch copies.
  *
  * One exploration:
  *   1. (sampling only) a counting run: the workload runs once on a scratch
