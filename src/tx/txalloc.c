@@ -4,8 +4,8 @@
  * commit the intents are made durable (a fence if needed) and the objects are
  * activated without links (the transaction's own logged stores link them),
  * all before the commit point; recovery of an uncommitted transaction frees
- * every intent that got activated. nvh_tx_free logs a FREE intent applied
- * only after the commit point, with the allocator clearing the intent's link
+ * every intent that got activated. nvh_tx_free logs a FREE intent, durable
+ * before the commit record, applied only after the commit point, with the allocator clearing the intent's link
  * word in the same failure-atomic step, so a free is applied exactly once
  * however often recovery runs. Abort cancels reservations, drops frees. */
 #include "tx.h"
@@ -124,10 +124,16 @@ int nvh_tx_free(nvh_pool *pool, void *ptr)
 
 int nvh_tx_alloc_commit_(nvh_tx *tx)
 {
+    /* Every intent must be durable before the commit record is: a FREE
+     * intent's link word (the "not yet applied" mark, outside the record's
+     * checksum because applying the free clears it) would otherwise share
+     * the commit fence with the commit record, and a crash image holding
+     * the commit but a stale link redoes the transaction's stores (the
+     * reference to the object cleared) without the free: a live object
+     * nobody references. ALLOC intents also precede their activations. */
+    if ((tx->nallocs || tx->nfrees) && tx->lane->unfenced) nvh_txlog_fence(tx->lg, tx->lane, 0);
     if (!tx->nallocs) return NVH_OK;
     nvh_pool *pool = tx->pool;
-    /* the intents must be durable before any activation is */
-    if (tx->lane->unfenced) nvh_txlog_fence(tx->lg, tx->lane, 0);
     for (size_t i = 0; i < tx->nallocs; i++) {
         nvh_talloc *a = &tx->allocs[i];
         if (a->cancelled) continue;

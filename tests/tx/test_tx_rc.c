@@ -3,7 +3,10 @@
  * fences of building and destroying a tree: after recovery plus
  * nvh_rc_recover, the objects alive are exactly those reachable from the
  * root (no leak, no dangling reference), every count equals the number of
- * references to the object. */
+ * references to the object. The crashes are also explored with the workload
+ * shifted by extra fences (word mode), so that no store/fence alignment of the
+ * rc operations escapes the checker because of where the heap's own fences
+ * fall. */
 #include "test_util.h"
 
 /* LeakSanitizer: the allocator's named-reservation bookkeeping
@@ -135,10 +138,18 @@ static void basics(void **state)
 /* ---------------------------------------------------------------------------
  * Crashes while building and destroying
  * ------------------------------------------------------------------------- */
+/* arg: NULL, or the number of extra fences to issue before the rc
+ * operations. The shift moves every fence of the workload to another number,
+ * so word-mode images (seeded by fence number) land on other store/fence
+ * alignments: the check must hold whatever the alignment. */
 static int rc_workload(nvh_pool *pool, void *arg)
 {
-    (void)arg;
     nvh_off_t *root = nvh_root(pool, NULL);
+    unsigned shift = arg ? *(const unsigned *)arg : 0;
+    for (unsigned i = 0; i < shift; i++) {
+        root[7] = i + 1;                                   /* a dummy persisted store */
+        nvh_persist(pool, &root[7], 8);
+    }
     if (nvh_rc_register(pool, T_NODE, node_refs) != NVH_OK) return 1;
     uint64_t v = 1;
     if (build(pool, &root[0], 4, &v) != 0) return 2;       /* 15 nodes */
@@ -213,6 +224,29 @@ static void crashes(void **state)
     unlink(path);
 }
 
+/* The same workload shifted by 1..SHIFTS extra fences, word mode, several
+ * images per fence: every fence of the rc operations is explored on several
+ * store/fence alignments, independent of how many fences the heap itself
+ * issues before the workload. */
+#define SHIFTS 3u
+static void crashes_shifted(void **state)
+{
+    (void)state;
+    const char *path = test_path("txrcshift");
+    nvh_pool *pool = nvh_pool_create(path, LAYOUT, 2u << 20, NVH_DOMAIN_PROCESS);
+    assert_non_null(pool);
+    assert_int_equal(nvh_pool_close(pool), NVH_OK);
+    for (unsigned shift = 1; shift <= SHIFTS; shift++) {
+        nvh_crash_config cfg = {
+            .pool_path = path, .layout = LAYOUT, .workload = rc_workload, .check = rc_check,
+            .arg = &shift, .seed = 4, .mode = NVH_CRASH_WORDS,
+            .budget = BUDGET, .images_per_point = 2,
+        };
+        test_crash_explore(&cfg);
+    }
+    unlink(path);
+}
+
 int main(void)
 {
     setenv("NVHEAP_CHUNK_SIZE", "262144", 1);
@@ -220,6 +254,7 @@ int main(void)
         cmocka_unit_test(basics),
         cmocka_unit_test(direct),
         cmocka_unit_test(crashes),
+        cmocka_unit_test(crashes_shifted),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
