@@ -141,12 +141,16 @@ static int span_check(const char *image, const nvh_crash_point *pt, void *arg)
 
 static const char *g_scratch;
 
-static void span_run(nvh_crash_mode mode)
+/* Crash at every fence (a sample under TSan) of `workload` on a fresh pool of
+ * `size` bytes with `chunk` as the chunk size, checking each image. */
+static void crash_every_fence(const char *name, const char *chunk, uint64_t size,
+                              nvh_crash_workload_fn workload, nvh_crash_check_fn check,
+                              uint64_t seed, unsigned images, nvh_crash_mode mode)
 {
-    setenv("NVHEAP_CHUNK_SIZE", "262144", 1);   /* small chunks: small images */
-    const char *path = test_path("span");
+    setenv("NVHEAP_CHUNK_SIZE", chunk, 1);   /* small chunks: small images */
+    const char *path = test_path(name);
     nvh_pool_options o = {.root_size = 4096, .max_size = 16 << 20};
-    nvh_pool *pool = nvh_pool_create_ex(path, LAYOUT, 4 << 20, NVH_DOMAIN_PROCESS, &o);
+    nvh_pool *pool = nvh_pool_create_ex(path, LAYOUT, size, NVH_DOMAIN_PROCESS, &o);
     assert_non_null(pool);
     assert_int_equal(nvh_pool_close(pool), NVH_OK);
     g_fail_print = 0;
@@ -156,12 +160,17 @@ static void span_run(nvh_crash_mode mode)
     uint64_t budget = 0;        /* every fence */
 #endif
     nvh_crash_config cfg = {
-        .pool_path = path, .layout = LAYOUT, .workload = span_workload, .check = span_check,
-        .seed = 11, .mode = mode, .budget = budget, .images_per_point = 2,
+        .pool_path = path, .layout = LAYOUT, .workload = workload, .check = check,
+        .seed = seed, .mode = mode, .budget = budget, .images_per_point = images,
         .scratch_dir = g_scratch,
     };
     test_crash_explore(&cfg);
     unlink(path);
+}
+
+static void span_run(nvh_crash_mode mode)
+{
+    crash_every_fence("span", "262144", 4 << 20, span_workload, span_check, 11, 2, mode);
 }
 
 static void span_every_fence_lines(void **state)
@@ -241,25 +250,7 @@ static int full_check(const char *image, const nvh_crash_point *pt, void *arg)
 
 static void full_map_run(nvh_crash_mode mode)
 {
-    setenv("NVHEAP_CHUNK_SIZE", "65536", 1);
-    const char *path = test_path("fullmap");
-    nvh_pool_options o = {.root_size = 4096, .max_size = 16 << 20};
-    nvh_pool *pool = nvh_pool_create_ex(path, LAYOUT, 1 << 20, NVH_DOMAIN_PROCESS, &o);
-    assert_non_null(pool);
-    assert_int_equal(nvh_pool_close(pool), NVH_OK);
-    g_fail_print = 0;
-#if defined(__SANITIZE_THREAD__)
-    uint64_t budget = 20;
-#else
-    uint64_t budget = 0;        /* every fence */
-#endif
-    nvh_crash_config cfg = {
-        .pool_path = path, .layout = LAYOUT, .workload = full_workload, .check = full_check,
-        .seed = 13, .mode = mode, .budget = budget, .images_per_point = 1,
-        .scratch_dir = g_scratch,
-    };
-    test_crash_explore(&cfg);
-    unlink(path);
+    crash_every_fence("fullmap", "65536", 1 << 20, full_workload, full_check, 13, 1, mode);
 }
 
 static void full_map_every_fence(void **state)
