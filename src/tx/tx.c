@@ -656,7 +656,7 @@ int nvh_tx_open_(nvh_pool *pool)
 void nvh_tx_close_(nvh_pool *pool)
 {
     nvh_txlog *lg = NULL;
-    nvh_rc_forget_(pool);
+    nvh_refcount_forget_(pool);
     if (pool->readonly) return;
     lg = nvh_txlog_get(pool);
     if (!lg) return;
