@@ -69,6 +69,21 @@ int nvh_fail(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)
 /* Same, appending ": strerror(errno_value)". */
 int nvh_fail_errno(int code, int errno_value, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+/* Re-raise the current failure with context: the message becomes
+ * "<formatted fmt>: <current message>" and the code `code`. The one safe way
+ * to quote nvh_errormsg() in a new failure (nvh_fail writes the buffer that
+ * nvh_errormsg() returns, so passing it as an argument would overlap). */
+int nvh_fail_context(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* A failure kept across cleanup that may fail on its own and overwrite it:
+ * nvh_err_save before the cleanup, nvh_err_restore after (returns the code). */
+#define NVH_ERRMSG_MAX 512
+typedef struct nvh_err_saved {
+    int code;
+    char msg[NVH_ERRMSG_MAX];
+} nvh_err_saved;
+void nvh_err_save(nvh_err_saved *s);
+int nvh_err_restore(const nvh_err_saved *s);
 
 /* --------------------------------------------------------------------------
  * CRC32C (src/common/crc32c.c): SSE4.2 instruction when the CPU has it,

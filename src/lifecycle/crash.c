@@ -470,12 +470,12 @@ static int run_workload(explore *ex, bool crash, uint64_t *fences_out)
     if (rc != NVH_OK) return rc;
     nvh_pool *pool = nvh_pool_open(ex->copy_path, cfg->layout, NVH_DOMAIN_SIM);
     if (!pool) {
-        int code = nvh_errcode();
-        char msg[ERRMSG_MAX];
-        snprintf(msg, sizeof msg, "%s", nvh_errormsg());
+        nvh_err_saved err;
+        nvh_err_save(&err);
         unlink(ex->copy_path);
-        return nvh_fail(code, "nvh_crash_explore: cannot open a sim-domain copy of %s: %s",
-                        cfg->pool_path, msg);
+        nvh_err_restore(&err);
+        return nvh_fail_context(err.code, "nvh_crash_explore: cannot open a sim-domain copy of %s",
+                                cfg->pool_path);
     }
     /* open itself fenced (the epoch update): the workload's fences count from here */
     ex->base_fence = nvh_sim_fence_count(pool);
