@@ -61,6 +61,25 @@ static inline uint64_t nvh_ns_to_ticks(uint64_t ns)
 }
 
 /* --------------------------------------------------------------------------
+ * Deterministic randomness and hashing: splitmix64 (Steele, Lea, Flood,
+ * "Fast splittable pseudorandom number generators", 2014). nvh_mix64 is its
+ * finaliser, a bijection whose every output bit depends on every input bit;
+ * the crash simulator's images are a pure function of their seed through it,
+ * so it must stay the same everywhere (a reported seed must rebuild its image).
+ * -------------------------------------------------------------------------- */
+static inline uint64_t nvh_mix64(uint64_t z)
+{
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+static inline uint64_t nvh_splitmix64(uint64_t *state)
+{
+    return nvh_mix64(*state += 0x9E3779B97F4A7C15ull);
+}
+
+/* --------------------------------------------------------------------------
  * Errors (src/common/error.c)
  * -------------------------------------------------------------------------- */
 /* Record code + formatted message for this thread; returns code so callers
