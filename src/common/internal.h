@@ -106,9 +106,9 @@ int nvh_err_restore(const nvh_err_saved *s);
 
 /* --------------------------------------------------------------------------
  * CRC32C (src/common/crc32c.c): SSE4.2 instruction when the CPU has it,
- * table-driven otherwise. Castagnoli polynomial, as in iSCSI/ext4.
+ * table-driven otherwise. Castagnoli polynomial, as in iSCSI/ext4. Declared
+ * in nvheap.h (public: offline tools check checksums with it).
  * -------------------------------------------------------------------------- */
-uint32_t nvh_crc32c(uint32_t crc, const void *data, size_t len);
 
 /* --------------------------------------------------------------------------
  * Persistence (src/persist)
