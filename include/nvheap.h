@@ -210,6 +210,10 @@ void *nvh_pool_base(const nvh_pool *pool);
 uint64_t nvh_pool_size(const nvh_pool *pool);
 nvh_domain nvh_pool_domain(const nvh_pool *pool);
 uint64_t nvh_pool_epoch(const nvh_pool *pool);
+/* CRC32C (Castagnoli, as iSCSI/ext4) of data[0, len) continued from `crc`
+ * (0 to start): the checksum of every checksummed on-media structure
+ * (docs/FORMAT.md), so offline tools verify a pool the way the library does. */
+uint32_t nvh_crc32c(uint32_t crc, const void *data, size_t len);
 
 /* The root area: a fixed-size zero-initialised region the application owns,
  * typically holding the relative pointers to its data structures. */

@@ -13,7 +13,6 @@
  * `check` runs the checkers[] table in order. A later layer (the allocator's
  * per-class usage, its heap scan) adds one function and one table row. */
 #include "nvheap.h"
-#include "common/internal.h"   /* nvh_crc32c */
 #include "pool/format.h"       /* on-media superblock layout, read by `check` */
 #include "ds/btree.h"          /* B+ tree header (emptied by `check --repair`) */
 #include "ds/hashmap.h"        /* hash-map root (found by `check`), salvage */

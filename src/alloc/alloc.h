@@ -5,7 +5,7 @@
  *
  * Files:
  *   heap.c   format, open (recovery), close; chunks, growth, lazy chunk scan
- *   log.c    per-arena redo record rings: append, retire, replay
+ *   redo.c   per-arena redo record rings: append, retire, replay
  *   arena.c  reserve / cancel / activate / free / alloc, thread caches, bins, FIFO
  *   named.c  the persistent object table (named allocations)
  *   check.c  header validation, corruption reports, check/repair, stats, iteration
@@ -327,7 +327,7 @@ typedef struct nvh_arena {
                                    line address (a miss only adds a duplicate) */
     uint64_t last_links[NVH_LINKS_MAX_]; unsigned nlast_links;
     bool links_clwb;            /* this locked section already issued the
-                                   CLWBs of last_links (nvh_log_preflush)    */
+                                   CLWBs of last_links (nvh_redo_preflush)    */
     /* = last_seq, read by the other arenas' appends (nvh_seq_next): a line
      * of its own, so those reads do not share the owner's hot line */
     _Alignas(64) _Atomic uint64_t seq_pub;
@@ -580,7 +580,7 @@ uint64_t nvh_pview_containing(nvh_heap *h, uint64_t block, uint64_t *len_out);
 nvh_arena *nvh_arena_mine(nvh_heap *h);
 nvh_arena *nvh_owner_arena(nvh_heap *h, uint64_t block);
 
-/* log.c */
+/* redo.c */
 /* Sequence number of a new record of arena a's ring (caller holds a->lock).
  * Records are ordered for replay by these numbers, which must (1) increase
  * along each ring, (2) be unique, and (3) respect causality across rings: a
@@ -615,12 +615,12 @@ static inline uint64_t nvh_seq_next(nvh_heap *h, nvh_arena *a)
     return seq;
 }
 
-uint64_t nvh_log_append(nvh_heap *h, nvh_arena *a, struct nvh_rec *head,
+uint64_t nvh_redo_append(nvh_heap *h, nvh_arena *a, struct nvh_rec *head,
                         const struct nvh_link_entry *links, unsigned nlinks);
 
-/* Ring bookkeeping after a record's fence (nvh_log_append and its inline
+/* Ring bookkeeping after a record's fence (nvh_redo_append and its inline
  * fast path below). */
-static inline void nvh_log_appended_(nvh_arena *a, const struct nvh_rec *head,
+static inline void nvh_redo_appended_(nvh_arena *a, const struct nvh_rec *head,
                                      const struct nvh_link_entry *links, unsigned nlinks,
                                      unsigned nlines, uint64_t seq)
 {
@@ -658,7 +658,7 @@ static inline bool nvh_pmem_clwb_(const nvh_heap *h)
  * the flag only spares it a second CLWB of the same lines. Every path that
  * leaves the section without that fence clears the flag (the next record
  * re-issues them: another thread's fence would not wait for our CLWBs). */
-static inline void nvh_log_preflush(nvh_heap *h, nvh_arena *a)
+static inline void nvh_redo_preflush(nvh_heap *h, nvh_arena *a)
 {
 #if defined(__x86_64__)
     if (a->nlast_links && nvh_pmem_clwb_(h)) {
@@ -671,7 +671,7 @@ static inline void nvh_log_preflush(nvh_heap *h, nvh_arena *a)
 #endif
 }
 
-/* nvh_log_append, inlined for the common case of every activate and free:
+/* nvh_redo_append, inlined for the common case of every activate and free:
  * a one-line record (at most 2 links) that fits the ring without a retire,
  * in the process domain or the pmem domain with CLWB. The same stores,
  * flushes, fence and statistics as the generic path (which every other case
@@ -681,7 +681,7 @@ static inline void nvh_log_preflush(nvh_heap *h, nvh_arena *a)
  * AVX/SSE2 choice, two statistics updates): ~60 instructions per pmem
  * operation (docs/ALLOC.md §4f). */
 static inline __attribute__((always_inline)) uint64_t
-nvh_log_append1(nvh_heap *h, nvh_arena *a, struct nvh_rec *head,
+nvh_redo_append1(nvh_heap *h, nvh_arena *a, struct nvh_rec *head,
                 const struct nvh_link_entry *links, unsigned nlinks)
 {
     nvh_persist_ctx_ *ctx = &h->pool->ctx;
@@ -689,7 +689,7 @@ nvh_log_append1(nvh_heap *h, nvh_arena *a, struct nvh_rec *head,
     if (__builtin_expect(nlinks > 2 || a->ring_pos >= NVH_RING_LINES ||
                              a->ring_used >= NVH_RING_LINES ||
                              (!pmem && ctx->domain != NVH_DOMAIN_PROCESS), 0))
-        return nvh_log_append(h, a, head, links, nlinks);
+        return nvh_redo_append(h, a, head, links, nlinks);
     uint64_t seq = nvh_seq_next(h, a);
     head->seq = seq;
     head->kind_links = (uint8_t)((head->kind_links & 0x0F) | (nlinks << 4));
@@ -700,7 +700,7 @@ nvh_log_append1(nvh_heap *h, nvh_arena *a, struct nvh_rec *head,
     nvh_wopen(h, dst, 64);
 #if defined(__x86_64__)
     if (pmem) {
-        /* the record line streamed (see nvh_log_append), the previous
+        /* the record line streamed (see nvh_redo_append), the previous
          * activation's link lines written back, one fence */
         const __m128i *src = (const __m128i *)(const void *)head;
         __m128i x0 = _mm_loadu_si128(src), x1 = _mm_loadu_si128(src + 1);
@@ -710,7 +710,7 @@ nvh_log_append1(nvh_heap *h, nvh_arena *a, struct nvh_rec *head,
         _mm_stream_si128((__m128i *)(void *)(dst + 32), x2);
         _mm_stream_si128((__m128i *)(void *)(dst + 48), x3);
         nvh_wclose(h, dst, 64);
-        if (!a->links_clwb)     /* else issued by nvh_log_preflush */
+        if (!a->links_clwb)     /* else issued by nvh_redo_preflush */
             for (unsigned i = 0; i < a->nlast_links; i++)
                 __asm__ volatile("clwb %0" : "+m"(*(volatile char *)(h->base + a->last_links[i])));
         __asm__ volatile("sfence" ::: "memory");
@@ -734,13 +734,13 @@ nvh_log_append1(nvh_heap *h, nvh_arena *a, struct nvh_rec *head,
                               atomic_load_explicit(&v[NVH_STAT_FENCES], memory_order_relaxed) + 1,
                               memory_order_relaxed);
     }
-    nvh_log_appended_(a, head, links, nlinks, 1, seq);
+    nvh_redo_appended_(a, head, links, nlinks, 1, seq);
     return seq;
 }
-void nvh_log_dirty(nvh_heap *h, nvh_arena *a, const void *addr);
-void nvh_log_retire(nvh_heap *h, nvh_arena *a);
-void nvh_log_retire_all(nvh_heap *h);
-uint64_t nvh_log_retired_before(nvh_heap *h);
+void nvh_redo_dirty(nvh_heap *h, nvh_arena *a, const void *addr);
+void nvh_redo_retire(nvh_heap *h, nvh_arena *a);
+void nvh_redo_retire_all(nvh_heap *h);
+uint64_t nvh_redo_retired_before(nvh_heap *h);
 void nvh_rec_apply_state(nvh_heap *h, const struct nvh_rec *r,
                          const struct nvh_link_entry *links, nvh_arena *a, bool replay);
 void nvh_rec_apply_links(nvh_heap *h, const struct nvh_rec *r,
@@ -750,15 +750,15 @@ void nvh_rec_apply_links(nvh_heap *h, const struct nvh_rec *r,
  * of lines already listed (cleared at retire) de-duplicates in O(1); a
  * collision only lets a duplicate in (flushed twice). The hit test is
  * inline, the append out of line. */
-void nvh_log_dirty_add_(nvh_heap *h, nvh_arena *a, uint64_t line, uint64_t *seen);
-static inline void nvh_log_dirty_(nvh_heap *h, nvh_arena *a, const void *addr)
+void nvh_redo_dirty_add_(nvh_heap *h, nvh_arena *a, uint64_t line, uint64_t *seen);
+static inline void nvh_redo_dirty_(nvh_heap *h, nvh_arena *a, const void *addr)
 {
     uint64_t line = (uint64_t)(uintptr_t)addr & ~(uint64_t)63;
     uint64_t *seen = &a->dirty_seen[(line * 0x9E3779B97F4A7C15ull) >> 58]; /* run headers are
                                                             4 KiB apart: hash, not mask */
-    if (*seen != line) nvh_log_dirty_add_(h, a, line, seen);
+    if (*seen != line) nvh_redo_dirty_add_(h, a, line, seen);
 }
-/* Mark a run whose media bitmap the next retire writes (log.c, §7a). */
+/* Mark a run whose media bitmap the next retire writes (redo.c, §7a). */
 void nvh_bitmap_defer_(nvh_arena *a, nvh_run *run);
 
 /* Normal-path effects of an ACT (act = true) or FREE record, not named, of
@@ -784,11 +784,11 @@ nvh_rec_apply_slot(nvh_heap *h, nvh_arena *a, const struct nvh_rec *r, struct nv
                               memory_order_relaxed);
         nvh_wclose(h, &hd->bitmap, 8);
     }
-    nvh_log_dirty_(h, a, hd);
+    nvh_redo_dirty_(h, a, hd);
     for (unsigned i = 0; i < nlinks; i++) {
         _Atomic uint64_t *w = (_Atomic uint64_t *)(h->base + links[i].addr);
         if (act) {
-            /* flushed before the ring's next fence (nvh_log_append) */
+            /* flushed before the ring's next fence (nvh_redo_append) */
             nvh_wopen(h, (const void *)w, 8);
             atomic_store_explicit(w, r->obj, memory_order_relaxed);
             nvh_wclose(h, (const void *)w, 8);
@@ -799,12 +799,12 @@ nvh_rec_apply_slot(nvh_heap *h, nvh_arena *a, const struct nvh_rec *r, struct nv
             atomic_store_explicit(w, links[i].value, memory_order_relaxed);
             nvh_wclose(h, (const void *)w, 8);
         }
-        nvh_log_dirty_(h, a, (const void *)w);
+        nvh_redo_dirty_(h, a, (const void *)w);
     }
 }
 
-int nvh_log_recover(nvh_heap *h);
-uint64_t *nvh_log_pending_blocks(nvh_heap *h, size_t *n_out);
+int nvh_redo_recover(nvh_heap *h);
+uint64_t *nvh_redo_pending_blocks(nvh_heap *h, size_t *n_out);
 
 /* arena.c */
 void nvh_arena_init(nvh_heap *h, nvh_arena *a, unsigned index);

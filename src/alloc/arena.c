@@ -1,6 +1,6 @@
 /* arena.c — the allocation paths: reserve (DRAM only; small sizes from a
  * per-thread reservation cache, lock-free), cancel, activate and free (one
- * redo record + one fence, log.c), the convenience nvh_alloc, and the
+ * redo record + one fence, redo.c), the convenience nvh_alloc, and the
  * per-arena DRAM structures behind them: bins of non-full runs with a
  * rotating slot cursor, free-block extents, and the wear-aware
  * don't-allocate FIFO that freed space passes through before reuse. */
@@ -303,7 +303,7 @@ static size_t fifo_drain(nvh_heap *h, nvh_arena *a, bool force, bool may_retire)
     uint64_t now = delay && !force ? nvh_now_ns() : UINT64_MAX;
     /* read before the rings: a retire after this read changes the epoch */
     uint64_t epoch = atomic_load_explicit(&h->retire_epoch, memory_order_acquire);
-    uint64_t retired = nvh_log_retired_before(h);
+    uint64_t retired = nvh_redo_retired_before(h);
     a->fifo_blocked = 0;
     size_t released = 0;
     while (a->fifo_len) {
@@ -316,8 +316,8 @@ static size_t fifo_drain(nvh_heap *h, nvh_arena *a, bool force, bool may_retire)
                 break;
             }
             if (atomic_load_explicit(&a->unretired_min, memory_order_relaxed) <= e->seq)
-                nvh_log_retire(h, a);
-            retired = nvh_log_retired_before(h);
+                nvh_redo_retire(h, a);
+            retired = nvh_redo_retired_before(h);
             if (e->seq >= retired) break;
         }
         /* released in place: releasing never touches the FIFO */
@@ -346,7 +346,7 @@ static int refill(nvh_heap *h, nvh_arena *a)
         if (rc == NVH_OK) return NVH_OK;
         if (rc != NVH_E_BUSY) break;
         nvh_alock_unlock(&a->lock);
-        nvh_log_retire_all(h);
+        nvh_redo_retire_all(h);
         if (tries >= 2) sched_yield();
         nvh_alock_lock(&a->lock);
         /* another thread may have freed or scanned space for us meanwhile */
@@ -360,7 +360,7 @@ static int refill(nvh_heap *h, nvh_arena *a)
     if (fifo_drain(h, a, true, true)) return NVH_OK;
     if (a->fifo_len) {
         nvh_alock_unlock(&a->lock);
-        nvh_log_retire_all(h);
+        nvh_redo_retire_all(h);
         nvh_alock_lock(&a->lock);
         if (fifo_drain(h, a, true, true)) return NVH_OK;
     }
@@ -670,7 +670,7 @@ static int span_merge(nvh_heap *h, nvh_arena *a, uint64_t b, uint64_t n, bool hu
     rec.kind_links = NVH_REC_FREE;
     rec.cls_flags = (uint8_t)(NVH_RECF_MERGE |
                               ((huge ? NVH_RK_HUGE : NVH_RK_LARGE) << NVH_RECF_KIND_SHIFT));
-    nvh_log_append1(h, a, &rec, NULL, 0);
+    nvh_redo_append1(h, a, &rec, NULL, 0);
     nvh_rec_apply_state(h, &rec, NULL, a, false);
     /* durable before the caller can write over the old headers: a crashed
      * pool then reads consistently even before recovery (nvheap check of a
@@ -706,7 +706,7 @@ static int reserve_huge(nvh_heap *h, nvh_arena *a, size_t size, uint64_t *off)
         if (rc == NVH_OK) continue;
         if (rc == NVH_E_BUSY) {
             nvh_alock_unlock(&a->lock);
-            nvh_log_retire_all(h);
+            nvh_redo_retire_all(h);
             if (tries >= 2) sched_yield();
             nvh_alock_lock(&a->lock);
             continue;
@@ -717,7 +717,7 @@ static int reserve_huge(nvh_heap *h, nvh_arena *a, size_t size, uint64_t *off)
         if (fifo_drain(h, a, true, true)) continue;
         if (a->fifo_len) {
             nvh_alock_unlock(&a->lock);
-            nvh_log_retire_all(h);
+            nvh_redo_retire_all(h);
             nvh_alock_lock(&a->lock);
             if (fifo_drain(h, a, true, true)) continue;
         }
@@ -931,7 +931,7 @@ activate_off(nvh_heap *h, uint64_t off, const struct nvh_link_entry *links, unsi
     if (named_slot >= 0) rec.link[0].addr = (uint64_t)named_slot;
 
     nvh_alock_lock(&a->lock);
-    nvh_log_preflush(h, a);
+    nvh_redo_preflush(h, a);
     int rc = NVH_OK;
     bool heap_locked = false;
     nvh_run *run = run_lookup(h, b);
@@ -973,14 +973,14 @@ activate_off(nvh_heap *h, uint64_t off, const struct nvh_link_entry *links, unsi
     }
     struct nvh_link_entry named_links[6];
     if (named_slot >= 0) {
-        /* the record's second line carries the name (see log.c) */
+        /* the record's second line carries the name (see redo.c) */
         memset(named_links, 0, sizeof named_links);
         named_links[0].addr = (uint64_t)named_slot;
         memcpy(&named_links[2], nvh_named_pending_name(h, off), 56);
         links = named_links;
         nlinks = 6;
     }
-    nvh_log_append1(h, a, &rec, links, nlinks);
+    nvh_redo_append1(h, a, &rec, links, nlinks);
     if (run && !rv && !(rec.cls_flags & NVH_RECF_NEWRUN) && named_slot < 0) {
         /* the common case: a slot of a run already on the media */
         nvh_rec_apply_slot(h, a, &rec, nvh_rhdr_at(h, b), run, slot, links, nlinks, true);
@@ -1081,7 +1081,7 @@ free_off(nvh_heap *h, uint64_t off, const struct nvh_link_entry *links, unsigned
         if (atomic_load_explicit(&h->owner[c], memory_order_acquire) == (int16_t)a->index) break;
         nvh_alock_unlock(&a->lock);
     }
-    nvh_log_preflush(h, a);
+    nvh_redo_preflush(h, a);
     int rc = NVH_OK;
     struct nvh_rhdr *hd = nvh_rhdr_at(h, b);
     nvh_chunk *ch = &h->chunks[c];
@@ -1142,7 +1142,7 @@ free_off(nvh_heap *h, uint64_t off, const struct nvh_link_entry *links, unsigned
             goto out;
         }
         /* the run's DRAM view when it has one: its media bitmap is only
-         * brought up to date at the ring's retire (log.c, wear) */
+         * brought up to date at the ring's retire (redo.c, wear) */
         nvh_run *drun = scanned ? run : NULL;
         uint64_t bits = drun ? drun->pbits
                              : atomic_load_explicit(&hd->bitmap, memory_order_relaxed);
@@ -1175,7 +1175,7 @@ free_off(nvh_heap *h, uint64_t off, const struct nvh_link_entry *links, unsigned
                       "offset %llu is not an allocated object", (unsigned long long)off);
         goto out;
     }
-    uint64_t seq = nvh_log_append1(h, a, &rec, links, nlinks);
+    uint64_t seq = nvh_redo_append1(h, a, &rec, links, nlinks);
     unsigned rk = rec.cls_flags >> NVH_RECF_KIND_SHIFT;
     if (rk == NVH_RK_RUN && run && named_slot < 0) {
         /* the common case, with the run and slot found above */
@@ -1356,7 +1356,7 @@ int nvh_heap_sync(nvh_pool *pool)
 {
     nvh_heap *h = heap_of(pool, true);
     if (!h) return nvh_errcode();
-    nvh_log_retire_all(h);
+    nvh_redo_retire_all(h);
     return NVH_OK;
 }
 

@@ -197,10 +197,10 @@ int nvh_heap_check(nvh_pool *pool, nvh_check_fn fn, void *arg, int repair, uint6
     if (!h) return NVH_OK;
     if (repair) {
         if (pool->readonly) return nvh_fail(NVH_E_READONLY, "cannot repair a read-only pool");
-        nvh_log_retire_all(h);
+        nvh_redo_retire_all(h);
     }
     check_ctx c = {fn, arg, repair, 0, 0, NULL, 0, NULL, 0, 0};
-    if (pool->readonly) c.pending = nvh_log_pending_blocks(h, &c.npending);
+    if (pool->readonly) c.pending = nvh_redo_pending_blocks(h, &c.npending);
     walk_cb cb = {check_region, &c};
     pthread_mutex_lock(&h->lock);
     walk_heap(h, &cb);
@@ -275,8 +275,8 @@ int nvh_heap_stats_get(nvh_pool *pool, nvh_heap_stats *s)
     memset(s, 0, sizeof *s);
     nvh_heap *h = pool->heap;
     if (!h) return NVH_OK;
-    /* run bitmaps on the media lag until their ring retires (log.c) */
-    if (!pool->readonly) nvh_log_retire_all(h);
+    /* run bitmaps on the media lag until their ring retires (redo.c) */
+    if (!pool->readonly) nvh_redo_retire_all(h);
     stats_ctx sc = {s, UINT64_MAX, 0};
     walk_cb cb = {stats_region, &sc};
     pthread_mutex_lock(&h->lock);
@@ -332,8 +332,8 @@ int nvh_heap_foreach(nvh_pool *pool, nvh_object_fn fn, void *arg)
 {
     if (!pool || !fn) return nvh_fail(NVH_E_INVAL, "nvh_heap_foreach: NULL argument");
     if (!pool->heap) return NVH_OK;
-    /* run bitmaps on the media lag until their ring retires (log.c) */
-    if (!pool->readonly) nvh_log_retire_all(pool->heap);
+    /* run bitmaps on the media lag until their ring retires (redo.c) */
+    if (!pool->readonly) nvh_redo_retire_all(pool->heap);
     iter_ctx c = {fn, arg, 0};
     walk_cb cb = {iter_region, &c};
     walk_heap(pool->heap, &cb);

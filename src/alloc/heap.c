@@ -288,7 +288,7 @@ static int heap_open_locked(nvh_pool *pool, bool create)
     atomic_init(&h->fifo_max_bytes, env_u64("NVHEAP_FIFO_MAX_BYTES", (uint64_t)64 << 20));
     h->hwm = hwm0 < h->max_chunks ? hwm0 : h->max_chunks;
     if (!pool->readonly) {
-        rc = nvh_log_recover(h);
+        rc = nvh_redo_recover(h);
         if (rc != NVH_OK) {
             heap_free(h);
             return rc;
@@ -329,7 +329,7 @@ void nvh_heap_quiesce_(nvh_pool *pool)
 {
     nvh_heap *h = pool->heap;
     if (!h || pool->readonly) return;
-    nvh_log_retire_all(h);
+    nvh_redo_retire_all(h);
     uint64_t n = h->hwm < NVH_FULLMAP_CHUNKS ? h->hwm : NVH_FULLMAP_CHUNKS;
     /* chunks with free space in some arena's lists, in one pass over them
      * (the pool is closing: no other thread allocates) */
@@ -747,7 +747,7 @@ void nvh_prefault(nvh_heap *h, uint64_t block, uint64_t nblocks)
 /* Give arena `a` a chunk: next unscanned chunk that is an arena chunk, else
  * the first chunk of a free huge extent, else a fresh chunk. Caller holds
  * a->lock. Returns NVH_E_BUSY if the rings must be retired first (the caller
- * drops its lock, calls nvh_log_retire_all and retries). */
+ * drops its lock, calls nvh_redo_retire_all and retries). */
 int nvh_chunk_claim(nvh_heap *h, nvh_arena *a, bool scan_only)
 {
     pthread_mutex_lock(&h->lock);
@@ -801,11 +801,11 @@ int nvh_chunk_claim(nvh_heap *h, nvh_arena *a, bool scan_only)
          * they are all in the owner's ring, which we can retire right here */
         uint64_t fs = atomic_load_explicit(&h->chunks[sc].unscanned_free_seq,
                                            memory_order_relaxed);
-        if (fs && fs >= nvh_log_retired_before(h)) {
+        if (fs && fs >= nvh_redo_retired_before(h)) {
             nvh_arena *o = other ? other : a;
             if (atomic_load_explicit(&o->unretired_min, memory_order_relaxed) <= fs)
-                nvh_log_retire(h, o);
-            if (fs >= nvh_log_retired_before(h)) {
+                nvh_redo_retire(h, o);
+            if (fs >= nvh_redo_retired_before(h)) {
                 if (other) nvh_alock_unlock(&other->lock);
                 pthread_mutex_unlock(&h->lock);
                 return NVH_E_BUSY;
@@ -942,7 +942,7 @@ void nvh_fullmap_clear(nvh_heap *h, nvh_arena *a, uint64_t chunk, bool replay)
         nvh_flush(h->pool, (const void *)w, 8);
         return;
     }
-    nvh_log_dirty(h, a, (const void *)w);
+    nvh_redo_dirty(h, a, (const void *)w);
     atomic_store_explicit(&h->chunks[chunk].full_mark, false, memory_order_release);
     if (was && !__atomic_load_n(&h->chunks[chunk].scanned, __ATOMIC_ACQUIRE)) {
         pthread_mutex_lock(&h->lock);

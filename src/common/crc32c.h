@@ -16,7 +16,7 @@
 #include <stdint.h>
 #include <string.h>
 
-uint32_t nvh_crc32c(uint32_t crc, const void *data, size_t len);
+#include "nvheap.h"   /* nvh_crc32c, the reference implementation */
 
 extern _Atomic int nvh_crc32c_hw_;   /* -1 not yet known, 0 table, 1 SSE4.2 */
 int nvh_crc32c_hw_detect_(void);     /* sets and returns nvh_crc32c_hw_      */

@@ -9,8 +9,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define NVH_ERRMSG_MAX 512
-
 /* The message buffer is allocated on a thread's first failure, not kept in
  * TLS: the library has initial-exec TLS (the persistence stripes and the
  * protection handler's state must be reachable without __tls_get_addr), and
@@ -104,4 +102,27 @@ int nvh_fail_errno(int code, int errno_value, const char *fmt, ...)
     fail_v(code, errno_value, fmt, ap);
     va_end(ap);
     return code;
+}
+
+int nvh_fail_context(int code, const char *fmt, ...)
+{
+    char ctx[NVH_ERRMSG_MAX];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(ctx, sizeof ctx, fmt, ap);
+    va_end(ap);
+    nvh_err_saved s;
+    nvh_err_save(&s);
+    return nvh_fail(code, "%s: %s", ctx, s.msg);
+}
+
+void nvh_err_save(nvh_err_saved *s)
+{
+    s->code = nvh_errcode();
+    snprintf(s->msg, sizeof s->msg, "%s", nvh_errormsg());
+}
+
+int nvh_err_restore(const nvh_err_saved *s)
+{
+    return nvh_fail(s->code, "%s", s->msg);
 }

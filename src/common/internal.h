@@ -61,6 +61,25 @@ static inline uint64_t nvh_ns_to_ticks(uint64_t ns)
 }
 
 /* --------------------------------------------------------------------------
+ * Deterministic randomness and hashing: splitmix64 (Steele, Lea, Flood,
+ * "Fast splittable pseudorandom number generators", 2014). nvh_mix64 is its
+ * finaliser, a bijection whose every output bit depends on every input bit;
+ * the crash simulator's images are a pure function of their seed through it,
+ * so it must stay the same everywhere (a reported seed must rebuild its image).
+ * -------------------------------------------------------------------------- */
+static inline uint64_t nvh_mix64(uint64_t z)
+{
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+static inline uint64_t nvh_splitmix64(uint64_t *state)
+{
+    return nvh_mix64(*state += 0x9E3779B97F4A7C15ull);
+}
+
+/* --------------------------------------------------------------------------
  * Errors (src/common/error.c)
  * -------------------------------------------------------------------------- */
 /* Record code + formatted message for this thread; returns code so callers
@@ -69,12 +88,27 @@ int nvh_fail(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)
 /* Same, appending ": strerror(errno_value)". */
 int nvh_fail_errno(int code, int errno_value, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+/* Re-raise the current failure with context: the message becomes
+ * "<formatted fmt>: <current message>" and the code `code`. The one safe way
+ * to quote nvh_errormsg() in a new failure (nvh_fail writes the buffer that
+ * nvh_errormsg() returns, so passing it as an argument would overlap). */
+int nvh_fail_context(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* A failure kept across cleanup that may fail on its own and overwrite it:
+ * nvh_err_save before the cleanup, nvh_err_restore after (returns the code). */
+#define NVH_ERRMSG_MAX 512
+typedef struct nvh_err_saved {
+    int code;
+    char msg[NVH_ERRMSG_MAX];
+} nvh_err_saved;
+void nvh_err_save(nvh_err_saved *s);
+int nvh_err_restore(const nvh_err_saved *s);
 
 /* --------------------------------------------------------------------------
  * CRC32C (src/common/crc32c.c): SSE4.2 instruction when the CPU has it,
- * table-driven otherwise. Castagnoli polynomial, as in iSCSI/ext4.
+ * table-driven otherwise. Castagnoli polynomial, as in iSCSI/ext4. Declared
+ * in nvheap.h (public: offline tools check checksums with it).
  * -------------------------------------------------------------------------- */
-uint32_t nvh_crc32c(uint32_t crc, const void *data, size_t len);
 
 /* --------------------------------------------------------------------------
  * Persistence (src/persist)

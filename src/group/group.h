@@ -1,11 +1,11 @@
 /* group.h — internals of the persist-group layer, shared by its files:
  *
- *   context.c   create/destroy a context, options, stats, accessors
- *   queue.c     begin/add/end, the ring of waiting groups, running actions in
- *               order, the ring-full fallback, poll and sync
- *   batch.c     the REAL model's fence policy (by count and by age)
- *   simcache.c  the simulated cache behind SIM_CACHE / SIM_LOWER: which lines
- *               are dirty, tagged with which group, and their eviction
+ *   context.c      create/destroy a context, options, stats, accessors
+ *   action_ring.c  begin/add/end, the ring of waiting groups, running actions in
+ *                  order, the ring-full fallback, poll and sync
+ *   batch.c        the REAL model's fence policy (by count and by age)
+ *   simcache.c     the simulated cache behind SIM_CACHE / SIM_LOWER: which lines
+ *                  are dirty, tagged with which group, and their eviction
  *
  * Design and the reasons behind it: docs/GROUP.md.
  */
@@ -160,7 +160,7 @@ void group_cache_writeback_all(nvh_group_ctx *ctx);
 typedef enum batch_reason { BATCH_NONE = 0, BATCH_COUNT, BATCH_TIME } batch_reason;
 batch_reason group_batch_due(nvh_group_ctx *ctx, bool just_ended);
 
-/* queue.c */
+/* action_ring.c */
 /* Run every ready action at the head of the ring, in order. */
 unsigned group_run_ready(nvh_group_ctx *ctx);
 /* The same, skipped inline when nothing can be ready: in REAL only a fence

@@ -35,21 +35,9 @@
 /* --------------------------------------------------------------------------
  * Hashing and randomness
  * -------------------------------------------------------------------------- */
-static inline uint64_t mix64(uint64_t z)
-{
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-
-static inline uint64_t splitmix64(uint64_t *state)
-{
-    return mix64(*state += 0x9E3779B97F4A7C15ull);
-}
-
 static inline uint32_t home_slot(const sim_cache *c, uintptr_t line)
 {
-    return (uint32_t)mix64((uint64_t)line) & c->table_mask;
+    return (uint32_t)nvh_mix64((uint64_t)line) & c->table_mask;
 }
 
 /* --------------------------------------------------------------------------
@@ -172,7 +160,7 @@ static void evict_one(nvh_group_ctx *ctx)
     sim_cache *c = &ctx->cache;
     uint32_t victim = c->policy == NVH_GROUP_EVICT_LRU
                           ? c->lru
-                          : (uint32_t)(splitmix64(&c->rng) % c->count);
+                          : (uint32_t)(nvh_splitmix64(&c->rng) % c->count);
     write_back(ctx, victim);
     ctx->stats.evictions++;
 }

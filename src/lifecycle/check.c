@@ -12,9 +12,9 @@ int nvh_heap_check_path(const char *path, nvh_check_fn fn, void *arg, int repair
     nvh_pool *pool = nvh_pool_open(path, NULL, repair ? 0 : NVH_OPEN_READONLY);
     if (!pool) return nvh_errcode();
     int rc = nvh_heap_check(pool, fn, arg, repair, corrupt_out);
-    char msg[512];
-    snprintf(msg, sizeof msg, "%s", nvh_errormsg());
+    nvh_err_saved err;
+    nvh_err_save(&err);
     nvh_pool_close(pool);
-    if (rc != NVH_OK) nvh_fail(rc, "%s", msg);
+    if (rc != NVH_OK) nvh_fail(rc, "%s", err.msg);
     return rc;
 }

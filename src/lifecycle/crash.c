@@ -98,26 +98,14 @@ typedef struct explore {
 } explore;
 
 /* --------------------------------------------------------------------------
- * Deterministic randomness (splitmix64, as in sim.c)
+ * Deterministic randomness (nvh_splitmix64, common/internal.h)
  * -------------------------------------------------------------------------- */
-static inline uint64_t mix64(uint64_t z)
-{
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-
-static inline uint64_t splitmix64(uint64_t *state)
-{
-    return mix64(*state += 0x9E3779B97F4A7C15ull);
-}
-
 /* The seed of image `image` at fence `fence`: a pure function of the three,
  * so any reported failure can be rebuilt with nvh_sim_write_image(seed). */
 static inline uint64_t image_seed(uint64_t base, uint64_t fence, unsigned image)
 {
-    uint64_t s = mix64(base + 0x9E3779B97F4A7C15ull * (fence + 1));
-    return mix64(s ^ (0xD1B54A32D192ED03ull * ((uint64_t)image + 1)));
+    uint64_t s = nvh_mix64(base + 0x9E3779B97F4A7C15ull * (fence + 1));
+    return nvh_mix64(s ^ (0xD1B54A32D192ED03ull * ((uint64_t)image + 1)));
 }
 
 /* Knuth's selection sampling (TAOCP vol. 2, 3.4.2, Algorithm S): one pass
@@ -129,7 +117,7 @@ static uint64_t *choose_points(uint64_t n, uint64_t total, uint64_t seed)
     if (!out) return NULL;
     uint64_t rng = seed, m = 0;
     for (uint64_t t = 0; t < total && m < n; t++) {
-        double u = (double)(splitmix64(&rng) >> 11) * 0x1.0p-53;   /* [0, 1) */
+        double u = (double)(nvh_splitmix64(&rng) >> 11) * 0x1.0p-53;   /* [0, 1) */
         if ((double)(total - t) * u < (double)(n - m)) out[m++] = t;
     }
     return out;
@@ -470,12 +458,12 @@ static int run_workload(explore *ex, bool crash, uint64_t *fences_out)
     if (rc != NVH_OK) return rc;
     nvh_pool *pool = nvh_pool_open(ex->copy_path, cfg->layout, NVH_DOMAIN_SIM);
     if (!pool) {
-        int code = nvh_errcode();
-        char msg[ERRMSG_MAX];
-        snprintf(msg, sizeof msg, "%s", nvh_errormsg());
+        nvh_err_saved err;
+        nvh_err_save(&err);
         unlink(ex->copy_path);
-        return nvh_fail(code, "nvh_crash_explore: cannot open a sim-domain copy of %s: %s",
-                        cfg->pool_path, msg);
+        nvh_err_restore(&err);
+        return nvh_fail_context(err.code, "nvh_crash_explore: cannot open a sim-domain copy of %s",
+                                cfg->pool_path);
     }
     /* open itself fenced (the epoch update): the workload's fences count from here */
     ex->base_fence = nvh_sim_fence_count(pool);
@@ -559,7 +547,7 @@ int nvh_crash_explore(const nvh_crash_config *config, nvh_crash_report *report)
         rc = run_workload(&ex, false, &fences);
         ex.counted = fences;
         if (rc == NVH_OK && config->budget < fences + 1) {
-            chosen = choose_points(config->budget, fences + 1, mix64(ex.seed ^ 0x5A4D504C45ull));
+            chosen = choose_points(config->budget, fences + 1, nvh_mix64(ex.seed ^ 0x5A4D504C45ull));
             if (!chosen)
                 rc = nvh_fail(NVH_E_NOMEM, "nvh_crash_explore: out of memory for %llu "
                               "crash points", (unsigned long long)config->budget);

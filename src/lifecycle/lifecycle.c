@@ -55,12 +55,11 @@ nvh_pool *nvh_pool_create_ex(const char *path, const char *layout, uint64_t size
     if (!pool) return NULL;
     if (open_layers(pool) != NVH_OK) {
         /* keep the layer's error across the teardown, which may overwrite it */
-        int code = nvh_errcode();
-        char msg[512];
-        snprintf(msg, sizeof msg, "%s", nvh_errormsg());
+        nvh_err_saved err;
+        nvh_err_save(&err);
         release(pool);
         unlink(path);                    /* a create that fails leaves no file */
-        nvh_fail(code, "%s", msg);
+        nvh_err_restore(&err);
         return NULL;
     }
     return pool;
@@ -76,11 +75,10 @@ nvh_pool *nvh_pool_open(const char *path, const char *layout, unsigned flags)
     nvh_pool *pool = nvh_pool_file_open_(path, layout, flags);
     if (!pool) return NULL;
     if (open_layers(pool) != NVH_OK) {
-        int code = nvh_errcode();
-        char msg[512];
-        snprintf(msg, sizeof msg, "%s", nvh_errormsg());
+        nvh_err_saved err;
+        nvh_err_save(&err);
         release(pool);
-        nvh_fail(code, "%s", msg);
+        nvh_err_restore(&err);
         return NULL;
     }
     return pool;

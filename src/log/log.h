@@ -199,7 +199,7 @@ typedef struct nvh_recref {
     struct nvh_txrec *rec;      /* the record line in the pool                   */
     char *data;                 /* RANGE: old copy (new copy follows, 8-aligned) */
     struct nvh_txrec sh;        /* DRAM shadow: the hot path never reads a line
-                                   back after writing it (see nvh_log_line_)    */
+                                   back after writing it (see nvh_txlog_line_)    */
 } nvh_recref;
 
 /* Write windows (stray-write protection, docs/PROTECT.md) a transaction
@@ -398,7 +398,7 @@ int nvh_txlog_recover(nvh_txlog *lg);
  * evicted (on CPUs whose CLWB invalidates, re-writing a flushed line costs a
  * memory read) and no flush; the next nvh_drain (SFENCE) makes them durable.
  * Elsewhere: a copy and nvh_flush. Counted as one flushed line either way. */
-static inline void nvh_log_line_(nvh_pool *pool, void *dst, const void *src)
+static inline void nvh_txlog_line_(nvh_pool *pool, void *dst, const void *src)
 {
     NVH_ASSERT(((uintptr_t)dst & (NVH_CACHELINE - 1)) == 0);
 #if defined(__x86_64__)

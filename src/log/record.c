@@ -108,7 +108,7 @@ static int first_record(nvh_txlog *lg, nvh_lane *lane)
     if (rc != NVH_OK) return rc;
     atomic_store_explicit(&lane->sh.state, NVH_LS_MAKE(lane->tid, lane->slot, NVH_LS_ACTIVE),
                           memory_order_relaxed);
-    nvh_log_line_(lg->pool, lane->hdr, &lane->sh);
+    nvh_txlog_line_(lg->pool, lane->hdr, &lane->sh);
     lane->active_written = true;
     return NVH_OK;
 }
@@ -283,7 +283,7 @@ int nvh_txlog_word(nvh_txlog *lg, nvh_lane *lane, uint64_t off, unsigned len)
     else memcpy(&old, place, len);
     r->old_word = old;
     r->crc = nvh_txrec_crc(r, NULL);
-    nvh_log_line_(lg->pool, ref->rec, r);
+    nvh_txlog_line_(lg->pool, ref->rec, r);
     lane->unfenced = true;
     lane->bytes_logged += sizeof *r;
     return NVH_OK;
@@ -302,7 +302,7 @@ int nvh_txlog_range(nvh_txlog *lg, nvh_lane *lane, uint64_t off, uint64_t len, c
     /* old copy now; the new copy's space follows it and is filled at commit */
     nvh_memcpy_nodrain(lg->pool, data, old_src, len);
     r->crc = nvh_txrec_crc(r, old_src);
-    nvh_log_line_(lg->pool, ref->rec, r);
+    nvh_txlog_line_(lg->pool, ref->rec, r);
     lane->unfenced = true;
     lane->bytes_logged += sizeof *r + len;
     return NVH_OK;
@@ -317,7 +317,7 @@ int nvh_txlog_intent(nvh_txlog *lg, nvh_lane *lane, unsigned kind, uint64_t obj,
     struct nvh_txrec *r = &ref->sh;
     r->link = kind == NVH_LR_FREE ? obj : 0;
     r->crc = nvh_txrec_crc(r, NULL);
-    nvh_log_line_(lg->pool, ref->rec, r);
+    nvh_txlog_line_(lg->pool, ref->rec, r);
     lane->unfenced = true;
     lane->bytes_logged += sizeof *r;
     if (out) *out = lane->recs[lane->nrecs - 1];
@@ -517,7 +517,7 @@ int nvh_txlog_commit(nvh_txlog *lg, nvh_lane *lane, uint64_t cseq, uint64_t ver)
             if (r->len == 8) memcpy(&nw, place, 8);
             else memcpy(&nw, place, r->len);
             r->new_word = nw;
-            nvh_log_line_(pool, lane->recs[i].rec, r);
+            nvh_txlog_line_(pool, lane->recs[i].rec, r);
             nvh_flush(pool, place, r->len);
             c = nvh_txlog_crc(c, &nw, sizeof nw);
             lane->bytes_logged += 8;
@@ -534,7 +534,7 @@ int nvh_txlog_commit(nvh_txlog *lg, nvh_lane *lane, uint64_t cseq, uint64_t ver)
     h->commit_crc = c;
     atomic_store_explicit(&h->state, NVH_LS_MAKE(lane->tid, lane->slot, NVH_LS_COMMITTED),
                           memory_order_relaxed);
-    nvh_log_line_(pool, lane->hdr, h);
+    nvh_txlog_line_(pool, lane->hdr, h);
     lane->bytes_logged += 64;
     nvh_txlog_fence(lg, lane, 0);      /* FENCE 2: the transaction is durable */
     atomic_store_explicit(&lane->last_cseq, ver, memory_order_relaxed);
@@ -662,7 +662,7 @@ int nvh_txlog_redo_commit(nvh_txlog *lg, nvh_lane *lane, const uint64_t *offs,
             line.w[j][1] = vals[first + j];
         }
         line.crc = nvh_redo_line_crc(&line);
-        nvh_log_line_(pool, &dst[l], &line);
+        nvh_txlog_line_(pool, &dst[l], &line);
     }
     lane->bytes_logged += nlines * sizeof *dst;
     nvh_drain(pool);              /* THE fence: committed */

@@ -117,12 +117,7 @@ int nvh_domain_resolve(unsigned flags, nvh_domain detected, nvh_domain *out)
         const char *env = getenv("NVHEAP_DOMAIN");
         if (env && *env) {
             int rc = nvh_domain_parse(env, &d);
-            if (rc) {
-                /* copy first: nvh_errormsg() is the buffer nvh_fail writes */
-                char msg[256];
-                snprintf(msg, sizeof msg, "%s", nvh_errormsg());
-                return nvh_fail(rc, "NVHEAP_DOMAIN: %s", msg);
-            }
+            if (rc) return nvh_fail_context(rc, "NVHEAP_DOMAIN");
         }
     }
     if (d == NVH_DOMAIN_AUTO) d = detected;

@@ -35,17 +35,6 @@ struct nvh_sim {
 };
 
 /* --------------------------------------------------------------------------
- * Deterministic randomness: splitmix64, seeded from (seed, fence).
- * -------------------------------------------------------------------------- */
-static inline uint64_t splitmix64(uint64_t *state)
-{
-    uint64_t z = (*state += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-
-/* --------------------------------------------------------------------------
  * Attach / grow / detach
  * -------------------------------------------------------------------------- */
 int nvh_sim_attach(nvh_pool *pool)
@@ -166,7 +155,7 @@ void nvh_sim_set_fence_hook(nvh_pool *pool, nvh_sim_fence_hook hook, void *arg)
  * independently old or new (adversarial mode). */
 static void mix_words(unsigned char *image, const unsigned char *fresh, uint64_t *rng)
 {
-    uint64_t bits = splitmix64(rng);
+    uint64_t bits = nvh_splitmix64(rng);
     for (unsigned w = 0; w < NVH_CACHELINE / 8; w++)
         if (bits & (1ull << w)) memcpy(image + 8 * w, fresh + 8 * w, 8);
 }
@@ -205,12 +194,12 @@ static uint64_t build_image(nvh_pool *pool, unsigned char *image, uint64_t size,
         const sim_line *rec = &sim->pending[i];
         if (memcmp(image + rec->offset, rec->data, NVH_CACHELINE) == 0) continue;
         if (mode == NVH_CRASH_WORDS) mix_words(image + rec->offset, rec->data, &rng);
-        else if (splitmix64(&rng) & 1) memcpy(image + rec->offset, rec->data, NVH_CACHELINE);
+        else if (nvh_splitmix64(&rng) & 1) memcpy(image + rec->offset, rec->data, NVH_CACHELINE);
     }
     for (uint64_t off = 0; off < size; off += NVH_CACHELINE) {
         if (memcmp(image + off, work + off, NVH_CACHELINE) == 0) continue;
         if (mode == NVH_CRASH_WORDS) mix_words(image + off, work + off, &rng);
-        else if (splitmix64(&rng) & 1) memcpy(image + off, work + off, NVH_CACHELINE);
+        else if (nvh_splitmix64(&rng) & 1) memcpy(image + off, work + off, NVH_CACHELINE);
     }
     return lines_in_flight(sim, work, size);
 }

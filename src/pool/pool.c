@@ -118,10 +118,7 @@ static int open_errno_code(int e)
  * errors raised by layers that do not know the path (domain resolution). */
 static int fail_naming_file(const char *what, const char *path)
 {
-    int code = nvh_errcode();
-    char msg[512];
-    snprintf(msg, sizeof msg, "%s", nvh_errormsg());   /* nvh_fail rewrites it */
-    return nvh_fail(code, "%s %s: %s", what, path, msg);
+    return nvh_fail_context(nvh_errcode(), "%s %s", what, path);
 }
 
 static int read_full(int fd, void *buf, size_t len, off_t off)
@@ -564,21 +561,19 @@ nvh_pool *nvh_pool_file_create_(const char *path, const char *layout, uint64_t s
     }
     nvh_pool *pool = pool_attach(fd, path, flags, &sb, 1, max_size);
     if (!pool) {
-        int code = nvh_errcode();
-        char msg[512];
-        snprintf(msg, sizeof msg, "%s", nvh_errormsg());
+        nvh_err_saved err;
+        nvh_err_save(&err);
         unlink(path);
-        nvh_fail(code, "%s", msg);
+        nvh_err_restore(&err);
     }
     return pool;
 fail:
     {
-        int code = nvh_errcode();
-        char msg[512];
-        snprintf(msg, sizeof msg, "%s", nvh_errormsg());
+        nvh_err_saved err;
+        nvh_err_save(&err);
         close(fd);
         unlink(path);
-        nvh_fail(code, "%s", msg);
+        nvh_err_restore(&err);
     }
     return NULL;
 }

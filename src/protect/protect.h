@@ -354,7 +354,7 @@ enum { PR_KIND_UNPROTECT = 0, PR_KIND_PROTECT = 1, PR_KIND_SWEEP = 2 };
 #define PR_TC_BATCH 16u              /* units one shared add takes for a cache */
 
 /* --------------------------------------------------------------------------
- * The request queue (queue.c): bounded lock-free multi-producer ring
+ * The request queue (request_queue.c): bounded lock-free multi-producer ring
  * (Vyukov's per-cell sequence numbers), drained by one applier at a time.
  * -------------------------------------------------------------------------- */
 typedef struct pr_request {

@@ -374,10 +374,10 @@ int nvh_tx_run(nvh_pool *pool, nvh_tx_fn fn, void *arg)
             conflicted = rc == NVH_E_ABORTED && tx->conflict;
         } else {
             conflicted = tx->conflict;
-            char msg[256];
-            snprintf(msg, sizeof msg, "%s", nvh_errormsg());
+            nvh_err_saved err;
+            nvh_err_save(&err);
             nvh_tx_abort(pool);
-            if (!conflicted) return nvh_fail(rc, "%s", msg);
+            if (!conflicted) return nvh_fail(rc, "%s", err.msg);
         }
         if (rc == NVH_OK || !conflicted) return rc;
         if (max && attempt + 1 >= max)

@@ -335,11 +335,11 @@ static nvh_tx *tx_working(nvh_pool *pool, const char *what, int *rc)
 int nvh_tx_failed_(nvh_tx *tx, int rc)
 {
     if (rc == NVH_E_INVAL) return rc;
-    int code = nvh_errcode();
-    char msg[256];
-    snprintf(msg, sizeof msg, "%s", nvh_errormsg());
+    nvh_err_saved err;
+    nvh_err_save(&err);
     nvh_tx_rollback_(tx);
-    return nvh_fail(code, "%s (transaction aborted)", msg);
+    nvh_err_restore(&err);
+    return nvh_fail_context(err.code, "transaction aborted");
 }
 
 int nvh_tx_add_ranges(nvh_pool *pool, const nvh_tx_range *ranges, unsigned n)
@@ -594,14 +594,13 @@ static int recover_in_window(nvh_txlog *lg)
     /* recovery's allocator calls may fail harmlessly (freeing an intent
      * that was never activated, or already freed by an earlier recovery):
      * a successful recovery leaves the thread's last error as it was */
-    int code = nvh_errcode();
-    char msg[512];
-    snprintf(msg, sizeof msg, "%s", nvh_errormsg());
+    nvh_err_saved err;
+    nvh_err_save(&err);
     nvh_protect_internal_begin(lg->pool);
     int rc = nvh_txlog_recover(lg);
     nvh_protect_internal_end(lg->pool);
-    if (rc == NVH_OK && (nvh_errcode() != code || strcmp(nvh_errormsg(), msg) != 0))
-        (void)nvh_fail(code, "%s", msg);
+    if (rc == NVH_OK && (nvh_errcode() != err.code || strcmp(nvh_errormsg(), err.msg) != 0))
+        (void)nvh_err_restore(&err);
     return rc;
 }
 
@@ -643,11 +642,11 @@ int nvh_tx_open_(nvh_pool *pool)
     for (unsigned i = 0; i < NVH_TX_LANES; i++) lg->lanes[i].clock = atomic_load(&lg->next_cseq);
     if (rc == NVH_OK) rc = nvh_txlog_register_(pool, lg);
     if (rc != NVH_OK) {
-        int code = nvh_errcode();
-        char msg[256];
-        snprintf(msg, sizeof msg, "%s", nvh_errormsg());
+        nvh_err_saved err;
+        nvh_err_save(&err);
         txlog_free(lg);
-        return nvh_fail(code, "transaction recovery failed: %s", msg);
+        nvh_err_restore(&err);
+        return nvh_fail_context(err.code, "transaction recovery failed");
     }
     return NVH_OK;
 }
@@ -656,7 +655,7 @@ int nvh_tx_open_(nvh_pool *pool)
 void nvh_tx_close_(nvh_pool *pool)
 {
     nvh_txlog *lg = NULL;
-    nvh_rc_forget_(pool);
+    nvh_refcount_forget_(pool);
     if (pool->readonly) return;
     lg = nvh_txlog_get(pool);
     if (!lg) return;

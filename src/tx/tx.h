@@ -3,12 +3,12 @@
  * transactions (NVTM, [Coburn09] §4.3), and the per-pool state.
  *
  * Files:
- *   tx.c      begin / add / commit / abort, nesting, pool open/close hooks
- *   txalloc.c transactional alloc / free (allocator intents)
- *   otm.c     object transactions: open-for-read / open-for-write, ownership
- *             records, commit-time validation, nvh_tx_run with retry policy
- *   plock.c   epoch-based persistent locks
- *   rc.c      reference-counted objects, restartable recursive destruction */
+ *   tx.c       begin / add / commit / abort, nesting, pool open/close hooks
+ *   txalloc.c  transactional alloc / free (allocator intents)
+ *   otm.c      object transactions: open-for-read / open-for-write, ownership
+ *              records, commit-time validation, nvh_tx_run with retry policy
+ *   plock.c    epoch-based persistent locks
+ *   refcount.c reference-counted objects, restartable recursive destruction */
 #ifndef NVH_TX_H
 #define NVH_TX_H
 
@@ -118,8 +118,8 @@ void nvh_tx_close_(nvh_pool *pool);
  * NVHEAP_TX_SKIP_RECOVERY=1, as the open would have. */
 int nvh_tx_recover_(nvh_pool *pool);
 
-/* rc.c */
-void nvh_rc_forget_(nvh_pool *pool);    /* pool close: drop its registrations */
+/* refcount.c */
+void nvh_refcount_forget_(nvh_pool *pool);    /* pool close: drop its registrations */
 
 /* txalloc.c */
 int nvh_tx_alloc_commit_(nvh_tx *tx);   /* activate before the commit point */

@@ -48,11 +48,11 @@ void *nvh_tx_alloc(nvh_pool *pool, size_t size)
     if (tx->status == NVH_TXS_ABORTED) { nvh_tx_fail_aborted_(tx, "nvh_tx_alloc"); return NULL; }
     char *p = nvh_reserve(pool, size);
     if (!p) {
-        int code = nvh_errcode();
-        char msg[256];
-        snprintf(msg, sizeof msg, "%s", nvh_errormsg());
+        nvh_err_saved err;
+        nvh_err_save(&err);
         nvh_tx_rollback_(tx);
-        nvh_fail(code, "nvh_tx_alloc: %s (transaction aborted)", msg);
+        nvh_err_restore(&err);
+        nvh_fail_context(err.code, "nvh_tx_alloc: transaction aborted");
         return NULL;
     }
     uint64_t usable = nvh_usable_size(pool, p);

@@ -129,7 +129,12 @@ static void nospace_aborts(void **state)
     void *big = nvh_alloc(pool, 64 * 1024, NULL, NULL, NULL);
     assert_non_null(big);
     begin_with_store();
-    expect_aborted(nvh_tx_add_range(pool, big, 64 * 1024), NVH_E_NOSPACE);
+    int rc = nvh_tx_add_range(pool, big, 64 * 1024);
+    /* the cause survives the rollback, with the abort as its context */
+    assert_int_equal(nvh_errcode(), NVH_E_NOSPACE);
+    assert_ptr_equal(strstr(nvh_errormsg(), "transaction aborted: "), nvh_errormsg());
+    assert_true(strlen(nvh_errormsg()) > strlen("transaction aborted: "));
+    expect_aborted(rc, NVH_E_NOSPACE);
     assert_int_equal(nvh_tx_config_set(pool, &c), NVH_OK);
 }
 

@@ -1,4 +1,4 @@
-/* log.c — the per-arena persistent redo rings that make activate and free
+/* redo.c — the per-arena persistent redo rings that make activate and free
  * failure-atomic with a single fence.
  *
  * Protocol (docs/ALLOC.md has the argument):
@@ -48,18 +48,18 @@ static bool obj_in_heap(nvh_heap *h, uint64_t obj)
  * batch. A direct-mapped table of lines already listed (cleared at retire):
  * O(1), where scanning back over the list cost ~45 instructions per call; a
  * collision only lets a duplicate in (flushed twice). The hit test is
- * inline (nvh_log_dirty_, alloc.h); the append is out of line. */
+ * inline (nvh_redo_dirty_, alloc.h); the append is out of line. */
 static inline void log_dirty(nvh_heap *h, nvh_arena *a, const void *addr)
 {
-    nvh_log_dirty_(h, a, addr);     /* alloc.h */
+    nvh_redo_dirty_(h, a, addr);     /* alloc.h */
 }
 
-void nvh_log_dirty(nvh_heap *h, nvh_arena *a, const void *addr)
+void nvh_redo_dirty(nvh_heap *h, nvh_arena *a, const void *addr)
 {
     log_dirty(h, a, addr);
 }
 
-void nvh_log_dirty_add_(nvh_heap *h, nvh_arena *a, uint64_t line, uint64_t *seen)
+void nvh_redo_dirty_add_(nvh_heap *h, nvh_arena *a, uint64_t line, uint64_t *seen)
 {
     if (a->ndirty == a->dirty_cap) {
         size_t cap = a->dirty_cap ? a->dirty_cap * 2 : 256;
@@ -117,7 +117,7 @@ static void bitmap_write_pending(nvh_heap *h, nvh_arena *a)
     a->nbm = 0;
 }
 
-void nvh_log_retire(nvh_heap *h, nvh_arena *a)
+void nvh_redo_retire(nvh_heap *h, nvh_arena *a)
 {
     nvh_pool *pool = h->pool;
     if (atomic_load_explicit(&a->unretired_min, memory_order_relaxed) == UINT64_MAX &&
@@ -144,18 +144,18 @@ void nvh_log_retire(nvh_heap *h, nvh_arena *a)
     atomic_fetch_add_explicit(&h->retire_epoch, 1, memory_order_release);
 }
 
-void nvh_log_retire_all(nvh_heap *h)
+void nvh_redo_retire_all(nvh_heap *h)
 {
     for (unsigned i = 0; i < NVH_RINGS; i++) {
         nvh_arena *a = &h->arenas[i];
         nvh_alock_lock(&a->lock);
-        nvh_log_retire(h, a);
+        nvh_redo_retire(h, a);
         nvh_alock_unlock(&a->lock);
     }
 }
 
 /* Every record with a smaller sequence number is retired in every ring. */
-uint64_t nvh_log_retired_before(nvh_heap *h)
+uint64_t nvh_redo_retired_before(nvh_heap *h)
 {
     uint64_t m = UINT64_MAX;
     for (unsigned i = 0; i < NVH_RINGS; i++) {
@@ -168,7 +168,7 @@ uint64_t nvh_log_retired_before(nvh_heap *h)
 /* ==========================================================================
  * Append: write, flush, fence. Caller holds a->lock. Returns the sequence.
  * ========================================================================== */
-uint64_t nvh_log_append(nvh_heap *h, nvh_arena *a, struct nvh_rec *head,
+uint64_t nvh_redo_append(nvh_heap *h, nvh_arena *a, struct nvh_rec *head,
                         const struct nvh_link_entry *links, unsigned nlinks)
 {
     nvh_pool *pool = h->pool;
@@ -179,7 +179,7 @@ uint64_t nvh_log_append(nvh_heap *h, nvh_arena *a, struct nvh_rec *head,
         a->ring_used += NVH_RING_LINES - a->ring_pos;
         a->ring_pos = 0;
     }
-    if (a->ring_used + nlines > NVH_RING_LINES) nvh_log_retire(h, a);
+    if (a->ring_used + nlines > NVH_RING_LINES) nvh_redo_retire(h, a);
 
     uint64_t seq = nvh_seq_next(h, a);
     head->seq = seq;
@@ -223,7 +223,7 @@ uint64_t nvh_log_append(nvh_heap *h, nvh_arena *a, struct nvh_rec *head,
     for (unsigned i = 0; i < a->nlast_links; i++)
         nvh_flush(pool, h->base + a->last_links[i], 8);
     nvh_drain(pool);
-    nvh_log_appended_(a, head, links, nlinks, nlines, seq);
+    nvh_redo_appended_(a, head, links, nlinks, nlines, seq);
     return seq;
 }
 
@@ -387,13 +387,13 @@ void nvh_rec_apply_state(nvh_heap *h, const struct nvh_rec *r,
 }
 
 /* Link effects. Normal path: store only. An activation's link line is
- * flushed just before the ring's next fence (nvh_log_append, nvh_log_retire),
+ * flushed just before the ring's next fence (nvh_redo_append, nvh_redo_retire),
  * because a CLWB left in flight here would make the arena mutex's next locked
  * instruction wait for the write-back — a hidden second fence per operation
  * (bench/run alloc: 26% of the cycles). A free's link line only joins the
  * ring's dirty list and is written back at the retire, de-duplicated with
  * the other lines of the batch: replay redoes the link effect of EVERY
- * unretired free record (nvh_log_recover), which is safe because the freed
+ * unretired free record (nvh_redo_recover), which is safe because the freed
  * space cannot be reused — so no link can legitimately point at the object
  * again — before that record is retired (the don't-allocate FIFO, §4). A
  * free thus flushes one line (its record) before its one fence.
@@ -487,7 +487,7 @@ static void gather_links(nvh_heap *h, unsigned ring, unsigned line, struct nvh_l
         memcpy(&out[i], ring_line(h, ring, line) + 64 + (i - 2) * 16u, 16);
 }
 
-int nvh_log_recover(nvh_heap *h)
+int nvh_redo_recover(nvh_heap *h)
 {
     nvh_pool *pool = h->pool;
     found_rec *found = malloc(sizeof *found * NVH_RINGS * NVH_RING_LINES);
@@ -611,7 +611,7 @@ static bool push_block(uint64_t **v, size_t *n, size_t *cap, uint64_t x)
     return true;
 }
 
-uint64_t *nvh_log_pending_blocks(nvh_heap *h, size_t *n_out)
+uint64_t *nvh_redo_pending_blocks(nvh_heap *h, size_t *n_out)
 {
     size_t cap = 3 * NVH_RINGS * NVH_RING_LINES;
     uint64_t *v = malloc(sizeof *v * cap);

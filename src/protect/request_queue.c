@@ -1,4 +1,4 @@
-/* queue.c — the async request queue: a bounded lock-free multi-producer
+/* request_queue.c — the async request queue: a bounded lock-free multi-producer
  * ring (Dmitry Vyukov's bounded MPMC queue, used here with one consumer).
  *
  * Why this shape: producers are application threads in the middle of a data

@@ -1,4 +1,4 @@
-/* queue.c — the persist-group calls themselves (begin, add, end, poll, sync)
+/* action_ring.c — the persist-group calls themselves (begin, add, end, poll, sync)
  * and the ring of waiting groups behind them.
  *
  * The ring holds [Moraru11]'s "counter-action pairs" (§6): one entry per group,

@@ -1,4 +1,4 @@
-/* rc.c — reference-counted objects ([Coburn09] §4.2): failure-atomic reference
+/* refcount.c — reference-counted objects ([Coburn09] §4.2): failure-atomic reference
  * assignment, zeroed new objects, and restartable recursive destruction.
  *
  * An rc object is a heap object whose first 64 bytes are a header (count,
@@ -31,7 +31,7 @@
 #define RC_TYPES 256u
 #define RC_MAX_REFS 256u
 
-struct rc_hdr {
+struct refcount_hdr {
     uint64_t count;                   /*  0                                   */
     uint32_t type;                    /*  8                                   */
     uint32_t magic;                   /* 12 RC_MAGIC                          */
@@ -39,9 +39,9 @@ struct rc_hdr {
     uint64_t size;                    /* 24 payload bytes                     */
     uint8_t reserved[32];             /* 32                                   */
 };
-_Static_assert(sizeof(struct rc_hdr) == 64, "rc header is one line");
+_Static_assert(sizeof(struct refcount_hdr) == 64, "rc header is one line");
 
-struct rc_desc {
+struct refcount_desc {
     uint64_t magic;                   /* RC_MAGIC                             */
     uint64_t pad[7];
     uint64_t slot[RC_DESC_SLOTS];     /* top objects being destroyed (payload offsets) */
@@ -50,43 +50,43 @@ struct rc_desc {
 /* ==========================================================================
  * Per-process type registry (by pool) and descriptor slots
  * ========================================================================== */
-typedef struct rc_pool {
+typedef struct refcount_pool {
     nvh_pool *pool;
     nvh_rc_refs_fn refs[RC_TYPES];
-    struct rc_desc *desc;
+    struct refcount_desc *desc;
     pthread_mutex_t lock;             /* descriptor creation (never the global
                                          lock: fences inside may fork crash
                                          children that take it)               */
     _Atomic uint64_t busy;            /* descriptor slots in use (DRAM)       */
-} rc_pool;
+} refcount_pool;
 
-static pthread_mutex_t rc_lock = PTHREAD_MUTEX_INITIALIZER;
-static rc_pool *rc_pools[64];
+static pthread_mutex_t refcount_lock = PTHREAD_MUTEX_INITIALIZER;
+static refcount_pool *refcount_pools[64];
 
-static rc_pool *rc_get(nvh_pool *pool, bool create)
+static refcount_pool *refcount_get(nvh_pool *pool, bool create)
 {
-    pthread_mutex_lock(&rc_lock);
-    rc_pool *r = NULL, **freeslot = NULL;
+    pthread_mutex_lock(&refcount_lock);
+    refcount_pool *r = NULL, **freeslot = NULL;
     for (unsigned i = 0; i < 64; i++) {
-        if (rc_pools[i] && rc_pools[i]->pool == pool) { r = rc_pools[i]; break; }
-        if (!rc_pools[i] && !freeslot) freeslot = &rc_pools[i];
+        if (refcount_pools[i] && refcount_pools[i]->pool == pool) { r = refcount_pools[i]; break; }
+        if (!refcount_pools[i] && !freeslot) freeslot = &refcount_pools[i];
     }
     if (!r && create && freeslot) {
         r = calloc(1, sizeof *r);
         if (r) { r->pool = pool; pthread_mutex_init(&r->lock, NULL); *freeslot = r; }
     }
-    pthread_mutex_unlock(&rc_lock);
+    pthread_mutex_unlock(&refcount_lock);
     if (!r) nvh_fail(create ? NVH_E_NOMEM : NVH_E_INVAL, "no reference-counting state for this pool");
     return r;
 }
 
 /* Called when a pool closes (tx.c): forget its registrations. */
-void nvh_rc_forget_(nvh_pool *pool)
+void nvh_refcount_forget_(nvh_pool *pool)
 {
-    pthread_mutex_lock(&rc_lock);
+    pthread_mutex_lock(&refcount_lock);
     for (unsigned i = 0; i < 64; i++)
-        if (rc_pools[i] && rc_pools[i]->pool == pool) { free(rc_pools[i]); rc_pools[i] = NULL; }
-    pthread_mutex_unlock(&rc_lock);
+        if (refcount_pools[i] && refcount_pools[i]->pool == pool) { free(refcount_pools[i]); refcount_pools[i] = NULL; }
+    pthread_mutex_unlock(&refcount_lock);
 }
 
 /* The descriptor object, or NULL if there is none yet: a walk, not
@@ -108,11 +108,11 @@ static void *desc_lookup(nvh_pool *pool, size_t *size)
     return f.ptr;
 }
 
-static struct rc_desc *desc_get(nvh_pool *pool, rc_pool *r)
+static struct refcount_desc *desc_get(nvh_pool *pool, refcount_pool *r)
 {
     if (r->desc) return r->desc;
     size_t size = 0;
-    struct rc_desc *d = NULL;
+    struct refcount_desc *d = NULL;
     pthread_mutex_lock(&r->lock);
     if (!r->desc) {
         d = desc_lookup(pool, &size);
@@ -136,7 +136,7 @@ static struct rc_desc *desc_get(nvh_pool *pool, rc_pool *r)
     return r->desc;
 }
 
-static int slot_claim(rc_pool *r)
+static int slot_claim(refcount_pool *r)
 {
     for (;;) {
         uint64_t b = atomic_load(&r->busy);
@@ -145,9 +145,9 @@ static int slot_claim(rc_pool *r)
         if (atomic_compare_exchange_weak(&r->busy, &b, b | (1ull << i))) return (int)i;
     }
 }
-static void slot_release(rc_pool *r, int i) { atomic_fetch_and(&r->busy, ~(1ull << i)); }
+static void slot_release(refcount_pool *r, int i) { atomic_fetch_and(&r->busy, ~(1ull << i)); }
 
-static inline struct rc_hdr *hdr_of(void *obj) { return (struct rc_hdr *)((char *)obj - 64); }
+static inline struct refcount_hdr *hdr_of(void *obj) { return (struct refcount_hdr *)((char *)obj - 64); }
 
 static int check_obj(nvh_pool *pool, void *obj, const char *what)
 {
@@ -164,7 +164,7 @@ static int check_obj(nvh_pool *pool, void *obj, const char *what)
 int nvh_rc_register(nvh_pool *pool, uint32_t type, nvh_rc_refs_fn refs)
 {
     if (!pool || type >= RC_TYPES) return nvh_fail(NVH_E_INVAL, "nvh_rc_register: bad pool or type");
-    rc_pool *r = rc_get(pool, true);
+    refcount_pool *r = refcount_get(pool, true);
     if (!r) return nvh_errcode();
     r->refs[type] = refs;
     return NVH_OK;
@@ -176,18 +176,18 @@ uint64_t nvh_rc_count(nvh_pool *pool, const void *obj)
     return __atomic_load_n(&hdr_of((void *)obj)->count, __ATOMIC_ACQUIRE);
 }
 
-static int destroy(nvh_pool *pool, rc_pool *r, void *obj, unsigned depth);
+static int destroy(nvh_pool *pool, refcount_pool *r, void *obj, unsigned depth);
 
 /* In a running transaction: drop one reference to obj; if it was the last,
  * record obj in descriptor slot *slot_io (claimed here). */
-static int drop_in_tx(nvh_pool *pool, rc_pool *r, void *obj, int *slot_io)
+static int drop_in_tx(nvh_pool *pool, refcount_pool *r, void *obj, int *slot_io)
 {
-    struct rc_hdr *h = hdr_of(obj);
+    struct refcount_hdr *h = hdr_of(obj);
     int rc = nvh_tx_add_word(pool, &h->count);
     if (rc != NVH_OK) return rc;
     if (h->count == 0) return nvh_fail(NVH_E_CORRUPT, "reference count underflow at %p", obj);
     if (--h->count == 0) {
-        struct rc_desc *d = desc_get(pool, r);
+        struct refcount_desc *d = desc_get(pool, r);
         int s = d ? slot_claim(r) : -1;
         if (s < 0) return nvh_fail(NVH_E_BUSY, "too many destructions in progress");
         *slot_io = s;
@@ -198,9 +198,9 @@ static int drop_in_tx(nvh_pool *pool, rc_pool *r, void *obj, int *slot_io)
 }
 
 /* Finish a destruction recorded in slot s. */
-static int finish(nvh_pool *pool, rc_pool *r, int s)
+static int finish(nvh_pool *pool, refcount_pool *r, int s)
 {
-    struct rc_desc *d = r->desc;
+    struct refcount_desc *d = r->desc;
     void *obj = nvh_ptr(pool, d->slot[s]);
     int rc = destroy(pool, r, obj, 0);
     if (rc == NVH_OK) {
@@ -216,7 +216,7 @@ static int finish(nvh_pool *pool, rc_pool *r, int s)
 
 void *nvh_rc_new(nvh_pool *pool, size_t size, uint32_t type, nvh_off_t *dst)
 {
-    rc_pool *r = rc_get(pool, true);
+    refcount_pool *r = refcount_get(pool, true);
     if (!r) return NULL;
     if (type >= RC_TYPES) { nvh_fail(NVH_E_INVAL, "nvh_rc_new: type %u out of range", type); return NULL; }
     if (!dst) { nvh_fail(NVH_E_INVAL, "nvh_rc_new: dst is NULL (the new object must be referenced)"); return NULL; }
@@ -229,7 +229,7 @@ void *nvh_rc_new(nvh_pool *pool, size_t size, uint32_t type, nvh_off_t *dst)
     int slot = -1;
     void *old = NULL;
     if (obj) {
-        struct rc_hdr *h = (struct rc_hdr *)p;
+        struct refcount_hdr *h = (struct refcount_hdr *)p;
         h->count = 1;
         h->type = type;
         h->magic = RC_MAGIC;
@@ -253,7 +253,7 @@ void *nvh_rc_new(nvh_pool *pool, size_t size, uint32_t type, nvh_off_t *dst)
 
 int nvh_rc_assign(nvh_pool *pool, nvh_off_t *dst, void *obj)
 {
-    rc_pool *r = rc_get(pool, true);
+    refcount_pool *r = refcount_get(pool, true);
     if (!r) return nvh_errcode();
     if (!dst) return nvh_fail(NVH_E_INVAL, "nvh_rc_assign: dst is NULL");
     if (obj && check_obj(pool, obj, "nvh_rc_assign") != NVH_OK) return nvh_errcode();
@@ -288,9 +288,9 @@ int nvh_rc_assign(nvh_pool *pool, nvh_off_t *dst, void *obj)
 }
 
 /* Destroy obj's references (not obj itself). */
-static int destroy(nvh_pool *pool, rc_pool *r, void *obj, unsigned depth)
+static int destroy(nvh_pool *pool, refcount_pool *r, void *obj, unsigned depth)
 {
-    struct rc_hdr *h = hdr_of(obj);
+    struct refcount_hdr *h = hdr_of(obj);
     nvh_rc_refs_fn refs = h->type < RC_TYPES ? r->refs[h->type] : NULL;
     if (!refs) return NVH_OK;                          /* a leaf type */
     if (depth > 100000) return nvh_fail(NVH_E_CORRUPT, "reference cycle or chain too deep");
@@ -333,10 +333,10 @@ static int destroy(nvh_pool *pool, rc_pool *r, void *obj, unsigned depth)
 
 int nvh_rc_recover(nvh_pool *pool)
 {
-    rc_pool *r = rc_get(pool, true);
+    refcount_pool *r = refcount_get(pool, true);
     if (!r) return nvh_errcode();
     size_t size = 0;
-    struct rc_desc *d = desc_lookup(pool, &size);
+    struct refcount_desc *d = desc_lookup(pool, &size);
     if (!d) return NVH_OK;                /* nothing was ever destroyed */
     if (size < sizeof *d || d->magic != RC_MAGIC)
         return nvh_fail(NVH_E_CORRUPT, "the reference-counting descriptor object is corrupt");
