@@ -55,6 +55,19 @@ static inline uint64_t test_file_hash(const char *path)
     return h;
 }
 
+/* Opening `path` read-write must fail with NVH_E_CORRUPT, its message naming
+ * `what` and an offset (damage is reported where it is, never formatted over). */
+static inline void test_expect_open_corrupt(const char *path, const char *layout,
+                                            const char *what)
+{
+    nvh_pool *pool = nvh_pool_open(path, layout, NVH_DOMAIN_PROCESS);
+    if (pool) nvh_pool_close(pool);
+    assert_null(pool);
+    assert_int_equal(nvh_errcode(), NVH_E_CORRUPT);
+    if (!strstr(nvh_errormsg(), what)) fail_msg("message '%s' lacks '%s'", nvh_errormsg(), what);
+    assert_non_null(strstr(nvh_errormsg(), "offset"));
+}
+
 static inline void test_poke(const char *path, off_t off, const void *bytes, size_t len)
 {
     int fd = open(path, O_WRONLY);
