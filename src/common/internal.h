@@ -201,8 +201,6 @@ struct nvh_pool {
     nvh_pool_hook *hooks;          /* open containers, closed by nvh_pool_close    */
 };
 
-/* Write the next superblock state slot (size, epoch) durably. */
-int nvh_superblock_commit_state(nvh_pool *pool, uint64_t size, uint64_t epoch);
 /* Look a name up in the object table without touching the thread's error
  * state on NVH_E_NOTFOUND (alloc/named.c): NVH_OK, NVH_E_NOTFOUND, or
  * NVH_E_CORRUPT (error set) if a damaged entry may have been the name's. */

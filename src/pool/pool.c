@@ -246,11 +246,6 @@ int nvh_pool_state_commit_(nvh_pool *pool, uint64_t size, uint64_t epoch, uint32
     return state_commit(pool, size, epoch, clean, true);
 }
 
-int nvh_superblock_commit_state(nvh_pool *pool, uint64_t size, uint64_t epoch)
-{
-    return nvh_pool_state_commit_(pool, size, epoch, 0);
-}
-
 int nvh_superblock_set_flags(nvh_pool *pool, uint32_t flags)
 {
     if ((pool->state_flags & flags) == flags) return NVH_OK;

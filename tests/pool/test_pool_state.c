@@ -9,10 +9,11 @@
  *
  * The open's own epoch commit runs inside nvh_pool_open, before a fence hook
  * can be installed, so the crash check drives the very same commit through
- * nvh_superblock_commit_state (src/common/internal.h) on an open sim pool. */
+ * nvh_pool_state_commit_ (src/pool/pool.h) on an open sim pool. */
 #include "pool_test_util.h"
 
 #include "common/crc32c.h"
+#include "pool/pool.h"
 
 #include <time.h>
 
@@ -712,7 +713,7 @@ static void sim_crash_grow_and_epoch_commit(void **state)
     /* 3. the epoch commit, as nvh_pool_open performs it */
     uint64_t fences = c.fences_seen;
     c.epochs[1] = nvh_pool_epoch(pool) + 1;
-    assert_int_equal(nvh_superblock_commit_state(pool, nvh_pool_size(pool), c.epochs[1]), NVH_OK);
+    assert_int_equal(nvh_pool_state_commit_(pool, nvh_pool_size(pool), c.epochs[1], 0), NVH_OK);
     assert_true(c.fences_seen > fences);
     assert_int_equal(nvh_pool_epoch(pool), c.epochs[1]);
     check_after(pool, &c, "after epoch commit");
