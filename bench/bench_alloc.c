@@ -32,6 +32,13 @@
  *                   jemalloc exports plain malloc, linking it would replace
  *                   glibc's for the whole program)
  *   mimalloc        mi_malloc of libmimalloc.so.2 (dlopen'ed for the same reason)
+ *   nvheap-clflush, nvheap-clflushopt   nvheap-pmem with that flush instruction
+ *   nvheap-fenceonly                    the eadr domain: fences, no flushes
+ *                   (these three only when named in --subjects, or --fig9)
+ * --fig9 runs [Schwalb15] Fig. 9: the nvheap variants and PMDK with each of
+ * libpmem's choices (--pmdk-flush; one child run each, since libpmem reads
+ * PMEM_NO_CLWB / PMEM_NO_CLFLUSHOPT / PMEM_NO_FLUSH when it loads), and
+ * prints each variant's time relative to its library's CLFLUSH variant.
  * Frees: nvh_free clearing the link | pmemobj_free(&oid) | free.
  * No subject writes the object's content (pmemobj_alloc without constructor
  * does not either).
