@@ -32,6 +32,13 @@
  *                   jemalloc exports plain malloc, linking it would replace
  *                   glibc's for the whole program)
  *   mimalloc        mi_malloc of libmimalloc.so.2 (dlopen'ed for the same reason)
+ *   nvheap-clflush, nvheap-clflushopt   nvheap-pmem with that flush instruction
+ *   nvheap-fenceonly                    the eadr domain: fences, no flushes
+ *                   (these three only when named in --subjects, or --fig9)
+ * --fig9 runs [Schwalb15] Fig. 9: the nvheap variants and PMDK with each of
+ * libpmem's choices (--pmdk-flush; one child run each, since libpmem reads
+ * PMEM_NO_CLWB / PMEM_NO_CLFLUSHOPT / PMEM_NO_FLUSH when it loads), and
+ * prints each variant's time relative to its library's CLFLUSH variant.
  * Frees: nvh_free clearing the link | pmemobj_free(&oid) | free.
  * No subject writes the object's content (pmemobj_alloc without constructor
  * does not either).
@@ -78,10 +85,23 @@
  * Subjects and workloads
  * ========================================================================== */
 typedef enum subject_id {
-    S_NVH_PMEM, S_NVH_PROCESS, S_PMDK, S_GLIBC, S_JEMALLOC, S_MIMALLOC, S_COUNT
+    S_NVH_PMEM, S_NVH_PROCESS, S_PMDK, S_GLIBC, S_JEMALLOC, S_MIMALLOC,
+    /* [Schwalb15] Fig. 9 variants (not run by default): the pmem domain with
+     * another flush instruction, and fences without flushes */
+    S_NVH_CLFLUSH, S_NVH_CLFLUSHOPT, S_NVH_FENCEONLY, S_COUNT
 } subject_id;
-static const char *const subject_names[S_COUNT] = {
-    "nvheap-pmem", "nvheap-process", "pmdk", "glibc", "jemalloc", "mimalloc"};
+/* S_PMDK's name is "pmdk", or "pmdk-KIND" under --pmdk-flush KIND */
+static const char *subject_names[S_COUNT] = {
+    "nvheap-pmem", "nvheap-process", "pmdk", "glibc", "jemalloc", "mimalloc",
+    "nvheap-clflush", "nvheap-clflushopt", "nvheap-fenceonly"};
+#define S_DEFAULT_COUNT S_NVH_CLFLUSH   /* subjects run without --subjects */
+
+/* The nvheap subjects: one code path, a domain and a flush instruction each. */
+static bool is_nvheap(subject_id id)
+{
+    return id == S_NVH_PMEM || id == S_NVH_PROCESS || id == S_NVH_CLFLUSH ||
+           id == S_NVH_CLFLUSHOPT || id == S_NVH_FENCEONLY;
+}
 
 typedef enum workload_id { W_128, W_RAND, W_COUNT } workload_id;
 static const char *const workload_names[W_COUNT] = {"128", "rand"};
@@ -129,9 +149,7 @@ static int alloc_loop(worker *w)
     subject_ctx *s = w->s;
     const uint32_t *sizes = w->sizes;
     uint64_t first = w->first, n = w->count;
-    switch (s->id) {
-    case S_NVH_PMEM:
-    case S_NVH_PROCESS:
+    if (is_nvheap(s->id)) {
         for (uint64_t i = 0; i < n; i++) {
             void *p = nvh_reserve(s->pool, sizes[i]);
             nvh_off_t *link = &s->links[first + i];
@@ -142,6 +160,8 @@ static int alloc_loop(worker *w)
             }
         }
         return 0;
+    }
+    switch (s->id) {
     case S_PMDK:
         for (uint64_t i = 0; i < n; i++)
             if (pmemobj_alloc(s->pop, &s->oids[first + i], sizes[i], 0, NULL, NULL) != 0) {
@@ -169,9 +189,7 @@ static int free_loop(worker *w, bool with_link)
 {
     subject_ctx *s = w->s;
     uint64_t first = w->first, n = w->count;
-    switch (s->id) {
-    case S_NVH_PMEM:
-    case S_NVH_PROCESS:
+    if (is_nvheap(s->id)) {
         for (uint64_t i = 0; i < n; i++) {
             nvh_off_t *link = &s->links[first + i];
             nvh_link l = {link, 0};
@@ -183,6 +201,8 @@ static int free_loop(worker *w, bool with_link)
             }
         }
         return 0;
+    }
+    switch (s->id) {
     case S_PMDK:
         for (uint64_t i = 0; i < n; i++) pmemobj_free(&s->oids[first + i]);
         return 0;
@@ -276,9 +296,14 @@ static void measure(const plan *p, measurement *m)
     memset(m, 0, sizeof *m);
 
     /* ---- set the subject up (not timed) ---- */
-    if (p->subject == S_NVH_PMEM || p->subject == S_NVH_PROCESS) {
+    if (is_nvheap(p->subject)) {
         nvh_pool_options po = {.root_size = (total * sizeof(nvh_off_t) + 4095) & ~4095ull};
-        unsigned dom = p->subject == S_NVH_PMEM ? NVH_DOMAIN_PMEM : NVH_DOMAIN_PROCESS;
+        unsigned dom = p->subject == S_NVH_PROCESS     ? NVH_DOMAIN_PROCESS
+                       : p->subject == S_NVH_FENCEONLY ? NVH_DOMAIN_EADR
+                                                       : NVH_DOMAIN_PMEM;
+        /* read at pool open; this is the measurement's own child process */
+        if (p->subject == S_NVH_CLFLUSH) setenv("NVHEAP_FLUSH", "clflush", 1);
+        if (p->subject == S_NVH_CLFLUSHOPT) setenv("NVHEAP_FLUSH", "clflushopt", 1);
         s.pool = nvh_pool_create_ex(p->path, "bench_alloc", pool_bytes_needed(p), dom, &po);
         if (!s.pool) {
             snprintf(m->error, sizeof m->error, "nvh_pool_create: %s", nvh_errormsg());
@@ -526,7 +551,7 @@ static void run_config(const bench_opts *opts, const settings *set, workload_id 
             int si = (k + (int)r) % S_COUNT;
             if (!ok[si]) continue;
             const char *path = NULL;
-            if (si == S_NVH_PMEM || si == S_NVH_PROCESS || si == S_PMDK) {
+            if (is_nvheap(si) || si == S_PMDK) {
                 path = bench_scratch_path(opts, NULL, subject_names[si]);
                 if (!path) {
                     ok[si] = false;
@@ -569,7 +594,7 @@ static void run_config(const bench_opts *opts, const settings *set, workload_id 
         emit_rate(opts, "alloc_free", w, threads, name, both, both_cpu, runs, total_ops);
         emit_rate(opts, "realloc", w, threads, name, ns[si][PH_ALLOC2], cpu[si][PH_ALLOC2], runs,
                   total_ops);
-        if (si == S_NVH_PMEM || si == S_NVH_PROCESS)
+        if (is_nvheap(si))
             emit_rate(opts, "free_nolink", w, threads, name, ns[si][PH_FREE2],
                       cpu[si][PH_FREE2], runs, total_ops);
         if (threads == 1 && (si == S_NVH_PMEM || si == S_PMDK)) {
@@ -622,6 +647,11 @@ static const bench_info info = {
         "  --threads LIST     thread counts, comma-separated (default 1,2; at most 8)\n"
         "  --workloads LIST   128,rand (default both)\n"
         "  --subjects LIST    of nvheap-pmem,nvheap-process,pmdk,glibc,jemalloc,mimalloc\n"
+        "                     (default), nvheap-clflush,nvheap-clflushopt,nvheap-fenceonly\n"
+        "  --pmdk-flush KIND  libpmem's flush: clwb (default), clflushopt, clflush, or none\n"
+        "                     (fences only); the subject is then named pmdk-KIND\n"
+        "  --fig9             [Schwalb15] Fig. 9: allocation cost per flush instruction,\n"
+        "                     nvheap and PMDK, each relative to its CLFLUSH variant\n"
         "  --inner            run here (the parent re-runs itself with PMEM_IS_PMEM_FORCE=1)\n",
 };
 
@@ -640,14 +670,100 @@ static bool parse_list(const char *text, const char *const *names, int count, bo
     return true;
 }
 
+/* libpmem's environment for a flush choice (read when it loads), or NULL. */
+static const char *const *pmdk_flush_env(const char *kind)
+{
+    static const char *const clwb[] = {"PMEM_NO_CLWB=0", "PMEM_NO_CLFLUSHOPT=0",
+                                       "PMEM_NO_FLUSH=0"};
+    static const char *const clflushopt[] = {"PMEM_NO_CLWB=1", "PMEM_NO_CLFLUSHOPT=0",
+                                             "PMEM_NO_FLUSH=0"};
+    static const char *const clflush[] = {"PMEM_NO_CLWB=1", "PMEM_NO_CLFLUSHOPT=1",
+                                          "PMEM_NO_FLUSH=0"};
+    static const char *const none[] = {"PMEM_NO_CLWB=0", "PMEM_NO_CLFLUSHOPT=0",
+                                       "PMEM_NO_FLUSH=1"};
+    if (!kind) return NULL;
+    if (strcmp(kind, "clwb") == 0) return clwb;
+    if (strcmp(kind, "clflushopt") == 0) return clflushopt;
+    if (strcmp(kind, "clflush") == 0) return clflush;
+    if (strcmp(kind, "none") == 0) return none;
+    return NULL;
+}
+
+/* [Schwalb15] Fig. 9: the allocation loop with each flush instruction, and
+ * with fences only and with neither, relative to CLFLUSH. libpmem fixes its
+ * choice when it loads, so PMDK's four variants are four child runs; the
+ * nvheap variants share the first (the choice is per pool open). The paper's
+ * "flushes without fences" variant has no nvheap equivalent: a domain either
+ * orders its flushes or does not flush. */
+static int run_fig9(bench_opts *opts, const settings *set, const char **pass, unsigned npass,
+                    bool given_threads, bool given_workloads)
+{
+    static const char *const kinds[] = {"clflush", "clflushopt", "clwb", "none"};
+    opts->baseline = "pmdk-clflush";
+    const char *args[24];
+    for (unsigned k = 0; k < 4; k++) {
+        unsigned n = 0;
+        for (unsigned i = 0; i + 1 < npass; i += 2)
+            if (strcmp(pass[i], "--subjects") != 0 && strcmp(pass[i], "--pmdk-flush") != 0) {
+                args[n++] = pass[i];
+                args[n++] = pass[i + 1];
+            }
+        if (!given_workloads) {
+            args[n++] = "--workloads";
+            args[n++] = "128";
+        }
+        if (!given_threads) {
+            args[n++] = "--threads";
+            args[n++] = "1";
+        }
+        args[n++] = "--subjects";
+        args[n++] = k == 0 ? "pmdk,nvheap-clflush,nvheap-clflushopt,nvheap-pmem,"
+                             "nvheap-fenceonly,nvheap-process"
+                           : "pmdk";
+        args[n++] = "--pmdk-flush";
+        args[n++] = kinds[k];
+        args[n++] = "--inner";
+        args[n] = NULL;
+        const char *env[6] = {"PMEM_IS_PMEM_FORCE=1",
+                              "GLIBC_TUNABLES=glibc.rtld.optional_static_tls=65536"};
+        const char *const *flush_env = pmdk_flush_env(kinds[k]);
+        for (unsigned i = 0; i < 3; i++) env[2 + i] = flush_env[i];
+        bench_run_child(opts, env, args);
+    }
+    /* runtime of each variant relative to its library's CLFLUSH run */
+    static const char *const rows[][2] = {
+        {"nvheap-clflush", "nvheap-clflush"}, {"nvheap-clflushopt", "nvheap-clflush"},
+        {"nvheap-pmem", "nvheap-clflush"},    {"nvheap-fenceonly", "nvheap-clflush"},
+        {"nvheap-process", "nvheap-clflush"}, {"pmdk-clflush", "pmdk-clflush"},
+        {"pmdk-clflushopt", "pmdk-clflush"},  {"pmdk-clwb", "pmdk-clflush"},
+        {"pmdk-none", "pmdk-clflush"}};
+    for (int w = 0; w < W_COUNT; w++) {
+        if (!set->workload[w]) continue;
+        for (unsigned t = 0; t < set->nthreads; t++) {
+            char name[64];
+            snprintf(name, sizeof name, "alloc_%s/%u", workload_names[w], set->threads[t]);
+            for (size_t r = 0; r < sizeof rows / sizeof rows[0]; r++) {
+                bench_summary v, base;
+                if (bench_result(name, rows[r][0], "ns_per_op", &v) ||
+                    bench_result(name, rows[r][1], "ns_per_op", &base))
+                    continue;
+                bench_note(opts, "fig9 %s %-18s %7.1f ns per allocation = %.2f of %s",
+                           name, rows[r][0], v.median, v.median / base.median, rows[r][1]);
+            }
+        }
+    }
+    return bench_finish(opts);
+}
+
 int main(int argc, char **argv)
 {
     bench_opts opts;
     bench_parse(&opts, &info, argc, argv);
     settings set = {.ops = opts.quick ? 10000 : 200000, .threads = {1, 2}, .nthreads = 2};
     for (int i = 0; i < W_COUNT; i++) set.workload[i] = true;
-    for (int i = 0; i < S_COUNT; i++) set.subject[i] = true;
-    bool inner = false;
+    for (int i = 0; i < S_COUNT; i++) set.subject[i] = i < S_DEFAULT_COUNT;
+    bool inner = false, fig9 = false, given_threads = false, given_workloads = false;
+    const char *pmdk_flush = NULL;
     const char *pass[16];
     unsigned npass = 0;
     for (int i = 0; i < opts.argc; i++) {
@@ -655,6 +771,10 @@ int main(int argc, char **argv)
         bool has_value = i + 1 < opts.argc;
         if (strcmp(arg, "--inner") == 0) {
             inner = true;
+            continue;
+        }
+        if (strcmp(arg, "--fig9") == 0) {
+            fig9 = true;
             continue;
         }
         if (!has_value) bench_usage_error(&opts, "unknown option or missing value: %s", arg);
@@ -668,6 +788,7 @@ int main(int argc, char **argv)
             set.ops = strtoull(val, &end, 10);
             if (*end || set.ops == 0) bench_usage_error(&opts, "--ops: bad count '%s'", val);
         } else if (strcmp(arg, "--threads") == 0) {
+            given_threads = true;
             set.nthreads = 0;
             for (const char *p = val; *p && set.nthreads < 4;) {
                 char *end;
@@ -677,7 +798,11 @@ int main(int argc, char **argv)
                 set.threads[set.nthreads++] = (unsigned)t;
                 p = *end ? end + 1 : end;
             }
+        } else if (strcmp(arg, "--pmdk-flush") == 0) {
+            if (!pmdk_flush_env(val)) bench_usage_error(&opts, "--pmdk-flush: bad kind '%s'", val);
+            pmdk_flush = val;
         } else if (strcmp(arg, "--workloads") == 0) {
+            given_workloads = true;
             if (!parse_list(val, workload_names, W_COUNT, set.workload))
                 bench_usage_error(&opts, "--workloads: bad list '%s'", val);
         } else if (strcmp(arg, "--subjects") == 0) {
@@ -688,15 +813,27 @@ int main(int argc, char **argv)
         }
     }
 
+    if (!inner && fig9) {
+        if (!given_workloads) set.workload[W_RAND] = false;
+        if (!given_threads) set.nthreads = 1;
+        return run_fig9(&opts, &set, pass, npass, given_threads, given_workloads);
+    }
     if (!inner) {
         /* libpmem fixes its flush behaviour when it loads: re-run in a child */
         /* jemalloc has 2.6 KiB of static TLS: more than dlopen's default reserve */
-        const char *env[] = {"PMEM_IS_PMEM_FORCE=1",
-                             "GLIBC_TUNABLES=glibc.rtld.optional_static_tls=65536", NULL};
+        const char *env[6] = {"PMEM_IS_PMEM_FORCE=1",
+                              "GLIBC_TUNABLES=glibc.rtld.optional_static_tls=65536"};
+        const char *const *flush_env = pmdk_flush_env(pmdk_flush ? pmdk_flush : "clwb");
+        for (unsigned i = 0; i < 3; i++) env[2 + i] = flush_env[i];
         pass[npass++] = "--inner";
         pass[npass] = NULL;
         bench_run_child(&opts, env, pass);
         return bench_finish(&opts);
+    }
+    static char pmdk_name[32];
+    if (pmdk_flush) {
+        snprintf(pmdk_name, sizeof pmdk_name, "pmdk-%s", pmdk_flush);
+        subject_names[S_PMDK] = pmdk_name;
     }
 
     pmdk_count_init("bench_alloc");

@@ -373,6 +373,15 @@ static const result *find_result(const char *case_name, const char *subject, con
     return NULL;
 }
 
+int bench_result(const char *case_name, const char *subject, const char *metric,
+                 bench_summary *out)
+{
+    const result *r = find_result(case_name, subject, metric);
+    if (!r) return -1;
+    *out = r->value;
+    return 0;
+}
+
 typedef struct row {
     const char *case_name, *subject;
     size_t group;      /* index of the row's group in order of appearance */

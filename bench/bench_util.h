@@ -114,6 +114,10 @@ void bench_error(const bench_opts *opts, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 /* Print the table (unless --json), close --json-out, return the exit status. */
 int bench_finish(const bench_opts *opts);
+/* A result recorded so far in this process (children's included): 0 and
+ * *out, or -1 if there is none (in --json mode nothing is kept). */
+int bench_result(const char *case_name, const char *subject, const char *metric,
+                 bench_summary *out);
 
 /* ==========================================================================
  * nvheap counters per operation
