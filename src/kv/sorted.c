@@ -496,7 +496,7 @@ int kvs_leaf_find(const kv_sorted *t, const kvs_cleaf *c, const void *k, size_t 
 {
     (void)kp;
     for (unsigned i = 0; i < KVS_CAP; i++) {
-        if (!t->cmp && (KVS_LOADR(&c->hash[i]) != kh || KVS_LOADR(&c->klen[i]) != kl)) continue;
+        if (!t->cmp && (KVS_LOAD(&c->hash[i]) != kh || KVS_LOADR(&c->klen[i]) != kl)) continue;
         uint64_t r = KVS_LOAD(&c->rec[i]);
         if (kvs_slot_free(r)) continue;
         const kvs_rec *rp = kvs_rec_get(t, r);
@@ -513,9 +513,11 @@ int kvs_leaf_find(const kv_sorted *t, const kvs_cleaf *c, const void *k, size_t 
     return -1;
 }
 
+/* Has c been replaced or removed? Readers ask after reading its slots (all
+ * acquire loads, so this load is not hoisted above them): a companion
+ * never changes once dead, so a "no" means what was read was current. */
 static inline bool kvs_dead(const kvs_cleaf *c)
 {
-    __atomic_thread_fence(__ATOMIC_ACQUIRE);
     return KVS_LOAD(&c->dead) != 0;
 }
 
