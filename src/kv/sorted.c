@@ -315,8 +315,15 @@ int kvs_ent_cmp(const kv_sorted *t, const kvs_ent *a, const kvs_ent *b)
 int kvs_leaf_sorted(const kv_sorted *t, const kvs_cleaf *c, kvs_ent *out, unsigned *n)
 {
     unsigned m = 0;
+    uint64_t recs[KVS_CAP];
+    /* ask for every record's first line at once: they are scattered */
     for (unsigned i = 0; i < KVS_CAP; i++) {
-        uint64_t r = KVS_LOAD(&c->rec[i]);
+        recs[i] = KVS_LOAD(&c->rec[i]);
+        if (!kvs_slot_free(recs[i]) && recs[i] < nvh_pool_size(t->pool))
+            __builtin_prefetch(nvh_ptr(t->pool, recs[i]));
+    }
+    for (unsigned i = 0; i < KVS_CAP; i++) {
+        uint64_t r = recs[i];
         if (kvs_slot_free(r)) continue;
         kvs_ent e;
         e.rec = r;
