@@ -294,9 +294,8 @@ static kvs_cleaf *kvs_companion(kv_sorted *t, kvs_leaf *l, int *err)
             *err = kvs_corrupt(t, nvh_off(t->pool, &l->slot[i]), "leaf slot (record offset)");
             return NULL;
         }
-        c->prefix[i] = s->prefix;
         c->hash[i] = s->hash;
-        c->klen[i] = s->klen;
+        c->klen[i] = (uint16_t)s->klen;
         c->rec[i] = r;
         c->live++;
     }

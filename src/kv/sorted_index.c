@@ -58,7 +58,7 @@ kvs_cleaf *kvs_ix_find(const kv_sorted *t, const kvs_inode *root, const void *k,
         if (i > 0) bound = n->sep[i];
         if (n->level == 0) {
             if (lo) *lo = bound;
-            kvs_prefetch(n->child[i], 5);       /* the companion's hash..rec lines */
+            kvs_prefetch(n->child[i], 8);       /* the companion: hash, klen, rec */
             return n->child[i];
         }
         n = n->child[i];
