@@ -666,29 +666,37 @@ static int kvs_scan(kv_sorted *t, kvs_bound lo, kvs_bound hi, kv_entry_fn fn, vo
     unsigned leaves = 0;
     const kvs_inode *root = KVS_LOAD(&t->root);
     kvs_cleaf *c = c0.k ? kvs_ix_find(t, root, c0.k, c0.kl, c0.kp, NULL) : kvs_ix_first(root);
+    bool filter = c0.k != NULL;   /* after a descent: skip keys up to the cursor */
     while (c) {
         unsigned n;
         rc = kvs_leaf_sorted(t, c, ents, &n);
         if (kvs_dead(c)) goto redescend;
         if (rc) break;
+        int last = -1;
         for (unsigned i = 0; i < n; i++) {
-            if (c0.k) {
+            if (filter) {
                 int d = kvs_ent_vs(t, &ents[i], c0.k, c0.kl, c0.kp);
                 if (d < 0 || (d == 0 && !c0.incl)) continue;
+                filter = false;   /* sorted: the rest are above it too */
             }
             if (hi.k) {
                 int d = kvs_ent_vs(t, &ents[i], hi.k, hi.kl, hi.kp);
                 if (d > 0 || (d == 0 && !hi.incl)) goto done;
             }
             cnt++;
+            last = (int)i;
             if (fn) {
                 rc = kvs_emit(ents[i].r, fn, arg);
                 if (rc) goto done;
             }
-            memcpy(cur, ents[i].r->data, ents[i].klen);
+        }
+        if (last >= 0) {
+            /* the cursor: the leaf's last key passed on (the next leaf's keys
+             * are all above it; after a descent they are filtered) */
+            memcpy(cur, ents[last].r->data, ents[last].klen);
             c0.k = cur;
-            c0.kl = ents[i].klen;
-            c0.kp = ents[i].prefix;
+            c0.kl = ents[last].klen;
+            c0.kp = ents[last].prefix;
             c0.incl = 0;
         }
         {
@@ -705,6 +713,7 @@ static int kvs_scan(kv_sorted *t, kvs_bound lo, kvs_bound hi, kv_entry_fn fn, vo
     redescend:
         root = KVS_LOAD(&t->root);
         c = c0.k ? kvs_ix_find(t, root, c0.k, c0.kl, c0.kp, NULL) : kvs_ix_first(root);
+        filter = c0.k != NULL;
     }
 done:
     kvs_exit(t, s);
