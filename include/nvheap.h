@@ -981,6 +981,20 @@ typedef struct nvh_tx_config {
 int nvh_tx_config_get(nvh_pool *pool, nvh_tx_config *config);
 int nvh_tx_config_set(nvh_pool *pool, const nvh_tx_config *config);
 
+/* Which commit protocol transactions get (per open pool; docs/TX.md).
+ * AUTO (default): the library chooses per transaction: ONE fence when the
+ * write set is known by value and small (at most 8 changed words, given
+ * with nvh_tx_write_word or in objects opened with nvh_tx_open_write, no
+ * nvh_tx_add_*, alloc or free), else the two-fence protocol. UNDO: always
+ * the two-fence protocol (for experiments and comparisons). Both are
+ * equally durable and atomic; only the fence count differs. */
+typedef enum nvh_tx_protocol {
+    NVH_TX_PROTO_AUTO = 0,
+    NVH_TX_PROTO_UNDO = 1,
+} nvh_tx_protocol;
+int nvh_tx_protocol_set(nvh_pool *pool, nvh_tx_protocol protocol);
+nvh_tx_protocol nvh_tx_protocol_get(nvh_pool *pool);
+
 typedef struct nvh_tx_stats {
     uint64_t commits, aborts;  /* outermost transactions                         */
     uint64_t conflicts;        /* aborts caused by conflicts                      */

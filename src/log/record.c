@@ -502,7 +502,7 @@ void nvh_txlog_fence(nvh_txlog *lg, nvh_lane *lane, uint64_t help_mask)
 /* ==========================================================================
  * Commit, retire, undo
  * ========================================================================== */
-int nvh_txlog_commit(nvh_txlog *lg, nvh_lane *lane, uint64_t cseq, uint64_t ver)
+int nvh_txlog_commit(nvh_txlog *lg, nvh_lane *lane, uint64_t cseq)
 {
     nvh_pool *pool = lg->pool;
     struct nvh_lane_hdr *h = &lane->sh;
@@ -537,7 +537,6 @@ int nvh_txlog_commit(nvh_txlog *lg, nvh_lane *lane, uint64_t cseq, uint64_t ver)
     nvh_txlog_line_(pool, lane->hdr, h);
     lane->bytes_logged += 64;
     nvh_txlog_fence(lg, lane, 0);      /* FENCE 2: the transaction is durable */
-    atomic_store_explicit(&lane->last_cseq, ver, memory_order_relaxed);
     return NVH_OK;
 }
 
@@ -615,7 +614,7 @@ uint32_t nvh_redo_line_crc(const struct nvh_redo_line *l)
 }
 
 int nvh_txlog_redo_commit(nvh_txlog *lg, nvh_lane *lane, const uint64_t *offs,
-                          const uint64_t *vals, unsigned n)
+                          const uint64_t *vals, unsigned n, uint64_t min_cseq)
 {
     nvh_pool *pool = lg->pool;
     NVH_ASSERT(lane->redo && n >= 1 && n <= NVH_REDO_MAX && !lane->active_written);
@@ -645,7 +644,11 @@ int nvh_txlog_redo_commit(nvh_txlog *lg, nvh_lane *lane, const uint64_t *offs,
         help_pending_pre(lg, lane, meet, offs, n, &todo);
         nvh_txlog_help(lg, meet, lane->index);
     }
-    uint64_t cseq = ++lane->clock;
+    /* above this lane's commits, those it helped (learned above) and, for
+     * object writes, the write version their ownership records will carry */
+    uint64_t cseq = lane->clock + 1;
+    if (min_cseq > cseq) cseq = min_cseq;
+    lane->clock = cseq;
     for (unsigned l = 0; l < nlines; l++) {
         struct nvh_redo_line line;
         unsigned first = l * NVH_REDO_WORDS_PER_LINE;
@@ -669,10 +672,12 @@ int nvh_txlog_redo_commit(nvh_txlog *lg, nvh_lane *lane, const uint64_t *offs,
     if (todo.n) help_pending_post(lg, lane, &todo);
     if (atomic_load_explicit(&lane->retire_pending, memory_order_relaxed))
         atomic_store_explicit(&lane->retire_pending, 0, memory_order_relaxed);
-    /* apply: flushed, not fenced (durable at the next fence of this lane) */
+    /* apply: flushed, not fenced (durable at the next fence of this lane).
+     * Atomic word stores (a plain move): object readers of other threads
+     * copy these words with atomic loads under their ownership record */
     char *base = pool->ctx.base;
     for (unsigned i = 0; i < n; i++) {
-        memcpy(base + offs[i], &vals[i], 8);
+        __atomic_store_n((uint64_t *)(void *)(base + offs[i]), vals[i], __ATOMIC_RELAXED);
         nvh_flush(pool, base + offs[i], 8);
     }
     /* publish as pending in the slot's entry (its previous occupant's lines
@@ -687,12 +692,6 @@ int nvh_txlog_redo_commit(nvh_txlog *lg, nvh_lane *lane, const uint64_t *offs,
     lane->tid = tid;
     lane->redo_pend = tid;
     lane->redo_slot = slot ^ 1u;
-    /* last_cseq tells object transactions whether an object's last writer
-     * (this lane) has committed since (then its retirement is durable): 0
-     * matches no object version, and is written only once, not per
-     * transaction (another thread reads this line at every commit) */
-    if (atomic_load_explicit(&lane->last_cseq, memory_order_relaxed))
-        atomic_store_explicit(&lane->last_cseq, 0, memory_order_relaxed);
     return NVH_OK;
 }
 

@@ -100,6 +100,7 @@ typedef struct nvh_txstate {
     _Alignas(64) _Atomic unsigned max_retries;
     _Atomic uint64_t backoff_min_ns, backoff_max_ns;
     _Atomic unsigned spin;
+    _Atomic unsigned protocol;    /* nvh_tx_protocol                         */
 } nvh_txstate;
 
 /* tx.c */
@@ -128,6 +129,8 @@ void nvh_tx_alloc_abort_(nvh_tx *tx);
 
 /* otm.c */
 int nvh_tx_otm_prepare_(nvh_tx *tx, uint64_t *wv_out); /* validate, log, fence 1, apply */
+int nvh_tx_otm_validate_(nvh_tx *tx, uint64_t *wv_out); /* write version, read-set check */
+bool nvh_tx_otm_words_(nvh_tx *tx, uint64_t *offs, uint64_t *vals, unsigned *n, unsigned max);
 void nvh_tx_otm_release_(nvh_tx *tx, uint64_t wv, bool committed);
 
 static inline _Atomic uint64_t *nvh_orec_for(nvh_txstate *st, uint64_t off)
