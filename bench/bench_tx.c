@@ -5,7 +5,8 @@
  *        object transaction on one 8-byte object; dur = pmem domain (CLWB +
  *        SFENCE on /dev/shm), nodur = process domain (no flush, no fence).
  *        pmdk: TX_BEGIN/pmemobj_tx_add_range_direct (no read isolation: its
- *        "read" is a plain load)
+ *        "read" is a plain load); nvheap-undo: nvheap's calls with the
+ *        two-fence protocol forced (nvh_tx_protocol_set)
  *   gups/U        1 thread, 1 M-element array, U random 8-byte updates per
  *                 transaction (Fig. 4). nvheap: nvh_tx_add_ranges (one call
  *                 for the U words) then in-place updates; nvheap-obj:
@@ -188,6 +189,12 @@ static void table3(env *e)
             loop_ctx x = {e, dur ? e->pool : e->nodur, dur ? e->arr : e->arr_nodur, 0, 0, 1, k};
             measure_nv(e, c, "nvheap", t3_nv, &x, 0.5);
             if (dur) measure_pm(e, c, t3_pm, &x, 0.5);
+            if (dur && (k == K_WRITE || k == K_RW)) {
+                /* the same calls with the two-fence protocol forced */
+                nvh_tx_protocol_set(x.pool, NVH_TX_PROTO_UNDO);
+                measure_nv(e, c, "nvheap-undo", t3_nv, &x, 0.5);
+                nvh_tx_protocol_set(x.pool, NVH_TX_PROTO_AUTO);
+            }
         }
 }
 

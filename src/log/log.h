@@ -272,6 +272,8 @@ typedef struct nvh_lane {
     _Alignas(64) struct nvh_redo_line (*redo)[NVH_REDO_LINES]; /* [2] slots; NULL: version < 3 */
     unsigned redo_slot;         /* slot of the next one-fence transaction       */
     uint64_t redo_pend;         /* tid published in pend_tid (owner's copy)     */
+    uint64_t hdr_pend;          /* a lazy in-place commit (nvh_txlog_commit_lazy)
+                                   whose COMMITTED header is not retired yet  */
     uint64_t tx_bits[4];        /* coarse filter bits of this transaction's records */
     uint16_t tx_fine[NVH_FILTER_TX_FINE]; /* its fine granules (wfine bit numbers) */
     unsigned tx_nfine;          /* how many; NVH_FILTER_TX_FINE + 1: too many, use tx_bits */
@@ -341,6 +343,15 @@ void nvh_txlog_fence(nvh_txlog *lg, nvh_lane *lane, uint64_t help_mask);
  * flush the data in place, write the commit record (with commit order cseq,
  * from the lane's clock), FENCE 2. */
 int nvh_txlog_commit(nvh_txlog *lg, nvh_lane *lane, uint64_t cseq);
+/* The lazy in-place commit (docs/TX.md, "In-place transactions with lazy
+ * data"): for a transaction whose records are at most NVH_REDO_MAX 8-byte
+ * WORD records (nothing else) on a version 3+ directory. The new words go
+ * into the records, the commit record and redo lines (all non-temporal),
+ * FENCE 2, then the data are flushed, NOT fenced, and the transaction is
+ * published as pending like a one-fence one: no data write-back and no
+ * retirement on the commit path. Returns false (nothing done) if the
+ * transaction does not qualify; the caller then uses nvh_txlog_commit. */
+bool nvh_txlog_commit_lazy(nvh_txlog *lg, nvh_lane *lane, uint64_t cseq);
 /* After commit or abort: state IDLE, flushed (not fenced); lane marked
  * retire-pending. */
 void nvh_txlog_retire(nvh_txlog *lg, nvh_lane *lane);

@@ -287,9 +287,15 @@ int nvh_tx_commit(nvh_pool *pool)
         uint64_t cseq = lane->clock + 1;
         if (wv > cseq) cseq = wv;
         lane->clock = cseq;
-        nvh_txlog_commit(lg, lane, cseq);             /* step 3: FENCE 2 */
-        nvh_tx_alloc_finish_(tx);                     /* step 4 */
-        nvh_txlog_retire(lg, lane);                   /* step 5 */
+        /* at most NVH_REDO_MAX words logged in place (no range, alloc or
+         * free): the lazy commit, whose FENCE 2 waits for no data write-back
+         * and which retires later; anything else: the full commit */
+        if (atomic_load_explicit(&tx->st->protocol, memory_order_relaxed) != NVH_TX_PROTO_AUTO ||
+            tx->nallocs || tx->nfrees || !nvh_txlog_commit_lazy(lg, lane, cseq)) {
+            nvh_txlog_commit(lg, lane, cseq);         /* step 3: FENCE 2 */
+            nvh_tx_alloc_finish_(tx);                 /* step 4 */
+            nvh_txlog_retire(lg, lane);               /* step 5 */
+        }
     }
     nvh_tx_otm_release_(tx, wv, true);
     /* the application's ranges and the log pages are read-only again */

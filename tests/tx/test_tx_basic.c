@@ -354,15 +354,19 @@ static void fence_counts(void **state)
     for (int proto = NVH_TX_PROTO_AUTO; proto <= NVH_TX_PROTO_UNDO; proto++) {
         assert_int_equal(nvh_tx_protocol_set(pool, (nvh_tx_protocol)proto), NVH_OK);
         assert_int_equal(nvh_tx_protocol_get(pool), proto);
-        nvh_stats_reset(pool);
-        assert_int_equal(nvh_tx_begin(pool), NVH_OK);
-        uint64_t *w1 = nvh_tx_open_write(pool, &o[100], 8);
-        uint64_t *w2 = nvh_tx_open_write(pool, &o[200], 8);
-        assert_non_null(w1);
-        assert_non_null(w2);
-        (*w1)++;                                /* both words change */
-        (*w2)++;
-        assert_int_equal(nvh_tx_commit(pool), NVH_OK);
+        /* the second one measured: the first also retires the lazy
+         * commit before it (one more line) */
+        for (int rep = 0; rep < 2; rep++) {
+            nvh_stats_reset(pool);
+            assert_int_equal(nvh_tx_begin(pool), NVH_OK);
+            uint64_t *w1 = nvh_tx_open_write(pool, &o[100], 8);
+            uint64_t *w2 = nvh_tx_open_write(pool, &o[200], 8);
+            assert_non_null(w1);
+            assert_non_null(w2);
+            (*w1)++;                            /* both words change */
+            (*w2)++;
+            assert_int_equal(nvh_tx_commit(pool), NVH_OK);
+        }
         nvh_stats_get(pool, &s);
         assert_int_equal(s.fences, proto == NVH_TX_PROTO_AUTO ? 1 : 2);
         if (proto == NVH_TX_PROTO_AUTO) assert_int_equal(s.lines_flushed, 3);
