@@ -399,6 +399,10 @@ extern int nvh_txlog_test_no_pending_help_, nvh_txlog_test_no_learn_;
 /* test hook: one-fence commits do not publish their filter bits (negative
  * control: other lanes then skip their pending transactions) */
 extern int nvh_txlog_test_no_filter_publish_;
+/* test hooks (negative controls of test_tx_proto): lazy in-place commits
+ * write no redo lines; one-fence commits do not retire the lazy commit
+ * before them */
+extern int nvh_txlog_test_no_lazy_redo_, nvh_txlog_test_no_hdr_retire_;
 
 /* recover.c */
 int nvh_txlog_recover(nvh_txlog *lg);

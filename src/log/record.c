@@ -370,6 +370,8 @@ typedef struct help_todo {
 } help_todo;
 
 int nvh_txlog_test_no_pending_help_ = 0;
+int nvh_txlog_test_no_lazy_redo_ = 0;
+int nvh_txlog_test_no_hdr_retire_ = 0;
 int nvh_txlog_test_no_learn_ = 0;
 int nvh_txlog_test_no_filter_publish_ = 0;
 
@@ -610,7 +612,8 @@ bool nvh_txlog_commit_lazy(nvh_txlog *lg, nvh_lane *lane, uint64_t cseq)
     atomic_store_explicit(&h->state, NVH_LS_MAKE(lane->tid, lane->slot, NVH_LS_COMMITTED),
                           memory_order_relaxed);
     nvh_txlog_line_(pool, lane->hdr, h);
-    redo_lines_write(pool, dst, lane->tid, cseq, offs, vals, (unsigned)n);
+    if (!nvh_txlog_test_no_lazy_redo_)
+        redo_lines_write(pool, dst, lane->tid, cseq, offs, vals, (unsigned)n);
     lane->bytes_logged += (n + 1 + nlines) * 64;
     nvh_txlog_fence(lg, lane, 0);      /* FENCE 2: the transaction is durable */
     /* the data: flushed, not fenced (durable at this lane's next fence) */
@@ -764,7 +767,7 @@ int nvh_txlog_redo_commit(nvh_txlog *lg, nvh_lane *lane, const uint64_t *offs,
     if (todo.n) help_pending_post(lg, lane, &todo);
     if (atomic_load_explicit(&lane->retire_pending, memory_order_relaxed))
         atomic_store_explicit(&lane->retire_pending, 0, memory_order_relaxed);
-    if (lane->hdr_pend) {
+    if (lane->hdr_pend && !nvh_txlog_test_no_hdr_retire_) {
         /* a lazy in-place commit's data are durable now: retire its commit
          * record (which no later one-fence commit overwrites) before the
          * commit after next overwrites its redo lines; flushed, durable at

@@ -285,7 +285,7 @@ int nvh_tx_otm_prepare_(nvh_tx *tx, uint64_t *wv_out)
      * retirement, and its one-fence commit still pending (an object
      * written by a one-fence commit is in place but durable only at that
      * lane's next fence: replayed over ours, it would undo our write) */
-    nvh_txlog_fence(tx->lg, tx->lane, NVH_TXLOG_HELP_MEETING);
+    nvh_txlog_fence(tx->lg, tx->lane, nvh_tx_test_otm_no_help_ ? 0 : NVH_TXLOG_HELP_MEETING);
     /* protected pools: windows on every object first (nothing applied if
      * one cannot open), held until the transaction ends (an undo after a
      * failed later commit step writes here again) */
@@ -300,6 +300,8 @@ int nvh_tx_otm_prepare_(nvh_tx *tx, uint64_t *wv_out)
     }
     return NVH_OK;
 }
+
+int nvh_tx_test_otm_no_help_ = 0;
 
 /* The one-fence commit of an object write set (tx.c, commit_one_fence):
  * append the changed 8-byte words of every written object to offs/vals
