@@ -175,12 +175,21 @@ int nvh_tx_begin(nvh_pool *pool)
     return nvh_txlog_begin(tx->lg, tx->lane);
 }
 
+int nvh_tx_test_abort_no_fence_ = 0;
+
 /* Roll everything back (abort or a failed commit step). */
 void nvh_tx_rollback_(nvh_tx *tx)
 {
+    bool logged = tx->lane->active_written;
     nvh_txlog_undo(tx->lg, tx->lane);
     nvh_tx_alloc_abort_(tx);
     nvh_txlog_retire(tx->lg, tx->lane);
+    /* the retirement durable now, not at the next fence: recovery undoes a
+     * transaction it finds unretired AFTER redoing every committed one, so
+     * a one-fence commit whose redo lines became durable with the same
+     * fence as this retirement would be replayed and then undone by our
+     * stale records (a word of ours it wrote gets our old value back) */
+    if (logged && !nvh_tx_test_abort_no_fence_) nvh_txlog_fence(tx->lg, tx->lane, 0);
     nvh_tx_otm_release_(tx, 0, false);
     nvh_txlog_win_close_all(tx->lg, tx->lane);   /* log pages and added ranges */
     tx->nallocs = tx->nfrees = 0;

@@ -131,6 +131,9 @@ void nvh_tx_alloc_abort_(nvh_tx *tx);
 int nvh_tx_otm_prepare_(nvh_tx *tx, uint64_t *wv_out); /* validate, log, fence 1, apply */
 int nvh_tx_otm_validate_(nvh_tx *tx, uint64_t *wv_out); /* write version, read-set check */
 bool nvh_tx_otm_words_(nvh_tx *tx, uint64_t *offs, uint64_t *vals, unsigned *n, unsigned max);
+/* test hook (negative control of test_tx_proto): an abort's retirement is
+ * left to the next fence */
+extern int nvh_tx_test_abort_no_fence_;
 /* test hook (negative control of test_tx_proto): the two-fence object
  * commit helps no other lane at its first fence */
 extern int nvh_tx_test_otm_no_help_;
