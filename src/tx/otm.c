@@ -134,8 +134,7 @@ static bool extend(nvh_tx *tx)
 }
 
 /* The ownership-record table, allocated by the pool's first object
- * transaction (8 MiB of zero pages: allocating it at every open cost each
- * open a large calloc for pools that never use object transactions). */
+ * transaction: pools that never run one pay nothing for it at open. */
 static int orecs_ensure(nvh_txstate *st)
 {
     if (__builtin_expect(__atomic_load_n(&st->orecs, __ATOMIC_ACQUIRE) != NULL, 1)) return NVH_OK;

@@ -26,7 +26,10 @@
  *   locked    version << 8 | owner_lane << 1       | 1   (version: the one
  *             before locking, restored on abort)
  * The last writer's lane tells a later writer whose retirement to help-flush. */
-#define NVH_OREC_BITS 20u
+/* 2^16 words = 512 KiB: NVTM's volatile state stays under 1 MB ([Coburn09]
+ * §4.3); two objects share a record with probability 2^-16, a false
+ * conflict at worst (the owner's own hits are recognised) */
+#define NVH_OREC_BITS 16u
 #define NVH_OREC_COUNT (1u << NVH_OREC_BITS)
 #define OREC_LOCKED(w) ((w) & 1u)
 #define OREC_LANE(w) ((unsigned)(((w) >> 1) & 0x7fu))
