@@ -225,8 +225,10 @@ static int commit_one_fence(nvh_tx *tx)
     uint64_t offs[NVH_REDO_MAX], vals[NVH_REDO_MAX];
     unsigned n = (unsigned)tx->wbn;
     if (n > NVH_REDO_MAX) return NVH_TX_NOT_TAKEN;
-    memcpy(offs, tx->wb_off, n * sizeof *offs);
-    memcpy(vals, tx->wb_val, n * sizeof *vals);
+    if (n) {
+        memcpy(offs, tx->wb_off, n * sizeof *offs);
+        memcpy(vals, tx->wb_val, n * sizeof *vals);
+    }
     if (tx->nw && !nvh_tx_otm_words_(tx, offs, vals, &n, NVH_REDO_MAX)) return NVH_TX_NOT_TAKEN;
     uint64_t wv = 0;
     int rc = tx->nw ? nvh_tx_otm_validate_(tx, &wv) : NVH_OK;   /* conflicts abort */
