@@ -5,15 +5,19 @@
  *        object transaction on one 8-byte object; dur = pmem domain (CLWB +
  *        SFENCE on /dev/shm), nodur = process domain (no flush, no fence).
  *        pmdk: TX_BEGIN/pmemobj_tx_add_range_direct (no read isolation: its
- *        "read" is a plain load)
+ *        "read" is a plain load); nvheap-undo: nvheap's calls with the
+ *        two-fence protocol forced (nvh_tx_protocol_set)
  *   gups/U        1 thread, 1 M-element array, U random 8-byte updates per
  *                 transaction (Fig. 4). nvheap: nvh_tx_add_ranges (one call
  *                 for the U words) then in-place updates; nvheap-obj:
  *                 nvh_tx_open_write per element; pmdk: add_range_direct per
  *                 element
  *                 nvheap-redo: nvh_tx_write_word per element (one-fence
- *                 word transactions, up to 8 words; beyond: the fallback)
- *   gsps/1        swap two random elements per transaction
+ *                 word transactions, up to 8 words; beyond: the fallback);
+ *                 nvheap-undo: nvheap's calls with the two-fence protocol
+ *                 forced (nvh_tx_protocol_set), the comparison the default's
+ *                 choice of protocol rests on (docs/TX.md)
+ *   gsps/1        swap two random elements per transaction (same subjects)
  *   gups-mt/1M-Tt GUPS with 1 update per transaction on the 1 M-element array
  *                 by T = 1, 2 threads, each on its own half (in-place
  *                 transactions are not isolated); metric scaling_vs_1t
@@ -188,6 +192,12 @@ static void table3(env *e)
             loop_ctx x = {e, dur ? e->pool : e->nodur, dur ? e->arr : e->arr_nodur, 0, 0, 1, k};
             measure_nv(e, c, "nvheap", t3_nv, &x, 0.5);
             if (dur) measure_pm(e, c, t3_pm, &x, 0.5);
+            if (dur && (k == K_WRITE || k == K_RW)) {
+                /* the same calls with the two-fence protocol forced */
+                nvh_tx_protocol_set(x.pool, NVH_TX_PROTO_UNDO);
+                measure_nv(e, c, "nvheap-undo", t3_nv, &x, 0.5);
+                nvh_tx_protocol_set(x.pool, NVH_TX_PROTO_AUTO);
+            }
         }
 }
 
@@ -315,7 +325,7 @@ static void gsps_pm(void *p, uint64_t iters)
 
 static void gups(env *e)
 {
-    static const unsigned us[] = {1, 4, 16, 64, 256};
+    static const unsigned us[] = {1, 2, 4, 8, 16, 64, 256};
     for (unsigned i = 0; i < sizeof us / sizeof us[0]; i++) {
         char c[64];
         snprintf(c, sizeof c, "gups/%u", us[i]);
@@ -327,6 +337,10 @@ static void gups(env *e)
         measure_pm(e, c, gups_pm, &x, scale);
         measure_nv(e, c, "nvheap-redo", gups_redo, &x, scale);
         measure_nv(e, c, "nvheap-obj", gups_obj, &x, scale);
+        /* the default calls with the two-fence protocol forced */
+        nvh_tx_protocol_set(e->pool, NVH_TX_PROTO_UNDO);
+        measure_nv(e, c, "nvheap-undo", gups_nv, &x, scale);
+        nvh_tx_protocol_set(e->pool, NVH_TX_PROTO_AUTO);
     }
     if (bench_selected(e->opts, "gsps/1")) {
         loop_ctx x = {e, e->pool, e->arr, GUPS_N, 2, 88172645463325252ull, 0};
@@ -334,6 +348,9 @@ static void gups(env *e)
         measure_pm(e, "gsps/1", gsps_pm, &x, 1.0 / 3);
         measure_nv(e, "gsps/1", "nvheap-redo", gsps_redo, &x, 1.0 / 3);
         measure_nv(e, "gsps/1", "nvheap-obj", gsps_obj, &x, 1.0 / 3);
+        nvh_tx_protocol_set(e->pool, NVH_TX_PROTO_UNDO);
+        measure_nv(e, "gsps/1", "nvheap-undo", gsps_nv, &x, 1.0 / 3);
+        nvh_tx_protocol_set(e->pool, NVH_TX_PROTO_AUTO);
     }
 }
 

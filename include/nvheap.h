@@ -851,12 +851,17 @@ void nvh_group_stats_reset(nvh_group_ctx *ctx);       /* keeps pending     */
  *   retries it under the contention policy. Eager write locks, commit-time
  *   validation of read versions: no lost update, no torn or inconsistent read.
  *
- * Cost (pmem domain): a transaction with one added range or one written
- * object costs 2 fences; an empty or read-only one none; one whose only
- * writes are up to 8 words given as values (nvh_tx_write_word) costs ONE
- * fence. Every nvh_tx_add_* call costs one fence (add several ranges with
- * one nvh_tx_add_ranges call to pay one); object writes cost no fence until
- * commit. Allocations cost the allocator's fence each at commit.
+ * Cost (pmem domain; the library picks the protocol per transaction,
+ * docs/TX.md): an empty or read-only transaction costs no fence; one whose
+ * writes are known by value — objects opened for write and words given
+ * with nvh_tx_write_word, at most 8 changed 8-byte words in all, no
+ * nvh_tx_add_*, alloc or free — costs ONE fence; anything else 2. Every
+ * nvh_tx_add_* call costs one fence before the caller may store (add
+ * several ranges with one nvh_tx_add_ranges call to pay one), the commit
+ * one more; with at most 8 words added the commit does not wait for the
+ * data's write-back. Allocations cost the allocator's fence each at commit;
+ * an abort that logged costs 2. nvh_tx_protocol_set can force the
+ * two-fence protocol everywhere, for comparisons.
  *
  * Abort: every added range is restored exactly, objects allocated in the
  * transaction are released, frees are dropped. Nothing else is restored:
@@ -980,6 +985,20 @@ typedef struct nvh_tx_config {
 } nvh_tx_config;
 int nvh_tx_config_get(nvh_pool *pool, nvh_tx_config *config);
 int nvh_tx_config_set(nvh_pool *pool, const nvh_tx_config *config);
+
+/* Which commit protocol transactions get (per open pool; docs/TX.md).
+ * AUTO (default): the library chooses per transaction: ONE fence when the
+ * write set is known by value and small (at most 8 changed words, given
+ * with nvh_tx_write_word or in objects opened with nvh_tx_open_write, no
+ * nvh_tx_add_*, alloc or free), else the two-fence protocol. UNDO: always
+ * the two-fence protocol (for experiments and comparisons). Both are
+ * equally durable and atomic; only the fence count differs. */
+typedef enum nvh_tx_protocol {
+    NVH_TX_PROTO_AUTO = 0,
+    NVH_TX_PROTO_UNDO = 1,
+} nvh_tx_protocol;
+int nvh_tx_protocol_set(nvh_pool *pool, nvh_tx_protocol protocol);
+nvh_tx_protocol nvh_tx_protocol_get(nvh_pool *pool);
 
 typedef struct nvh_tx_stats {
     uint64_t commits, aborts;  /* outermost transactions                         */

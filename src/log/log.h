@@ -239,8 +239,8 @@ typedef struct nvh_lane {
      * On a line of their own: every other field above is touched by the
      * owner only, and must not be invalidated by another thread's reads of
      * these (2-thread GUPS: one coherence miss per transaction, not three) */
-    _Alignas(64) _Atomic uint64_t last_cseq; /* commit order of the last commit */
-    _Atomic int retire_pending; /* retirement stored and flushed, not fenced    */
+    _Alignas(64) _Atomic int retire_pending; /* retirement stored and flushed,
+                                                not fenced                   */
     /* one-fence word transactions (version 3): the last one's values were
      * stored in place and flushed after its fence, so they are durable only
      * at this lane's NEXT fence, and only then may it be retired. Until
@@ -272,6 +272,8 @@ typedef struct nvh_lane {
     _Alignas(64) struct nvh_redo_line (*redo)[NVH_REDO_LINES]; /* [2] slots; NULL: version < 3 */
     unsigned redo_slot;         /* slot of the next one-fence transaction       */
     uint64_t redo_pend;         /* tid published in pend_tid (owner's copy)     */
+    uint64_t hdr_pend;          /* a lazy in-place commit (nvh_txlog_commit_lazy)
+                                   whose COMMITTED header is not retired yet  */
     uint64_t tx_bits[4];        /* coarse filter bits of this transaction's records */
     uint16_t tx_fine[NVH_FILTER_TX_FINE]; /* its fine granules (wfine bit numbers) */
     unsigned tx_nfine;          /* how many; NVH_FILTER_TX_FINE + 1: too many, use tx_bits */
@@ -339,9 +341,17 @@ int nvh_txlog_intent(nvh_txlog *lg, nvh_lane *lane, unsigned kind, uint64_t obj,
 void nvh_txlog_fence(nvh_txlog *lg, nvh_lane *lane, uint64_t help_mask);
 /* Commit: capture the new bytes from their places into the records (redo),
  * flush the data in place, write the commit record (with commit order cseq,
- * from the lane's clock), FENCE 2; last_cseq := ver (the object write
- * version the ownership records carry, else cseq). */
-int nvh_txlog_commit(nvh_txlog *lg, nvh_lane *lane, uint64_t cseq, uint64_t ver);
+ * from the lane's clock), FENCE 2. */
+int nvh_txlog_commit(nvh_txlog *lg, nvh_lane *lane, uint64_t cseq);
+/* The lazy in-place commit (docs/TX.md, "In-place transactions with lazy
+ * data"): for a transaction whose records are at most NVH_REDO_MAX 8-byte
+ * WORD records (nothing else) on a version 3+ directory. The new words go
+ * into the records, the commit record and redo lines (all non-temporal),
+ * FENCE 2, then the data are flushed, NOT fenced, and the transaction is
+ * published as pending like a one-fence one: no data write-back and no
+ * retirement on the commit path. Returns false (nothing done) if the
+ * transaction does not qualify; the caller then uses nvh_txlog_commit. */
+bool nvh_txlog_commit_lazy(nvh_txlog *lg, nvh_lane *lane, uint64_t cseq);
 /* After commit or abort: state IDLE, flushed (not fenced); lane marked
  * retire-pending. */
 void nvh_txlog_retire(nvh_txlog *lg, nvh_lane *lane);
@@ -371,11 +381,12 @@ static inline void nvh_txlog_win_close_all(nvh_txlog *lg, nvh_lane *lane)
 }
 
 /* One-fence word transaction (lane->redo != NULL, nothing else logged in
- * this transaction, 1 <= n <= NVH_REDO_MAX): redo lines with the commit
- * order from the lane's clock, ONE fence (the commit point), then the
- * values in place, flushed, not fenced. */
+ * this transaction, 1 <= n <= NVH_REDO_MAX, 8-byte aligned words): redo
+ * lines with the commit order from the lane's clock (at least min_cseq: an
+ * object write version), ONE fence (the commit point), then the values in
+ * place (atomic word stores), flushed, not fenced. */
 int nvh_txlog_redo_commit(nvh_txlog *lg, nvh_lane *lane, const uint64_t *offs,
-                          const uint64_t *vals, unsigned n);
+                          const uint64_t *vals, unsigned n, uint64_t min_cseq);
 /* Make every pending one-fence transaction's data durable and retire it,
  * and every retirement durable (nvh_tx_quiesce, pool close): two fences. */
 void nvh_txlog_quiesce_all(nvh_txlog *lg, nvh_lane *self);
@@ -388,6 +399,10 @@ extern int nvh_txlog_test_no_pending_help_, nvh_txlog_test_no_learn_;
 /* test hook: one-fence commits do not publish their filter bits (negative
  * control: other lanes then skip their pending transactions) */
 extern int nvh_txlog_test_no_filter_publish_;
+/* test hooks (negative controls of test_tx_proto): lazy in-place commits
+ * write no redo lines; one-fence commits do not retire the lazy commit
+ * before them */
+extern int nvh_txlog_test_no_lazy_redo_, nvh_txlog_test_no_hdr_retire_;
 
 /* recover.c */
 int nvh_txlog_recover(nvh_txlog *lg);

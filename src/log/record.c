@@ -370,6 +370,8 @@ typedef struct help_todo {
 } help_todo;
 
 int nvh_txlog_test_no_pending_help_ = 0;
+int nvh_txlog_test_no_lazy_redo_ = 0;
+int nvh_txlog_test_no_hdr_retire_ = 0;
 int nvh_txlog_test_no_learn_ = 0;
 int nvh_txlog_test_no_filter_publish_ = 0;
 
@@ -464,6 +466,7 @@ static inline void retire_own_pending(nvh_txlog *lg, nvh_lane *lane)
     atomic_store_explicit(&lane->pend[0].tid, 0, memory_order_release);
     atomic_store_explicit(&lane->pend[1].tid, 0, memory_order_release);
     lane->redo_pend = 0;
+    lane->hdr_pend = 0;           /* at or below redo_pend: retired with it */
 }
 
 void nvh_txlog_fence(nvh_txlog *lg, nvh_lane *lane, uint64_t help_mask)
@@ -502,7 +505,7 @@ void nvh_txlog_fence(nvh_txlog *lg, nvh_lane *lane, uint64_t help_mask)
 /* ==========================================================================
  * Commit, retire, undo
  * ========================================================================== */
-int nvh_txlog_commit(nvh_txlog *lg, nvh_lane *lane, uint64_t cseq, uint64_t ver)
+int nvh_txlog_commit(nvh_txlog *lg, nvh_lane *lane, uint64_t cseq)
 {
     nvh_pool *pool = lg->pool;
     struct nvh_lane_hdr *h = &lane->sh;
@@ -537,8 +540,90 @@ int nvh_txlog_commit(nvh_txlog *lg, nvh_lane *lane, uint64_t cseq, uint64_t ver)
     nvh_txlog_line_(pool, lane->hdr, h);
     lane->bytes_logged += 64;
     nvh_txlog_fence(lg, lane, 0);      /* FENCE 2: the transaction is durable */
-    atomic_store_explicit(&lane->last_cseq, ver, memory_order_relaxed);
     return NVH_OK;
+}
+
+/* Publish a committed transaction whose values are in place and flushed
+ * but not fenced as this lane's pending one in redo slot `slot` (seqlock:
+ * tid 0 while the fields change; the release store orders the in-place
+ * stores before it). */
+static inline void pend_publish(nvh_lane *lane, unsigned slot, uint64_t tid, uint64_t cseq,
+                                const uint64_t *offs, unsigned n)
+{
+    struct nvh_pend *p = &lane->pend[slot];
+    atomic_store_explicit(&p->tid, 0, memory_order_relaxed);
+    atomic_store_explicit(&p->cseq, cseq, memory_order_relaxed);
+    atomic_store_explicit(&p->n, n, memory_order_relaxed);
+    for (unsigned i = 0; i < n; i++) atomic_store_explicit(&p->off[i], offs[i], memory_order_relaxed);
+    atomic_store_explicit(&p->tid, tid, memory_order_release);
+    lane->redo_pend = tid;
+    lane->redo_slot = slot ^ 1u;
+}
+
+static void redo_lines_write(nvh_pool *pool, struct nvh_redo_line *dst, uint64_t tid,
+                             uint64_t cseq, const uint64_t *offs, const uint64_t *vals,
+                             unsigned n);
+
+/* Why this is safe (docs/TX.md): the undo records were durable before the
+ * caller stored (FENCE 1). A crash before FENCE 2 completes finds either a
+ * valid commit record (its CRC covers every record's new word: redo) or
+ * none (undo, after any redo of the redo lines, which write the same
+ * words: the undo wins). After FENCE 2 the commit record redoes it; once the
+ * next transaction of this lane overwrites the header (before its FENCE 1,
+ * which is also what makes these data durable), the redo lines, in the
+ * redo slot the following one-fence or lazy commit does not use, still do.
+ * They are overwritten only by the commit after next, after a fence that
+ * made the data durable and this transaction retired (retire_own_pending,
+ * or the one-fence commit's hdr_pend retirement). Other lanes find it in
+ * pend[] exactly like a one-fence transaction. */
+bool nvh_txlog_commit_lazy(nvh_txlog *lg, nvh_lane *lane, uint64_t cseq)
+{
+    nvh_pool *pool = lg->pool;
+    size_t n = lane->nrecs;
+    if (!lane->redo || n == 0 || n > NVH_REDO_MAX) return false;
+    for (size_t i = 0; i < n; i++) {
+        const struct nvh_txrec *r = &lane->recs[i].sh;
+        if (r->kind != NVH_LR_WORD || r->len != 8) return false;
+    }
+    unsigned slot = lane->redo_slot;
+    struct nvh_redo_line *dst = lane->redo[slot];
+    unsigned nlines = ((unsigned)n + NVH_REDO_WORDS_PER_LINE - 1) / NVH_REDO_WORDS_PER_LINE;
+    if (nvh_txlog_protected_(pool) &&
+        nvh_txlog_win_open(lg, lane, dst, nlines * sizeof *dst) != NVH_OK)
+        return false;
+    uint64_t offs[NVH_REDO_MAX], vals[NVH_REDO_MAX];
+    struct nvh_lane_hdr *h = &lane->sh;
+    uint64_t head[3] = {lane->tid, n, cseq};
+    uint32_t c = nvh_txlog_crc(0, head, sizeof head);
+    for (size_t i = 0; i < n; i++) {
+        struct nvh_txrec *r = &lane->recs[i].sh;
+        uint64_t nw;
+        memcpy(&nw, (char *)pool->ctx.base + r->off, 8);
+        r->new_word = nw;
+        nvh_txlog_line_(pool, lane->recs[i].rec, r);
+        c = nvh_txlog_crc(c, &r->crc, sizeof r->crc);
+        c = nvh_txlog_crc(c, &nw, sizeof nw);
+        offs[i] = r->off;
+        vals[i] = nw;
+    }
+    h->nrecs = n;
+    h->cseq = cseq;
+    h->commit_crc = c;
+    atomic_store_explicit(&h->state, NVH_LS_MAKE(lane->tid, lane->slot, NVH_LS_COMMITTED),
+                          memory_order_relaxed);
+    nvh_txlog_line_(pool, lane->hdr, h);
+    if (!nvh_txlog_test_no_lazy_redo_)
+        redo_lines_write(pool, dst, lane->tid, cseq, offs, vals, (unsigned)n);
+    lane->bytes_logged += (n + 1 + nlines) * 64;
+    nvh_txlog_fence(lg, lane, 0);      /* FENCE 2: the transaction is durable */
+    /* the data: flushed, not fenced (durable at this lane's next fence) */
+    for (size_t i = 0; i < n; i++) nvh_flush(pool, (char *)pool->ctx.base + offs[i], 8);
+    pend_publish(lane, slot, lane->tid, cseq, offs, (unsigned)n);
+    lane->hdr_pend = lane->tid;
+    /* no retirement now: the transaction is over for this lane */
+    lane->active_written = false;
+    lane->nrecs = 0;
+    return true;
 }
 
 void nvh_txlog_retire(nvh_txlog *lg, nvh_lane *lane)
@@ -614,8 +699,34 @@ uint32_t nvh_redo_line_crc(const struct nvh_redo_line *l)
     return nvh_txlog_crc(0, &c, sizeof c) ^ 0xa5a5a5a5u;
 }
 
+/* ceil(n/2) redo lines of transaction tid into dst, non-temporal */
+static void redo_lines_write(nvh_pool *pool, struct nvh_redo_line *dst, uint64_t tid,
+                             uint64_t cseq, const uint64_t *offs, const uint64_t *vals,
+                             unsigned n)
+{
+    unsigned nlines = (n + NVH_REDO_WORDS_PER_LINE - 1) / NVH_REDO_WORDS_PER_LINE;
+    for (unsigned l = 0; l < nlines; l++) {
+        struct nvh_redo_line line;
+        unsigned first = l * NVH_REDO_WORDS_PER_LINE;
+        unsigned k = n - first < NVH_REDO_WORDS_PER_LINE ? n - first : NVH_REDO_WORDS_PER_LINE;
+        memset(&line, 0, sizeof line);
+        line.tid = tid;
+        line.cseq = cseq;
+        line.n = (uint8_t)k;
+        line.idx = (uint8_t)l;
+        line.nlines = (uint8_t)nlines;
+        line.nwords = (uint8_t)n;
+        for (unsigned j = 0; j < k; j++) {
+            line.w[j][0] = offs[first + j];
+            line.w[j][1] = vals[first + j];
+        }
+        line.crc = nvh_redo_line_crc(&line);
+        nvh_txlog_line_(pool, &dst[l], &line);
+    }
+}
+
 int nvh_txlog_redo_commit(nvh_txlog *lg, nvh_lane *lane, const uint64_t *offs,
-                          const uint64_t *vals, unsigned n)
+                          const uint64_t *vals, unsigned n, uint64_t min_cseq)
 {
     nvh_pool *pool = lg->pool;
     NVH_ASSERT(lane->redo && n >= 1 && n <= NVH_REDO_MAX && !lane->active_written);
@@ -645,54 +756,38 @@ int nvh_txlog_redo_commit(nvh_txlog *lg, nvh_lane *lane, const uint64_t *offs,
         help_pending_pre(lg, lane, meet, offs, n, &todo);
         nvh_txlog_help(lg, meet, lane->index);
     }
-    uint64_t cseq = ++lane->clock;
-    for (unsigned l = 0; l < nlines; l++) {
-        struct nvh_redo_line line;
-        unsigned first = l * NVH_REDO_WORDS_PER_LINE;
-        unsigned k = n - first < NVH_REDO_WORDS_PER_LINE ? n - first : NVH_REDO_WORDS_PER_LINE;
-        memset(&line, 0, sizeof line);
-        line.tid = tid;
-        line.cseq = cseq;
-        line.n = (uint8_t)k;
-        line.idx = (uint8_t)l;
-        line.nlines = (uint8_t)nlines;
-        line.nwords = (uint8_t)n;
-        for (unsigned j = 0; j < k; j++) {
-            line.w[j][0] = offs[first + j];
-            line.w[j][1] = vals[first + j];
-        }
-        line.crc = nvh_redo_line_crc(&line);
-        nvh_txlog_line_(pool, &dst[l], &line);
-    }
+    /* above this lane's commits, those it helped (learned above) and, for
+     * object writes, the write version their ownership records will carry */
+    uint64_t cseq = lane->clock + 1;
+    if (min_cseq > cseq) cseq = min_cseq;
+    lane->clock = cseq;
+    redo_lines_write(pool, dst, tid, cseq, offs, vals, n);
     lane->bytes_logged += nlines * sizeof *dst;
     nvh_drain(pool);              /* THE fence: committed */
     if (todo.n) help_pending_post(lg, lane, &todo);
     if (atomic_load_explicit(&lane->retire_pending, memory_order_relaxed))
         atomic_store_explicit(&lane->retire_pending, 0, memory_order_relaxed);
-    /* apply: flushed, not fenced (durable at the next fence of this lane) */
+    if (lane->hdr_pend && !nvh_txlog_test_no_hdr_retire_) {
+        /* a lazy in-place commit's data are durable now: retire its commit
+         * record (which no later one-fence commit overwrites) before the
+         * commit after next overwrites its redo lines; flushed, durable at
+         * this lane's next fence, which comes before that */
+        atomic_store_explicit(&lane->retire_pending, 1, memory_order_release);
+        retire_max_(pool, lane->retire_word, lane->hdr_pend);
+        lane->hdr_pend = 0;
+    }
+    /* apply: flushed, not fenced (durable at the next fence of this lane).
+     * Atomic word stores (a plain move): object readers of other threads
+     * copy these words with atomic loads under their ownership record */
     char *base = pool->ctx.base;
     for (unsigned i = 0; i < n; i++) {
-        memcpy(base + offs[i], &vals[i], 8);
+        __atomic_store_n((uint64_t *)(void *)(base + offs[i]), vals[i], __ATOMIC_RELAXED);
         nvh_flush(pool, base + offs[i], 8);
     }
     /* publish as pending in the slot's entry (its previous occupant's lines
-     * are gone now; seqlock: tid 0 while the fields change; the release
-     * store orders the in-place stores before it) */
-    struct nvh_pend *p = &lane->pend[slot];
-    atomic_store_explicit(&p->tid, 0, memory_order_relaxed);
-    atomic_store_explicit(&p->cseq, cseq, memory_order_relaxed);
-    atomic_store_explicit(&p->n, n, memory_order_relaxed);
-    for (unsigned i = 0; i < n; i++) atomic_store_explicit(&p->off[i], offs[i], memory_order_relaxed);
-    atomic_store_explicit(&p->tid, tid, memory_order_release);
+     * are gone now) */
+    pend_publish(lane, slot, tid, cseq, offs, n);
     lane->tid = tid;
-    lane->redo_pend = tid;
-    lane->redo_slot = slot ^ 1u;
-    /* last_cseq tells object transactions whether an object's last writer
-     * (this lane) has committed since (then its retirement is durable): 0
-     * matches no object version, and is written only once, not per
-     * transaction (another thread reads this line at every commit) */
-    if (atomic_load_explicit(&lane->last_cseq, memory_order_relaxed))
-        atomic_store_explicit(&lane->last_cseq, 0, memory_order_relaxed);
     return NVH_OK;
 }
 

@@ -291,6 +291,7 @@ int nvh_txlog_recover(nvh_txlog *lg)
         if (lane->hdr->cseq > max_cseq) max_cseq = lane->hdr->cseq;
         lane->redo_slot = 0;
         lane->redo_pend = 0;
+        lane->hdr_pend = 0;
         atomic_store(&lane->pend[0].tid, 0);
         atomic_store(&lane->pend[1].tid, 0);
         memset(lane->helped, 0, sizeof lane->helped);

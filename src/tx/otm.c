@@ -134,8 +134,7 @@ static bool extend(nvh_tx *tx)
 }
 
 /* The ownership-record table, allocated by the pool's first object
- * transaction (8 MiB of zero pages: allocating it at every open cost each
- * open a large calloc for pools that never use object transactions). */
+ * transaction: pools that never run one pay nothing for it at open. */
 static int orecs_ensure(nvh_txstate *st)
 {
     if (__builtin_expect(__atomic_load_n(&st->orecs, __ATOMIC_ACQUIRE) != NULL, 1)) return NVH_OK;
@@ -265,15 +264,11 @@ int nvh_tx_otm_prepare_(nvh_tx *tx, uint64_t *wv_out)
 {
     *wv_out = 0;
     if (!tx->nw) return NVH_OK;                 /* read-only: snapshot is consistent */
-    uint64_t wv = atomic_fetch_add_explicit(&tx->st->gclock, 1, memory_order_acq_rel) + 1;
-    if (wv != tx->rv + 1 && !validate(tx)) {
-        tx->conflict = true;
-        tx->conflicts++;
-        return nvh_fail(NVH_E_ABORTED, "a value read was changed by a concurrent commit");
-    }
+    uint64_t wv;
+    int vrc = nvh_tx_otm_validate_(tx, &wv);
+    if (vrc != NVH_OK) return vrc;
     *wv_out = wv;
     nvh_pool *pool = tx->pool;
-    uint64_t help = 0;
     for (size_t i = 0; i < tx->nw; i++) {
         nvh_wentry *e = &tx->wset[i];
         if (!memcmp(e->copy, e->obj, e->size)) continue;   /* unchanged: no record */
@@ -282,18 +277,14 @@ int nvh_tx_otm_prepare_(nvh_tx *tx, uint64_t *wv_out)
                      ? nvh_txlog_word(tx->lg, tx->lane, off, (unsigned)e->size)
                      : nvh_txlog_range(tx->lg, tx->lane, off, e->size, e->obj);
         if (rc != NVH_OK) return rc;
-        /* help-flush the last writer's lane only if this object's version is
-         * that lane's latest commit (older commits are retired durably) */
-        unsigned L = OREC_LANE(e->prev);
-        if (e->owns_lock && L != tx->lane->index &&
-            atomic_load_explicit(&tx->lg->lanes[L].last_cseq, memory_order_relaxed) ==
-                OREC_VER(e->prev))
-            help |= 1ull << L;
     }
     if (!tx->lane->unfenced) return NVH_OK;
     /* FENCE 1: old and new images durable before any byte changes in place;
-     * help-flush the retirements of the lanes that wrote these objects last */
-    nvh_txlog_fence(tx->lg, tx->lane, help);
+     * help the lanes whose filter meets these objects: the last writer's
+     * retirement, and its one-fence commit still pending (an object
+     * written by a one-fence commit is in place but durable only at that
+     * lane's next fence: replayed over ours, it would undo our write) */
+    nvh_txlog_fence(tx->lg, tx->lane, nvh_tx_test_otm_no_help_ ? 0 : NVH_TXLOG_HELP_MEETING);
     /* protected pools: windows on every object first (nothing applied if
      * one cannot open), held until the transaction ends (an undo after a
      * failed later commit step writes here again) */
@@ -306,6 +297,53 @@ int nvh_tx_otm_prepare_(nvh_tx *tx, uint64_t *wv_out)
         nvh_wentry *e = &tx->wset[i];
         atomic_copy_out(e->obj, e->copy, e->size);
     }
+    return NVH_OK;
+}
+
+int nvh_tx_test_otm_no_help_ = 0;
+
+/* The one-fence commit of an object write set (tx.c, commit_one_fence):
+ * append the changed 8-byte words of every written object to offs/vals
+ * (from *n on, at most max in all). False if the set does not qualify: an
+ * object not made of whole aligned words, or more words than max. The
+ * objects are locked by this transaction, so their bytes in place are
+ * stable; a word already in offs (given as a value too) is not repeated. */
+bool nvh_tx_otm_words_(nvh_tx *tx, uint64_t *offs, uint64_t *vals, unsigned *n, unsigned max)
+{
+    nvh_pool *pool = tx->pool;
+    unsigned k = *n;
+    for (size_t i = 0; i < tx->nw; i++) {
+        nvh_wentry *e = &tx->wset[i];
+        uint64_t off = nvh_off(pool, e->obj);
+        if ((off & 7) || (e->size & 7)) return false;
+        for (size_t b = 0; b < e->size; b += 8) {
+            uint64_t nv, ov;
+            memcpy(&nv, e->copy + b, 8);
+            ov = __atomic_load_n((const uint64_t *)(const void *)(e->obj + b), __ATOMIC_RELAXED);
+            if (nv == ov) continue;                /* unchanged: not logged */
+            unsigned j = 0;
+            while (j < k && offs[j] != off + b) j++;
+            if (j < k) return false;               /* also given as a value: two-fence path */
+            if (k == max) return false;
+            offs[k] = off + b;
+            vals[k++] = nv;
+        }
+    }
+    *n = k;
+    return true;
+}
+
+/* Write version and read-set validation of a committing object write set
+ * (both protocols): NVH_OK and *wv, or NVH_E_ABORTED on a conflict. */
+int nvh_tx_otm_validate_(nvh_tx *tx, uint64_t *wv_out)
+{
+    uint64_t wv = atomic_fetch_add_explicit(&tx->st->gclock, 1, memory_order_acq_rel) + 1;
+    if (wv != tx->rv + 1 && !validate(tx)) {
+        tx->conflict = true;
+        tx->conflicts++;
+        return nvh_fail(NVH_E_ABORTED, "a value read was changed by a concurrent commit");
+    }
+    *wv_out = wv;
     return NVH_OK;
 }
 

@@ -175,12 +175,21 @@ int nvh_tx_begin(nvh_pool *pool)
     return nvh_txlog_begin(tx->lg, tx->lane);
 }
 
+int nvh_tx_test_abort_no_fence_ = 0;
+
 /* Roll everything back (abort or a failed commit step). */
 void nvh_tx_rollback_(nvh_tx *tx)
 {
+    bool logged = tx->lane->active_written;
     nvh_txlog_undo(tx->lg, tx->lane);
     nvh_tx_alloc_abort_(tx);
     nvh_txlog_retire(tx->lg, tx->lane);
+    /* the retirement durable now, not at the next fence: recovery undoes a
+     * transaction it finds unretired AFTER redoing every committed one, so
+     * a one-fence commit whose redo lines became durable with the same
+     * fence as this retirement would be replayed and then undone by our
+     * stale records (a word of ours it wrote gets our old value back) */
+    if (logged && !nvh_tx_test_abort_no_fence_) nvh_txlog_fence(tx->lg, tx->lane, 0);
     nvh_tx_otm_release_(tx, 0, false);
     nvh_txlog_win_close_all(tx->lg, tx->lane);   /* log pages and added ranges */
     tx->nallocs = tx->nfrees = 0;
@@ -202,6 +211,41 @@ int nvh_tx_abort(nvh_pool *pool)
 
 static int wb_to_undo(nvh_tx *tx);
 
+/* Not an error code: commit_one_fence declined (the two-fence path follows) */
+#define NVH_TX_NOT_TAKEN 1
+
+/* One-fence commit of a write set known by value: words given with
+ * nvh_tx_write_word and the changed words of objects opened for write
+ * (both are still unchanged in place, so nothing needs undoing). Redo
+ * lines, ONE fence, the values in place (record.c). Declines (before any
+ * change) when the set is larger than the redo lines hold or an object is
+ * not made of whole aligned words. */
+static int commit_one_fence(nvh_tx *tx)
+{
+    uint64_t offs[NVH_REDO_MAX], vals[NVH_REDO_MAX];
+    unsigned n = (unsigned)tx->wbn;
+    if (n > NVH_REDO_MAX) return NVH_TX_NOT_TAKEN;
+    if (n) {
+        memcpy(offs, tx->wb_off, n * sizeof *offs);
+        memcpy(vals, tx->wb_val, n * sizeof *vals);
+    }
+    if (tx->nw && !nvh_tx_otm_words_(tx, offs, vals, &n, NVH_REDO_MAX)) return NVH_TX_NOT_TAKEN;
+    uint64_t wv = 0;
+    int rc = tx->nw ? nvh_tx_otm_validate_(tx, &wv) : NVH_OK;   /* conflicts abort */
+    if (rc == NVH_OK && n) rc = nvh_txlog_redo_commit(tx->lg, tx->lane, offs, vals, n, wv);
+    if (rc != NVH_OK) {
+        int code = nvh_errcode();
+        nvh_tx_rollback_(tx);
+        tx_reset(tx);
+        return nvh_fail(code, "nvh_tx_commit: %s", nvh_errormsg());
+    }
+    nvh_tx_otm_release_(tx, wv, true);
+    nvh_txlog_win_close_all(tx->lg, tx->lane);
+    tx->commits++;
+    tx_reset(tx);
+    return NVH_OK;
+}
+
 int nvh_tx_commit(nvh_pool *pool)
 {
     nvh_tx *tx = nvh_tx_cur_(pool, true);
@@ -218,28 +262,21 @@ int nvh_tx_commit(nvh_pool *pool)
     nvh_lane *lane = tx->lane;
     uint64_t wv = 0;
     int rc;
-    if (tx->wbn) {
-        /* words given as values: one fence when nothing else is logged */
-        if (__builtin_expect(!lane->active_written && !tx->nw && !tx->nr && !tx->nallocs &&
-                             !tx->nfrees && lane->redo && tx->wbn <= NVH_REDO_MAX, 1)) {
-            rc = nvh_txlog_redo_commit(lg, lane, tx->wb_off, tx->wb_val, (unsigned)tx->wbn);
-            if (rc != NVH_OK) {
-                int code = nvh_errcode();
-                nvh_tx_rollback_(tx);
-                tx_reset(tx);
-                return nvh_fail(code, "nvh_tx_commit: %s", nvh_errormsg());
-            }
-            nvh_txlog_win_close_all(lg, lane);
-            tx->commits++;
-            tx_reset(tx);
-            return NVH_OK;
-        }
-        if ((rc = wb_to_undo(tx)) != NVH_OK) {
-            int code = nvh_errcode();
-            nvh_tx_rollback_(tx);
-            tx_reset(tx);
-            return nvh_fail(code, "nvh_tx_commit: %s", nvh_errormsg());
-        }
+    /* the protocol (docs/TX.md, "Which protocol a transaction gets"):
+     * nothing logged in place, no allocation or free, and at most
+     * NVH_REDO_MAX changed words given as values or in written objects ->
+     * one fence; anything else -> the two-fence protocol */
+    if ((tx->wbn || tx->nw) && !lane->active_written && !tx->nallocs && !tx->nfrees &&
+        lane->redo &&
+        atomic_load_explicit(&tx->st->protocol, memory_order_relaxed) == NVH_TX_PROTO_AUTO) {
+        rc = commit_one_fence(tx);
+        if (rc != NVH_TX_NOT_TAKEN) return rc;
+    }
+    if (tx->wbn && (rc = wb_to_undo(tx)) != NVH_OK) {
+        int code = nvh_errcode();
+        nvh_tx_rollback_(tx);
+        tx_reset(tx);
+        return nvh_fail(code, "nvh_tx_commit: %s", nvh_errormsg());
     }
     rc = nvh_tx_otm_prepare_(tx, &wv);                /* step 1 */
     if (rc == NVH_OK) rc = nvh_tx_alloc_commit_(tx);  /* step 2 */
@@ -261,9 +298,15 @@ int nvh_tx_commit(nvh_pool *pool)
         uint64_t cseq = lane->clock + 1;
         if (wv > cseq) cseq = wv;
         lane->clock = cseq;
-        nvh_txlog_commit(lg, lane, cseq, wv ? wv : cseq);   /* step 3: FENCE 2 */
-        nvh_tx_alloc_finish_(tx);                     /* step 4 */
-        nvh_txlog_retire(lg, lane);                   /* step 5 */
+        /* at most NVH_REDO_MAX words logged in place (no range, alloc or
+         * free): the lazy commit, whose FENCE 2 waits for no data write-back
+         * and which retires later; anything else: the full commit */
+        if (atomic_load_explicit(&tx->st->protocol, memory_order_relaxed) != NVH_TX_PROTO_AUTO ||
+            tx->nallocs || tx->nfrees || !nvh_txlog_commit_lazy(lg, lane, cseq)) {
+            nvh_txlog_commit(lg, lane, cseq);         /* step 3: FENCE 2 */
+            nvh_tx_alloc_finish_(tx);                 /* step 4 */
+            nvh_txlog_retire(lg, lane);               /* step 5 */
+        }
     }
     nvh_tx_otm_release_(tx, wv, true);
     /* the application's ranges and the log pages are read-only again */
@@ -526,6 +569,23 @@ int nvh_tx_config_set(nvh_pool *pool, const nvh_tx_config *c)
     atomic_store(&st->backoff_min_ns, c->backoff_min_ns);
     atomic_store(&st->backoff_max_ns, c->backoff_max_ns);
     return NVH_OK;
+}
+
+int nvh_tx_protocol_set(nvh_pool *pool, nvh_tx_protocol p)
+{
+    nvh_txlog *lg = nvh_txlog_get(pool);
+    if (!lg) return nvh_errcode();
+    if (p != NVH_TX_PROTO_AUTO && p != NVH_TX_PROTO_UNDO)
+        return nvh_fail(NVH_E_INVAL, "nvh_tx_protocol_set: unknown protocol %d", (int)p);
+    atomic_store(&((nvh_txstate *)lg->tx)->protocol, (unsigned)p);
+    return NVH_OK;
+}
+
+nvh_tx_protocol nvh_tx_protocol_get(nvh_pool *pool)
+{
+    nvh_txlog *lg = nvh_txlog_get(pool);
+    if (!lg) return NVH_TX_PROTO_AUTO;
+    return (nvh_tx_protocol)atomic_load(&((nvh_txstate *)lg->tx)->protocol);
 }
 
 int nvh_tx_stats_get(nvh_pool *pool, nvh_tx_stats *s)

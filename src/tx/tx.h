@@ -26,7 +26,10 @@
  *   locked    version << 8 | owner_lane << 1       | 1   (version: the one
  *             before locking, restored on abort)
  * The last writer's lane tells a later writer whose retirement to help-flush. */
-#define NVH_OREC_BITS 20u
+/* 2^16 words = 512 KiB: NVTM's volatile state stays under 1 MB ([Coburn09]
+ * §4.3); two objects share a record with probability 2^-16, a false
+ * conflict at worst (the owner's own hits are recognised) */
+#define NVH_OREC_BITS 16u
 #define NVH_OREC_COUNT (1u << NVH_OREC_BITS)
 #define OREC_LOCKED(w) ((w) & 1u)
 #define OREC_LANE(w) ((unsigned)(((w) >> 1) & 0x7fu))
@@ -100,6 +103,7 @@ typedef struct nvh_txstate {
     _Alignas(64) _Atomic unsigned max_retries;
     _Atomic uint64_t backoff_min_ns, backoff_max_ns;
     _Atomic unsigned spin;
+    _Atomic unsigned protocol;    /* nvh_tx_protocol                         */
 } nvh_txstate;
 
 /* tx.c */
@@ -128,6 +132,14 @@ void nvh_tx_alloc_abort_(nvh_tx *tx);
 
 /* otm.c */
 int nvh_tx_otm_prepare_(nvh_tx *tx, uint64_t *wv_out); /* validate, log, fence 1, apply */
+int nvh_tx_otm_validate_(nvh_tx *tx, uint64_t *wv_out); /* write version, read-set check */
+bool nvh_tx_otm_words_(nvh_tx *tx, uint64_t *offs, uint64_t *vals, unsigned *n, unsigned max);
+/* test hook (negative control of test_tx_proto): an abort's retirement is
+ * left to the next fence */
+extern int nvh_tx_test_abort_no_fence_;
+/* test hook (negative control of test_tx_proto): the two-fence object
+ * commit helps no other lane at its first fence */
+extern int nvh_tx_test_otm_no_help_;
 void nvh_tx_otm_release_(nvh_tx *tx, uint64_t wv, bool committed);
 
 static inline _Atomic uint64_t *nvh_orec_for(nvh_txstate *st, uint64_t off)

@@ -348,19 +348,34 @@ static void fence_counts(void **state)
     assert_int_equal(nvh_tx_commit(pool), NVH_OK);
     nvh_stats_get(pool, &s);
     assert_int_equal(s.fences, 2);                  /* batched adds: still 2 */
-    /* object transaction writing two objects: 2 fences */
-    nvh_stats_reset(pool);
-    assert_int_equal(nvh_tx_begin(pool), NVH_OK);
-    uint64_t *w1 = nvh_tx_open_write(pool, &o[100], 8);
-    uint64_t *w2 = nvh_tx_open_write(pool, &o[200], 8);
-    assert_non_null(w1);
-    assert_non_null(w2);
-    uint64_t t = *w1; *w1 = *w2; *w2 = t + 1;
-    assert_int_equal(nvh_tx_commit(pool), NVH_OK);
-    nvh_stats_get(pool, &s);
-    assert_int_equal(s.fences, 2);
-    print_message("two-object swap: %llu lines, %llu fences\n", (unsigned long long)s.lines_flushed,
-                  (unsigned long long)s.fences);
+    /* object transaction writing two objects: the default protocol commits
+     * the two changed words with one fence (redo line + 2 words), the
+     * forced two-fence protocol with 2 */
+    for (int proto = NVH_TX_PROTO_AUTO; proto <= NVH_TX_PROTO_UNDO; proto++) {
+        assert_int_equal(nvh_tx_protocol_set(pool, (nvh_tx_protocol)proto), NVH_OK);
+        assert_int_equal(nvh_tx_protocol_get(pool), proto);
+        /* the second one measured: the first also retires the lazy
+         * commit before it (one more line) */
+        for (int rep = 0; rep < 2; rep++) {
+            nvh_stats_reset(pool);
+            assert_int_equal(nvh_tx_begin(pool), NVH_OK);
+            uint64_t *w1 = nvh_tx_open_write(pool, &o[100], 8);
+            uint64_t *w2 = nvh_tx_open_write(pool, &o[200], 8);
+            assert_non_null(w1);
+            assert_non_null(w2);
+            (*w1)++;                            /* both words change */
+            (*w2)++;
+            assert_int_equal(nvh_tx_commit(pool), NVH_OK);
+        }
+        nvh_stats_get(pool, &s);
+        assert_int_equal(s.fences, proto == NVH_TX_PROTO_AUTO ? 1 : 2);
+        if (proto == NVH_TX_PROTO_AUTO) assert_int_equal(s.lines_flushed, 3);
+        print_message("two-object swap (%s): %llu lines, %llu fences\n",
+                      proto == NVH_TX_PROTO_AUTO ? "auto" : "undo",
+                      (unsigned long long)s.lines_flushed, (unsigned long long)s.fences);
+    }
+    assert_int_equal(nvh_tx_protocol_set(pool, (nvh_tx_protocol)7), NVH_E_INVAL);
+    assert_int_equal(nvh_tx_protocol_set(pool, NVH_TX_PROTO_AUTO), NVH_OK);
     assert_int_equal(nvh_pool_close(pool), NVH_OK);
     unlink(path);
 }

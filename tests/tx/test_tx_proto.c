@@ -1,0 +1,512 @@
+/* test_tx_proto.c — the protocol the plain transaction calls choose
+ * (docs/TX.md, "Which protocol a transaction gets"):
+ *   - costs at the boundaries: objects of 1, 2 and 8 changed words commit
+ *     with one fence, 9 with two; 1..8 words added in place take the lazy
+ *     commit (2 fences, no data write-back before the second), 9 words or a
+ *     range the full one; nvh_tx_protocol_set(UNDO) forces two fences;
+ *   - a crash at EVERY fence of a run that mixes every protocol the
+ *     selector picks, at and beyond the boundaries, with nested
+ *     transactions, aborts, allocation and free, object writes together
+ *     with words given as values, the forced protocol, and chains of
+ *     one-fence commits after a lazy one (line and word modes);
+ *   - negative controls: without the lazy commit's redo lines, without the
+ *     one-fence commit's retirement of the lazy commit before it, and with
+ *     an abort's retirement left to the next fence (a one-fence commit of
+ *     the same word then shares that fence), the same exploration finds
+ *     failures;
+ *   - two lanes: A writes an object with one fence and goes idle, B writes
+ *     it with the two-fence object protocol and goes on; a crash at every
+ *     fence; negative control without B's help for A's pending commit. */
+#include "test_util.h"
+
+#if defined(__SANITIZE_ADDRESS__)
+const char *__lsan_default_suppressions(void);
+const char *__lsan_default_suppressions(void) { return "leak:nvh_reserve_named\n"; }
+#endif
+
+#include "log/log.h"
+#include "tx/tx.h"
+#include "tx_crash_test.h"
+
+#include <pthread.h>
+#include <stdbool.h>
+
+#define LAYOUT "txproto"
+#define NW 64u                  /* region words */
+#define REG (NW * 8u)
+
+#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
+#define SAN 1
+#else
+#define SAN 0
+#endif
+
+/* the model, inherited by the forked checkers */
+static uint64_t exp_prev[NW], exp_next[NW];
+static volatile int g_inflight;
+static volatile uint64_t g_acked;
+
+static uint64_t mix(uint64_t *s)
+{
+    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+static uint64_t *region(nvh_pool *pool)
+{
+    g_acked = 0;
+    g_inflight = 0;
+    nvh_off_t *root = nvh_root(pool, NULL);
+    if (!root[0] && !nvh_alloc(pool, REG, NULL, NULL, &root[0])) return NULL;
+    return nvh_ptr(pool, root[0]);
+}
+
+static void model_reset(uint64_t *reg)
+{
+    g_acked = 0;
+    g_inflight = 0;
+    memcpy(exp_prev, reg, REG);
+    memcpy(exp_next, reg, REG);
+}
+static void model_begin(void) { memcpy(exp_next, exp_prev, REG); g_inflight = 1; }
+static void model_ack(void) { memcpy(exp_prev, exp_next, REG); g_acked++; g_inflight = 0; }
+
+/* ---------------------------------------------------------------------------
+ * Workload. Words 0..15 are written by every kind (so that transactions of
+ * different protocols overwrite each other's words); word 40 holds the
+ * offset of an object allocated by a transaction (ALLOC/FREE kinds).
+ * ------------------------------------------------------------------------- */
+enum {
+    K_OBJ,          /* n objects of 8 bytes opened for write                  */
+    K_OBJ16,        /* one 16-byte object (2 words), plus n-1 8-byte ones     */
+    K_OBJ_ODD,      /* a 12-byte object: not whole words -> two fences        */
+    K_INPLACE,      /* n words added with one nvh_tx_add_ranges, stored in place */
+    K_RANGE,        /* a 24-byte range (object record) in place               */
+    K_OBJ_WB,       /* n-1 objects and one word given as a value              */
+    K_NESTED,       /* nested: in place outside, a word given as a value inside */
+    K_NESTED_OBJ,   /* nested: objects at two levels                          */
+    K_ABORT_IN,     /* in place, then abort                                   */
+    K_ABORT_OBJ,    /* objects, then abort                                    */
+    K_ALLOC,        /* allocate an object, link it from word 40 (in place)    */
+    K_FREE,         /* free it, clear word 40                                 */
+    K_UNDO_OBJ,     /* objects with the two-fence protocol forced             */
+    K_UNDO_IN,      /* in place with the two-fence protocol forced            */
+    K_IN_AT,        /* word n in place                                        */
+    K_OBJ_AT,       /* word n as an object                                    */
+};
+
+static unsigned pick(uint64_t *rng, unsigned i, unsigned n, unsigned *used)
+{
+    /* distinct words of 0..15 (n <= 12) */
+    for (;;) {
+        unsigned w = (unsigned)(mix(rng) % 16);
+        bool dup = false;
+        for (unsigned k = 0; k < i; k++) dup |= used[k] == w;
+        if (!dup || n > 16) { used[i] = w; return w; }
+    }
+}
+
+static int obj_write(nvh_pool *pool, uint64_t *reg, unsigned w, uint64_t v)
+{
+    uint64_t *c = nvh_tx_open_write(pool, &reg[w], 8);
+    if (!c) return -1;
+    *c = v;
+    exp_next[w] = v;
+    return 0;
+}
+
+static int one(nvh_pool *pool, uint64_t *reg, uint64_t *rng, int kind, unsigned n)
+{
+    unsigned used[16];
+    model_begin();
+    nvh_tx_protocol proto = kind == K_UNDO_OBJ || kind == K_UNDO_IN ? NVH_TX_PROTO_UNDO
+                                                                    : NVH_TX_PROTO_AUTO;
+    if (nvh_tx_protocol_set(pool, proto) != NVH_OK) return -1;
+    if (nvh_tx_begin(pool) != NVH_OK) return -1;
+    switch (kind) {
+    case K_OBJ: case K_UNDO_OBJ: case K_ABORT_OBJ:
+        for (unsigned i = 0; i < n; i++)
+            if (obj_write(pool, reg, pick(rng, i, n, used), mix(rng))) return -2;
+        break;
+    case K_OBJ16: {
+        uint64_t *c = nvh_tx_open_write(pool, &reg[16], 16);
+        if (!c) return -2;
+        c[0] = exp_next[16] = mix(rng);
+        c[1] = exp_next[17] = mix(rng);
+        for (unsigned i = 0; i + 1 < n; i++)
+            if (obj_write(pool, reg, pick(rng, i, n, used), mix(rng))) return -2;
+        break;
+    }
+    case K_OBJ_ODD: {
+        unsigned char *c = nvh_tx_open_write(pool, &reg[18], 12);
+        if (!c) return -2;
+        for (unsigned b = 0; b < 12; b++) c[b] = (unsigned char)mix(rng);
+        memcpy(&exp_next[18], c, 12);
+        break;
+    }
+    case K_INPLACE: case K_UNDO_IN: case K_ABORT_IN: {
+        nvh_tx_range r[16];
+        unsigned ws[16];
+        for (unsigned i = 0; i < n; i++) {
+            ws[i] = pick(rng, i, n, used);
+            r[i] = (nvh_tx_range){&reg[ws[i]], 8, NVH_TX_HINT_AUTO};
+        }
+        if (nvh_tx_add_ranges(pool, r, n) != NVH_OK) return -3;
+        for (unsigned i = 0; i < n; i++) reg[ws[i]] = exp_next[ws[i]] = mix(rng);
+        break;
+    }
+    case K_RANGE:
+        if (nvh_tx_add_range(pool, &reg[20], 24) != NVH_OK) return -3;
+        for (unsigned i = 0; i < 3; i++) reg[20 + i] = exp_next[20 + i] = mix(rng);
+        break;
+    case K_OBJ_WB: {
+        for (unsigned i = 0; i + 1 < n; i++)
+            if (obj_write(pool, reg, pick(rng, i, n, used), mix(rng))) return -2;
+        uint64_t v = mix(rng);
+        if (nvh_tx_write_word(pool, &reg[24], v) != NVH_OK) return -4;
+        exp_next[24] = v;
+        break;
+    }
+    case K_NESTED: {
+        unsigned w = pick(rng, 0, 2, used);
+        if (nvh_tx_add_word(pool, &reg[w]) != NVH_OK) return -3;
+        reg[w] = exp_next[w] = mix(rng);
+        if (nvh_tx_begin(pool) != NVH_OK) return -1;
+        uint64_t v = mix(rng);
+        if (nvh_tx_write_word(pool, &reg[25], v) != NVH_OK) return -4;
+        exp_next[25] = v;
+        if (nvh_tx_commit(pool) != NVH_OK) return -5;
+        if (memcmp(reg, exp_prev, 25 * 8) == 0) return -6;   /* inner commit: nothing durable yet */
+        break;
+    }
+    case K_NESTED_OBJ:
+        if (obj_write(pool, reg, pick(rng, 0, 2, used), mix(rng))) return -2;
+        if (nvh_tx_begin(pool) != NVH_OK) return -1;
+        if (obj_write(pool, reg, pick(rng, 1, 2, used), mix(rng))) return -2;
+        if (nvh_tx_commit(pool) != NVH_OK) return -5;
+        break;
+    case K_ALLOC: {
+        uint64_t *o = nvh_tx_alloc(pool, 64);
+        if (!o || nvh_tx_add_word(pool, &reg[40]) != NVH_OK) return -7;
+        o[0] = 0x5A;    /* zeroed and ours: no add needed */
+        reg[40] = exp_next[40] = nvh_off(pool, o);
+        break;
+    }
+    case K_IN_AT:
+        if (nvh_tx_add_word(pool, &reg[n]) != NVH_OK) return -3;
+        reg[n] = exp_next[n] = mix(rng);
+        break;
+    case K_OBJ_AT:
+        if (obj_write(pool, reg, n, mix(rng))) return -2;
+        break;
+    case K_FREE:
+        if (!reg[40]) break;
+        if (nvh_tx_add_word(pool, &reg[40]) != NVH_OK) return -7;
+        if (nvh_tx_free(pool, nvh_ptr(pool, reg[40])) != NVH_OK) return -7;
+        reg[40] = exp_next[40] = 0;
+        break;
+    }
+    if (kind == K_ABORT_IN || kind == K_ABORT_OBJ) {
+        if (nvh_tx_abort(pool) != NVH_OK) return -8;     /* outermost: ends it */
+        g_inflight = 0;
+        return memcmp(reg, exp_prev, REG) == 0 ? 0 : -9;
+    }
+    if (nvh_tx_commit(pool) != NVH_OK) return -10;
+    model_ack();
+    return memcmp(reg, exp_prev, REG) == 0 ? 0 : -11;
+}
+
+static const struct step { int kind; unsigned n; } g_steps[] = {
+    {K_OBJ, 1}, {K_INPLACE, 1}, {K_OBJ, 1}, {K_OBJ, 2}, {K_OBJ, 1}, {K_OBJ, 1},
+    {K_INPLACE, 2}, {K_INPLACE, 8}, {K_INPLACE, 9}, {K_OBJ, 8}, {K_OBJ, 9},
+    {K_OBJ16, 1}, {K_OBJ16, 7}, {K_OBJ_ODD, 0}, {K_RANGE, 0}, {K_INPLACE, 1},
+    {K_OBJ_WB, 2}, {K_OBJ_WB, 8}, {K_NESTED, 0}, {K_NESTED_OBJ, 0}, {K_INPLACE, 2},
+    {K_ABORT_IN, 2}, {K_OBJ, 2}, {K_ABORT_OBJ, 2}, {K_INPLACE, 1}, {K_ALLOC, 0},
+    {K_OBJ, 1}, {K_FREE, 0}, {K_INPLACE, 1}, {K_UNDO_OBJ, 1}, {K_UNDO_IN, 1},
+    {K_OBJ, 1}, {K_INPLACE, 3}, {K_OBJ, 2}, {K_OBJ, 2}, {K_OBJ, 2}, {K_OBJ, 2},
+    /* a lazy commit of word 0, then one-fence commits: the first overwrites
+     * word 0, the next ones reuse both redo slots (the lazy commit's lines
+     * are gone; its commit record must be retired by then) */
+    {K_IN_AT, 0}, {K_OBJ_AT, 0}, {K_OBJ_AT, 30}, {K_OBJ_AT, 31}, {K_OBJ_AT, 30},
+};
+
+static int seq_workload(nvh_pool *pool, void *arg)
+{
+    (void)arg;
+    uint64_t *reg = region(pool);
+    if (!reg) return 1;
+    model_reset(reg);
+    uint64_t rng = 17;
+    for (unsigned i = 0; i < sizeof g_steps / sizeof g_steps[0]; i++) {
+        int rc = one(pool, reg, &rng, g_steps[i].kind, g_steps[i].n);
+        if (rc != 0) { fprintf(stderr, "step %u: %d (%s)\n", i, rc, nvh_errormsg()); return 2; }
+    }
+    return 0;
+}
+
+/* ---------------------------------------------------------------------------
+ * Checker
+ * ------------------------------------------------------------------------- */
+static int tx_check(const char *image, const nvh_crash_point *pt, void *arg)
+{
+    (void)arg;
+    nvh_pool *pool = nvh_pool_open(image, LAYOUT, NVH_DOMAIN_PROCESS);
+    if (!pool) {
+        fprintf(stderr, "  checker: cannot open %s: %s\n", image, nvh_errormsg());
+        return 2;
+    }
+    int rc = 0;
+    nvh_off_t *root = nvh_root(pool, NULL);
+    if (!root[0]) {
+        if (g_acked) rc = complain(pt, 4, "region lost", (long)g_acked, 0);
+    } else {
+        uint64_t *reg = nvh_ptr(pool, root[0]);
+        rc = tx_region_check(pt, reg, exp_prev, exp_next, REG, g_inflight, g_acked);
+        /* a linked object is allocated */
+        if (!rc && reg[40] && nvh_usable_size(pool, nvh_ptr(pool, reg[40])) < 64)
+            rc = complain(pt, 6, "linked object not allocated", (long)reg[40], 0);
+        /* the recovered pool takes transactions of every protocol */
+        if (!rc) {
+            uint64_t *c;
+            if (nvh_tx_begin(pool) != NVH_OK || !(c = nvh_tx_open_write(pool, &reg[NW - 1], 8)))
+                rc = complain(pt, 9, "no object transaction after recovery", nvh_errcode(), 0);
+            else {
+                *c = 77;
+                if (nvh_tx_commit(pool) != NVH_OK || reg[NW - 1] != 77)
+                    rc = complain(pt, 9, "object commit after recovery", nvh_errcode(), 0);
+            }
+        }
+        if (!rc && (nvh_tx_begin(pool) != NVH_OK || nvh_tx_add_word(pool, &reg[NW - 2]) != NVH_OK))
+            rc = complain(pt, 9, "no transaction after recovery", nvh_errcode(), 0);
+        if (!rc) {
+            reg[NW - 2] ^= 1;
+            if (nvh_tx_commit(pool) != NVH_OK) rc = complain(pt, 9, "commit after recovery", 0, 0);
+        }
+    }
+    nvh_pool_close(pool);
+    return rc;
+}
+
+/* ---------------------------------------------------------------------------
+ * Two lanes: A writes object X (word 0) with one fence and waits; B writes X
+ * (with word 1..8: nine words, the two-fence object protocol), then more
+ * two-fence object transactions on other words, so that B's retirement of
+ * the X transaction becomes durable while A's one-fence commit is not
+ * retired by A itself.
+ * ------------------------------------------------------------------------- */
+typedef struct lane_a {
+    nvh_pool *pool;
+    uint64_t *reg;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int phase;
+    int rc;
+} lane_a;
+
+static void *lane_a_run(void *p)
+{
+    lane_a *a = p;
+    model_begin();
+    int rc = nvh_tx_begin(a->pool);
+    uint64_t *c = rc == NVH_OK ? nvh_tx_open_write(a->pool, &a->reg[0], 8) : NULL;
+    if (c) { *c = exp_next[0] = 0xA0A0; rc = nvh_tx_commit(a->pool); }
+    else rc = NVH_E_ABORTED;
+    model_ack();
+    pthread_mutex_lock(&a->mu);
+    a->rc = rc;
+    a->phase = 1;
+    pthread_cond_broadcast(&a->cv);
+    while (a->phase != 2) pthread_cond_wait(&a->cv, &a->mu);
+    pthread_mutex_unlock(&a->mu);
+    return NULL;
+}
+
+static int handover_workload(nvh_pool *pool, void *arg)
+{
+    (void)arg;
+    uint64_t *reg = region(pool);
+    if (!reg) return 1;
+    model_reset(reg);
+    /* B's lane exists before A starts */
+    model_begin();
+    if (nvh_tx_begin(pool) != NVH_OK || obj_write(pool, reg, 30, 30) ||
+        nvh_tx_commit(pool) != NVH_OK)
+        return 1;
+    model_ack();
+    lane_a a = {.pool = pool, .reg = reg};
+    pthread_mutex_init(&a.mu, NULL);
+    pthread_cond_init(&a.cv, NULL);
+    pthread_t th;
+    if (pthread_create(&th, NULL, lane_a_run, &a) != 0) return 2;
+    pthread_mutex_lock(&a.mu);
+    while (a.phase != 1) pthread_cond_wait(&a.cv, &a.mu);
+    pthread_mutex_unlock(&a.mu);
+    int rc = a.rc == NVH_OK ? 0 : 3;
+    uint64_t rng = 5;
+    for (unsigned t = 0; t < 4 && rc == 0; t++) {
+        model_begin();
+        if (nvh_tx_begin(pool) != NVH_OK) rc = 4;
+        for (unsigned i = 0; i < 9 && !rc; i++)   /* 9 words: two fences */
+            if (obj_write(pool, reg, t == 0 ? i : 41 + i, mix(&rng))) rc = 4;
+        if (!rc && nvh_tx_commit(pool) != NVH_OK) rc = 4;
+        if (!rc) model_ack();
+    }
+    pthread_mutex_lock(&a.mu);
+    a.phase = 2;
+    pthread_cond_broadcast(&a.cv);
+    pthread_mutex_unlock(&a.mu);
+    pthread_join(th, NULL);
+    return rc;
+}
+
+/* ---------------------------------------------------------------------------
+ * Driver
+ * ------------------------------------------------------------------------- */
+static nvh_crash_report explore(nvh_crash_workload_fn w, nvh_crash_mode mode, unsigned images)
+{
+    const char *path = tx_fresh_pool("txproto", LAYOUT);
+    *g_complaints = 0;
+    memset(exp_prev, 0, REG);
+    memset(exp_next, 0, REG);
+    nvh_crash_config cfg = {
+        .pool_path = path, .layout = LAYOUT, .workload = w, .check = tx_check, .arg = NULL,
+        .seed = 11, .mode = mode, .budget = 0, .images_per_point = images,
+        .scratch_dir = g_scratch,
+    };
+    nvh_crash_report rep;
+    assert_int_equal(nvh_crash_explore(&cfg, &rep), NVH_OK);
+    print_message("  %llu fences, %llu crash images checked, %llu failures\n",
+                  (unsigned long long)rep.fences, (unsigned long long)rep.points_tested,
+                  (unsigned long long)rep.failures);
+    assert_int_equal(rep.workload_status, 0);
+    unlink(path);
+    return rep;
+}
+
+static void fences_of(nvh_pool *pool, uint64_t *reg, int kind, unsigned n, uint64_t *fences,
+                      uint64_t *lines)
+{
+    static uint64_t rng = 3;    /* fresh values in every call */
+    nvh_stats s;
+    /* the last of three is measured (the first retires what came before;
+     * both log slots have their segments by the third) */
+    for (int rep = 0; rep < 3; rep++) {
+        nvh_stats_reset(pool);
+        assert_int_equal(one(pool, reg, &rng, kind, n), 0);
+    }
+    nvh_stats_get(pool, &s);
+    *fences = s.fences;
+    *lines = s.lines_flushed;
+}
+
+static void costs(void **state)
+{
+    (void)state;
+    const char *path = tx_fresh_pool("txproto", LAYOUT);
+    nvh_pool *pool = nvh_pool_open(path, LAYOUT, NVH_DOMAIN_PMEM);
+    assert_non_null(pool);
+    uint64_t *reg = region(pool);
+    assert_non_null(reg);
+    model_reset(reg);
+    static const struct { int kind; unsigned n; uint64_t fences, lines; } want[] = {
+        /* one fence: the redo line(s) and the changed words */
+        {K_OBJ, 1, 1, 2}, {K_OBJ, 2, 1, 3}, {K_OBJ, 8, 1, 4 + 8}, {K_OBJ16, 1, 1, 3},
+        {K_OBJ_WB, 2, 1, 3},
+        /* two fences beyond the boundary or with what needs an undo log */
+        {K_OBJ, 9, 2, 0}, {K_OBJ_ODD, 0, 2, 0}, {K_UNDO_OBJ, 1, 2, 0},
+        /* in place: always two; lazy up to 8 words (previous retirement 1,
+         * records n + n, header 2, redo lines, data n) */
+        {K_INPLACE, 1, 2, 7}, {K_INPLACE, 8, 2, 1 + 16 + 2 + 4 + 8}, {K_INPLACE, 9, 2, 0},
+        {K_RANGE, 0, 2, 0}, {K_UNDO_IN, 1, 2, 0},
+    };
+    for (unsigned i = 0; i < sizeof want / sizeof want[0]; i++) {
+        uint64_t f, l;
+        fences_of(pool, reg, want[i].kind, want[i].n, &f, &l);
+        print_message("  kind %d n %u: %llu fences, %llu lines\n", want[i].kind, want[i].n,
+                      (unsigned long long)f, (unsigned long long)l);
+        assert_int_equal(f, want[i].fences);
+        if (want[i].lines) assert_int_equal(l, want[i].lines);
+    }
+    assert_int_equal(nvh_pool_close(pool), NVH_OK);
+    unlink(path);
+}
+
+static void every_fence(void **state)
+{
+    (void)state;
+    g_complaints_quiet = 0;
+    nvh_crash_report r = explore(seq_workload, NVH_CRASH_LINES, SAN ? 2 : 4);
+    if (r.failures) nvh_crash_report_print(&r, stderr);
+    assert_int_equal(r.failures, 0);
+    r = explore(seq_workload, NVH_CRASH_WORDS, SAN ? 1 : 3);
+    if (r.failures) nvh_crash_report_print(&r, stderr);
+    assert_int_equal(r.failures, 0);
+}
+
+static void negative(int *hook, const char *what, nvh_crash_workload_fn w)
+{
+    *hook = 1;
+    g_complaints_quiet = 1;
+    nvh_crash_report r = explore(w, NVH_CRASH_LINES, 2);
+    *hook = 0;
+    g_complaints_quiet = 0;
+    print_message("  %s: %llu failures (must be > 0)\n", what, (unsigned long long)r.failures);
+    assert_true(r.failures > 0);
+}
+
+/* negative controls: each part of the lazy commit is needed */
+static void no_lazy_redo_lines_fails(void **state)
+{
+    (void)state;
+    negative(&nvh_txlog_test_no_lazy_redo_, "lazy commit without redo lines", seq_workload);
+}
+
+static void no_lazy_retire_fails(void **state)
+{
+    (void)state;
+    negative(&nvh_txlog_test_no_hdr_retire_, "one-fence commit not retiring the lazy one",
+             seq_workload);
+}
+
+static void abort_no_fence_fails(void **state)
+{
+    (void)state;
+    negative(&nvh_tx_test_abort_no_fence_, "abort retired at the next fence only", seq_workload);
+}
+
+static void handover(void **state)
+{
+    (void)state;
+    g_complaints_quiet = 0;
+    nvh_crash_report r = explore(handover_workload, NVH_CRASH_LINES, SAN ? 1 : 2);
+    if (r.failures) nvh_crash_report_print(&r, stderr);
+    assert_int_equal(r.failures, 0);
+}
+
+static void handover_no_help_fails(void **state)
+{
+    (void)state;
+    negative(&nvh_tx_test_otm_no_help_, "object commit without help for a pending one",
+             handover_workload);
+}
+
+int main(void)
+{
+    tx_crash_test_init("txproto");
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(costs),
+        cmocka_unit_test(every_fence),
+        cmocka_unit_test(no_lazy_redo_lines_fails),
+        cmocka_unit_test(no_lazy_retire_fails),
+        cmocka_unit_test(abort_no_fence_fails),
+        cmocka_unit_test(handover),
+        cmocka_unit_test(handover_no_help_fails),
+    };
+    const char *only = getenv("TXPROTO_ONLY");
+    if (only && *only) cmocka_set_test_filter(only);
+    int rc = cmocka_run_group_tests(tests, NULL, NULL);
+    rmdir(g_scratch);
+    return rc;
+}
