@@ -1,0 +1,598 @@
+/* span.c — a capacity instance: its address range, the block map, and the
+ * global span allocator (free spans in size bins, coalescing, deferred hole
+ * punching), plus fork.
+ *
+ * The range is reserved once (a sparse file mapped MAP_SHARED, or a region
+ * of a pool): addresses never move, so free() routes a pointer with one
+ * range check, and the block map (one DRAM word per 4 KiB block) turns an
+ * address into its span descriptor. Spans are handed out under one mutex;
+ * the per-thread heaps (heap.c) come here only for whole pages and large
+ * objects, so the lock is off the fast paths.
+ *
+ * File space: the file grows (fallocate) as the used top of the range rises;
+ * freed spans stay "dirty" (their pages still in the file) until the dirty
+ * bytes exceed max(decay_min, 1/8 of the bytes in use), then the oldest dirty
+ * spans are punched (MADV_REMOVE) until half the allowance is left. The
+ * allowance keeps alloc/free churn off the syscall and page-fault path; the
+ * bound keeps the file near the live bytes. */
+#include "cap.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define META_SLAB ((size_t)1 << 20)
+
+/* ---- DRAM metadata: span descriptors and heaps --------------------------- */
+static void *meta_alloc(struct nvh_cap *cap, size_t bytes)
+{
+    bytes = (bytes + 63) & ~(size_t)63;
+    if ((size_t)(cap->meta_end - cap->meta_cur) < bytes) {
+        size_t len = bytes > META_SLAB ? bytes : META_SLAB;
+        void *m = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (m == MAP_FAILED)
+            return NULL;
+        cap->meta_cur = m;
+        cap->meta_end = (char *)m + len;
+    }
+    void *p = cap->meta_cur;
+    cap->meta_cur += bytes;
+    return p;
+}
+
+static struct cap_span *desc_new(struct nvh_cap *cap)
+{
+    struct cap_span *s = cap->desc_free;
+    if (s)
+        cap->desc_free = s->next;
+    else if (!(s = meta_alloc(cap, sizeof *s)))
+        return NULL;
+    memset(s, 0, sizeof *s);
+    return s;
+}
+
+static void desc_put(struct nvh_cap *cap, struct cap_span *s)
+{
+    s->kind = CAP_SPAN_DEAD;   /* a stale map entry never matches it */
+    s->next = cap->desc_free;
+    cap->desc_free = s;
+}
+
+static inline size_t blk_index(const struct nvh_cap *cap, uintptr_t a)
+{
+    return (a - cap->base) >> NVH_CAP_BLOCK_SHIFT;
+}
+static inline void map_set(struct nvh_cap *cap, size_t i, struct cap_span *s)
+{
+    atomic_store_explicit(&cap->map[i], s, memory_order_relaxed);
+}
+static inline uintptr_t span_end(const struct cap_span *s)
+{
+    return s->start + ((uintptr_t)s->blocks << NVH_CAP_BLOCK_SHIFT);
+}
+
+/* Map entries: every block of a page (any interior address finds it), the
+ * first and last block of a free or large span (neighbours find it when they
+ * coalesce; free() finds a large object by its first block). */
+static void map_span(struct nvh_cap *cap, struct cap_span *s)
+{
+    size_t i = blk_index(cap, s->start);
+    if (s->kind == CAP_SPAN_PAGE) {
+        for (uint32_t k = 0; k < s->blocks; k++)
+            map_set(cap, i + k, s);
+    } else {
+        map_set(cap, i, s);
+        map_set(cap, i + s->blocks - 1, s);
+    }
+}
+
+/* ---- bins ------------------------------------------------------------------ */
+static inline unsigned bin_of(uint32_t n)
+{
+    if (n <= 64)
+        return n - 1;
+    uint32_t w = n - 1;
+    unsigned b = 31u - (unsigned)__builtin_clz(w);
+    unsigned bin = 64 + (b - 6) * 4 + ((w >> (b - 2)) & 3);
+    return bin < NVH_CAP_BINS ? bin : NVH_CAP_BINS - 1;
+}
+
+static void bin_insert(struct nvh_cap *cap, struct cap_span *s)
+{
+    unsigned b = bin_of(s->blocks);
+    s->prev = NULL;
+    s->next = cap->bins[b];
+    if (s->next)
+        s->next->prev = s;
+    cap->bins[b] = s;
+    cap->binmap[b / 64] |= (uint64_t)1 << (b % 64);
+}
+
+static void bin_remove(struct nvh_cap *cap, struct cap_span *s)
+{
+    unsigned b = bin_of(s->blocks);
+    if (s->prev)
+        s->prev->next = s->next;
+    else
+        cap->bins[b] = s->next;
+    if (s->next)
+        s->next->prev = s->prev;
+    if (!cap->bins[b])
+        cap->binmap[b / 64] &= ~((uint64_t)1 << (b % 64));
+}
+
+static void dirty_push(struct nvh_cap *cap, struct cap_span *s)
+{
+    s->dirty = 1;
+    s->dnext = NULL;
+    s->dprev = cap->dtail;
+    if (cap->dtail)
+        cap->dtail->dnext = s;
+    else
+        cap->dhead = s;
+    cap->dtail = s;
+    cap->dirty_bytes += (size_t)s->blocks << NVH_CAP_BLOCK_SHIFT;
+}
+
+static void dirty_remove(struct nvh_cap *cap, struct cap_span *s)
+{
+    if (!s->dirty)
+        return;
+    if (s->dprev)
+        s->dprev->dnext = s->dnext;
+    else
+        cap->dhead = s->dnext;
+    if (s->dnext)
+        s->dnext->dprev = s->dprev;
+    else
+        cap->dtail = s->dprev;
+    s->dirty = 0;
+    cap->dirty_bytes -= (size_t)s->blocks << NVH_CAP_BLOCK_SHIFT;
+}
+
+/* ---- the file -------------------------------------------------------------- */
+/* Give the pages of a free span back to the device. MADV_REMOVE punches a
+ * hole in the file behind a shared mapping (tmpfs, ext4, xfs, DAX); reads
+ * then see zeros. */
+static void punch(struct nvh_cap *cap, struct cap_span *s)
+{
+    dirty_remove(cap, s);
+    if (madvise((void *)s->start, (size_t)s->blocks << NVH_CAP_BLOCK_SHIFT, MADV_REMOVE) == 0) {
+        s->hole = 1;
+        cap->punches++;
+    }
+}
+
+/* Back [off, off + len) of the file with blocks, so that a full device fails
+ * an allocation (ENOMEM) instead of a later page fault (SIGBUS). File systems
+ * without fallocate are left to fault. */
+static bool back(struct nvh_cap *cap, uintptr_t start, size_t len)
+{
+    if (cap->fd < 0)
+        return true;
+    int r = fallocate(cap->fd, 0, (off_t)(start - cap->base), (off_t)len);
+    return r == 0 || errno == EOPNOTSUPP || errno == ENOSYS;
+}
+
+static void decay(struct nvh_cap *cap)
+{
+    size_t allow = atomic_load_explicit(&cap->span_bytes, memory_order_relaxed) / 8;
+    if (allow < cap->decay_min)
+        allow = cap->decay_min;
+    if (cap->dirty_bytes <= allow)
+        return;
+    while (cap->dhead && cap->dirty_bytes > allow / 2)
+        punch(cap, cap->dhead);
+}
+
+/* ---- span allocator ---------------------------------------------------------- */
+static struct cap_span *take_free(struct nvh_cap *cap, uint32_t n)
+{
+    unsigned b = bin_of(n);
+    /* the first bin may hold smaller spans (a log bin): look through it */
+    for (struct cap_span *s = cap->bins[b]; s; s = s->next)
+        if (s->blocks >= n)
+            return s;
+    for (unsigned w = (b + 1) / 64; w < NVH_CAP_BINS / 64; w++) {
+        uint64_t m = cap->binmap[w];
+        if (w == (b + 1) / 64)
+            m &= ~(uint64_t)0 << ((b + 1) % 64);
+        if (m)
+            return cap->bins[w * 64 + (unsigned)__builtin_ctzll(m)];
+    }
+    return NULL;
+}
+
+static void account(struct nvh_cap *cap, struct cap_span *s, bool add)
+{
+    size_t bytes = (size_t)s->blocks << NVH_CAP_BLOCK_SHIFT;
+    size_t now = add ? atomic_fetch_add_explicit(&cap->span_bytes, bytes, memory_order_relaxed) + bytes
+                     : atomic_fetch_sub_explicit(&cap->span_bytes, bytes, memory_order_relaxed) - bytes;
+    if (now > cap->span_peak)
+        cap->span_peak = now;
+}
+
+struct cap_span *nvh_cap_span_alloc_(struct nvh_cap *cap, uint32_t n, int kind, bool *zero)
+{
+    struct cap_span *s = take_free(cap, n);
+    if (s) {
+        bin_remove(cap, s);
+        bool dirty = s->dirty, hole = s->hole;
+        dirty_remove(cap, s);
+        if (s->blocks > n) {     /* split: the tail stays free */
+            struct cap_span *r = desc_new(cap);
+            if (!r) {
+                bin_insert(cap, s);
+                if (dirty)
+                    dirty_push(cap, s);
+                return NULL;
+            }
+            r->kind = CAP_SPAN_FREE;
+            r->start = s->start + ((uintptr_t)n << NVH_CAP_BLOCK_SHIFT);
+            r->blocks = s->blocks - n;
+            r->hole = hole;
+            s->blocks = n;
+            map_span(cap, r);
+            bin_insert(cap, r);
+            if (dirty)
+                dirty_push(cap, r);
+        }
+        if (hole && !back(cap, s->start, (size_t)n << NVH_CAP_BLOCK_SHIFT)) {
+            /* device full: put it back (coalescing again) */
+            s->kind = CAP_SPAN_FREE;
+            s->dirty = dirty;
+            nvh_cap_span_free_(cap, s);
+            return NULL;
+        }
+        *zero = hole && !dirty;
+    } else {
+        size_t bytes = (size_t)n << NVH_CAP_BLOCK_SHIFT;
+        if (bytes > cap->size - cap->top)
+            return NULL;
+        if (cap->top + bytes > cap->committed) {
+            size_t want = cap->top + bytes - cap->committed;
+            want = (want + NVH_CAP_GROW_STEP - 1) & ~(NVH_CAP_GROW_STEP - 1);
+            if (want > cap->size - cap->committed)
+                want = cap->size - cap->committed;
+            if (!back(cap, cap->base + cap->committed, want))
+                return NULL;
+            cap->committed += want;
+        }
+        if (!(s = desc_new(cap)))
+            return NULL;
+        s->start = cap->base + cap->top;
+        s->blocks = n;
+        cap->top += bytes;
+        *zero = true;
+    }
+    s->kind = (uint8_t)kind;
+    s->dirty = s->hole = 0;
+    s->next = s->prev = NULL;
+    s->user = s->start;
+    map_span(cap, s);
+    account(cap, s, true);
+    return s;
+}
+
+void nvh_cap_span_free_(struct nvh_cap *cap, struct cap_span *s)
+{
+    if (s->kind != CAP_SPAN_FREE)
+        account(cap, s, false);
+    bool hole = s->hole;
+    s->kind = CAP_SPAN_FREE;
+    s->hole = 0;
+    s->dirty = 0;
+    size_t i = blk_index(cap, s->start);
+    /* left neighbour: a free span ending where s starts */
+    if (i > 0) {
+        struct cap_span *l = atomic_load_explicit(&cap->map[i - 1], memory_order_relaxed);
+        if (l && l->kind == CAP_SPAN_FREE && l != s && span_end(l) == s->start) {
+            bin_remove(cap, l);
+            dirty_remove(cap, l);
+            hole |= l->hole;
+            l->blocks += s->blocks;
+            desc_put(cap, s);
+            s = l;
+        }
+    }
+    uintptr_t end = span_end(s);
+    if (end - cap->base < cap->top) {
+        struct cap_span *r = atomic_load_explicit(&cap->map[blk_index(cap, end)], memory_order_relaxed);
+        if (r && r->kind == CAP_SPAN_FREE && r != s && r->start == end) {
+            bin_remove(cap, r);
+            dirty_remove(cap, r);
+            hole |= r->hole;
+            s->blocks += r->blocks;
+            desc_put(cap, r);
+        }
+    }
+    s->kind = CAP_SPAN_FREE;
+    s->hole = hole;
+    map_span(cap, s);
+    bin_insert(cap, s);
+    dirty_push(cap, s);   /* conservatively: it holds pages until punched */
+    decay(cap);
+}
+
+bool nvh_cap_span_grow_(struct nvh_cap *cap, struct cap_span *s, uint32_t n)
+{
+    uint32_t extra = n - s->blocks;
+    uintptr_t end = span_end(s);
+    size_t bytes = (size_t)extra << NVH_CAP_BLOCK_SHIFT;
+    if (end - cap->base == cap->top) {          /* at the top: raise it */
+        if (bytes > cap->size - cap->top)
+            return false;
+        if (cap->top + bytes > cap->committed) {
+            size_t want = cap->top + bytes - cap->committed;
+            want = (want + NVH_CAP_GROW_STEP - 1) & ~(NVH_CAP_GROW_STEP - 1);
+            if (want > cap->size - cap->committed)
+                want = cap->size - cap->committed;
+            if (!back(cap, cap->base + cap->committed, want))
+                return false;
+            cap->committed += want;
+        }
+        cap->top += bytes;
+    } else {
+        struct cap_span *r = atomic_load_explicit(&cap->map[blk_index(cap, end)], memory_order_relaxed);
+        if (!r || r->kind != CAP_SPAN_FREE || r->start != end || r->blocks < extra)
+            return false;
+        if (r->hole && !back(cap, end, bytes))
+            return false;
+        bin_remove(cap, r);
+        bool dirty = r->dirty;
+        dirty_remove(cap, r);
+        if (r->blocks == extra) {
+            desc_put(cap, r);
+        } else {
+            r->start = end + bytes;
+            r->blocks -= extra;
+            map_span(cap, r);
+            bin_insert(cap, r);
+            if (dirty)
+                dirty_push(cap, r);
+        }
+    }
+    map_set(cap, blk_index(cap, s->start + ((uintptr_t)(s->blocks - 1) << NVH_CAP_BLOCK_SHIFT)), NULL);
+    atomic_fetch_add_explicit(&cap->span_bytes, bytes, memory_order_relaxed);
+    s->blocks = n;
+    map_span(cap, s);
+    if (s->user != s->start)
+        map_set(cap, blk_index(cap, s->user), s);
+    size_t now = atomic_load_explicit(&cap->span_bytes, memory_order_relaxed);
+    if (now > cap->span_peak)
+        cap->span_peak = now;
+    return true;
+}
+
+void nvh_cap_span_set_user_(struct nvh_cap *cap, struct cap_span *s, uintptr_t user)
+{
+    s->user = user;
+    if (user != s->start)
+        map_set(cap, blk_index(cap, user), s);
+}
+
+void nvh_cap_span_purge_(struct nvh_cap *cap)
+{
+    while (cap->dhead)
+        punch(cap, cap->dhead);
+}
+
+struct cap_heap *nvh_cap_heap_new_(struct nvh_cap *cap)
+{
+    struct cap_heap *h = meta_alloc(cap, sizeof *h);
+    if (h) {
+        memset(h, 0, sizeof *h);
+        h->cap = cap;
+        h->all_next = cap->heaps;
+        cap->heaps = h;
+    }
+    return h;
+}
+
+void nvh_cap_counters_(struct nvh_cap *cap, struct nvh_cap_counters *out)
+{
+    pthread_mutex_lock(&cap->lock);
+    memset(out, 0, sizeof *out);
+    out->reserved = cap->size;
+    out->span_bytes = atomic_load_explicit(&cap->span_bytes, memory_order_relaxed);
+    out->span_peak = cap->span_peak;
+    out->dirty_bytes = cap->dirty_bytes;
+    out->top = cap->top;
+    out->punches = cap->punches;
+    struct stat st;
+    if (cap->fd >= 0 && fstat(cap->fd, &st) == 0)
+        out->file_bytes = (size_t)st.st_blocks * 512;
+    pthread_mutex_unlock(&cap->lock);
+}
+
+/* ---- instances --------------------------------------------------------------- */
+static int common_init(struct nvh_cap *cap)
+{
+    cap->map_bytes = (cap->size >> NVH_CAP_BLOCK_SHIFT) * sizeof(cap->map[0]);
+    void *m = mmap(NULL, cap->map_bytes, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (m == MAP_FAILED)
+        return -errno;
+    cap->map = m;
+    pthread_mutex_init(&cap->lock, NULL);
+    cap->decay_min = (size_t)4 << 20;
+    cap->fork_fd = -1;
+    uintptr_t r = (uintptr_t)cap ^ (uintptr_t)&r;
+#if defined(__x86_64__)
+    unsigned lo, hi;
+    __asm__ volatile("rdtsc" : "=a"(lo), "=d"(hi));
+    r ^= ((uint64_t)hi << 32 | lo) * 0x9E3779B97F4A7C15ull;
+#endif
+    cap->secret = r | 1;
+    int e = nvh_cap_id_get_(cap);
+    if (e) {
+        munmap(m, cap->map_bytes);
+        cap->map = NULL;
+    }
+    return e;
+}
+
+/* An unlinked file with close-on-exec: O_TMPFILE where the file system has
+ * it (the file never has a name), else a named file unlinked at once. */
+static int open_file(const char *dir)
+{
+    int fd = open(dir, O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+    if (fd >= 0)
+        return fd;
+    char path[320];
+    size_t n = strlen(dir);
+    if (n > sizeof path - 32)
+        return -ENAMETOOLONG;
+    memcpy(path, dir, n);
+    memcpy(path + n, "/.nvheap-cap-XXXXXX", sizeof "/.nvheap-cap-XXXXXX");
+    fd = mkostemp(path, O_CLOEXEC);
+    if (fd < 0)
+        return -errno;
+    unlink(path);
+    return fd;
+}
+
+int nvh_cap_init_file_(struct nvh_cap *cap, const char *dir, size_t reserve)
+{
+    memset(cap, 0, sizeof *cap);
+    size_t n = strlen(dir);
+    if (n >= sizeof cap->dir)
+        return -ENAMETOOLONG;
+    memcpy(cap->dir, dir, n + 1);
+    int fd = open_file(dir);
+    if (fd < 0)
+        return fd;
+    reserve &= ~(size_t)(NVH_CAP_SMALL_PAGE - 1);
+    void *base = MAP_FAILED;
+    while (reserve >= ((size_t)64 << 20)) {
+        if (ftruncate(fd, (off_t)reserve) == 0) {
+            base = mmap(NULL, reserve, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE, fd, 0);
+            if (base != MAP_FAILED)
+                break;
+        }
+        reserve /= 2;
+    }
+    if (base == MAP_FAILED) {
+        int e = errno ? errno : ENOMEM;
+        close(fd);
+        return -e;
+    }
+    cap->fd = fd;
+    cap->base = (uintptr_t)base;
+    cap->size = reserve;
+    cap->own_mapping = true;
+    int r = common_init(cap);
+    if (r) {
+        munmap(base, reserve);
+        close(fd);
+    }
+    return r;
+}
+
+int nvh_cap_init_region_(struct nvh_cap *cap, void *base, size_t size)
+{
+    memset(cap, 0, sizeof *cap);
+    uintptr_t b = ((uintptr_t)base + NVH_CAP_BLOCK - 1) & ~(uintptr_t)(NVH_CAP_BLOCK - 1);
+    if ((uintptr_t)base + size < b + NVH_CAP_SMALL_PAGE)
+        return -EINVAL;
+    cap->fd = -1;
+    cap->base = b;
+    cap->size = ((uintptr_t)base + size - b) & ~(size_t)(NVH_CAP_BLOCK - 1);
+    cap->committed = cap->size;
+    return common_init(cap);
+}
+
+void nvh_cap_destroy_(struct nvh_cap *cap)
+{
+    nvh_cap_forget_(cap);
+    nvh_cap_id_put_(cap);
+    if (cap->map)
+        munmap((void *)cap->map, cap->map_bytes);
+    if (cap->own_mapping)
+        munmap((void *)cap->base, cap->size);
+    if (cap->fd >= 0)
+        close(cap->fd);
+    pthread_mutex_destroy(&cap->lock);
+    /* descriptors and heaps: the meta slabs are not tracked one by one; an
+     * instance is destroyed once per pool close, so they are a bounded leak
+     * of DRAM (documented in docs/CAP.md) */
+    cap->map = NULL;
+}
+
+/* ---- fork ------------------------------------------------------------------ */
+/* Copy the data extents of the used part of the file into a fresh file,
+ * reading through the mapping. Runs in the parent before fork, with the
+ * instance lock held: the copy is what the child will see. */
+static int copy_file(struct nvh_cap *cap)
+{
+    int nfd = open_file(cap->dir);
+    if (nfd < 0)
+        return nfd;
+    if (ftruncate(nfd, (off_t)cap->size) != 0) {
+        close(nfd);
+        return -errno;
+    }
+    off_t off = 0, top = (off_t)cap->top;
+    while (off < top) {
+        off_t d = lseek(cap->fd, off, SEEK_DATA);
+        if (d < 0 || d >= top)
+            break;
+        off_t h = lseek(cap->fd, d, SEEK_HOLE);
+        if (h < 0 || h > top)
+            h = top;
+        while (d < h) {
+            ssize_t w = pwrite(nfd, (const char *)cap->base + d, (size_t)(h - d), d);
+            if (w <= 0) {
+                close(nfd);
+                return -EIO;
+            }
+            d += w;
+        }
+        off = h;
+    }
+    return nfd;
+}
+
+void nvh_cap_fork_prepare_(struct nvh_cap *cap)
+{
+    pthread_mutex_lock(&cap->lock);
+    cap->fork_fd = cap->fd >= 0 ? copy_file(cap) : -1;
+}
+
+void nvh_cap_fork_parent_(struct nvh_cap *cap)
+{
+    if (cap->fork_fd >= 0)
+        close(cap->fork_fd);
+    cap->fork_fd = -1;
+    pthread_mutex_unlock(&cap->lock);
+}
+
+void nvh_cap_fork_child_(struct nvh_cap *cap, struct cap_heap *self)
+{
+    if (cap->fork_fd >= 0) {
+        void *m = mmap((void *)cap->base, cap->size, PROT_READ | PROT_WRITE,
+                       MAP_SHARED | MAP_NORESERVE | MAP_FIXED, cap->fork_fd, 0);
+        if (m == MAP_FAILED)
+            abort();   /* the child would write into its parent's heap */
+        close(cap->fd);
+        cap->fd = cap->fork_fd;
+        cap->committed = cap->top;
+    } else if (cap->fd >= 0) {
+        abort();       /* no private copy could be made */
+    }
+    cap->fork_fd = -1;
+    /* every other thread is gone in the child: their heaps are orphans */
+    cap->orphans = NULL;
+    for (struct cap_heap *h = cap->heaps; h; h = h->all_next) {
+        if (h == self)
+            continue;
+        atomic_store(&h->orphan, 1);
+        h->orphan_next = cap->orphans;
+        cap->orphans = h;
+    }
+    pthread_mutex_unlock(&cap->lock);
+}
