@@ -196,6 +196,10 @@ static void page_after_free(struct cap_heap *h, struct cap_span *p, bool locked)
     } else if (p->used == 0 && p->pstate == CAP_PG_AVAIL) {
         avail_remove(h, p);
         page_retire(h, p, locked);
+    } else if (p->used == 0 && atomic_load_explicit(&h->orphan, memory_order_relaxed)) {
+        /* an orphan allocates no more: its current pages go back too */
+        h->cur[p->cls] = &cap_sentinel;
+        page_retire(h, p, locked);
     }
 }
 
