@@ -54,7 +54,7 @@ struct cap_block {
     uintptr_t key;
 };
 
-enum { CAP_SPAN_DEAD = 0, CAP_SPAN_FREE, CAP_SPAN_PAGE, CAP_SPAN_LARGE, CAP_SPAN_CACHED };
+enum { CAP_SPAN_DEAD = 0, CAP_SPAN_FREE, CAP_SPAN_PAGE, CAP_SPAN_LARGE };
 enum { CAP_PG_CUR = 1, CAP_PG_AVAIL, CAP_PG_FULL, CAP_PG_EMPTY };
 
 struct cap_heap;
@@ -68,6 +68,9 @@ struct cap_span {
     uint8_t dirty;             /* free: holds pages not yet punched            */
     uint8_t hole;              /* free: holds punched pages (refill them)      */
     uint8_t pstate;            /* page: CAP_PG_* (owner only)                  */
+    uint8_t cached;            /* large: freed, in the freeing thread's cache
+                                  (its kind stays LARGE: the lock holder reads
+                                  kinds of neighbours, this thread writes this) */
     struct cap_span *next, *prev;   /* free: bin list; page: avail list        */
     struct cap_span *dnext, *dprev; /* free + dirty: punch queue (oldest first) */
     /* page */

@@ -393,7 +393,7 @@ static void *large_alloc(struct cap_heap *h, size_t size, size_t align, bool *ze
             s = c;
             h->lcache[i] = h->lcache[--h->nlcache];
             h->lcache_bytes -= (size_t)s->blocks << NVH_CAP_BLOCK_SHIFT;
-            s->kind = CAP_SPAN_LARGE;
+            s->cached = 0;
             break;
         }
     }
@@ -420,7 +420,7 @@ static void large_free(struct nvh_cap *cap, struct cap_heap *h, struct cap_span 
     size_t bytes = (size_t)s->blocks << NVH_CAP_BLOCK_SHIFT;
     if (h && bytes <= NVH_CAP_LCACHE_BYTES / 2 &&
         !atomic_load_explicit(&h->orphan, memory_order_relaxed)) {
-        s->kind = CAP_SPAN_CACHED;
+        s->cached = 1;
         while (h->nlcache == NVH_CAP_LCACHE || h->lcache_bytes + bytes > NVH_CAP_LCACHE_BYTES) {
             struct cap_span *old = h->lcache[0];
             h->lcache[0] = h->lcache[--h->nlcache];
@@ -483,10 +483,10 @@ static int free_other(struct nvh_cap *cap, struct cap_span *s, void *p)
     case CAP_SPAN_LARGE:
         if ((uintptr_t)p != s->user)
             return CAP_INVALID;
+        if (s->cached)
+            return CAP_DOUBLE;
         large_free(cap, nvh_cap_heap_peek_(cap), s);
         return CAP_OK;
-    case CAP_SPAN_CACHED:
-        return (uintptr_t)p == s->user ? CAP_DOUBLE : CAP_INVALID;
     case CAP_SPAN_FREE:
         return (uintptr_t)p == s->start ? CAP_DOUBLE : CAP_INVALID;
     default:
@@ -541,10 +541,12 @@ static struct cap_span *live_span(struct nvh_cap *cap, const void *p, int *bad)
         }
         return s;
     }
-    if (s->kind == CAP_SPAN_LARGE && (uintptr_t)p == s->user)
-        return s;
-    if ((s->kind == CAP_SPAN_CACHED && (uintptr_t)p == s->user) ||
-        (s->kind == CAP_SPAN_FREE && (uintptr_t)p == s->start))
+    if (s->kind == CAP_SPAN_LARGE && (uintptr_t)p == s->user) {
+        if (!s->cached)
+            return s;
+        *bad = CAP_DOUBLE;
+    }
+    if (s->kind == CAP_SPAN_FREE && (uintptr_t)p == s->start)
         *bad = CAP_DOUBLE;
     return NULL;
 }

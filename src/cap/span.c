@@ -270,7 +270,7 @@ struct cap_span *nvh_cap_span_alloc_(struct nvh_cap *cap, uint32_t n, int kind, 
         *zero = true;
     }
     s->kind = (uint8_t)kind;
-    s->dirty = s->hole = 0;
+    s->dirty = s->hole = s->cached = 0;
     s->next = s->prev = NULL;
     s->user = s->start;
     map_span(cap, s);
@@ -284,6 +284,7 @@ void nvh_cap_span_free_(struct nvh_cap *cap, struct cap_span *s)
         account(cap, s, false);
     bool hole = s->hole;
     s->kind = CAP_SPAN_FREE;
+    s->cached = 0;
     s->hole = 0;
     s->dirty = 0;
     size_t i = blk_index(cap, s->start);
