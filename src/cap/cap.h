@@ -58,6 +58,7 @@ enum { CAP_SPAN_DEAD = 0, CAP_SPAN_FREE, CAP_SPAN_PAGE, CAP_SPAN_LARGE };
 enum { CAP_PG_CUR = 1, CAP_PG_AVAIL, CAP_PG_FULL, CAP_PG_EMPTY };
 
 struct cap_heap;
+struct meta_slab;
 
 /* A span: a run of blocks of the range, free, a page of one size class, or
  * one large object. Descriptors live in DRAM (meta slabs), never in the file. */
@@ -85,13 +86,13 @@ struct cap_span {
     uintptr_t user;            /* the pointer handed out (aligned allocations) */
 };
 
-struct nvh_cap;
+struct cap_inst;
 
 /* A thread's heap in one instance. Only its thread touches it, except the
  * `remote` list (other threads push frees) and while it is an orphan (its
  * thread exited: then it is touched only under the instance lock). */
 struct cap_heap {
-    struct nvh_cap *cap;
+    struct cap_inst *cap;
     uint64_t gen;                    /* the instance's gen                    */
     struct cap_span *cur[NVH_CAP_CLASSES];
     struct cap_span *avail[NVH_CAP_CLASSES];
@@ -122,7 +123,7 @@ struct nvh_cap_counters {
 };
 
 /* One instance: a reserved address range [base, base + size). */
-struct nvh_cap {
+struct cap_inst {
     uintptr_t base;
     size_t size;
     int fd;                  /* backing file (-1: a pool region)               */
@@ -145,6 +146,7 @@ struct nvh_cap {
     uint64_t punches;
     struct cap_span *desc_free;
     char *meta_cur, *meta_end;
+    struct meta_slab *meta_slabs;
     struct cap_heap *heaps, *orphans;
     char dir[256];           /* where fork creates the child's file            */
     int fork_fd;
@@ -153,36 +155,36 @@ struct nvh_cap {
 /* ---- span.c: instances and the span allocator ---------------------------- */
 /* A file-backed instance: an unlinked file in dir, the range reserved at
  * reserve bytes (halved until the system grants it). 0 or -errno. */
-int nvh_cap_init_file_(struct nvh_cap *cap, const char *dir, size_t reserve);
+int nvh_cap_init_file_(struct cap_inst *cap, const char *dir, size_t reserve);
 /* An instance on memory the caller owns (a region of a pool). */
-int nvh_cap_init_region_(struct nvh_cap *cap, void *base, size_t size);
-void nvh_cap_destroy_(struct nvh_cap *cap);
+int nvh_cap_init_region_(struct cap_inst *cap, void *base, size_t size);
+void nvh_cap_destroy_(struct cap_inst *cap);
 /* Under cap->lock: a span of n blocks of `kind`; *zero = its memory is known
  * to read as zeros. NULL if the range or the device is full. */
-struct cap_span *nvh_cap_span_alloc_(struct nvh_cap *cap, uint32_t n, int kind, bool *zero);
+struct cap_span *nvh_cap_span_alloc_(struct cap_inst *cap, uint32_t n, int kind, bool *zero);
 /* Under cap->lock: give a span back (coalesce, maybe punch). */
-void nvh_cap_span_free_(struct nvh_cap *cap, struct cap_span *s);
+void nvh_cap_span_free_(struct cap_inst *cap, struct cap_span *s);
 /* Under cap->lock: grow a large span in place to n blocks; false if the
  * neighbour is not free or too small. */
-bool nvh_cap_span_grow_(struct nvh_cap *cap, struct cap_span *s, uint32_t n);
+bool nvh_cap_span_grow_(struct cap_inst *cap, struct cap_span *s, uint32_t n);
 /* Set the pointer a large span hands out (aligned allocations: inside it). */
-void nvh_cap_span_set_user_(struct nvh_cap *cap, struct cap_span *s, uintptr_t user);
+void nvh_cap_span_set_user_(struct cap_inst *cap, struct cap_span *s, uintptr_t user);
 /* Under cap->lock: punch every free dirty span (malloc_trim). */
-void nvh_cap_span_purge_(struct nvh_cap *cap);
-struct cap_heap *nvh_cap_heap_new_(struct nvh_cap *cap);  /* under cap->lock */
-void nvh_cap_counters_(struct nvh_cap *cap, struct nvh_cap_counters *out);
+void nvh_cap_span_purge_(struct cap_inst *cap);
+struct cap_heap *nvh_cap_heap_new_(struct cap_inst *cap);  /* under cap->lock */
+void nvh_cap_counters_(struct cap_inst *cap, struct nvh_cap_counters *out);
 /* Fork: prepare copies the file into a new one (under the lock, before the
  * parent resumes); the child maps the copy over the same range. */
-void nvh_cap_fork_prepare_(struct nvh_cap *cap);
-void nvh_cap_fork_parent_(struct nvh_cap *cap);
-void nvh_cap_fork_child_(struct nvh_cap *cap, struct cap_heap *self);
+void nvh_cap_fork_prepare_(struct cap_inst *cap);
+void nvh_cap_fork_parent_(struct cap_inst *cap);
+void nvh_cap_fork_child_(struct cap_inst *cap, struct cap_heap *self);
 
-static inline struct cap_span *nvh_cap_span_of_(const struct nvh_cap *cap, const void *p)
+static inline struct cap_span *nvh_cap_span_of_(const struct cap_inst *cap, const void *p)
 {
     uintptr_t a = (uintptr_t)p - cap->base;
     return atomic_load_explicit(&cap->map[a >> NVH_CAP_BLOCK_SHIFT], memory_order_relaxed);
 }
-static inline bool nvh_cap_contains_(const struct nvh_cap *cap, const void *p)
+static inline bool nvh_cap_contains_(const struct cap_inst *cap, const void *p)
 {
     return (uintptr_t)p - cap->base < cap->size;
 }
@@ -194,28 +196,28 @@ enum { CAP_OK = 0, CAP_INVALID = 1, CAP_DOUBLE = 2 };
 
 /* The calling thread's heap (created on first use); NULL while the thread
  * is creating it (a recursive call from inside pthread_setspecific). */
-struct cap_heap *nvh_cap_heap_(struct nvh_cap *cap);
+struct cap_heap *nvh_cap_heap_(struct cap_inst *cap);
 void *nvh_cap_alloc_(struct cap_heap *h, size_t size);
 /* alignment: a power of two */
 void *nvh_cap_alloc_aligned_(struct cap_heap *h, size_t size, size_t alignment);
 void *nvh_cap_calloc_(struct cap_heap *h, size_t size);
 /* p is inside the range; CAP_OK, CAP_INVALID or CAP_DOUBLE */
-int nvh_cap_free_(struct nvh_cap *cap, void *p);
+int nvh_cap_free_(struct cap_inst *cap, void *p);
 /* usable bytes of a live block (0: invalid pointer) */
-size_t nvh_cap_usable_(struct nvh_cap *cap, const void *p);
+size_t nvh_cap_usable_(struct cap_inst *cap, const void *p);
 /* realloc inside the instance; *bad = CAP_INVALID etc. when p is not live */
 void *nvh_cap_realloc_(struct cap_heap *h, void *p, size_t size, int *bad);
 /* return cached and free memory to the device (malloc_trim) */
-void nvh_cap_trim_(struct nvh_cap *cap);
+void nvh_cap_trim_(struct cap_inst *cap);
 /* thread exit: the thread's heap of every instance becomes an orphan */
 void nvh_cap_thread_exit_(void);
 /* forget the calling thread's heap of an instance being destroyed */
-void nvh_cap_forget_(struct nvh_cap *cap);
+void nvh_cap_forget_(struct cap_inst *cap);
 /* the calling thread's heap slot for an instance (fork child) */
-struct cap_heap *nvh_cap_heap_peek_(struct nvh_cap *cap);
+struct cap_heap *nvh_cap_heap_peek_(struct cap_inst *cap);
 /* instance ids (TLS slots) and generations: set cap->id and cap->gen
  * (-EMFILE when NVH_CAP_INSTANCES are alive); put releases them */
-int nvh_cap_id_get_(struct nvh_cap *cap);
-void nvh_cap_id_put_(struct nvh_cap *cap);
+int nvh_cap_id_get_(struct cap_inst *cap);
+void nvh_cap_id_put_(struct cap_inst *cap);
 
 #endif

@@ -23,8 +23,12 @@
 #include <errno.h>
 #include <string.h>
 
+/* The thread's heap of each instance slot, valid while tl_gen matches the
+ * instance's generation (a slot may be reused by a later instance; its old
+ * heap's memory is gone then, so the check never reads through it). */
 static __thread struct cap_heap *tl_heap[NVH_CAP_INSTANCES]
     __attribute__((tls_model("initial-exec")));
+static __thread uint64_t tl_gen[NVH_CAP_INSTANCES] __attribute__((tls_model("initial-exec")));
 static __thread int tl_creating __attribute__((tls_model("initial-exec")));
 
 /* A page with nothing in it: every class starts with it as current page, so
@@ -55,7 +59,7 @@ static inline size_t class_size(unsigned c)
     return ((size_t)1 << b) + ((size_t)(k + 1u) << (b - 2u));
 }
 
-static inline uintptr_t key_of(const struct nvh_cap *cap, const void *p)
+static inline uintptr_t key_of(const struct cap_inst *cap, const void *p)
 {
     return cap->secret ^ (uintptr_t)p;
 }
@@ -72,7 +76,7 @@ static void key_init(void)
     pthread_key_create(&exit_key, thread_exit);
 }
 
-int nvh_cap_id_get_(struct nvh_cap *cap)
+int nvh_cap_id_get_(struct cap_inst *cap)
 {
     pthread_mutex_lock(&ids_lock);
     for (unsigned i = 0; i < NVH_CAP_INSTANCES; i++) {
@@ -88,7 +92,7 @@ int nvh_cap_id_get_(struct nvh_cap *cap)
     return -EMFILE;
 }
 
-void nvh_cap_id_put_(struct nvh_cap *cap)
+void nvh_cap_id_put_(struct cap_inst *cap)
 {
     pthread_mutex_lock(&ids_lock);
     if (live_gen[cap->id] == cap->gen)
@@ -96,19 +100,20 @@ void nvh_cap_id_put_(struct nvh_cap *cap)
     pthread_mutex_unlock(&ids_lock);
 }
 
-struct cap_heap *nvh_cap_heap_peek_(struct nvh_cap *cap)
+struct cap_heap *nvh_cap_heap_peek_(struct cap_inst *cap)
 {
-    struct cap_heap *h = tl_heap[cap->id];
-    return h && h->gen == cap->gen ? h : NULL;
+    return tl_gen[cap->id] == cap->gen ? tl_heap[cap->id] : NULL;
 }
 
-void nvh_cap_forget_(struct nvh_cap *cap)
+void nvh_cap_forget_(struct cap_inst *cap)
 {
-    if (nvh_cap_heap_peek_(cap))
+    if (tl_gen[cap->id] == cap->gen) {
         tl_heap[cap->id] = NULL;
+        tl_gen[cap->id] = 0;
+    }
 }
 
-static struct cap_heap *heap_create(struct nvh_cap *cap)
+static struct cap_heap *heap_create(struct cap_inst *cap)
 {
     if (tl_creating)
         return NULL;
@@ -129,17 +134,17 @@ static struct cap_heap *heap_create(struct nvh_cap *cap)
     pthread_mutex_unlock(&cap->lock);
     if (h) {
         tl_heap[cap->id] = h;
+        tl_gen[cap->id] = cap->gen;
         pthread_setspecific(exit_key, (void *)1);   /* run thread_exit */
     }
     tl_creating = 0;
     return h;
 }
 
-struct cap_heap *nvh_cap_heap_(struct nvh_cap *cap)
+struct cap_heap *nvh_cap_heap_(struct cap_inst *cap)
 {
-    struct cap_heap *h = tl_heap[cap->id];
-    if (nvh_cap_likely(h && h->gen == cap->gen))
-        return h;
+    if (nvh_cap_likely(tl_gen[cap->id] == cap->gen))
+        return tl_heap[cap->id];
     return heap_create(cap);
 }
 
@@ -168,7 +173,7 @@ static void avail_remove(struct cap_heap *h, struct cap_span *p)
 /* An empty page: keep a few small ones for any class, give the rest back. */
 static void page_retire(struct cap_heap *h, struct cap_span *p, bool locked)
 {
-    struct nvh_cap *cap = h->cap;
+    struct cap_inst *cap = h->cap;
     p->pstate = CAP_PG_EMPTY;
     p->free = NULL;
     p->bump = p->end = p->start;
@@ -205,7 +210,7 @@ static void page_after_free(struct cap_heap *h, struct cap_span *p, bool locked)
 
 /* Carve never-used blocks into the free list, about 4 KiB at a time, so a
  * page's memory is touched (and the file filled) only as it is used. */
-static bool page_extend(struct nvh_cap *cap, struct cap_span *p)
+static bool page_extend(struct cap_inst *cap, struct cap_span *p)
 {
     size_t bs = p->bsize;
     size_t left = (p->end - p->bump) / bs;
@@ -229,7 +234,7 @@ static bool page_extend(struct nvh_cap *cap, struct cap_span *p)
 
 static struct cap_span *page_new(struct cap_heap *h, unsigned c)
 {
-    struct nvh_cap *cap = h->cap;
+    struct cap_inst *cap = h->cap;
     size_t bs = class_size(c);
     size_t psize = bs <= NVH_CAP_SMALL_MAX ? NVH_CAP_SMALL_PAGE : NVH_CAP_MEDIUM_PAGE;
     struct cap_span *p = NULL;
@@ -280,7 +285,7 @@ static void heap_drain(struct cap_heap *h, bool locked)
 
 static void orphan_drain(struct cap_heap *dest)
 {
-    struct nvh_cap *cap = dest->cap;
+    struct cap_inst *cap = dest->cap;
     pthread_mutex_lock(&cap->lock);
     if (atomic_load(&dest->orphan))
         heap_drain(dest, true);
@@ -308,7 +313,7 @@ static void remote_flush(struct cap_heap *h)
     }
 }
 
-static void remote_free(struct nvh_cap *cap, struct cap_heap *h, struct cap_span *p, struct cap_block *b)
+static void remote_free(struct cap_inst *cap, struct cap_heap *h, struct cap_span *p, struct cap_block *b)
 {
     b->key = key_of(cap, b);
     struct cap_heap *dest = p->heap;
@@ -340,7 +345,7 @@ static inline void *take(struct cap_span *p)
 
 static void *alloc_slow(struct cap_heap *h, unsigned c)
 {
-    struct nvh_cap *cap = h->cap;
+    struct cap_inst *cap = h->cap;
     remote_flush(h);
     heap_drain(h, false);
     struct cap_span *p = h->cur[c];
@@ -378,7 +383,7 @@ static inline void *alloc_class(struct cap_heap *h, unsigned c)
 
 static void *large_alloc(struct cap_heap *h, size_t size, size_t align, bool *zero_out)
 {
-    struct nvh_cap *cap = h->cap;
+    struct cap_inst *cap = h->cap;
     size_t pad = align > NVH_CAP_BLOCK ? align - NVH_CAP_BLOCK : 0;
     if (size > cap->size || size + pad > cap->size) {
         errno = ENOMEM;
@@ -415,7 +420,7 @@ static void *large_alloc(struct cap_heap *h, size_t size, size_t align, bool *ze
     return (void *)user;
 }
 
-static void large_free(struct nvh_cap *cap, struct cap_heap *h, struct cap_span *s)
+static void large_free(struct cap_inst *cap, struct cap_heap *h, struct cap_span *s)
 {
     size_t bytes = (size_t)s->blocks << NVH_CAP_BLOCK_SHIFT;
     if (h && bytes <= NVH_CAP_LCACHE_BYTES / 2 &&
@@ -477,7 +482,7 @@ void *nvh_cap_calloc_(struct cap_heap *h, size_t size)
 }
 
 /* ---- free --------------------------------------------------------------------- */
-static int free_other(struct nvh_cap *cap, struct cap_span *s, void *p)
+static int free_other(struct cap_inst *cap, struct cap_span *s, void *p)
 {
     switch (s->kind) {
     case CAP_SPAN_LARGE:
@@ -494,7 +499,7 @@ static int free_other(struct nvh_cap *cap, struct cap_span *s, void *p)
     }
 }
 
-int nvh_cap_free_(struct nvh_cap *cap, void *p)
+int nvh_cap_free_(struct cap_inst *cap, void *p)
 {
     struct cap_span *s = nvh_cap_span_of_(cap, p);
     if (nvh_cap_unlikely(!s))
@@ -507,7 +512,7 @@ int nvh_cap_free_(struct nvh_cap *cap, void *p)
         struct cap_block *b = p;
         if (nvh_cap_unlikely(b->key == key_of(cap, p)))
             return CAP_DOUBLE;
-        struct cap_heap *h = tl_heap[cap->id];
+        struct cap_heap *h = nvh_cap_heap_peek_(cap);
         if (nvh_cap_likely(s->heap == h)) {
             if (nvh_cap_unlikely((uintptr_t)p >= s->bump))
                 return CAP_INVALID;     /* never handed out (or page empty) */
@@ -515,8 +520,6 @@ int nvh_cap_free_(struct nvh_cap *cap, void *p)
             local_free(h, s, b, false);
             return CAP_OK;
         }
-        if (h && h->gen != cap->gen)
-            h = NULL;
         remote_free(cap, h, s, b);
         return CAP_OK;
     }
@@ -524,7 +527,7 @@ int nvh_cap_free_(struct nvh_cap *cap, void *p)
 }
 
 /* the span of a live pointer, or NULL */
-static struct cap_span *live_span(struct nvh_cap *cap, const void *p, int *bad)
+static struct cap_span *live_span(struct cap_inst *cap, const void *p, int *bad)
 {
     struct cap_span *s = nvh_cap_span_of_(cap, p);
     *bad = CAP_INVALID;
@@ -558,7 +561,7 @@ static inline size_t span_usable(const struct cap_span *s)
     return s->start + ((uintptr_t)s->blocks << NVH_CAP_BLOCK_SHIFT) - s->user;
 }
 
-size_t nvh_cap_usable_(struct nvh_cap *cap, const void *p)
+size_t nvh_cap_usable_(struct cap_inst *cap, const void *p)
 {
     int bad;
     struct cap_span *s = live_span(cap, p, &bad);
@@ -567,7 +570,7 @@ size_t nvh_cap_usable_(struct nvh_cap *cap, const void *p)
 
 void *nvh_cap_realloc_(struct cap_heap *h, void *p, size_t size, int *bad)
 {
-    struct nvh_cap *cap = h->cap;
+    struct cap_inst *cap = h->cap;
     struct cap_span *s = live_span(cap, p, bad);
     if (!s)
         return NULL;
@@ -595,7 +598,7 @@ void *nvh_cap_realloc_(struct cap_heap *h, void *p, size_t size, int *bad)
 /* ---- thread exit, trim ------------------------------------------------------------ */
 static void heap_release_caches(struct cap_heap *h, bool locked)
 {
-    struct nvh_cap *cap = h->cap;
+    struct cap_inst *cap = h->cap;
     if (!h->nlcache && !h->nempty)
         return;
     if (!locked)
@@ -616,7 +619,7 @@ static void heap_release_caches(struct cap_heap *h, bool locked)
 
 static void heap_abandon(struct cap_heap *h)
 {
-    struct nvh_cap *cap = h->cap;
+    struct cap_inst *cap = h->cap;
     remote_flush(h);
     h->rdest = NULL;
     heap_drain(h, false);
@@ -642,18 +645,20 @@ void nvh_cap_thread_exit_(void)
 {
     for (unsigned i = 0; i < NVH_CAP_INSTANCES; i++) {
         struct cap_heap *h = tl_heap[i];
+        uint64_t gen = tl_gen[i];
         if (!h)
             continue;
         tl_heap[i] = NULL;
+        tl_gen[i] = 0;
         pthread_mutex_lock(&ids_lock);
-        bool live = live_gen[i] == h->gen;
+        bool live = gen && live_gen[i] == gen;
         pthread_mutex_unlock(&ids_lock);
         if (live)
             heap_abandon(h);
     }
 }
 
-void nvh_cap_trim_(struct nvh_cap *cap)
+void nvh_cap_trim_(struct cap_inst *cap)
 {
     struct cap_heap *h = nvh_cap_heap_peek_(cap);
     if (h) {

@@ -34,7 +34,7 @@ extern void *__libc_memalign(size_t alignment, size_t size);
 
 enum { POL_ALL, POL_THRESHOLD, POL_SHARE };
 
-static struct nvh_cap g_cap;
+static struct cap_inst g_cap;
 static _Atomic int g_state;          /* 0: not yet, 1: ready, 2: off */
 static pthread_mutex_t g_init_lock = PTHREAD_MUTEX_INITIALIZER;
 static int g_policy = POL_ALL;

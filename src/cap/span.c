@@ -28,15 +28,24 @@
 #define META_SLAB ((size_t)1 << 20)
 
 /* ---- DRAM metadata: span descriptors and heaps --------------------------- */
-static void *meta_alloc(struct nvh_cap *cap, size_t bytes)
+/* Slabs are chained through their first line, so destroy can unmap them. */
+struct meta_slab {
+    struct meta_slab *next;
+    size_t len;
+};
+
+static void *meta_alloc(struct cap_inst *cap, size_t bytes)
 {
     bytes = (bytes + 63) & ~(size_t)63;
     if ((size_t)(cap->meta_end - cap->meta_cur) < bytes) {
-        size_t len = bytes > META_SLAB ? bytes : META_SLAB;
-        void *m = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        size_t len = bytes + 64 > META_SLAB ? bytes + 64 : META_SLAB;
+        struct meta_slab *m = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
         if (m == MAP_FAILED)
             return NULL;
-        cap->meta_cur = m;
+        m->next = cap->meta_slabs;
+        m->len = len;
+        cap->meta_slabs = m;
+        cap->meta_cur = (char *)m + 64;
         cap->meta_end = (char *)m + len;
     }
     void *p = cap->meta_cur;
@@ -44,7 +53,7 @@ static void *meta_alloc(struct nvh_cap *cap, size_t bytes)
     return p;
 }
 
-static struct cap_span *desc_new(struct nvh_cap *cap)
+static struct cap_span *desc_new(struct cap_inst *cap)
 {
     struct cap_span *s = cap->desc_free;
     if (s)
@@ -55,18 +64,18 @@ static struct cap_span *desc_new(struct nvh_cap *cap)
     return s;
 }
 
-static void desc_put(struct nvh_cap *cap, struct cap_span *s)
+static void desc_put(struct cap_inst *cap, struct cap_span *s)
 {
     s->kind = CAP_SPAN_DEAD;   /* a stale map entry never matches it */
     s->next = cap->desc_free;
     cap->desc_free = s;
 }
 
-static inline size_t blk_index(const struct nvh_cap *cap, uintptr_t a)
+static inline size_t blk_index(const struct cap_inst *cap, uintptr_t a)
 {
     return (a - cap->base) >> NVH_CAP_BLOCK_SHIFT;
 }
-static inline void map_set(struct nvh_cap *cap, size_t i, struct cap_span *s)
+static inline void map_set(struct cap_inst *cap, size_t i, struct cap_span *s)
 {
     atomic_store_explicit(&cap->map[i], s, memory_order_relaxed);
 }
@@ -78,7 +87,7 @@ static inline uintptr_t span_end(const struct cap_span *s)
 /* Map entries: every block of a page (any interior address finds it), the
  * first and last block of a free or large span (neighbours find it when they
  * coalesce; free() finds a large object by its first block). */
-static void map_span(struct nvh_cap *cap, struct cap_span *s)
+static void map_span(struct cap_inst *cap, struct cap_span *s)
 {
     size_t i = blk_index(cap, s->start);
     if (s->kind == CAP_SPAN_PAGE) {
@@ -101,7 +110,7 @@ static inline unsigned bin_of(uint32_t n)
     return bin < NVH_CAP_BINS ? bin : NVH_CAP_BINS - 1;
 }
 
-static void bin_insert(struct nvh_cap *cap, struct cap_span *s)
+static void bin_insert(struct cap_inst *cap, struct cap_span *s)
 {
     unsigned b = bin_of(s->blocks);
     s->prev = NULL;
@@ -112,7 +121,7 @@ static void bin_insert(struct nvh_cap *cap, struct cap_span *s)
     cap->binmap[b / 64] |= (uint64_t)1 << (b % 64);
 }
 
-static void bin_remove(struct nvh_cap *cap, struct cap_span *s)
+static void bin_remove(struct cap_inst *cap, struct cap_span *s)
 {
     unsigned b = bin_of(s->blocks);
     if (s->prev)
@@ -125,7 +134,7 @@ static void bin_remove(struct nvh_cap *cap, struct cap_span *s)
         cap->binmap[b / 64] &= ~((uint64_t)1 << (b % 64));
 }
 
-static void dirty_push(struct nvh_cap *cap, struct cap_span *s)
+static void dirty_push(struct cap_inst *cap, struct cap_span *s)
 {
     s->dirty = 1;
     s->dnext = NULL;
@@ -138,7 +147,7 @@ static void dirty_push(struct nvh_cap *cap, struct cap_span *s)
     cap->dirty_bytes += (size_t)s->blocks << NVH_CAP_BLOCK_SHIFT;
 }
 
-static void dirty_remove(struct nvh_cap *cap, struct cap_span *s)
+static void dirty_remove(struct cap_inst *cap, struct cap_span *s)
 {
     if (!s->dirty)
         return;
@@ -158,7 +167,7 @@ static void dirty_remove(struct nvh_cap *cap, struct cap_span *s)
 /* Give the pages of a free span back to the device. MADV_REMOVE punches a
  * hole in the file behind a shared mapping (tmpfs, ext4, xfs, DAX); reads
  * then see zeros. */
-static void punch(struct nvh_cap *cap, struct cap_span *s)
+static void punch(struct cap_inst *cap, struct cap_span *s)
 {
     dirty_remove(cap, s);
     if (madvise((void *)s->start, (size_t)s->blocks << NVH_CAP_BLOCK_SHIFT, MADV_REMOVE) == 0) {
@@ -170,7 +179,7 @@ static void punch(struct nvh_cap *cap, struct cap_span *s)
 /* Back [off, off + len) of the file with blocks, so that a full device fails
  * an allocation (ENOMEM) instead of a later page fault (SIGBUS). File systems
  * without fallocate are left to fault. */
-static bool back(struct nvh_cap *cap, uintptr_t start, size_t len)
+static bool back(struct cap_inst *cap, uintptr_t start, size_t len)
 {
     if (cap->fd < 0)
         return true;
@@ -178,7 +187,7 @@ static bool back(struct nvh_cap *cap, uintptr_t start, size_t len)
     return r == 0 || errno == EOPNOTSUPP || errno == ENOSYS;
 }
 
-static void decay(struct nvh_cap *cap)
+static void decay(struct cap_inst *cap)
 {
     size_t allow = atomic_load_explicit(&cap->span_bytes, memory_order_relaxed) / 8;
     if (allow < cap->decay_min)
@@ -190,7 +199,7 @@ static void decay(struct nvh_cap *cap)
 }
 
 /* ---- span allocator ---------------------------------------------------------- */
-static struct cap_span *take_free(struct nvh_cap *cap, uint32_t n)
+static struct cap_span *take_free(struct cap_inst *cap, uint32_t n)
 {
     unsigned b = bin_of(n);
     /* the first bin may hold smaller spans (a log bin): look through it */
@@ -207,7 +216,7 @@ static struct cap_span *take_free(struct nvh_cap *cap, uint32_t n)
     return NULL;
 }
 
-static void account(struct nvh_cap *cap, struct cap_span *s, bool add)
+static void account(struct cap_inst *cap, struct cap_span *s, bool add)
 {
     size_t bytes = (size_t)s->blocks << NVH_CAP_BLOCK_SHIFT;
     size_t now = add ? atomic_fetch_add_explicit(&cap->span_bytes, bytes, memory_order_relaxed) + bytes
@@ -216,7 +225,7 @@ static void account(struct nvh_cap *cap, struct cap_span *s, bool add)
         cap->span_peak = now;
 }
 
-struct cap_span *nvh_cap_span_alloc_(struct nvh_cap *cap, uint32_t n, int kind, bool *zero)
+struct cap_span *nvh_cap_span_alloc_(struct cap_inst *cap, uint32_t n, int kind, bool *zero)
 {
     struct cap_span *s = take_free(cap, n);
     if (s) {
@@ -278,7 +287,7 @@ struct cap_span *nvh_cap_span_alloc_(struct nvh_cap *cap, uint32_t n, int kind, 
     return s;
 }
 
-void nvh_cap_span_free_(struct nvh_cap *cap, struct cap_span *s)
+void nvh_cap_span_free_(struct cap_inst *cap, struct cap_span *s)
 {
     if (s->kind != CAP_SPAN_FREE)
         account(cap, s, false);
@@ -319,7 +328,7 @@ void nvh_cap_span_free_(struct nvh_cap *cap, struct cap_span *s)
     decay(cap);
 }
 
-bool nvh_cap_span_grow_(struct nvh_cap *cap, struct cap_span *s, uint32_t n)
+bool nvh_cap_span_grow_(struct cap_inst *cap, struct cap_span *s, uint32_t n)
 {
     uint32_t extra = n - s->blocks;
     uintptr_t end = span_end(s);
@@ -369,20 +378,20 @@ bool nvh_cap_span_grow_(struct nvh_cap *cap, struct cap_span *s, uint32_t n)
     return true;
 }
 
-void nvh_cap_span_set_user_(struct nvh_cap *cap, struct cap_span *s, uintptr_t user)
+void nvh_cap_span_set_user_(struct cap_inst *cap, struct cap_span *s, uintptr_t user)
 {
     s->user = user;
     if (user != s->start)
         map_set(cap, blk_index(cap, user), s);
 }
 
-void nvh_cap_span_purge_(struct nvh_cap *cap)
+void nvh_cap_span_purge_(struct cap_inst *cap)
 {
     while (cap->dhead)
         punch(cap, cap->dhead);
 }
 
-struct cap_heap *nvh_cap_heap_new_(struct nvh_cap *cap)
+struct cap_heap *nvh_cap_heap_new_(struct cap_inst *cap)
 {
     struct cap_heap *h = meta_alloc(cap, sizeof *h);
     if (h) {
@@ -394,7 +403,7 @@ struct cap_heap *nvh_cap_heap_new_(struct nvh_cap *cap)
     return h;
 }
 
-void nvh_cap_counters_(struct nvh_cap *cap, struct nvh_cap_counters *out)
+void nvh_cap_counters_(struct cap_inst *cap, struct nvh_cap_counters *out)
 {
     pthread_mutex_lock(&cap->lock);
     memset(out, 0, sizeof *out);
@@ -411,7 +420,7 @@ void nvh_cap_counters_(struct nvh_cap *cap, struct nvh_cap_counters *out)
 }
 
 /* ---- instances --------------------------------------------------------------- */
-static int common_init(struct nvh_cap *cap)
+static int common_init(struct cap_inst *cap)
 {
     cap->map_bytes = (cap->size >> NVH_CAP_BLOCK_SHIFT) * sizeof(cap->map[0]);
     void *m = mmap(NULL, cap->map_bytes, PROT_READ | PROT_WRITE,
@@ -457,7 +466,7 @@ static int open_file(const char *dir)
     return fd;
 }
 
-int nvh_cap_init_file_(struct nvh_cap *cap, const char *dir, size_t reserve)
+int nvh_cap_init_file_(struct cap_inst *cap, const char *dir, size_t reserve)
 {
     memset(cap, 0, sizeof *cap);
     size_t n = strlen(dir);
@@ -494,7 +503,7 @@ int nvh_cap_init_file_(struct nvh_cap *cap, const char *dir, size_t reserve)
     return r;
 }
 
-int nvh_cap_init_region_(struct nvh_cap *cap, void *base, size_t size)
+int nvh_cap_init_region_(struct cap_inst *cap, void *base, size_t size)
 {
     memset(cap, 0, sizeof *cap);
     uintptr_t b = ((uintptr_t)base + NVH_CAP_BLOCK - 1) & ~(uintptr_t)(NVH_CAP_BLOCK - 1);
@@ -507,7 +516,7 @@ int nvh_cap_init_region_(struct nvh_cap *cap, void *base, size_t size)
     return common_init(cap);
 }
 
-void nvh_cap_destroy_(struct nvh_cap *cap)
+void nvh_cap_destroy_(struct cap_inst *cap)
 {
     nvh_cap_forget_(cap);
     nvh_cap_id_put_(cap);
@@ -518,9 +527,13 @@ void nvh_cap_destroy_(struct nvh_cap *cap)
     if (cap->fd >= 0)
         close(cap->fd);
     pthread_mutex_destroy(&cap->lock);
-    /* descriptors and heaps: the meta slabs are not tracked one by one; an
-     * instance is destroyed once per pool close, so they are a bounded leak
-     * of DRAM (documented in docs/CAP.md) */
+    /* descriptors and heaps (other threads' TLS slots are invalid now: the
+     * generation no longer matches, so nothing reads these again) */
+    for (struct meta_slab *m = cap->meta_slabs, *n; m; m = n) {
+        n = m->next;
+        munmap(m, m->len);
+    }
+    cap->meta_slabs = NULL;
     cap->map = NULL;
 }
 
@@ -528,7 +541,7 @@ void nvh_cap_destroy_(struct nvh_cap *cap)
 /* Copy the data extents of the used part of the file into a fresh file,
  * reading through the mapping. Runs in the parent before fork, with the
  * instance lock held: the copy is what the child will see. */
-static int copy_file(struct nvh_cap *cap)
+static int copy_file(struct cap_inst *cap)
 {
     int nfd = open_file(cap->dir);
     if (nfd < 0)
@@ -558,13 +571,13 @@ static int copy_file(struct nvh_cap *cap)
     return nfd;
 }
 
-void nvh_cap_fork_prepare_(struct nvh_cap *cap)
+void nvh_cap_fork_prepare_(struct cap_inst *cap)
 {
     pthread_mutex_lock(&cap->lock);
     cap->fork_fd = cap->fd >= 0 ? copy_file(cap) : -1;
 }
 
-void nvh_cap_fork_parent_(struct nvh_cap *cap)
+void nvh_cap_fork_parent_(struct cap_inst *cap)
 {
     if (cap->fork_fd >= 0)
         close(cap->fork_fd);
@@ -572,7 +585,7 @@ void nvh_cap_fork_parent_(struct nvh_cap *cap)
     pthread_mutex_unlock(&cap->lock);
 }
 
-void nvh_cap_fork_child_(struct nvh_cap *cap, struct cap_heap *self)
+void nvh_cap_fork_child_(struct cap_inst *cap, struct cap_heap *self)
 {
     if (cap->fork_fd >= 0) {
         void *m = mmap((void *)cap->base, cap->size, PROT_READ | PROT_WRITE,

@@ -13,7 +13,7 @@
 static unsigned nthreads = THREADS;
 #define SLOTS 4096
 
-static struct nvh_cap cap;
+static struct cap_inst cap;
 static _Atomic(uintptr_t) slot[SLOTS];
 static unsigned ops_per_thread = 60000;
 

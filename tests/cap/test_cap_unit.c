@@ -9,7 +9,7 @@
 #include <pthread.h>
 #include <sys/mman.h>
 
-static struct nvh_cap cap;
+static struct cap_inst cap;
 
 static int setup(void **state)
 {
