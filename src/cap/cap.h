@@ -35,7 +35,7 @@
 #define NVH_CAP_LCACHE 4u                      /* freed large spans per thread  */
 #define NVH_CAP_LCACHE_BYTES ((size_t)4 << 20)
 #define NVH_CAP_REMOTE_BATCH 32u               /* cross-thread frees per push   */
-#define NVH_CAP_GROW_STEP ((size_t)2 << 20)    /* file growth (fallocate) step  */
+#define NVH_CAP_GROW_STEP ((size_t)64 << 20)   /* device free-space check step  */
 
 #if defined(__GNUC__)
 #define nvh_cap_likely(x) __builtin_expect(!!(x), 1)
@@ -136,7 +136,7 @@ struct cap_inst {
     size_t map_bytes;
     pthread_mutex_t lock;    /* global span allocator, heaps list, orphans      */
     size_t top;              /* used part of the range                          */
-    size_t committed;        /* fallocated part of the file                     */
+    size_t checked;          /* top up to which the device was checked for room */
     struct cap_span *bins[NVH_CAP_BINS];
     uint64_t binmap[NVH_CAP_BINS / 64];
     struct cap_span *dhead, *dtail;

@@ -202,7 +202,9 @@ static inline struct cap_heap *file_heap(size_t n)
     return NULL;
 }
 
-NVH_CAP_EXPORT void *malloc(size_t n)
+/* The exported functions call each other only through these (a call by
+ * name would go through the PLT, and could reach another malloc). */
+static inline void *do_malloc(size_t n)
 {
     struct cap_heap *h = file_heap(n);
     if (nvh_cap_likely(h != NULL)) {
@@ -213,7 +215,7 @@ NVH_CAP_EXPORT void *malloc(size_t n)
     return __libc_malloc(n);   /* DRAM: by policy, or the file is full */
 }
 
-NVH_CAP_EXPORT void free(void *p)
+static inline void do_free(void *p)
 {
     if (nvh_cap_likely(nvh_cap_contains_(&g_cap, p))) {
         int r = nvh_cap_free_(&g_cap, p);
@@ -223,6 +225,16 @@ NVH_CAP_EXPORT void free(void *p)
     }
     if (p)
         __libc_free(p);
+}
+
+NVH_CAP_EXPORT void *malloc(size_t n)
+{
+    return do_malloc(n);
+}
+
+NVH_CAP_EXPORT void free(void *p)
+{
+    do_free(p);
 }
 
 NVH_CAP_EXPORT void *calloc(size_t n, size_t size)
@@ -241,12 +253,12 @@ NVH_CAP_EXPORT void *calloc(size_t n, size_t size)
     return __libc_calloc(n, size);
 }
 
-NVH_CAP_EXPORT void *realloc(void *p, size_t n)
+static void *do_realloc(void *p, size_t n)
 {
     if (!p)
-        return malloc(n);
+        return do_malloc(n);
     if (n == 0) {              /* glibc: free and return NULL */
-        free(p);
+        do_free(p);
         return NULL;
     }
     if (nvh_cap_contains_(&g_cap, p)) {
@@ -288,6 +300,11 @@ NVH_CAP_EXPORT void *realloc(void *p, size_t n)
     return __libc_realloc(p, n);
 }
 
+NVH_CAP_EXPORT void *realloc(void *p, size_t n)
+{
+    return do_realloc(p, n);
+}
+
 NVH_CAP_EXPORT void *reallocarray(void *p, size_t n, size_t size)
 {
     size_t bytes;
@@ -295,7 +312,7 @@ NVH_CAP_EXPORT void *reallocarray(void *p, size_t n, size_t size)
         errno = ENOMEM;
         return NULL;
     }
-    return realloc(p, bytes);
+    return do_realloc(p, bytes);
 }
 
 static void *aligned(size_t align, size_t n)
@@ -334,7 +351,7 @@ NVH_CAP_EXPORT void *aligned_alloc(size_t align, size_t n)
 NVH_CAP_EXPORT void *memalign(size_t align, size_t n)
 {
     if (align <= 16)
-        return malloc(n);
+        return do_malloc(n);
     if (align & (align - 1))   /* glibc rounds up to a power of two */
         align = (size_t)1 << (64 - __builtin_clzll(align));
     return aligned(align, n);

@@ -9,7 +9,8 @@
  * the per-thread heaps (heap.c) come here only for whole pages and large
  * objects, so the lock is off the fast paths.
  *
- * File space: the file grows (fallocate) as the used top of the range rises;
+ * File space: the file grows as pages are touched (a free-space check guards
+ * each step of the used top of the range);
  * freed spans stay "dirty" (their pages still in the file) until the dirty
  * bytes exceed max(decay_min, 1/8 of the bytes in use), then the oldest dirty
  * spans are punched (MADV_REMOVE) until half the allowance is left. The
@@ -23,6 +24,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #define META_SLAB ((size_t)1 << 20)
@@ -176,15 +178,38 @@ static void punch(struct cap_inst *cap, struct cap_span *s)
     }
 }
 
-/* Back [off, off + len) of the file with blocks, so that a full device fails
- * an allocation (ENOMEM) instead of a later page fault (SIGBUS). File systems
- * without fallocate are left to fault. */
-static bool back(struct cap_inst *cap, uintptr_t start, size_t len)
+/* Before the used top of the range rises past what was checked: is there
+ * room on the device for the next NVH_CAP_GROW_STEP? Pages are not
+ * preallocated (fallocate would zero pages the program may never touch); a
+ * device that fills up anyway makes a page fault fail with SIGBUS, as with
+ * any shared file mapping (docs/CAP.md, limits). A refused growth makes the
+ * allocation fail (the preload then serves it from DRAM). */
+static bool room(struct cap_inst *cap, size_t len)
 {
     if (cap->fd < 0)
         return true;
-    int r = fallocate(cap->fd, 0, (off_t)(start - cap->base), (off_t)len);
-    return r == 0 || errno == EOPNOTSUPP || errno == ENOSYS;
+    struct statvfs sv;
+    if (fstatvfs(cap->fd, &sv) != 0)
+        return true;
+    return (uint64_t)sv.f_bavail * sv.f_frsize >= len;
+}
+
+/* Raise the top by `bytes` (false: the range or the device is full). */
+static bool raise_top(struct cap_inst *cap, size_t bytes)
+{
+    if (bytes > cap->size - cap->top)
+        return false;
+    if (cap->top + bytes > cap->checked) {
+        size_t want = cap->top + bytes - cap->checked;
+        want = (want + NVH_CAP_GROW_STEP - 1) & ~(NVH_CAP_GROW_STEP - 1);
+        if (want > cap->size - cap->checked)
+            want = cap->size - cap->checked;
+        if (!room(cap, want))
+            return false;
+        cap->checked += want;
+    }
+    cap->top += bytes;
+    return true;
 }
 
 static void decay(struct cap_inst *cap)
@@ -250,32 +275,17 @@ struct cap_span *nvh_cap_span_alloc_(struct cap_inst *cap, uint32_t n, int kind,
             if (dirty)
                 dirty_push(cap, r);
         }
-        if (hole && !back(cap, s->start, (size_t)n << NVH_CAP_BLOCK_SHIFT)) {
-            /* device full: put it back (coalescing again) */
-            s->kind = CAP_SPAN_FREE;
-            s->dirty = dirty;
-            nvh_cap_span_free_(cap, s);
-            return NULL;
-        }
         *zero = hole && !dirty;
     } else {
         size_t bytes = (size_t)n << NVH_CAP_BLOCK_SHIFT;
-        if (bytes > cap->size - cap->top)
-            return NULL;
-        if (cap->top + bytes > cap->committed) {
-            size_t want = cap->top + bytes - cap->committed;
-            want = (want + NVH_CAP_GROW_STEP - 1) & ~(NVH_CAP_GROW_STEP - 1);
-            if (want > cap->size - cap->committed)
-                want = cap->size - cap->committed;
-            if (!back(cap, cap->base + cap->committed, want))
-                return NULL;
-            cap->committed += want;
-        }
         if (!(s = desc_new(cap)))
             return NULL;
         s->start = cap->base + cap->top;
+        if (!raise_top(cap, bytes)) {
+            desc_put(cap, s);
+            return NULL;
+        }
         s->blocks = n;
-        cap->top += bytes;
         *zero = true;
     }
     s->kind = (uint8_t)kind;
@@ -334,23 +344,11 @@ bool nvh_cap_span_grow_(struct cap_inst *cap, struct cap_span *s, uint32_t n)
     uintptr_t end = span_end(s);
     size_t bytes = (size_t)extra << NVH_CAP_BLOCK_SHIFT;
     if (end - cap->base == cap->top) {          /* at the top: raise it */
-        if (bytes > cap->size - cap->top)
+        if (!raise_top(cap, bytes))
             return false;
-        if (cap->top + bytes > cap->committed) {
-            size_t want = cap->top + bytes - cap->committed;
-            want = (want + NVH_CAP_GROW_STEP - 1) & ~(NVH_CAP_GROW_STEP - 1);
-            if (want > cap->size - cap->committed)
-                want = cap->size - cap->committed;
-            if (!back(cap, cap->base + cap->committed, want))
-                return false;
-            cap->committed += want;
-        }
-        cap->top += bytes;
     } else {
         struct cap_span *r = atomic_load_explicit(&cap->map[blk_index(cap, end)], memory_order_relaxed);
         if (!r || r->kind != CAP_SPAN_FREE || r->start != end || r->blocks < extra)
-            return false;
-        if (r->hole && !back(cap, end, bytes))
             return false;
         bin_remove(cap, r);
         bool dirty = r->dirty;
@@ -512,7 +510,7 @@ int nvh_cap_init_region_(struct cap_inst *cap, void *base, size_t size)
     cap->fd = -1;
     cap->base = b;
     cap->size = ((uintptr_t)base + size - b) & ~(size_t)(NVH_CAP_BLOCK - 1);
-    cap->committed = cap->size;
+    cap->checked = cap->size;
     return common_init(cap);
 }
 
@@ -594,7 +592,7 @@ void nvh_cap_fork_child_(struct cap_inst *cap, struct cap_heap *self)
             abort();   /* the child would write into its parent's heap */
         close(cap->fd);
         cap->fd = cap->fork_fd;
-        cap->committed = cap->top;
+        cap->checked = cap->top;
     } else if (cap->fd >= 0) {
         abort();       /* no private copy could be made */
     }
