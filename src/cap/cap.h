@@ -35,6 +35,7 @@
 #define NVH_CAP_LCACHE 4u                      /* freed large spans per thread  */
 #define NVH_CAP_LCACHE_BYTES ((size_t)4 << 20)
 #define NVH_CAP_REMOTE_BATCH 32u               /* cross-thread frees per push   */
+#define NVH_CAP_DECAY_SMALL ((size_t)8 << 20) /* dirty bytes a small heap keeps */
 #define NVH_CAP_GROW_STEP ((size_t)64 << 20)   /* device free-space check step  */
 
 #if defined(__GNUC__)
@@ -136,6 +137,7 @@ struct cap_inst {
     size_t map_bytes;
     pthread_mutex_t lock;    /* global span allocator, heaps list, orphans      */
     size_t top;              /* used part of the range                          */
+    _Atomic size_t top_hint; /* top, for reads without the lock                 */
     size_t checked;          /* top up to which the device was checked for room */
     struct cap_span *bins[NVH_CAP_BINS];
     uint64_t binmap[NVH_CAP_BINS / 64];
@@ -162,6 +164,9 @@ void nvh_cap_destroy_(struct cap_inst *cap);
 /* Under cap->lock: a span of n blocks of `kind`; *zero = its memory is known
  * to read as zeros. NULL if the range or the device is full. */
 struct cap_span *nvh_cap_span_alloc_(struct cap_inst *cap, uint32_t n, int kind, bool *zero);
+/* The same, where it can grow in place: at the start of the largest free
+ * span if that is 4 times bigger, else at the top of the used range. */
+struct cap_span *nvh_cap_span_alloc_top_(struct cap_inst *cap, uint32_t n, int kind, bool *zero);
 /* Under cap->lock: give a span back (coalesce, maybe punch). */
 void nvh_cap_span_free_(struct cap_inst *cap, struct cap_span *s);
 /* Under cap->lock: grow a large span in place to n blocks; false if the

@@ -381,6 +381,21 @@ static inline void *alloc_class(struct cap_heap *h, unsigned c)
     return alloc_slow(h, c);
 }
 
+/* A large block at the top of the range, for a block that grows by realloc:
+ * it can then go on growing in place. */
+static void *large_alloc_top(struct cap_heap *h, size_t size)
+{
+    struct cap_inst *cap = h->cap;
+    if (size > cap->size)
+        return NULL;
+    uint32_t n = (uint32_t)((size + NVH_CAP_BLOCK - 1) >> NVH_CAP_BLOCK_SHIFT);
+    bool zero;
+    pthread_mutex_lock(&cap->lock);
+    struct cap_span *s = nvh_cap_span_alloc_top_(cap, n, CAP_SPAN_LARGE, &zero);
+    pthread_mutex_unlock(&cap->lock);
+    return s ? (void *)s->start : NULL;
+}
+
 static void *large_alloc(struct cap_heap *h, size_t size, size_t align, bool *zero_out)
 {
     struct cap_inst *cap = h->cap;
@@ -423,7 +438,10 @@ static void *large_alloc(struct cap_heap *h, size_t size, size_t align, bool *ze
 static void large_free(struct cap_inst *cap, struct cap_heap *h, struct cap_span *s)
 {
     size_t bytes = (size_t)s->blocks << NVH_CAP_BLOCK_SHIFT;
-    if (h && bytes <= NVH_CAP_LCACHE_BYTES / 2 &&
+    /* a block at the top goes back at once: the top stays free to grow into */
+    bool at_top = s->start + bytes ==
+                  cap->base + atomic_load_explicit(&cap->top_hint, memory_order_relaxed);
+    if (h && !at_top && bytes <= NVH_CAP_LCACHE_BYTES / 2 &&
         !atomic_load_explicit(&h->orphan, memory_order_relaxed)) {
         s->cached = 1;
         while (h->nlcache == NVH_CAP_LCACHE || h->lcache_bytes + bytes > NVH_CAP_LCACHE_BYTES) {
@@ -578,16 +596,29 @@ void *nvh_cap_realloc_(struct cap_heap *h, void *p, size_t size, int *bad)
     size_t usable = span_usable(s);
     if (size <= usable && (size >= usable / 2 || usable <= 64))
         return p;
+    /* Growth keeps headroom: a block that grows is likely to grow again, and
+     * pages of the headroom cost no file space until they are touched. */
+    size_t want = size;
+    if (size > usable && size > NVH_CAP_SMALL_MAX) {
+        size_t roomy = usable + usable / 2;
+        if (roomy > want && roomy - want < cap->size / 4)
+            want = roomy;
+    }
     if (s->kind == CAP_SPAN_LARGE && size > usable && s->user == s->start) {
         /* grow in place into a free neighbour or the top of the range */
         uint32_t n = (uint32_t)((size + NVH_CAP_BLOCK - 1) >> NVH_CAP_BLOCK_SHIFT);
+        uint32_t nw = (uint32_t)((want + NVH_CAP_BLOCK - 1) >> NVH_CAP_BLOCK_SHIFT);
         pthread_mutex_lock(&cap->lock);
-        bool ok = nvh_cap_span_grow_(cap, s, n);
+        bool ok = nvh_cap_span_grow_(cap, s, nw) || (nw > n && nvh_cap_span_grow_(cap, s, n));
         pthread_mutex_unlock(&cap->lock);
         if (ok)
             return p;
     }
-    void *q = nvh_cap_alloc_(h, size);
+    /* a block that grows past a page moves to a span at the top of the
+     * range, where its next growths are in place (no copy) */
+    void *q = size > usable && want > NVH_CAP_BLOCK ? large_alloc_top(h, want) : nvh_cap_alloc_(h, want);
+    if (!q && want > size)
+        q = nvh_cap_alloc_(h, size);
     if (!q)
         return NULL;
     memcpy(q, p, size < usable ? size : usable);

@@ -12,8 +12,8 @@
  * File space: the file grows as pages are touched (a free-space check guards
  * each step of the used top of the range);
  * freed spans stay "dirty" (their pages still in the file) until the dirty
- * bytes exceed max(decay_min, 1/8 of the bytes in use), then the oldest dirty
- * spans are punched (MADV_REMOVE) until half the allowance is left. The
+ * bytes exceed the allowance (decay()), then the oldest dirty spans are
+ * punched (MADV_REMOVE) until half the allowance is left. The
  * allowance keeps alloc/free churn off the syscall and page-fault path; the
  * bound keeps the file near the live bytes. */
 #include "cap.h"
@@ -209,14 +209,24 @@ static bool raise_top(struct cap_inst *cap, size_t bytes)
         cap->checked += want;
     }
     cap->top += bytes;
+    atomic_store_explicit(&cap->top_hint, cap->top, memory_order_relaxed);
     return true;
 }
 
+/* The dirty allowance: a quarter of the bytes in use (churn at a steady
+ * live size never punches), but at least min(decay_min, max(8 MiB, a tenth
+ * of the peak)): a heap that empties keeps at most a tenth of its peak (or
+ * NVH_CAP_DECAY_SMALL), and a small one does not punch and refault on every free. */
 static void decay(struct cap_inst *cap)
 {
-    size_t allow = atomic_load_explicit(&cap->span_bytes, memory_order_relaxed) / 8;
-    if (allow < cap->decay_min)
-        allow = cap->decay_min;
+    size_t allow = atomic_load_explicit(&cap->span_bytes, memory_order_relaxed) / 4;
+    size_t floor = cap->span_peak / 10;
+    if (floor < NVH_CAP_DECAY_SMALL)
+        floor = NVH_CAP_DECAY_SMALL;
+    if (floor > cap->decay_min)
+        floor = cap->decay_min;
+    if (allow < floor)
+        allow = floor;
     if (cap->dirty_bytes <= allow)
         return;
     while (cap->dhead && cap->dirty_bytes > allow / 2)
@@ -250,44 +260,67 @@ static void account(struct cap_inst *cap, struct cap_span *s, bool add)
         cap->span_peak = now;
 }
 
-struct cap_span *nvh_cap_span_alloc_(struct cap_inst *cap, uint32_t n, int kind, bool *zero)
+/* The first n blocks of the free span s (taken out of the bins); the rest
+ * stays free. NULL only if no descriptor could be made. */
+static struct cap_span *carve(struct cap_inst *cap, struct cap_span *s, uint32_t n, bool *zero)
 {
-    struct cap_span *s = take_free(cap, n);
-    if (s) {
-        bin_remove(cap, s);
-        bool dirty = s->dirty, hole = s->hole;
-        dirty_remove(cap, s);
-        if (s->blocks > n) {     /* split: the tail stays free */
-            struct cap_span *r = desc_new(cap);
-            if (!r) {
-                bin_insert(cap, s);
-                if (dirty)
-                    dirty_push(cap, s);
-                return NULL;
-            }
-            r->kind = CAP_SPAN_FREE;
-            r->start = s->start + ((uintptr_t)n << NVH_CAP_BLOCK_SHIFT);
-            r->blocks = s->blocks - n;
-            r->hole = hole;
-            s->blocks = n;
-            map_span(cap, r);
-            bin_insert(cap, r);
+    bin_remove(cap, s);
+    bool dirty = s->dirty, hole = s->hole;
+    dirty_remove(cap, s);
+    if (s->blocks > n) {     /* split: the tail stays free */
+        struct cap_span *r = desc_new(cap);
+        if (!r) {
+            bin_insert(cap, s);
             if (dirty)
-                dirty_push(cap, r);
-        }
-        *zero = hole && !dirty;
-    } else {
-        size_t bytes = (size_t)n << NVH_CAP_BLOCK_SHIFT;
-        if (!(s = desc_new(cap)))
-            return NULL;
-        s->start = cap->base + cap->top;
-        if (!raise_top(cap, bytes)) {
-            desc_put(cap, s);
+                dirty_push(cap, s);
             return NULL;
         }
+        r->kind = CAP_SPAN_FREE;
+        r->start = s->start + ((uintptr_t)n << NVH_CAP_BLOCK_SHIFT);
+        r->blocks = s->blocks - n;
+        r->hole = hole;
         s->blocks = n;
-        *zero = true;
+        map_span(cap, r);
+        bin_insert(cap, r);
+        if (dirty)
+            dirty_push(cap, r);
     }
+    *zero = hole && !dirty;
+    return s;
+}
+
+/* n blocks at the top of the used range: the free span that ends at the top
+ * (if any), extended by raising the top. */
+static struct cap_span *at_top(struct cap_inst *cap, uint32_t n, bool *zero)
+{
+    size_t tb = cap->top >> NVH_CAP_BLOCK_SHIFT;
+    struct cap_span *w = tb ? atomic_load_explicit(&cap->map[tb - 1], memory_order_relaxed) : NULL;
+    if (w && w->kind == CAP_SPAN_FREE && span_end(w) == cap->base + cap->top) {
+        if (w->blocks >= n)
+            return carve(cap, w, n, zero);
+        if (!raise_top(cap, (size_t)(n - w->blocks) << NVH_CAP_BLOCK_SHIFT))
+            return NULL;
+        bin_remove(cap, w);
+        dirty_remove(cap, w);
+        w->blocks = n;
+        *zero = false;
+        return w;
+    }
+    struct cap_span *s = desc_new(cap);
+    if (!s)
+        return NULL;
+    s->start = cap->base + cap->top;
+    if (!raise_top(cap, (size_t)n << NVH_CAP_BLOCK_SHIFT)) {
+        desc_put(cap, s);
+        return NULL;
+    }
+    s->blocks = n;
+    *zero = true;
+    return s;
+}
+
+static struct cap_span *finish(struct cap_inst *cap, struct cap_span *s, int kind)
+{
     s->kind = (uint8_t)kind;
     s->dirty = s->hole = s->cached = 0;
     s->next = s->prev = NULL;
@@ -295,6 +328,36 @@ struct cap_span *nvh_cap_span_alloc_(struct cap_inst *cap, uint32_t n, int kind,
     map_span(cap, s);
     account(cap, s, true);
     return s;
+}
+
+struct cap_span *nvh_cap_span_alloc_(struct cap_inst *cap, uint32_t n, int kind, bool *zero)
+{
+    struct cap_span *s = take_free(cap, n);
+    s = s ? carve(cap, s, n, zero) : at_top(cap, n, zero);
+    return s ? finish(cap, s, kind) : NULL;
+}
+
+/* The largest free span, if it leaves room to grow (>= 4n blocks). */
+static struct cap_span *largest_free(struct cap_inst *cap, uint32_t n)
+{
+    for (unsigned w = NVH_CAP_BINS / 64; w-- > 0;) {
+        if (!cap->binmap[w])
+            continue;
+        unsigned b = w * 64 + 63u - (unsigned)__builtin_clzll(cap->binmap[w]);
+        struct cap_span *best = NULL;
+        for (struct cap_span *s = cap->bins[b]; s; s = s->next)
+            if (!best || s->blocks > best->blocks)
+                best = s;
+        return best && (uint64_t)best->blocks >= (uint64_t)n * 4 ? best : NULL;
+    }
+    return NULL;
+}
+
+struct cap_span *nvh_cap_span_alloc_top_(struct cap_inst *cap, uint32_t n, int kind, bool *zero)
+{
+    struct cap_span *s = largest_free(cap, n);
+    s = s ? carve(cap, s, n, zero) : at_top(cap, n, zero);
+    return s ? finish(cap, s, kind) : NULL;
 }
 
 void nvh_cap_span_free_(struct cap_inst *cap, struct cap_span *s)
@@ -348,8 +411,18 @@ bool nvh_cap_span_grow_(struct cap_inst *cap, struct cap_span *s, uint32_t n)
             return false;
     } else {
         struct cap_span *r = atomic_load_explicit(&cap->map[blk_index(cap, end)], memory_order_relaxed);
-        if (!r || r->kind != CAP_SPAN_FREE || r->start != end || r->blocks < extra)
+        if (!r || r->kind != CAP_SPAN_FREE || r->start != end)
             return false;
+        if (r->blocks < extra) {
+            /* the free span up to the top: take it and raise the top */
+            if (span_end(r) != cap->base + cap->top ||
+                !raise_top(cap, (size_t)(extra - r->blocks) << NVH_CAP_BLOCK_SHIFT))
+                return false;
+            bin_remove(cap, r);
+            dirty_remove(cap, r);
+            desc_put(cap, r);
+            goto grown;
+        }
         bin_remove(cap, r);
         bool dirty = r->dirty;
         dirty_remove(cap, r);
@@ -364,6 +437,7 @@ bool nvh_cap_span_grow_(struct cap_inst *cap, struct cap_span *s, uint32_t n)
                 dirty_push(cap, r);
         }
     }
+grown:
     map_set(cap, blk_index(cap, s->start + ((uintptr_t)(s->blocks - 1) << NVH_CAP_BLOCK_SHIFT)), NULL);
     atomic_fetch_add_explicit(&cap->span_bytes, bytes, memory_order_relaxed);
     s->blocks = n;
@@ -427,7 +501,7 @@ static int common_init(struct cap_inst *cap)
         return -errno;
     cap->map = m;
     pthread_mutex_init(&cap->lock, NULL);
-    cap->decay_min = (size_t)4 << 20;
+    cap->decay_min = (size_t)32 << 20;
     cap->fork_fd = -1;
     uintptr_t r = (uintptr_t)cap ^ (uintptr_t)&r;
 #if defined(__x86_64__)
