@@ -204,8 +204,7 @@ typedef struct shared {
     pthread_barrier_t barrier;
     /* cross-thread hand-off: one mailbox of batches per thread */
     pthread_mutex_t lock[MAX_THREADS];
-    void **box[MAX_THREADS][64];
-    unsigned nbox[MAX_THREADS];
+    void **box[MAX_THREADS];
     _Atomic size_t live, live_peak;
     _Atomic int sampled;
     double peak_file;
@@ -266,12 +265,26 @@ static void loop_slots_run(worker *w)
     free(size);
 }
 
+/* Batches are arrays of BATCH blocks plus a link (element BATCH); each
+ * thread's mailbox is a list of them. Hand-offs never wait, so a thread that
+ * finished early cannot stall the others. */
+static void free_batches(void **b)
+{
+    while (b) {
+        void **next = b[BATCH];
+        for (unsigned k = 0; k < BATCH; k++)
+            s_free(b[k]);
+        free(b);
+        b = next;
+    }
+}
+
 static void loop_cross_run(worker *w)
 {
     shared *sh = w->sh;
     unsigned to = (w->id + 1) % sh->threads;
     uint64_t seed = 0x2545F4914F6CDD1Dull * (w->id + 1) + (uint64_t)sh->loop;
-    void **batch = malloc(BATCH * sizeof *batch);
+    void **batch = malloc((BATCH + 1) * sizeof *batch);
     unsigned nb = 0;
     for (uint64_t i = 0; i < sh->ops; i++) {
         size_t sz = pick(&seed, loop_lo[sh->loop], loop_hi[sh->loop]);
@@ -282,45 +295,21 @@ static void loop_cross_run(worker *w)
         }
         touch(p, sz);
         batch[nb++] = p;
-        if (nb == BATCH) {
-            /* hand the batch over; free the ones handed to me */
-            void **mine[64];
-            unsigned got = 0;
-            for (;;) {
-                pthread_mutex_lock(&sh->lock[to]);
-                if (sh->nbox[to] < 8) {
-                    sh->box[to][sh->nbox[to]++] = batch;
-                    pthread_mutex_unlock(&sh->lock[to]);
-                    break;
-                }
-                pthread_mutex_unlock(&sh->lock[to]);
-                /* receiver is behind: drain my own box meanwhile */
-                pthread_mutex_lock(&sh->lock[w->id]);
-                while (sh->nbox[w->id])
-                    mine[got++] = sh->box[w->id][--sh->nbox[w->id]];
-                pthread_mutex_unlock(&sh->lock[w->id]);
-                for (unsigned b = 0; b < got; b++) {
-                    for (unsigned k = 0; k < BATCH; k++)
-                        s_free(mine[b][k]);
-                    free(mine[b]);
-                }
-                got = 0;
-                sched_yield();
-            }
-            if (i > sh->ops / 2 && !atomic_exchange(&sh->sampled, 1))
-                sh->peak_file = file_mib();
-            batch = malloc(BATCH * sizeof *batch);
-            nb = 0;
-            pthread_mutex_lock(&sh->lock[w->id]);
-            while (sh->nbox[w->id])
-                mine[got++] = sh->box[w->id][--sh->nbox[w->id]];
-            pthread_mutex_unlock(&sh->lock[w->id]);
-            for (unsigned b = 0; b < got; b++) {
-                for (unsigned k = 0; k < BATCH; k++)
-                    s_free(mine[b][k]);
-                free(mine[b]);
-            }
-        }
+        if (nb < BATCH)
+            continue;
+        pthread_mutex_lock(&sh->lock[to]);
+        batch[BATCH] = sh->box[to];
+        sh->box[to] = batch;
+        pthread_mutex_unlock(&sh->lock[to]);
+        if (i > sh->ops / 2 && !atomic_exchange(&sh->sampled, 1))
+            sh->peak_file = file_mib();
+        pthread_mutex_lock(&sh->lock[w->id]);
+        void **mine = sh->box[w->id];
+        sh->box[w->id] = NULL;
+        pthread_mutex_unlock(&sh->lock[w->id]);
+        free_batches(mine);
+        batch = malloc((BATCH + 1) * sizeof *batch);
+        nb = 0;
     }
     for (unsigned k = 0; k < nb; k++)
         s_free(batch[k]);
@@ -369,13 +358,10 @@ static void *worker_main(void *arg)
     pthread_barrier_wait(&sh->barrier);     /* everyone done: boxes final */
     if (w->id == 0) {
         /* free what is left in the boxes */
-        for (unsigned t = 0; t < sh->threads; t++)
-            while (sh->nbox[t]) {
-                void **b = sh->box[t][--sh->nbox[t]];
-                for (unsigned k = 0; k < BATCH; k++)
-                    s_free(b[k]);
-                free(b);
-            }
+        for (unsigned t = 0; t < sh->threads; t++) {
+            free_batches(sh->box[t]);
+            sh->box[t] = NULL;
+        }
     }
     return NULL;
 }

@@ -1467,8 +1467,8 @@ void *nvh_cap_realloc(nvh_cap *cap, void *ptr, size_t size);
 int nvh_cap_free(nvh_cap *cap, void *ptr);
 size_t nvh_cap_usable_size(nvh_cap *cap, const void *ptr);   /* 0: NVH_E_BADPTR */
 /* Return the part's free pages to the device (hole punching), as
- * malloc_trim does; done by itself once freed space exceeds max(4 MiB, 1/8
- * of the space in use). */
+ * malloc_trim does; done by itself once freed space exceeds half the space
+ * in use (docs/CAP.md). */
 int nvh_cap_trim(nvh_cap *cap);
 typedef struct nvh_cap_stats {
     uint64_t region_offset;   /* of the part in the pool                       */

@@ -213,13 +213,13 @@ static bool raise_top(struct cap_inst *cap, size_t bytes)
     return true;
 }
 
-/* The dirty allowance: a quarter of the bytes in use (churn at a steady
- * live size never punches), but at least min(decay_min, max(8 MiB, a tenth
+/* The dirty allowance: half the bytes in use (churn at a steady live size
+ * does not punch, and the file stays within 1.5 times what is in use), but at least min(decay_min, max(8 MiB, a tenth
  * of the peak)): a heap that empties keeps at most a tenth of its peak (or
  * NVH_CAP_DECAY_SMALL), and a small one does not punch and refault on every free. */
 static void decay(struct cap_inst *cap)
 {
-    size_t allow = atomic_load_explicit(&cap->span_bytes, memory_order_relaxed) / 4;
+    size_t allow = atomic_load_explicit(&cap->span_bytes, memory_order_relaxed) / 2;
     size_t floor = cap->span_peak / 10;
     if (floor < NVH_CAP_DECAY_SMALL)
         floor = NVH_CAP_DECAY_SMALL;
