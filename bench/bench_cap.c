@@ -533,9 +533,18 @@ int main(int argc, char **argv)
                     int st;
                     waitpid(pid, &st, 0);
                     if (got != (ssize_t)sizeof res) {
-                        bench_error(&opts, "%s %s: the measuring process died (status %d)",
-                                    cname, subject_names[s], st);
-                        break;
+                        /* a peer that crashes is reported, not fatal (memkind's
+                         * process died with SIGSEGV in some realloc/2 runs here;
+                         * not investigated further) */
+                        if (s == S_CAP) {
+                            bench_error(&opts, "%s %s: the measuring process died (status %d)",
+                                        cname, subject_names[s], st);
+                            break;
+                        }
+                        bench_note(&opts, "%s %s: the measuring process died (status %d); "
+                                   "figures from the runs that completed", cname,
+                                   subject_names[s], st);
+                        continue;
                     }
                     if (res.status == 1) {
                         bench_note(&opts, "%s: %s", subject_names[s], res.msg);
