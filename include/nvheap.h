@@ -1451,6 +1451,55 @@ int nvh_hmap_stats_get(nvh_hmap *map, nvh_hmap_stats *stats);
  * buckets; NVH_E_CORRUPT with a message if one fails. Repairs the count. */
 int nvh_hmap_check(nvh_hmap *map, nvh_hmap_stats *stats);
 
+/* ==========================================================================
+ * 14. Capacity mode
+ * ==========================================================================
+ * A volatile heap in persistent memory, for data that needs the capacity but
+ * not the persistence ([Kannan14]'s NVMCap; docs/CAP.md). Two forms:
+ *  - libnvheap-cap.so, an LD_PRELOAD library: the whole malloc family of an
+ *    unmodified program, its memory an unlinked file in NVHEAP_CAP_DIR;
+ *  - the calls below: the capacity part of a pool, next to its persistent
+ *    objects in one process.
+ * Nothing here is flushed or logged. The part is one reservation of the
+ * persistent allocator that is never activated, so after a crash or a close
+ * its space is free again: the capacity part is empty at every open, the
+ * persistent objects are untouched. All calls are thread-safe (per-thread
+ * heaps; a block may be freed by any thread). Blocks are 16 B aligned. Not
+ * for pools opened with stray-write protection (its windows do not cover
+ * the part). */
+typedef struct nvh_cap_part nvh_cap;
+
+/* Carve a capacity part of `bytes` (128 KiB .. 16 TiB) out of the pool's
+ * heap. NULL with NVH_E_NOSPACE if the pool has no room, NVH_E_BUSY if 8
+ * parts are attached in the process. nvh_pool_close detaches it. */
+nvh_cap *nvh_cap_attach(nvh_pool *pool, uint64_t bytes);
+/* Give the part back to the pool; its blocks are invalid afterwards. */
+int nvh_cap_detach(nvh_cap *cap);
+/* malloc/calloc/realloc/free/malloc_usable_size on the part. NULL with
+ * NVH_E_NOSPACE when the part is full. free and realloc of a pointer that is
+ * not a live block fail with NVH_E_BADPTR (outside the part, interior, never
+ * allocated) or NVH_E_DOUBLEFREE, and change nothing. realloc(NULL, n) is
+ * malloc(n). */
+void *nvh_cap_malloc(nvh_cap *cap, size_t size);
+void *nvh_cap_calloc(nvh_cap *cap, size_t n, size_t size);
+void *nvh_cap_realloc(nvh_cap *cap, void *ptr, size_t size);
+int nvh_cap_free(nvh_cap *cap, void *ptr);
+size_t nvh_cap_usable_size(nvh_cap *cap, const void *ptr);   /* 0: NVH_E_BADPTR */
+/* Return the part's free pages to the device (hole punching), as
+ * malloc_trim does; done by itself once freed space exceeds half the space
+ * in use (docs/CAP.md). */
+int nvh_cap_trim(nvh_cap *cap);
+typedef struct nvh_cap_stats {
+    uint64_t region_offset;   /* of the part in the pool                       */
+    uint64_t region_bytes;    /* its size                                      */
+    uint64_t span_bytes;      /* pages and large blocks in use                 */
+    uint64_t span_peak;       /* highest span_bytes so far                     */
+    uint64_t dirty_bytes;     /* freed, not yet punched                        */
+    uint64_t top;             /* bytes of the part ever used                   */
+    uint64_t punches;         /* hole-punch calls                              */
+} nvh_cap_stats;
+int nvh_cap_stats_get(nvh_cap *cap, nvh_cap_stats *stats);
+
 #pragma GCC visibility pop
 #ifdef __cplusplus
 }

@@ -1,0 +1,228 @@
+/* cap.h — internals of capacity mode (layer `cap`): a volatile heap whose
+ * memory is a file (or a region of a pool) and whose metadata is all DRAM.
+ * Nothing here is flushed, logged or recovered: after a crash or exit the
+ * memory is simply gone (docs/CAP.md).
+ *
+ * Files:
+ *   span.c     the instance: reserve and map the range, the block map, the
+ *              global span allocator (bins, coalescing, hole punching), fork
+ *   heap.c     thread heaps: size classes, pages, malloc/free fast paths,
+ *              cross-thread frees, large objects, realloc
+ *   pool.c     the in-process API on a region of a pool (nvh_cap_*)
+ *   preload.c  the LD_PRELOAD malloc family (built only into libnvheap-cap.so)
+ *
+ * The core (span.c, heap.c) uses nothing of libnvheap but its headers, so the
+ * preload library is these two files and preload.c alone. */
+#ifndef NVH_CAP_H
+#define NVH_CAP_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define NVH_CAP_BLOCK 4096u                    /* unit of spans and of the map  */
+#define NVH_CAP_BLOCK_SHIFT 12u
+#define NVH_CAP_SMALL_PAGE ((size_t)64 << 10)  /* page of classes <= 8 KiB      */
+#define NVH_CAP_MEDIUM_PAGE ((size_t)512 << 10) /* page of classes <= 64 KiB    */
+#define NVH_CAP_SMALL_MAX 8192u
+#define NVH_CAP_CLASS_MAX 65536u               /* larger: a span of its own    */
+#define NVH_CAP_CLASSES 45u                    /* 1..44 used                    */
+#define NVH_CAP_BINS 256u                      /* free-span bins                */
+#define NVH_CAP_INSTANCES 8u                   /* instances alive at once       */
+#define NVH_CAP_EMPTY_PAGES 4u                 /* empty small pages per thread  */
+#define NVH_CAP_LCACHE 4u                      /* freed large spans per thread  */
+#define NVH_CAP_LCACHE_BYTES ((size_t)4 << 20)
+#define NVH_CAP_REMOTE_BATCH 32u               /* cross-thread frees per push   */
+#define NVH_CAP_DECAY_SMALL ((size_t)8 << 20) /* dirty bytes a small heap keeps */
+#define NVH_CAP_GROW_STEP ((size_t)64 << 20)   /* device free-space check step  */
+
+#if defined(__GNUC__)
+#define nvh_cap_likely(x) __builtin_expect(!!(x), 1)
+#define nvh_cap_unlikely(x) __builtin_expect(!!(x), 0)
+#else
+#define nvh_cap_likely(x) (x)
+#define nvh_cap_unlikely(x) (x)
+#endif
+
+/* A free block's first two words: the free-list link, and a key that marks it
+ * free (address ^ instance secret). free() of a block whose key is set is a
+ * double free (confirmed by a list walk where that is cheap), as glibc's
+ * tcache does; malloc clears the key. */
+struct cap_block {
+    struct cap_block *next;
+    uintptr_t key;
+};
+
+enum { CAP_SPAN_DEAD = 0, CAP_SPAN_FREE, CAP_SPAN_PAGE, CAP_SPAN_LARGE };
+enum { CAP_PG_CUR = 1, CAP_PG_AVAIL, CAP_PG_FULL, CAP_PG_EMPTY };
+
+struct cap_heap;
+struct meta_slab;
+
+/* A span: a run of blocks of the range, free, a page of one size class, or
+ * one large object. Descriptors live in DRAM (meta slabs), never in the file. */
+struct cap_span {
+    uintptr_t start;
+    uint32_t blocks;
+    uint8_t kind;              /* CAP_SPAN_*                                   */
+    uint8_t dirty;             /* free: holds pages not yet punched            */
+    uint8_t hole;              /* free: holds punched pages (refill them)      */
+    uint8_t pstate;            /* page: CAP_PG_* (owner only)                  */
+    uint8_t cached;            /* large: freed, in the freeing thread's cache
+                                  (its kind stays LARGE: the lock holder reads
+                                  kinds of neighbours, this thread writes this) */
+    struct cap_span *next, *prev;   /* free: bin list; page: avail list        */
+    struct cap_span *dnext, *dprev; /* free + dirty: punch queue (oldest first) */
+    /* page */
+    struct cap_heap *heap;     /* owner; fixed while the page has live blocks  */
+    struct cap_block *free;    /* owner-only free list                         */
+    uintptr_t bump, end;       /* never-used blocks [bump, end)                */
+    uint32_t used;             /* blocks handed out and not yet freed to owner */
+    uint32_t bsize;
+    uint64_t inv;              /* ceil(2^40 / bsize): interior-pointer check   */
+    uint32_t cls;
+    /* large */
+    uintptr_t user;            /* the pointer handed out (aligned allocations) */
+};
+
+struct cap_inst;
+
+/* A thread's heap in one instance. Only its thread touches it, except the
+ * `remote` list (other threads push frees) and while it is an orphan (its
+ * thread exited: then it is touched only under the instance lock). */
+struct cap_heap {
+    struct cap_inst *cap;
+    uint64_t gen;                    /* the instance's gen                    */
+    struct cap_span *cur[NVH_CAP_CLASSES];
+    struct cap_span *avail[NVH_CAP_CLASSES];
+    _Atomic(struct cap_block *) remote;
+    _Atomic int orphan;
+    struct cap_span *empty[NVH_CAP_EMPTY_PAGES];
+    unsigned nempty;
+    struct cap_span *lcache[NVH_CAP_LCACHE];
+    unsigned nlcache;
+    size_t lcache_bytes;
+    /* outgoing cross-thread frees, batched per destination heap */
+    struct cap_heap *rdest;
+    struct cap_block *rhead, *rtail;
+    unsigned rcount;
+    struct cap_heap *all_next;       /* every heap of the instance            */
+    struct cap_heap *orphan_next;
+};
+
+/* Usage counters (nvh_cap_stats_). */
+struct nvh_cap_counters {
+    size_t reserved;         /* bytes of address range                          */
+    size_t span_bytes;       /* bytes of spans in use (pages, large objects)    */
+    size_t span_peak;
+    size_t dirty_bytes;      /* free, not yet punched                           */
+    size_t top;              /* high-water mark of the range                    */
+    size_t file_bytes;       /* blocks the file holds now (fstat), 0 if no file */
+    uint64_t punches;
+};
+
+/* One instance: a reserved address range [base, base + size). */
+struct cap_inst {
+    uintptr_t base;
+    size_t size;
+    int fd;                  /* backing file (-1: a pool region)               */
+    bool own_mapping;        /* unmap at destroy                                */
+    unsigned id;             /* TLS slot                                        */
+    uint64_t gen;            /* unique per instance: a stale TLS slot never matches */
+    uintptr_t secret;
+    int abort_on_error;      /* for the preload front end                       */
+    _Atomic(struct cap_span *) *map;  /* one entry per block                    */
+    size_t map_bytes;
+    pthread_mutex_t lock;    /* global span allocator, heaps list, orphans      */
+    size_t top;              /* used part of the range                          */
+    _Atomic size_t top_hint; /* top, for reads without the lock                 */
+    size_t checked;          /* top up to which the device was checked for room */
+    struct cap_span *bins[NVH_CAP_BINS];
+    uint64_t binmap[NVH_CAP_BINS / 64];
+    struct cap_span *dhead, *dtail;
+    size_t dirty_bytes, decay_min;
+    _Atomic size_t span_bytes;
+    size_t span_peak;
+    uint64_t punches;
+    struct cap_span *desc_free;
+    char *meta_cur, *meta_end;
+    struct meta_slab *meta_slabs;
+    struct cap_heap *heaps, *orphans;
+    char dir[256];           /* where fork creates the child's file            */
+    int fork_fd;
+};
+
+/* ---- span.c: instances and the span allocator ---------------------------- */
+/* A file-backed instance: an unlinked file in dir, the range reserved at
+ * reserve bytes (halved until the system grants it). 0 or -errno. */
+int nvh_cap_init_file_(struct cap_inst *cap, const char *dir, size_t reserve);
+/* An instance on memory the caller owns (a region of a pool). */
+int nvh_cap_init_region_(struct cap_inst *cap, void *base, size_t size);
+void nvh_cap_destroy_(struct cap_inst *cap);
+/* Under cap->lock: a span of n blocks of `kind`; *zero = its memory is known
+ * to read as zeros. NULL if the range or the device is full. */
+struct cap_span *nvh_cap_span_alloc_(struct cap_inst *cap, uint32_t n, int kind, bool *zero);
+/* The same, where it can grow in place: at the start of the largest free
+ * span if that is 4 times bigger, else at the top of the used range. */
+struct cap_span *nvh_cap_span_alloc_top_(struct cap_inst *cap, uint32_t n, int kind, bool *zero);
+/* Under cap->lock: give a span back (coalesce, maybe punch). */
+void nvh_cap_span_free_(struct cap_inst *cap, struct cap_span *s);
+/* Under cap->lock: grow a large span in place to n blocks; false if the
+ * neighbour is not free or too small. */
+bool nvh_cap_span_grow_(struct cap_inst *cap, struct cap_span *s, uint32_t n);
+/* Set the pointer a large span hands out (aligned allocations: inside it). */
+void nvh_cap_span_set_user_(struct cap_inst *cap, struct cap_span *s, uintptr_t user);
+/* Under cap->lock: punch every free dirty span (malloc_trim). */
+void nvh_cap_span_purge_(struct cap_inst *cap);
+struct cap_heap *nvh_cap_heap_new_(struct cap_inst *cap);  /* under cap->lock */
+void nvh_cap_counters_(struct cap_inst *cap, struct nvh_cap_counters *out);
+/* Fork: prepare copies the file into a new one (under the lock, before the
+ * parent resumes); the child maps the copy over the same range. */
+void nvh_cap_fork_prepare_(struct cap_inst *cap);
+void nvh_cap_fork_parent_(struct cap_inst *cap);
+void nvh_cap_fork_child_(struct cap_inst *cap, struct cap_heap *self);
+
+static inline struct cap_span *nvh_cap_span_of_(const struct cap_inst *cap, const void *p)
+{
+    uintptr_t a = (uintptr_t)p - cap->base;
+    return atomic_load_explicit(&cap->map[a >> NVH_CAP_BLOCK_SHIFT], memory_order_relaxed);
+}
+static inline bool nvh_cap_contains_(const struct cap_inst *cap, const void *p)
+{
+    return (uintptr_t)p - cap->base < cap->size;
+}
+
+/* ---- heap.c: the allocator ----------------------------------------------- */
+/* Results of free/usable-size checks (the front ends turn them into glibc's
+ * messages or NVH_E_* codes). */
+enum { CAP_OK = 0, CAP_INVALID = 1, CAP_DOUBLE = 2 };
+
+/* The calling thread's heap (created on first use); NULL while the thread
+ * is creating it (a recursive call from inside pthread_setspecific). */
+struct cap_heap *nvh_cap_heap_(struct cap_inst *cap);
+void *nvh_cap_alloc_(struct cap_heap *h, size_t size);
+/* alignment: a power of two */
+void *nvh_cap_alloc_aligned_(struct cap_heap *h, size_t size, size_t alignment);
+void *nvh_cap_calloc_(struct cap_heap *h, size_t size);
+/* p is inside the range; CAP_OK, CAP_INVALID or CAP_DOUBLE */
+int nvh_cap_free_(struct cap_inst *cap, void *p);
+/* usable bytes of a live block (0: invalid pointer) */
+size_t nvh_cap_usable_(struct cap_inst *cap, const void *p);
+/* realloc inside the instance; *bad = CAP_INVALID etc. when p is not live */
+void *nvh_cap_realloc_(struct cap_heap *h, void *p, size_t size, int *bad);
+/* return cached and free memory to the device (malloc_trim) */
+void nvh_cap_trim_(struct cap_inst *cap);
+/* thread exit: the thread's heap of every instance becomes an orphan */
+void nvh_cap_thread_exit_(void);
+/* forget the calling thread's heap of an instance being destroyed */
+void nvh_cap_forget_(struct cap_inst *cap);
+/* the calling thread's heap slot for an instance (fork child) */
+struct cap_heap *nvh_cap_heap_peek_(struct cap_inst *cap);
+/* instance ids (TLS slots) and generations: set cap->id and cap->gen
+ * (-EMFILE when NVH_CAP_INSTANCES are alive); put releases them */
+int nvh_cap_id_get_(struct cap_inst *cap);
+void nvh_cap_id_put_(struct cap_inst *cap);
+
+#endif

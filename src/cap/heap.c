@@ -1,0 +1,710 @@
+/* heap.c — the capacity allocator proper: per-thread heaps of size-classed
+ * pages (mimalloc-style free lists per page), cross-thread frees, large
+ * objects, realloc.
+ *
+ * Small and medium objects (<= 64 KiB) live in pages of one size class
+ * (64 KiB pages for classes up to 8 KiB, 512 KiB above), owned by one thread
+ * heap. malloc pops the free list of the class's current page; the owner's
+ * free pushes onto it. A free by another thread marks the block free (its key)
+ * and queues it in a small per-thread batch for the owner heap; a full batch
+ * is pushed onto the owner's `remote` list with one CAS, and the owner drains
+ * that list when a page runs dry. So neither path takes a lock, and the
+ * freeing thread touches the owner's cache lines once per batch.
+ *
+ * Objects above 64 KiB are spans of their own (span.c), rounded to 4 KiB;
+ * each thread keeps a few freed ones for reuse without the lock.
+ *
+ * Checks ("where cheap"): the block map finds the span of any pointer inside
+ * the range; a pointer that is not the start of a block of a page (one
+ * multiply), not the start of a large object, or in no span is invalid; a
+ * block whose key marks it free is a double free. */
+#include "cap.h"
+
+#include <errno.h>
+#include <string.h>
+
+/* The thread's heap of each instance slot, valid while tl_gen matches the
+ * instance's generation (a slot may be reused by a later instance; its old
+ * heap's memory is gone then, so the check never reads through it). */
+static __thread struct cap_heap *tl_heap[NVH_CAP_INSTANCES]
+    __attribute__((tls_model("initial-exec")));
+static __thread uint64_t tl_gen[NVH_CAP_INSTANCES] __attribute__((tls_model("initial-exec")));
+static __thread int tl_creating __attribute__((tls_model("initial-exec")));
+
+/* A page with nothing in it: every class starts with it as current page, so
+ * the fast path needs no NULL check. */
+static struct cap_span cap_sentinel;
+
+static pthread_once_t key_once = PTHREAD_ONCE_INIT;
+static pthread_key_t exit_key;
+static pthread_mutex_t ids_lock = PTHREAD_MUTEX_INITIALIZER;
+static uint64_t live_gen[NVH_CAP_INSTANCES];
+static uint64_t next_gen = 1;
+
+/* ---- size classes: 16..64 in steps of 16, then four per power of two ------ */
+static inline unsigned size_class(size_t s)
+{
+    if (s <= 64)
+        return s ? (unsigned)((s + 15) >> 4) : 1u;
+    size_t w = s - 1;
+    unsigned b = 63u - (unsigned)__builtin_clzll(w);
+    return 5u + (b - 6u) * 4u + (unsigned)((w >> (b - 2u)) & 3u);
+}
+
+static inline size_t class_size(unsigned c)
+{
+    if (c <= 4)
+        return (size_t)c * 16u;
+    unsigned k = (c - 5u) & 3u, b = (c - 5u) / 4u + 6u;
+    return ((size_t)1 << b) + ((size_t)(k + 1u) << (b - 2u));
+}
+
+static inline uintptr_t key_of(const struct cap_inst *cap, const void *p)
+{
+    return cap->secret ^ (uintptr_t)p;
+}
+
+/* ---- instances' TLS slots ------------------------------------------------- */
+static void thread_exit(void *arg)
+{
+    (void)arg;
+    nvh_cap_thread_exit_();
+}
+
+static void key_init(void)
+{
+    pthread_key_create(&exit_key, thread_exit);
+}
+
+int nvh_cap_id_get_(struct cap_inst *cap)
+{
+    pthread_mutex_lock(&ids_lock);
+    for (unsigned i = 0; i < NVH_CAP_INSTANCES; i++) {
+        if (!live_gen[i]) {
+            live_gen[i] = next_gen++;
+            cap->id = i;
+            cap->gen = live_gen[i];
+            pthread_mutex_unlock(&ids_lock);
+            return 0;
+        }
+    }
+    pthread_mutex_unlock(&ids_lock);
+    return -EMFILE;
+}
+
+void nvh_cap_id_put_(struct cap_inst *cap)
+{
+    pthread_mutex_lock(&ids_lock);
+    if (live_gen[cap->id] == cap->gen)
+        live_gen[cap->id] = 0;
+    pthread_mutex_unlock(&ids_lock);
+}
+
+struct cap_heap *nvh_cap_heap_peek_(struct cap_inst *cap)
+{
+    return tl_gen[cap->id] == cap->gen ? tl_heap[cap->id] : NULL;
+}
+
+void nvh_cap_forget_(struct cap_inst *cap)
+{
+    if (tl_gen[cap->id] == cap->gen) {
+        tl_heap[cap->id] = NULL;
+        tl_gen[cap->id] = 0;
+    }
+}
+
+static struct cap_heap *heap_create(struct cap_inst *cap)
+{
+    if (tl_creating)
+        return NULL;
+    tl_creating = 1;
+    pthread_once(&key_once, key_init);
+    pthread_mutex_lock(&cap->lock);
+    struct cap_heap *h = cap->orphans;
+    if (h) {
+        /* adopt a heap whose thread exited: its pages are still in use */
+        cap->orphans = h->orphan_next;
+        h->orphan_next = NULL;
+        atomic_store(&h->orphan, 0);
+    } else if ((h = nvh_cap_heap_new_(cap))) {
+        h->gen = cap->gen;
+        for (unsigned c = 0; c < NVH_CAP_CLASSES; c++)
+            h->cur[c] = &cap_sentinel;
+    }
+    pthread_mutex_unlock(&cap->lock);
+    if (h) {
+        tl_heap[cap->id] = h;
+        tl_gen[cap->id] = cap->gen;
+        pthread_setspecific(exit_key, (void *)1);   /* run thread_exit */
+    }
+    tl_creating = 0;
+    return h;
+}
+
+struct cap_heap *nvh_cap_heap_(struct cap_inst *cap)
+{
+    if (nvh_cap_likely(tl_gen[cap->id] == cap->gen))
+        return tl_heap[cap->id];
+    return heap_create(cap);
+}
+
+/* ---- pages ---------------------------------------------------------------- */
+static void avail_push(struct cap_heap *h, struct cap_span *p)
+{
+    p->pstate = CAP_PG_AVAIL;
+    p->prev = NULL;
+    p->next = h->avail[p->cls];
+    if (p->next)
+        p->next->prev = p;
+    h->avail[p->cls] = p;
+}
+
+static void avail_remove(struct cap_heap *h, struct cap_span *p)
+{
+    if (p->prev)
+        p->prev->next = p->next;
+    else
+        h->avail[p->cls] = p->next;
+    if (p->next)
+        p->next->prev = p->prev;
+    p->next = p->prev = NULL;
+}
+
+/* An empty page: keep a few small ones for any class, give the rest back. */
+static void page_retire(struct cap_heap *h, struct cap_span *p, bool locked)
+{
+    struct cap_inst *cap = h->cap;
+    p->pstate = CAP_PG_EMPTY;
+    p->free = NULL;
+    p->bump = p->end = p->start;
+    if (((size_t)p->blocks << NVH_CAP_BLOCK_SHIFT) == NVH_CAP_SMALL_PAGE &&
+        h->nempty < NVH_CAP_EMPTY_PAGES && !atomic_load_explicit(&h->orphan, memory_order_relaxed)) {
+        h->empty[h->nempty++] = p;
+        return;
+    }
+    p->heap = NULL;
+    if (!locked)
+        pthread_mutex_lock(&cap->lock);
+    nvh_cap_span_free_(cap, p);
+    if (!locked)
+        pthread_mutex_unlock(&cap->lock);
+}
+
+/* After a free made a page empty or un-full. */
+static void page_after_free(struct cap_heap *h, struct cap_span *p, bool locked)
+{
+    if (p->pstate == CAP_PG_FULL) {
+        if (p->used == 0)
+            page_retire(h, p, locked);
+        else
+            avail_push(h, p);
+    } else if (p->used == 0 && p->pstate == CAP_PG_AVAIL) {
+        avail_remove(h, p);
+        page_retire(h, p, locked);
+    } else if (p->used == 0 && atomic_load_explicit(&h->orphan, memory_order_relaxed)) {
+        /* an orphan allocates no more: its current pages go back too */
+        h->cur[p->cls] = &cap_sentinel;
+        page_retire(h, p, locked);
+    }
+}
+
+/* Carve never-used blocks into the free list, about 4 KiB at a time, so a
+ * page's memory is touched (and the file filled) only as it is used. */
+static bool page_extend(struct cap_inst *cap, struct cap_span *p)
+{
+    size_t bs = p->bsize;
+    size_t left = (p->end - p->bump) / bs;
+    if (!left)
+        return false;
+    size_t n = bs >= 4096 ? 1 : 4096 / bs;
+    if (n > left)
+        n = left;
+    uintptr_t a = p->bump;
+    struct cap_block *head = NULL;
+    for (size_t i = n; i-- > 0;) {
+        struct cap_block *b = (struct cap_block *)(a + i * bs);
+        b->next = head;
+        b->key = key_of(cap, b);
+        head = b;
+    }
+    p->bump = a + n * bs;
+    p->free = head;
+    return true;
+}
+
+static struct cap_span *page_new(struct cap_heap *h, unsigned c)
+{
+    struct cap_inst *cap = h->cap;
+    size_t bs = class_size(c);
+    size_t psize = bs <= NVH_CAP_SMALL_MAX ? NVH_CAP_SMALL_PAGE : NVH_CAP_MEDIUM_PAGE;
+    struct cap_span *p = NULL;
+    if (psize == NVH_CAP_SMALL_PAGE && h->nempty) {
+        p = h->empty[--h->nempty];
+    } else {
+        bool zero;
+        pthread_mutex_lock(&cap->lock);
+        p = nvh_cap_span_alloc_(cap, (uint32_t)(psize >> NVH_CAP_BLOCK_SHIFT), CAP_SPAN_PAGE, &zero);
+        pthread_mutex_unlock(&cap->lock);
+        if (!p)
+            return NULL;
+    }
+    p->heap = h;
+    p->free = NULL;
+    p->bump = p->start;
+    p->end = p->start + (psize / bs) * bs;
+    p->used = 0;
+    p->bsize = (uint32_t)bs;
+    p->inv = (((uint64_t)1 << 40) + bs - 1) / bs;
+    p->cls = c;
+    p->pstate = CAP_PG_CUR;
+    return p;
+}
+
+/* Free one block into a page of h, as its owner (or under the lock while h
+ * is an orphan). The block's key is already set. */
+static inline void local_free(struct cap_heap *h, struct cap_span *p, struct cap_block *b, bool locked)
+{
+    b->next = p->free;
+    p->free = b;
+    if (--p->used == 0 || p->pstate == CAP_PG_FULL)
+        page_after_free(h, p, locked);
+}
+
+/* Take the frees other threads pushed to h. */
+static void heap_drain(struct cap_heap *h, bool locked)
+{
+    if (!atomic_load_explicit(&h->remote, memory_order_relaxed))
+        return;
+    struct cap_block *b = atomic_exchange_explicit(&h->remote, NULL, memory_order_acquire);
+    while (b) {
+        struct cap_block *n = b->next;
+        local_free(h, nvh_cap_span_of_(h->cap, b), b, locked);
+        b = n;
+    }
+}
+
+static void orphan_drain(struct cap_heap *dest)
+{
+    struct cap_inst *cap = dest->cap;
+    pthread_mutex_lock(&cap->lock);
+    if (atomic_load(&dest->orphan))
+        heap_drain(dest, true);
+    pthread_mutex_unlock(&cap->lock);
+}
+
+static void push_chain(struct cap_heap *dest, struct cap_block *head, struct cap_block *tail)
+{
+    struct cap_block *old = atomic_load_explicit(&dest->remote, memory_order_relaxed);
+    do {
+        tail->next = old;
+    } while (!atomic_compare_exchange_weak(&dest->remote, &old, head));
+    /* an orphan has no thread to drain it: drain it here (seq_cst pairs
+     * with the orphaning thread's store of the flag and final drain) */
+    if (nvh_cap_unlikely(atomic_load(&dest->orphan)))
+        orphan_drain(dest);
+}
+
+static void remote_flush(struct cap_heap *h)
+{
+    if (h->rcount) {
+        push_chain(h->rdest, h->rhead, h->rtail);
+        h->rhead = h->rtail = NULL;
+        h->rcount = 0;
+    }
+}
+
+static void remote_free(struct cap_inst *cap, struct cap_heap *h, struct cap_span *p, struct cap_block *b)
+{
+    b->key = key_of(cap, b);
+    struct cap_heap *dest = p->heap;
+    if (!h) {
+        push_chain(dest, b, b);
+        return;
+    }
+    if (h->rdest != dest) {
+        remote_flush(h);
+        h->rdest = dest;
+    }
+    b->next = h->rhead;
+    h->rhead = b;
+    if (!h->rtail)
+        h->rtail = b;
+    if (++h->rcount >= NVH_CAP_REMOTE_BATCH)
+        remote_flush(h);
+}
+
+/* ---- malloc ----------------------------------------------------------------- */
+static inline void *take(struct cap_span *p)
+{
+    struct cap_block *b = p->free;
+    p->free = b->next;
+    p->used++;
+    b->key = 0;
+    return b;
+}
+
+static void *alloc_slow(struct cap_heap *h, unsigned c)
+{
+    struct cap_inst *cap = h->cap;
+    remote_flush(h);
+    heap_drain(h, false);
+    struct cap_span *p = h->cur[c];
+    if (p != &cap_sentinel) {
+        if (p->free || page_extend(cap, p))
+            return take(p);
+        p->pstate = CAP_PG_FULL;
+    }
+    p = h->avail[c];
+    if (p) {
+        avail_remove(h, p);
+        p->pstate = CAP_PG_CUR;
+        h->cur[c] = p;
+        if (p->free || page_extend(cap, p))
+            return take(p);
+    }
+    p = page_new(h, c);
+    if (!p) {
+        h->cur[c] = &cap_sentinel;
+        errno = ENOMEM;
+        return NULL;
+    }
+    h->cur[c] = p;
+    page_extend(cap, p);
+    return take(p);
+}
+
+static inline void *alloc_class(struct cap_heap *h, unsigned c)
+{
+    struct cap_span *p = h->cur[c];
+    if (nvh_cap_likely(p->free != NULL))
+        return take(p);
+    return alloc_slow(h, c);
+}
+
+/* A large block at the top of the range, for a block that grows by realloc:
+ * it can then go on growing in place. */
+static void *large_alloc_top(struct cap_heap *h, size_t size)
+{
+    struct cap_inst *cap = h->cap;
+    if (size > cap->size)
+        return NULL;
+    uint32_t n = (uint32_t)((size + NVH_CAP_BLOCK - 1) >> NVH_CAP_BLOCK_SHIFT);
+    bool zero;
+    pthread_mutex_lock(&cap->lock);
+    struct cap_span *s = nvh_cap_span_alloc_top_(cap, n, CAP_SPAN_LARGE, &zero);
+    pthread_mutex_unlock(&cap->lock);
+    return s ? (void *)s->start : NULL;
+}
+
+static void *large_alloc(struct cap_heap *h, size_t size, size_t align, bool *zero_out)
+{
+    struct cap_inst *cap = h->cap;
+    size_t pad = align > NVH_CAP_BLOCK ? align - NVH_CAP_BLOCK : 0;
+    if (size > cap->size || size + pad > cap->size) {
+        errno = ENOMEM;
+        return NULL;
+    }
+    uint32_t n = (uint32_t)((size + pad + NVH_CAP_BLOCK - 1) >> NVH_CAP_BLOCK_SHIFT);
+    struct cap_span *s = NULL;
+    bool zero = false;
+    for (unsigned i = 0; i < h->nlcache; i++) {
+        struct cap_span *c = h->lcache[i];
+        if (c->blocks >= n && c->blocks <= n + n / 4) {
+            s = c;
+            h->lcache[i] = h->lcache[--h->nlcache];
+            h->lcache_bytes -= (size_t)s->blocks << NVH_CAP_BLOCK_SHIFT;
+            s->cached = 0;
+            break;
+        }
+    }
+    if (!s) {
+        pthread_mutex_lock(&cap->lock);
+        s = nvh_cap_span_alloc_(cap, n, CAP_SPAN_LARGE, &zero);
+        pthread_mutex_unlock(&cap->lock);
+        if (!s) {
+            errno = ENOMEM;
+            return NULL;
+        }
+    }
+    uintptr_t user = s->start;
+    if (align > NVH_CAP_BLOCK)
+        user = (user + align - 1) & ~(uintptr_t)(align - 1);
+    nvh_cap_span_set_user_(cap, s, user);
+    if (zero_out)
+        *zero_out = zero;
+    return (void *)user;
+}
+
+static void large_free(struct cap_inst *cap, struct cap_heap *h, struct cap_span *s)
+{
+    size_t bytes = (size_t)s->blocks << NVH_CAP_BLOCK_SHIFT;
+    /* a block at the top goes back at once: the top stays free to grow into */
+    bool at_top = s->start + bytes ==
+                  cap->base + atomic_load_explicit(&cap->top_hint, memory_order_relaxed);
+    if (h && !at_top && bytes <= NVH_CAP_LCACHE_BYTES / 2 &&
+        !atomic_load_explicit(&h->orphan, memory_order_relaxed)) {
+        s->cached = 1;
+        while (h->nlcache == NVH_CAP_LCACHE || h->lcache_bytes + bytes > NVH_CAP_LCACHE_BYTES) {
+            struct cap_span *old = h->lcache[0];
+            h->lcache[0] = h->lcache[--h->nlcache];
+            h->lcache_bytes -= (size_t)old->blocks << NVH_CAP_BLOCK_SHIFT;
+            pthread_mutex_lock(&cap->lock);
+            nvh_cap_span_free_(cap, old);
+            pthread_mutex_unlock(&cap->lock);
+        }
+        h->lcache[h->nlcache++] = s;
+        h->lcache_bytes += bytes;
+        return;
+    }
+    pthread_mutex_lock(&cap->lock);
+    nvh_cap_span_free_(cap, s);
+    pthread_mutex_unlock(&cap->lock);
+}
+
+void *nvh_cap_alloc_(struct cap_heap *h, size_t size)
+{
+    if (nvh_cap_likely(size <= NVH_CAP_CLASS_MAX))
+        return alloc_class(h, size_class(size));
+    return large_alloc(h, size, 0, NULL);
+}
+
+void *nvh_cap_alloc_aligned_(struct cap_heap *h, size_t size, size_t alignment)
+{
+    if (alignment <= 16)
+        return nvh_cap_alloc_(h, size);
+    if (alignment <= NVH_CAP_BLOCK && size <= NVH_CAP_CLASS_MAX) {
+        /* a class whose size is a multiple of the alignment: every block of
+         * its pages is aligned (pages start on 4 KiB) */
+        unsigned c = size_class(size < alignment ? alignment : size);
+        while (c < NVH_CAP_CLASSES && class_size(c) % alignment)
+            c++;
+        if (c < NVH_CAP_CLASSES)
+            return alloc_class(h, c);
+    }
+    return large_alloc(h, size, alignment, NULL);
+}
+
+void *nvh_cap_calloc_(struct cap_heap *h, size_t size)
+{
+    if (size <= NVH_CAP_CLASS_MAX) {
+        void *p = alloc_class(h, size_class(size));
+        if (p)
+            memset(p, 0, size);
+        return p;
+    }
+    bool zero = false;
+    void *p = large_alloc(h, size, 0, &zero);
+    if (p && !zero)
+        memset(p, 0, size);
+    return p;
+}
+
+/* ---- free --------------------------------------------------------------------- */
+static int free_other(struct cap_inst *cap, struct cap_span *s, void *p)
+{
+    switch (s->kind) {
+    case CAP_SPAN_LARGE:
+        if ((uintptr_t)p != s->user)
+            return CAP_INVALID;
+        if (s->cached)
+            return CAP_DOUBLE;
+        large_free(cap, nvh_cap_heap_peek_(cap), s);
+        return CAP_OK;
+    case CAP_SPAN_FREE:
+        return (uintptr_t)p == s->start ? CAP_DOUBLE : CAP_INVALID;
+    default:
+        return CAP_INVALID;
+    }
+}
+
+int nvh_cap_free_(struct cap_inst *cap, void *p)
+{
+    struct cap_span *s = nvh_cap_span_of_(cap, p);
+    if (nvh_cap_unlikely(!s))
+        return CAP_INVALID;
+    if (nvh_cap_likely(s->kind == CAP_SPAN_PAGE)) {
+        uintptr_t off = (uintptr_t)p - s->start;
+        if (nvh_cap_unlikely(((off * s->inv) >> 40) * s->bsize != off ||
+                             off >= ((uintptr_t)s->blocks << NVH_CAP_BLOCK_SHIFT)))
+            return CAP_INVALID;
+        struct cap_block *b = p;
+        if (nvh_cap_unlikely(b->key == key_of(cap, p)))
+            return CAP_DOUBLE;
+        struct cap_heap *h = nvh_cap_heap_peek_(cap);
+        if (nvh_cap_likely(s->heap == h)) {
+            if (nvh_cap_unlikely((uintptr_t)p >= s->bump))
+                return CAP_INVALID;     /* never handed out (or page empty) */
+            b->key = key_of(cap, p);
+            local_free(h, s, b, false);
+            return CAP_OK;
+        }
+        remote_free(cap, h, s, b);
+        return CAP_OK;
+    }
+    return free_other(cap, s, p);
+}
+
+/* the span of a live pointer, or NULL */
+static struct cap_span *live_span(struct cap_inst *cap, const void *p, int *bad)
+{
+    struct cap_span *s = nvh_cap_span_of_(cap, p);
+    *bad = CAP_INVALID;
+    if (!s)
+        return NULL;
+    if (s->kind == CAP_SPAN_PAGE) {
+        uintptr_t off = (uintptr_t)p - s->start;
+        if (((off * s->inv) >> 40) * s->bsize != off ||
+            off >= ((uintptr_t)s->blocks << NVH_CAP_BLOCK_SHIFT))
+            return NULL;
+        if (((const struct cap_block *)p)->key == key_of(cap, p)) {
+            *bad = CAP_DOUBLE;
+            return NULL;
+        }
+        return s;
+    }
+    if (s->kind == CAP_SPAN_LARGE && (uintptr_t)p == s->user) {
+        if (!s->cached)
+            return s;
+        *bad = CAP_DOUBLE;
+    }
+    if (s->kind == CAP_SPAN_FREE && (uintptr_t)p == s->start)
+        *bad = CAP_DOUBLE;
+    return NULL;
+}
+
+static inline size_t span_usable(const struct cap_span *s)
+{
+    if (s->kind == CAP_SPAN_PAGE)
+        return s->bsize;
+    return s->start + ((uintptr_t)s->blocks << NVH_CAP_BLOCK_SHIFT) - s->user;
+}
+
+size_t nvh_cap_usable_(struct cap_inst *cap, const void *p)
+{
+    int bad;
+    struct cap_span *s = live_span(cap, p, &bad);
+    return s ? span_usable(s) : 0;
+}
+
+void *nvh_cap_realloc_(struct cap_heap *h, void *p, size_t size, int *bad)
+{
+    struct cap_inst *cap = h->cap;
+    struct cap_span *s = live_span(cap, p, bad);
+    if (!s)
+        return NULL;
+    *bad = CAP_OK;
+    size_t usable = span_usable(s);
+    if (size <= usable && (size >= usable / 2 || usable <= 64))
+        return p;
+    /* Growth keeps headroom: a block that grows is likely to grow again, and
+     * pages of the headroom cost no file space until they are touched. */
+    size_t want = size;
+    if (size > usable && size > NVH_CAP_SMALL_MAX) {
+        size_t roomy = usable + usable / 2;
+        if (roomy > want && roomy - want < cap->size / 4)
+            want = roomy;
+    }
+    if (s->kind == CAP_SPAN_LARGE && size > usable && s->user == s->start) {
+        /* grow in place into a free neighbour or the top of the range */
+        uint32_t n = (uint32_t)((size + NVH_CAP_BLOCK - 1) >> NVH_CAP_BLOCK_SHIFT);
+        uint32_t nw = (uint32_t)((want + NVH_CAP_BLOCK - 1) >> NVH_CAP_BLOCK_SHIFT);
+        pthread_mutex_lock(&cap->lock);
+        bool ok = nvh_cap_span_grow_(cap, s, nw) || (nw > n && nvh_cap_span_grow_(cap, s, n));
+        pthread_mutex_unlock(&cap->lock);
+        if (ok)
+            return p;
+    }
+    /* a block that grows past a page moves to a span at the top of the
+     * range, where its next growths are in place (no copy) */
+    void *q = size > usable && want > NVH_CAP_BLOCK ? large_alloc_top(h, want) : nvh_cap_alloc_(h, want);
+    if (!q && want > size)
+        q = nvh_cap_alloc_(h, size);
+    if (!q)
+        return NULL;
+    memcpy(q, p, size < usable ? size : usable);
+    nvh_cap_free_(cap, p);
+    return q;
+}
+
+/* ---- thread exit, trim ------------------------------------------------------------ */
+static void heap_release_caches(struct cap_heap *h, bool locked)
+{
+    struct cap_inst *cap = h->cap;
+    if (!h->nlcache && !h->nempty)
+        return;
+    if (!locked)
+        pthread_mutex_lock(&cap->lock);
+    while (h->nlcache) {
+        struct cap_span *s = h->lcache[--h->nlcache];
+        nvh_cap_span_free_(cap, s);
+    }
+    h->lcache_bytes = 0;
+    while (h->nempty) {
+        struct cap_span *p = h->empty[--h->nempty];
+        p->heap = NULL;
+        nvh_cap_span_free_(cap, p);
+    }
+    if (!locked)
+        pthread_mutex_unlock(&cap->lock);
+}
+
+static void heap_abandon(struct cap_heap *h)
+{
+    struct cap_inst *cap = h->cap;
+    remote_flush(h);
+    h->rdest = NULL;
+    heap_drain(h, false);
+    heap_release_caches(h, false);
+    pthread_mutex_lock(&cap->lock);
+    atomic_store(&h->orphan, 1);
+    heap_drain(h, true);
+    /* empty current pages go back; pages with live blocks wait for their
+     * frees (drained by whoever frees into an orphan) or for an adopter */
+    for (unsigned c = 0; c < NVH_CAP_CLASSES; c++) {
+        struct cap_span *p = h->cur[c];
+        if (p != &cap_sentinel && p->used == 0) {
+            h->cur[c] = &cap_sentinel;
+            page_retire(h, p, true);
+        }
+    }
+    h->orphan_next = cap->orphans;
+    cap->orphans = h;
+    pthread_mutex_unlock(&cap->lock);
+}
+
+void nvh_cap_thread_exit_(void)
+{
+    for (unsigned i = 0; i < NVH_CAP_INSTANCES; i++) {
+        struct cap_heap *h = tl_heap[i];
+        uint64_t gen = tl_gen[i];
+        if (!h)
+            continue;
+        tl_heap[i] = NULL;
+        tl_gen[i] = 0;
+        pthread_mutex_lock(&ids_lock);
+        bool live = gen && live_gen[i] == gen;
+        pthread_mutex_unlock(&ids_lock);
+        if (live)
+            heap_abandon(h);
+    }
+}
+
+void nvh_cap_trim_(struct cap_inst *cap)
+{
+    struct cap_heap *h = nvh_cap_heap_peek_(cap);
+    if (h) {
+        remote_flush(h);
+        heap_drain(h, false);
+        for (unsigned c = 0; c < NVH_CAP_CLASSES; c++) {
+            struct cap_span *p = h->cur[c];
+            if (p != &cap_sentinel && p->used == 0) {
+                h->cur[c] = &cap_sentinel;
+                page_retire(h, p, false);
+            }
+        }
+        heap_release_caches(h, false);
+    }
+    pthread_mutex_lock(&cap->lock);
+    nvh_cap_span_purge_(cap);
+    pthread_mutex_unlock(&cap->lock);
+}

@@ -1,0 +1,684 @@
+/* span.c — a capacity instance: its address range, the block map, and the
+ * global span allocator (free spans in size bins, coalescing, deferred hole
+ * punching), plus fork.
+ *
+ * The range is reserved once (a sparse file mapped MAP_SHARED, or a region
+ * of a pool): addresses never move, so free() routes a pointer with one
+ * range check, and the block map (one DRAM word per 4 KiB block) turns an
+ * address into its span descriptor. Spans are handed out under one mutex;
+ * the per-thread heaps (heap.c) come here only for whole pages and large
+ * objects, so the lock is off the fast paths.
+ *
+ * File space: the file grows as pages are touched (a free-space check guards
+ * each step of the used top of the range);
+ * freed spans stay "dirty" (their pages still in the file) until the dirty
+ * bytes exceed the allowance (decay()), then the oldest dirty spans are
+ * punched (MADV_REMOVE) until half the allowance is left. The
+ * allowance keeps alloc/free churn off the syscall and page-fault path; the
+ * bound keeps the file near the live bytes. */
+#include "cap.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
+
+#define META_SLAB ((size_t)1 << 20)
+
+/* ---- DRAM metadata: span descriptors and heaps --------------------------- */
+/* Slabs are chained through their first line, so destroy can unmap them. */
+struct meta_slab {
+    struct meta_slab *next;
+    size_t len;
+};
+
+static void *meta_alloc(struct cap_inst *cap, size_t bytes)
+{
+    bytes = (bytes + 63) & ~(size_t)63;
+    if ((size_t)(cap->meta_end - cap->meta_cur) < bytes) {
+        size_t len = bytes + 64 > META_SLAB ? bytes + 64 : META_SLAB;
+        struct meta_slab *m = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (m == MAP_FAILED)
+            return NULL;
+        m->next = cap->meta_slabs;
+        m->len = len;
+        cap->meta_slabs = m;
+        cap->meta_cur = (char *)m + 64;
+        cap->meta_end = (char *)m + len;
+    }
+    void *p = cap->meta_cur;
+    cap->meta_cur += bytes;
+    return p;
+}
+
+static struct cap_span *desc_new(struct cap_inst *cap)
+{
+    struct cap_span *s = cap->desc_free;
+    if (s)
+        cap->desc_free = s->next;
+    else if (!(s = meta_alloc(cap, sizeof *s)))
+        return NULL;
+    memset(s, 0, sizeof *s);
+    return s;
+}
+
+static void desc_put(struct cap_inst *cap, struct cap_span *s)
+{
+    s->kind = CAP_SPAN_DEAD;   /* a stale map entry never matches it */
+    s->next = cap->desc_free;
+    cap->desc_free = s;
+}
+
+static inline size_t blk_index(const struct cap_inst *cap, uintptr_t a)
+{
+    return (a - cap->base) >> NVH_CAP_BLOCK_SHIFT;
+}
+static inline void map_set(struct cap_inst *cap, size_t i, struct cap_span *s)
+{
+    atomic_store_explicit(&cap->map[i], s, memory_order_relaxed);
+}
+static inline uintptr_t span_end(const struct cap_span *s)
+{
+    return s->start + ((uintptr_t)s->blocks << NVH_CAP_BLOCK_SHIFT);
+}
+
+/* Map entries: every block of a page (any interior address finds it), the
+ * first and last block of a free or large span (neighbours find it when they
+ * coalesce; free() finds a large object by its first block). */
+static void map_span(struct cap_inst *cap, struct cap_span *s)
+{
+    size_t i = blk_index(cap, s->start);
+    if (s->kind == CAP_SPAN_PAGE) {
+        for (uint32_t k = 0; k < s->blocks; k++)
+            map_set(cap, i + k, s);
+    } else {
+        map_set(cap, i, s);
+        map_set(cap, i + s->blocks - 1, s);
+    }
+}
+
+/* ---- bins ------------------------------------------------------------------ */
+static inline unsigned bin_of(uint32_t n)
+{
+    if (n <= 64)
+        return n - 1;
+    uint32_t w = n - 1;
+    unsigned b = 31u - (unsigned)__builtin_clz(w);
+    unsigned bin = 64 + (b - 6) * 4 + ((w >> (b - 2)) & 3);
+    return bin < NVH_CAP_BINS ? bin : NVH_CAP_BINS - 1;
+}
+
+static void bin_insert(struct cap_inst *cap, struct cap_span *s)
+{
+    unsigned b = bin_of(s->blocks);
+    s->prev = NULL;
+    s->next = cap->bins[b];
+    if (s->next)
+        s->next->prev = s;
+    cap->bins[b] = s;
+    cap->binmap[b / 64] |= (uint64_t)1 << (b % 64);
+}
+
+static void bin_remove(struct cap_inst *cap, struct cap_span *s)
+{
+    unsigned b = bin_of(s->blocks);
+    if (s->prev)
+        s->prev->next = s->next;
+    else
+        cap->bins[b] = s->next;
+    if (s->next)
+        s->next->prev = s->prev;
+    if (!cap->bins[b])
+        cap->binmap[b / 64] &= ~((uint64_t)1 << (b % 64));
+}
+
+static void dirty_push(struct cap_inst *cap, struct cap_span *s)
+{
+    s->dirty = 1;
+    s->dnext = NULL;
+    s->dprev = cap->dtail;
+    if (cap->dtail)
+        cap->dtail->dnext = s;
+    else
+        cap->dhead = s;
+    cap->dtail = s;
+    cap->dirty_bytes += (size_t)s->blocks << NVH_CAP_BLOCK_SHIFT;
+}
+
+static void dirty_remove(struct cap_inst *cap, struct cap_span *s)
+{
+    if (!s->dirty)
+        return;
+    if (s->dprev)
+        s->dprev->dnext = s->dnext;
+    else
+        cap->dhead = s->dnext;
+    if (s->dnext)
+        s->dnext->dprev = s->dprev;
+    else
+        cap->dtail = s->dprev;
+    s->dirty = 0;
+    cap->dirty_bytes -= (size_t)s->blocks << NVH_CAP_BLOCK_SHIFT;
+}
+
+/* ---- the file -------------------------------------------------------------- */
+/* Give the pages of a free span back to the device. MADV_REMOVE punches a
+ * hole in the file behind a shared mapping (tmpfs, ext4, xfs, DAX); reads
+ * then see zeros. */
+static void punch(struct cap_inst *cap, struct cap_span *s)
+{
+    dirty_remove(cap, s);
+    if (madvise((void *)s->start, (size_t)s->blocks << NVH_CAP_BLOCK_SHIFT, MADV_REMOVE) == 0) {
+        s->hole = 1;
+        cap->punches++;
+    }
+}
+
+/* Before the used top of the range rises past what was checked: is there
+ * room on the device for the next NVH_CAP_GROW_STEP? Pages are not
+ * preallocated (fallocate would zero pages the program may never touch); a
+ * device that fills up anyway makes a page fault fail with SIGBUS, as with
+ * any shared file mapping (docs/CAP.md, limits). A refused growth makes the
+ * allocation fail (the preload then serves it from DRAM). */
+static bool room(struct cap_inst *cap, size_t len)
+{
+    if (cap->fd < 0)
+        return true;
+    struct statvfs sv;
+    if (fstatvfs(cap->fd, &sv) != 0)
+        return true;
+    return (uint64_t)sv.f_bavail * sv.f_frsize >= len;
+}
+
+/* Raise the top by `bytes` (false: the range or the device is full). */
+static bool raise_top(struct cap_inst *cap, size_t bytes)
+{
+    if (bytes > cap->size - cap->top)
+        return false;
+    if (cap->top + bytes > cap->checked) {
+        size_t want = cap->top + bytes - cap->checked;
+        want = (want + NVH_CAP_GROW_STEP - 1) & ~(NVH_CAP_GROW_STEP - 1);
+        if (want > cap->size - cap->checked)
+            want = cap->size - cap->checked;
+        if (!room(cap, want))
+            return false;
+        cap->checked += want;
+    }
+    cap->top += bytes;
+    atomic_store_explicit(&cap->top_hint, cap->top, memory_order_relaxed);
+    return true;
+}
+
+/* The dirty allowance: half the bytes in use (churn at a steady live size
+ * does not punch, and the file stays within 1.5 times what is in use), but at least min(decay_min, max(8 MiB, a tenth
+ * of the peak)): a heap that empties keeps at most a tenth of its peak (or
+ * NVH_CAP_DECAY_SMALL), and a small one does not punch and refault on every free. */
+static void decay(struct cap_inst *cap)
+{
+    size_t allow = atomic_load_explicit(&cap->span_bytes, memory_order_relaxed) / 2;
+    size_t floor = cap->span_peak / 10;
+    if (floor < NVH_CAP_DECAY_SMALL)
+        floor = NVH_CAP_DECAY_SMALL;
+    if (floor > cap->decay_min)
+        floor = cap->decay_min;
+    if (allow < floor)
+        allow = floor;
+    if (cap->dirty_bytes <= allow)
+        return;
+    while (cap->dhead && cap->dirty_bytes > allow / 2)
+        punch(cap, cap->dhead);
+}
+
+/* ---- span allocator ---------------------------------------------------------- */
+static struct cap_span *take_free(struct cap_inst *cap, uint32_t n)
+{
+    unsigned b = bin_of(n);
+    /* the first bin may hold smaller spans (a log bin): look through it */
+    for (struct cap_span *s = cap->bins[b]; s; s = s->next)
+        if (s->blocks >= n)
+            return s;
+    for (unsigned w = (b + 1) / 64; w < NVH_CAP_BINS / 64; w++) {
+        uint64_t m = cap->binmap[w];
+        if (w == (b + 1) / 64)
+            m &= ~(uint64_t)0 << ((b + 1) % 64);
+        if (m)
+            return cap->bins[w * 64 + (unsigned)__builtin_ctzll(m)];
+    }
+    return NULL;
+}
+
+static void account(struct cap_inst *cap, struct cap_span *s, bool add)
+{
+    size_t bytes = (size_t)s->blocks << NVH_CAP_BLOCK_SHIFT;
+    size_t now = add ? atomic_fetch_add_explicit(&cap->span_bytes, bytes, memory_order_relaxed) + bytes
+                     : atomic_fetch_sub_explicit(&cap->span_bytes, bytes, memory_order_relaxed) - bytes;
+    if (now > cap->span_peak)
+        cap->span_peak = now;
+}
+
+/* The first n blocks of the free span s (taken out of the bins); the rest
+ * stays free. NULL only if no descriptor could be made. */
+static struct cap_span *carve(struct cap_inst *cap, struct cap_span *s, uint32_t n, bool *zero)
+{
+    bin_remove(cap, s);
+    bool dirty = s->dirty, hole = s->hole;
+    dirty_remove(cap, s);
+    if (s->blocks > n) {     /* split: the tail stays free */
+        struct cap_span *r = desc_new(cap);
+        if (!r) {
+            bin_insert(cap, s);
+            if (dirty)
+                dirty_push(cap, s);
+            return NULL;
+        }
+        r->kind = CAP_SPAN_FREE;
+        r->start = s->start + ((uintptr_t)n << NVH_CAP_BLOCK_SHIFT);
+        r->blocks = s->blocks - n;
+        r->hole = hole;
+        s->blocks = n;
+        map_span(cap, r);
+        bin_insert(cap, r);
+        if (dirty)
+            dirty_push(cap, r);
+    }
+    *zero = hole && !dirty;
+    return s;
+}
+
+/* n blocks at the top of the used range: the free span that ends at the top
+ * (if any), extended by raising the top. */
+static struct cap_span *at_top(struct cap_inst *cap, uint32_t n, bool *zero)
+{
+    size_t tb = cap->top >> NVH_CAP_BLOCK_SHIFT;
+    struct cap_span *w = tb ? atomic_load_explicit(&cap->map[tb - 1], memory_order_relaxed) : NULL;
+    if (w && w->kind == CAP_SPAN_FREE && span_end(w) == cap->base + cap->top) {
+        if (w->blocks >= n)
+            return carve(cap, w, n, zero);
+        if (!raise_top(cap, (size_t)(n - w->blocks) << NVH_CAP_BLOCK_SHIFT))
+            return NULL;
+        bin_remove(cap, w);
+        dirty_remove(cap, w);
+        w->blocks = n;
+        *zero = false;
+        return w;
+    }
+    struct cap_span *s = desc_new(cap);
+    if (!s)
+        return NULL;
+    s->start = cap->base + cap->top;
+    if (!raise_top(cap, (size_t)n << NVH_CAP_BLOCK_SHIFT)) {
+        desc_put(cap, s);
+        return NULL;
+    }
+    s->blocks = n;
+    *zero = true;
+    return s;
+}
+
+static struct cap_span *finish(struct cap_inst *cap, struct cap_span *s, int kind)
+{
+    s->kind = (uint8_t)kind;
+    s->dirty = s->hole = s->cached = 0;
+    s->next = s->prev = NULL;
+    s->user = s->start;
+    map_span(cap, s);
+    account(cap, s, true);
+    return s;
+}
+
+struct cap_span *nvh_cap_span_alloc_(struct cap_inst *cap, uint32_t n, int kind, bool *zero)
+{
+    struct cap_span *s = take_free(cap, n);
+    s = s ? carve(cap, s, n, zero) : at_top(cap, n, zero);
+    return s ? finish(cap, s, kind) : NULL;
+}
+
+/* The largest free span, if it leaves room to grow (>= 4n blocks). */
+static struct cap_span *largest_free(struct cap_inst *cap, uint32_t n)
+{
+    for (unsigned w = NVH_CAP_BINS / 64; w-- > 0;) {
+        if (!cap->binmap[w])
+            continue;
+        unsigned b = w * 64 + 63u - (unsigned)__builtin_clzll(cap->binmap[w]);
+        struct cap_span *best = NULL;
+        for (struct cap_span *s = cap->bins[b]; s; s = s->next)
+            if (!best || s->blocks > best->blocks)
+                best = s;
+        return best && (uint64_t)best->blocks >= (uint64_t)n * 4 ? best : NULL;
+    }
+    return NULL;
+}
+
+struct cap_span *nvh_cap_span_alloc_top_(struct cap_inst *cap, uint32_t n, int kind, bool *zero)
+{
+    struct cap_span *s = largest_free(cap, n);
+    s = s ? carve(cap, s, n, zero) : at_top(cap, n, zero);
+    return s ? finish(cap, s, kind) : NULL;
+}
+
+void nvh_cap_span_free_(struct cap_inst *cap, struct cap_span *s)
+{
+    if (s->kind != CAP_SPAN_FREE)
+        account(cap, s, false);
+    bool hole = s->hole;
+    s->kind = CAP_SPAN_FREE;
+    s->cached = 0;
+    s->hole = 0;
+    s->dirty = 0;
+    size_t i = blk_index(cap, s->start);
+    /* left neighbour: a free span ending where s starts */
+    if (i > 0) {
+        struct cap_span *l = atomic_load_explicit(&cap->map[i - 1], memory_order_relaxed);
+        if (l && l->kind == CAP_SPAN_FREE && l != s && span_end(l) == s->start) {
+            bin_remove(cap, l);
+            dirty_remove(cap, l);
+            hole |= l->hole;
+            l->blocks += s->blocks;
+            desc_put(cap, s);
+            s = l;
+        }
+    }
+    uintptr_t end = span_end(s);
+    if (end - cap->base < cap->top) {
+        struct cap_span *r = atomic_load_explicit(&cap->map[blk_index(cap, end)], memory_order_relaxed);
+        if (r && r->kind == CAP_SPAN_FREE && r != s && r->start == end) {
+            bin_remove(cap, r);
+            dirty_remove(cap, r);
+            hole |= r->hole;
+            s->blocks += r->blocks;
+            desc_put(cap, r);
+        }
+    }
+    s->kind = CAP_SPAN_FREE;
+    s->hole = hole;
+    map_span(cap, s);
+    bin_insert(cap, s);
+    dirty_push(cap, s);   /* conservatively: it holds pages until punched */
+    decay(cap);
+}
+
+bool nvh_cap_span_grow_(struct cap_inst *cap, struct cap_span *s, uint32_t n)
+{
+    uint32_t extra = n - s->blocks;
+    uintptr_t end = span_end(s);
+    size_t bytes = (size_t)extra << NVH_CAP_BLOCK_SHIFT;
+    if (end - cap->base == cap->top) {          /* at the top: raise it */
+        if (!raise_top(cap, bytes))
+            return false;
+    } else {
+        struct cap_span *r = atomic_load_explicit(&cap->map[blk_index(cap, end)], memory_order_relaxed);
+        if (!r || r->kind != CAP_SPAN_FREE || r->start != end)
+            return false;
+        if (r->blocks < extra) {
+            /* the free span up to the top: take it and raise the top */
+            if (span_end(r) != cap->base + cap->top ||
+                !raise_top(cap, (size_t)(extra - r->blocks) << NVH_CAP_BLOCK_SHIFT))
+                return false;
+            bin_remove(cap, r);
+            dirty_remove(cap, r);
+            desc_put(cap, r);
+            goto grown;
+        }
+        bin_remove(cap, r);
+        bool dirty = r->dirty;
+        dirty_remove(cap, r);
+        if (r->blocks == extra) {
+            desc_put(cap, r);
+        } else {
+            r->start = end + bytes;
+            r->blocks -= extra;
+            map_span(cap, r);
+            bin_insert(cap, r);
+            if (dirty)
+                dirty_push(cap, r);
+        }
+    }
+grown:
+    map_set(cap, blk_index(cap, s->start + ((uintptr_t)(s->blocks - 1) << NVH_CAP_BLOCK_SHIFT)), NULL);
+    atomic_fetch_add_explicit(&cap->span_bytes, bytes, memory_order_relaxed);
+    s->blocks = n;
+    map_span(cap, s);
+    if (s->user != s->start)
+        map_set(cap, blk_index(cap, s->user), s);
+    size_t now = atomic_load_explicit(&cap->span_bytes, memory_order_relaxed);
+    if (now > cap->span_peak)
+        cap->span_peak = now;
+    return true;
+}
+
+void nvh_cap_span_set_user_(struct cap_inst *cap, struct cap_span *s, uintptr_t user)
+{
+    s->user = user;
+    if (user != s->start)
+        map_set(cap, blk_index(cap, user), s);
+}
+
+void nvh_cap_span_purge_(struct cap_inst *cap)
+{
+    while (cap->dhead)
+        punch(cap, cap->dhead);
+}
+
+struct cap_heap *nvh_cap_heap_new_(struct cap_inst *cap)
+{
+    struct cap_heap *h = meta_alloc(cap, sizeof *h);
+    if (h) {
+        memset(h, 0, sizeof *h);
+        h->cap = cap;
+        h->all_next = cap->heaps;
+        cap->heaps = h;
+    }
+    return h;
+}
+
+void nvh_cap_counters_(struct cap_inst *cap, struct nvh_cap_counters *out)
+{
+    pthread_mutex_lock(&cap->lock);
+    memset(out, 0, sizeof *out);
+    out->reserved = cap->size;
+    out->span_bytes = atomic_load_explicit(&cap->span_bytes, memory_order_relaxed);
+    out->span_peak = cap->span_peak;
+    out->dirty_bytes = cap->dirty_bytes;
+    out->top = cap->top;
+    out->punches = cap->punches;
+    struct stat st;
+    if (cap->fd >= 0 && fstat(cap->fd, &st) == 0)
+        out->file_bytes = (size_t)st.st_blocks * 512;
+    pthread_mutex_unlock(&cap->lock);
+}
+
+/* ---- instances --------------------------------------------------------------- */
+static int common_init(struct cap_inst *cap)
+{
+    cap->map_bytes = (cap->size >> NVH_CAP_BLOCK_SHIFT) * sizeof(cap->map[0]);
+    void *m = mmap(NULL, cap->map_bytes, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (m == MAP_FAILED)
+        return -errno;
+    cap->map = m;
+    pthread_mutex_init(&cap->lock, NULL);
+    cap->decay_min = (size_t)32 << 20;
+    cap->fork_fd = -1;
+    uintptr_t r = (uintptr_t)cap ^ (uintptr_t)&r;
+#if defined(__x86_64__)
+    unsigned lo, hi;
+    __asm__ volatile("rdtsc" : "=a"(lo), "=d"(hi));
+    r ^= ((uint64_t)hi << 32 | lo) * 0x9E3779B97F4A7C15ull;
+#endif
+    cap->secret = r | 1;
+    int e = nvh_cap_id_get_(cap);
+    if (e) {
+        munmap(m, cap->map_bytes);
+        cap->map = NULL;
+    }
+    return e;
+}
+
+/* An unlinked file with close-on-exec: O_TMPFILE where the file system has
+ * it (the file never has a name), else a named file unlinked at once. */
+static int open_file(const char *dir)
+{
+    int fd = open(dir, O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+    if (fd >= 0)
+        return fd;
+    char path[320];
+    size_t n = strlen(dir);
+    if (n > sizeof path - 32)
+        return -ENAMETOOLONG;
+    memcpy(path, dir, n);
+    memcpy(path + n, "/.nvheap-cap-XXXXXX", sizeof "/.nvheap-cap-XXXXXX");
+    fd = mkostemp(path, O_CLOEXEC);
+    if (fd < 0)
+        return -errno;
+    unlink(path);
+    return fd;
+}
+
+int nvh_cap_init_file_(struct cap_inst *cap, const char *dir, size_t reserve)
+{
+    memset(cap, 0, sizeof *cap);
+    size_t n = strlen(dir);
+    if (n >= sizeof cap->dir)
+        return -ENAMETOOLONG;
+    memcpy(cap->dir, dir, n + 1);
+    int fd = open_file(dir);
+    if (fd < 0)
+        return fd;
+    reserve &= ~(size_t)(NVH_CAP_SMALL_PAGE - 1);
+    void *base = MAP_FAILED;
+    while (reserve >= ((size_t)64 << 20)) {
+        if (ftruncate(fd, (off_t)reserve) == 0) {
+            base = mmap(NULL, reserve, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE, fd, 0);
+            if (base != MAP_FAILED)
+                break;
+        }
+        reserve /= 2;
+    }
+    if (base == MAP_FAILED) {
+        int e = errno ? errno : ENOMEM;
+        close(fd);
+        return -e;
+    }
+    cap->fd = fd;
+    cap->base = (uintptr_t)base;
+    cap->size = reserve;
+    cap->own_mapping = true;
+    int r = common_init(cap);
+    if (r) {
+        munmap(base, reserve);
+        close(fd);
+    }
+    return r;
+}
+
+int nvh_cap_init_region_(struct cap_inst *cap, void *base, size_t size)
+{
+    memset(cap, 0, sizeof *cap);
+    uintptr_t b = ((uintptr_t)base + NVH_CAP_BLOCK - 1) & ~(uintptr_t)(NVH_CAP_BLOCK - 1);
+    if ((uintptr_t)base + size < b + NVH_CAP_SMALL_PAGE)
+        return -EINVAL;
+    cap->fd = -1;
+    cap->base = b;
+    cap->size = ((uintptr_t)base + size - b) & ~(size_t)(NVH_CAP_BLOCK - 1);
+    cap->checked = cap->size;
+    return common_init(cap);
+}
+
+void nvh_cap_destroy_(struct cap_inst *cap)
+{
+    nvh_cap_forget_(cap);
+    nvh_cap_id_put_(cap);
+    if (cap->map)
+        munmap((void *)cap->map, cap->map_bytes);
+    if (cap->own_mapping)
+        munmap((void *)cap->base, cap->size);
+    if (cap->fd >= 0)
+        close(cap->fd);
+    pthread_mutex_destroy(&cap->lock);
+    /* descriptors and heaps (other threads' TLS slots are invalid now: the
+     * generation no longer matches, so nothing reads these again) */
+    for (struct meta_slab *m = cap->meta_slabs, *n; m; m = n) {
+        n = m->next;
+        munmap(m, m->len);
+    }
+    cap->meta_slabs = NULL;
+    cap->map = NULL;
+}
+
+/* ---- fork ------------------------------------------------------------------ */
+/* Copy the data extents of the used part of the file into a fresh file,
+ * reading through the mapping. Runs in the parent before fork, with the
+ * instance lock held: the copy is what the child will see. */
+static int copy_file(struct cap_inst *cap)
+{
+    int nfd = open_file(cap->dir);
+    if (nfd < 0)
+        return nfd;
+    if (ftruncate(nfd, (off_t)cap->size) != 0) {
+        close(nfd);
+        return -errno;
+    }
+    off_t off = 0, top = (off_t)cap->top;
+    while (off < top) {
+        off_t d = lseek(cap->fd, off, SEEK_DATA);
+        if (d < 0 || d >= top)
+            break;
+        off_t h = lseek(cap->fd, d, SEEK_HOLE);
+        if (h < 0 || h > top)
+            h = top;
+        while (d < h) {
+            ssize_t w = pwrite(nfd, (const char *)cap->base + d, (size_t)(h - d), d);
+            if (w <= 0) {
+                close(nfd);
+                return -EIO;
+            }
+            d += w;
+        }
+        off = h;
+    }
+    return nfd;
+}
+
+void nvh_cap_fork_prepare_(struct cap_inst *cap)
+{
+    pthread_mutex_lock(&cap->lock);
+    cap->fork_fd = cap->fd >= 0 ? copy_file(cap) : -1;
+}
+
+void nvh_cap_fork_parent_(struct cap_inst *cap)
+{
+    if (cap->fork_fd >= 0)
+        close(cap->fork_fd);
+    cap->fork_fd = -1;
+    pthread_mutex_unlock(&cap->lock);
+}
+
+void nvh_cap_fork_child_(struct cap_inst *cap, struct cap_heap *self)
+{
+    if (cap->fork_fd >= 0) {
+        void *m = mmap((void *)cap->base, cap->size, PROT_READ | PROT_WRITE,
+                       MAP_SHARED | MAP_NORESERVE | MAP_FIXED, cap->fork_fd, 0);
+        if (m == MAP_FAILED)
+            abort();   /* the child would write into its parent's heap */
+        close(cap->fd);
+        cap->fd = cap->fork_fd;
+        cap->checked = cap->top;
+    } else if (cap->fd >= 0) {
+        abort();       /* no private copy could be made */
+    }
+    cap->fork_fd = -1;
+    /* every other thread is gone in the child: their heaps are orphans */
+    cap->orphans = NULL;
+    for (struct cap_heap *h = cap->heaps; h; h = h->all_next) {
+        if (h == self)
+            continue;
+        atomic_store(&h->orphan, 1);
+        h->orphan_next = cap->orphans;
+        cap->orphans = h;
+    }
+    pthread_mutex_unlock(&cap->lock);
+}

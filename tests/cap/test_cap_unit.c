@@ -1,0 +1,235 @@
+/* test_cap_unit.c — the capacity allocator's core (src/cap/heap.c, span.c)
+ * on a file instance: every size class, alignment, usable sizes, realloc,
+ * calloc, bad-pointer detection, cross-thread frees, orphaned heaps, and
+ * the file giving its space back after frees. */
+#include "test_util.h"
+
+#include "cap/cap.h"
+
+#include <pthread.h>
+#include <sys/mman.h>
+
+static struct cap_inst cap;
+
+static int setup(void **state)
+{
+    (void)state;
+    return nvh_cap_init_file_(&cap, "/dev/shm", (size_t)8 << 30);
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    nvh_cap_destroy_(&cap);
+    return 0;
+}
+
+static struct cap_heap *heap(void)
+{
+    struct cap_heap *h = nvh_cap_heap_(&cap);
+    assert_non_null(h);
+    return h;
+}
+
+static void test_sizes(void **state)
+{
+    (void)state;
+    struct cap_heap *h = heap();
+    static void *ptr[4096];
+    size_t n = 0;
+    for (size_t sz = 0; sz <= ((size_t)2 << 20); sz = sz < 64 ? sz + 1 : sz + sz / 7 + 1) {
+        void *p = nvh_cap_alloc_(h, sz);
+        assert_non_null(p);
+        assert_true(nvh_cap_contains_(&cap, p));
+        assert_int_equal((uintptr_t)p % 16, 0);
+        size_t u = nvh_cap_usable_(&cap, p);
+        assert_true(u >= sz);
+        assert_true(u <= (sz < 64 ? 64 : sz + sz / 4 + 4096));
+        memset(p, (int)(sz & 0xff), sz);
+        ptr[n++] = p;
+    }
+    for (size_t i = 0; i < n; i++)
+        assert_int_equal(nvh_cap_free_(&cap, ptr[i]), CAP_OK);
+}
+
+static void test_aligned(void **state)
+{
+    (void)state;
+    struct cap_heap *h = heap();
+    for (size_t a = 32; a <= ((size_t)1 << 21); a <<= 1) {
+        size_t sizes[] = {1, a / 2, a, 3 * a + 5, 100000};
+        for (unsigned i = 0; i < 5; i++) {
+            void *p = nvh_cap_alloc_aligned_(h, sizes[i], a);
+            assert_non_null(p);
+            assert_int_equal((uintptr_t)p % a, 0);
+            assert_true(nvh_cap_usable_(&cap, p) >= sizes[i]);
+            memset(p, 1, sizes[i]);
+            assert_int_equal(nvh_cap_free_(&cap, p), CAP_OK);
+        }
+    }
+}
+
+static void test_calloc_realloc(void **state)
+{
+    (void)state;
+    struct cap_heap *h = heap();
+    for (size_t sz = 1; sz < ((size_t)4 << 20); sz = sz * 3 + 1) {
+        unsigned char *p = nvh_cap_alloc_(h, sz);
+        memset(p, 0xAB, sz);
+        assert_int_equal(nvh_cap_free_(&cap, p), CAP_OK);
+        p = nvh_cap_calloc_(h, sz);
+        for (size_t i = 0; i < sz; i += 97)
+            assert_int_equal(p[i], 0);
+        assert_int_equal(p[sz - 1], 0);
+        assert_int_equal(nvh_cap_free_(&cap, p), CAP_OK);
+    }
+    /* realloc growth keeps the bytes, in place or moved */
+    unsigned char *p = NULL;
+    size_t have = 0;
+    for (size_t sz = 1; sz <= ((size_t)3 << 20); sz += sz / 3 + 7) {
+        int bad = 0;
+        unsigned char *q = p ? nvh_cap_realloc_(h, p, sz, &bad) : nvh_cap_alloc_(h, sz);
+        assert_int_equal(bad, CAP_OK);
+        assert_non_null(q);
+        for (size_t i = 0; i < have; i++)
+            assert_int_equal(q[i], (unsigned char)(i * 7));
+        for (size_t i = have; i < sz; i++)
+            q[i] = (unsigned char)(i * 7);
+        p = q;
+        have = sz;
+    }
+    /* and shrinking */
+    int bad = 0;
+    p = nvh_cap_realloc_(h, p, 100, &bad);
+    for (size_t i = 0; i < 100; i++)
+        assert_int_equal(p[i], (unsigned char)(i * 7));
+    assert_int_equal(nvh_cap_free_(&cap, p), CAP_OK);
+}
+
+static void test_bad_pointers(void **state)
+{
+    (void)state;
+    struct cap_heap *h = heap();
+    char *small = nvh_cap_alloc_(h, 100);
+    char *large = nvh_cap_alloc_(h, 300000);
+    assert_int_equal(nvh_cap_free_(&cap, small + 8), CAP_INVALID);     /* interior */
+    assert_int_equal(nvh_cap_free_(&cap, large + 4096), CAP_INVALID);  /* interior */
+    assert_int_equal(nvh_cap_free_(&cap, large + 16), CAP_INVALID);
+    assert_int_equal(nvh_cap_usable_(&cap, small + 16), 0);
+    /* a block of a page never handed out */
+    assert_int_not_equal(nvh_cap_free_(&cap, small + 112 * 300), CAP_OK);
+    /* far in the range, never used */
+    assert_int_equal(nvh_cap_free_(&cap, (char *)cap.base + cap.size - 4096), CAP_INVALID);
+    assert_int_equal(nvh_cap_free_(&cap, small), CAP_OK);
+    assert_int_equal(nvh_cap_free_(&cap, small), CAP_DOUBLE);
+    assert_int_equal(nvh_cap_free_(&cap, large), CAP_OK);
+    assert_int_equal(nvh_cap_free_(&cap, large), CAP_DOUBLE);
+    int bad = 0;
+    assert_null(nvh_cap_realloc_(h, small, 10, &bad));
+    assert_int_equal(bad, CAP_DOUBLE);
+    /* a big one goes to the global pool: freeing it twice is still caught */
+    char *huge = nvh_cap_alloc_(h, (size_t)16 << 20);
+    assert_int_equal(nvh_cap_free_(&cap, huge), CAP_OK);
+    assert_int_equal(nvh_cap_free_(&cap, huge), CAP_DOUBLE);
+    /* the heap still works */
+    void *p = nvh_cap_alloc_(h, 100);
+    assert_int_equal(nvh_cap_free_(&cap, p), CAP_OK);
+}
+
+/* ---- cross-thread frees and orphans ---------------------------------------- */
+#define XN 20000
+static void *xptr[XN];
+
+static void *producer(void *arg)
+{
+    (void)arg;
+    struct cap_heap *h = nvh_cap_heap_(&cap);
+    for (unsigned i = 0; i < XN; i++) {
+        size_t sz = 16 + (i * 37) % 3000;
+        xptr[i] = nvh_cap_alloc_(h, sz);
+        memset(xptr[i], (int)i, sz);
+    }
+    return NULL;   /* exits: its heap becomes an orphan with live pages */
+}
+
+static void test_cross_thread_and_orphans(void **state)
+{
+    (void)state;
+    struct nvh_cap_counters before, mid, after;
+    nvh_cap_trim_(&cap);
+    nvh_cap_counters_(&cap, &before);
+    pthread_t t;
+    pthread_create(&t, NULL, producer, NULL);
+    pthread_join(t, NULL);
+    nvh_cap_counters_(&cap, &mid);
+    assert_true(mid.span_bytes > before.span_bytes);
+    for (unsigned i = 0; i < XN; i++) {
+        assert_int_equal(*(unsigned char *)xptr[i], (unsigned char)i);
+        assert_int_equal(nvh_cap_free_(&cap, xptr[i]), CAP_OK);
+    }
+    nvh_cap_trim_(&cap);
+    nvh_cap_counters_(&cap, &after);
+    /* frees into an orphan's pages are drained at once: its pages went back */
+    assert_true(after.span_bytes <= before.span_bytes + NVH_CAP_SMALL_PAGE);
+    /* a new thread adopts the orphan heap */
+    pthread_create(&t, NULL, producer, NULL);
+    pthread_join(t, NULL);
+    for (unsigned i = 0; i < XN; i++)
+        assert_int_equal(nvh_cap_free_(&cap, xptr[i]), CAP_OK);
+}
+
+/* ---- file space --------------------------------------------------------------- */
+static void test_file_shrinks(void **state)
+{
+    (void)state;
+    struct cap_heap *h = heap();
+    enum { N = 600 };
+    static void *p[N];
+    struct nvh_cap_counters c0, peak, end;
+    nvh_cap_trim_(&cap);
+    nvh_cap_counters_(&cap, &c0);
+    size_t live = 0;
+    for (unsigned i = 0; i < N; i++) {
+        size_t sz = i % 3 == 0 ? 1000 + i : (size_t)(i % 7 + 1) * 100000;
+        p[i] = nvh_cap_alloc_(h, sz);
+        memset(p[i], 1, sz);
+        live += sz;
+    }
+    nvh_cap_counters_(&cap, &peak);
+    assert_true(peak.file_bytes >= live);
+    assert_true(peak.file_bytes - c0.file_bytes <= live + live / 2);
+    for (unsigned i = 0; i < N; i++)
+        assert_int_equal(nvh_cap_free_(&cap, p[i]), CAP_OK);
+    nvh_cap_counters_(&cap, &end);
+    /* the decay allowance and the caches stay; the rest is punched */
+    assert_true(end.file_bytes - c0.file_bytes < peak.file_bytes / 10 + ((size_t)8 << 20));
+    nvh_cap_trim_(&cap);
+    nvh_cap_counters_(&cap, &end);
+    assert_true(end.file_bytes <= c0.file_bytes + ((size_t)2 << 20));
+    assert_true(end.punches > 0);
+}
+
+/* a descriptor per instance, close-on-exec, and no name in the directory */
+static void test_file_is_anonymous(void **state)
+{
+    (void)state;
+    int flags = fcntl(cap.fd, F_GETFD);
+    assert_true(flags & FD_CLOEXEC);
+    struct stat st;
+    assert_int_equal(fstat(cap.fd, &st), 0);
+    assert_int_equal(st.st_nlink, 0);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_sizes),
+        cmocka_unit_test(test_aligned),
+        cmocka_unit_test(test_calloc_realloc),
+        cmocka_unit_test(test_bad_pointers),
+        cmocka_unit_test(test_cross_thread_and_orphans),
+        cmocka_unit_test(test_file_shrinks),
+        cmocka_unit_test(test_file_is_anonymous),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
