@@ -236,7 +236,7 @@ static void cmd_update(nvc_conn *c, tok *t, int nt, int cmd)
         return;
     }
     nvc_pending *p = &c->p;
-    memset(p, 0, offsetof(nvc_pending, key));
+    memset(p, 0, sizeof *p);
     p->noreply = nt == base + 1 && is_noreply(&t[base]);
     int64_t exptime, bytes;
     if (t[1].n > NVC_KEY_MAX || !parse_u32(&t[2], &p->flags) || !parse_i32(&t[3], &exptime) ||
@@ -880,10 +880,11 @@ static void cmd_ms(nvc_conn *c, tok *t, int nt)
         OUTS(c, "CLIENT_ERROR bad command line format\r\n");
         return;
     }
+    /* From here on an error swallows the data block, as memcached does. */
     if (!mf_parse(c, t, 3, nt, "bcCEFIkOqsSTM", "cCFkOqTM", &f))
-        return;
+        goto swallow;
     nvc_pending *p = &c->p;
-    memset(p, 0, offsetof(nvc_pending, key));
+    memset(p, 0, sizeof *p);
     p->meta = true;
     p->cmd = CMD_SET;
     int64_t ttl = 0;
@@ -891,7 +892,7 @@ static void cmd_ms(nvc_conn *c, tok *t, int nt)
         (mf_has(&f, 'C') && !parse_u64(&f.arg['C'], &p->cas)) ||
         (mf_has(&f, 'T') && !parse_i32(&f.arg['T'], &ttl))) {
         OUTS(c, "CLIENT_ERROR bad token in command line format\r\n");
-        return;
+        goto swallow;
     }
     if (mf_has(&f, 'M')) {
         tok *m = &f.arg['M'];
@@ -903,8 +904,8 @@ static void cmd_ms(nvc_conn *c, tok *t, int nt)
         case 'R': case 'r': p->cmd = CMD_REPLACE; break;
         case 'S': case 's': p->cmd = CMD_SET; break;
         default:
-            OUTS(c, "CLIENT_ERROR invalid mode for ms STORE\r\n");
-            return;
+            OUTS(c, "CLIENT_ERROR invalid mode for ms M token\r\n");
+            goto swallow;
         }
     }
     NVC_COUNT(&c->w->cnt, cmd_meta, 1);
@@ -926,11 +927,13 @@ static void cmd_ms(nvc_conn *c, tok *t, int nt)
     if (p->bytes > nvc_srv.set.item_max) {
         NVC_COUNT(&c->w->cnt, store_too_large, 1);
         OUTS(c, "SERVER_ERROR object too large for cache\r\n");
-        c->swallow = p->bytes + 2;
-        c->state = CONN_SWALLOW;
-        return;
+        goto swallow;
     }
     c->state = CONN_DATA;
+    return;
+swallow:
+    c->swallow = (size_t)bytes + 2;
+    c->state = CONN_SWALLOW;
 }
 
 static void cmd_md(nvc_conn *c, tok *t, int nt)
@@ -1173,13 +1176,21 @@ static int dispatch(nvc_conn *c, char *line, size_t len)
     else if (tok_is(cmd, "touch")) cmd_touch(c, t, nt);
     else if (tok_is(cmd, "flush_all")) cmd_flush(c, t, nt);
     else if (tok_is(cmd, "stats")) cmd_stats(c, t, nt);
-    else if (tok_is(cmd, "version") && nt == 1) OUTS(c, NVC_VERSION_REPLY);
+    else if (tok_is(cmd, "version")) OUTS(c, NVC_VERSION_REPLY);   /* arguments ignored, as memcached */
     else if (tok_is(cmd, "quit") && nt == 1) return -1;
     else if (tok_is(cmd, "shutdown")) OUTS(c, "ERROR: shutdown not enabled\r\n");
     else if (tok_is(cmd, "verbosity") && (nt == 2 || nt == 3)) {
         int64_t lv;
-        if (parse_i32(&t[1], &lv))
-            __atomic_store_n(&nvc_srv.verbose, (int)lv, __ATOMIC_RELAXED);
+        if (is_noreply(&t[nt - 1])) {
+            if (nt == 3 && parse_i32(&t[1], &lv))
+                __atomic_store_n(&nvc_srv.verbose, (int)lv, __ATOMIC_RELAXED);
+            return 0;
+        }
+        if (!parse_i32(&t[1], &lv)) {
+            OUTS(c, "CLIENT_ERROR bad command line format\r\n");
+            return 0;
+        }
+        __atomic_store_n(&nvc_srv.verbose, (int)lv, __ATOMIC_RELAXED);
         if (!is_noreply(&t[nt - 1]))
             OUTS(c, "OK\r\n");
     } else {
