@@ -239,12 +239,15 @@ static void cmd_update(nvc_conn *c, tok *t, int nt, int cmd)
     memset(p, 0, sizeof *p);
     p->noreply = nt == base + 1 && is_noreply(&t[base]);
     int64_t exptime, bytes;
-    if (t[1].n > NVC_KEY_MAX || !parse_u32(&t[2], &p->flags) || !parse_i32(&t[3], &exptime) ||
+    uint64_t flags;
+    /* Flags wider than 32 bits are truncated, as memcached 1.6 does. */
+    if (t[1].n > NVC_KEY_MAX || !parse_u64(&t[2], &flags) || !parse_i32(&t[3], &exptime) ||
         !parse_i32(&t[4], &bytes) || bytes < 0 ||
         (cmd == CMD_CAS && !parse_u64(&t[5], &p->cas))) {
         OUTS(c, "CLIENT_ERROR bad command line format\r\n");
         return;
     }
+    p->flags = (uint32_t)flags;
     p->cmd = cmd;
     p->klen = (uint8_t)t[1].n;
     memcpy(p->key, t[1].s, t[1].n);
