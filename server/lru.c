@@ -164,6 +164,9 @@ int lru_victim(nvc_lru *l, char *key)
                 continue;
             }
             memcpy(key, e->key, e->klen);
+            /* Move on: coming back to this bucket would find the entries
+             * whose bit was just cleared and take them too. */
+            l->hand = (l->hand + 1) & (l->nb - 1);
             return e->klen;
         }
         l->hand = (l->hand + 1) & (l->nb - 1);
