@@ -87,6 +87,12 @@ static int parse_int(const char *s, long lo, long hi, long *out)
 
 static void conn_free(nvc_conn *c)
 {
+    if (c->prev)
+        c->prev->next = c->next;
+    else
+        c->w->conns = c->next;
+    if (c->next)
+        c->next->prev = c->prev;
     bufferevent_free(c->bev);
     free(c);
     __atomic_fetch_sub(&nvc_srv.curr_conns, 1, __ATOMIC_RELAXED);
@@ -167,6 +173,10 @@ static void accept_cb(struct evconnlistener *l, evutil_socket_t fd, struct socka
     }
     c->bev = bev;
     c->w = w;
+    c->next = w->conns;
+    if (w->conns)
+        w->conns->prev = c;
+    w->conns = c;
     c->state = CONN_LINE;
     /* Input is bounded by the largest thing one request may need. */
     bufferevent_setwatermark(bev, EV_READ, 0, nvc_srv.set.item_max + NVC_GET_LINE_MAX);
@@ -243,8 +253,10 @@ static void stop_cb(evutil_socket_t sig, short what, void *arg)
     (void)what;
     if (nvc_srv.set.verbose)
         fprintf(stderr, "nvcached: signal %d, stopping\n", (int)sig);
+    /* loopexit, not loopbreak: a worker that has not entered its loop yet
+     * would clear a break flag when it does, and never stop. */
     for (int i = 0; i < nvc_srv.set.threads; i++)
-        event_base_loopbreak(nvc_srv.workers[i].base);
+        event_base_loopexit(nvc_srv.workers[i].base, NULL);
     event_base_loopbreak(arg);
 }
 
@@ -326,6 +338,15 @@ int main(int argc, char **argv)
     nvc_srv.verbose = set->verbose;
     signal(SIGPIPE, SIG_IGN);
     evthread_use_pthreads();
+    /* Signals first: a SIGTERM from the moment the port is open on must
+     * reach stop_cb (the default action would skip the clean close). */
+    struct event_base *mainbase = event_base_new();
+    struct event *sigterm = mainbase ? evsignal_new(mainbase, SIGTERM, stop_cb, mainbase) : NULL;
+    struct event *sigint = mainbase ? evsignal_new(mainbase, SIGINT, stop_cb, mainbase) : NULL;
+    if (!sigterm || !sigint || evsignal_add(sigterm, NULL) || evsignal_add(sigint, NULL)) {
+        fprintf(stderr, "nvcached: cannot set up the event loop\n");
+        return 1;
+    }
 
     char err[512];
     nvc_store_config sc = { .path = set->pool, .pool_flags = set->pool_flags,
@@ -344,8 +365,7 @@ int main(int argc, char **argv)
     nvc_srv.workers = calloc((size_t)set->threads, sizeof *nvc_srv.workers);
     pthread_t *tids = calloc((size_t)set->threads, sizeof *tids);
     struct evconnlistener **ls = calloc((size_t)set->threads, sizeof *ls);
-    struct event_base *mainbase = event_base_new();
-    if (!nvc_srv.workers || !tids || !ls || !mainbase) {
+    if (!nvc_srv.workers || !tids || !ls) {
         fprintf(stderr, "nvcached: out of memory\n");
         return 1;
     }
@@ -358,10 +378,6 @@ int main(int argc, char **argv)
             return 1;
         }
     }
-    struct event *sigterm = evsignal_new(mainbase, SIGTERM, stop_cb, mainbase);
-    struct event *sigint = evsignal_new(mainbase, SIGINT, stop_cb, mainbase);
-    evsignal_add(sigterm, NULL);
-    evsignal_add(sigint, NULL);
     for (int i = 0; i < set->threads; i++)
         pthread_create(&tids[i], NULL, worker_main, &nvc_srv.workers[i]);
     if (set->verbose)
@@ -372,8 +388,12 @@ int main(int argc, char **argv)
         pthread_join(tids[i], NULL);
     /* Connections still open are dropped with the process; every reply
      * they were sent was durable already. */
-    for (int i = 0; i < set->threads; i++)
+    for (int i = 0; i < set->threads; i++) {
         evconnlistener_free(ls[i]);
+        while (nvc_srv.workers[i].conns)
+            conn_free(nvc_srv.workers[i].conns);
+        event_base_free(nvc_srv.workers[i].base);
+    }
     close(fd);
     nvc_store_close(nvc_srv.store);
     event_free(sigterm);

@@ -48,8 +48,11 @@ typedef struct nvc_counters {
 
 #define NVC_COUNT(c, field, n) __atomic_fetch_add(&(c)->field, (n), __ATOMIC_RELAXED)
 
+struct nvc_conn;
+
 typedef struct nvc_worker {
     struct event_base *base;
+    struct nvc_conn *conns;       /* open connections (freed at exit) */
     nvc_counters cnt;
     char *scratch;                /* value assembly (grows up to item_max) */
     size_t scratch_cap;
@@ -85,6 +88,7 @@ typedef struct nvc_pending {
 } nvc_pending;
 
 typedef struct nvc_conn {
+    struct nvc_conn *prev, *next; /* the worker's list */
     struct bufferevent *bev;
     nvc_worker *w;
     int state;
