@@ -78,6 +78,11 @@ class Server:
         else:
             rc = self.proc.returncode if self.proc else None
         self.logf.close()
+        with open(self.log, "rb") as f:
+            log = f.read()
+        # sanitizer builds: any report fails the test that started the server
+        for marker in (b"Sanitizer", b"runtime error:", b"WARNING: ThreadSanitizer"):
+            assert marker not in log, log.decode(errors="replace")[-4000:]
         return rc
 
     def kill9(self):
