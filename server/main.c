@@ -10,7 +10,6 @@
 #include <nvheap.h>
 
 #include <event2/buffer.h>
-#include <event2/bufferevent.h>
 #include <event2/event.h>
 #include <event2/listener.h>
 #include <event2/thread.h>
@@ -93,56 +92,111 @@ static void conn_free(nvc_conn *c)
         c->w->conns = c->next;
     if (c->next)
         c->next->prev = c->prev;
-    bufferevent_free(c->bev);
+    event_free(c->rev);
+    event_free(c->wev);
+    evbuffer_free(c->in);
+    evbuffer_free(c->out);
+    close(c->fd);
     free(c);
     __atomic_fetch_sub(&nvc_srv.curr_conns, 1, __ATOMIC_RELAXED);
 }
 
+/* Writes what it can now; the rest waits for the socket (write event).
+ * Returns -1 if the connection is gone. */
+static int conn_flush(nvc_conn *c)
+{
+    while (evbuffer_get_length(c->out) > 0) {
+        int n = evbuffer_write(c->out, c->fd);
+        if (n < 0) {
+            if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)
+                break;
+            return -1;
+        }
+        if (n == 0)
+            break;
+    }
+    if (evbuffer_get_length(c->out) > 0) {
+        if (!c->wev_on) {
+            event_add(c->wev, NULL);
+            c->wev_on = true;
+        }
+    } else if (c->wev_on) {
+        event_del(c->wev);
+        c->wev_on = false;
+    }
+    return 0;
+}
+
+static void conn_read_enable(nvc_conn *c, bool on)
+{
+    if (on != c->rev_on) {
+        if (on)
+            event_add(c->rev, NULL);
+        else
+            event_del(c->rev);
+        c->rev_on = on;
+    }
+}
+
+/* Process what is buffered, reply at once (no extra loop pass: replies
+ * to one read go out in one writev), and decide whether to keep reading. */
 static void conn_run(nvc_conn *c)
 {
-    struct evbuffer *out = bufferevent_get_output(c->bev);
     if (!c->closing && nvc_proto_process(c) < 0)
         c->closing = true;
-    if (c->closing) {
-        bufferevent_disable(c->bev, EV_READ);
-        if (evbuffer_get_length(out) == 0)
-            conn_free(c);
-        return;
-    }
-    if (evbuffer_get_length(out) > NVC_OUT_HIGH) {
-        /* The client does not read its replies: stop reading its requests
-         * until they drain, so memory per connection stays bounded. */
-        bufferevent_disable(c->bev, EV_READ);
-        c->paused = true;
-    }
-}
-
-static void read_cb(struct bufferevent *bev, void *arg)
-{
-    (void)bev;
-    conn_run(arg);
-}
-
-static void write_cb(struct bufferevent *bev, void *arg)
-{
-    nvc_conn *c = arg;
-    (void)bev;
-    if (c->closing) {
+    if (conn_flush(c) < 0) {
         conn_free(c);
         return;
     }
-    if (c->paused) {
-        c->paused = false;
-        bufferevent_enable(c->bev, EV_READ);
-        conn_run(c);         /* requests already buffered */
+    size_t pending = evbuffer_get_length(c->out);
+    if (c->closing) {
+        conn_read_enable(c, false);
+        if (pending == 0)
+            conn_free(c);
+        return;
     }
+    /* A client that does not read its replies is not read from until they
+     * drain; input is bounded by the largest thing one request may need. */
+    c->paused = pending > NVC_OUT_HIGH;
+    conn_read_enable(c, !c->paused &&
+                     evbuffer_get_length(c->in) < nvc_srv.set.item_max + NVC_GET_LINE_MAX);
 }
 
-static void event_cb(struct bufferevent *bev, short what, void *arg)
+static void read_cb(evutil_socket_t fd, short what, void *arg)
 {
-    (void)bev;
-    if (what & (BEV_EVENT_EOF | BEV_EVENT_ERROR))
-        conn_free(arg);
+    nvc_conn *c = arg;
+    (void)what;
+    struct evbuffer_iovec v;
+    if (evbuffer_reserve_space(c->in, 16384, &v, 1) < 1) {
+        conn_free(c);
+        return;
+    }
+    ssize_t n = recv(fd, v.iov_base, v.iov_len, 0);
+    if (n <= 0) {
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
+            return;
+        conn_free(c);              /* EOF or error: the client is gone */
+        return;
+    }
+    v.iov_len = (size_t)n;
+    evbuffer_commit_space(c->in, &v, 1);
+    conn_run(c);
+}
+
+static void write_cb(evutil_socket_t fd, short what, void *arg)
+{
+    nvc_conn *c = arg;
+    (void)fd, (void)what;
+    if (conn_flush(c) < 0) {
+        conn_free(c);
+        return;
+    }
+    if (evbuffer_get_length(c->out) == 0 && c->closing) {
+        conn_free(c);
+        return;
+    }
+    if (c->paused && evbuffer_get_length(c->out) <= NVC_OUT_HIGH / 2)
+        conn_run(c);               /* requests already buffered */
 }
 
 static void accept_cb(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr *sa,
@@ -163,25 +217,34 @@ static void accept_cb(struct evconnlistener *l, evutil_socket_t fd, struct socka
     __atomic_fetch_add(&nvc_srv.total_conns, 1, __ATOMIC_RELAXED);
     int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    evutil_make_socket_nonblocking(fd);
     nvc_conn *c = calloc(1, sizeof *c);
-    struct bufferevent *bev = c ? bufferevent_socket_new(w->base, fd, BEV_OPT_CLOSE_ON_FREE) : NULL;
-    if (!bev) {
-        free(c);
+    if (c) {
+        c->fd = fd;
+        c->w = w;
+        c->in = evbuffer_new();
+        c->out = evbuffer_new();
+        c->rev = event_new(w->base, fd, EV_READ | EV_PERSIST, read_cb, c);
+        c->wev = event_new(w->base, fd, EV_WRITE | EV_PERSIST, write_cb, c);
+    }
+    if (!c || !c->in || !c->out || !c->rev || !c->wev) {
+        if (c) {
+            if (c->in) evbuffer_free(c->in);
+            if (c->out) evbuffer_free(c->out);
+            if (c->rev) event_free(c->rev);
+            if (c->wev) event_free(c->wev);
+            free(c);
+        }
         close(fd);
         __atomic_fetch_sub(&nvc_srv.curr_conns, 1, __ATOMIC_RELAXED);
         return;
     }
-    c->bev = bev;
-    c->w = w;
     c->next = w->conns;
     if (w->conns)
         w->conns->prev = c;
     w->conns = c;
     c->state = CONN_LINE;
-    /* Input is bounded by the largest thing one request may need. */
-    bufferevent_setwatermark(bev, EV_READ, 0, nvc_srv.set.item_max + NVC_GET_LINE_MAX);
-    bufferevent_setcb(bev, read_cb, write_cb, event_cb, c);
-    bufferevent_enable(bev, EV_READ | EV_WRITE);
+    conn_read_enable(c, true);
 }
 
 char *nvc_scratch(nvc_worker *w, size_t n)

@@ -11,7 +11,7 @@
 #include <stdint.h>
 
 struct event_base;
-struct bufferevent;
+struct event;
 struct evbuffer;
 
 #define NVC_VERSION "1.0.0"
@@ -89,7 +89,10 @@ typedef struct nvc_pending {
 
 typedef struct nvc_conn {
     struct nvc_conn *prev, *next; /* the worker's list */
-    struct bufferevent *bev;
+    int fd;
+    struct event *rev, *wev;      /* read and write events */
+    bool rev_on, wev_on;
+    struct evbuffer *in, *out;
     nvc_worker *w;
     int state;
     size_t swallow;

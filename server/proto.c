@@ -13,7 +13,6 @@
 #include "nvcached.h"
 
 #include <event2/buffer.h>
-#include <event2/bufferevent.h>
 
 #include <ctype.h>
 #include <inttypes.h>
@@ -38,7 +37,7 @@ typedef struct tok {
 
 static void out(nvc_conn *c, const void *s, size_t n)
 {
-    evbuffer_add(bufferevent_get_output(c->bev), s, n);
+    evbuffer_add(c->out, s, n);
     NVC_COUNT(&c->w->cnt, bytes_written, n);
 }
 #define OUTS(c, lit) out((c), (lit), sizeof(lit) - 1)
@@ -1210,7 +1209,7 @@ static bool get_prefix(const char *p, size_t n)
 
 int nvc_proto_process(nvc_conn *c)
 {
-    struct evbuffer *in = bufferevent_get_input(c->bev);
+    struct evbuffer *in = c->in;
     for (;;) {
         size_t avail = evbuffer_get_length(in);
         if (c->state == CONN_SWALLOW) {
@@ -1293,7 +1292,7 @@ int nvc_proto_process(nvc_conn *c)
         if (rc < 0)
             return -1;
         /* Let main.c pause a client whose replies pile up. */
-        if (evbuffer_get_length(bufferevent_get_output(c->bev)) > NVC_OUT_HIGH)
+        if (evbuffer_get_length(c->out) > NVC_OUT_HIGH)
             return 0;
     }
 }

@@ -171,7 +171,13 @@ nvc_store *nvc_store_open(const nvc_store_config *cfg, char *err, size_t errlen)
     }
     s->cfg = *cfg;
     s->path = strdup(cfg->path);
-    pthread_mutex_init(&s->lock, NULL);
+    /* Adaptive: critical sections are short (a lookup and a copy, or one
+     * durable map operation), so spinning a little beats sleeping. */
+    pthread_mutexattr_t ma;
+    pthread_mutexattr_init(&ma);
+    pthread_mutexattr_settype(&ma, PTHREAD_MUTEX_ADAPTIVE_NP);
+    pthread_mutex_init(&s->lock, &ma);
+    pthread_mutexattr_destroy(&ma);
     s->lru = lru_new();
     if (!s->path || !s->lru) {
         snprintf(err, errlen, "out of memory");

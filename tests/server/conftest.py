@@ -47,10 +47,24 @@ def wait_port(port, proc, timeout=20.0):
     raise RuntimeError("server did not listen on %d" % port)
 
 
+LIVE = []   # every Server started, so a failing test leaves no process behind
+
+
+@pytest.fixture(autouse=True)
+def reap_servers():
+    yield
+    while LIVE:
+        s = LIVE.pop()
+        if s.proc and s.proc.poll() is None:
+            s.proc.kill()
+            s.proc.wait()
+
+
 class Server:
     """One nvcached process on its own pool; restartable on the same pool."""
 
     def __init__(self, tmpdir, args=(), domain="process", pool=None):
+        LIVE.append(self)
         self.pool = pool or os.path.join(tmpdir, "nvcached.pool")
         self.args = list(args)
         self.domain = domain
