@@ -11,9 +11,13 @@
  * the next process starts above every value ever used.
  *
  * Eviction: the DRAM index (lru.c) knows each item's key and size. After a
- * restart a background thread walks the map and fills it in; until then
- * items of the earlier run are neither counted nor evictable, and serving
- * never waits for it. */
+ * restart it knows only the items stored since; the earlier run's items
+ * are counted by `bytes_hint` (root, stored without a fence on every
+ * change: exact after SIGKILL, a hint after a power loss) until a
+ * background walk of the map indexes them. That walk holds the map's lock
+ * for its whole length (the map has no cursor), so it starts only when the
+ * memory in use reaches half the limit: a restart under the limit never
+ * scans, and serving never waits for a scan it did not need. */
 #include "store.h"
 #include "lru.h"
 
@@ -42,11 +46,16 @@ struct nvc_root {
     uint64_t flush_cas;      /* items with cas <= this are flushed                 */
     int64_t oldest_live;     /* flush_all delay: items stored at or before it are
                                 flushed once now >= it; 0 = none                    */
-    uint64_t reserved[9];
+    uint64_t bytes_hint;     /* item bytes (store.c's item_size) at the last
+                                change: plain store, no fence                        */
+    uint64_t items_hint;     /* items at the last change: the same way           */
+    uint64_t reserved[7];
 };
 _Static_assert(sizeof(struct nvc_root) == 128, "nvc_root is 128 bytes on media");
 _Static_assert(offsetof(struct nvc_root, map) == 16, "nvc_root.map offset");
 _Static_assert(offsetof(struct nvc_root, oldest_live) == 48, "nvc_root.oldest_live offset");
+_Static_assert(offsetof(struct nvc_root, bytes_hint) == 56, "nvc_root.bytes_hint offset");
+_Static_assert(offsetof(struct nvc_root, items_hint) == 64, "nvc_root.items_hint offset");
 
 struct nvc_store {
     pthread_mutex_t lock;
@@ -59,6 +68,8 @@ struct nvc_store {
     uint64_t next_cas;
     uint64_t evictions, reclaimed, total_items;   /* under the lock */
     uint64_t recovery_us;
+    uint64_t old_bytes;      /* bytes_hint at open: the earlier run's items, until indexed */
+    uint64_t old_items;      /* items_hint at open, the same way */
     pthread_t scan_thread;
     bool scan_started;
     int scan_stop;           /* atomic */
@@ -93,6 +104,30 @@ static bool hdr_live(const struct nvc_root *r, const nvc_hdr *h, int64_t now)
 
 void nvc_store_lock(nvc_store *s) { pthread_mutex_lock(&s->lock); }
 void nvc_store_unlock(nvc_store *s) { pthread_mutex_unlock(&s->lock); }
+
+/* Item bytes in use: exact once the index is complete, else the index
+ * plus what the earlier run left (an over-estimate if keys were rewritten). */
+static uint64_t mem_used(nvc_store *s)
+{
+    uint64_t b = lru_bytes(s->lru);
+    if (!__atomic_load_n(&s->scan_done, __ATOMIC_ACQUIRE))
+        b += s->old_bytes;
+    return b;
+}
+
+static uint64_t items_used(nvc_store *s)
+{
+    uint64_t n = lru_count(s->lru);
+    if (!__atomic_load_n(&s->scan_done, __ATOMIC_ACQUIRE))
+        n += s->old_items;
+    return n;
+}
+
+static void note_change(nvc_store *s)
+{
+    s->root->bytes_hint = mem_used(s);
+    s->root->items_hint = items_used(s);
+}
 
 /* ---- the background scan ---------------------------------------------- */
 
@@ -156,7 +191,11 @@ static void *scan_main(void *arg)
     }
     free(b.p);
     __atomic_store_n(&s->scan_us, now_us() - t0, __ATOMIC_RELAXED);
+    /* Under the lock: mem_used switches from "index + hint" to "index"
+     * between two changes, never in the middle of one. */
+    nvc_store_lock(s);
     __atomic_store_n(&s->scan_done, 1, __ATOMIC_RELEASE);
+    nvc_store_unlock(s);
     return NULL;
 }
 
@@ -227,10 +266,10 @@ nvc_store *nvc_store_open(const nvc_store_config *cfg, char *err, size_t errlen)
     nvh_persist(s->pool, &r->generation, sizeof r->generation);
     s->next_cas = r->cas_reserved + 1;
     s->recovery_us = now_us() - t0;
-    if (pthread_create(&s->scan_thread, NULL, scan_main, s) == 0)
-        s->scan_started = true;
-    else
-        __atomic_store_n(&s->scan_done, 1, __ATOMIC_RELEASE);
+    s->old_bytes = nvh_hmap_count(s->map) ? r->bytes_hint : 0;
+    s->old_items = s->old_bytes ? r->items_hint : 0;
+    if (s->old_bytes == 0)
+        __atomic_store_n(&s->scan_done, 1, __ATOMIC_RELEASE);   /* nothing to index */
     return s;
 fail:
     nvc_store_close(s);
@@ -244,6 +283,10 @@ void nvc_store_close(nvc_store *s)
     if (s->scan_started) {
         __atomic_store_n(&s->scan_stop, 1, __ATOMIC_RELAXED);
         pthread_join(s->scan_thread, NULL);
+    }
+    if (s->map && s->root) {
+        note_change(s);
+        nvh_persist(s->pool, &s->root->bytes_hint, 2 * sizeof s->root->bytes_hint);
     }
     if (s->map)
         nvh_hmap_close(s->map);
@@ -274,6 +317,26 @@ int nvc_store_find(nvc_store *s, const char *key, size_t klen, int64_t now, bool
     return 1;
 }
 
+static void maybe_start_scan(nvc_store *s, uint64_t need)
+{
+    if (s->scan_started || __atomic_load_n(&s->scan_done, __ATOMIC_ACQUIRE))
+        return;
+    if (mem_used(s) + need <= s->cfg.limit_bytes / 2)
+        return;
+    if (pthread_create(&s->scan_thread, NULL, scan_main, s) == 0)
+        s->scan_started = true;
+}
+
+int nvc_store_index_rebuild(nvc_store *s)
+{
+    nvc_store_lock(s);
+    if (!s->scan_started && !__atomic_load_n(&s->scan_done, __ATOMIC_ACQUIRE) &&
+        pthread_create(&s->scan_thread, NULL, scan_main, s) == 0)
+        s->scan_started = true;
+    nvc_store_unlock(s);
+    return 0;
+}
+
 static int evict_one(nvc_store *s)
 {
     char victim[NVC_KEY_MAX + 1];
@@ -283,6 +346,7 @@ static int evict_one(nvc_store *s)
     if (nvh_hmap_delete(s->map, victim, (size_t)vk) == 0)
         s->evictions++;
     lru_remove(s->lru, victim, (size_t)vk);
+    note_change(s);
     return 1;
 }
 
@@ -296,9 +360,19 @@ int nvc_store_put(nvc_store *s, const char *key, size_t klen, void *value, size_
     /* Make room first: the old item of this key (if indexed) is replaced. */
     int64_t known = lru_size(s->lru, key, klen);
     uint64_t oldsize = known > 0 ? (uint64_t)known : 0;
-    while (lru_bytes(s->lru) - oldsize + size > limit) {
-        if (s->cfg.no_evict || !evict_one(s))
+    maybe_start_scan(s, size);
+    bool indexed = __atomic_load_n(&s->scan_done, __ATOMIC_ACQUIRE);
+    while (mem_used(s) - oldsize + size > limit) {
+        if (s->cfg.no_evict)
             return NVC_NOMEM;
+        if (!evict_one(s)) {
+            /* Only the earlier run's items are left and the index of them
+             * is still being built: store over the limit for that time
+             * rather than fail. */
+            if (!indexed)
+                break;
+            return NVC_NOMEM;
+        }
         if (!lru_contains(s->lru, key, klen))
             oldsize = 0;             /* evicted this very key */
     }
@@ -324,6 +398,7 @@ int nvc_store_put(nvc_store *s, const char *key, size_t klen, void *value, size_
     }
     lru_set(s->lru, key, klen, size, false);
     s->total_items++;
+    note_change(s);
     if (cas)
         *cas = h->cas;
     return NVC_OK;
@@ -333,6 +408,7 @@ int nvc_store_delete(nvc_store *s, const char *key, size_t klen)
 {
     int rc = nvh_hmap_delete(s->map, key, klen);
     lru_remove(s->lru, key, klen);
+    note_change(s);
     if (rc == 0)
         return 1;
     if (rc != NVH_E_NOTFOUND)
@@ -361,8 +437,8 @@ void nvc_store_stats_get(nvc_store *s, nvc_store_stats *st)
     memset(st, 0, sizeof *st);
     nvc_store_lock(s);
     st->scan_done = __atomic_load_n(&s->scan_done, __ATOMIC_ACQUIRE);
-    st->curr_items = st->scan_done ? lru_count(s->lru) : nvh_hmap_count(s->map);
-    st->bytes = lru_bytes(s->lru);
+    st->curr_items = items_used(s);
+    st->bytes = mem_used(s);
     st->limit_bytes = s->cfg.limit_bytes;
     st->evictions = s->evictions;
     st->reclaimed = s->reclaimed;

@@ -67,8 +67,9 @@ typedef struct nvc_store_stats {
 } nvc_store_stats;
 
 /* Opens (or creates) the pool and the map, bumps the generation; returns
- * NULL with a message in err. The background scan that rebuilds the DRAM
- * eviction index starts at once and never delays serving. */
+ * NULL with a message in err. Nothing is scanned: the DRAM eviction index
+ * of the earlier run's items is rebuilt in the background once the memory
+ * in use reaches half the limit (or nvc_store_index_rebuild). */
 nvc_store *nvc_store_open(const nvc_store_config *config, char *err, size_t errlen);
 void nvc_store_close(nvc_store *s);
 
@@ -90,6 +91,10 @@ int nvc_store_delete(nvc_store *s, const char *key, size_t klen);
 /* flush_all: every item stored so far is invalid now (delay 0) or at
  * now + delay; durable on return. */
 int nvc_store_flush(nvc_store *s, int64_t now, int64_t delay);
+
+/* Start indexing the earlier run's items now (normally started when the
+ * memory in use reaches half the limit). */
+int nvc_store_index_rebuild(nvc_store *s);
 
 void nvc_store_stats_get(nvc_store *s, nvc_store_stats *st);
 void nvc_store_stats_reset(nvc_store *s);

@@ -71,13 +71,33 @@ def test_restart_rebuilds_index_and_keeps_limit(tmpdir_nv):
     s.start()
     c = s.client()
     assert c.get("old149")[1] == VAL                   # served before the rebuild is needed
+    st = c.stats()
+    assert st["nvheap_index_rebuilt"] == "0"           # no scan on the way to serving
+    assert st["bytes"] == before["bytes"]              # the hint, exact after SIGKILL
+    assert c.set("trigger", "x") == b"STORED"          # over half the limit: rebuild starts
     wait_rebuilt(c)
     st = c.stats()
-    assert st["bytes"] == before["bytes"] and st["curr_items"] == before["curr_items"]
+    assert int(st["curr_items"]) == int(before["curr_items"]) + 1
     for i in range(300):
         assert c.set("new%d" % i, VAL) == b"STORED"
     st = c.stats()
     assert int(st["bytes"]) <= 2 << 20 and int(st["evictions"]) > 100
     assert c.get("new299")[1] == VAL
     assert sum(c.get("old%d" % i) is not None for i in range(150)) < 30
+    s.stop()
+
+
+def test_restart_under_half_the_limit_never_scans(tmpdir_nv):
+    s = Server(tmpdir_nv, args=["-m", "64"]).start()
+    c = s.client()
+    for i in range(100):
+        c.set("k%d" % i, VAL)
+    s.kill9()
+    s.start()
+    c = s.client()
+    for i in range(50):
+        assert c.set("n%d" % i, VAL) == b"STORED"
+    st = c.stats()
+    assert st["nvheap_index_rebuilt"] == "0" and int(st["curr_items"]) == 150
+    assert int(st["bytes"]) >= 150 * 10000
     s.stop()
