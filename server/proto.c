@@ -614,6 +614,7 @@ static void cmd_stats(nvc_conn *c, tok *t, int nt)
         outf(c, "STAT nvheap_recovery_us %" PRIu64 "\r\n", st.recovery_us);
         outf(c, "STAT nvheap_index_rebuilt %d\r\n", st.scan_done ? 1 : 0);
         outf(c, "STAT nvheap_index_rebuild_us %" PRIu64 "\r\n", st.scan_us);
+        outf(c, "STAT nvheap_index_walk_us %" PRIu64 "\r\n", st.walk_us);
         outf(c, "STAT nvheap_lines_flushed %" PRIu64 "\r\n", st.lines_flushed);
         outf(c, "STAT nvheap_fences %" PRIu64 "\r\n", st.fences);
         outf(c, "STAT nvheap_changes %" PRIu64 "\r\n", ops);

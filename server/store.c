@@ -75,6 +75,7 @@ struct nvc_store {
     int scan_stop;           /* atomic */
     int scan_done;           /* atomic */
     uint64_t scan_us;        /* atomic */
+    uint64_t walk_us;        /* atomic: the part that holds the map's lock */
 };
 
 static uint64_t now_us(void)
@@ -172,6 +173,7 @@ static void *scan_main(void *arg)
     /* The walk holds only the map's own lock; entries are checked again
      * under the store lock below (one may have gone or changed since). */
     nvh_hmap_foreach(s->map, scan_fn, &b);
+    __atomic_store_n(&s->walk_us, now_us() - t0, __ATOMIC_RELAXED);
     size_t off = 0;
     while (off < b.len && !__atomic_load_n(&s->scan_stop, __ATOMIC_RELAXED)) {
         nvc_store_lock(s);
@@ -454,6 +456,7 @@ void nvc_store_stats_get(nvc_store *s, nvc_store_stats *st)
     st->fences = ps.fences;
     st->recovery_us = s->recovery_us;
     st->scan_us = __atomic_load_n(&s->scan_us, __ATOMIC_RELAXED);
+    st->walk_us = __atomic_load_n(&s->walk_us, __ATOMIC_RELAXED);
     st->path = s->path;
     st->domain = nvh_domain_name(nvh_pool_domain(s->pool));
 }

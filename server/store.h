@@ -61,6 +61,7 @@ typedef struct nvc_store_stats {
     uint64_t lines_flushed, fences;
     uint64_t recovery_us;        /* pool + map open time at start              */
     uint64_t scan_us;            /* background scan duration (0 until done)    */
+    uint64_t walk_us;            /* its map walk, during which requests wait  */
     bool scan_done;
     const char *path, *domain;
     uint64_t pool_size;
