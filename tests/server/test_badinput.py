@@ -97,8 +97,14 @@ def test_connection_limit_and_idle_connections(tmpdir_nv):
     healthy(s)
     for c in conns[1:]:
         c.close()
-    st = s.client().stats()
-    assert int(st["rejected_connections"]) == 1
+    # the server sees the closes asynchronously: retry while still full
+    for _ in range(100):
+        try:
+            st = s.client().stats()
+            break
+        except (EOFError, ConnectionResetError):
+            time.sleep(0.05)
+    assert int(st["rejected_connections"]) >= 1
     s.stop()
     # many idle connections (bounded by this process's descriptor limit)
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
