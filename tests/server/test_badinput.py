@@ -108,7 +108,7 @@ def test_connection_limit_and_idle_connections(tmpdir_nv):
     s.stop()
     # many idle connections (bounded by this process's descriptor limit)
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    n = min(2000, soft - 100)
+    n = min(10000, soft - 100)
     s = Server(tmpdir_nv, args=["-c", str(n + 10)]).start()
     idle = [s.client() for _ in range(n)]
     healthy(s)
