@@ -1,0 +1,471 @@
+/* main.c — nvcached: options, the listening socket, one libevent loop per
+ * worker thread, connections, and a graceful stop on SIGTERM/SIGINT.
+ *
+ * Every worker runs its own event_base with its own listener on the one
+ * shared listening socket (the kernel hands each accepted connection to one
+ * of them), so a connection lives on one thread and needs no locking of its
+ * own; items are shared through the store and its lock (store.h). */
+#include "nvcached.h"
+
+#include <nvheap.h>
+
+#include <event2/buffer.h>
+#include <event2/event.h>
+#include <event2/listener.h>
+#include <event2/thread.h>
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <getopt.h>
+#include <limits.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+nvc_server nvc_srv;
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+        "nvcached " NVC_VERSION " — a memcached-compatible cache whose items survive kill -9\n"
+        "usage: nvcached [options]\n"
+        "  -p, --port=PORT          TCP port (default 11211)\n"
+        "  -l, --listen=ADDR        address to listen on (default 127.0.0.1)\n"
+        "  -m, --memory-limit=MiB   item memory limit (default 64)\n"
+        "  -c, --conn-limit=N       max simultaneous connections (default 1024)\n"
+        "  -t, --threads=N          worker threads (default 4)\n"
+        "  -I, --max-item-size=SIZE largest item, k/m suffix allowed (default 1m)\n"
+        "  -M, --disable-evictions  answer SERVER_ERROR out of memory instead of evicting\n"
+        "  -v, --verbose            log errors (-vv: every command)\n"
+        "      --pool=PATH          pool file (default ./nvcached.pool; created if missing)\n"
+        "      --domain=NAME        persistence domain: pmem, eadr, msync, process\n"
+        "                           (default: detected from the file system)\n"
+        "  -h, --help               this text\n"
+        "  -V, --version            the version\n"
+        "Every acknowledged change (STORED, DELETED, ...) is durable in the pool's\n"
+        "domain before the reply is sent. See docs/NVCACHED.md.\n");
+}
+
+static int parse_size(const char *s, size_t *out)
+{
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno || end == s)
+        return -1;
+    if (*end == 'k' || *end == 'K')
+        v <<= 10, end++;
+    else if (*end == 'm' || *end == 'M')
+        v <<= 20, end++;
+    if (*end)
+        return -1;
+    *out = (size_t)v;
+    return 0;
+}
+
+static int parse_int(const char *s, long lo, long hi, long *out)
+{
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || end == s || *end || v < lo || v > hi)
+        return -1;
+    *out = v;
+    return 0;
+}
+
+/* ---- connections -------------------------------------------------------- */
+
+static void conn_free(nvc_conn *c)
+{
+    if (c->prev)
+        c->prev->next = c->next;
+    else
+        c->w->conns = c->next;
+    if (c->next)
+        c->next->prev = c->prev;
+    event_free(c->rev);
+    event_free(c->wev);
+    evbuffer_free(c->in);
+    evbuffer_free(c->out);
+    close(c->fd);
+    free(c);
+    __atomic_fetch_sub(&nvc_srv.curr_conns, 1, __ATOMIC_RELAXED);
+}
+
+/* Writes what it can now; the rest waits for the socket (write event).
+ * Returns -1 if the connection is gone. */
+static int conn_flush(nvc_conn *c)
+{
+    while (evbuffer_get_length(c->out) > 0) {
+        int n = evbuffer_write(c->out, c->fd);
+        if (n < 0) {
+            if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)
+                break;
+            return -1;
+        }
+        if (n == 0)
+            break;
+    }
+    if (evbuffer_get_length(c->out) > 0) {
+        if (!c->wev_on) {
+            event_add(c->wev, NULL);
+            c->wev_on = true;
+        }
+    } else if (c->wev_on) {
+        event_del(c->wev);
+        c->wev_on = false;
+    }
+    return 0;
+}
+
+static void conn_read_enable(nvc_conn *c, bool on)
+{
+    if (on != c->rev_on) {
+        if (on)
+            event_add(c->rev, NULL);
+        else
+            event_del(c->rev);
+        c->rev_on = on;
+    }
+}
+
+/* Process what is buffered, reply at once (no extra loop pass: replies
+ * to one read go out in one writev), and decide whether to keep reading. */
+static void conn_run(nvc_conn *c)
+{
+    if (!c->closing && nvc_proto_process(c) < 0)
+        c->closing = true;
+    if (conn_flush(c) < 0) {
+        conn_free(c);
+        return;
+    }
+    size_t pending = evbuffer_get_length(c->out);
+    if (c->closing) {
+        conn_read_enable(c, false);
+        if (pending == 0)
+            conn_free(c);
+        return;
+    }
+    /* A client that does not read its replies is not read from until they
+     * drain; input is bounded by the largest thing one request may need. */
+    c->paused = pending > NVC_OUT_HIGH;
+    conn_read_enable(c, !c->paused &&
+                     evbuffer_get_length(c->in) < nvc_srv.set.item_max + NVC_GET_LINE_MAX);
+}
+
+static void read_cb(evutil_socket_t fd, short what, void *arg)
+{
+    nvc_conn *c = arg;
+    (void)what;
+    struct evbuffer_iovec v;
+    if (evbuffer_reserve_space(c->in, 16384, &v, 1) < 1) {
+        conn_free(c);
+        return;
+    }
+    ssize_t n = recv(fd, v.iov_base, v.iov_len, 0);
+    if (n <= 0) {
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
+            return;
+        conn_free(c);              /* EOF or error: the client is gone */
+        return;
+    }
+    v.iov_len = (size_t)n;
+    evbuffer_commit_space(c->in, &v, 1);
+    conn_run(c);
+}
+
+static void write_cb(evutil_socket_t fd, short what, void *arg)
+{
+    nvc_conn *c = arg;
+    (void)fd, (void)what;
+    if (conn_flush(c) < 0) {
+        conn_free(c);
+        return;
+    }
+    if (evbuffer_get_length(c->out) == 0 && c->closing) {
+        conn_free(c);
+        return;
+    }
+    if (c->paused && evbuffer_get_length(c->out) <= NVC_OUT_HIGH / 2)
+        conn_run(c);               /* requests already buffered */
+}
+
+static void accept_cb(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr *sa,
+                      int salen, void *arg)
+{
+    nvc_worker *w = arg;
+    (void)l, (void)sa, (void)salen;
+    uint64_t n = __atomic_add_fetch(&nvc_srv.curr_conns, 1, __ATOMIC_RELAXED);
+    if (n > (uint64_t)nvc_srv.set.maxconns) {
+        static const char msg[] = "ERROR Too many open connections\r\n";
+        ssize_t wr = write(fd, msg, sizeof msg - 1);
+        (void)wr;
+        close(fd);
+        __atomic_fetch_sub(&nvc_srv.curr_conns, 1, __ATOMIC_RELAXED);
+        __atomic_fetch_add(&nvc_srv.rejected_conns, 1, __ATOMIC_RELAXED);
+        return;
+    }
+    __atomic_fetch_add(&nvc_srv.total_conns, 1, __ATOMIC_RELAXED);
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    evutil_make_socket_nonblocking(fd);
+    nvc_conn *c = calloc(1, sizeof *c);
+    if (c) {
+        c->fd = fd;
+        c->w = w;
+        c->in = evbuffer_new();
+        c->out = evbuffer_new();
+        c->rev = event_new(w->base, fd, EV_READ | EV_PERSIST, read_cb, c);
+        c->wev = event_new(w->base, fd, EV_WRITE | EV_PERSIST, write_cb, c);
+    }
+    if (!c || !c->in || !c->out || !c->rev || !c->wev) {
+        if (c) {
+            if (c->in) evbuffer_free(c->in);
+            if (c->out) evbuffer_free(c->out);
+            if (c->rev) event_free(c->rev);
+            if (c->wev) event_free(c->wev);
+            free(c);
+        }
+        close(fd);
+        __atomic_fetch_sub(&nvc_srv.curr_conns, 1, __ATOMIC_RELAXED);
+        return;
+    }
+    c->next = w->conns;
+    if (w->conns)
+        w->conns->prev = c;
+    w->conns = c;
+    c->state = CONN_LINE;
+    conn_read_enable(c, true);
+}
+
+char *nvc_scratch(nvc_worker *w, size_t n)
+{
+    if (n > w->scratch_cap) {
+        size_t cap = w->scratch_cap ? w->scratch_cap : 4096;
+        while (cap < n)
+            cap *= 2;
+        char *p = realloc(w->scratch, cap);
+        if (!p)
+            return NULL;
+        w->scratch = p;
+        w->scratch_cap = cap;
+    }
+    return w->scratch;
+}
+
+void nvc_counters_sum(nvc_counters *out)
+{
+    memset(out, 0, sizeof *out);
+    uint64_t *o = (uint64_t *)out;
+    for (int i = 0; i < nvc_srv.set.threads; i++) {
+        uint64_t *p = (uint64_t *)&nvc_srv.workers[i].cnt;
+        for (size_t k = 0; k < sizeof *out / sizeof(uint64_t); k++)
+            o[k] += __atomic_load_n(&p[k], __ATOMIC_RELAXED);
+    }
+}
+
+/* ---- startup ------------------------------------------------------------ */
+
+static evutil_socket_t listen_socket(const char *addr, int port)
+{
+    struct addrinfo hints = { .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
+                              .ai_flags = AI_PASSIVE | AI_NUMERICSERV };
+    struct addrinfo *res;
+    char portstr[16];
+    snprintf(portstr, sizeof portstr, "%d", port);
+    int rc = getaddrinfo(addr, portstr, &hints, &res);
+    if (rc) {
+        fprintf(stderr, "nvcached: -l %s: %s\n", addr, gai_strerror(rc));
+        return -1;
+    }
+    evutil_socket_t fd = -1;
+    for (struct addrinfo *ai = res; ai; ai = ai->ai_next) {
+        fd = socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+        if (fd < 0)
+            continue;
+        int one = 1;
+        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+        if (bind(fd, ai->ai_addr, ai->ai_addrlen) == 0 && listen(fd, 1024) == 0)
+            break;
+        fprintf(stderr, "nvcached: listening on %s:%d: %s\n", addr, port, strerror(errno));
+        close(fd);
+        fd = -1;
+    }
+    freeaddrinfo(res);
+    return fd;
+}
+
+static void *worker_main(void *arg)
+{
+    nvc_worker *w = arg;
+    event_base_dispatch(w->base);
+    return NULL;
+}
+
+static void stop_cb(evutil_socket_t sig, short what, void *arg)
+{
+    (void)what;
+    if (nvc_srv.set.verbose)
+        fprintf(stderr, "nvcached: signal %d, stopping\n", (int)sig);
+    /* loopexit, not loopbreak: a worker that has not entered its loop yet
+     * would clear a break flag when it does, and never stop. */
+    for (int i = 0; i < nvc_srv.set.threads; i++)
+        event_base_loopexit(nvc_srv.workers[i].base, NULL);
+    event_base_loopbreak(arg);
+}
+
+int main(int argc, char **argv)
+{
+    nvc_settings *set = &nvc_srv.set;
+    *set = (nvc_settings){ .port = 11211, .addr = "127.0.0.1", .maxbytes = 64ull << 20,
+                           .maxconns = 1024, .threads = 4, .item_max = 1u << 20,
+                           .pool = "./nvcached.pool" };
+    enum { OPT_POOL = 1000, OPT_DOMAIN };
+    static const struct option opts[] = {
+        { "port", required_argument, NULL, 'p' },
+        { "listen", required_argument, NULL, 'l' },
+        { "memory-limit", required_argument, NULL, 'm' },
+        { "conn-limit", required_argument, NULL, 'c' },
+        { "threads", required_argument, NULL, 't' },
+        { "max-item-size", required_argument, NULL, 'I' },
+        { "disable-evictions", no_argument, NULL, 'M' },
+        { "verbose", no_argument, NULL, 'v' },
+        { "pool", required_argument, NULL, OPT_POOL },
+        { "domain", required_argument, NULL, OPT_DOMAIN },
+        { "help", no_argument, NULL, 'h' },
+        { "version", no_argument, NULL, 'V' },
+        { NULL, 0, NULL, 0 },
+    };
+    int o;
+    long v;
+    size_t sz;
+    while ((o = getopt_long(argc, argv, "p:l:m:c:t:I:MvhV", opts, NULL)) != -1) {
+        switch (o) {
+        case 'p':
+            if (parse_int(optarg, 0, 65535, &v)) goto bad;
+            set->port = (int)v;
+            break;
+        case 'l': set->addr = optarg; break;
+        case 'm':
+            if (parse_int(optarg, 1, 1L << 30, &v)) goto bad;
+            set->maxbytes = (uint64_t)v << 20;
+            break;
+        case 'c':
+            if (parse_int(optarg, 1, 1L << 24, &v)) goto bad;
+            set->maxconns = (int)v;
+            break;
+        case 't':
+            if (parse_int(optarg, 1, 256, &v)) goto bad;
+            set->threads = (int)v;
+            break;
+        case 'I':
+            if (parse_size(optarg, &sz) || sz < 1024 || sz > (128u << 20)) {
+                fprintf(stderr, "nvcached: -I must be between 1k and 128m\n");
+                return 2;
+            }
+            set->item_max = sz;
+            break;
+        case 'M': set->no_evict = true; break;
+        case 'v': set->verbose++; break;
+        case OPT_POOL: set->pool = optarg; break;
+        case OPT_DOMAIN: {
+            nvh_domain d;
+            if (nvh_domain_parse(optarg, &d) || d == NVH_DOMAIN_SIM) goto bad;
+            set->pool_flags = (unsigned)d;
+            break;
+        }
+        case 'h': usage(stdout); return 0;
+        case 'V': printf("nvcached " NVC_VERSION " (memcached protocol 1.6.18, nvheap %d.%d.%d)\n",
+                         NVH_VERSION_MAJOR, NVH_VERSION_MINOR, NVH_VERSION_PATCH);
+                  return 0;
+        default: usage(stderr); return 2;
+        }
+        continue;
+    bad:
+        fprintf(stderr, "nvcached: bad value for -%c: %s\n", o < 256 ? o : '-', optarg);
+        return 2;
+    }
+    if (optind < argc) {
+        fprintf(stderr, "nvcached: unexpected argument %s\n", argv[optind]);
+        return 2;
+    }
+    nvc_srv.verbose = set->verbose;
+    signal(SIGPIPE, SIG_IGN);
+    evthread_use_pthreads();
+    /* Signals first: a SIGTERM from the moment the port is open on must
+     * reach stop_cb (the default action would skip the clean close). */
+    struct event_base *mainbase = event_base_new();
+    struct event *sigterm = mainbase ? evsignal_new(mainbase, SIGTERM, stop_cb, mainbase) : NULL;
+    struct event *sigint = mainbase ? evsignal_new(mainbase, SIGINT, stop_cb, mainbase) : NULL;
+    if (!sigterm || !sigint || evsignal_add(sigterm, NULL) || evsignal_add(sigint, NULL)) {
+        fprintf(stderr, "nvcached: cannot set up the event loop\n");
+        return 1;
+    }
+
+    char err[512];
+    nvc_store_config sc = { .path = set->pool, .pool_flags = set->pool_flags,
+                            .limit_bytes = set->maxbytes, .no_evict = set->no_evict };
+    nvc_srv.store = nvc_store_open(&sc, err, sizeof err);
+    if (!nvc_srv.store) {
+        fprintf(stderr, "nvcached: %s\n", err);
+        return 1;
+    }
+    nvc_srv.started = time(NULL);
+    evutil_socket_t fd = listen_socket(set->addr, set->port);
+    if (fd < 0) {
+        nvc_store_close(nvc_srv.store);
+        return 1;
+    }
+    nvc_srv.workers = calloc((size_t)set->threads, sizeof *nvc_srv.workers);
+    pthread_t *tids = calloc((size_t)set->threads, sizeof *tids);
+    struct evconnlistener **ls = calloc((size_t)set->threads, sizeof *ls);
+    if (!nvc_srv.workers || !tids || !ls) {
+        fprintf(stderr, "nvcached: out of memory\n");
+        return 1;
+    }
+    for (int i = 0; i < set->threads; i++) {
+        nvc_worker *w = &nvc_srv.workers[i];
+        w->base = event_base_new();
+        ls[i] = w->base ? evconnlistener_new(w->base, accept_cb, w, 0, -1, fd) : NULL;
+        if (!ls[i]) {
+            fprintf(stderr, "nvcached: cannot start worker %d\n", i);
+            return 1;
+        }
+    }
+    for (int i = 0; i < set->threads; i++)
+        pthread_create(&tids[i], NULL, worker_main, &nvc_srv.workers[i]);
+    if (set->verbose)
+        fprintf(stderr, "nvcached: serving %s on %s:%d, %d threads\n", set->pool, set->addr,
+                set->port, set->threads);
+    event_base_dispatch(mainbase);
+    for (int i = 0; i < set->threads; i++)
+        pthread_join(tids[i], NULL);
+    /* Connections still open are dropped with the process; every reply
+     * they were sent was durable already. */
+    for (int i = 0; i < set->threads; i++) {
+        evconnlistener_free(ls[i]);
+        while (nvc_srv.workers[i].conns)
+            conn_free(nvc_srv.workers[i].conns);
+        event_base_free(nvc_srv.workers[i].base);
+    }
+    close(fd);
+    nvc_store_close(nvc_srv.store);
+    event_free(sigterm);
+    event_free(sigint);
+    event_base_free(mainbase);
+    for (int i = 0; i < set->threads; i++)
+        free(nvc_srv.workers[i].scratch);
+    free(nvc_srv.workers);
+    free(tids);
+    free(ls);
+    return 0;
+}

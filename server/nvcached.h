@@ -1,0 +1,111 @@
+/* nvcached.h — what the server's files share: settings, workers,
+ * connections, counters. main.c runs the event loops and the connections;
+ * proto.c speaks the text and meta protocols; store.c keeps the items. */
+#ifndef NVCACHED_H
+#define NVCACHED_H
+
+#include "store.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+struct event_base;
+struct event;
+struct evbuffer;
+
+#define NVC_VERSION "1.0.0"
+/* What `version` answers: memcached's protocol level first (clients parse
+ * the leading numbers), then ours. */
+#define NVC_VERSION_REPLY "VERSION 1.6.18-nvcached-" NVC_VERSION "\r\n"
+#define NVC_LINE_MAX 2048u            /* a command line (memcached's key line limit) */
+#define NVC_GET_LINE_MAX (256u << 10) /* a get/gets/gat line (many keys) */
+#define NVC_OUT_HIGH (4u << 20)       /* stop reading a client whose replies pile up */
+
+typedef struct nvc_settings {
+    int port;
+    const char *addr;
+    uint64_t maxbytes;
+    int maxconns;
+    int threads;
+    size_t item_max;
+    bool no_evict;
+    int verbose;
+    const char *pool;
+    unsigned pool_flags;
+} nvc_settings;
+
+/* Per-worker counters, written by their worker only, read by `stats`
+ * (relaxed atomics: no locks on the hot path). */
+typedef struct nvc_counters {
+    uint64_t cmd_get, cmd_set, cmd_flush, cmd_touch, cmd_meta;
+    uint64_t get_hits, get_misses, get_expired, get_flushed;
+    uint64_t delete_hits, delete_misses, incr_hits, incr_misses, decr_hits, decr_misses;
+    uint64_t cas_hits, cas_misses, cas_badval, touch_hits, touch_misses;
+    uint64_t bytes_read, bytes_written, store_too_large, store_no_memory;
+    uint64_t protocol_errors;
+} nvc_counters;
+
+#define NVC_COUNT(c, field, n) __atomic_fetch_add(&(c)->field, (n), __ATOMIC_RELAXED)
+
+struct nvc_conn;
+
+typedef struct nvc_worker {
+    struct event_base *base;
+    struct nvc_conn *conns;       /* open connections (freed at exit) */
+    nvc_counters cnt;
+    char *scratch;                /* value assembly (grows up to item_max) */
+    size_t scratch_cap;
+} nvc_worker;
+
+typedef struct nvc_server {
+    nvc_settings set;
+    nvc_store *store;
+    nvc_worker *workers;
+    int64_t started;              /* Unix s */
+    uint64_t curr_conns, total_conns, rejected_conns;   /* atomics */
+    int verbose;                  /* atomic: `verbosity` changes it */
+} nvc_server;
+
+extern nvc_server nvc_srv;
+
+enum { CONN_LINE, CONN_DATA, CONN_SWALLOW };
+
+/* A storage command waiting for its data block. */
+typedef struct nvc_pending {
+    int cmd;                      /* proto.c's command code */
+    bool noreply, meta;
+    uint8_t klen;
+    char key[NVC_KEY_MAX + 1];
+    uint32_t flags;
+    int64_t exptime;              /* absolute (0 = never) */
+    uint64_t cas;
+    size_t bytes;                 /* data bytes, without \r\n */
+    /* meta set: the flags to echo */
+    char ret[128];
+    size_t retlen;
+    bool ret_cas, quiet;
+} nvc_pending;
+
+typedef struct nvc_conn {
+    struct nvc_conn *prev, *next; /* the worker's list */
+    int fd;
+    struct event *rev, *wev;      /* read and write events */
+    bool rev_on, wev_on;
+    struct evbuffer *in, *out;
+    nvc_worker *w;
+    int state;
+    size_t swallow;
+    bool closing;                 /* close once the output is written */
+    bool paused;                  /* reading stopped: output over NVC_OUT_HIGH */
+    nvc_pending p;
+} nvc_conn;
+
+/* proto.c: handle everything complete in the connection's input. Returns
+ * -1 if the connection must be closed at once (after its output). */
+int nvc_proto_process(nvc_conn *c);
+/* Scratch buffer of at least n bytes (NULL if out of memory). */
+char *nvc_scratch(nvc_worker *w, size_t n);
+void nvc_counters_sum(nvc_counters *out);
+
+#endif

@@ -1,0 +1,470 @@
+/* store.c — nvcached's items in an nvheap pool, on the persistent hash map
+ * (nvh_hmap_*). The only file that knows the engine (see store.h).
+ *
+ * Pool root area (application-owned, struct nvc_root below): the map's
+ * offset, the CAS high-water mark, the generation, and the flush_all marks.
+ *
+ * CAS values: the root holds `cas_reserved`, the highest value this or an
+ * earlier process may have handed out. A process hands out values from a
+ * DRAM counter and persists a new reservation only when it passes the old
+ * one (one fence per CAS_BATCH stores), so a store needs no extra fence and
+ * the next process starts above every value ever used.
+ *
+ * Eviction: the DRAM index (lru.c) knows each item's key and size. After a
+ * restart it knows only the items stored since; the earlier run's items
+ * are counted by `bytes_hint` (root, stored without a fence on every
+ * change: exact after SIGKILL, a hint after a power loss) until a
+ * background walk of the map indexes them. That walk holds the map's lock
+ * for its whole length (the map has no cursor), so it starts only when the
+ * memory in use reaches half the limit: a restart under the limit never
+ * scans, and serving never waits for a scan it did not need. */
+#include "store.h"
+#include "lru.h"
+
+#include <nvheap.h>
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define NVC_ROOT_MAGIC 0x3148434143564e00ull  /* "\0NVCACH1" little-endian */
+#define NVC_ROOT_VERSION 1u
+#define NVC_LAYOUT "nvcached"
+#define NVC_POOL_INITIAL ((uint64_t)64 << 20)
+#define CAS_BATCH 65536u
+
+/* On media, in the pool's root area. */
+struct nvc_root {
+    uint64_t magic;          /* NVC_ROOT_MAGIC once the map exists                */
+    uint32_t version;        /* NVC_ROOT_VERSION                                  */
+    uint32_t reserved0;
+    nvh_off_t map;           /* the hash map (nvh_hmap_create's link word)         */
+    uint64_t cas_reserved;   /* every CAS value handed out is <= this              */
+    uint64_t generation;     /* incremented and persisted at every start          */
+    uint64_t flush_cas;      /* items with cas <= this are flushed                 */
+    int64_t oldest_live;     /* flush_all delay: items stored at or before it are
+                                flushed once now >= it; 0 = none                    */
+    uint64_t bytes_hint;     /* item bytes (store.c's item_size) at the last
+                                change: plain store, no fence                        */
+    uint64_t items_hint;     /* items at the last change: the same way           */
+    uint64_t reserved[7];
+};
+_Static_assert(sizeof(struct nvc_root) == 128, "nvc_root is 128 bytes on media");
+_Static_assert(offsetof(struct nvc_root, map) == 16, "nvc_root.map offset");
+_Static_assert(offsetof(struct nvc_root, oldest_live) == 48, "nvc_root.oldest_live offset");
+_Static_assert(offsetof(struct nvc_root, bytes_hint) == 56, "nvc_root.bytes_hint offset");
+_Static_assert(offsetof(struct nvc_root, items_hint) == 64, "nvc_root.items_hint offset");
+
+struct nvc_store {
+    pthread_mutex_t lock;
+    nvh_pool *pool;
+    nvh_hmap *map;
+    struct nvc_root *root;
+    nvc_lru *lru;
+    nvc_store_config cfg;
+    char *path;
+    uint64_t next_cas;
+    uint64_t evictions, reclaimed, total_items;   /* under the lock */
+    uint64_t recovery_us;
+    uint64_t old_bytes;      /* bytes_hint at open: the earlier run's items, until indexed */
+    uint64_t old_items;      /* items_hint at open, the same way */
+    pthread_t scan_thread;
+    bool scan_started;
+    int scan_stop;           /* atomic */
+    int scan_done;           /* atomic */
+    uint64_t scan_us;        /* atomic */
+    uint64_t walk_us;        /* atomic: the part that holds the map's lock */
+};
+
+static uint64_t now_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
+}
+
+/* Memory an item takes in the pool: the map's 32 B entry header, key,
+ * our header, data, rounded to the entries' 64 B alignment. */
+static uint64_t item_size(size_t klen, size_t vlen)
+{
+    return (32u + klen + vlen + 63u) & ~(uint64_t)63u;
+}
+
+static bool hdr_live(const struct nvc_root *r, const nvc_hdr *h, int64_t now)
+{
+    if (h->exptime != 0 && h->exptime <= now)
+        return false;
+    if (h->cas <= r->flush_cas)
+        return false;
+    if (r->oldest_live != 0 && r->oldest_live <= now && h->time <= r->oldest_live)
+        return false;
+    return true;
+}
+
+void nvc_store_lock(nvc_store *s) { pthread_mutex_lock(&s->lock); }
+void nvc_store_unlock(nvc_store *s) { pthread_mutex_unlock(&s->lock); }
+
+/* Item bytes in use: exact once the index is complete, else the index
+ * plus what the earlier run left (an over-estimate if keys were rewritten). */
+static uint64_t mem_used(nvc_store *s)
+{
+    uint64_t b = lru_bytes(s->lru);
+    if (!__atomic_load_n(&s->scan_done, __ATOMIC_ACQUIRE))
+        b += s->old_bytes;
+    return b;
+}
+
+static uint64_t items_used(nvc_store *s)
+{
+    uint64_t n = lru_count(s->lru);
+    if (!__atomic_load_n(&s->scan_done, __ATOMIC_ACQUIRE))
+        n += s->old_items;
+    return n;
+}
+
+static void note_change(nvc_store *s)
+{
+    s->root->bytes_hint = mem_used(s);
+    s->root->items_hint = items_used(s);
+}
+
+/* ---- the background scan ---------------------------------------------- */
+
+struct scan_buf {
+    char *p;
+    size_t len, cap;
+    int *stop;
+};
+
+static int scan_fn(const void *key, size_t klen, const void *value, size_t vlen, void *arg)
+{
+    struct scan_buf *b = arg;
+    (void)value;
+    if (__atomic_load_n(b->stop, __ATOMIC_RELAXED))
+        return 1;
+    if (klen > NVC_KEY_MAX)
+        return 0;                 /* not ours: never written by nvcached */
+    size_t need = 1 + 8 + klen;
+    if (b->len + need > b->cap) {
+        size_t cap = b->cap ? b->cap * 2 : (1u << 20);
+        while (cap < b->len + need)
+            cap *= 2;
+        char *p = realloc(b->p, cap);
+        if (!p)
+            return 1;
+        b->p = p;
+        b->cap = cap;
+    }
+    uint64_t size = item_size(klen, vlen);
+    b->p[b->len] = (char)klen;
+    memcpy(b->p + b->len + 1, &size, 8);
+    memcpy(b->p + b->len + 9, key, klen);
+    b->len += need;
+    return 0;
+}
+
+static void *scan_main(void *arg)
+{
+    nvc_store *s = arg;
+    uint64_t t0 = now_us();
+    struct scan_buf b = { .stop = &s->scan_stop };
+    /* The walk holds only the map's own lock; entries are checked again
+     * under the store lock below (one may have gone or changed since). */
+    nvh_hmap_foreach(s->map, scan_fn, &b);
+    __atomic_store_n(&s->walk_us, now_us() - t0, __ATOMIC_RELAXED);
+    size_t off = 0;
+    while (off < b.len && !__atomic_load_n(&s->scan_stop, __ATOMIC_RELAXED)) {
+        nvc_store_lock(s);
+        for (int n = 0; n < 1024 && off < b.len; n++) {
+            size_t klen = (uint8_t)b.p[off];
+            const char *key = b.p + off + 9;
+            off += 9 + klen;
+            if (lru_contains(s->lru, key, klen))
+                continue;
+            const void *v;
+            size_t vlen;
+            if (nvh_hmap_get(s->map, key, klen, &v, &vlen) != 0)
+                continue;
+            lru_set(s->lru, key, klen, item_size(klen, vlen), true);
+        }
+        nvc_store_unlock(s);
+    }
+    free(b.p);
+    __atomic_store_n(&s->scan_us, now_us() - t0, __ATOMIC_RELAXED);
+    /* Under the lock: mem_used switches from "index + hint" to "index"
+     * between two changes, never in the middle of one. */
+    nvc_store_lock(s);
+    __atomic_store_n(&s->scan_done, 1, __ATOMIC_RELEASE);
+    nvc_store_unlock(s);
+    return NULL;
+}
+
+/* ---- open / close ------------------------------------------------------- */
+
+nvc_store *nvc_store_open(const nvc_store_config *cfg, char *err, size_t errlen)
+{
+    nvc_store *s = calloc(1, sizeof *s);
+    if (!s) {
+        snprintf(err, errlen, "out of memory");
+        return NULL;
+    }
+    s->cfg = *cfg;
+    s->path = strdup(cfg->path);
+    /* Adaptive: critical sections are short (a lookup and a copy, or one
+     * durable map operation), so spinning a little beats sleeping. */
+    pthread_mutexattr_t ma;
+    pthread_mutexattr_init(&ma);
+    pthread_mutexattr_settype(&ma, PTHREAD_MUTEX_ADAPTIVE_NP);
+    pthread_mutex_init(&s->lock, &ma);
+    pthread_mutexattr_destroy(&ma);
+    s->lru = lru_new();
+    if (!s->path || !s->lru) {
+        snprintf(err, errlen, "out of memory");
+        goto fail;
+    }
+    uint64_t t0 = now_us();
+    s->pool = nvh_pool_open(cfg->path, NVC_LAYOUT, cfg->pool_flags);
+    if (!s->pool && nvh_errcode() == NVH_E_NOENT)
+        s->pool = nvh_pool_create(cfg->path, NVC_LAYOUT, NVC_POOL_INITIAL, cfg->pool_flags);
+    if (!s->pool) {
+        snprintf(err, errlen, "pool %s: %s", cfg->path, nvh_errormsg());
+        goto fail;
+    }
+    uint64_t rsize = 0;
+    s->root = nvh_root(s->pool, &rsize);
+    if (!s->root || rsize < sizeof *s->root) {
+        snprintf(err, errlen, "pool %s: root area too small (%llu bytes)", cfg->path,
+                 (unsigned long long)rsize);
+        goto fail;
+    }
+    struct nvc_root *r = s->root;
+    if (r->magic != 0 && (r->magic != NVC_ROOT_MAGIC || r->version != NVC_ROOT_VERSION)) {
+        snprintf(err, errlen, "pool %s: root is not an nvcached root of version %u "
+                 "(magic %#llx, version %u)", cfg->path, NVC_ROOT_VERSION,
+                 (unsigned long long)r->magic, r->version);
+        goto fail;
+    }
+    /* A fresh pool: create the map (failure-atomic on its link word), then
+     * mark the root. A crash in between leaves a map and no magic: the next
+     * start only writes the magic. */
+    if (r->map == 0 && nvh_hmap_create(s->pool, &r->map, NULL) != 0) {
+        snprintf(err, errlen, "pool %s: creating the map: %s", cfg->path, nvh_errormsg());
+        goto fail;
+    }
+    if (r->magic == 0) {
+        r->version = NVC_ROOT_VERSION;
+        nvh_persist(s->pool, &r->version, sizeof r->version);
+        r->magic = NVC_ROOT_MAGIC;
+        nvh_persist(s->pool, &r->magic, sizeof r->magic);
+    }
+    s->map = nvh_hmap_open(s->pool, r->map);
+    if (!s->map) {
+        snprintf(err, errlen, "pool %s: opening the map: %s", cfg->path, nvh_errormsg());
+        goto fail;
+    }
+    r->generation++;
+    nvh_persist(s->pool, &r->generation, sizeof r->generation);
+    s->next_cas = r->cas_reserved + 1;
+    s->recovery_us = now_us() - t0;
+    s->old_bytes = nvh_hmap_count(s->map) ? r->bytes_hint : 0;
+    s->old_items = s->old_bytes ? r->items_hint : 0;
+    if (s->old_bytes == 0)
+        __atomic_store_n(&s->scan_done, 1, __ATOMIC_RELEASE);   /* nothing to index */
+    return s;
+fail:
+    nvc_store_close(s);
+    return NULL;
+}
+
+void nvc_store_close(nvc_store *s)
+{
+    if (!s)
+        return;
+    if (s->scan_started) {
+        __atomic_store_n(&s->scan_stop, 1, __ATOMIC_RELAXED);
+        pthread_join(s->scan_thread, NULL);
+    }
+    if (s->map && s->root) {
+        note_change(s);
+        nvh_persist(s->pool, &s->root->bytes_hint, 2 * sizeof s->root->bytes_hint);
+    }
+    if (s->map)
+        nvh_hmap_close(s->map);
+    if (s->pool)
+        nvh_pool_close(s->pool);
+    lru_free(s->lru);
+    pthread_mutex_destroy(&s->lock);
+    free(s->path);
+    free(s);
+}
+
+/* ---- items -------------------------------------------------------------- */
+
+int nvc_store_find(nvc_store *s, const char *key, size_t klen, int64_t now, bool bump,
+                   nvc_view *view)
+{
+    const void *v;
+    size_t vlen;
+    if (nvh_hmap_get(s->map, key, klen, &v, &vlen) != 0 || vlen < sizeof(nvc_hdr))
+        return 0;
+    memcpy(&view->hdr, v, sizeof view->hdr);
+    if (!hdr_live(s->root, &view->hdr, now))
+        return 0;
+    view->data = (const char *)v + sizeof(nvc_hdr);
+    view->len = vlen - sizeof(nvc_hdr);
+    if (bump)
+        lru_bump(s->lru, key, klen);
+    return 1;
+}
+
+static void maybe_start_scan(nvc_store *s, uint64_t need)
+{
+    if (s->scan_started || __atomic_load_n(&s->scan_done, __ATOMIC_ACQUIRE))
+        return;
+    if (mem_used(s) + need <= s->cfg.limit_bytes / 2)
+        return;
+    if (pthread_create(&s->scan_thread, NULL, scan_main, s) == 0)
+        s->scan_started = true;
+}
+
+int nvc_store_index_rebuild(nvc_store *s)
+{
+    nvc_store_lock(s);
+    if (!s->scan_started && !__atomic_load_n(&s->scan_done, __ATOMIC_ACQUIRE) &&
+        pthread_create(&s->scan_thread, NULL, scan_main, s) == 0)
+        s->scan_started = true;
+    nvc_store_unlock(s);
+    return 0;
+}
+
+static int evict_one(nvc_store *s)
+{
+    char victim[NVC_KEY_MAX + 1];
+    int vk = lru_victim(s->lru, victim);
+    if (vk < 0)
+        return 0;
+    if (nvh_hmap_delete(s->map, victim, (size_t)vk) == 0)
+        s->evictions++;
+    lru_remove(s->lru, victim, (size_t)vk);
+    note_change(s);
+    return 1;
+}
+
+int nvc_store_put(nvc_store *s, const char *key, size_t klen, void *value, size_t vlen,
+                  bool keep_cas, uint64_t *cas)
+{
+    uint64_t size = item_size(klen, vlen);
+    uint64_t limit = s->cfg.limit_bytes;
+    if (size > limit)
+        return NVC_TOOLARGE;
+    /* Make room first: the old item of this key (if indexed) is replaced. */
+    int64_t known = lru_size(s->lru, key, klen);
+    uint64_t oldsize = known > 0 ? (uint64_t)known : 0;
+    maybe_start_scan(s, size);
+    bool indexed = __atomic_load_n(&s->scan_done, __ATOMIC_ACQUIRE);
+    while (mem_used(s) - oldsize + size > limit) {
+        if (s->cfg.no_evict)
+            return NVC_NOMEM;
+        if (!evict_one(s)) {
+            /* Only the earlier run's items are left and the index of them
+             * is still being built: store over the limit for that time
+             * rather than fail. */
+            if (!indexed)
+                break;
+            return NVC_NOMEM;
+        }
+        if (!lru_contains(s->lru, key, klen))
+            oldsize = 0;             /* evicted this very key */
+    }
+    nvc_hdr *h = value;
+    if (!keep_cas) {
+        if (s->next_cas > s->root->cas_reserved) {
+            s->root->cas_reserved = s->next_cas + CAS_BATCH - 1;
+            nvh_persist(s->pool, &s->root->cas_reserved, sizeof s->root->cas_reserved);
+        }
+        h->cas = s->next_cas++;
+    }
+    int rc;
+    for (int tries = 0;; tries++) {
+        rc = nvh_hmap_put(s->map, key, klen, value, vlen);
+        if (rc != NVH_E_NOSPACE || tries >= 64 || s->cfg.no_evict || !evict_one(s))
+            break;
+    }
+    if (rc == NVH_E_NOSPACE || rc == NVH_E_NOMEM)
+        return NVC_NOMEM;
+    if (rc != 0) {
+        fprintf(stderr, "nvcached: storing an item: %s\n", nvh_errormsg());
+        return NVC_ERR;
+    }
+    lru_set(s->lru, key, klen, size, false);
+    s->total_items++;
+    note_change(s);
+    if (cas)
+        *cas = h->cas;
+    return NVC_OK;
+}
+
+int nvc_store_delete(nvc_store *s, const char *key, size_t klen)
+{
+    int rc = nvh_hmap_delete(s->map, key, klen);
+    lru_remove(s->lru, key, klen);
+    note_change(s);
+    if (rc == 0)
+        return 1;
+    if (rc != NVH_E_NOTFOUND)
+        fprintf(stderr, "nvcached: deleting an item: %s\n", nvh_errormsg());
+    return 0;
+}
+
+int nvc_store_flush(nvc_store *s, int64_t now, int64_t when)
+{
+    /* As memcached: items stored at or before `when - 1` die at that time;
+     * an immediate flush also kills every CAS value handed out so far, so
+     * items stored later in the same second survive. */
+    struct nvc_root *r = s->root;
+    r->oldest_live = when - 1;
+    if (r->oldest_live <= now) {
+        r->flush_cas = s->next_cas - 1;
+        if (r->flush_cas > r->cas_reserved)
+            r->flush_cas = r->cas_reserved;
+    }
+    nvh_persist(s->pool, &r->flush_cas, 16);   /* flush_cas and oldest_live */
+    return 0;
+}
+
+void nvc_store_stats_get(nvc_store *s, nvc_store_stats *st)
+{
+    memset(st, 0, sizeof *st);
+    nvc_store_lock(s);
+    st->scan_done = __atomic_load_n(&s->scan_done, __ATOMIC_ACQUIRE);
+    st->curr_items = items_used(s);
+    st->bytes = mem_used(s);
+    st->limit_bytes = s->cfg.limit_bytes;
+    st->evictions = s->evictions;
+    st->reclaimed = s->reclaimed;
+    st->total_items = s->total_items;
+    st->generation = s->root->generation;
+    st->next_cas = s->next_cas;
+    st->pool_size = nvh_pool_size(s->pool);
+    nvc_store_unlock(s);
+    st->epoch = nvh_pool_epoch(s->pool);
+    nvh_stats ps;
+    nvh_stats_get(s->pool, &ps);
+    st->lines_flushed = ps.lines_flushed;
+    st->fences = ps.fences;
+    st->recovery_us = s->recovery_us;
+    st->scan_us = __atomic_load_n(&s->scan_us, __ATOMIC_RELAXED);
+    st->walk_us = __atomic_load_n(&s->walk_us, __ATOMIC_RELAXED);
+    st->path = s->path;
+    st->domain = nvh_domain_name(nvh_pool_domain(s->pool));
+}
+
+void nvc_store_stats_reset(nvc_store *s)
+{
+    nvc_store_lock(s);
+    s->evictions = s->reclaimed = s->total_items = 0;
+    nvc_store_unlock(s);
+    nvh_stats_reset(s->pool);
+}
