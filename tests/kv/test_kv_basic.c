@@ -251,6 +251,20 @@ static void test_sorted_api(void **state)
     assert_null(nvh_kv_open(&c));
     assert_int_equal(nvh_errcode(), NVH_E_INVAL);
     expect_msg("custom");
+    /* nvh_pool_close with a sorted store open closes it */
+    nvh_pool *pool = nvh_pool_open(path, LAYOUT, NVH_DOMAIN_PROCESS);
+    assert_non_null(pool);
+    nvh_kv_config pc = {.name = "s"};
+    kv = nvh_kv_open_pool(pool, &pc);
+    assert_non_null(kv);
+    must(nvh_kv_put(kv, "late", 4, "v", 1));
+    must(nvh_pool_close(pool));
+    pool = nvh_pool_open(path, LAYOUT, NVH_DOMAIN_PROCESS);
+    kv = nvh_kv_open_pool(pool, &pc);
+    assert_non_null(kv);
+    assert_int_equal(nvh_kv_exists(kv, "late", 4), 1);
+    must(nvh_kv_close(kv));
+    must(nvh_pool_close(pool));
     unlink(path);
 }
 
