@@ -52,9 +52,10 @@ static int hm_load_directory(struct nvh_hmap *m)
             return nvh_fail(NVH_E_CORRUPT, "hash map: segment %u at %llu outside the pool", k,
                             (unsigned long long)r->seg[k]);
         m->seg_ptr[k] = p;
+        m->seg_off[k] = r->seg[k];
     }
     m->nsegs = n;
-    m->nbuckets = UINT64_C(1) << (m->base_log2 + n - 1);
+    hm_st(&m->nbuckets, UINT64_C(1) << (m->base_log2 + n - 1));
     return NVH_OK;
 }
 
@@ -68,7 +69,7 @@ static int hm_load_directory(struct nvh_hmap *m)
  * nvh_hmap_check recounts and repairs it. */
 void nvh_hm_count_changed_(struct nvh_hmap *m, int64_t delta, bool force)
 {
-    m->count = (uint64_t)((int64_t)m->count + delta);
+    hm_st(&m->count, (uint64_t)((int64_t)m->count + delta));
     if (delta) m->count_dirty++;
     if (force || m->count_dirty >= 64) {
         if (m->root->count_hint != m->count) {
@@ -159,11 +160,11 @@ static struct nvh_hm_dummy *hm_init_bucket(struct nvh_hmap *m, uint64_t bucket)
         d->next = *prev;
         d->so_key = so;
         d->reserved = 0;
-        d->check = 0;
+        hm_st(&d->check, 0);
         nvh_persist(m->pool, d, sizeof *d);
         nvh_protect_close_(m->pool, d, sizeof *d);
         nvh_protect_open_(m->pool, prev, 8);
-        *prev = d_off;
+        hm_st(prev, d_off);                     /* published to readers */
         nvh_flush(m->pool, prev, 8);
         nvh_protect_close_(m->pool, prev, 8);
         m->link_unfenced = true;
@@ -178,7 +179,7 @@ void nvh_hm_settle_(struct nvh_hmap *m, bool drain)
     m->link_unfenced = false;
     for (unsigned k = 0; k < m->nmarks; k++) {
         nvh_protect_open_(m->pool, &m->marks[k].d->check, 8);
-        m->marks[k].d->check = m->marks[k].check;
+        hm_st(&m->marks[k].d->check, m->marks[k].check);
         nvh_flush(m->pool, &m->marks[k].d->check, 8);
         nvh_protect_close_(m->pool, &m->marks[k].d->check, 8);
     }
@@ -194,19 +195,23 @@ struct nvh_hm_dummy *nvh_hm_bucket_(struct nvh_hmap *m, uint64_t h63)
 }
 
 /* Eager linking, in batches: up to HM_LINK_BATCH unlinked buckets of the
- * newest segment per call, with ONE fence for the whole batch (step 1 of
- * every dummy), their predecessor links flushed after it (step 2, durable
- * with the caller's next fence) and their marks deferred as in
- * hm_init_bucket. Two dummies of one batch never share a predecessor word
- * (the second would be lost): a batch stops before such a bucket. */
-#define HM_LINK_BATCH 8u
-void nvh_hm_link_ahead_(struct nvh_hmap *m)
+ * newest segment at a time, sharing ONE fence for step 1 of every dummy
+ * (each written and flushed), their predecessor links stored and flushed
+ * after that fence (step 2, durable with the next fence) and their marks
+ * deferred as in hm_init_bucket. A put folds its batch into its own fences
+ * (nvh_hm_link_prepare_ before its content fence, nvh_hm_link_publish_
+ * after it), so linking costs it no fence of its own. Two dummies of one
+ * batch never share a predecessor word (the second would be lost), and no
+ * dummy takes the word `avoid` (the put's own link): a batch stops before
+ * such a bucket. Returns false if the batch stopped at a bucket whose
+ * parent is not linked (only nvh_hm_link_ahead_ links a parent: its own
+ * fence). */
+static bool hm_link_collect(struct nvh_hmap *m, const uint64_t *avoid)
 {
-    struct nvh_hm_dummy *dd[HM_LINK_BATCH];
-    uint64_t *pred[HM_LINK_BATCH], bk[HM_LINK_BATCH];
-    unsigned n = 0;
-    for (unsigned looked = 0; looked < 4 * HM_LINK_BATCH && n < HM_LINK_BATCH &&
+    m->ahead_n = 0;
+    for (unsigned looked = 0; looked < 4 * HM_LINK_BATCH && m->ahead_n < HM_LINK_BATCH &&
                               m->link_cursor < m->nbuckets; looked++) {
+        unsigned n = m->ahead_n;
         uint64_t b = m->link_cursor;
         struct nvh_hm_dummy *d = hm_dummy(m, b);
         if (hm_dummy_ready(m, b, d)) {
@@ -215,11 +220,7 @@ void nvh_hm_link_ahead_(struct nvh_hmap *m)
         }
         uint64_t pb = hm_parent(b);
         struct nvh_hm_dummy *parent = hm_dummy(m, pb);
-        if (!hm_dummy_ready(m, pb, parent)) {
-            if (n) break;                      /* keep batches simple */
-            parent = hm_init_bucket(m, pb);    /* rare: its own fence */
-            if (!parent) return;
-        }
+        if (!hm_dummy_ready(m, pb, parent)) return false;
         uint64_t so = hm_dummy_so(b), d_off = nvh_off(m->pool, d);
         uint64_t *prev = &parent->next;
         bool linked = false;
@@ -229,35 +230,63 @@ void nvh_hm_link_ahead_(struct nvh_hmap *m)
             if (cur == 0 || hm_at(m, cur)->so_key > so) break;
             prev = &hm_at(m, cur)->next;
         }
-        bool clash = false;
-        for (unsigned k = 0; k < n; k++) clash |= pred[k] == prev;
-        if (clash) break;                      /* next call links it */
+        bool clash = prev == avoid;
+        for (unsigned k = 0; k < n; k++) clash |= m->ahead[k].pred == prev;
+        if (clash) break;                      /* a later batch links it */
         m->link_cursor++;
-        if (linked) {                          /* a crash left it linked, unmarked */
-            dd[n] = d, pred[n] = NULL, bk[n] = b, n++;
+        m->ahead[n].d = d, m->ahead[n].bucket = b;
+        m->ahead_n = n + 1;
+        if (linked) {        /* a crash left it linked, unmarked; or this handle
+                                linked it with its mark still waiting */
+            bool waiting = false;
+            for (unsigned k = 0; k < m->nmarks; k++) waiting |= m->marks[k].d == d;
+            if (waiting) m->ahead_n = n;
+            else m->ahead[n].pred = NULL;
             continue;
         }
+        m->ahead[n].pred = prev;
         nvh_protect_open_(m->pool, d, sizeof *d);
         d->next = *prev;
         d->so_key = so;
-        d->check = 0;
+        hm_st(&d->check, 0);
         d->reserved = 0;
         nvh_flush(m->pool, d, sizeof *d);
         nvh_protect_close_(m->pool, d, sizeof *d);
-        dd[n] = d, pred[n] = prev, bk[n] = b, n++;
     }
-    if (n == 0) return;
-    nvh_drain(m->pool);                        /* every dummy complete */
-    for (unsigned k = 0; k < n; k++) {
-        if (pred[k]) {
-            nvh_protect_open_(m->pool, pred[k], 8);
-            *pred[k] = nvh_off(m->pool, dd[k]);
-            nvh_flush(m->pool, pred[k], 8);
-            nvh_protect_close_(m->pool, pred[k], 8);
+    return true;
+}
+
+bool nvh_hm_link_prepare_(struct nvh_hmap *m, const uint64_t *avoid)
+{
+    return hm_link_collect(m, avoid);
+}
+
+void nvh_hm_link_publish_(struct nvh_hmap *m)
+{
+    for (unsigned k = 0; k < m->ahead_n; k++) {
+        uint64_t *pred = m->ahead[k].pred;
+        if (pred) {
+            nvh_protect_open_(m->pool, pred, 8);
+            hm_st(pred, nvh_off(m->pool, m->ahead[k].d));   /* published */
+            nvh_flush(m->pool, pred, 8);
+            nvh_protect_close_(m->pool, pred, 8);
             m->link_unfenced = true;
         }
-        hm_mark_later(m, dd[k], bk[k]);
+        hm_mark_later(m, m->ahead[k].d, m->ahead[k].bucket);
     }
+    m->ahead_n = 0;
+}
+
+void nvh_hm_link_ahead_(struct nvh_hmap *m)
+{
+    if (!hm_link_collect(m, NULL) && m->ahead_n == 0) {
+        /* rare (after a crash): link the parent first, its own fence */
+        if (!hm_init_bucket(m, hm_parent(m->link_cursor))) return;
+        hm_link_collect(m, NULL);
+    }
+    if (m->ahead_n == 0) return;
+    nvh_drain(m->pool);                        /* every dummy complete */
+    nvh_hm_link_publish_(m);
 }
 
 /* ==========================================================================
@@ -283,9 +312,10 @@ int nvh_hm_maybe_grow_(struct nvh_hmap *m)
         return rc;
     }
     m->seg_ptr[k] = seg;
+    m->seg_off[k] = nvh_off(m->pool, seg);
     m->nsegs = k + 1;
     m->link_cursor = m->nbuckets;  /* the new segment's first bucket */
-    m->nbuckets *= 2;
+    hm_st(&m->nbuckets, m->nbuckets * 2);   /* readers see the segment first */
     m->resizes++;
     return NVH_OK;
 }
@@ -489,7 +519,7 @@ static nvh_hmap *hm_open(nvh_pool *pool, nvh_off_t root_off)
         free(m);
         return NULL;
     }
-    m->count = r->count_hint;
+    hm_st(&m->count, r->count_hint);
     m->link_cursor = m->nsegs > 1 ? m->nbuckets / 2 : 1;
     m->hook.key = r;
     m->hook.close = hm_hook_close;
@@ -559,7 +589,7 @@ static int hm_destroy(nvh_hmap *m, nvh_off_t *link)
         }
         nvh_link l = {prev, n->next};
         rc = nvh_free(m->pool, n, &l, 1);
-        if (rc == NVH_OK) m->count = m->count ? m->count - 1 : 0;
+        if (rc == NVH_OK) hm_st(&m->count, m->count ? m->count - 1 : 0);
     }
     /* Only dummies are left. Before our own stores unlink them, retire the
      * allocator's redo rings so no replayed link store can bring a freed
@@ -571,13 +601,13 @@ static int hm_destroy(nvh_hmap *m, nvh_off_t *link)
         uint64_t nb = hm_seg_buckets(m->base_log2, k);
         for (uint64_t i = k == 0 ? 1 : 0; i < nb; i++) {
             if (m->seg_ptr[k][i].check == 0) continue;
-            m->seg_ptr[k][i].check = 0;
+            hm_st(&m->seg_ptr[k][i].check, 0);
             nvh_flush(m->pool, &m->seg_ptr[k][i].check, 8);
         }
     }
     if (rc == NVH_OK) {
         nvh_drain(m->pool);
-        m->seg_ptr[0][0].next = 0;
+        hm_st(&m->seg_ptr[0][0].next, 0);
         nvh_persist(m->pool, &m->seg_ptr[0][0].next, 8);
     }
     /* Segment 0 last but one: a crash before the root is freed leaves a
