@@ -337,6 +337,15 @@ typedef void (*nvh_hm_salvage_fn)(uint64_t link_off, uint64_t old_value, uint64_
                                   const char *why, void *arg);
 int nvh_hm_salvage_(struct nvh_hmap *m, nvh_hm_salvage_fn fn, void *arg);
 
+/* Look key up and call fn(key, klen, value, vlen, arg) on the entry while
+ * it cannot be freed (the pointers are valid during fn only); returns fn's
+ * value, NVH_E_NOTFOUND (no message recorded: the caller words it) or
+ * NVH_E_CORRUPT. For the key-value store's zero-copy get. */
+typedef int (*nvh_hm_entry_fn)(const void *key, size_t klen, const void *value, size_t vlen,
+                               void *arg);
+int nvh_hm_get_fn_(struct nvh_hmap *m, const void *key, size_t klen, nvh_hm_entry_fn fn,
+                   void *arg);
+
 /* Add a segment if the load factor calls for it (after an insert). */
 int nvh_hm_maybe_grow_(struct nvh_hmap *m);
 /* Store and flush the count hint (no fence) every 64 changes, or now. */

@@ -275,6 +275,21 @@ int nvh_hmap_get(nvh_hmap *m, const void *key, size_t klen, const void **value, 
     return NVH_OK;
 }
 
+int nvh_hm_get_fn_(struct nvh_hmap *m, const void *key, size_t klen, nvh_hm_entry_fn fn,
+                   void *arg)
+{
+    uint64_t h63 = hm_h63(hm_hash(m->seed, key, klen));
+    hm_lock(m);
+    uint64_t *prev;
+    struct nvh_hm_node *e = nvh_hm_find_(m, (struct nvh_hm_link *)hm_start_ro(m, h63),
+                                         hm_entry_so(h63), key, (uint32_t)klen, &prev);
+    int rc;
+    if (e) rc = fn(e->data, e->klen, e->data + e->klen, e->vlen, arg);
+    else rc = prev ? NVH_E_NOTFOUND : NVH_E_CORRUPT;
+    hm_unlock(m);
+    return rc;
+}
+
 int nvh_hmap_contains(nvh_hmap *m, const void *key, size_t klen)
 {
     const void *v;
