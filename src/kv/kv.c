@@ -202,7 +202,10 @@ static nvh_kv *kv_open_in(nvh_pool *pool, const nvh_kv_config *c, bool own_pool,
     if (kv->engine == KV_ENGINE_HASH) kv->hm = nvh_hmap_open(pool, d->root);
     else kv->st = kv_sorted_open(pool, d->root, c->cmp, c->cmp_arg);
     if (!kv->hm && !kv->st) {
-        nvh_fail_context(nvh_errcode(), "%s: store '%s': opening the %s engine at offset %llu",
+        /* a root the engine refuses is a damaged descriptor (or engine) */
+        int code = nvh_errcode();
+        if (code != NVH_E_NOMEM && code != NVH_E_NOTSUP && code != NVH_E_IO) code = NVH_E_CORRUPT;
+        nvh_fail_context(code, "%s: store '%s': opening the %s engine at offset %llu",
                          fn, name, kv_engine_name(d->engine), (unsigned long long)d->root);
         goto fail;
     }
