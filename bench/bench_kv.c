@@ -18,7 +18,8 @@
  *   nvheap-sorted, nvheap-hash   nvh_kv_put/get/remove (engine "sorted",
  *                 "hash") on a pool in the pmem domain on --dir (default
  *                 /dev/shm: CLWB + SFENCE), created with NVH_POOL_PREFAULT;
- *                 readseq is nvh_kv_get_all, seekrandom an nvh_kv_iter
+ *                 readseq is nvh_kv_get_all, seekrandom nvh_kv_get_above
+ *                 with a callback that stops after 101 entries
  *   lmdb          one write transaction per put/delete, default sync flags
  *                 (the commit syncs); reads in a read transaction renewed
  *                 every 1000 operations (a per-op transaction would cost
@@ -261,23 +262,24 @@ static uint64_t nv_scan(void *p, uint64_t *sum)
     *sum += s.sum;
     return s.n;
 }
+struct nv_seek { uint64_t n, sum; };
+static int nv_seek_entry(const void *k, size_t kl, const void *v, size_t vl, void *arg)
+{
+    (void)k; (void)kl;
+    struct nv_seek *s = arg;
+    s->sum += vl + (vl ? ((const unsigned char *)v)[vl - 1] : 0);
+    return ++s->n == SEEK_NEXT + 1;      /* non-zero stops the scan */
+}
+/* Seek + 100 nexts as an ordered scan from the key that stops itself: the
+ * present key itself is not included (keys > k), 101 entries are read. */
 static uint64_t nv_seek(void *p, void *t, const void *k, uint64_t *sum)
 {
     (void)t;
-    nvh_kv_iter *it = nvh_kv_iter_new(((nv_store *)p)->kv);
-    if (!it) return 0;
-    uint64_t n = 0;
-    int rc = nvh_kv_iter_seek_higher_eq(it, k, KEY_LEN);
-    while (rc == NVH_OK && n < SEEK_NEXT + 1) {
-        const void *v;
-        size_t vl;
-        if (nvh_kv_iter_value(it, &v, &vl) != NVH_OK) break;
-        *sum += vl + (vl ? ((const unsigned char *)v)[vl - 1] : 0);
-        n++;
-        rc = nvh_kv_iter_next(it);
-    }
-    nvh_kv_iter_free(it);
-    return n;
+    struct nv_seek s = {0, 0};
+    int rc = nvh_kv_get_above(((nv_store *)p)->kv, k, KEY_LEN, nv_seek_entry, &s);
+    if (rc < 0) return 0;
+    *sum += s.sum;
+    return s.n;
 }
 static nvh_pool *nv_pool(void *p) { return ((nv_store *)p)->pool; }
 
