@@ -117,8 +117,10 @@ void progress_end(struct progress *p);
 
 /* ---- the dump format (kv_text.c; docs/CLI.md "Dump format") ------------------
  *   NVHEAP-DUMP=1            first line
- *   format=print|bytevalue   print: printable bytes as is, '\\' as \\\\, others
- *                            as \\xx; bytevalue: every byte as two hex digits
+ *   format=print|bytevalue   print: bytes 0x20..0x7e as they are, except the
+ *                            backslash, written twice; every other byte as a
+ *                            backslash and two hex digits; bytevalue: every
+ *                            byte as two hex digits
  *   engine=sorted|hash       engine of the dumped store
  *   store=NAME               its name (encoded as the format says)
  *   entries=N                how many entries follow
