@@ -27,6 +27,14 @@
  *   rocksdb       rocksdb_put/delete with WriteOptions sync=true and the
  *                 WAL, default Options; gets with rocksdb_get_pinned (no
  *                 copy); seek = a new iterator per seek, as db_bench does
+ *   pmdk-btree, pmdk-hashmap   PMDK's btree_map and hashmap_tx examples
+ *                 (libpmemobj-dev) with PMEM_IS_PMEM_FORCE=1 on the same
+ *                 directory; their keys are uint64_t: the first 8 bytes of
+ *                 each key (distinct). A put is one transaction (allocate
+ *                 and fill the value, remove and free the old one, insert);
+ *                 a lock around every call (the examples are not
+ *                 thread-safe); no range seek. Flushed lines and fences
+ *                 counted by bench/pmdk_count.c
  * Metrics: ops_per_s and ns_per_op (wall time of all threads / ops), for
  * nvheap lines_per_op and fences_per_op (flushed lines and fences per
  * operation), and vs_lmdb / vs_rocksdb: nvheap's ops_per_s over the peer's
@@ -49,6 +57,12 @@
 #ifdef NVH_BENCH_ROCKSDB
 #include <rocksdb/c.h>
 #endif
+#ifdef NVH_BENCH_PMDK
+#include <libpmemobj.h>
+#include "btree_map.h"
+#include "hashmap_tx.h"
+#include "pmdk_count.h"
+#endif
 
 #define KEY_LEN 16
 #define MAX_THREADS 8
@@ -64,7 +78,7 @@ static const bench_info info = {
              "  --values LIST   value sizes in bytes (default 100,1024)\n"
              "  --threads LIST  thread counts (default 1,2)\n"
              "  --subjects LIST comma-separated (default nvheap-sorted,nvheap-hash,lmdb,\n"
-             "                  rocksdb)\n"
+             "                  rocksdb,pmdk-btree,pmdk-hashmap)\n"
              "  --workloads LIST  comma-separated (default all: fillseq,fillrandom,\n"
              "                  overwrite,readrandom,readmissing,readseq,seekrandom,\n"
              "                  deleterandom)\n",
@@ -531,6 +545,176 @@ static uint64_t rk_seek(void *p, void *t, const void *k, uint64_t *sum)
 }
 #endif
 
+/* ---- PMDK's btree_map and hashmap_tx examples (8-byte keys) ------------------- */
+#ifdef NVH_BENCH_PMDK
+/* The examples take uint64_t keys: the first 8 bytes of the 16-byte key,
+ * which are distinct by construction (make_key). They are not thread-safe:
+ * a lock around every call (shared for reads). A put is one transaction
+ * that allocates and fills the value, removes and frees the old one, and
+ * inserts the new (the examples insert duplicates otherwise). */
+typedef struct pm_store {
+    PMEMobjpool *pop;
+    bool hash;
+    TOID(struct btree_map) bt;
+    TOID(struct hashmap_tx) hm;
+    pthread_rwlock_t lock;
+} pm_store;
+
+struct pm_root {
+    TOID(struct btree_map) bt;
+    TOID(struct hashmap_tx) hm;
+};
+
+static uint64_t pm_key(const void *k)
+{
+    uint64_t x;
+    memcpy(&x, k, 8);
+    return x;
+}
+
+static void *pm_open(const bench_opts *opts, const char *path, uint64_t n, size_t vlen, bool hash)
+{
+    (void)opts;
+    pm_store *s = calloc(1, sizeof *s);
+    s->hash = hash;
+    size_t size = (size_t)(n * (vlen + 256) * 2) + (64ull << 20);
+    int prefault = 1;
+    pmemobj_ctl_set(NULL, "prefault.at_create", &prefault);
+    s->pop = pmemobj_create(path, "bench-kv", size, 0600);
+    if (!s->pop) {
+        fprintf(stderr, "kv: pmdk %s: %s\n", path, pmemobj_errormsg());
+        free(s);
+        return NULL;
+    }
+    struct pm_root *root = pmemobj_direct(pmemobj_root(s->pop, sizeof *root));
+    int rc = hash ? hm_tx_create(s->pop, &root->hm, NULL) : btree_map_create(s->pop, &root->bt, NULL);
+    if (rc != 0) {
+        fprintf(stderr, "kv: pmdk %s map create failed\n", hash ? "hashmap_tx" : "btree_map");
+        pmemobj_close(s->pop);
+        free(s);
+        return NULL;
+    }
+    if (hash) hm_tx_init(s->pop, root->hm);
+    s->bt = root->bt;
+    s->hm = root->hm;
+    pthread_rwlock_init(&s->lock, NULL);
+    return s;
+}
+static void *pm_open_btree(const bench_opts *o, const char *p, uint64_t n, size_t v)
+{
+    return pm_open(o, p, n, v, false);
+}
+static void *pm_open_hash(const bench_opts *o, const char *p, uint64_t n, size_t v)
+{
+    return pm_open(o, p, n, v, true);
+}
+static void pm_close(void *p)
+{
+    pm_store *s = p;
+    pmemobj_close(s->pop);
+    pthread_rwlock_destroy(&s->lock);
+    free(s);
+}
+static void *pm_thread_begin(void *p)
+{
+    (void)p;
+    static _Atomic unsigned next = 1;
+    pmdk_count_set_worker(next++ % PMDK_COUNT_MAX_WORKERS);
+    return NULL;
+}
+static PMEMoid pm_get_oid(pm_store *s, uint64_t key)
+{
+    return s->hash ? hm_tx_get(s->pop, s->hm, key) : btree_map_get(s->pop, s->bt, key);
+}
+/* The example's btree_map_remove faults on an absent key: look first. */
+static PMEMoid pm_remove_oid(pm_store *s, uint64_t key)
+{
+    if (s->hash) return hm_tx_remove(s->pop, s->hm, key);
+    if (!btree_map_lookup(s->pop, s->bt, key)) return OID_NULL;
+    return btree_map_remove(s->pop, s->bt, key);
+}
+/* Its own function: TX_BEGIN is setjmp-based. */
+static __attribute__((noinline)) int pm_put_tx(pm_store *s, uint64_t key, const void *v, size_t vl)
+{
+    volatile int rc = 0;       /* set after setjmp: volatile */
+    TX_BEGIN(s->pop) {
+        PMEMoid nv = pmemobj_tx_alloc(vl ? vl : 1, 1);
+        memcpy(pmemobj_direct(nv), v, vl);
+        PMEMoid old = pm_remove_oid(s, key);
+        if (!OID_IS_NULL(old)) pmemobj_tx_free(old);
+        if (s->hash) hm_tx_insert(s->pop, s->hm, key, nv);
+        else btree_map_insert(s->pop, s->bt, key, nv);
+    } TX_ONABORT {
+        rc = -1;
+    } TX_END
+    return rc;
+}
+static int pm_put(void *p, void *t, const void *k, const void *v, size_t vl)
+{
+    (void)t;
+    pm_store *s = p;
+    pthread_rwlock_wrlock(&s->lock);
+    int rc = pm_put_tx(s, pm_key(k), v, vl);
+    pthread_rwlock_unlock(&s->lock);
+    return rc;
+}
+static int pm_get(void *p, void *t, const void *k, uint64_t *sum)
+{
+    (void)t;
+    pm_store *s = p;
+    pthread_rwlock_rdlock(&s->lock);
+    PMEMoid v = pm_get_oid(s, pm_key(k));
+    int rc = 1;
+    if (!OID_IS_NULL(v)) {
+        size_t vl = pmemobj_alloc_usable_size(v);
+        const unsigned char *d = pmemobj_direct(v);
+        *sum += vl + d[0];
+        rc = 0;
+    }
+    pthread_rwlock_unlock(&s->lock);
+    return rc;
+}
+static __attribute__((noinline)) int pm_del_tx(pm_store *s, uint64_t key)
+{
+    volatile int rc = 0;
+    TX_BEGIN(s->pop) {
+        PMEMoid old = pm_remove_oid(s, key);
+        if (OID_IS_NULL(old)) rc = -1;
+        else pmemobj_tx_free(old);
+    } TX_ONABORT {
+        rc = -1;
+    } TX_END
+    return rc;
+}
+static int pm_del(void *p, void *t, const void *k)
+{
+    (void)t;
+    pm_store *s = p;
+    pthread_rwlock_wrlock(&s->lock);
+    int rc = pm_del_tx(s, pm_key(k));
+    pthread_rwlock_unlock(&s->lock);
+    return rc;
+}
+struct pm_scan { PMEMobjpool *pop; uint64_t n, sum; };
+static int pm_entry(uint64_t key, PMEMoid value, void *arg)
+{
+    struct pm_scan *c = arg;
+    const unsigned char *d = pmemobj_direct(value);
+    c->n++;
+    c->sum += (key & 0xff) + d[0];
+    return 0;
+}
+static uint64_t pm_scan(void *p, uint64_t *sum)
+{
+    pm_store *s = p;
+    struct pm_scan c = {s->pop, 0, 0};
+    if (s->hash) hm_tx_foreach(s->pop, s->hm, pm_entry, &c);
+    else btree_map_foreach(s->pop, s->bt, pm_entry, &c);
+    *sum += c.sum;
+    return c.n;
+}
+#endif
+
 static const subject g_subjects[] = {
     {"nvheap-sorted", true, nv_open_sorted, nv_close, NULL, NULL, nv_put, nv_get, nv_del,
      nv_scan, nv_seek, nv_pool},
@@ -539,6 +723,13 @@ static const subject g_subjects[] = {
 #ifdef NVH_BENCH_LMDB
     {"lmdb", true, lm_open, lm_close, lm_thread_begin, lm_thread_end, lm_put, lm_get, lm_del,
      lm_scan, lm_seek, NULL},
+#endif
+#ifdef NVH_BENCH_PMDK
+    /* no range seek in the examples: seekrandom is not run */
+    {"pmdk-btree", false, pm_open_btree, pm_close, pm_thread_begin, NULL, pm_put, pm_get, pm_del,
+     pm_scan, NULL, NULL},
+    {"pmdk-hashmap", false, pm_open_hash, pm_close, pm_thread_begin, NULL, pm_put, pm_get, pm_del,
+     pm_scan, NULL, NULL},
 #endif
 #ifdef NVH_BENCH_ROCKSDB
     {"rocksdb", true, rk_open, rk_close, NULL, NULL, rk_put, rk_get, rk_del, rk_scan, rk_seek,
@@ -648,7 +839,11 @@ static measured run_phase(const bench_opts *opts, phase *ph)
         wk[i] = (worker){ph, i, 0};
         pthread_create(&wk[i].tid, NULL, worker_main, &wk[i]);
     }
+    bool pmdk = strncmp(ph->sub->name, "pmdk", 4) == 0;
     if (pool) bench_counts_begin(pool);
+#ifdef NVH_BENCH_PMDK
+    if (pmdk) pmdk_count_reset();
+#endif
     uint64_t t0 = bench_now_ns();
     pthread_barrier_wait(&ph->barrier);     /* go */
     pthread_barrier_wait(&ph->barrier);     /* all done */
@@ -667,6 +862,16 @@ static measured run_phase(const bench_opts *opts, phase *ph)
         m.counts = bench_counts_per_op(pool, ph->ops);
         m.have_counts = true;
     }
+#ifdef NVH_BENCH_PMDK
+    if (pmdk) {
+        pmdk_count c = pmdk_count_total();
+        m.counts.lines_per_op = (double)c.lines / (double)ph->ops;
+        m.counts.fences_per_op = (double)c.fences / (double)ph->ops;
+        m.have_counts = true;
+    }
+#else
+    (void)pmdk;
+#endif
     return m;
 }
 
@@ -814,6 +1019,20 @@ int main(int argc, char **argv)
             bench_usage_error(&opts, "unknown option: %s", a);
         }
     }
+#ifdef NVH_BENCH_PMDK
+    if (!opts.child) {
+        /* libpmem reads PMEM_IS_PMEM_FORCE when it loads: run in a child */
+        const char *envs[] = {"PMEM_IS_PMEM_FORCE=1", NULL};
+        const char *args[16] = {NULL};
+        for (int i = 0; i < opts.argc && i < 15; i++) args[i] = opts.argv[i];
+        bench_run_child(&opts, envs, args);
+        return bench_finish(&opts);
+    }
+    pmdk_count_init("bench_kv");
+#else
+    bench_note(&opts, "pmdk: not measured (libpmemobj-dev and its examples were not found when "
+               "this was built)");
+#endif
 #ifndef NVH_BENCH_LMDB
     bench_note(&opts, "lmdb: not measured (liblmdb-dev was not found when this was built)");
 #endif
