@@ -76,6 +76,7 @@ static bool arg_bytes(const struct args *args, const char *text, const char *wha
         size_t len = strlen(text);
         while (len && (text[len - 1] == '\n' || text[len - 1] == ' ')) len--;
         if (kvt_decode_hex(text, len, out) != 0) {
+            kvt_buf_free(out);
             fail_msg("%s is not hex (two digits 0-9a-f per byte): '%.40s'", what, text);
             return false;
         }
@@ -211,8 +212,11 @@ static int load_parse(const struct args *args, struct loaded *l)
                  "(truncated or edited dump)", (unsigned long long)l->h.entries,
                  (unsigned long long)n);
     }
-    if (rc != 0)
+    if (rc != 0) {
+        free(l->text);
+        l->text = NULL;
         return fail_msg("%s: %s; nothing was loaded", label, r.error);
+    }
     l->entries = n;
     return EXIT_OK;
 }
