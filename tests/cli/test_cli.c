@@ -249,7 +249,9 @@ static void help_everywhere(void **state)
     static const char *const helps[][3] = {
         {"--help"}, {"-h"}, {"help"}, {"help", "create"}, {"help", "info"}, {"help", "check"},
         {"create", "--help"}, {"info", "--help"}, {"check", "--help"}, {"check", "-h"},
-        {"info", "some.pool", "--help"},
+        {"info", "some.pool", "--help"}, {"help", "ls"}, {"help", "stat"}, {"help", "dump"},
+        {"help", "load"}, {"help", "get"}, {"help", "put"}, {"help", "rm"}, {"stat", "--help"},
+        {"put", "p", "--help"},
     };
     struct run r;
     for (size_t i = 0; i < sizeof helps / sizeof helps[0]; i++) {
@@ -261,6 +263,19 @@ static void help_everywhere(void **state)
     }
     CLI(&r, "help", "create");
     EXPECT_CONTAINS(r.out, "--root-size");
+    CLI(&r, "--help");
+    static const char *const listed[] = {"ls", "stat", "dump", "load", "get", "put", "rm"};
+    for (size_t i = 0; i < sizeof listed / sizeof listed[0]; i++) {
+        char line[32];
+        snprintf(line, sizeof line, "  %-8s ", listed[i]);
+        EXPECT_CONTAINS(r.out, line);
+    }
+    CLI(&r, "dump", "some.pool");
+    EXPECT_STATUS(&r, 2);
+    EXPECT_CONTAINS(r.err, "missing STORE");
+    CLI(&r, "rm", "p", "s", "k", "extra");
+    EXPECT_STATUS(&r, 2);
+    EXPECT_CONTAINS(r.err, "unexpected argument 'extra'");
     CLI(&r, "--version");
     EXPECT_STATUS(&r, 0);
     char version[64];
