@@ -35,10 +35,13 @@
  *                 a lock around every call (the examples are not
  *                 thread-safe); no range seek. Flushed lines and fences
  *                 counted by bench/pmdk_count.c
- * Metrics: ops_per_s and ns_per_op (wall time of all threads / ops), for
+ * Metrics: ops_per_s and ns_per_op (wall time of all threads / ops),
+ * cpu_ns_per_op (process CPU time / ops: what stays comparable on a loaded
+ * machine; it does not show thread scaling), for
  * nvheap lines_per_op and fences_per_op (flushed lines and fences per
  * operation), and vs_lmdb / vs_rocksdb: nvheap's ops_per_s over the peer's
- * in the same case (ratio of medians). A peer whose library was not found
+ * in the same case (ratio of medians), and cpu_vs_lmdb / cpu_vs_rocksdb, the
+ * same by CPU time. A peer whose library was not found
  * at build time (liblmdb-dev, librocksdb-dev) is skipped with a note.
  * Runs interleave the subjects (run 1 of each, then run 2 of each, ...).
  */
@@ -47,6 +50,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "bench_util.h"
@@ -820,10 +824,23 @@ static void *worker_main(void *arg)
 
 typedef struct measured {
     double ns;            /* wall time; 0 = not run or failed */
+    double cpu_ns;        /* process CPU time (user + system, every thread) */
     uint64_t ops;
     bench_counts counts;
     bool have_counts;
 } measured;
+
+/* CPU time of the whole process: on a loaded, shared machine wall time
+ * mostly measures the other tenants; CPU time per operation is the figure
+ * that stays comparable between subjects measured at different moments.
+ * It includes the peers' background threads (RocksDB's flushes and
+ * compactions) and the kernel's time in their fsync/msync calls. */
+static double cpu_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec * 1e9 + (double)ts.tv_nsec;
+}
 
 static measured run_phase(const bench_opts *opts, phase *ph)
 {
@@ -844,10 +861,12 @@ static measured run_phase(const bench_opts *opts, phase *ph)
 #ifdef NVH_BENCH_PMDK
     if (pmdk) pmdk_count_reset();
 #endif
+    double c0 = cpu_now_ns();
     uint64_t t0 = bench_now_ns();
     pthread_barrier_wait(&ph->barrier);     /* go */
     pthread_barrier_wait(&ph->barrier);     /* all done */
     uint64_t t1 = bench_now_ns();
+    double c1 = cpu_now_ns();
     for (unsigned i = 0; i < threads; i++) pthread_join(wk[i].tid, NULL);
     pthread_barrier_destroy(&ph->barrier);
     if (ph->errors) {
@@ -857,6 +876,7 @@ static measured run_phase(const bench_opts *opts, phase *ph)
         return m;
     }
     m.ns = (double)(t1 - t0);
+    m.cpu_ns = c1 - c0;
     m.ops = ph->ops;
     if (pool) {
         m.counts = bench_counts_per_op(pool, ph->ops);
@@ -938,14 +958,20 @@ out:
  * ========================================================================== */
 static double ops_per_s(const measured *m) { return m->ns > 0 ? (double)m->ops / (m->ns / 1e9) : 0; }
 
-/* Median ops/s of one subject in one case, 0 if it did not run. */
-static double median_ops(measured r[MAX_RUNS][W_COUNT], unsigned runs, int w)
+/* Median ops/s of one subject in one case (by wall or CPU time), 0 if it
+ * did not run. */
+static double median_ops_by(measured r[MAX_RUNS][W_COUNT], unsigned runs, int w, bool cpu)
 {
     double v[MAX_RUNS];
     unsigned k = 0;
     for (unsigned i = 0; i < runs; i++)
-        if (r[i][w].ns > 0) v[k++] = ops_per_s(&r[i][w]);
+        if (r[i][w].ns > 0 && (!cpu || r[i][w].cpu_ns > 0))
+            v[k++] = cpu ? (double)r[i][w].ops / (r[i][w].cpu_ns / 1e9) : ops_per_s(&r[i][w]);
     return k ? bench_median(v, k) : 0;
+}
+static double median_ops(measured r[MAX_RUNS][W_COUNT], unsigned runs, int w)
+{
+    return median_ops_by(r, runs, w, false);
 }
 
 static void report(const bench_opts *opts, size_t vlen, unsigned threads, unsigned runs,
@@ -964,18 +990,20 @@ static void report(const bench_opts *opts, size_t vlen, unsigned threads, unsign
         snprintf(c, sizeof c, "%s/%s", workload_names[w], label);
         for (size_t s = 0; s < NSUB; s++) {
             if (!ran[s]) continue;
-            double ops[MAX_RUNS], ns[MAX_RUNS];
+            double ops[MAX_RUNS], ns[MAX_RUNS], cpu[MAX_RUNS];
             unsigned k = 0;
             for (unsigned i = 0; i < runs; i++) {
                 const measured *m = &r[s][i][w];
                 if (m->ns <= 0) continue;
                 ops[k] = ops_per_s(m);
                 ns[k] = m->ns / (double)m->ops;
+                cpu[k] = m->cpu_ns / (double)m->ops;
                 k++;
             }
             if (!k) continue;
             bench_emit(opts, c, g_subjects[s].name, "ops_per_s", bench_summarize(ops, k), "ops/s");
             bench_emit(opts, c, g_subjects[s].name, "ns_per_op", bench_summarize(ns, k), "ns");
+            bench_emit(opts, c, g_subjects[s].name, "cpu_ns_per_op", bench_summarize(cpu, k), "ns");
             if (r[s][0][w].have_counts) {
                 /* counts of the median run would need sorting; they vary
                  * little between runs: the first run's */
@@ -989,6 +1017,14 @@ static void report(const bench_opts *opts, size_t vlen, unsigned threads, unsign
                 if (rocks >= 0 && ran[rocks] && median_ops(r[rocks], runs, w) > 0)
                     bench_emit(opts, c, g_subjects[s].name, "vs_rocksdb",
                                bench_exact(me / median_ops(r[rocks], runs, w)), "x");
+                /* the same ratios by CPU time (see cpu_now_ns) */
+                double mc = median_ops_by(r[s], runs, w, true);
+                if (lmdb >= 0 && ran[lmdb] && median_ops_by(r[lmdb], runs, w, true) > 0)
+                    bench_emit(opts, c, g_subjects[s].name, "cpu_vs_lmdb",
+                               bench_exact(mc / median_ops_by(r[lmdb], runs, w, true)), "x");
+                if (rocks >= 0 && ran[rocks] && median_ops_by(r[rocks], runs, w, true) > 0)
+                    bench_emit(opts, c, g_subjects[s].name, "cpu_vs_rocksdb",
+                               bench_exact(mc / median_ops_by(r[rocks], runs, w, true)), "x");
             }
         }
     }
