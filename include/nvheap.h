@@ -128,6 +128,14 @@ typedef enum nvh_domain {
  * nvh_domain (0 = AUTO); the others are option bits. */
 #define NVH_DOMAIN_MASK 0xFu
 #define NVH_OPEN_READONLY 0x100u   /* open: map read-only, shared lock, epoch untouched */
+/* With NVH_OPEN_READONLY only: take no lock, so that the open succeeds while
+ * another process has the pool open read-write (as mdb_stat reads a live
+ * LMDB), and never keeps a writer out. What it reads is the live pool: a
+ * walk may meet a structure in the middle of another process's update and
+ * fail with NVH_E_CORRUPT (retry), and it sees the size the pool had at
+ * this open. For inspection tools (nvheap stat); NVH_E_INVAL without
+ * NVH_OPEN_READONLY. */
+#define NVH_OPEN_SHARED 0x800u
 #define NVH_CREATE_NOFALLOCATE 0x200u /* create/grow: sparse file (skip posix_fallocate) */
 /* create/open: map every page of the pool up front (MAP_POPULATE; grown
  * tails too), so that no first store takes a page fault later. Costs about

@@ -1,9 +1,12 @@
 /* nvheap.c — the `nvheap` command-line tool: create a pool, print the facts
- * about one, and verify one offline.
+ * about one, and verify one offline;
  *
  *   nvheap create PATH --size SIZE [options]   new pool file (never overwrites)
  *   nvheap info PATH [options]                 facts about a pool (read-only)
  *   nvheap check PATH [options]                offline consistency check
+ *
+ * and the table of every command (cmd_stat.c: ls, stat; cmd_kv.c: dump,
+ * load, get, put, rm), the command-line parser, and main.
  *
  * Every command, option, output key and exit code is documented in
  * docs/CLI.md. Exit status: 0 success (check: consistent), 1 check found the
@@ -12,7 +15,7 @@
  * Extending: `info` prints the sections of the info_providers[] table and
  * `check` runs the checkers[] table in order. A later layer (the allocator's
  * per-class usage, its heap scan) adds one function and one table row. */
-#include "nvheap.h"
+#include "cli.h"
 #include "pool/format.h"       /* on-media superblock layout, read by `check` */
 #include "ds/btree.h"          /* B+ tree header (emptied by `check --repair`) */
 #include "ds/hashmap.h"        /* hash-map root (found by `check`), salvage */
@@ -30,131 +33,10 @@
 #include <time.h>
 #include <unistd.h>
 
-enum { EXIT_OK = 0, EXIT_INCONSISTENT = 1, EXIT_ERROR = 2 };
-
-/* ==========================================================================
- * Messages
- * ========================================================================== */
-/* Print "nvheap: <message>\n" to stderr. */
-static void print_message(const char *fmt, va_list ap) __attribute__((format(printf, 1, 0)));
-static void print_message(const char *fmt, va_list ap)
-{
-    fputs("nvheap: ", stderr);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
-}
-
-/* Print "nvheap: <message>" to stderr; returns EXIT_ERROR. */
-static int fail_msg(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static int fail_msg(const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    print_message(fmt, ap);
-    va_end(ap);
-    return EXIT_ERROR;
-}
-
-/* The library's message for its last failure. */
-static int fail_lib(void)
-{
-    return fail_msg("%s", nvh_errormsg());
-}
-
-/* ==========================================================================
- * Sizes: "1048576", "64M", "1g", "512KiB", "2MB" (binary multiples)
- * ========================================================================== */
-static bool parse_size(const char *text, const char *option, uint64_t *out)
-{
-    const char *p = text;
-    uint64_t value = 0;
-    if (!isdigit((unsigned char)*p)) {
-        fail_msg("invalid %s '%s': expected a number of bytes, optionally followed by "
-                 "K, M, G or T", option, text);
-        return false;
-    }
-    for (; isdigit((unsigned char)*p); p++) {
-        unsigned digit = (unsigned)(*p - '0');
-        if (value > (UINT64_MAX - digit) / 10) goto overflow;
-        value = value * 10 + digit;
-    }
-    unsigned shift = 0;
-    switch (tolower((unsigned char)*p)) {
-    case 'k': shift = 10; break;
-    case 'm': shift = 20; break;
-    case 'g': shift = 30; break;
-    case 't': shift = 40; break;
-    }
-    if (shift) p++;
-    if (shift && tolower((unsigned char)p[0]) == 'i' && tolower((unsigned char)p[1]) == 'b')
-        p += 2;                                         /* KiB, MiB, ... */
-    else if (tolower((unsigned char)*p) == 'b')
-        p++;                                            /* KB, MB, ... or bare B */
-    if (*p != '\0') {
-        fail_msg("invalid %s '%s': unknown suffix '%s' (use K, M, G or T, optionally "
-                 "followed by B or iB)", option, text, p);
-        return false;
-    }
-    if (shift && value > (UINT64_MAX >> shift)) goto overflow;
-    *out = value << shift;
-    return true;
-overflow:
-    fail_msg("invalid %s '%s': does not fit in 64 bits", option, text);
-    return false;
-}
-
-/* "64 MiB" when the size is an exact multiple of a unit, else "N bytes". */
-static const char *format_size(uint64_t size, char buf[32])
-{
-    static const char *const units[] = {"TiB", "GiB", "MiB", "KiB"};
-    for (unsigned i = 0; i < 4; i++) {
-        unsigned shift = 40 - 10 * i;
-        if (size >= ((uint64_t)1 << shift) && size % ((uint64_t)1 << shift) == 0) {
-            snprintf(buf, 32, "%llu %s", (unsigned long long)(size >> shift), units[i]);
-            return buf;
-        }
-    }
-    snprintf(buf, 32, "%llu bytes", (unsigned long long)size);
-    return buf;
-}
-
-static const char *format_uuid(const uint8_t uuid[16], char buf[37])
-{
-    char *p = buf;
-    for (unsigned i = 0; i < 16; i++) {
-        if (i == 4 || i == 6 || i == 8 || i == 10) *p++ = '-';
-        p += sprintf(p, "%02x", uuid[i]);
-    }
-    return buf;
-}
-
-static const char *format_time_utc(uint64_t seconds, char buf[32])
-{
-    time_t t = (time_t)seconds;
-    struct tm tm;
-    if (!gmtime_r(&t, &tm) || strftime(buf, 32, "%Y-%m-%dT%H:%M:%SZ", &tm) == 0)
-        snprintf(buf, 32, "@%llu", (unsigned long long)seconds);
-    return buf;
-}
-
-/* Domain name, or "invalid(N)" for a value no domain has. */
-static const char *domain_label(nvh_domain domain, char buf[32])
-{
-    const char *name = nvh_domain_name(domain);
-    if (name && domain != NVH_DOMAIN_AUTO) return name;
-    snprintf(buf, 32, "invalid(%u)", (unsigned)domain);
-    return buf;
-}
 
 /* ==========================================================================
  * Command line: commands, options, parsing, help
  * ========================================================================== */
-enum opt_id {
-    OPT_HELP, OPT_SIZE, OPT_LAYOUT, OPT_DOMAIN, OPT_ROOT_SIZE, OPT_MAX_SIZE,
-    OPT_SPARSE, OPT_STATS, OPT_JSON, OPT_RW, OPT_REPAIR, OPT_NO_BACKUP, OPT_COUNT_
-};
-#define OPT_BIT(id) (1u << (id))
-
 static const struct option_def {
     const char *name;       /* long name, without "--" */
     bool takes_value;
@@ -171,25 +53,11 @@ static const struct option_def {
     [OPT_RW] = {"rw", false},
     [OPT_REPAIR] = {"repair", false},
     [OPT_NO_BACKUP] = {"no-backup", false},
-};
-
-struct command;
-
-struct args {
-    const struct command *command;
-    const char *path;
-    bool given[OPT_COUNT_];
-    const char *value[OPT_COUNT_];
-};
-
-struct command {
-    const char *name;
-    const char *synopsis;   /* after "nvheap " */
-    const char *summary;    /* one line for the global help */
-    const char *details;    /* options for `nvheap help CMD` */
-    const char *notes;      /* paragraph after the options, or NULL */
-    unsigned options;       /* OPT_BIT()s this command accepts */
-    int (*run)(const struct args *args);
+    [OPT_HEX] = {"hex", false},
+    [OPT_ENGINE] = {"engine", true},
+    [OPT_CREATE] = {"create", false},
+    [OPT_PROGRESS] = {"progress", false},
+    [OPT_NO_PROGRESS] = {"no-progress", false},
 };
 
 static int run_create(const struct args *args);
@@ -212,7 +80,7 @@ static const struct command commands[] = {
      NULL,
      OPT_BIT(OPT_SIZE) | OPT_BIT(OPT_LAYOUT) | OPT_BIT(OPT_DOMAIN) | OPT_BIT(OPT_ROOT_SIZE) |
          OPT_BIT(OPT_MAX_SIZE) | OPT_BIT(OPT_SPARSE),
-     run_create},
+     run_create, NULL, 0, 0},
     {"info", "info PATH [--stats] [--json] [--layout NAME] [--domain D] [--rw]",
      "print the facts about a pool (read-only: never modifies the file)",
      "  --stats            add the statistics sections (persistence counters of\n"
@@ -226,7 +94,7 @@ static const struct command commands[] = {
      NULL,
      OPT_BIT(OPT_STATS) | OPT_BIT(OPT_JSON) | OPT_BIT(OPT_LAYOUT) | OPT_BIT(OPT_DOMAIN) |
          OPT_BIT(OPT_RW),
-     run_info},
+     run_info, NULL, 0, 0},
     {"check", "check PATH [--layout NAME] [--repair [--no-backup]]",
      "verify a pool offline: superblock, heap region headers, every B+ tree and "
      "hash map",
@@ -243,13 +111,70 @@ static const struct command commands[] = {
      "consistent after the repair), 1 inconsistent, 2 could not check (missing\n"
      "file, not a pool, pool in use, backup failed, ...).\n",
      OPT_BIT(OPT_LAYOUT) | OPT_BIT(OPT_REPAIR) | OPT_BIT(OPT_NO_BACKUP),
-     run_check},
+     run_check, NULL, 0, 0},
+    {"ls", "ls PATH [--json]",
+     "list a pool's key-value stores, B+ trees, hash maps and named objects, "
+     "with their kind, entry counts and sizes (read-only)",
+     "  --json             print one JSON object\n",
+     "Opens the pool read-only without a lock (NVH_OPEN_SHARED): works while an\n"
+     "application has the pool open, and shows the live contents.\n",
+     OPT_BIT(OPT_JSON), run_ls, NULL, 0, 0},
+    {"stat", "stat PATH [--json]",
+     "print allocator and store statistics (read-only; works while another "
+     "process has the pool open)",
+     "  --json             print one JSON object with the same keys\n",
+     "Opens the pool read-only without a lock (NVH_OPEN_SHARED), as mdb_stat\n"
+     "reads a live LMDB: a writer elsewhere is neither blocked nor blocks it.\n"
+     "If a walk meets another process's update half done, it is retried.\n",
+     OPT_BIT(OPT_JSON), run_stat, NULL, 0, 0},
+    {"dump", "dump PATH STORE [--hex] [--progress | --no-progress]",
+     "write every entry of a key-value store to stdout in the dump format "
+     "(docs/CLI.md)",
+     "  --hex              every key and value in hex (format=bytevalue);\n"
+     "                     default: printable bytes as they are, others as \\xx\n"
+     "  --progress         draw the progress bar on stderr even if it is not a\n"
+     "                     terminal; --no-progress: never (default: on a terminal)\n",
+     NULL,
+     OPT_BIT(OPT_HEX) | OPT_BIT(OPT_PROGRESS) | OPT_BIT(OPT_NO_PROGRESS), run_dump,
+     "PATH STORE", 2, 2},
+    {"load", "load PATH STORE [FILE] [--engine E] [--progress | --no-progress]",
+     "put the entries of a dump (FILE, or stdin) into a store, creating it if "
+     "missing",
+     "  --engine E         engine of a store created by the load: sorted or\n"
+     "                     hash (default: the dump header's engine)\n"
+     "  --progress         draw the progress bar on stderr even if it is not a\n"
+     "                     terminal; --no-progress: never (default: on a terminal)\n",
+     "The whole input is read and checked before the store is touched: a\n"
+     "truncated or malformed dump changes nothing. Entries overwrite existing\n"
+     "keys. If applying fails part way (pool full), a store the load created is\n"
+     "dropped again; an existing store keeps the entries put so far (the message\n"
+     "says how many).\n",
+     OPT_BIT(OPT_ENGINE) | OPT_BIT(OPT_PROGRESS) | OPT_BIT(OPT_NO_PROGRESS), run_load,
+     "PATH STORE FILE", 2, 3},
+    {"get", "get PATH STORE KEY [--hex]",
+     "print the value of KEY (raw bytes, no newline); exit 1 if absent",
+     "  --hex              KEY is hex, and the value is printed in hex + newline\n",
+     "Exit status: 0 found, 1 no such key, 2 error (no pool, no store, ...).\n",
+     OPT_BIT(OPT_HEX), run_get, "PATH STORE KEY", 3, 3},
+    {"put", "put PATH STORE KEY VALUE [--hex] [--create [--engine E]]",
+     "set KEY to VALUE (VALUE '-': read it from stdin); durable on exit",
+     "  --hex              KEY and VALUE are hex (stdin too)\n"
+     "  --create           create the store if it does not exist\n"
+     "  --engine E         with --create: sorted (default) or hash\n",
+     "Exit status: 0 stored, 2 error (no pool, no store without --create, ...).\n",
+     OPT_BIT(OPT_HEX) | OPT_BIT(OPT_CREATE) | OPT_BIT(OPT_ENGINE), run_put,
+     "PATH STORE KEY VALUE", 4, 4},
+    {"rm", "rm PATH STORE KEY [--hex]",
+     "remove KEY; exit 1 if it was not there",
+     "  --hex              KEY is hex\n",
+     "Exit status: 0 removed, 1 no such key, 2 error.\n",
+     OPT_BIT(OPT_HEX), run_rm, "PATH STORE KEY", 3, 3},
 };
 #define COMMAND_COUNT (sizeof commands / sizeof commands[0])
 
 static void print_usage(FILE *out)
 {
-    fprintf(out, "usage: nvheap COMMAND PATH [OPTIONS]\n\nCommands:\n");
+    fprintf(out, "usage: nvheap COMMAND PATH [ARGS] [OPTIONS]\n\nCommands:\n");
     for (size_t i = 0; i < COMMAND_COUNT; i++)
         fprintf(out, "  %-8s %s\n", commands[i].name, commands[i].summary);
     fprintf(out, "  %-8s %s\n", "help", "print this help, or a command's (nvheap help info)");
@@ -259,7 +184,8 @@ static void print_usage(FILE *out)
             "  --version    print the version\n"
             "\nSIZE: bytes, or a number with a binary suffix K, M, G or T (any case,\n"
             "optionally followed by B or iB): 1048576, 64M, 1g, 512KiB.\n"
-            "Exit status: 0 success, 1 check found the pool inconsistent, 2 error.\n"
+            "Exit status: 0 success, 1 check found the pool inconsistent or get/rm\n"
+            "found no such key, 2 error.\n"
             "Documentation: docs/CLI.md\n");
 }
 
@@ -272,13 +198,11 @@ static void print_command_help(const struct command *cmd, FILE *out)
 }
 
 /* A usage error: message, the command's synopsis, exit 2. */
-static int usage_error(const struct command *cmd, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
-static int usage_error(const struct command *cmd, const char *fmt, ...)
+int usage_error(const struct command *cmd, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    print_message(fmt, ap);
+    cli_vmessage(fmt, ap);
     va_end(ap);
     if (cmd)
         fprintf(stderr, "usage: nvheap %s\nTry 'nvheap %s --help'.\n", cmd->synopsis,
@@ -339,15 +263,27 @@ static int parse_args(const struct command *cmd, int argc, char **argv, struct a
             args->given[id] = true;
             continue;
         }
-        if (args->path) return usage_error(cmd, "unexpected argument '%s'", arg);
-        args->path = arg;
+        unsigned max = cmd->max_args ? cmd->max_args : 1;
+        if (args->nargs >= max) return usage_error(cmd, "unexpected argument '%s'", arg);
+        args->arg[args->nargs++] = arg;
     }
-    if (!args->given[OPT_HELP] && !args->path) return usage_error(cmd, "missing PATH");
+    args->path = args->arg[0];
+    unsigned min = cmd->min_args ? cmd->min_args : 1;
+    if (!args->given[OPT_HELP] && args->nargs < min) {
+        /* name the first missing one: the nargs-th word of arg_names */
+        const char *names = cmd->arg_names ? cmd->arg_names : "PATH";
+        for (unsigned i = 0; i < args->nargs && names; i++) {
+            names = strchr(names, ' ');
+            if (names) names++;
+        }
+        if (!names) names = "argument";
+        return usage_error(cmd, "missing %.*s", (int)strcspn(names, " "), names);
+    }
     return EXIT_OK;
 }
 
 /* --domain NAME into create/open flags (0 = auto). */
-static bool parse_domain(const struct args *args, unsigned *flags)
+bool parse_domain(const struct args *args, unsigned *flags)
 {
     nvh_domain domain = NVH_DOMAIN_AUTO;
     if (args->given[OPT_DOMAIN] && nvh_domain_parse(args->value[OPT_DOMAIN], &domain) != NVH_OK) {
@@ -395,63 +331,6 @@ static int run_create(const struct args *args)
            domain_label(info.created_domain, domain_buf), format_uuid(info.uuid, uuid_buf));
     if (nvh_pool_close(pool) != NVH_OK) return fail_lib();
     return EXIT_OK;
-}
-
-/* ==========================================================================
- * Output of `info`: "key: value" lines, or one JSON object with the same
- * (kebab-case) keys; numbers stay numbers in JSON.
- * ========================================================================== */
-struct emitter {
-    FILE *out;
-    bool json;
-    unsigned fields;     /* emitted so far */
-};
-
-static void emit_begin(struct emitter *e)
-{
-    if (e->json) fputc('{', e->out);
-}
-
-static void emit_key(struct emitter *e, const char *key)
-{
-    if (e->json)
-        fprintf(e->out, "%s\n  \"%s\": ", e->fields ? "," : "", key);
-    else
-        fprintf(e->out, "%s:", key);
-    e->fields++;
-}
-
-static void emit_json_string(FILE *out, const char *s)
-{
-    fputc('"', out);
-    for (; *s; s++) {
-        unsigned char c = (unsigned char)*s;
-        if (c == '"' || c == '\\') fprintf(out, "\\%c", c);
-        else if (c == '\n') fputs("\\n", out);
-        else if (c == '\t') fputs("\\t", out);
-        else if (c < 0x20 || c == 0x7f) fprintf(out, "\\u%04x", c);
-        else fputc(c, out);
-    }
-    fputc('"', out);
-}
-
-static void emit_str(struct emitter *e, const char *key, const char *value)
-{
-    emit_key(e, key);
-    if (e->json) emit_json_string(e->out, value);
-    else if (*value) fprintf(e->out, " %s\n", value);
-    else fputc('\n', e->out);
-}
-
-static void emit_u64(struct emitter *e, const char *key, uint64_t value)
-{
-    emit_key(e, key);
-    fprintf(e->out, e->json ? "%llu" : " %llu\n", (unsigned long long)value);
-}
-
-static void emit_end(struct emitter *e)
-{
-    if (e->json) fputs(e->fields ? "\n}\n" : "}\n", e->out);
 }
 
 /* ==========================================================================
@@ -505,10 +384,9 @@ static void info_persistence_stats(const struct info_ctx *ctx, struct emitter *e
 /* Allocator usage (a walk of every region header): per-class runs and
  * slots, large/huge objects, free space and fragmentation, quarantine and the
  * don't-allocate list. A pool whose heap was never used has only zeros. */
-static void info_allocator_stats(const struct info_ctx *ctx, struct emitter *e)
+void emit_heap_stats(const nvh_heap_stats *stats, struct emitter *e)
 {
-    nvh_heap_stats hs;
-    if (nvh_heap_stats_get(ctx->pool, &hs) != NVH_OK) return;
+    const nvh_heap_stats hs = *stats;
     emit_u64(e, "heap-chunk-size", hs.chunk_size);
     emit_u64(e, "heap-chunks", hs.chunks);
     emit_u64(e, "heap-bytes", hs.heap_bytes);
@@ -519,10 +397,7 @@ static void info_allocator_stats(const struct info_ctx *ctx, struct emitter *e)
     emit_u64(e, "free-bytes", hs.free_bytes);
     emit_u64(e, "free-regions", hs.free_regions);
     emit_u64(e, "largest-free", hs.largest_free);
-    char buf[32];
-    snprintf(buf, sizeof buf, "%.4f", hs.fragmentation);
-    emit_key(e, "fragmentation");
-    fprintf(e->out, e->json ? "%s" : " %s\n", buf);
+    emit_double(e, "fragmentation", hs.fragmentation, 4);
     emit_u64(e, "quarantined-bytes", hs.quarantined_bytes);
     emit_u64(e, "corrupt-regions", hs.corrupt_regions);
     emit_u64(e, "dont-allocate-entries", hs.fifo_entries);
@@ -539,6 +414,12 @@ static void info_allocator_stats(const struct info_ctx *ctx, struct emitter *e)
                  (unsigned long long)k->slots_total);
         emit_str(e, key, value);
     }
+}
+
+static void info_allocator_stats(const struct info_ctx *ctx, struct emitter *e)
+{
+    nvh_heap_stats hs;
+    if (nvh_heap_stats_get(ctx->pool, &hs) == NVH_OK) emit_heap_stats(&hs, e);
 }
 
 static const struct info_provider {
@@ -907,16 +788,7 @@ static void check_heap(struct check_ctx *c)
  * the heap objects that start with a hash-map root (magic, version). Each is
  * opened through the library (which validates its header) and checked by
  * its own checker (nvh_btree_check, nvh_hmap_check). */
-#define TREE_PREFIX "nvh.btree."
 #define MAX_CONTAINERS 4096
-
-struct containers {
-    char (*trees)[NVH_NAME_MAX + 1];
-    unsigned ntrees;
-    nvh_off_t *maps;
-    unsigned nmaps;
-    nvh_pool *pool;
-};
 
 static int collect_tree(const char *name, void *ptr, size_t size, void *arg)
 {
@@ -937,7 +809,7 @@ static int collect_map(void *ptr, size_t usable, void *arg)
     return 0;
 }
 
-static bool find_containers(nvh_pool *pool, struct containers *k)
+bool find_containers(nvh_pool *pool, struct containers *k)
 {
     memset(k, 0, sizeof *k);
     k->pool = pool;
@@ -963,7 +835,7 @@ static bool find_containers(nvh_pool *pool, struct containers *k)
     return true;
 }
 
-static void free_containers(struct containers *k)
+void free_containers(struct containers *k)
 {
     free(k->trees);
     free(k->maps);

@@ -427,6 +427,11 @@ nvh_pool *nvh_pool_file_open_(const char *path, const char *layout, unsigned fla
         return NULL;
     }
     bool readonly = (flags & NVH_OPEN_READONLY) != 0;
+    bool unlocked = (flags & NVH_OPEN_SHARED) != 0;
+    if (unlocked && !readonly) {
+        nvh_fail(NVH_E_INVAL, "cannot open %s: NVH_OPEN_SHARED needs NVH_OPEN_READONLY", path);
+        return NULL;
+    }
     /* O_NONBLOCK: opening a FIFO for reading would otherwise wait for a
      * writer forever; validate() then refuses anything but a regular file,
      * and the flag is dropped (it means nothing for regular files). */
@@ -442,7 +447,9 @@ nvh_pool *nvh_pool_file_open_(const char *path, const char *layout, unsigned fla
     struct nvh_superblock sb;
     uint64_t file_size = 0;
     int slot = -1;
-    if (lock_file(fd, path, readonly) != NVH_OK ||
+    /* A shared open takes no lock: it must work beside a writer's
+     * exclusive one, and must not keep the next writer out. */
+    if ((!unlocked && lock_file(fd, path, readonly) != NVH_OK) ||
         validate(fd, path, layout, &sb, &file_size, &slot) != NVH_OK) {
         close(fd);
         return NULL;

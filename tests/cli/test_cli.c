@@ -40,11 +40,15 @@ static void slurp(const char *path, char *buf, size_t len)
 }
 
 /* Run argv (argv[0] looked up in PATH unless it contains a '/'), stdout and
- * stderr captured into r. Returns the exit status. */
-static int run_argv(struct run *r, const char *const argv[])
+ * stderr captured into r; stdin from in_path (NULL: /dev/null), and stdout
+ * also left in out_path when that is not NULL (for outputs larger than
+ * r->out). Returns the exit status. */
+static int run_argv_io(struct run *r, const char *const argv[], const char *in_path,
+                       const char *keep_out)
 {
     char out_path[512], err_path[512];
     snprintf(out_path, sizeof out_path, "%s/cli-stdout-%d.txt", scratch_dir(), (int)getpid());
+    if (keep_out) snprintf(out_path, sizeof out_path, "%s", keep_out);
     snprintf(err_path, sizeof err_path, "%s/cli-stderr-%d.txt", scratch_dir(), (int)getpid());
     fflush(stdout);
     fflush(stderr);
@@ -53,7 +57,10 @@ static int run_argv(struct run *r, const char *const argv[])
     if (pid == 0) {
         int out = open(out_path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
         int err = open(err_path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-        if (out < 0 || err < 0 || dup2(out, 1) < 0 || dup2(err, 2) < 0) _exit(126);
+        int in = open(in_path ? in_path : "/dev/null", O_RDONLY);
+        if (out < 0 || err < 0 || in < 0 || dup2(out, 1) < 0 || dup2(err, 2) < 0 ||
+            dup2(in, 0) < 0)
+            _exit(126);
         execvp(argv[0], (char *const *)argv);
         _exit(127);
     }
@@ -62,9 +69,14 @@ static int run_argv(struct run *r, const char *const argv[])
     r->status = WIFEXITED(wstatus) ? WEXITSTATUS(wstatus) : 128 + WTERMSIG(wstatus);
     slurp(out_path, r->out, sizeof r->out);
     slurp(err_path, r->err, sizeof r->err);
-    unlink(out_path);
+    if (!keep_out) unlink(out_path);
     unlink(err_path);
     return r->status;
+}
+
+static int run_argv(struct run *r, const char *const argv[])
+{
+    return run_argv_io(r, argv, NULL, NULL);
 }
 
 /* The program named by the variable env (set by ctest), else the one this
@@ -237,7 +249,9 @@ static void help_everywhere(void **state)
     static const char *const helps[][3] = {
         {"--help"}, {"-h"}, {"help"}, {"help", "create"}, {"help", "info"}, {"help", "check"},
         {"create", "--help"}, {"info", "--help"}, {"check", "--help"}, {"check", "-h"},
-        {"info", "some.pool", "--help"},
+        {"info", "some.pool", "--help"}, {"help", "ls"}, {"help", "stat"}, {"help", "dump"},
+        {"help", "load"}, {"help", "get"}, {"help", "put"}, {"help", "rm"}, {"stat", "--help"},
+        {"put", "p", "--help"},
     };
     struct run r;
     for (size_t i = 0; i < sizeof helps / sizeof helps[0]; i++) {
@@ -249,6 +263,19 @@ static void help_everywhere(void **state)
     }
     CLI(&r, "help", "create");
     EXPECT_CONTAINS(r.out, "--root-size");
+    CLI(&r, "--help");
+    static const char *const listed[] = {"ls", "stat", "dump", "load", "get", "put", "rm"};
+    for (size_t i = 0; i < sizeof listed / sizeof listed[0]; i++) {
+        char line[32];
+        snprintf(line, sizeof line, "  %-8s ", listed[i]);
+        EXPECT_CONTAINS(r.out, line);
+    }
+    CLI(&r, "dump", "some.pool");
+    EXPECT_STATUS(&r, 2);
+    EXPECT_CONTAINS(r.err, "missing STORE");
+    CLI(&r, "rm", "p", "s", "k", "extra");
+    EXPECT_STATUS(&r, 2);
+    EXPECT_CONTAINS(r.err, "unexpected argument 'extra'");
     CLI(&r, "--version");
     EXPECT_STATUS(&r, 0);
     char version[64];
@@ -605,7 +632,7 @@ static void read_only_commands_never_modify(void **state)
     static const char *const commands[][4] = {
         {"info"}, {"info", "--stats"}, {"info", "--json"}, {"info", "--stats", "--json"},
         {"info", "--layout", "ro"}, {"info", "--domain", "pmem"}, {"check"},
-        {"check", "--layout", "ro"},
+        {"check", "--layout", "ro"}, {"ls"}, {"ls", "--json"}, {"stat"}, {"stat", "--json"},
     };
     struct run r;
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++) {
@@ -1182,6 +1209,409 @@ static void repair_salvages_map(void **state)
 }
 
 /* ==========================================================================
+ * key-value stores: get/put/rm, dump/load, ls, stat
+ * ========================================================================== */
+/* The engines a store can be built with here: "sorted" is skipped (with a
+ * message) when this library does not have it yet. */
+static bool engine_available(const char *path, const char *engine)
+{
+    struct run r;
+    CLI(&r, "put", path, "probe", "k", "v", "--create", "--engine", engine);
+    if (r.status != 0) {
+        EXPECT_CONTAINS(r.err, "not built");
+        print_message("engine %s not available: %s", engine, r.err);
+        return false;
+    }
+    nvh_pool *pool = nvh_pool_open(path, NULL, 0);
+    assert_non_null(pool);
+    assert_int_equal(nvh_kv_drop(pool, "probe"), NVH_OK);
+    assert_int_equal(nvh_pool_close(pool), NVH_OK);
+    return true;
+}
+
+static void kv_get_put_rm(void **state)
+{
+    (void)state;
+    char path[512], in[512], notpool[512];
+    fresh_path(path, sizeof path, "kvcmds");
+    fresh_path(in, sizeof in, "kvcmds.in");
+    fresh_path(notpool, sizeof notpool, "kvcmds.notpool");
+    create_pool(path, "8M", "kv");
+    struct run r;
+    /* no such store, no --create: error, nothing created */
+    CLI(&r, "put", path, "s", "k", "v");
+    EXPECT_STATUS(&r, 2);
+    EXPECT_CONTAINS(r.err, "no store 's'");
+    CLI(&r, "get", path, "s", "k");
+    EXPECT_STATUS(&r, 2);
+    CLI(&r, "put", path, "s", "k", "v", "--engine", "hash");
+    EXPECT_STATUS(&r, 2);
+    EXPECT_CONTAINS(r.err, "--engine needs --create");
+
+    CLI(&r, "put", path, "s", "greeting", "hello world", "--create", "--engine", "hash");
+    EXPECT_STATUS(&r, 0);
+    CLI(&r, "get", path, "s", "greeting");
+    EXPECT_STATUS(&r, 0);
+    assert_string_equal(r.out, "hello world");          /* raw, no newline */
+    CLI(&r, "get", path, "s", "nothing");
+    EXPECT_STATUS(&r, 1);
+    assert_string_equal(r.out, "");
+    /* binary key and value in hex; value from stdin with '-' */
+    CLI(&r, "put", path, "s", "00ff0a5c", "000102", "--hex");
+    EXPECT_STATUS(&r, 0);
+    CLI(&r, "get", path, "s", "00ff0a5c", "--hex");
+    EXPECT_STATUS(&r, 0);
+    assert_string_equal(r.out, " 000102\n");
+    CLI(&r, "put", path, "s", "zz", "00", "--hex");
+    EXPECT_STATUS(&r, 2);
+    EXPECT_CONTAINS(r.err, "not hex");
+    static const char piped[] = "line one\nline two\n\x01\x02";
+    write_file(in, piped, sizeof piped - 1);
+    const char *argv[] = {cli_path(), "put", path, "s", "piped", "-", NULL};
+    run_argv_io(&r, argv, in, NULL);
+    EXPECT_STATUS(&r, 0);
+    CLI(&r, "get", path, "s", "piped");
+    EXPECT_STATUS(&r, 0);
+    assert_int_equal(strlen(r.out), sizeof piped - 1);
+    assert_memory_equal(r.out, piped, sizeof piped - 1);
+    /* an empty value */
+    CLI(&r, "put", path, "s", "empty", "");
+    EXPECT_STATUS(&r, 0);
+    CLI(&r, "get", path, "s", "empty");
+    EXPECT_STATUS(&r, 0);
+    assert_string_equal(r.out, "");
+    /* rm: 0 removed, then 1 not there */
+    CLI(&r, "rm", path, "s", "greeting");
+    EXPECT_STATUS(&r, 0);
+    CLI(&r, "rm", path, "s", "greeting");
+    EXPECT_STATUS(&r, 1);
+    CLI(&r, "get", path, "s", "greeting");
+    EXPECT_STATUS(&r, 1);
+    /* not a pool, no file, missing arguments: 2 */
+    write_file(notpool, "just text\n", 10);
+    CLI(&r, "get", notpool, "s", "k");
+    EXPECT_STATUS(&r, 2);
+    EXPECT_CONTAINS(r.err, "not an nvheap pool");
+    CLI(&r, "put", notpool, "s", "k", "v");
+    EXPECT_STATUS(&r, 2);
+    CLI(&r, "rm", "/nonexistent/pool", "s", "k");
+    EXPECT_STATUS(&r, 2);
+    CLI(&r, "get", path, "s");
+    EXPECT_STATUS(&r, 2);
+    EXPECT_CONTAINS(r.err, "missing KEY");
+    CLI(&r, "put", path, "s", "k");
+    EXPECT_STATUS(&r, 2);
+    EXPECT_CONTAINS(r.err, "missing VALUE");
+    unlink(path);
+    unlink(in);
+    unlink(notpool);
+}
+
+/* Random binary entries: every byte value, backslashes, newlines, empty
+ * values, long keys. */
+struct entry { unsigned char key[1100]; size_t klen; unsigned char value[300]; size_t vlen; };
+
+static void random_entries(struct entry *e, size_t n, unsigned seed)
+{
+    srand(seed);
+    for (size_t i = 0; i < n; i++) {
+        e[i].klen = sizeof i + (size_t)rand() % (i % 50 == 0 ? 1024 : 24);
+        e[i].vlen = i % 7 == 0 ? 0 : (size_t)rand() % 300;
+        for (size_t j = 0; j < e[i].klen; j++) e[i].key[j] = (unsigned char)rand();
+        for (size_t j = 0; j < e[i].vlen; j++) e[i].value[j] = (unsigned char)rand();
+        if (i % 3 == 0) e[i].key[0] = '\\';      /* escapes next to each other */
+        if (i % 5 == 0) e[i].key[e[i].klen - 1] = '\n';
+        memcpy(e[i].key + 1, &i, sizeof i - 1);      /* distinct (n < 2^56) */
+    }
+}
+
+/* The store holds exactly these entries. */
+static void expect_store(const char *path, const char *name, const struct entry *e, size_t n)
+{
+    nvh_pool *pool = nvh_pool_open(path, NULL, NVH_OPEN_READONLY);
+    assert_non_null(pool);
+    nvh_kv_config c = {.name = name, .flags = NVH_KV_READONLY};
+    nvh_kv *kv = nvh_kv_open_pool(pool, &c);
+    if (!kv) fail_msg("store %s: %s", name, nvh_errormsg());
+    uint64_t count = 0;
+    assert_int_equal(nvh_kv_count_all(kv, &count), NVH_OK);
+    assert_int_equal(count, n);
+    static unsigned char buf[400];
+    for (size_t i = 0; i < n; i++) {
+        size_t vlen = 0;
+        assert_int_equal(nvh_kv_get_copy(kv, e[i].key, e[i].klen, buf, sizeof buf, &vlen),
+                         NVH_OK);
+        assert_int_equal(vlen, e[i].vlen);
+        assert_memory_equal(buf, e[i].value, vlen);
+    }
+    nvh_kv_close(kv);
+    nvh_pool_close(pool);
+}
+
+static void fill_store(const char *path, const char *name, const char *engine,
+                       const struct entry *e, size_t n)
+{
+    nvh_pool *pool = nvh_pool_open(path, NULL, 0);
+    assert_non_null(pool);
+    nvh_kv_config c = {.name = name, .engine = engine, .create = NVH_KV_CREATE_NEW};
+    nvh_kv *kv = nvh_kv_open_pool(pool, &c);
+    if (!kv) fail_msg("store %s: %s", name, nvh_errormsg());
+    for (size_t i = 0; i < n; i++)
+        assert_int_equal(nvh_kv_put(kv, e[i].key, e[i].klen, e[i].value, e[i].vlen), NVH_OK);
+    assert_int_equal(nvh_kv_close(kv), NVH_OK);
+    assert_int_equal(nvh_pool_close(pool), NVH_OK);
+}
+
+static void dump_load_round_trip(void **state)
+{
+    (void)state;
+    enum { N = 600 };
+    static struct entry e[N];
+    random_entries(e, N, 2026);
+    char path[512], other[512], dump[512], dump2[512];
+    fresh_path(path, sizeof path, "dump");
+    fresh_path(other, sizeof other, "dump.other");
+    fresh_path(dump, sizeof dump, "dump.txt");
+    fresh_path(dump2, sizeof dump2, "dump2.txt");
+    static const char *const engines[] = {"hash", "sorted"};
+    for (unsigned k = 0; k < 2; k++) {
+        unlink(path);
+        unlink(other);
+        create_pool(path, "32M", "kv");
+        create_pool(other, "32M", "kv");
+        if (!engine_available(path, engines[k])) continue;
+        fill_store(path, "src", engines[k], e, N);
+        for (int hex = 0; hex < 2; hex++) {
+            struct run r;
+            const char *argv[] = {cli_path(), "dump", path, "src", hex ? "--hex" : "--progress",
+                                  NULL};
+            run_argv_io(&r, argv, NULL, dump);
+            EXPECT_STATUS(&r, 0);
+            if (!hex) EXPECT_CONTAINS(r.err, "100%");     /* --progress draws the bar */
+            size_t len = 0;
+            unsigned char *text = test_read_file(dump, &len);
+            /* a text file: one header line per key, no byte outside ' '..'~' but '\n' */
+            for (size_t i = 0; i < len; i++)
+                if (text[i] != '\n' && (text[i] < 0x20 || text[i] > 0x7e))
+                    fail_msg("byte %#x at %zu of the dump", text[i], i);
+            assert_memory_equal(text, "NVHEAP-DUMP=1\nformat=", 21);
+            free(text);
+            /* load into another pool (the store is created with the dump's engine)
+             * and into the same pool under another name */
+            const char *dst = hex ? "copy-hex" : "copy";
+            const char *load1[] = {cli_path(), "load", other, dst, dump, NULL};
+            run_argv_io(&r, load1, NULL, NULL);
+            EXPECT_STATUS(&r, 0);
+            EXPECT_CONTAINS(r.err, "loaded 600 entries");
+            expect_store(other, dst, e, N);
+            const char *load2[] = {cli_path(), "load", path, dst, NULL};   /* from stdin */
+            run_argv_io(&r, load2, dump, NULL);
+            EXPECT_STATUS(&r, 0);
+            expect_store(path, dst, e, N);
+            /* dump of the copy: the same entries (hash order may differ) */
+            const char *again[] = {cli_path(), "dump", other, dst, hex ? "--hex" : "--no-progress",
+                                   NULL};
+            run_argv_io(&r, again, NULL, dump2);
+            EXPECT_STATUS(&r, 0);
+            assert_string_equal(r.err, "");
+            CLI(&r, "ls", other);
+            EXPECT_STATUS(&r, 0);
+            EXPECT_CONTAINS(r.out, dst);
+            EXPECT_CONTAINS(r.out, engines[k]);
+        }
+    }
+    unlink(path);
+    unlink(other);
+    unlink(dump);
+    unlink(dump2);
+}
+
+/* Load refuses bad input before it touches the pool: the file is unchanged. */
+static void load_bad_input(void **state)
+{
+    (void)state;
+    char path[512], dump[512], bad[512];
+    fresh_path(path, sizeof path, "loadbad");
+    fresh_path(dump, sizeof dump, "loadbad.txt");
+    fresh_path(bad, sizeof bad, "loadbad.bad");
+    create_pool(path, "16M", "kv");
+    static struct entry e[40];
+    random_entries(e, 40, 7);
+    fill_store(path, "src", "hash", e, 40);
+    struct run r;
+    const char *argv[] = {cli_path(), "dump", path, "src", NULL};
+    run_argv_io(&r, argv, NULL, dump);
+    EXPECT_STATUS(&r, 0);
+    size_t len = 0;
+    char *text = (char *)test_read_file(dump, &len);
+    char *data_end = strstr(text, "DATA=END\n");
+    char *third = strchr(strchr(strchr(strstr(text, "HEADER=END\n"), '\n') + 1, '\n') + 1, '\n');
+    assert_non_null(data_end);
+    struct { const char *what; size_t cut; const char *insert; const char *message; } cases[] = {
+        {"cut inside a line", (size_t)(third - text) - 3, NULL, "truncated"},
+        {"cut before DATA=END", (size_t)(data_end - text), NULL, "truncated"},
+        {"cut inside DATA=END", (size_t)(data_end - text) + 4, NULL, "truncated"},
+        {"empty", 0, NULL, "not an nvheap dump"},
+        {"header only", (size_t)(strstr(text, "HEADER=END") - text), NULL, "header"},
+        {"bad escape", 0, "NVHEAP-DUMP=1\nformat=print\nentries=1\nHEADER=END\n k\\zz\n v\nDATA=END\n",
+         "line 5"},
+        {"odd hex", 0, "NVHEAP-DUMP=1\nformat=bytevalue\nentries=1\nHEADER=END\n 616\n 00\nDATA=END\n",
+         "odd number"},
+        {"count", 0, "NVHEAP-DUMP=1\nformat=print\nentries=2\nHEADER=END\n k\n v\nDATA=END\n",
+         "says 2 entries"},
+        {"no space", 0, "NVHEAP-DUMP=1\nformat=print\nentries=1\nHEADER=END\nk\n v\nDATA=END\n",
+         "one space"},
+        {"empty key", 0, "NVHEAP-DUMP=1\nformat=print\nentries=1\nHEADER=END\n \n v\nDATA=END\n",
+         "key of 0 bytes"},
+        {"trailing", 0, "NVHEAP-DUMP=1\nformat=print\nentries=0\nHEADER=END\nDATA=END\nx\n",
+         "after DATA=END"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        if (cases[i].insert) write_file(bad, cases[i].insert, strlen(cases[i].insert));
+        else write_file(bad, text, cases[i].cut);
+        struct fingerprint before = fingerprint(path);
+        const char *load[] = {cli_path(), "load", path, "dst", bad, NULL};
+        run_argv_io(&r, load, NULL, NULL);
+        if (r.status != 2) fail_msg("%s: exit %d\n%s", cases[i].what, r.status, r.err);
+        if (!strstr(r.err, cases[i].message) || !strstr(r.err, "nothing was loaded"))
+            fail_msg("%s: message '%s' lacks '%s'", cases[i].what, r.err, cases[i].message);
+        assert_unchanged(path, before);
+    }
+    /* missing store for dump, wrong pool, missing input file */
+    CLI(&r, "dump", path, "nosuch");
+    EXPECT_STATUS(&r, 2);
+    EXPECT_CONTAINS(r.err, "no store 'nosuch'");
+    CLI(&r, "load", dump, "dst", dump);
+    EXPECT_STATUS(&r, 2);
+    CLI(&r, "load", path, "dst", "/nonexistent/dump");
+    EXPECT_STATUS(&r, 2);
+    EXPECT_CONTAINS(r.err, "cannot open");
+    CLI(&r, "ls", path);
+    assert_null(strstr(r.out, "dst"));
+    free(text);
+    unlink(path);
+    unlink(dump);
+    unlink(bad);
+}
+
+/* ls lists every kind of thing a pool holds. */
+static void ls_lists_everything(void **state)
+{
+    (void)state;
+    char path[512];
+    fresh_path(path, sizeof path, "ls");
+    create_pool(path, "16M", "kv");
+    nvh_pool *pool = nvh_pool_open(path, NULL, 0);
+    assert_non_null(pool);
+    nvh_btree *t = nvh_btree_open(pool, "tree1", 1, NULL);
+    assert_non_null(t);
+    for (uint64_t k = 1; k <= 3; k++) assert_int_equal(nvh_btree_put(t, k, "abcd", 4), NVH_OK);
+    nvh_btree_close(t);
+    nvh_off_t *root = nvh_root(pool, NULL);
+    assert_int_equal(nvh_hmap_create(pool, &root[0], NULL), NVH_OK);
+    nvh_hmap *m = nvh_hmap_open(pool, root[0]);
+    assert_non_null(m);
+    assert_int_equal(nvh_hmap_put(m, "mk", 2, "mv", 2), NVH_OK);
+    nvh_hmap_close(m);
+    assert_non_null(nvh_reserve_named(pool, "my-object", 100));
+    assert_int_equal(nvh_activate_named(pool, "my-object"), NVH_OK);
+    assert_int_equal(nvh_pool_close(pool), NVH_OK);
+    static struct entry e[5];
+    random_entries(e, 5, 1);
+    fill_store(path, "store1", "hash", e, 5);
+
+    struct run r;
+    CLI(&r, "ls", path);
+    EXPECT_STATUS(&r, 0);
+    EXPECT_CONTAINS(r.out, "KIND");
+    const char *want[] = {"store", "store1", "tree", "tree1", "map", "object", "my-object"};
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) EXPECT_CONTAINS(r.out, want[i]);
+    /* entries: 5 in the store, 3 in the tree, 1 in the bare map (the store's
+     * own map is not listed apart) */
+    const char *line = strstr(r.out, "tree1");
+    assert_non_null(line);
+    assert_true(strncmp(strstr(line, " 3 "), " 3 ", 3) == 0);
+    assert_null(strstr(strstr(r.out, "map "), "\nmap "));   /* one map row */
+    CLI(&r, "ls", path, "--json");
+    EXPECT_STATUS(&r, 0);
+    EXPECT_CONTAINS(r.out, "\"store1\": {");
+    EXPECT_CONTAINS(r.out, "\"engine\": \"hash\"");
+    EXPECT_CONTAINS(r.out, "\"entries\": 5");
+    EXPECT_CONTAINS(r.out, "\"tree1\": {");
+    EXPECT_CONTAINS(r.out, "\"my-object\": {");
+    unlink(path);
+}
+
+/* stat (and ls) work while another process has the pool open read-write,
+ * and do not keep it from closing and reopening; info (locked) is busy. */
+static void stat_beside_writer(void **state)
+{
+    (void)state;
+    char path[512];
+    fresh_path(path, sizeof path, "statlive");
+    create_pool(path, "16M", "kv");
+    int go[2], done[2];
+    assert_int_equal(pipe(go), 0);
+    assert_int_equal(pipe(done), 0);
+    fflush(stdout);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        close(go[0]);
+        close(done[1]);
+        nvh_pool *pool = nvh_pool_open(path, NULL, 0);
+        nvh_kv_config c = {.name = "live", .engine = "hash", .create = NVH_KV_CREATE_NEW};
+        nvh_kv *kv = pool ? nvh_kv_open_pool(pool, &c) : NULL;
+        if (!kv) _exit(3);
+        for (unsigned i = 0; i < 100; i++) {
+            char k[16];
+            snprintf(k, sizeof k, "key%u", i);
+            if (nvh_kv_put(kv, k, strlen(k), "value", 5) != NVH_OK) _exit(4);
+        }
+        if (write(go[1], "x", 1) != 1) _exit(5);
+        char b;
+        (void)!read(done[0], &b, 1);    /* hold the pool open until told */
+        _exit(nvh_kv_close(kv) == NVH_OK && nvh_pool_close(pool) == NVH_OK ? 0 : 6);
+    }
+    close(go[1]);
+    close(done[0]);
+    char b;
+    assert_int_equal(read(go[0], &b, 1), 1);
+    struct run r;
+    CLI(&r, "stat", path);
+    EXPECT_STATUS(&r, 0);
+    EXPECT_CONTAINS(r.out, "live:");
+    EXPECT_CONTAINS(r.out, "entries: 100");
+    assert_string_equal(str_of(r.out, "closed-cleanly"), "no");
+    EXPECT_CONTAINS(r.out, "live-objects:");
+    CLI(&r, "stat", path, "--json");
+    EXPECT_STATUS(&r, 0);
+    EXPECT_CONTAINS(r.out, "\"entries\": 100");
+    CLI(&r, "ls", path);
+    EXPECT_STATUS(&r, 0);
+    EXPECT_CONTAINS(r.out, "live");
+    CLI(&r, "info", path);            /* the locked read-only open is refused */
+    EXPECT_STATUS(&r, 2);
+    EXPECT_CONTAINS(r.err, "in use");
+    CLI(&r, "get", path, "live", "key1");
+    EXPECT_STATUS(&r, 2);
+    assert_int_equal(write(done[1], "x", 1), 1);
+    int status;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    assert_true(WIFEXITED(status));
+    assert_int_equal(WEXITSTATUS(status), 0);
+    CLI(&r, "stat", path);
+    EXPECT_STATUS(&r, 0);
+    assert_string_equal(str_of(r.out, "closed-cleanly"), "yes");
+    CLI(&r, "get", path, "live", "key99");
+    EXPECT_STATUS(&r, 0);
+    assert_string_equal(r.out, "value");
+    close(go[0]);
+    close(done[1]);
+    unlink(path);
+}
+
+/* ==========================================================================
  * hello_pool, the first example
  * ========================================================================== */
 static void hello_pool_twice(void **state)
@@ -1248,6 +1678,11 @@ int main(void)
         cmocka_unit_test(repair_salvages_map),
         cmocka_unit_test(check_crashed_pool),
         cmocka_unit_test(hello_pool_twice),
+        cmocka_unit_test(kv_get_put_rm),
+        cmocka_unit_test(dump_load_round_trip),
+        cmocka_unit_test(load_bad_input),
+        cmocka_unit_test(ls_lists_everything),
+        cmocka_unit_test(stat_beside_writer),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -425,6 +425,33 @@ static void busy_forked_child(void **state)
     unlink(path);
 }
 
+/* NVH_OPEN_SHARED: a read-only open beside a writer (in this process and in
+ * a forked child) sees the live data, and does not keep the next writer out. */
+static void shared_open_beside_writer(void **state)
+{
+    (void)state;
+    const char *path = make_pool("shared", LAYOUT, MiB, NVH_DOMAIN_PROCESS);
+    EXPECT_OPEN_FAILS(path, LAYOUT, NVH_OPEN_SHARED, NVH_E_INVAL);
+    nvh_pool *pool = nvh_pool_open(path, LAYOUT, NVH_DOMAIN_PROCESS);
+    assert_non_null(pool);
+    nvh_memcpy_persist(pool, nvh_root(pool, NULL), "live data", 10);
+    EXPECT_OPEN_FAILS(path, LAYOUT, NVH_OPEN_READONLY, NVH_E_BUSY);
+    nvh_pool *r = nvh_pool_open(path, LAYOUT, NVH_OPEN_READONLY | NVH_OPEN_SHARED);
+    if (!r) fail_msg("shared open beside a writer: %s", nvh_errormsg());
+    assert_string_equal(nvh_root(r, NULL), "live data");
+    nvh_pool_info info;
+    nvh_pool_info_get(r, &info);
+    assert_int_equal(info.clean_at_open, 0);       /* the writer has it open */
+    assert_int_equal(child_try_open(path, NVH_OPEN_READONLY | NVH_OPEN_SHARED, true), 0);
+    assert_int_equal(nvh_pool_close(pool), NVH_OK);
+    /* the shared reader does not keep a writer out */
+    pool = nvh_pool_open(path, LAYOUT, NVH_DOMAIN_PROCESS);
+    assert_non_null(pool);
+    assert_int_equal(nvh_pool_close(pool), NVH_OK);
+    assert_int_equal(nvh_pool_close(r), NVH_OK);
+    unlink(path);
+}
+
 /* ---- read-only files and opens ------------------------------------------ */
 
 /* Permission bits do not stop root (CAP_DAC_OVERRIDE): as root a 0400 file
@@ -787,6 +814,7 @@ int main(void)
         cmocka_unit_test(invalid_domain),
         cmocka_unit_test(null_arguments),
         cmocka_unit_test(grow_errors),
+        cmocka_unit_test(shared_open_beside_writer),
         cmocka_unit_test(strerror_every_code),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
