@@ -22,6 +22,8 @@
  *  10. B+ tree         the consistent B+ tree of [Moraru11] (64-bit keys).
  *  11. Protection      stray-write protection: sync/async mprotect windows.
  *  12. Hash map        byte-string keys and values, incremental resizing.
+ *  13. Key-value store nvh_kv_*: named stores of binary keys, sorted (B+
+ *                      tree) or hash engine, durable on return, threads.
  *
  * Threading: a pool handle may be used from several threads at once; the
  * persistence primitives are thread-safe. Create/open/close/grow of one pool
@@ -1431,6 +1433,177 @@ int nvh_hmap_stats_get(nvh_hmap *map, nvh_hmap_stats *stats);
 /* Check every invariant (docs/HASHMAP.md §5) with a walk of the list and the
  * buckets; NVH_E_CORRUPT with a message if one fails. Repairs the count. */
 int nvh_hmap_check(nvh_hmap *map, nvh_hmap_stats *stats);
+
+/* ==========================================================================
+ * 13. Key-value store
+ * ==========================================================================
+ * A store maps binary keys (1..NVH_KV_KEY_MAX bytes) to binary values
+ * (0..NVH_KV_VALUE_MAX bytes). It lives in a pool under a name (several
+ * stores per pool); its engine, chosen at creation, is "sorted" (a B+ tree:
+ * ordered scans, iterators) or "hash" (the hash map of section 12: no order).
+ * User guide: docs/KV.md.
+ *
+ *   nvh_kv_config c = {.path = "/pmem/db", .create = NVH_KV_CREATE_IF_MISSING};
+ *   nvh_kv *kv = nvh_kv_open(&c);
+ *   nvh_kv_put(kv, "k", 1, "v", 1);             // durable when it returns
+ *   char buf[64]; size_t n;
+ *   nvh_kv_get_copy(kv, "k", 1, buf, sizeof buf, &n);
+ *   nvh_kv_close(kv);
+ *
+ * On return: every put, remove and batch commit is durable (after a crash
+ * it is there, whole). On a crash: an operation in flight happened entirely
+ * or not at all; a batch in flight is all or none. Opening a store after a
+ * crash finishes an interrupted batch first.
+ * Threads: every call may come from any thread at any time on one handle
+ * (except close, which must be the last call). Readers never block each
+ * other. Limits: longer keys or values fail NVH_E_TOOLONG (never
+ * truncated); an empty key fails NVH_E_INVAL. Errors are NVH_E_* codes with
+ * messages naming the store ("nvh_kv_put: store 'x': ..."). */
+typedef struct nvh_kv nvh_kv;
+typedef struct nvh_kv_iter nvh_kv_iter;
+typedef struct nvh_kv_batch nvh_kv_batch;
+
+#define NVH_KV_KEY_MAX 4096u                 /* longer keys: NVH_E_TOOLONG        */
+#define NVH_KV_VALUE_MAX ((size_t)64 << 20)  /* 64 MiB; longer: NVH_E_TOOLONG     */
+#define NVH_KV_NAME_MAX 32u                  /* store name bytes, without the NUL */
+
+typedef enum nvh_kv_create {
+    NVH_KV_OPEN_EXISTING = 0,   /* the pool and the store must exist (NVH_E_NOENT
+                                   for the pool, NVH_E_NOTFOUND for the store)   */
+    NVH_KV_CREATE_IF_MISSING = 1, /* create the pool and/or the store if absent  */
+    NVH_KV_CREATE_NEW = 2,      /* the store must not exist yet (NVH_E_EXISTS);
+                                   the pool is created if absent                 */
+} nvh_kv_create;
+
+/* Order of the sorted engine: negative/0/positive like memcmp. NULL =
+ * bytewise (memcmp on the common prefix, then the shorter key first). The
+ * comparator is not stored: opening a store with another order than it was
+ * built with is the caller's error (as in LMDB). The store records whether
+ * a custom order was used and refuses NULL for such a store, and a custom
+ * one for a bytewise store (NVH_E_INVAL). */
+typedef int (*nvh_kv_cmp_fn)(const void *a, size_t alen, const void *b, size_t blen, void *arg);
+
+#define NVH_KV_READONLY 1u           /* nvh_kv_config.flags: writes fail NVH_E_READONLY */
+
+typedef struct nvh_kv_config {
+    const char *path;          /* pool file (nvh_kv_open only)                    */
+    const char *layout;        /* pool layout name; NULL = "nvkv"                 */
+    const char *name;          /* store name in the pool; NULL = "default"        */
+    const char *engine;        /* "sorted" (NULL) or "hash"; when opening an
+                                  existing store NULL accepts either, a name must
+                                  match (NVH_E_INVAL)                             */
+    uint64_t size;             /* pool size at creation; 0 = 64 MiB               */
+    uint64_t max_size;         /* growth limit of the pool file; 0 = the pool's   */
+    nvh_kv_create create;
+    nvh_kv_cmp_fn cmp;         /* sorted engine only                               */
+    void *cmp_arg;
+    unsigned flags;            /* NVH_KV_READONLY                                  */
+} nvh_kv_config;
+
+/* Open (or create, per config->create) the pool at config->path and the
+ * store in it. NULL + nvh_errcode() on error; a failed open leaves an
+ * existing pool's stores unchanged. */
+nvh_kv *nvh_kv_open(const nvh_kv_config *config);
+/* The same on a pool the caller opened (config->path, layout, size and
+ * max_size are ignored); the pool must outlive the store handle. */
+nvh_kv *nvh_kv_open_pool(nvh_pool *pool, const nvh_kv_config *config);
+/* Close the handle (every write was durable already); closes the pool too
+ * if nvh_kv_open opened it. No other call on the handle may run or follow.
+ * NULL is a no-op. */
+int nvh_kv_close(nvh_kv *kv);
+nvh_pool *nvh_kv_pool(nvh_kv *kv);
+const char *nvh_kv_engine(const nvh_kv *kv);   /* "sorted" or "hash" */
+/* The stores of a pool: fn(name, engine, arg) each; stops when fn returns
+ * non-zero (returned). */
+int nvh_kv_list(nvh_pool *pool, int (*fn)(const char *name, const char *engine, void *arg),
+                void *arg);
+/* Delete a store that is not open, with all its data. NVH_E_NOTFOUND if
+ * absent, NVH_E_BUSY if open. A crash in the middle leaves the store
+ * smaller but valid, or gone; drop again to finish. */
+int nvh_kv_drop(nvh_pool *pool, const char *name);
+
+/* Insert or replace; durable and failure-atomic. NVH_E_NOSPACE if the pool
+ * is full (the store is unchanged). */
+int nvh_kv_put(nvh_kv *kv, const void *key, size_t klen, const void *value, size_t vlen);
+int nvh_kv_remove(nvh_kv *kv, const void *key, size_t klen);     /* NVH_E_NOTFOUND */
+int nvh_kv_exists(nvh_kv *kv, const void *key, size_t klen);     /* 1, 0, or an error */
+/* Copy: copies min(value length, bufsize) bytes into buf and sets *vlen to
+ * the full length; returns 0 if the whole value fit, NVH_E_SIZE if buf was
+ * too small (retry with *vlen bytes), NVH_E_NOTFOUND if absent. buf may be
+ * NULL with bufsize 0 (a size query). */
+int nvh_kv_get_copy(nvh_kv *kv, const void *key, size_t klen, void *buf, size_t bufsize,
+                    size_t *vlen);
+/* Zero-copy: fn sees the value in the pool; the pointer is valid only
+ * during fn (the store does not free it while fn runs, whatever other
+ * threads do). fn must not call the store. Returns fn's return value, or
+ * NVH_E_NOTFOUND. */
+typedef int (*nvh_kv_value_fn)(const void *value, size_t vlen, void *arg);
+int nvh_kv_get(nvh_kv *kv, const void *key, size_t klen, nvh_kv_value_fn fn, void *arg);
+
+/* Ordered calls (sorted engine; the hash engine returns NVH_E_NOTSUP except
+ * for count_all and get_all, which it answers in hash order). above = keys
+ * > k, below = keys < k, between = lo < key < hi. fn returning non-zero
+ * stops the scan and that value is returned. Entries passed to fn are valid
+ * only during fn; fn must not call the store. A scan is not a snapshot:
+ * it sees each key at most once, with a whole value. */
+typedef int (*nvh_kv_entry_fn)(const void *key, size_t klen, const void *value, size_t vlen,
+                               void *arg);
+int nvh_kv_count_all(nvh_kv *kv, uint64_t *count);
+int nvh_kv_count_above(nvh_kv *kv, const void *k, size_t kl, uint64_t *count);
+int nvh_kv_count_below(nvh_kv *kv, const void *k, size_t kl, uint64_t *count);
+int nvh_kv_count_between(nvh_kv *kv, const void *lo, size_t lol, const void *hi, size_t hil,
+                         uint64_t *count);
+int nvh_kv_get_all(nvh_kv *kv, nvh_kv_entry_fn fn, void *arg);
+int nvh_kv_get_above(nvh_kv *kv, const void *k, size_t kl, nvh_kv_entry_fn fn, void *arg);
+int nvh_kv_get_below(nvh_kv *kv, const void *k, size_t kl, nvh_kv_entry_fn fn, void *arg);
+int nvh_kv_get_between(nvh_kv *kv, const void *lo, size_t lol, const void *hi, size_t hil,
+                       nvh_kv_entry_fn fn, void *arg);
+
+/* Iterators (sorted engine; hash: NULL with NVH_E_NOTSUP from
+ * nvh_kv_iter_new). An iterator sees each key at most once and never a torn
+ * value; it is not a snapshot. The positioning calls return 0 on an entry,
+ * NVH_E_NOTFOUND if there is none (the iterator is then unpositioned). One
+ * iterator is used by one thread at a time. */
+nvh_kv_iter *nvh_kv_iter_new(nvh_kv *kv);
+void nvh_kv_iter_free(nvh_kv_iter *it);
+int nvh_kv_iter_seek(nvh_kv_iter *it, const void *k, size_t kl);           /* == k         */
+int nvh_kv_iter_seek_lower(nvh_kv_iter *it, const void *k, size_t kl);     /* greatest < k */
+int nvh_kv_iter_seek_lower_eq(nvh_kv_iter *it, const void *k, size_t kl);  /* greatest <= k */
+int nvh_kv_iter_seek_higher(nvh_kv_iter *it, const void *k, size_t kl);    /* least > k    */
+int nvh_kv_iter_seek_higher_eq(nvh_kv_iter *it, const void *k, size_t kl); /* least >= k   */
+int nvh_kv_iter_first(nvh_kv_iter *it);
+int nvh_kv_iter_last(nvh_kv_iter *it);
+int nvh_kv_iter_next(nvh_kv_iter *it);   /* NVH_E_NOTFOUND past the end */
+int nvh_kv_iter_prev(nvh_kv_iter *it);   /* NVH_E_NOTFOUND before the first */
+/* Key and value of the current entry: copies owned by the iterator, valid
+ * until it moves or is freed. NVH_E_NOTFOUND if unpositioned. */
+int nvh_kv_iter_key(nvh_kv_iter *it, const void **key, size_t *klen);
+int nvh_kv_iter_value(nvh_kv_iter *it, const void **value, size_t *vlen);
+
+/* Atomic batch: puts and removes, applied in order, that become durable all
+ * or none at commit (a remove of an absent key is not an error in a batch).
+ * The batch is buffered in DRAM until commit; commit writes it as one log
+ * object, links it from the store durably (the commit point), applies it and
+ * drops the log; a crash after the commit point is finished by the next
+ * open. While a commit applies, other writers of the store wait; readers do
+ * not, and may see part of a batch until commit returns. */
+nvh_kv_batch *nvh_kv_batch_new(nvh_kv *kv);
+int nvh_kv_batch_put(nvh_kv_batch *b, const void *key, size_t klen, const void *value,
+                     size_t vlen);
+int nvh_kv_batch_remove(nvh_kv_batch *b, const void *key, size_t klen);
+int nvh_kv_batch_commit(nvh_kv_batch *b);   /* frees b; all or none durable on return */
+void nvh_kv_batch_abort(nvh_kv_batch *b);   /* frees b, nothing applied */
+
+typedef struct nvh_kv_stats {
+    uint64_t count;                   /* entries                                   */
+    uint64_t key_bytes, value_bytes;  /* 0 if not known without a walk             */
+    uint64_t pool_size, pool_used;
+    uint64_t puts, gets, removes, batches;  /* calls that succeeded on this handle */
+    uint64_t flushes, fences;         /* of the pool since it was opened           */
+} nvh_kv_stats;
+int nvh_kv_stats_get(nvh_kv *kv, nvh_kv_stats *stats);
+/* The engine's own invariant check (NVH_E_CORRUPT with a message). */
+int nvh_kv_check(nvh_kv *kv);
 
 #pragma GCC visibility pop
 #ifdef __cplusplus

@@ -194,19 +194,23 @@ struct nvh_hm_dummy *nvh_hm_bucket_(struct nvh_hmap *m, uint64_t h63)
 }
 
 /* Eager linking, in batches: up to HM_LINK_BATCH unlinked buckets of the
- * newest segment per call, with ONE fence for the whole batch (step 1 of
- * every dummy), their predecessor links flushed after it (step 2, durable
- * with the caller's next fence) and their marks deferred as in
- * hm_init_bucket. Two dummies of one batch never share a predecessor word
- * (the second would be lost): a batch stops before such a bucket. */
-#define HM_LINK_BATCH 8u
-void nvh_hm_link_ahead_(struct nvh_hmap *m)
+ * newest segment at a time, sharing ONE fence for step 1 of every dummy
+ * (each written and flushed), their predecessor links stored and flushed
+ * after that fence (step 2, durable with the next fence) and their marks
+ * deferred as in hm_init_bucket. A put folds its batch into its own fences
+ * (nvh_hm_link_prepare_ before its content fence, nvh_hm_link_publish_
+ * after it), so linking costs it no fence of its own. Two dummies of one
+ * batch never share a predecessor word (the second would be lost), and no
+ * dummy takes the word `avoid` (the put's own link): a batch stops before
+ * such a bucket. Returns false if the batch stopped at a bucket whose
+ * parent is not linked (only nvh_hm_link_ahead_ links a parent: its own
+ * fence). */
+static bool hm_link_collect(struct nvh_hmap *m, const uint64_t *avoid)
 {
-    struct nvh_hm_dummy *dd[HM_LINK_BATCH];
-    uint64_t *pred[HM_LINK_BATCH], bk[HM_LINK_BATCH];
-    unsigned n = 0;
-    for (unsigned looked = 0; looked < 4 * HM_LINK_BATCH && n < HM_LINK_BATCH &&
+    m->ahead_n = 0;
+    for (unsigned looked = 0; looked < 4 * HM_LINK_BATCH && m->ahead_n < HM_LINK_BATCH &&
                               m->link_cursor < m->nbuckets; looked++) {
+        unsigned n = m->ahead_n;
         uint64_t b = m->link_cursor;
         struct nvh_hm_dummy *d = hm_dummy(m, b);
         if (hm_dummy_ready(m, b, d)) {
@@ -215,11 +219,7 @@ void nvh_hm_link_ahead_(struct nvh_hmap *m)
         }
         uint64_t pb = hm_parent(b);
         struct nvh_hm_dummy *parent = hm_dummy(m, pb);
-        if (!hm_dummy_ready(m, pb, parent)) {
-            if (n) break;                      /* keep batches simple */
-            parent = hm_init_bucket(m, pb);    /* rare: its own fence */
-            if (!parent) return;
-        }
+        if (!hm_dummy_ready(m, pb, parent)) return false;
         uint64_t so = hm_dummy_so(b), d_off = nvh_off(m->pool, d);
         uint64_t *prev = &parent->next;
         bool linked = false;
@@ -229,14 +229,21 @@ void nvh_hm_link_ahead_(struct nvh_hmap *m)
             if (cur == 0 || hm_at(m, cur)->so_key > so) break;
             prev = &hm_at(m, cur)->next;
         }
-        bool clash = false;
-        for (unsigned k = 0; k < n; k++) clash |= pred[k] == prev;
-        if (clash) break;                      /* next call links it */
+        bool clash = prev == avoid;
+        for (unsigned k = 0; k < n; k++) clash |= m->ahead[k].pred == prev;
+        if (clash) break;                      /* a later batch links it */
         m->link_cursor++;
-        if (linked) {                          /* a crash left it linked, unmarked */
-            dd[n] = d, pred[n] = NULL, bk[n] = b, n++;
+        m->ahead[n].d = d, m->ahead[n].bucket = b;
+        m->ahead_n = n + 1;
+        if (linked) {        /* a crash left it linked, unmarked; or this handle
+                                linked it with its mark still waiting */
+            bool waiting = false;
+            for (unsigned k = 0; k < m->nmarks; k++) waiting |= m->marks[k].d == d;
+            if (waiting) m->ahead_n = n;
+            else m->ahead[n].pred = NULL;
             continue;
         }
+        m->ahead[n].pred = prev;
         nvh_protect_open_(m->pool, d, sizeof *d);
         d->next = *prev;
         d->so_key = so;
@@ -244,20 +251,41 @@ void nvh_hm_link_ahead_(struct nvh_hmap *m)
         d->reserved = 0;
         nvh_flush(m->pool, d, sizeof *d);
         nvh_protect_close_(m->pool, d, sizeof *d);
-        dd[n] = d, pred[n] = prev, bk[n] = b, n++;
     }
-    if (n == 0) return;
-    nvh_drain(m->pool);                        /* every dummy complete */
-    for (unsigned k = 0; k < n; k++) {
-        if (pred[k]) {
-            nvh_protect_open_(m->pool, pred[k], 8);
-            *pred[k] = nvh_off(m->pool, dd[k]);
-            nvh_flush(m->pool, pred[k], 8);
-            nvh_protect_close_(m->pool, pred[k], 8);
+    return true;
+}
+
+bool nvh_hm_link_prepare_(struct nvh_hmap *m, const uint64_t *avoid)
+{
+    return hm_link_collect(m, avoid);
+}
+
+void nvh_hm_link_publish_(struct nvh_hmap *m)
+{
+    for (unsigned k = 0; k < m->ahead_n; k++) {
+        uint64_t *pred = m->ahead[k].pred;
+        if (pred) {
+            nvh_protect_open_(m->pool, pred, 8);
+            *pred = nvh_off(m->pool, m->ahead[k].d);
+            nvh_flush(m->pool, pred, 8);
+            nvh_protect_close_(m->pool, pred, 8);
             m->link_unfenced = true;
         }
-        hm_mark_later(m, dd[k], bk[k]);
+        hm_mark_later(m, m->ahead[k].d, m->ahead[k].bucket);
     }
+    m->ahead_n = 0;
+}
+
+void nvh_hm_link_ahead_(struct nvh_hmap *m)
+{
+    if (!hm_link_collect(m, NULL) && m->ahead_n == 0) {
+        /* rare (after a crash): link the parent first, its own fence */
+        if (!hm_init_bucket(m, hm_parent(m->link_cursor))) return;
+        hm_link_collect(m, NULL);
+    }
+    if (m->ahead_n == 0) return;
+    nvh_drain(m->pool);                        /* every dummy complete */
+    nvh_hm_link_publish_(m);
 }
 
 /* ==========================================================================

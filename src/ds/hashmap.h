@@ -34,6 +34,7 @@
 #define NVH_HM_MAX_BUCKETS_LOG2 40u
 #define NVH_HM_DEFAULT_BASE_LOG2 8u              /* 256 buckets at create    */
 #define NVH_HM_DEFAULT_LOAD_PCT 200u             /* double above 2 per bucket */
+#define HM_LINK_BATCH 32u                        /* buckets linked eagerly per fence */
 
 /* The map's root object (one allocation; 448 bytes). Line 0 holds the words
  * that change (count hint, pending); lines 1..6 the segment directory. */
@@ -116,6 +117,8 @@ struct nvh_hmap {
     unsigned nmarks;         /* dummies linked whose mark waits for that fence */
     struct { struct nvh_hm_dummy *d; uint64_t check; } marks[64];
     uint64_t link_cursor;    /* next bucket the eager linker looks at        */
+    unsigned ahead_n;        /* dummies of the eager batch being linked      */
+    struct { struct nvh_hm_dummy *d; uint64_t *pred; uint64_t bucket; } ahead[HM_LINK_BATCH];
     uint64_t resizes;        /* segments added by this handle                */
     uint64_t buckets_inited; /* dummies linked by this handle                */
     uint64_t recovered_pending; /* 1 if open retired/cleared a pending update */
@@ -324,6 +327,13 @@ void nvh_hm_settle_(struct nvh_hmap *m, bool drain);
  * so that by the next doubling every bucket is linked and reads never start
  * at a parent. Progress lives in DRAM only (restarts at open: idempotent). */
 void nvh_hm_link_ahead_(struct nvh_hmap *m);
+/* The same folded into a put's fences: prepare writes the next batch's
+ * dummies (flushed, not fenced; none takes the word `avoid`, the put's own
+ * link) before the put's content fence; publish stores their predecessor
+ * links after that fence (durable with the put's activation fence). */
+bool nvh_hm_link_prepare_(struct nvh_hmap *m, const uint64_t *avoid); /* false: blocked
+                                                                         by an unlinked parent */
+void nvh_hm_link_publish_(struct nvh_hmap *m);
 
 /* Salvage a damaged list in place (nvheap check --repair): each link to
  * something a walk must not follow (hm_node_at, key order, a cycle), to an
@@ -336,6 +346,15 @@ void nvh_hm_link_ahead_(struct nvh_hmap *m);
 typedef void (*nvh_hm_salvage_fn)(uint64_t link_off, uint64_t old_value, uint64_t new_value,
                                   const char *why, void *arg);
 int nvh_hm_salvage_(struct nvh_hmap *m, nvh_hm_salvage_fn fn, void *arg);
+
+/* Look key up and call fn(key, klen, value, vlen, arg) on the entry while
+ * it cannot be freed (the pointers are valid during fn only); returns fn's
+ * value, NVH_E_NOTFOUND (no message recorded: the caller words it) or
+ * NVH_E_CORRUPT. For the key-value store's zero-copy get. */
+typedef int (*nvh_hm_entry_fn)(const void *key, size_t klen, const void *value, size_t vlen,
+                               void *arg);
+int nvh_hm_get_fn_(struct nvh_hmap *m, const void *key, size_t klen, nvh_hm_entry_fn fn,
+                   void *arg);
 
 /* Add a segment if the load factor calls for it (after an insert). */
 int nvh_hm_maybe_grow_(struct nvh_hmap *m);

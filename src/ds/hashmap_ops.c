@@ -174,10 +174,13 @@ static int hm_write(struct nvh_hmap *m, const void *key, size_t klen, const void
         m->root->pending = nvh_off(pool, old);
         nvh_flush(pool, &m->root->pending, 8);
     }
+    bool blocked = false;          /* eager bucket links ride on fences 1 and 2 */
+    if (!old) blocked = !nvh_hm_link_prepare_(m, prev) && m->ahead_n == 0;
     nvh_drain(pool);                                        /* fence 1 */
     nvh_protect_close_(pool, e, size);
     if (old) nvh_protect_close_(pool, &m->root->pending, 8);
     nvh_hm_settle_(m, false);      /* fence 1 also made new dummies' links durable */
+    nvh_hm_link_publish_(m);       /* their links: durable with fence 2 */
 
     rc = hm_activate(pool, e, prev);                        /* fence 2 */
     if (rc != NVH_OK) {
@@ -197,10 +200,13 @@ static int hm_write(struct nvh_hmap *m, const void *key, size_t klen, const void
          * open retries the free. The update itself is durable. */
         nvh_hm_count_changed_(m, 0, false);
     } else {
+        nvh_hm_settle_(m, false);  /* fence 2 made the eager links durable: marks */
         nvh_hm_count_changed_(m, 1, false);
         int grc = nvh_hm_maybe_grow_(m);
         (void)grc;   /* a failed grow only leaves the chains longer */
-        nvh_hm_link_ahead_(m);
+        /* a batch blocked by an unlinked parent (after a crash): the
+         * standalone linker links it, with a fence of its own */
+        if (blocked) nvh_hm_link_ahead_(m);
     }
     hm_unlock(m);
     return rc;
@@ -273,6 +279,21 @@ int nvh_hmap_get(nvh_hmap *m, const void *key, size_t klen, const void **value, 
     if (value) *value = e->data + e->klen;
     if (vlen) *vlen = e->vlen;
     return NVH_OK;
+}
+
+int nvh_hm_get_fn_(struct nvh_hmap *m, const void *key, size_t klen, nvh_hm_entry_fn fn,
+                   void *arg)
+{
+    uint64_t h63 = hm_h63(hm_hash(m->seed, key, klen));
+    hm_lock(m);
+    uint64_t *prev;
+    struct nvh_hm_node *e = nvh_hm_find_(m, (struct nvh_hm_link *)hm_start_ro(m, h63),
+                                         hm_entry_so(h63), key, (uint32_t)klen, &prev);
+    int rc;
+    if (e) rc = fn(e->data, e->klen, e->data + e->klen, e->vlen, arg);
+    else rc = prev ? NVH_E_NOTFOUND : NVH_E_CORRUPT;
+    hm_unlock(m);
+    return rc;
 }
 
 int nvh_hmap_contains(nvh_hmap *m, const void *key, size_t klen)

@@ -1,0 +1,39 @@
+/* sorted.h — the sorted engine of the key-value store (a B+ tree of byte-string
+ * keys), as the store layer (src/kv/kv*.c) calls it. Contract: section 2 of the
+ * kv interface shared by the kv helpers. */
+#ifndef NVH_KV_SORTED_H
+#define NVH_KV_SORTED_H
+
+#include "nvheap.h"
+
+typedef struct kv_sorted kv_sorted;
+typedef int (*kv_cmp_fn)(const void *a, size_t alen, const void *b, size_t blen, void *arg);
+typedef int (*kv_entry_fn)(const void *k, size_t kl, const void *v, size_t vl, void *arg);
+
+/* A new empty tree; its root object's offset is stored into *link failure-atomically
+ * (link is a word in the pool, e.g. in kv-core's store descriptor). */
+int kv_sorted_create(nvh_pool *pool, nvh_off_t *link);
+kv_sorted *kv_sorted_open(nvh_pool *pool, nvh_off_t root, kv_cmp_fn cmp, void *cmp_arg);
+int kv_sorted_close(kv_sorted *t);
+int kv_sorted_destroy(kv_sorted *t, nvh_off_t *link);   /* frees everything, clears *link */
+
+/* Durable on return; failure-atomic. Idempotent (the batch log replays them). */
+int kv_sorted_put(kv_sorted *t, const void *k, size_t kl, const void *v, size_t vl);
+int kv_sorted_remove(kv_sorted *t, const void *k, size_t kl);           /* NVH_E_NOTFOUND */
+/* fn(k, kl, v, vl, arg) once for the entry; pointers valid during fn only. */
+int kv_sorted_get(kv_sorted *t, const void *k, size_t kl, kv_entry_fn fn, void *arg);
+
+enum kv_seek { KV_SEEK_EQ, KV_SEEK_LT, KV_SEEK_LE, KV_SEEK_GT, KV_SEEK_GE,
+               KV_SEEK_FIRST, KV_SEEK_LAST };
+/* fn once for the entry found (k ignored for FIRST/LAST); NVH_E_NOTFOUND if none. */
+int kv_sorted_seek(kv_sorted *t, enum kv_seek how, const void *k, size_t kl,
+                   kv_entry_fn fn, void *arg);
+/* Ascending scan of lo..hi; lo/hi NULL = unbounded; *_incl: bound included.
+ * Stops when fn returns non-zero (returned). */
+int kv_sorted_scan(kv_sorted *t, const void *lo, size_t lol, int lo_incl,
+                   const void *hi, size_t hil, int hi_incl, kv_entry_fn fn, void *arg);
+int kv_sorted_count(kv_sorted *t, const void *lo, size_t lol, int lo_incl,
+                    const void *hi, size_t hil, int hi_incl, uint64_t *count);
+int kv_sorted_check(kv_sorted *t);
+
+#endif /* NVH_KV_SORTED_H */
