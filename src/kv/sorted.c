@@ -1,0 +1,738 @@
+/* sorted.c — the sorted engine's life cycle and read side: create, open,
+ * close, destroy; the epochs that let readers run without locks while
+ * writers free what they replaced; the lazy build of the DRAM state (leaf
+ * companions and inner index) at the first operation after open, with the
+ * repair of an interrupted split and of queued frees; get, seek, scan and
+ * count. The write path is in sorted_write.c, the index in
+ * sorted_index.c, the invariant check in sorted_check.c. Design:
+ * docs/KV-SORTED.md. */
+#include "sorted_int.h"
+
+#include <sched.h>
+
+int kvs_corrupt(const kv_sorted *t, uint64_t off, const char *what)
+{
+    return nvh_fail(NVH_E_CORRUPT, "sorted tree (header at offset %llu): %s at offset %llu",
+                    (unsigned long long)t->hdr_off, what, (unsigned long long)off);
+}
+
+/* ==========================================================================
+ * Epochs
+ * ==========================================================================
+ * A reader announces the global epoch in a slot for the duration of its
+ * call; a writer tags what it unlinks with the epoch of the unlinking and
+ * frees it once every announced epoch is newer. Announce, then re-read the
+ * global epoch (seq_cst both): a writer that advanced the epoch and scanned
+ * the slots before the announcement became visible unlinked the object
+ * before the reader's re-read, so the reader cannot reach it. */
+static unsigned kvs_thread_hint(void)
+{
+    static unsigned next;
+    static __thread unsigned hint;
+    if (!hint) hint = __atomic_add_fetch(&next, 1, __ATOMIC_RELAXED);
+    return hint;
+}
+
+unsigned kvs_enter(kv_sorted *t)
+{
+    unsigned i = kvs_thread_hint() % KVS_RSLOTS;
+    for (;;) {
+        uint64_t e = __atomic_load_n(&t->gepoch, __ATOMIC_SEQ_CST), zero = 0;
+        if (__atomic_compare_exchange_n(&t->rs[i].epoch, &zero, e, 0, __ATOMIC_SEQ_CST,
+                                        __ATOMIC_RELAXED)) {
+            for (;;) {
+                uint64_t e2 = __atomic_load_n(&t->gepoch, __ATOMIC_SEQ_CST);
+                if (e2 == e) return i;
+                __atomic_store_n(&t->rs[i].epoch, e2, __ATOMIC_SEQ_CST);
+                e = e2;
+            }
+        }
+        i = (i + 1) % KVS_RSLOTS;   /* slot taken (another thread, or nested) */
+    }
+}
+
+void kvs_exit(kv_sorted *t, unsigned slot)
+{
+    __atomic_store_n(&t->rs[slot].epoch, 0, __ATOMIC_RELEASE);
+}
+
+int kvs_retire(kv_sorted *t, uint32_t kind, void *p, uint32_t pend)
+{
+    if (t->nret == t->capret) {
+        size_t cap = t->capret ? t->capret * 2 : 64;
+        kvs_retired *r = realloc(t->ret, cap * sizeof *r);
+        if (!r) return nvh_fail(NVH_E_NOMEM, "sorted tree: out of memory for deferred frees");
+        t->ret = r;
+        t->capret = cap;
+    }
+    t->ret[t->nret++] = (kvs_retired){__atomic_load_n(&t->gepoch, __ATOMIC_SEQ_CST), p, kind, pend};
+    return NVH_OK;
+}
+
+void kvs_cleaf_free(kvs_cleaf *c)
+{
+    free(c);
+}
+
+static int kvs_free_retired(kv_sorted *t, kvs_retired *r)
+{
+    switch (r->kind) {
+    case KVS_R_MEM:
+        free(r->p);
+        return NVH_OK;
+    case KVS_R_CLEAF:
+        kvs_cleaf_free(r->p);
+        return NVH_OK;
+    default: {
+        /* the record's free clears its pend[] entry failure-atomically */
+        nvh_link lk = {&t->hdr->pend[r->pend].rec, 0};
+        int rc = nvh_free(t->pool, r->p, &lk, 1);
+        t->pend_used &= ~(UINT64_C(1) << r->pend);
+        return rc;
+    }
+    }
+}
+
+int kvs_reclaim(kv_sorted *t, int wait)
+{
+    int rc = NVH_OK;
+    while (t->nret) {
+        uint64_t e = __atomic_add_fetch(&t->gepoch, 1, __ATOMIC_SEQ_CST), min = e;
+        for (unsigned i = 0; i < KVS_RSLOTS; i++) {
+            uint64_t v = __atomic_load_n(&t->rs[i].epoch, __ATOMIC_SEQ_CST);
+            if (v && v < min) min = v;
+        }
+        size_t k = 0;
+        for (size_t i = 0; i < t->nret; i++) {
+            if (t->ret[i].epoch < min) {
+                int e2 = kvs_free_retired(t, &t->ret[i]);
+                if (e2 && !rc) rc = e2;
+            } else {
+                t->ret[k++] = t->ret[i];
+            }
+        }
+        t->nret = k;
+        if (!wait || !k) break;
+        sched_yield();
+    }
+    return rc;
+}
+
+/* ==========================================================================
+ * Create, open, close, destroy
+ * ========================================================================== */
+int kv_sorted_create(nvh_pool *pool, nvh_off_t *link)
+{
+    if (!pool || !link) return nvh_fail(NVH_E_INVAL, "kv_sorted_create: NULL argument");
+    if (pool->readonly) return nvh_fail(NVH_E_READONLY, "kv_sorted_create: pool is read-only");
+    nvh_protect_internal_begin(pool);
+    kvs_hdr *h = nvh_reserve(pool, sizeof *h);
+    int rc;
+    if (!h) {
+        rc = nvh_fail_context(nvh_errcode(), "kv_sorted_create: header");
+    } else {
+        memset(h, 0, sizeof *h);
+        h->magic = KVS_HDR_MAGIC;
+        h->version = KVS_VERSION;
+        nvh_persist(pool, h, sizeof *h);
+        nvh_off_t *const links[1] = {link};
+        rc = nvh_activate(pool, h, links, 1);
+        if (rc) nvh_cancel(pool, h);
+    }
+    nvh_protect_internal_end(pool);
+    return rc;
+}
+
+kv_sorted *kv_sorted_open(nvh_pool *pool, nvh_off_t root, kv_cmp_fn cmp, void *cmp_arg)
+{
+    if (!pool) {
+        nvh_fail(NVH_E_INVAL, "kv_sorted_open: NULL pool");
+        return NULL;
+    }
+    uint64_t size = nvh_pool_size(pool);
+    kvs_hdr *h = nvh_ptr(pool, root);
+    if (root == 0 || (root & 63) || size < sizeof *h || root > size - sizeof *h) {
+        nvh_fail(NVH_E_CORRUPT, "sorted tree: header offset %llu is outside the pool",
+                 (unsigned long long)root);
+        return NULL;
+    }
+    if (h->magic != KVS_HDR_MAGIC) {
+        nvh_fail(NVH_E_CORRUPT, "sorted tree: no tree header at offset %llu (bad magic)",
+                 (unsigned long long)root);
+        return NULL;
+    }
+    if (h->version != KVS_VERSION) {
+        nvh_fail(NVH_E_VERSION, "sorted tree at offset %llu: format version %u, this library "
+                 "reads %u", (unsigned long long)root, h->version, KVS_VERSION);
+        return NULL;
+    }
+    kv_sorted *t = aligned_alloc(64, NVH_ALIGN_UP(sizeof *t, (size_t)64));
+    if (!t) {
+        nvh_fail(NVH_E_NOMEM, "kv_sorted_open: out of memory");
+        return NULL;
+    }
+    memset(t, 0, sizeof *t);
+    t->pool = pool;
+    t->hdr = h;
+    t->hdr_off = root;
+    t->cmp = cmp;
+    t->cmp_arg = cmp_arg;
+    t->readonly = pool->readonly;
+    t->gepoch = 1;
+    pthread_mutex_init(&t->wlock, NULL);
+    return t;
+}
+
+static void kvs_free_dram(kv_sorted *t)
+{
+    kvs_reclaim(t, 1);
+    for (kvs_cleaf *c = t->head, *n; c; c = n) {
+        n = c->next;
+        kvs_skey_unref(t, c->sep, 1);
+        kvs_cleaf_free(c);
+    }
+    t->head = NULL;
+    kvs_ix_free(t, t->root);
+    t->root = NULL;
+    free(t->ret);
+    t->ret = NULL;
+    t->nret = t->capret = 0;
+}
+
+int kv_sorted_close(kv_sorted *t)
+{
+    if (!t) return NVH_OK;
+    int rc = NVH_OK;
+    pthread_mutex_lock(&t->wlock);
+    if (t->nret) {
+        nvh_protect_internal_begin(t->pool);
+        rc = kvs_reclaim(t, 1);
+        nvh_protect_internal_end(t->pool);
+    }
+    kvs_free_dram(t);
+    pthread_mutex_unlock(&t->wlock);
+    pthread_mutex_destroy(&t->wlock);
+    free(t);
+    return rc;
+}
+
+int kv_sorted_destroy(kv_sorted *t, nvh_off_t *link)
+{
+    if (!t || !link) return nvh_fail(NVH_E_INVAL, "kv_sorted_destroy: NULL argument");
+    if (t->readonly) return nvh_fail(NVH_E_READONLY, "kv_sorted_destroy: pool is read-only");
+    if (*link != t->hdr_off)
+        return nvh_fail(NVH_E_INVAL, "kv_sorted_destroy: link does not point at the tree");
+    int rc = kvs_ensure_built(t);
+    if (rc) return rc;
+    pthread_mutex_lock(&t->wlock);
+    nvh_pool *pool = t->pool;
+    nvh_protect_internal_begin(pool);
+    rc = kvs_reclaim(t, 1);
+    /* Free from the first leaf on: each record with its slot cleared, then
+     * the leaf with hdr->first moved past it; every step failure-atomic, so
+     * a crash leaves a smaller tree, never a dangling pointer or a leak. */
+    while (rc == NVH_OK && t->head) {
+        kvs_cleaf *c = t->head;
+        for (unsigned i = 0; i < KVS_CAP && rc == NVH_OK; i++) {
+            uint64_t r = c->p->slot[i].rec;
+            if (kvs_slot_free(r)) continue;
+            nvh_link lk = {&c->p->slot[i].rec, 0};
+            rc = nvh_free(pool, nvh_ptr(pool, r), &lk, 1);
+        }
+        if (rc) break;
+        nvh_link lk = {&t->hdr->first, c->p->next};
+        rc = nvh_free(pool, c->p, &lk, 1);
+        if (rc) break;
+        t->head = c->next;
+        kvs_skey_unref(t, c->sep, 1);
+        c->sep = NULL;
+        c->next = NULL;
+        /* stays reachable from the index until the DRAM state goes */
+        if (t->head) t->head->prev = NULL;
+        kvs_cleaf_free(c);
+    }
+    if (rc == NVH_OK) {
+        t->head = NULL;
+        kvs_ix_free(t, t->root);
+        t->root = NULL;
+        nvh_link lk = {link, 0};
+        rc = nvh_free(pool, t->hdr, &lk, 1);
+    }
+    nvh_protect_internal_end(pool);
+    if (rc) {
+        pthread_mutex_unlock(&t->wlock);
+        return rc;      /* t stays open (partly destroyed); close it */
+    }
+    kvs_free_dram(t);
+    pthread_mutex_unlock(&t->wlock);
+    pthread_mutex_destroy(&t->wlock);
+    free(t);
+    return NVH_OK;
+}
+
+/* ==========================================================================
+ * The lazy build
+ * ========================================================================== */
+/* Companion of persistent leaf l; the summaries are trusted, the record
+ * offsets only range-checked here (readers validate a record when they
+ * use it, so the build reads no record unless the order needs its key). */
+static kvs_cleaf *kvs_companion(kv_sorted *t, kvs_leaf *l, int *err)
+{
+    kvs_cleaf *c = calloc(1, sizeof *c);
+    if (!c) {
+        *err = nvh_fail(NVH_E_NOMEM, "sorted tree: out of memory for leaf companions");
+        return NULL;
+    }
+    c->p = l;
+    uint64_t size = nvh_pool_size(t->pool);
+    for (unsigned i = 0; i < KVS_CAP; i++) {
+        const kvs_slot *s = &l->slot[i];
+        uint64_t r = s->rec;
+        if (kvs_slot_free(r)) continue;
+        if ((r & 63) || r >= size || s->klen == 0 || s->klen > KVS_KEY_MAX) {
+            free(c);
+            *err = kvs_corrupt(t, nvh_off(t->pool, &l->slot[i]), "leaf slot (record offset)");
+            return NULL;
+        }
+        c->prefix[i] = s->prefix;
+        c->hash[i] = s->hash;
+        c->klen[i] = s->klen;
+        c->rec[i] = r;
+        c->live++;
+    }
+    return c;
+}
+
+int kvs_ent_cmp(const kv_sorted *t, const kvs_ent *a, const kvs_ent *b)
+{
+    if (!t->cmp) {
+        int c = kvs_sum_cmp(a->prefix, a->klen, b->prefix, b->klen);
+        if (c != 2) return c;
+    }
+    return kvs_cmp(t, a->r->data, a->r->klen, b->r->data, b->r->klen);
+}
+
+int kvs_leaf_sorted(const kv_sorted *t, const kvs_cleaf *c, kvs_ent *out, unsigned *n)
+{
+    unsigned m = 0;
+    for (unsigned i = 0; i < KVS_CAP; i++) {
+        uint64_t r = KVS_LOAD(&c->rec[i]);
+        if (kvs_slot_free(r)) continue;
+        kvs_ent e;
+        e.rec = r;
+        e.r = kvs_rec_get(t, r);
+        if (!e.r) return kvs_corrupt(t, r, "record");
+        /* the summary from the record itself, not the slot's: a reader
+         * racing a slot's reuse may see the next key's summary with the
+         * old record (the record's first line is read anyway) */
+        e.klen = e.r->klen;
+        e.prefix = kvs_prefix(e.r->data, e.klen);
+        e.hash = KVS_LOADR(&c->hash[i]);
+        unsigned j = m;
+        while (j > 0 && kvs_ent_cmp(t, &out[j - 1], &e) > 0) {
+            out[j] = out[j - 1];
+            j--;
+        }
+        out[j] = e;
+        m++;
+    }
+    *n = m;
+    return NVH_OK;
+}
+
+/* Walk the leaf chain once: finish or undo an interrupted split, drop empty
+ * leaves, build the companions and the index. Under wlock. */
+static int kvs_build(kv_sorted *t)
+{
+    nvh_pool *pool = t->pool;
+    kvs_hdr *h = t->hdr;
+    bool w = !t->readonly;
+    int rc = NVH_OK;
+    if (w) {
+        rc = kvs_pending_recover(t);
+        if (rc) return rc;
+    }
+    size_t n = 0, cap = 64;
+    kvs_cleaf **v = malloc(cap * sizeof *v);
+    if (!v) return nvh_fail(NVH_E_NOMEM, "sorted tree: out of memory");
+    uint64_t steps = 0, max_steps = nvh_pool_size(pool) / sizeof(kvs_leaf) + 2;
+    nvh_off_t *link = &h->first;
+    uint64_t cur = h->first;
+    uint64_t count = 0;
+    kvs_ent ents[KVS_CAP];
+    while (cur) {
+        if (++steps > max_steps) { rc = kvs_corrupt(t, cur, "leaf chain (a cycle)"); break; }
+        kvs_leaf *l = kvs_leaf_get(t, cur);
+        if (!l) { rc = kvs_corrupt(t, cur, "leaf"); break; }
+        if (l->left) {
+            /* split interrupted after its lower half was activated: finish
+             * it (the lower half replaces l in the chain) */
+            kvs_leaf *l1 = kvs_leaf_get(t, l->left);
+            if (!l1) { rc = kvs_corrupt(t, l->left, "leaf (lower half of a split)"); break; }
+            if (w) {
+                kvs_leaf *l2 = kvs_leaf_get(t, l->next);
+                if (l2 && l2->split_of == cur) {
+                    l2->split_of = 0;
+                    nvh_flush(pool, &l2->split_of, 8);
+                }
+                nvh_link lk = {link, l->left};
+                rc = nvh_free(pool, l, &lk, 1);
+                if (rc) break;
+                cur = *link;
+                continue;
+            }
+            cur = l->left;
+            l = l1;
+        }
+        if (l->next) {
+            kvs_leaf *nx = kvs_leaf_get(t, l->next);
+            if (!nx) { rc = kvs_corrupt(t, l->next, "leaf (chain link)"); break; }
+            if (nx->split_of == cur) {
+                /* split interrupted before its lower half existed: its upper
+                 * half holds copies of l's entries; drop it */
+                if (w) {
+                    nvh_link lk = {&l->next, nx->next};
+                    rc = nvh_free(pool, nx, &lk, 1);
+                    if (rc) break;
+                    continue;   /* l again */
+                }
+            }
+        }
+        uint64_t next = l->next;
+        if (!w && next) {
+            kvs_leaf *nx = kvs_leaf_get(t, next);
+            if (nx && nx->split_of == cur) next = nx->next;
+        }
+        kvs_cleaf *c = kvs_companion(t, l, &rc);
+        if (!c) break;
+        if (c->live == 0 && (n > 0 || next)) {
+            free(c);
+            if (w) {
+                nvh_link lk = {link, l->next};
+                rc = nvh_free(pool, l, &lk, 1);
+                if (rc) break;
+                cur = *link;
+            } else {
+                cur = next;
+            }
+            continue;
+        }
+        if (n > 0) {
+            unsigned m;
+            rc = kvs_leaf_sorted(t, c, ents, &m);
+            if (rc) { free(c); break; }
+            c->sep = kvs_skey_new(ents[0].r->data, ents[0].r->klen);
+            if (!c->sep) { free(c); rc = nvh_fail(NVH_E_NOMEM, "sorted tree: out of memory"); break; }
+        }
+        if (n == cap) {
+            kvs_cleaf **v2 = realloc(v, 2 * cap * sizeof *v);
+            if (!v2) { kvs_skey_unref(t, c->sep, 1); free(c); rc = nvh_fail(NVH_E_NOMEM, "sorted tree: out of memory"); break; }
+            v = v2;
+            cap *= 2;
+        }
+        if (n) { v[n - 1]->next = c; c->prev = v[n - 1]; }
+        v[n++] = c;
+        count += c->live;
+        link = &l->next;
+        cur = next;
+    }
+    if (w) nvh_drain(pool);     /* the repairs' flushed words */
+    if (rc == NVH_OK) {
+        kvs_inode *r = kvs_ix_build(v, n);
+        if (!r) rc = nvh_fail(NVH_E_NOMEM, "sorted tree: out of memory for the index");
+        else {
+            t->head = n ? v[0] : NULL;
+            t->count = count;
+            KVS_STORE(&t->root, r);
+        }
+    }
+    if (rc) {
+        for (size_t i = 0; i < n; i++) {
+            kvs_skey_unref(t, v[i]->sep, 1);
+            free(v[i]);
+        }
+    }
+    free(v);
+    return rc;
+}
+
+int kvs_ensure_built(kv_sorted *t)
+{
+    if (__builtin_expect(KVS_LOAD(&t->built), 1)) return NVH_OK;
+    pthread_mutex_lock(&t->wlock);
+    int rc = NVH_OK;
+    if (!t->built) {
+        nvh_protect_internal_begin(t->pool);
+        rc = kvs_build(t);
+        nvh_protect_internal_end(t->pool);
+        if (rc == NVH_OK) KVS_STORE(&t->built, 1);
+    }
+    pthread_mutex_unlock(&t->wlock);
+    return rc;
+}
+
+/* ==========================================================================
+ * Reads
+ * ========================================================================== */
+static int kvs_key_ok(const void *k, size_t kl, const char *fn)
+{
+    if (!k || kl == 0) return nvh_fail(NVH_E_INVAL, "%s: empty or NULL key", fn);
+    if (kl > KVS_KEY_MAX)
+        return nvh_fail(NVH_E_TOOLONG, "%s: key of %zu bytes exceeds %u", fn, kl, KVS_KEY_MAX);
+    return NVH_OK;
+}
+
+int kvs_leaf_find(const kv_sorted *t, const kvs_cleaf *c, const void *k, size_t kl,
+                  uint64_t kp, uint32_t kh, uint64_t *rec, int *err)
+{
+    (void)kp;
+    for (unsigned i = 0; i < KVS_CAP; i++) {
+        if (!t->cmp && (KVS_LOADR(&c->hash[i]) != kh || KVS_LOADR(&c->klen[i]) != kl)) continue;
+        uint64_t r = KVS_LOAD(&c->rec[i]);
+        if (kvs_slot_free(r)) continue;
+        const kvs_rec *rp = kvs_rec_get(t, r);
+        if (!rp) {
+            *err = kvs_corrupt(t, r, "record");
+            return -1;
+        }
+        if (t->cmp ? kvs_cmp(t, k, kl, rp->data, rp->klen) == 0
+                   : (rp->klen == kl && memcmp(rp->data, k, kl) == 0)) {
+            *rec = r;
+            return (int)i;
+        }
+    }
+    return -1;
+}
+
+static inline bool kvs_dead(const kvs_cleaf *c)
+{
+    __atomic_thread_fence(__ATOMIC_ACQUIRE);
+    return KVS_LOAD(&c->dead) != 0;
+}
+
+static inline int kvs_emit(const kvs_rec *r, kv_entry_fn fn, void *arg)
+{
+    return fn ? fn(r->data, r->klen, kvs_rec_val(r), r->vlen, arg) : NVH_OK;
+}
+
+int kv_sorted_get(kv_sorted *t, const void *k, size_t kl, kv_entry_fn fn, void *arg)
+{
+    if (!t) return nvh_fail(NVH_E_INVAL, "kv_sorted_get: NULL tree");
+    int rc = kvs_key_ok(k, kl, "kv_sorted_get");
+    if (rc) return rc;
+    if ((rc = kvs_ensure_built(t))) return rc;
+    uint64_t kp = kvs_prefix(k, kl);
+    uint32_t kh = kvs_hash(k, kl);
+    unsigned s = kvs_enter(t);
+    for (;;) {
+        const kvs_inode *root = KVS_LOAD(&t->root);
+        kvs_cleaf *c = kvs_ix_find(t, root, k, kl, kp, NULL);
+        if (!c) { rc = NVH_E_NOTFOUND; break; }
+        uint64_t rec = 0;
+        int err = 0;
+        int i = kvs_leaf_find(t, c, k, kl, kp, kh, &rec, &err);
+        if (kvs_dead(c)) continue;
+        if (err) { rc = err; break; }
+        if (i < 0) { rc = NVH_E_NOTFOUND; break; }
+        rc = kvs_emit(nvh_ptr(t->pool, rec), fn, arg);
+        break;
+    }
+    kvs_exit(t, s);
+    return rc;
+}
+
+/* Key of an entry against (k, kl, kp). */
+static inline int kvs_ent_vs(const kv_sorted *t, const kvs_ent *e, const void *k, size_t kl,
+                             uint64_t kp)
+{
+    if (!t->cmp) {
+        int c = kvs_sum_cmp(e->prefix, e->klen, kp, kl);
+        if (c != 2) return c;
+    }
+    return kvs_cmp(t, e->r->data, e->r->klen, k, kl);
+}
+
+int kv_sorted_seek(kv_sorted *t, enum kv_seek how, const void *k, size_t kl,
+                   kv_entry_fn fn, void *arg)
+{
+    if (!t) return nvh_fail(NVH_E_INVAL, "kv_sorted_seek: NULL tree");
+    if (how == KV_SEEK_EQ) return kv_sorted_get(t, k, kl, fn, arg);
+    int rc;
+    if (how != KV_SEEK_FIRST && how != KV_SEEK_LAST) {
+        if ((rc = kvs_key_ok(k, kl, "kv_sorted_seek"))) return rc;
+    } else {
+        k = NULL;
+        kl = 0;
+    }
+    if ((unsigned)how > KV_SEEK_LAST) return nvh_fail(NVH_E_INVAL, "kv_sorted_seek: bad mode %d", (int)how);
+    if ((rc = kvs_ensure_built(t))) return rc;
+    uint64_t kp = k ? kvs_prefix(k, kl) : 0;
+    bool up = how == KV_SEEK_GT || how == KV_SEEK_GE || how == KV_SEEK_FIRST;
+    kvs_ent ents[KVS_CAP];
+    unsigned s = kvs_enter(t);
+retry:
+    for (;;) {
+        const kvs_inode *root = KVS_LOAD(&t->root);
+        const kvs_skey *lo = NULL;
+        kvs_cleaf *c;
+        if (how == KV_SEEK_FIRST) c = kvs_ix_first(root);
+        else if (how == KV_SEEK_LAST) c = kvs_ix_last(root, &lo);
+        else c = kvs_ix_find(t, root, k, kl, kp, &lo);
+        while (c) {
+            unsigned n;
+            rc = kvs_leaf_sorted(t, c, ents, &n);
+            if (kvs_dead(c)) goto retry;
+            if (rc) goto out;
+            int hit = -1;
+            if (up) {
+                for (unsigned i = 0; i < n && hit < 0; i++) {
+                    if (!k) hit = (int)i;
+                    else {
+                        int d = kvs_ent_vs(t, &ents[i], k, kl, kp);
+                        if (d > 0 || (d == 0 && how == KV_SEEK_GE)) hit = (int)i;
+                    }
+                }
+            } else {
+                for (unsigned i = n; i-- > 0 && hit < 0;) {
+                    if (!k) hit = (int)i;
+                    else {
+                        int d = kvs_ent_vs(t, &ents[i], k, kl, kp);
+                        if (d < 0 || (d == 0 && how == KV_SEEK_LE)) hit = (int)i;
+                    }
+                }
+            }
+            if (hit >= 0) {
+                rc = kvs_emit(ents[hit].r, fn, arg);
+                goto out;
+            }
+            if (up) {
+                kvs_cleaf *nx = KVS_LOAD(&c->next);
+                if (kvs_dead(c)) goto retry;
+                c = nx;
+            } else {
+                if (!lo) break;
+                c = kvs_ix_below(t, root, lo, &lo);
+            }
+        }
+        rc = NVH_E_NOTFOUND;
+        goto out;
+    }
+out:
+    kvs_exit(t, s);
+    return rc;
+}
+
+/* Scan: a cursor (the last key passed to fn) makes each key appear once
+ * however the leaves change under the scan: after a leaf died, or every
+ * KVS_SCAN_REENTER leaves (so that a long scan does not hold back the
+ * writers' frees), the scan leaves its epoch and descends again to the
+ * cursor. */
+#define KVS_SCAN_REENTER 64
+
+typedef struct kvs_bound {
+    const void *k;
+    size_t kl;
+    uint64_t kp;
+    int incl;
+} kvs_bound;
+
+static int kvs_scan(kv_sorted *t, kvs_bound lo, kvs_bound hi, kv_entry_fn fn, void *arg,
+                    uint64_t *count)
+{
+    uint8_t *cur = malloc(KVS_KEY_MAX);
+    if (!cur) return nvh_fail(NVH_E_NOMEM, "kv_sorted_scan: out of memory");
+    kvs_bound c0 = lo;           /* entries must be above c0 (incl: or equal) */
+    kvs_ent ents[KVS_CAP];
+    int rc = NVH_OK;
+    uint64_t cnt = 0;
+    unsigned s = kvs_enter(t);
+    unsigned leaves = 0;
+    const kvs_inode *root = KVS_LOAD(&t->root);
+    kvs_cleaf *c = c0.k ? kvs_ix_find(t, root, c0.k, c0.kl, c0.kp, NULL) : kvs_ix_first(root);
+    while (c) {
+        unsigned n;
+        rc = kvs_leaf_sorted(t, c, ents, &n);
+        if (kvs_dead(c)) goto redescend;
+        if (rc) break;
+        for (unsigned i = 0; i < n; i++) {
+            if (c0.k) {
+                int d = kvs_ent_vs(t, &ents[i], c0.k, c0.kl, c0.kp);
+                if (d < 0 || (d == 0 && !c0.incl)) continue;
+            }
+            if (hi.k) {
+                int d = kvs_ent_vs(t, &ents[i], hi.k, hi.kl, hi.kp);
+                if (d > 0 || (d == 0 && !hi.incl)) goto done;
+            }
+            cnt++;
+            if (fn) {
+                rc = kvs_emit(ents[i].r, fn, arg);
+                if (rc) goto done;
+            }
+            memcpy(cur, ents[i].r->data, ents[i].klen);
+            c0.k = cur;
+            c0.kl = ents[i].klen;
+            c0.kp = ents[i].prefix;
+            c0.incl = 0;
+        }
+        {
+            kvs_cleaf *nx = KVS_LOAD(&c->next);
+            if (kvs_dead(c)) goto redescend;
+            if (!nx) break;
+            if (++leaves % KVS_SCAN_REENTER) {
+                c = nx;
+                continue;
+            }
+        }
+        kvs_exit(t, s);
+        s = kvs_enter(t);
+    redescend:
+        root = KVS_LOAD(&t->root);
+        c = c0.k ? kvs_ix_find(t, root, c0.k, c0.kl, c0.kp, NULL) : kvs_ix_first(root);
+    }
+done:
+    kvs_exit(t, s);
+    free(cur);
+    if (count) *count = cnt;
+    return rc;
+}
+
+static int kvs_bound_set(kvs_bound *b, const void *k, size_t kl, int incl, const char *fn)
+{
+    b->k = k;
+    b->kl = kl;
+    b->incl = incl;
+    b->kp = 0;
+    if (!k) return NVH_OK;
+    int rc = kvs_key_ok(k, kl, fn);
+    if (rc) return rc;
+    b->kp = kvs_prefix(k, kl);
+    return NVH_OK;
+}
+
+int kv_sorted_scan(kv_sorted *t, const void *lo, size_t lol, int lo_incl,
+                   const void *hi, size_t hil, int hi_incl, kv_entry_fn fn, void *arg)
+{
+    if (!t || !fn) return nvh_fail(NVH_E_INVAL, "kv_sorted_scan: NULL argument");
+    kvs_bound a, b;
+    int rc = kvs_bound_set(&a, lo, lol, lo_incl, "kv_sorted_scan");
+    if (!rc) rc = kvs_bound_set(&b, hi, hil, hi_incl, "kv_sorted_scan");
+    if (!rc) rc = kvs_ensure_built(t);
+    if (rc) return rc;
+    return kvs_scan(t, a, b, fn, arg, NULL);
+}
+
+int kv_sorted_count(kv_sorted *t, const void *lo, size_t lol, int lo_incl,
+                    const void *hi, size_t hil, int hi_incl, uint64_t *count)
+{
+    if (!t || !count) return nvh_fail(NVH_E_INVAL, "kv_sorted_count: NULL argument");
+    kvs_bound a, b;
+    int rc = kvs_bound_set(&a, lo, lol, lo_incl, "kv_sorted_count");
+    if (!rc) rc = kvs_bound_set(&b, hi, hil, hi_incl, "kv_sorted_count");
+    if (!rc) rc = kvs_ensure_built(t);
+    if (rc) return rc;
+    if (!lo && !hi) {
+        *count = KVS_LOAD(&t->count);
+        return NVH_OK;
+    }
+    return kvs_scan(t, a, b, NULL, NULL, count);
+}

@@ -1,0 +1,346 @@
+/* sorted_int.h — internal to the sorted engine (src/kv/sorted*.c): the
+ * on-media structures (with static_asserts), the DRAM state (leaf
+ * companions, the copy-on-write inner index, epochs) and the helpers the
+ * files share. Design and crash/concurrency arguments: docs/KV-SORTED.md;
+ * byte layouts: docs/FORMAT.md ("Sorted key-value tree"). */
+#ifndef NVH_KV_SORTED_INT_H
+#define NVH_KV_SORTED_INT_H
+
+#include "sorted.h"
+#include "../common/internal.h"
+#include "../protect/protect.h"
+
+#include <assert.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ==========================================================================
+ * Limits
+ * ========================================================================== */
+#define KVS_KEY_MAX 4096u
+#define KVS_VALUE_MAX ((uint64_t)64 << 20)
+
+/* ==========================================================================
+ * On-media format (all little-endian, fixed width, explicit padding)
+ * ========================================================================== */
+#define KVS_HDR_MAGIC 0x4853564bu   /* "KVSH" */
+#define KVS_LEAF_MAGIC 0x4c53564bu  /* "KVSL" */
+#define KVS_REC_MAGIC 0x5253564bu   /* "KVSR" */
+#define KVS_VERSION 1u
+
+#define KVS_CAP 32u                 /* slots per leaf                         */
+#define KVS_PENDING 60u             /* deferred record frees in the header    */
+
+/* Order the tree was built with (header `order`): set by the first open. */
+#define KVS_ORDER_UNSET 0u
+#define KVS_ORDER_BYTES 1u
+#define KVS_ORDER_CUSTOM 2u
+
+/* A record freed once no reader can hold it: `rec` is the record, `slot`
+ * the offset of the leaf slot word that referenced it when the free was
+ * decided (open-time recovery frees `rec` only if that word no longer holds
+ * it: the operation that queued it completed). `rec` is the link word the
+ * allocator clears when it frees the record (failure-atomic, no leak). */
+typedef struct kvs_pfree {
+    uint64_t rec;
+    uint64_t slot;
+} kvs_pfree;
+
+/* The tree's root object: what kv_sorted_create stores into *link. */
+typedef struct kvs_hdr {
+    uint32_t magic;                 /* KVS_HDR_MAGIC                         */
+    uint16_t version;               /* KVS_VERSION                           */
+    uint16_t order;                 /* KVS_ORDER_*                           */
+    uint64_t first;                 /* first leaf in key order (0: empty)    */
+    uint64_t reserved[6];
+    kvs_pfree pend[KVS_PENDING];    /* records waiting for their free        */
+} kvs_hdr;
+static_assert(sizeof(kvs_hdr) == 1024, "kvs_hdr size");
+static_assert(offsetof(kvs_hdr, first) == 8, "kvs_hdr.first");
+static_assert(offsetof(kvs_hdr, pend) == 64, "kvs_hdr.pend");
+
+/* Slot rec values: below 64 the slot is free (0: never used; 1 or 2: a
+ * removed entry), otherwise the offset of a durable record (records are 64 B
+ * aligned). A removal writes a free value different from the one the slot
+ * held before its record's activation: the allocator's recovery re-applies
+ * an activation's link while the word still holds the activation's old
+ * value (docs/ALLOC.md §4, A-B-A caveat), so writing that value back would
+ * resurrect the removed entry after a crash. */
+static inline bool kvs_slot_free(uint64_t rec) { return rec < 64; }
+static inline uint64_t kvs_tomb_after(uint8_t was) { return was == 1 ? 2 : 1; }
+
+typedef struct kvs_slot {
+    uint64_t rec;                   /* record offset (the validation word)   */
+    uint64_t prefix;                /* first 8 key bytes, big-endian, 0-pad  */
+    uint32_t hash;                  /* kvs_hash(key)                         */
+    uint32_t klen;                  /* key length                            */
+} kvs_slot;
+static_assert(sizeof(kvs_slot) == 24, "kvs_slot size");
+
+typedef struct kvs_leaf {
+    uint32_t magic;                 /* KVS_LEAF_MAGIC                        */
+    uint16_t version;               /* KVS_VERSION                           */
+    uint16_t cap;                   /* KVS_CAP                               */
+    uint64_t tree;                  /* offset of the kvs_hdr                 */
+    uint64_t next;                  /* next leaf in key order (0: last)      */
+    uint64_t left;                  /* split in progress: the new lower half */
+    uint64_t split_of;              /* upper half of a split of that leaf,
+                                       until the split completes             */
+    uint64_t reserved[3];
+    kvs_slot slot[KVS_CAP];         /* unsorted: append in node              */
+} kvs_leaf;
+static_assert(offsetof(kvs_leaf, next) == 16, "kvs_leaf.next");
+static_assert(offsetof(kvs_leaf, slot) == 64, "kvs_leaf.slot");
+static_assert(sizeof(kvs_leaf) == 64 + 24 * KVS_CAP, "kvs_leaf size");
+
+typedef struct kvs_rec {
+    uint32_t magic;                 /* KVS_REC_MAGIC                         */
+    uint32_t klen;                  /* 1..KVS_KEY_MAX                        */
+    uint64_t vlen;                  /* 0..KVS_VALUE_MAX                      */
+    uint8_t data[];                 /* key, then value                       */
+} kvs_rec;
+static_assert(sizeof(kvs_rec) == 16, "kvs_rec size");
+
+/* ==========================================================================
+ * DRAM state
+ * ========================================================================== */
+/* A separator: an immutable DRAM copy of a key (the lower bound of a leaf's
+ * range), owned by the leaf companion that entered the index with it. */
+typedef struct kvs_skey {
+    uint64_t prefix;
+    uint32_t len;
+    uint32_t refs;                  /* writers: the companion holding it and
+                                       the entries of the current index       */
+    uint8_t b[];
+} kvs_skey;
+
+/* DRAM companion of a persistent leaf: what readers search (they never read
+ * persistent leaves, so a split may free a leaf at once). rec[] words are
+ * published with release stores after the summary words of their slot. */
+typedef struct kvs_cleaf {
+    kvs_leaf *p;                    /* the persistent leaf                    */
+    struct kvs_cleaf *prev;         /* key order (writers only)               */
+    struct kvs_cleaf *next;         /* key order (atomic: readers' scans)     */
+    kvs_skey *sep;                  /* lower bound it entered the index with
+                                       (NULL: the first leaf)                 */
+    uint32_t dead;                  /* atomic: replaced or removed            */
+    uint32_t live;                  /* live slots (writers only)              */
+    uint64_t prefix[KVS_CAP];
+    uint32_t hash[KVS_CAP];
+    uint32_t klen[KVS_CAP];
+    uint64_t rec[KVS_CAP];          /* atomic                                 */
+    uint8_t was[KVS_CAP];           /* writers: the slot's free value before its
+                                       record's activation (kvs_tomb_after)   */
+} kvs_cleaf;
+
+/* Inner index node (DRAM, copy-on-write: never changed once published).
+ * child[i] covers [sep[i], sep[i+1]); sep[0] is unused (the bound comes
+ * from the parent). level 0: children are leaf companions. */
+#define KVS_FAN 32
+typedef struct kvs_inode {
+    uint32_t n;
+    uint32_t level;
+    uint64_t pfx[KVS_FAN];
+    kvs_skey *sep[KVS_FAN];
+    void *child[KVS_FAN];
+} kvs_inode;
+#define KVS_DEPTH_MAX 16
+
+/* Retired DRAM or pool objects, freed once no reader can hold them. */
+enum { KVS_R_MEM, KVS_R_CLEAF, KVS_R_REC };
+typedef struct kvs_retired {
+    uint64_t epoch;
+    void *p;
+    uint32_t kind;
+    uint32_t pend;                  /* KVS_R_REC: its header pend[] index     */
+} kvs_retired;
+
+#define KVS_RSLOTS 64
+typedef struct kvs_rslot {
+    _Alignas(64) uint64_t epoch;    /* atomic; 0 = no reader                  */
+} kvs_rslot;
+
+struct kv_sorted {
+    nvh_pool *pool;
+    kvs_hdr *hdr;
+    nvh_off_t hdr_off;
+    kv_cmp_fn cmp;                  /* NULL: bytewise                         */
+    void *cmp_arg;
+    bool readonly;
+
+    pthread_mutex_t wlock;          /* writers, the lazy build, reclamation   */
+    uint32_t built;                 /* atomic: index built                    */
+    int build_err;
+    kvs_inode *root;                /* atomic (acquire/release)               */
+    kvs_cleaf *head;                /* first companion (writers)              */
+    uint64_t count;                 /* atomic: live entries once built        */
+
+    uint64_t gepoch;                /* atomic, starts at 1                    */
+    kvs_rslot rs[KVS_RSLOTS];
+    kvs_retired *ret;
+    size_t nret, capret;
+    uint64_t pend_used;             /* bitmap of hdr->pend in use (writers)   */
+};
+
+/* ==========================================================================
+ * Keys
+ * ========================================================================== */
+static inline uint64_t kvs_prefix(const void *k, size_t kl)
+{
+    uint8_t b[8] = {0};
+    memcpy(b, k, kl < 8 ? kl : 8);
+    uint64_t v;
+    memcpy(&v, b, 8);
+    return __builtin_bswap64(v);
+}
+
+static inline uint32_t kvs_hash(const void *k, size_t kl)
+{
+    const uint8_t *p = k;
+    uint64_t h = 0x9E3779B97F4A7C15ull ^ (kl * 0xff51afd7ed558ccdull);
+    size_t i = 0;
+    for (; i + 8 <= kl; i += 8) {
+        uint64_t w;
+        memcpy(&w, p + i, 8);
+        h = nvh_mix64(h ^ w);
+    }
+    if (i < kl) {
+        uint64_t w = 0;
+        memcpy(&w, p + i, kl - i);
+        h = nvh_mix64(h ^ w ^ 0x5bd1e995u);
+    }
+    return (uint32_t)(h >> 32);
+}
+
+static inline int kvs_bytes_cmp(const void *a, size_t al, const void *b, size_t bl)
+{
+    int c = memcmp(a, b, al < bl ? al : bl);
+    if (c) return c;
+    return al < bl ? -1 : al > bl;
+}
+
+static inline int kvs_cmp(const kv_sorted *t, const void *a, size_t al, const void *b, size_t bl)
+{
+    if (t->cmp) return t->cmp(a, al, b, bl, t->cmp_arg);
+    return kvs_bytes_cmp(a, al, b, bl);
+}
+
+/* Bytewise comparison by summaries alone, or 2 if the full keys decide. */
+static inline int kvs_sum_cmp(uint64_t pa, size_t la, uint64_t pb, size_t lb)
+{
+    if (pa != pb) return pa < pb ? -1 : 1;
+    if (la <= 8 && lb <= 8) return la < lb ? -1 : la > lb;
+    return 2;
+}
+
+/* ==========================================================================
+ * Records
+ * ========================================================================== */
+/* A record offset from a slot, validated before anything follows it: inside
+ * the pool, aligned, its magic and lengths sane. NULL if not. */
+static inline kvs_rec *kvs_rec_get(const kv_sorted *t, uint64_t off)
+{
+    uint64_t size = nvh_pool_size(t->pool);
+    if (off == 0 || (off & 63) || off > size - sizeof(kvs_rec) || size < sizeof(kvs_rec))
+        return NULL;
+    kvs_rec *r = nvh_ptr(t->pool, off);
+    uint32_t kl = r->klen;
+    uint64_t vl = r->vlen;
+    if (r->magic != KVS_REC_MAGIC || kl == 0 || kl > KVS_KEY_MAX || vl > KVS_VALUE_MAX ||
+        sizeof(kvs_rec) + kl + vl > size - off)
+        return NULL;
+    return r;
+}
+static inline const uint8_t *kvs_rec_key(const kvs_rec *r) { return r->data; }
+static inline const uint8_t *kvs_rec_val(const kvs_rec *r) { return r->data + r->klen; }
+
+/* A leaf offset read from the pool, validated (NULL if not a leaf of t). */
+static inline kvs_leaf *kvs_leaf_get(const kv_sorted *t, uint64_t off)
+{
+    uint64_t size = nvh_pool_size(t->pool);
+    if (off == 0 || (off & 63) || size < sizeof(kvs_leaf) || off > size - sizeof(kvs_leaf))
+        return NULL;
+    kvs_leaf *l = nvh_ptr(t->pool, off);
+    if (l->magic != KVS_LEAF_MAGIC || l->version != KVS_VERSION || l->cap != KVS_CAP ||
+        l->tree != t->hdr_off)
+        return NULL;
+    return l;
+}
+
+/* NVH_E_CORRUPT naming the structure and its offset. */
+int kvs_corrupt(const kv_sorted *t, uint64_t off, const char *what);
+
+/* ==========================================================================
+ * Atomics (the fields marked atomic above)
+ * ========================================================================== */
+#define KVS_LOAD(p) __atomic_load_n((p), __ATOMIC_ACQUIRE)
+#define KVS_LOADR(p) __atomic_load_n((p), __ATOMIC_RELAXED)
+#define KVS_STORE(p, v) __atomic_store_n((p), (v), __ATOMIC_RELEASE)
+#define KVS_STORER(p, v) __atomic_store_n((p), (v), __ATOMIC_RELAXED)
+
+/* ==========================================================================
+ * Epochs (sorted.c): readers announce, writers defer frees
+ * ========================================================================== */
+unsigned kvs_enter(kv_sorted *t);
+void kvs_exit(kv_sorted *t, unsigned slot);
+/* Queue an object freed once every reader that could hold it has left
+ * (writers, under wlock). */
+int kvs_retire(kv_sorted *t, uint32_t kind, void *p, uint32_t pend);
+/* Free what no reader can hold any more; wait: until the list is empty. */
+int kvs_reclaim(kv_sorted *t, int wait);
+void kvs_cleaf_free(kvs_cleaf *c);
+
+/* Build the DRAM state (index, companions) on first use; repairs
+ * interrupted splits and queued frees when the pool is writable. */
+int kvs_ensure_built(kv_sorted *t);
+
+/* ==========================================================================
+ * Index (sorted_index.c)
+ * ========================================================================== */
+kvs_skey *kvs_skey_new(const void *k, size_t kl);
+/* Leaf companion covering key k (prefix kp); *lo = its lower bound in the
+ * snapshot (NULL: leftmost). */
+kvs_cleaf *kvs_ix_find(const kv_sorted *t, const kvs_inode *root, const void *k, size_t kl,
+                       uint64_t kp, const kvs_skey **lo);
+/* Companion covering the keys just below separator s (NULL if s is the
+ * leftmost bound), with its own lower bound. */
+kvs_cleaf *kvs_ix_below(const kv_sorted *t, const kvs_inode *root, const kvs_skey *s,
+                        const kvs_skey **lo);
+kvs_cleaf *kvs_ix_first(const kvs_inode *root);
+kvs_cleaf *kvs_ix_last(const kvs_inode *root, const kvs_skey **lo);
+/* Bulk build from companions in key order (seps[0] ignored). */
+kvs_inode *kvs_ix_build(kvs_cleaf **leaves, size_t n);
+/* Writers: replace leaf companion `old` by a, and add b (lower bound sb)
+ * right after it (b NULL: only replace). Publishes a new root. */
+int kvs_ix_replace(kv_sorted *t, kvs_cleaf *old, kvs_cleaf *a, kvs_cleaf *b, kvs_skey *sb);
+/* Writers: drop leaf companion c (it must not be the only one). */
+int kvs_ix_remove(kv_sorted *t, kvs_cleaf *c);
+/* Free a whole index (close; no readers). */
+void kvs_ix_free(kv_sorted *t, kvs_inode *n);
+/* Drop a reference to a separator; retired (or freed at once: now) at 0. */
+void kvs_skey_unref(kv_sorted *t, kvs_skey *s, int now);
+
+/* A live entry of a leaf, with its record (validated). */
+typedef struct kvs_ent {
+    uint64_t rec;
+    uint64_t prefix;
+    uint32_t hash, klen;
+    const kvs_rec *r;
+} kvs_ent;
+/* The live entries of companion c in key order (readers: check c->dead
+ * afterwards). Returns NVH_OK or NVH_E_CORRUPT. */
+int kvs_leaf_sorted(const kv_sorted *t, const kvs_cleaf *c, kvs_ent *out, unsigned *n);
+int kvs_ent_cmp(const kv_sorted *t, const kvs_ent *a, const kvs_ent *b);
+
+/* ==========================================================================
+ * Write path (sorted_write.c)
+ * ========================================================================== */
+/* Leaf search: slot of key k in companion c, or -1 (readers and writers). */
+int kvs_leaf_find(const kv_sorted *t, const kvs_cleaf *c, const void *k, size_t kl,
+                  uint64_t kp, uint32_t kh, uint64_t *rec, int *err);
+/* Apply queued frees found in the header at build (writers). */
+int kvs_pending_recover(kv_sorted *t);
+
+#endif /* NVH_KV_SORTED_INT_H */

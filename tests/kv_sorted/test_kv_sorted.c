@@ -1,0 +1,529 @@
+/* test_kv_sorted.c — the sorted engine (src/kv/sorted.h) single-threaded:
+ *   - every call on a small tree: put/overwrite/get/remove, each seek mode,
+ *     bounded scans and counts, empty values, the key and value limits;
+ *   - durability across close and reopen (the lazy build at first use);
+ *   - a randomized run of 100 k operations against a DRAM model (keys of
+ *     1..300 bytes with shared 8-byte prefixes, binary keys, 4096-byte keys
+ *     that force splits of long-key leaves), with checks and reopens;
+ *   - a custom comparator (reverse order);
+ *   - destroy frees everything (heap back to what it was);
+ *   - corrupt offsets give NVH_E_CORRUPT, never a fault;
+ *   - flushes and fences per put, printed. */
+#include "kvs_model.h"
+
+#define LAYOUT "kvsorted"
+
+typedef struct tenv {
+    const char *path;
+    nvh_pool *pool;
+    nvh_off_t *link;
+    kv_sorted *t;
+} tenv;
+
+static void env_open(tenv *e, kv_cmp_fn cmp, void *arg)
+{
+    e->pool = nvh_pool_open(e->path, LAYOUT, NVH_DOMAIN_PROCESS);
+    assert_non_null(e->pool);
+    e->link = nvh_root(e->pool, NULL);
+    e->t = kv_sorted_open(e->pool, e->link[0], cmp, arg);
+    if (!e->t) fail_msg("open: %s", nvh_errormsg());
+}
+
+static void env_close(tenv *e)
+{
+    assert_int_equal(kv_sorted_close(e->t), NVH_OK);
+    assert_int_equal(nvh_pool_close(e->pool), NVH_OK);
+    e->t = NULL;
+    e->pool = NULL;
+}
+
+static void env_new(tenv *e, const char *name, uint64_t size, kv_cmp_fn cmp, void *arg)
+{
+    e->path = test_path(name);
+    e->pool = nvh_pool_create(e->path, LAYOUT, size, NVH_DOMAIN_PROCESS);
+    assert_non_null(e->pool);
+    e->link = nvh_root(e->pool, NULL);
+    assert_int_equal(kv_sorted_create(e->pool, &e->link[0]), NVH_OK);
+    assert_int_equal(nvh_pool_close(e->pool), NVH_OK);
+    env_open(e, cmp, arg);
+}
+
+static void env_remove(tenv *e)
+{
+    if (e->t) env_close(e);
+    unlink(e->path);
+}
+
+static int put_s(kv_sorted *t, const char *k, const char *v)
+{
+    return kv_sorted_put(t, k, strlen(k), v, strlen(v));
+}
+
+static void expect_get(kv_sorted *t, const char *k, const char *v)
+{
+    km_hit h = {0};
+    int rc = kv_sorted_get(t, k, strlen(k), km_hit_fn, &h);
+    if (!v) {
+        assert_int_equal(rc, NVH_E_NOTFOUND);
+        return;
+    }
+    if (rc) fail_msg("get %s: %d %s", k, rc, nvh_errormsg());
+    assert_int_equal(h.n, 1);
+    assert_int_equal(h.vl, strlen(v));
+    assert_memory_equal(h.val, v, h.vl);
+}
+
+static void expect_seek(kv_sorted *t, enum kv_seek how, const char *k, const char *want)
+{
+    km_hit h = {0};
+    int rc = kv_sorted_seek(t, how, k, k ? strlen(k) : 0, km_hit_fn, &h);
+    if (!want) {
+        if (rc != NVH_E_NOTFOUND) fail_msg("seek %d %s: rc %d, found %.*s", how, k, rc, (int)h.kl, h.key);
+        return;
+    }
+    if (rc) fail_msg("seek %d %s: %d %s", how, k, rc, nvh_errormsg());
+    if (h.kl != strlen(want) || memcmp(h.key, want, h.kl))
+        fail_msg("seek %d %s: got %.*s, want %s", how, k, (int)h.kl, h.key, want);
+}
+
+typedef struct collect {
+    char out[4096];
+    size_t len;
+    int stop_after;
+    int n;
+} collect;
+
+static int collect_fn(const void *k, size_t kl, const void *v, size_t vl, void *arg)
+{
+    (void)v, (void)vl;
+    collect *c = arg;
+    c->len += (size_t)snprintf(c->out + c->len, sizeof c->out - c->len, "%.*s,", (int)kl, (const char *)k);
+    if (++c->n == c->stop_after) return 7;
+    return 0;
+}
+
+static void small_api(void **state)
+{
+    (void)state;
+    tenv e;
+    env_new(&e, "kvs-small", 16 << 20, NULL, NULL);
+    kv_sorted *t = e.t;
+    assert_int_equal(kv_sorted_check(t), NVH_OK);
+    expect_get(t, "a", NULL);
+    expect_seek(t, KV_SEEK_FIRST, NULL, NULL);
+    assert_int_equal(kv_sorted_remove(t, "a", 1), NVH_E_NOTFOUND);
+    const char *keys[] = {"m", "c", "x", "a", "cc", "c\x01", "b", "zz", "mm", "d"};
+    for (unsigned i = 0; i < 10; i++) assert_int_equal(put_s(t, keys[i], keys[i]), NVH_OK);
+    assert_int_equal(kv_sorted_check(t), NVH_OK);
+    for (unsigned i = 0; i < 10; i++) expect_get(t, keys[i], keys[i]);
+    assert_int_equal(put_s(t, "c", "new value of c"), NVH_OK);
+    expect_get(t, "c", "new value of c");
+    assert_int_equal(kv_sorted_put(t, "e", 1, NULL, 0), NVH_OK);   /* empty value */
+    expect_get(t, "e", "");
+    expect_seek(t, KV_SEEK_FIRST, NULL, "a");
+    expect_seek(t, KV_SEEK_LAST, NULL, "zz");
+    expect_seek(t, KV_SEEK_EQ, "mm", "mm");
+    expect_seek(t, KV_SEEK_EQ, "m0", NULL);
+    expect_seek(t, KV_SEEK_GE, "c", "c");
+    expect_seek(t, KV_SEEK_GT, "c", "c\x01");
+    expect_seek(t, KV_SEEK_GT, "c\x01", "cc");
+    expect_seek(t, KV_SEEK_LT, "c", "b");
+    expect_seek(t, KV_SEEK_LE, "c", "c");
+    expect_seek(t, KV_SEEK_LT, "a", NULL);
+    expect_seek(t, KV_SEEK_GT, "zz", NULL);
+    expect_seek(t, KV_SEEK_GE, "zzz", NULL);
+    expect_seek(t, KV_SEEK_LE, "zzz", "zz");
+    collect c = {0};
+    assert_int_equal(kv_sorted_scan(t, NULL, 0, 0, NULL, 0, 0, collect_fn, &c), NVH_OK);
+    assert_string_equal(c.out, "a,b,c,c\x01,cc,d,e,m,mm,x,zz,");
+    memset(&c, 0, sizeof c);
+    assert_int_equal(kv_sorted_scan(t, "c", 1, 0, "m", 1, 1, collect_fn, &c), NVH_OK);
+    assert_string_equal(c.out, "c\x01,cc,d,e,m,");
+    memset(&c, 0, sizeof c);
+    assert_int_equal(kv_sorted_scan(t, "c", 1, 1, "m", 1, 0, collect_fn, &c), NVH_OK);
+    assert_string_equal(c.out, "c,c\x01,cc,d,e,");
+    memset(&c, 0, sizeof c);
+    c.stop_after = 3;
+    assert_int_equal(kv_sorted_scan(t, "b", 1, 1, NULL, 0, 0, collect_fn, &c), 7);
+    assert_string_equal(c.out, "b,c,c\x01,");
+    uint64_t n = 0;
+    assert_int_equal(kv_sorted_count(t, NULL, 0, 0, NULL, 0, 0, &n), NVH_OK);
+    assert_int_equal(n, 11);
+    assert_int_equal(kv_sorted_count(t, "c", 1, 0, "m", 1, 0, &n), NVH_OK);
+    assert_int_equal(n, 4);
+    assert_int_equal(kv_sorted_count(t, "y", 1, 1, NULL, 0, 0, &n), NVH_OK);
+    assert_int_equal(n, 1);
+    assert_int_equal(kv_sorted_remove(t, "c", 1), NVH_OK);
+    assert_int_equal(kv_sorted_remove(t, "c", 1), NVH_E_NOTFOUND);
+    expect_get(t, "c", NULL);
+    expect_seek(t, KV_SEEK_GE, "c", "c\x01");
+    /* bad input */
+    static uint8_t big[4097];
+    assert_int_equal(kv_sorted_put(t, big, 4097, "v", 1), NVH_E_TOOLONG);
+    assert_int_equal(kv_sorted_get(t, big, 4097, km_hit_fn, NULL), NVH_E_TOOLONG);
+    assert_int_equal(kv_sorted_put(t, "k", 0, "v", 1), NVH_E_INVAL);
+    assert_int_equal(kv_sorted_put(t, NULL, 3, "v", 1), NVH_E_INVAL);
+    assert_int_equal(kv_sorted_put(t, "k", 1, NULL, ((size_t)64 << 20) + 1), NVH_E_TOOLONG);
+    assert_int_equal(kv_sorted_seek(t, KV_SEEK_GE, "", 0, km_hit_fn, NULL), NVH_E_INVAL);
+    assert_int_equal(put_s(t, big[0] ? "?" : "k4096", "x"), NVH_OK);
+    memset(big, 'q', sizeof big);
+    assert_int_equal(kv_sorted_put(t, big, 4096, "long", 4), NVH_OK);
+    km_hit h = {0};
+    assert_int_equal(kv_sorted_get(t, big, 4096, km_hit_fn, &h), NVH_OK);
+    assert_int_equal(h.kl, 4096);
+    assert_int_equal(kv_sorted_check(t), NVH_OK);
+    /* durable: reopen */
+    env_close(&e);
+    env_open(&e, NULL, NULL);
+    t = e.t;
+    expect_get(t, "c", NULL);
+    expect_get(t, "mm", "mm");
+    expect_get(t, "e", "");
+    assert_int_equal(kv_sorted_check(t), NVH_OK);
+    assert_int_equal(kv_sorted_count(t, NULL, 0, 0, NULL, 0, 0, &n), NVH_OK);
+    assert_int_equal(n, 12);
+    env_remove(&e);
+}
+
+/* A value of 64 MiB, the limit (and 1 MiB ones). */
+static void big_values(void **state)
+{
+    (void)state;
+    tenv e;
+    env_new(&e, "kvs-big", 200 << 20, NULL, NULL);
+    size_t len = (size_t)64 << 20;
+    uint8_t *v = malloc(len);
+    for (size_t i = 0; i < len; i += 4096) v[i] = (uint8_t)(i >> 12);
+    v[len - 1] = 0x5a;
+    assert_int_equal(kv_sorted_put(e.t, "huge", 4, v, len), NVH_OK);
+    assert_int_equal(kv_sorted_put(e.t, "mid", 3, v, 1 << 20), NVH_OK);
+    env_close(&e);
+    env_open(&e, NULL, NULL);
+    km_hit h = {0};
+    assert_int_equal(kv_sorted_get(e.t, "huge", 4, km_hit_fn, &h), NVH_OK);
+    assert_int_equal(h.vl, len);
+    assert_int_equal(kv_sorted_remove(e.t, "huge", 4), NVH_OK);
+    assert_int_equal(kv_sorted_put(e.t, "huge", 4, v, len), NVH_OK);  /* space came back */
+    assert_int_equal(kv_sorted_check(e.t), NVH_OK);
+    free(v);
+    env_remove(&e);
+}
+
+/* The randomized run against the model. */
+static void check_against_model(kv_sorted *t, km_model *m, uint64_t *rng, uint8_t *kb, uint8_t *vb)
+{
+    /* a few random gets and seeks */
+    for (int j = 0; j < 50; j++) {
+        uint32_t id = (uint32_t)(km_rng(rng) % m->n);
+        memcpy(kb, m->keys[id], m->klen[id]);
+        size_t kl = m->klen[id];
+        unsigned tweak = (unsigned)(km_rng(rng) % 4);
+        if (tweak == 1 && kl < KM_KEYMAX) kb[kl++] = 0;            /* just above */
+        else if (tweak == 2 && kl > 1) kl--;                         /* a prefix */
+        enum kv_seek how = (enum kv_seek)(km_rng(rng) % 7);
+        int64_t want = km_seek(m, how, kb, kl);
+        km_hit h = {0};
+        int rc = kv_sorted_seek(t, how, kb, kl, km_hit_fn, &h);
+        if (want < 0) {
+            if (rc != NVH_E_NOTFOUND) fail_msg("seek %d (id %u tweak %u): rc %d, want none", how, id, tweak, rc);
+            continue;
+        }
+        if (rc) fail_msg("seek %d (id %u tweak %u): rc %d %s", how, id, tweak, rc, nvh_errormsg());
+        uint32_t w = (uint32_t)want;
+        if (h.kl != m->klen[w] || memcmp(h.key, m->keys[w], h.kl))
+            fail_msg("seek %d (id %u tweak %u): wrong key (len %zu, want id %u len %zu)", how, id, tweak, h.kl, w, m->klen[w]);
+        size_t vl = km_val(w, m->ver[w], vb);
+        if (h.vl != vl || memcmp(h.val, vb, vl)) fail_msg("seek %d: wrong value of id %u", how, w);
+    }
+}
+
+typedef struct rng_scan {
+    const km_model *m;
+    uint32_t idx;
+    int n, bad, limit;
+} rng_scan;
+
+static int rng_scan_fn(const void *k, size_t kl, const void *v, size_t vl, void *arg)
+{
+    (void)v, (void)vl;
+    rng_scan *s = arg;
+    const km_model *m = s->m;
+    while (s->idx < m->n && !m->ver[m->ord[s->idx]]) s->idx++;
+    if (s->idx >= m->n) { s->bad = 1; return 1; }
+    uint32_t id = m->ord[s->idx++];
+    if (km_bytes_cmp(k, kl, m->keys[id], m->klen[id])) { s->bad = 2; return 1; }
+    return ++s->n == s->limit ? 9 : 0;
+}
+
+static void random_model(void **state)
+{
+    (void)state;
+    tenv e;
+    env_new(&e, "kvs-random", 64 << 20, NULL, NULL);
+    const uint32_t nkeys = 6000;
+    km_model *m = km_new(nkeys);
+    uint8_t *vb = malloc(KM_VALMAX), *kb = malloc(KM_KEYMAX + 1);
+    uint64_t rng = 42;
+    uint32_t clock = 0;
+    const unsigned ops = getenv("NVHEAP_TEST_QUICK") ? 20000 : 100000;
+    for (unsigned i = 0; i < ops; i++) {
+        uint32_t id = (uint32_t)(km_rng(&rng) % nkeys);
+        unsigned r = (unsigned)(km_rng(&rng) % 100);
+        /* phases: mostly inserts, then mostly removes, then mixed */
+        unsigned del = (i / 20000) % 3 == 1 ? 60 : 25;
+        if (r < 55 - del / 2) {
+            uint32_t ver = ++clock;
+            size_t vl = km_val(id, ver, vb);
+            int rc = kv_sorted_put(e.t, m->keys[id], m->klen[id], vb, vl);
+            if (rc) fail_msg("op %u put id %u: %d %s", i, id, rc, nvh_errormsg());
+            m->ver[id] = ver;
+        } else if (r < 55 + del / 2) {
+            int rc = kv_sorted_remove(e.t, m->keys[id], m->klen[id]);
+            int want = m->ver[id] ? NVH_OK : NVH_E_NOTFOUND;
+            if (rc != want) fail_msg("op %u remove id %u: %d, want %d %s", i, id, rc, want, nvh_errormsg());
+            m->ver[id] = 0;
+        } else if (r < 90) {
+            km_hit h = {0};
+            int rc = kv_sorted_get(e.t, m->keys[id], m->klen[id], km_hit_fn, &h);
+            if (!m->ver[id]) {
+                if (rc != NVH_E_NOTFOUND) fail_msg("op %u get id %u: %d, want NOTFOUND", i, id, rc);
+            } else {
+                size_t vl = km_val(id, m->ver[id], vb);
+                if (rc || h.vl != vl || memcmp(h.val, vb, vl)) fail_msg("op %u get id %u: rc %d", i, id, rc);
+            }
+        } else if (r < 98) {
+            check_against_model(e.t, m, &rng, kb, vb);
+        } else {
+            /* a bounded scan from a random key, 30 entries */
+            rng_scan s = {m, m->pos[id], 0, 0, 30};
+            int rc = kv_sorted_scan(e.t, m->keys[id], m->klen[id], 1, NULL, 0, 0, rng_scan_fn, &s);
+            if (s.bad || (rc != 9 && rc != NVH_OK)) fail_msg("op %u scan from id %u: rc %d bad %d", i, id, rc, s.bad);
+        }
+        if (i % 10000 == 9999) {
+            if (kv_sorted_check(e.t) != NVH_OK) fail_msg("op %u: check: %s", i, nvh_errormsg());
+            assert_true(km_equals(e.t, m));
+        }
+        if (i % 25000 == 24999) {
+            env_close(&e);
+            env_open(&e, NULL, NULL);
+        }
+    }
+    assert_int_equal(kv_sorted_check(e.t), NVH_OK);
+    assert_true(km_equals(e.t, m));
+    free(vb);
+    free(kb);
+    km_free(m);
+    env_remove(&e);
+}
+
+/* Reverse order through a custom comparator. */
+static int rev_cmp(const void *a, size_t al, const void *b, size_t bl, void *arg)
+{
+    (*(int *)arg)++;
+    return -km_bytes_cmp(a, al, b, bl);
+}
+
+static void custom_order(void **state)
+{
+    (void)state;
+    tenv e;
+    int calls = 0;
+    env_new(&e, "kvs-custom", 16 << 20, rev_cmp, &calls);
+    char k[32];
+    for (int i = 0; i < 500; i++) {
+        snprintf(k, sizeof k, "key%04d", (i * 7919) % 500);
+        assert_int_equal(put_s(e.t, k, k), NVH_OK);
+    }
+    assert_true(calls > 0);
+    expect_seek(e.t, KV_SEEK_FIRST, NULL, "key0499");
+    expect_seek(e.t, KV_SEEK_LAST, NULL, "key0000");
+    expect_seek(e.t, KV_SEEK_GT, "key0100", "key0099");
+    expect_seek(e.t, KV_SEEK_LT, "key0100", "key0101");
+    expect_get(e.t, "key0123", "key0123");
+    assert_int_equal(kv_sorted_check(e.t), NVH_OK);
+    env_close(&e);
+    env_open(&e, rev_cmp, &calls);
+    expect_seek(e.t, KV_SEEK_FIRST, NULL, "key0499");
+    assert_int_equal(kv_sorted_check(e.t), NVH_OK);
+    env_remove(&e);
+}
+
+static int count_objects(void *ptr, size_t usable, void *arg)
+{
+    (void)ptr, (void)usable;
+    (*(uint64_t *)arg)++;
+    return 0;
+}
+
+/* destroy frees every object; so do removals (no record left behind). */
+static void destroy_frees_all(void **state)
+{
+    (void)state;
+    tenv e;
+    env_new(&e, "kvs-destroy", 32 << 20, NULL, NULL);
+    uint64_t base = 0;
+    assert_int_equal(nvh_heap_foreach(e.pool, count_objects, &base), NVH_OK);
+    assert_int_equal(base, 1);   /* the header */
+    char k[32];
+    for (int i = 0; i < 3000; i++) {
+        snprintf(k, sizeof k, "user:%08d", (i * 7919) % 3000);
+        assert_int_equal(put_s(e.t, k, "some value"), NVH_OK);
+    }
+    for (int i = 0; i < 3000; i += 2) {
+        snprintf(k, sizeof k, "user:%08d", i);
+        assert_int_equal(put_s(e.t, k, "another value"), NVH_OK);
+    }
+    for (int i = 0; i < 3000; i += 3) {
+        snprintf(k, sizeof k, "user:%08d", i);
+        assert_int_equal(kv_sorted_remove(e.t, k, strlen(k)), NVH_OK);
+    }
+    uint64_t objs = 0, live = 0;
+    assert_int_equal(kv_sorted_count(e.t, NULL, 0, 0, NULL, 0, 0, &live), NVH_OK);
+    assert_int_equal(nvh_heap_foreach(e.pool, count_objects, &objs), NVH_OK);
+    assert_true(objs > 1 + live);        /* header + records + leaves */
+    assert_true(objs < 1 + live + live / 8);
+    assert_int_equal(kv_sorted_destroy(e.t, &e.link[0]), NVH_OK);
+    e.t = NULL;
+    assert_int_equal(e.link[0], 0);
+    objs = 0;
+    assert_int_equal(nvh_heap_foreach(e.pool, count_objects, &objs), NVH_OK);
+    assert_int_equal(objs, 0);
+    assert_int_equal(nvh_pool_close(e.pool), NVH_OK);
+    unlink(e.path);
+}
+
+/* Bad offsets in the pool: NVH_E_CORRUPT, never a fault. */
+static void corrupt_offsets(void **state)
+{
+    (void)state;
+    tenv e;
+    env_new(&e, "kvs-corrupt", 16 << 20, NULL, NULL);
+    char k[32];
+    for (int i = 0; i < 200; i++) {
+        snprintf(k, sizeof k, "k%05d", i);
+        assert_int_equal(put_s(e.t, k, "v"), NVH_OK);
+    }
+    nvh_off_t hdr = e.link[0];
+    env_close(&e);
+    struct { uint64_t off; const char *what; } cases[] = {
+        {hdr + 8, "leaf"},                     /* hdr->first */
+    };
+    (void)cases;
+    uint64_t bad[] = {3, 64, (uint64_t)1 << 40, 0x1000000 - 64};
+    for (unsigned b = 0; b < 4; b++) {
+        /* the first-leaf link */
+        e.pool = nvh_pool_open(e.path, LAYOUT, NVH_DOMAIN_PROCESS);
+        kvs_hdr *h = nvh_ptr(e.pool, hdr);
+        uint64_t saved = h->first;
+        h->first = bad[b];
+        kv_sorted *t = kv_sorted_open(e.pool, hdr, NULL, NULL);
+        assert_non_null(t);
+        assert_int_equal(kv_sorted_get(t, "k00001", 6, km_hit_fn, NULL), NVH_E_CORRUPT);
+        assert_non_null(strstr(nvh_errormsg(), "offset"));
+        kv_sorted_close(t);
+        h->first = saved;
+        /* a record offset in a slot */
+        kvs_leaf *l = nvh_ptr(e.pool, h->first);
+        unsigned s;
+        for (s = 0; s < KVS_CAP && l->slot[s].rec < 64; s++) {}
+        uint64_t r = l->slot[s].rec;
+        l->slot[s].rec = bad[b];
+        t = kv_sorted_open(e.pool, hdr, NULL, NULL);
+        int rc = kv_sorted_scan(t, NULL, 0, 0, NULL, 0, 0, km_hit_fn, &(km_hit){0});
+        if (bad[b] < 64) assert_int_equal(rc, NVH_OK);   /* reads as a free slot */
+        else assert_int_equal(rc, NVH_E_CORRUPT);
+        kv_sorted_close(t);
+        l->slot[s].rec = r;
+        /* the record's key length */
+        kvs_rec *rp = nvh_ptr(e.pool, r);
+        uint32_t kl = rp->klen;
+        rp->klen = 5000 + b;
+        t = kv_sorted_open(e.pool, hdr, NULL, NULL);
+        assert_int_equal(kv_sorted_scan(t, NULL, 0, 0, NULL, 0, 0, km_hit_fn, &(km_hit){0}), NVH_E_CORRUPT);
+        assert_int_equal(kv_sorted_check(t), NVH_E_CORRUPT);
+        kv_sorted_close(t);
+        rp->klen = kl;
+        nvh_pool_close(e.pool);
+    }
+    /* the header itself */
+    e.pool = nvh_pool_open(e.path, LAYOUT, NVH_DOMAIN_PROCESS);
+    assert_null(kv_sorted_open(e.pool, 12345, NULL, NULL));
+    assert_int_equal(nvh_errcode(), NVH_E_CORRUPT);
+    assert_null(kv_sorted_open(e.pool, (uint64_t)1 << 41, NULL, NULL));
+    assert_int_equal(nvh_errcode(), NVH_E_CORRUPT);
+    /* a cycle in the chain */
+    kvs_hdr *h = nvh_ptr(e.pool, hdr);
+    kvs_leaf *l = nvh_ptr(e.pool, h->first);
+    uint64_t nx = l->next;
+    l->next = h->first;
+    kv_sorted *t = kv_sorted_open(e.pool, hdr, NULL, NULL);
+    assert_int_equal(kv_sorted_check(t), NVH_E_CORRUPT);
+    kv_sorted_close(t);
+    l->next = nx;
+    t = kv_sorted_open(e.pool, hdr, NULL, NULL);
+    assert_int_equal(kv_sorted_check(t), NVH_OK);
+    kv_sorted_close(t);
+    nvh_pool_close(e.pool);
+    unlink(e.path);
+}
+
+/* Flushes and fences per operation (pmem-domain counts are the same in the
+ * process domain: the counters count calls). */
+static void flush_fence_counts(void **state)
+{
+    (void)state;
+    tenv e;
+    env_new(&e, "kvs-counts", 256 << 20, NULL, NULL);
+    const int n = 20000;
+    uint8_t key[16], val[100];
+    memset(val, 7, sizeof val);
+    uint64_t rng = 1;
+    nvh_stats s0, s1;
+    nvh_stats_get(e.pool, &s0);
+    for (int i = 0; i < n; i++) {
+        uint64_t a = km_rng(&rng), b = km_rng(&rng);
+        memcpy(key, &a, 8);
+        memcpy(key + 8, &b, 8);
+        assert_int_equal(kv_sorted_put(e.t, key, 16, val, 100), NVH_OK);
+    }
+    nvh_stats_get(e.pool, &s1);
+    double fi = (double)(s1.fences - s0.fences) / n, li = (double)(s1.lines_flushed - s0.lines_flushed) / n;
+    rng = 1;
+    nvh_stats_get(e.pool, &s0);
+    for (int i = 0; i < n; i++) {
+        uint64_t a = km_rng(&rng), b = km_rng(&rng);
+        memcpy(key, &a, 8);
+        memcpy(key + 8, &b, 8);
+        assert_int_equal(kv_sorted_put(e.t, key, 16, val, 100), NVH_OK);
+    }
+    nvh_stats_get(e.pool, &s1);
+    double fo = (double)(s1.fences - s0.fences) / n, lo = (double)(s1.lines_flushed - s0.lines_flushed) / n;
+    rng = 1;
+    nvh_stats_get(e.pool, &s0);
+    for (int i = 0; i < n; i++) {
+        uint64_t a = km_rng(&rng), b = km_rng(&rng);
+        memcpy(key, &a, 8);
+        memcpy(key + 8, &b, 8);
+        assert_int_equal(kv_sorted_remove(e.t, key, 16), NVH_OK);
+    }
+    nvh_stats_get(e.pool, &s1);
+    double fr = (double)(s1.fences - s0.fences) / n, lr = (double)(s1.lines_flushed - s0.lines_flushed) / n;
+    printf("per op (16 B keys, 100 B values, %d ops): insert %.3f fences %.2f lines; "
+           "overwrite %.3f / %.2f; remove %.3f / %.2f\n", n, fi, li, fo, lo, fr, lr);
+    assert_true(fi <= 2.3);
+    env_remove(&e);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(small_api),
+        cmocka_unit_test(big_values),
+        cmocka_unit_test(custom_order),
+        cmocka_unit_test(destroy_frees_all),
+        cmocka_unit_test(corrupt_offsets),
+        cmocka_unit_test(flush_fence_counts),
+        cmocka_unit_test(random_model),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
