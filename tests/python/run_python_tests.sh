@@ -17,7 +17,8 @@ fi
 rm -rf "$work"
 mkdir -p "$work"
 echo "== python/build-venv $build (pip install, $("$py" --version))"
-"$src/python/build-venv" "$build" "$work/venv" "$py"
+# The extension builds warning-free, as the rest of the tree (-Werror).
+CFLAGS="${CFLAGS:-} -Werror" "$src/python/build-venv" "$build" "$work/venv" "$py"
 cd "$work"
 exec "$work/venv/bin/python" -m pytest -p no:cacheprovider -q -ra --rootdir "$src/python" \
     "$src/python/tests" "$@"
