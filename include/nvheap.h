@@ -1359,10 +1359,12 @@ unsigned nvh_protect_latency_buckets(const nvh_pool *pool, int kind, uint64_t *u
  *   nvh_hmap_put(m, "k", 1, "v", 1);
  *   nvh_hmap_close(m);
  *
- * Threads: calls on one handle are serialised by its mutex. Opening an open
- * map again returns the same handle with a reference more (close it once per
- * open). Pointers returned by get are valid until the next call that
- * modifies the map. nvh_pool_close closes maps still open. */
+ * Threads: readers (get, contains, foreach, count) take no lock and never
+ * wait for a writer; writers (put, insert, update, delete, check) are
+ * serialised by the handle's mutex. Opening an open map again returns the
+ * same handle with a reference more (close it once per open). Pointers
+ * returned by get are valid until the next call that modifies the map.
+ * nvh_pool_close closes maps still open. */
 typedef struct nvh_hmap nvh_hmap;
 
 #define NVH_HMAP_KEY_MAX 65536u

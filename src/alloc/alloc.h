@@ -259,6 +259,9 @@ typedef struct nvh_fifo_entry {
     uint64_t nblocks;           /* 0: a run slot; else an extent              */
     uint64_t seq;               /* free record                                */
     uint64_t time_ns;
+    uint64_t epoch;             /* nvh_epoch_now_() at the free: reused only
+                                   once every lock-free reader active then
+                                   has left (common/epoch.c)                  */
     uint8_t huge;               /* extents: a huge (whole-chunk) one          */
     uint8_t slot;               /* run slots: the slot index, so the drain
                                    need not derive it again (nvh_slot_of)  */
@@ -788,15 +791,16 @@ nvh_rec_apply_slot(nvh_heap *h, nvh_arena *a, const struct nvh_rec *r, struct nv
     for (unsigned i = 0; i < nlinks; i++) {
         _Atomic uint64_t *w = (_Atomic uint64_t *)(h->base + links[i].addr);
         if (act) {
-            /* flushed before the ring's next fence (nvh_redo_append) */
+            /* flushed before the ring's next fence (nvh_redo_append);
+             * release: as in nvh_rec_apply_links */
             nvh_wopen(h, (const void *)w, 8);
-            atomic_store_explicit(w, r->obj, memory_order_relaxed);
+            atomic_store_explicit(w, r->obj, memory_order_release);
             nvh_wclose(h, (const void *)w, 8);
             continue;
         }
         if (atomic_load_explicit(w, memory_order_relaxed) == r->obj) {
             nvh_wopen(h, (const void *)w, 8);
-            atomic_store_explicit(w, links[i].value, memory_order_relaxed);
+            atomic_store_explicit(w, links[i].value, memory_order_release);
             nvh_wclose(h, (const void *)w, 8);
         }
         nvh_redo_dirty_(h, a, (const void *)w);

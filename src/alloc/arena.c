@@ -264,6 +264,7 @@ static inline void fifo_push(nvh_heap *h, nvh_arena *a, nvh_run *run, uint64_t o
     e->nblocks = nblocks;
     e->seq = seq;
     e->time_ns = t;
+    e->epoch = nvh_epoch_now_();
     e->huge = nblocks ? huge_or_slot : 0;
     e->slot = nblocks ? 0 : huge_or_slot;
     a->fifo_len++;
@@ -292,9 +293,12 @@ static void fifo_release(nvh_heap *h, nvh_arena *a, const nvh_fifo_entry *e)
     }
 }
 
-/* Release FIFO heads whose time is up (or all, if force) and whose free
+/* Release FIFO heads whose time is up (or all, if force), whose free
  * record is retired in every ring (so no replay can touch the space's old
- * incarnation once it is reused). Returns how many were released. */
+ * incarnation once it is reused), and that no lock-free reader can still
+ * hold (freed before every active reader began: common/epoch.c; even when
+ * forced, as a reader would see the space reused under it). Returns how
+ * many were released. */
 static size_t fifo_drain(nvh_heap *h, nvh_arena *a, bool force, bool may_retire)
 {
     if (!a->fifo_len) return 0;
@@ -306,10 +310,15 @@ static size_t fifo_drain(nvh_heap *h, nvh_arena *a, bool force, bool may_retire)
     uint64_t retired = nvh_redo_retired_before(h);
     a->fifo_blocked = 0;
     size_t released = 0;
+    uint64_t readers = nvh_epoch_min_active_();   /* UINT64_MAX: none reading */
     while (a->fifo_len) {
         nvh_fifo_entry *e = &a->fifo[a->fifo_head];
         /* T = 0 (the default): every entry's time is up */
         if (delay && !force && now - e->time_ns < delay && a->fifo_bytes <= maxb) break;
+        if (e->epoch >= readers) {
+            nvh_epoch_advance_();      /* readers that start now do not hold it */
+            break;
+        }
         if (e->seq >= retired) {
             if (!may_retire) {
                 a->fifo_blocked = epoch + 1;

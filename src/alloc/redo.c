@@ -408,17 +408,19 @@ void nvh_rec_apply_links(nvh_heap *h, const struct nvh_rec *r,
     for (unsigned i = 0; i < n; i++) {
         _Atomic uint64_t *w = (_Atomic uint64_t *)(h->base + links[i].addr);
         uint64_t cur = atomic_load_explicit(w, memory_order_relaxed);
-        /* the caller's link word, stored on its behalf: our own window */
+        /* the caller's link word, stored on its behalf: our own window.
+         * Release: a container's lock-free reader that loads the link
+         * (acquire) then sees the object's content written before */
         if (kind == NVH_REC_ACT) {
             if (!replay || cur == links[i].value) {
                 nvh_wopen(h, (const void *)w, 8);
-                atomic_store_explicit(w, r->obj, memory_order_relaxed);
+                atomic_store_explicit(w, r->obj, memory_order_release);
                 nvh_wclose(h, (const void *)w, 8);
             }
         } else if (kind == NVH_REC_FREE) {
             if (cur == r->obj) {
                 nvh_wopen(h, (const void *)w, 8);
-                atomic_store_explicit(w, links[i].value, memory_order_relaxed);
+                atomic_store_explicit(w, links[i].value, memory_order_release);
                 nvh_wclose(h, (const void *)w, 8);
             }
             if (!replay) log_dirty(h, a, (const void *)w);

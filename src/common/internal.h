@@ -105,6 +105,22 @@ void nvh_err_save(nvh_err_saved *s);
 int nvh_err_restore(const nvh_err_saved *s);
 
 /* --------------------------------------------------------------------------
+ * Epoch-based reclamation (src/common/epoch.c): lock-free readers announce
+ * themselves; freed space is reused only once every reader active at the
+ * free has left (the allocator's don't-allocate FIFO holds it back).
+ * -------------------------------------------------------------------------- */
+/* A read section (nestable, per thread): no object freed after enter is
+ * reused before the matching exit. */
+void nvh_epoch_enter_(void);
+void nvh_epoch_exit_(void);
+/* Stamp for an object freed now (after its unlink). */
+uint64_t nvh_epoch_now_(void);
+/* Space stamped s may be reused iff s < nvh_epoch_min_active_(). */
+uint64_t nvh_epoch_min_active_(void);
+/* Move the global epoch on (when stamped space is held back). */
+void nvh_epoch_advance_(void);
+
+/* --------------------------------------------------------------------------
  * CRC32C (src/common/crc32c.c): SSE4.2 instruction when the CPU has it,
  * table-driven otherwise. Castagnoli polynomial, as in iSCSI/ext4. Declared
  * in nvheap.h (public: offline tools check checksums with it).

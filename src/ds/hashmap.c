@@ -52,9 +52,10 @@ static int hm_load_directory(struct nvh_hmap *m)
             return nvh_fail(NVH_E_CORRUPT, "hash map: segment %u at %llu outside the pool", k,
                             (unsigned long long)r->seg[k]);
         m->seg_ptr[k] = p;
+        m->seg_off[k] = r->seg[k];
     }
     m->nsegs = n;
-    m->nbuckets = UINT64_C(1) << (m->base_log2 + n - 1);
+    hm_st(&m->nbuckets, UINT64_C(1) << (m->base_log2 + n - 1));
     return NVH_OK;
 }
 
@@ -68,7 +69,7 @@ static int hm_load_directory(struct nvh_hmap *m)
  * nvh_hmap_check recounts and repairs it. */
 void nvh_hm_count_changed_(struct nvh_hmap *m, int64_t delta, bool force)
 {
-    m->count = (uint64_t)((int64_t)m->count + delta);
+    hm_st(&m->count, (uint64_t)((int64_t)m->count + delta));
     if (delta) m->count_dirty++;
     if (force || m->count_dirty >= 64) {
         if (m->root->count_hint != m->count) {
@@ -159,11 +160,11 @@ static struct nvh_hm_dummy *hm_init_bucket(struct nvh_hmap *m, uint64_t bucket)
         d->next = *prev;
         d->so_key = so;
         d->reserved = 0;
-        d->check = 0;
+        hm_st(&d->check, 0);
         nvh_persist(m->pool, d, sizeof *d);
         nvh_protect_close_(m->pool, d, sizeof *d);
         nvh_protect_open_(m->pool, prev, 8);
-        *prev = d_off;
+        hm_st(prev, d_off);                     /* published to readers */
         nvh_flush(m->pool, prev, 8);
         nvh_protect_close_(m->pool, prev, 8);
         m->link_unfenced = true;
@@ -178,7 +179,7 @@ void nvh_hm_settle_(struct nvh_hmap *m, bool drain)
     m->link_unfenced = false;
     for (unsigned k = 0; k < m->nmarks; k++) {
         nvh_protect_open_(m->pool, &m->marks[k].d->check, 8);
-        m->marks[k].d->check = m->marks[k].check;
+        hm_st(&m->marks[k].d->check, m->marks[k].check);
         nvh_flush(m->pool, &m->marks[k].d->check, 8);
         nvh_protect_close_(m->pool, &m->marks[k].d->check, 8);
     }
@@ -247,7 +248,7 @@ static bool hm_link_collect(struct nvh_hmap *m, const uint64_t *avoid)
         nvh_protect_open_(m->pool, d, sizeof *d);
         d->next = *prev;
         d->so_key = so;
-        d->check = 0;
+        hm_st(&d->check, 0);
         d->reserved = 0;
         nvh_flush(m->pool, d, sizeof *d);
         nvh_protect_close_(m->pool, d, sizeof *d);
@@ -266,7 +267,7 @@ void nvh_hm_link_publish_(struct nvh_hmap *m)
         uint64_t *pred = m->ahead[k].pred;
         if (pred) {
             nvh_protect_open_(m->pool, pred, 8);
-            *pred = nvh_off(m->pool, m->ahead[k].d);
+            hm_st(pred, nvh_off(m->pool, m->ahead[k].d));   /* published */
             nvh_flush(m->pool, pred, 8);
             nvh_protect_close_(m->pool, pred, 8);
             m->link_unfenced = true;
@@ -311,9 +312,10 @@ int nvh_hm_maybe_grow_(struct nvh_hmap *m)
         return rc;
     }
     m->seg_ptr[k] = seg;
+    m->seg_off[k] = nvh_off(m->pool, seg);
     m->nsegs = k + 1;
     m->link_cursor = m->nbuckets;  /* the new segment's first bucket */
-    m->nbuckets *= 2;
+    hm_st(&m->nbuckets, m->nbuckets * 2);   /* readers see the segment first */
     m->resizes++;
     return NVH_OK;
 }
@@ -517,7 +519,7 @@ static nvh_hmap *hm_open(nvh_pool *pool, nvh_off_t root_off)
         free(m);
         return NULL;
     }
-    m->count = r->count_hint;
+    hm_st(&m->count, r->count_hint);
     m->link_cursor = m->nsegs > 1 ? m->nbuckets / 2 : 1;
     m->hook.key = r;
     m->hook.close = hm_hook_close;
@@ -587,7 +589,7 @@ static int hm_destroy(nvh_hmap *m, nvh_off_t *link)
         }
         nvh_link l = {prev, n->next};
         rc = nvh_free(m->pool, n, &l, 1);
-        if (rc == NVH_OK) m->count = m->count ? m->count - 1 : 0;
+        if (rc == NVH_OK) hm_st(&m->count, m->count ? m->count - 1 : 0);
     }
     /* Only dummies are left. Before our own stores unlink them, retire the
      * allocator's redo rings so no replayed link store can bring a freed
@@ -599,13 +601,13 @@ static int hm_destroy(nvh_hmap *m, nvh_off_t *link)
         uint64_t nb = hm_seg_buckets(m->base_log2, k);
         for (uint64_t i = k == 0 ? 1 : 0; i < nb; i++) {
             if (m->seg_ptr[k][i].check == 0) continue;
-            m->seg_ptr[k][i].check = 0;
+            hm_st(&m->seg_ptr[k][i].check, 0);
             nvh_flush(m->pool, &m->seg_ptr[k][i].check, 8);
         }
     }
     if (rc == NVH_OK) {
         nvh_drain(m->pool);
-        m->seg_ptr[0][0].next = 0;
+        hm_st(&m->seg_ptr[0][0].next, 0);
         nvh_persist(m->pool, &m->seg_ptr[0][0].next, 8);
     }
     /* Segment 0 last but one: a crash before the root is freed leaves a

@@ -104,14 +104,20 @@ struct nvh_hmap {
     nvh_pool_hook hook;      /* registered with the pool while open (key: root) */
     struct nvh_hm_root *root;
     nvh_off_t root_off;
-    pthread_mutex_t lock;    /* one writer or reader at a time              */
+    pthread_mutex_t lock;    /* writers, one at a time; readers take no lock
+                                (docs/HASHMAP.md §7: epochs)                   */
     unsigned base_log2;
     unsigned nsegs;          /* non-zero prefix of root->seg                 */
-    uint64_t nbuckets;       /* 2^(base_log2 + nsegs - 1)                    */
-    uint64_t count;          /* exact while open (from the hint at open)     */
+    uint64_t nbuckets;       /* 2^(base_log2 + nsegs - 1); hm_ld/hm_st: a
+                                reader loads it, then the segment pointers
+                                stored before it                              */
+    uint64_t count;          /* exact while open (from the hint at open);
+                                hm_ld/hm_st                                   */
     uint64_t count_dirty;    /* changes since the hint was last flushed      */
     uint64_t seed;
     struct nvh_hm_dummy *seg_ptr[NVH_HM_SEGS];
+    uint64_t seg_off[NVH_HM_SEGS]; /* root->seg as loaded (readers never read
+                                the root's directory: the allocator writes it) */
     bool link_unfenced;      /* a dummy's predecessor link is flushed but not
                                 yet fenced: fence before the next free        */
     unsigned nmarks;         /* dummies linked whose mark waits for that fence */
@@ -123,6 +129,16 @@ struct nvh_hmap {
     uint64_t buckets_inited; /* dummies linked by this handle                */
     uint64_t recovered_pending; /* 1 if open retired/cleared a pending update */
 };
+
+/* ==========================================================================
+ * Words that lock-free readers load while a writer may store them (list
+ * links, dummy marks, the bucket count, the count): acquire loads and
+ * release stores, so that a reader that loads a link sees what was
+ * written before it was published. The allocator stores its link words
+ * with release too (alloc/redo.c).
+ * ========================================================================== */
+static inline uint64_t hm_ld(const uint64_t *p) { return __atomic_load_n(p, __ATOMIC_ACQUIRE); }
+static inline void hm_st(uint64_t *p, uint64_t v) { __atomic_store_n(p, v, __ATOMIC_RELEASE); }
 
 /* ==========================================================================
  * Hashing and split-order keys
@@ -224,7 +240,7 @@ static inline struct nvh_hm_dummy *hm_dummy(const struct nvh_hmap *m, uint64_t b
     unsigned s;
     uint64_t i;
     hm_locate(m->base_log2, bucket, &s, &i);
-    NVH_ASSERT(s < m->nsegs);
+    NVH_ASSERT(m->seg_ptr[s] != NULL);
     return &m->seg_ptr[s][i];
 }
 
@@ -234,7 +250,7 @@ static inline bool hm_dummy_ready(const struct nvh_hmap *m, uint64_t bucket,
     unsigned s;
     uint64_t i;
     hm_locate(m->base_log2, bucket, &s, &i);
-    return d->check == hm_dummy_check(m->seed, bucket, m->root->seg[s]);
+    return hm_ld(&d->check) == hm_dummy_check(m->seed, bucket, m->seg_off[s]);
 }
 
 static inline struct nvh_hm_link *hm_at(const struct nvh_hmap *m, uint64_t off)

@@ -156,7 +156,7 @@ int nvh_hmap_check(nvh_hmap *m, nvh_hmap_stats *stats)
     /* I5 */
     if (st.count != m->count) {
         st.count_repaired = (int64_t)st.count - (int64_t)m->count;
-        m->count = st.count;
+        hm_st(&m->count, st.count);
         if (!m->pool->readonly) {
             nvh_protect_open_(m->pool, &m->root->count_hint, 8);   /* docs/PROTECT.md */
             m->root->count_hint = st.count;
@@ -250,7 +250,7 @@ int nvh_hm_salvage_(struct nvh_hmap *m, nvh_hm_salvage_fn fn, void *arg)
         if (why) {
             uint64_t old = *prev, now = hm_next_dummy(m, last);
             nvh_protect_open_(m->pool, prev, 8);
-            *prev = now;
+            hm_st(prev, now);
             nvh_persist(m->pool, prev, 8);
             nvh_protect_close_(m->pool, prev, 8);
             if (fn) fn(nvh_off(m->pool, prev), old, now, why, arg);

@@ -44,7 +44,7 @@ static inline int hm_check_key(const void *key, size_t klen, const char *fn)
  * entry, if present, lies further along the list). Never writes. */
 static inline struct nvh_hm_dummy *hm_start_ro(const struct nvh_hmap *m, uint64_t h63)
 {
-    uint64_t b = h63 & (m->nbuckets - 1);
+    uint64_t b = h63 & (hm_ld(&m->nbuckets) - 1);
     for (;;) {
         struct nvh_hm_dummy *d = hm_dummy(m, b);
         if (__builtin_expect(hm_dummy_ready(m, b, d), 1) || b == 0) return d;
@@ -68,7 +68,7 @@ struct nvh_hm_node *nvh_hm_find_(struct nvh_hmap *m, struct nvh_hm_link *start, 
     uint64_t last = 0;             /* not start->so_key: a dummy's key is not checked */
     unsigned run = 0;
     for (;;) {
-        uint64_t cur = *prev;
+        uint64_t cur = hm_ld(prev);
         if (!cur) break;
         struct nvh_hm_link *n = hm_node_at(m, cur);
         if (!n || n->so_key < last || (n->so_key == last && ++run > HM_MAX_RUN)) {
@@ -269,11 +269,11 @@ int nvh_hmap_get(nvh_hmap *m, const void *key, size_t klen, const void **value, 
     int rc = hm_check_key(key, klen, "nvh_hmap_get");
     if (rc != NVH_OK) return rc;
     uint64_t h63 = hm_h63(hm_hash(m->seed, key, klen));
-    hm_lock(m);
+    nvh_epoch_enter_();            /* no lock: see nvh_hm_get_fn_ */
     uint64_t *prev;
     struct nvh_hm_node *e = nvh_hm_find_(m, (struct nvh_hm_link *)hm_start_ro(m, h63),
                                          hm_entry_so(h63), key, (uint32_t)klen, &prev);
-    hm_unlock(m);
+    nvh_epoch_exit_();
     if (!e && !prev) return NVH_E_CORRUPT;        /* damaged list (message recorded) */
     if (!e) return nvh_fail(NVH_E_NOTFOUND, "nvh_hmap_get: key not present");
     if (value) *value = e->data + e->klen;
@@ -285,14 +285,18 @@ int nvh_hm_get_fn_(struct nvh_hmap *m, const void *key, size_t klen, nvh_hm_entr
                    void *arg)
 {
     uint64_t h63 = hm_h63(hm_hash(m->seed, key, klen));
-    hm_lock(m);
+    /* Lock-free: a reader follows links loaded with acquire (a writer
+     * publishes an entry with one release store, after its content), and
+     * its epoch keeps every entry it may reach from being reused until it
+     * leaves (the allocator holds freed space back: common/epoch.c). */
+    nvh_epoch_enter_();
     uint64_t *prev;
     struct nvh_hm_node *e = nvh_hm_find_(m, (struct nvh_hm_link *)hm_start_ro(m, h63),
                                          hm_entry_so(h63), key, (uint32_t)klen, &prev);
     int rc;
     if (e) rc = fn(e->data, e->klen, e->data + e->klen, e->vlen, arg);
     else rc = prev ? NVH_E_NOTFOUND : NVH_E_CORRUPT;
-    hm_unlock(m);
+    nvh_epoch_exit_();
     return rc;
 }
 
@@ -311,7 +315,8 @@ int nvh_hmap_contains(nvh_hmap *m, const void *key, size_t klen)
 static struct nvh_hm_dummy *hm_resume(const struct nvh_hmap *m, uint64_t last)
 {
     struct nvh_hm_dummy *best = NULL;
-    for (uint64_t b = 1; b < m->nbuckets; b++) {
+    uint64_t nb = hm_ld(&m->nbuckets);
+    for (uint64_t b = 1; b < nb; b++) {
         struct nvh_hm_dummy *d = hm_dummy(m, b);
         uint64_t so = hm_dummy_so(b);
         if (so <= last || (best && so >= best->so_key)) continue;
@@ -323,13 +328,14 @@ static struct nvh_hm_dummy *hm_resume(const struct nvh_hmap *m, uint64_t last)
 int nvh_hmap_foreach(nvh_hmap *m, nvh_hmap_fn fn, void *arg)
 {
     if (!m || !fn) return nvh_fail(NVH_E_INVAL, "nvh_hmap_foreach: NULL map or function");
-    hm_lock(m);
+    nvh_epoch_enter_();            /* lock-free, as nvh_hm_get_fn_ */
     int rc = 0, err = NVH_OK;
     uint64_t *prev = &m->seg_ptr[0][0].next;
     uint64_t last = 0;
     unsigned run = 0;
-    while (*prev && rc == 0) {
-        struct nvh_hm_link *n = hm_node_at(m, *prev);
+    uint64_t cur;
+    while ((cur = hm_ld(prev)) != 0 && rc == 0) {
+        struct nvh_hm_link *n = hm_node_at(m, cur);
         if (!n || n->so_key < last || (n->so_key == last && ++run > HM_MAX_RUN)) {
             /* A damaged link: what lies beyond it is reached again from
              * the next bucket whose dummy is linked and intact (hm_resume) */
@@ -349,15 +355,12 @@ int nvh_hmap_foreach(nvh_hmap *m, nvh_hmap_fn fn, void *arg)
         const struct nvh_hm_node *e = (const struct nvh_hm_node *)n;
         rc = fn(e->data, e->klen, e->data + e->klen, e->vlen, arg);
     }
-    hm_unlock(m);
+    nvh_epoch_exit_();
     return rc ? rc : err;
 }
 
 uint64_t nvh_hmap_count(nvh_hmap *m)
 {
     if (!m) return 0;
-    hm_lock(m);
-    uint64_t n = m->count;
-    hm_unlock(m);
-    return n;
+    return hm_ld(&m->count);
 }

@@ -216,8 +216,8 @@ static nvh_kv *kv_open_in(nvh_pool *pool, const nvh_kv_config *c, bool own_pool,
                      "pool is read-only (open it writable once)", fn, name);
             goto fail;
         }
-        if (nvh_kv_batch_replay_(kv) != NVH_OK) {
-            nvh_fail_context(nvh_errcode(), "%s: store '%s'", fn, name);
+        if (nvh_kv_batch_replay_(kv) != NVH_OK) {    /* its message names the store */
+            nvh_fail_context(nvh_errcode(), "%s", fn);
             goto fail;
         }
     }

@@ -1,0 +1,111 @@
+/* epoch.c — epoch-based reclamation for lock-free readers (process-wide).
+ *
+ * A container whose readers take no lock (the hash map) must not let the
+ * memory of an entry it unlinked be reused while a reader may still be
+ * looking at it. Readers announce themselves: nvh_epoch_enter_ stores the
+ * global epoch into the thread's slot, nvh_epoch_exit_ clears it. The
+ * allocator stamps every freed object with the global epoch at the free
+ * (after the free's unlink), and hands its space out again only once every
+ * active reader announced an epoch above the stamp (nvh_epoch_min_active_):
+ * such a reader loaded the global epoch after it had moved past the stamp,
+ * hence after the unlink, so it cannot reach the object. The global epoch
+ * moves on only when the allocator finds a stamped object held back
+ * (nvh_epoch_advance_), so frees cost one load and readers one store each
+ * way. Why process-wide and not per pool: a reader is in one container at a
+ * time and only for the length of one call, so a shared registry costs
+ * nothing measurable and needs no per-pool thread slots.
+ *
+ * Slots are per thread (NVH_EPOCH_SLOTS, cache-line padded), claimed at a
+ * thread's first read and released when it exits. */
+#include "internal.h"
+
+#include <sched.h>
+#include <stdatomic.h>
+
+#define NVH_EPOCH_SLOTS 1024u
+
+typedef struct epoch_slot {
+    _Atomic uint64_t epoch;        /* 0: not reading                         */
+    _Atomic uint32_t taken;        /* claimed by a live thread               */
+    char pad[64 - 12];
+} epoch_slot;
+static_assert(sizeof(epoch_slot) == 64, "one line per slot");
+
+static epoch_slot slots[NVH_EPOCH_SLOTS] __attribute__((aligned(64)));
+static _Atomic uint64_t global_epoch = 2;
+static _Atomic uint32_t slots_hw;          /* slots ever claimed: scan bound */
+
+static _Thread_local struct {
+    int idx;                       /* -1: no slot yet                        */
+    unsigned depth;                /* nesting of enter/exit                   */
+} self = {-1, 0};
+
+static pthread_key_t release_key;
+static pthread_once_t release_once = PTHREAD_ONCE_INIT;
+
+static void epoch_release(void *arg)
+{
+    epoch_slot *s = arg;
+    atomic_store_explicit(&s->epoch, 0, memory_order_release);
+    atomic_store_explicit(&s->taken, 0, memory_order_release);
+}
+
+static void epoch_key_init(void) { pthread_key_create(&release_key, epoch_release); }
+
+static __attribute__((noinline)) void epoch_claim(void)
+{
+    pthread_once(&release_once, epoch_key_init);
+    for (;;) {
+        for (uint32_t i = 0; i < NVH_EPOCH_SLOTS; i++) {
+            uint32_t free_ = 0;
+            if (atomic_load_explicit(&slots[i].taken, memory_order_relaxed) == 0 &&
+                atomic_compare_exchange_strong(&slots[i].taken, &free_, 1)) {
+                uint32_t hw = atomic_load(&slots_hw);
+                while (hw < i + 1 && !atomic_compare_exchange_weak(&slots_hw, &hw, i + 1)) {}
+                self.idx = (int)i;
+                pthread_setspecific(release_key, &slots[i]);
+                return;
+            }
+        }
+        sched_yield();             /* more reading threads than slots: wait */
+    }
+}
+
+void nvh_epoch_enter_(void)
+{
+    if (self.depth++) return;
+    if (__builtin_expect(self.idx < 0, 0)) epoch_claim();
+    uint64_t e = atomic_load_explicit(&global_epoch, memory_order_acquire);
+    /* seq_cst: the announcement is ordered before the reader's first load
+     * of a link (a writer scanning the slots after its unlink sees either
+     * the announcement or a reader that sees the unlink) */
+    atomic_store_explicit(&slots[self.idx].epoch, e, memory_order_seq_cst);
+}
+
+void nvh_epoch_exit_(void)
+{
+    if (--self.depth) return;
+    atomic_store_explicit(&slots[self.idx].epoch, 0, memory_order_release);
+}
+
+uint64_t nvh_epoch_now_(void)
+{
+    return atomic_load_explicit(&global_epoch, memory_order_seq_cst);
+}
+
+void nvh_epoch_advance_(void)
+{
+    atomic_fetch_add_explicit(&global_epoch, 1, memory_order_seq_cst);
+}
+
+uint64_t nvh_epoch_min_active_(void)
+{
+    atomic_thread_fence(memory_order_seq_cst);
+    uint64_t min = UINT64_MAX;
+    uint32_t hw = atomic_load_explicit(&slots_hw, memory_order_acquire);
+    for (uint32_t i = 0; i < hw; i++) {
+        uint64_t e = atomic_load_explicit(&slots[i].epoch, memory_order_acquire);
+        if (e && e < min) min = e;
+    }
+    return min;
+}
