@@ -348,9 +348,12 @@ static int kvs_build(kv_sorted *t)
     kvs_hdr *h = t->hdr;
     bool w = !t->readonly;
     int rc = NVH_OK;
-    if (w) {
-        rc = kvs_pending_recover(t);
-        if (rc) return rc;
+    /* queued frees: their records, looked up in every live slot below */
+    uint64_t pend_rec[KVS_PENDING], pend_live = 0;
+    unsigned npend = 0;
+    for (unsigned j = 0; w && j < KVS_PENDING; j++) {
+        pend_rec[j] = h->pend[j].rec;
+        npend += pend_rec[j] != 0;
     }
     size_t n = 0, cap = 64;
     kvs_cleaf **v = malloc(cap * sizeof *v);
@@ -405,6 +408,11 @@ static int kvs_build(kv_sorted *t)
         }
         kvs_cleaf *c = kvs_companion(t, l, &rc);
         if (!c) break;
+        for (unsigned i = 0; npend && i < KVS_CAP; i++) {
+            if (kvs_slot_free(c->rec[i])) continue;
+            for (unsigned j = 0; j < KVS_PENDING; j++)
+                if (pend_rec[j] == c->rec[i]) pend_live |= UINT64_C(1) << j;
+        }
         if (c->live == 0 && (n > 0 || next)) {
             free(c);
             if (w) {
@@ -436,6 +444,7 @@ static int kvs_build(kv_sorted *t)
         link = &l->next;
         cur = next;
     }
+    if (w && rc == NVH_OK && npend) rc = kvs_pending_recover(t, pend_live);
     if (w) nvh_drain(pool);     /* the repairs' flushed words */
     if (rc == NVH_OK) {
         kvs_inode *r = kvs_ix_build(v, n);

@@ -38,11 +38,11 @@
 #define KVS_ORDER_BYTES 1u
 #define KVS_ORDER_CUSTOM 2u
 
-/* A record freed once no reader can hold it: `rec` is the record, `slot`
- * the offset of the leaf slot word that referenced it when the free was
- * decided (open-time recovery frees `rec` only if that word no longer holds
- * it: the operation that queued it completed). `rec` is the link word the
- * allocator clears when it frees the record (failure-atomic, no leak). */
+/* A record freed once no reader can hold it: `rec` is the record (the link
+ * word the allocator clears when it frees it: failure-atomic, no leak),
+ * `slot` the offset of the slot word that referenced it (diagnostics only:
+ * the two words may tear). The build after open frees `rec` only if no
+ * live slot references it (the operation that queued it completed). */
 typedef struct kvs_pfree {
     uint64_t rec;
     uint64_t slot;
@@ -340,7 +340,8 @@ int kvs_ent_cmp(const kv_sorted *t, const kvs_ent *a, const kvs_ent *b);
 /* Leaf search: slot of key k in companion c, or -1 (readers and writers). */
 int kvs_leaf_find(const kv_sorted *t, const kvs_cleaf *c, const void *k, size_t kl,
                   uint64_t kp, uint32_t kh, uint64_t *rec, int *err);
-/* Apply queued frees found in the header at build (writers). */
-int kvs_pending_recover(kv_sorted *t);
+/* Apply the queued frees found in the header at the build (writers): bit j
+ * of live set if pend[j]'s record is referenced by a live slot. */
+int kvs_pending_recover(kv_sorted *t, uint64_t live);
 
 #endif /* NVH_KV_SORTED_INT_H */

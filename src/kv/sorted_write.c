@@ -58,18 +58,13 @@ static void kvs_pend_drop(kv_sorted *t, unsigned j)
     t->pend_used &= ~(UINT64_C(1) << j);
 }
 
-int kvs_pending_recover(kv_sorted *t)
+int kvs_pending_recover(kv_sorted *t, uint64_t live)
 {
-    uint64_t size = nvh_pool_size(t->pool);
     int rc = NVH_OK;
     for (unsigned j = 0; j < KVS_PENDING && rc == NVH_OK; j++) {
         kvs_pfree *pe = &t->hdr->pend[j];
         if (pe->rec == 0) continue;
-        if ((pe->slot & 7) || pe->slot < sizeof(kvs_hdr) || pe->slot > size - 8) {
-            return kvs_corrupt(t, nvh_off(t->pool, pe), "queued free (slot offset)");
-        }
-        const uint64_t *w = nvh_ptr(t->pool, pe->slot);
-        if (*w == pe->rec) {
+        if ((live >> j) & 1) {
             /* the operation that queued it did not complete: still live */
             pe->rec = 0;
             pe->slot = 0;
@@ -394,7 +389,11 @@ static int kvs_remove_locked(kv_sorted *t, const void *k, size_t kl)
     unsigned j;
     int rc = kvs_pend_take(t, &j);
     if (rc) return rc;
+    /* the queued free must be durable before the slot changes (they are
+     * in different lines): a fence of its own, so a removal is 2 fences
+     * (an overwrite's queued free shares the record's fence) */
     kvs_pend_write(t, j, old, &s->rec);
+    nvh_drain(pool);
     s->rec = kvs_tomb_after(c->was[i]);
     nvh_flush(pool, &s->rec, 8);
     nvh_drain(pool);

@@ -23,13 +23,16 @@ static inline uint64_t km_rng(uint64_t *s)
     return z ^ (z >> 31);
 }
 
+/* Every km_long_every-th id gets a 4096-byte key (0: only id % 97 == 5). */
+static unsigned km_long_every;
+
 /* Key of id (distinct for distinct ids). */
 static inline size_t km_key(uint32_t id, uint8_t *buf)
 {
     uint64_t s = id * 0x1234567ull + 99;
     unsigned kind = id % 10;
     size_t n;
-    if (id % 97 == 5) {
+    if (id % 97 == 5 || (km_long_every && id % km_long_every == 0)) {
         /* a 4096-byte key: long shared prefix, the id near the end */
         memset(buf, 'x', KM_KEYMAX);
         buf[0] = 0xfe;
@@ -200,6 +203,9 @@ static inline int km_hit_fn(const void *k, size_t kl, const void *v, size_t vl, 
 
 /* Does the tree hold exactly the model (full scan + count)? Prints the first
  * difference to stderr. */
+static int km_quiet;   /* no diagnostics from km_equals (prefix probing) */
+#define km_say(...) do { if (!km_quiet) fprintf(stderr, __VA_ARGS__); } while (0)
+
 typedef struct km_cmp_state {
     const km_model *m;
     uint32_t next;       /* index in ord of the next expected present id */
@@ -212,16 +218,16 @@ static inline int km_scan_fn(const void *k, size_t kl, const void *v, size_t vl,
     km_cmp_state *s = arg;
     const km_model *m = s->m;
     while (s->next < m->n && !m->ver[m->ord[s->next]]) s->next++;
-    if (s->next >= m->n) { fprintf(stderr, "model: tree has an extra key at the end\n"); s->bad = 1; return 1; }
+    if (s->next >= m->n) { km_say("model: tree has an extra key at the end\n"); s->bad = 1; return 1; }
     uint32_t id = m->ord[s->next++];
     if (km_bytes_cmp(k, kl, m->keys[id], m->klen[id]) != 0) {
-        fprintf(stderr, "model: key differs (expected id %u, len %zu; got len %zu)\n", id, m->klen[id], kl);
+        km_say("model: key differs (expected id %u, len %zu; got len %zu)\n", id, m->klen[id], kl);
         s->bad = 1;
         return 1;
     }
     size_t el = km_val(id, m->ver[id], s->val);
     if (el != vl || memcmp(v, s->val, vl) != 0) {
-        fprintf(stderr, "model: value of id %u differs (len %zu, expected %zu)\n", id, vl, el);
+        km_say("model: value of id %u differs (len %zu, expected %zu)\n", id, vl, el);
         s->bad = 1;
         return 1;
     }
@@ -232,15 +238,15 @@ static inline bool km_equals(kv_sorted *t, const km_model *m)
 {
     km_cmp_state s = {m, 0, 0, {0}};
     int rc = kv_sorted_scan(t, NULL, 0, 0, NULL, 0, 0, km_scan_fn, &s);
-    if (rc && !s.bad) { fprintf(stderr, "model: scan rc %d %s\n", rc, nvh_errormsg()); return false; }
+    if (rc && !s.bad) { km_say("model: scan rc %d %s\n", rc, nvh_errormsg()); return false; }
     if (s.bad) return false;
     while (s.next < m->n && !m->ver[m->ord[s.next]]) s.next++;
-    if (s.next < m->n) { fprintf(stderr, "model: tree misses id %u\n", m->ord[s.next]); return false; }
+    if (s.next < m->n) { km_say("model: tree misses id %u\n", m->ord[s.next]); return false; }
     uint64_t cnt = 0;
     if (kv_sorted_count(t, NULL, 0, 0, NULL, 0, 0, &cnt) != NVH_OK) return false;
     uint64_t live = 0;
     for (uint32_t i = 0; i < m->n; i++) live += m->ver[i] != 0;
-    if (cnt != live) { fprintf(stderr, "model: count %llu, expected %llu\n", (unsigned long long)cnt, (unsigned long long)live); return false; }
+    if (cnt != live) { km_say("model: count %llu, expected %llu\n", (unsigned long long)cnt, (unsigned long long)live); return false; }
     return true;
 }
 
