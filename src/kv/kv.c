@@ -315,13 +315,16 @@ int nvh_kv_close(nvh_kv *kv)
 }
 
 /* nvh_pool_close with the store still open: every write was durable when
- * it returned. The engines' handles are closed by their own hooks (they are
- * in the same list), so only the store's DRAM handle is freed here. */
+ * it returned. A hash map is closed by its own hook (it is in the same
+ * list, and may come after this one); the sorted engine has none, so it is
+ * closed here. */
 static int kv_hook_close(nvh_pool_hook *hook, int check_only)
 {
     if (check_only) return NVH_OK;
-    kv_free((nvh_kv *)(void *)((char *)hook - offsetof(nvh_kv, hook)));
-    return NVH_OK;
+    nvh_kv *kv = (nvh_kv *)(void *)((char *)hook - offsetof(nvh_kv, hook));
+    int rc = kv->st ? kv_sorted_close(kv->st) : NVH_OK;
+    kv_free(kv);
+    return rc;
 }
 
 nvh_pool *nvh_kv_pool(nvh_kv *kv) { return kv ? kv->pool : NULL; }

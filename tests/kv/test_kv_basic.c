@@ -109,6 +109,166 @@ static void test_default_sorted(void **state)
 }
 
 /* ---------------------------------------------------------------------------
+ * The sorted engine through the store: ordered calls, iterators, batches,
+ * the order flag (skipped when the library has no sorted engine)
+ * ------------------------------------------------------------------------- */
+typedef struct collect {
+    char keys[64][8];
+    int n;
+} collect;
+
+static int collect_cb(const void *k, size_t kl, const void *v, size_t vl, void *arg)
+{
+    (void)v, (void)vl;
+    collect *c = arg;
+    snprintf(c->keys[c->n++], 8, "%.*s", (int)kl, (const char *)k);
+    return 0;
+}
+
+static int rev_cmp(const void *a, size_t al, const void *b, size_t bl, void *arg)
+{
+    (void)arg;
+    size_t n = al < bl ? al : bl;
+    int c = memcmp(a, b, n);
+    if (c) return -c;
+    return al < bl ? 1 : al > bl ? -1 : 0;
+}
+
+static void test_sorted_api(void **state)
+{
+    (void)state;
+    const char *path = test_path("kv-sorted");
+    nvh_kv_config c = {.path = path, .name = "s", .engine = "sorted",
+                       .create = NVH_KV_CREATE_NEW};
+    nvh_kv *kv = nvh_kv_open(&c);
+    if (!kv) {
+        assert_int_equal(nvh_errcode(), NVH_E_NOTSUP);
+        unlink(path);
+        return;
+    }
+    const char *keys[] = {"b", "d", "a", "c", "e", "ab"};
+    for (int i = 0; i < 6; i++) must(nvh_kv_put(kv, keys[i], strlen(keys[i]), keys[i], 1));
+    uint64_t n;
+    must(nvh_kv_count_all(kv, &n));
+    assert_int_equal(n, 6);
+    must(nvh_kv_count_above(kv, "b", 1, &n));       /* c d e */
+    assert_int_equal(n, 3);
+    must(nvh_kv_count_below(kv, "b", 1, &n));       /* a ab */
+    assert_int_equal(n, 2);
+    must(nvh_kv_count_between(kv, "a", 1, "d", 1, &n));   /* ab b c */
+    assert_int_equal(n, 3);
+    collect col = {.n = 0};
+    must(nvh_kv_get_all(kv, collect_cb, &col));
+    assert_int_equal(col.n, 6);
+    assert_string_equal(col.keys[0], "a");
+    assert_string_equal(col.keys[1], "ab");
+    assert_string_equal(col.keys[5], "e");
+    col.n = 0;
+    must(nvh_kv_get_between(kv, "a", 1, "d", 1, collect_cb, &col));
+    assert_int_equal(col.n, 3);
+    assert_string_equal(col.keys[0], "ab");
+    assert_string_equal(col.keys[2], "c");
+    col.n = 0;
+    must(nvh_kv_get_above(kv, "c", 1, collect_cb, &col));
+    assert_int_equal(col.n, 2);
+    col.n = 0;
+    must(nvh_kv_get_below(kv, "ab", 2, collect_cb, &col));
+    assert_int_equal(col.n, 1);
+    /* iterators */
+    nvh_kv_iter *it = nvh_kv_iter_new(kv);
+    assert_non_null(it);
+    const void *k, *v;
+    size_t kl, vl;
+    assert_int_equal(nvh_kv_iter_key(it, &k, &kl), NVH_E_NOTFOUND);
+    must(nvh_kv_iter_first(it));
+    int seen = 1;
+    while (nvh_kv_iter_next(it) == NVH_OK) seen++;
+    assert_int_equal(seen, 6);
+    assert_int_equal(nvh_kv_iter_next(it), NVH_E_NOTFOUND);
+    must(nvh_kv_iter_last(it));
+    must(nvh_kv_iter_key(it, &k, &kl));
+    assert_int_equal(kl, 1);
+    assert_memory_equal(k, "e", 1);
+    must(nvh_kv_iter_prev(it));
+    must(nvh_kv_iter_key(it, &k, &kl));
+    assert_memory_equal(k, "d", 1);
+    must(nvh_kv_iter_value(it, &v, &vl));
+    assert_int_equal(vl, 1);
+    assert_memory_equal(v, "d", 1);
+    must(nvh_kv_iter_seek(it, "ab", 2));
+    assert_int_equal(nvh_kv_iter_seek(it, "aa", 2), NVH_E_NOTFOUND);
+    must(nvh_kv_iter_seek_higher(it, "ab", 2));
+    must(nvh_kv_iter_key(it, &k, &kl));
+    assert_memory_equal(k, "b", 1);
+    must(nvh_kv_iter_seek_higher_eq(it, "ab", 2));
+    must(nvh_kv_iter_key(it, &k, &kl));
+    assert_int_equal(kl, 2);
+    must(nvh_kv_iter_seek_lower(it, "b", 1));
+    must(nvh_kv_iter_key(it, &k, &kl));
+    assert_int_equal(kl, 2);                       /* "ab" */
+    must(nvh_kv_iter_seek_lower_eq(it, "bz", 2));
+    must(nvh_kv_iter_key(it, &k, &kl));
+    assert_memory_equal(k, "b", 1);
+    assert_int_equal(nvh_kv_iter_seek_lower(it, "a", 1), NVH_E_NOTFOUND);
+    assert_int_equal(nvh_kv_iter_prev(it), NVH_E_NOTFOUND);
+    /* the iterator's copy survives a remove of its entry; next goes on */
+    must(nvh_kv_iter_seek(it, "c", 1));
+    must(nvh_kv_remove(kv, "c", 1));
+    must(nvh_kv_iter_key(it, &k, &kl));
+    assert_memory_equal(k, "c", 1);
+    must(nvh_kv_iter_next(it));
+    must(nvh_kv_iter_key(it, &k, &kl));
+    assert_memory_equal(k, "d", 1);
+    nvh_kv_iter_free(it);
+    /* a batch on the sorted engine */
+    nvh_kv_batch *b = nvh_kv_batch_new(kv);
+    must(nvh_kv_batch_put(b, "x", 1, "1", 1));
+    must(nvh_kv_batch_remove(b, "a", 1));
+    must(nvh_kv_batch_remove(b, "nope", 4));
+    must(nvh_kv_batch_commit(b));
+    assert_int_equal(nvh_kv_exists(kv, "x", 1), 1);
+    assert_int_equal(nvh_kv_exists(kv, "a", 1), 0);
+    must(nvh_kv_check(kv));
+    must(nvh_kv_close(kv));
+    /* order: a bytewise store refuses a comparator; a custom-order store
+     * needs one */
+    c.create = NVH_KV_OPEN_EXISTING;
+    c.cmp = rev_cmp;
+    assert_null(nvh_kv_open(&c));
+    assert_int_equal(nvh_errcode(), NVH_E_INVAL);
+    c.name = "rev";
+    c.create = NVH_KV_CREATE_NEW;
+    kv = nvh_kv_open(&c);
+    assert_non_null(kv);
+    for (int i = 0; i < 6; i++) must(nvh_kv_put(kv, keys[i], strlen(keys[i]), keys[i], 1));
+    col.n = 0;
+    must(nvh_kv_get_all(kv, collect_cb, &col));
+    assert_string_equal(col.keys[0], "e");
+    assert_string_equal(col.keys[5], "a");
+    must(nvh_kv_close(kv));
+    c.cmp = NULL;
+    c.create = NVH_KV_OPEN_EXISTING;
+    assert_null(nvh_kv_open(&c));
+    assert_int_equal(nvh_errcode(), NVH_E_INVAL);
+    expect_msg("custom");
+    /* nvh_pool_close with a sorted store open closes it */
+    nvh_pool *pool = nvh_pool_open(path, LAYOUT, NVH_DOMAIN_PROCESS);
+    assert_non_null(pool);
+    nvh_kv_config pc = {.name = "s"};
+    kv = nvh_kv_open_pool(pool, &pc);
+    assert_non_null(kv);
+    must(nvh_kv_put(kv, "late", 4, "v", 1));
+    must(nvh_pool_close(pool));
+    pool = nvh_pool_open(path, LAYOUT, NVH_DOMAIN_PROCESS);
+    kv = nvh_kv_open_pool(pool, &pc);
+    assert_non_null(kv);
+    assert_int_equal(nvh_kv_exists(kv, "late", 4), 1);
+    must(nvh_kv_close(kv));
+    must(nvh_pool_close(pool));
+    unlink(path);
+}
+
+/* ---------------------------------------------------------------------------
  * Operations against a model
  * ------------------------------------------------------------------------- */
 static int value_cb(const void *v, size_t vl, void *arg)
@@ -556,6 +716,7 @@ int main(void)
     setenv("NVHEAP_DOMAIN", "process", 0);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_open_modes),  cmocka_unit_test(test_default_sorted),
+        cmocka_unit_test(test_sorted_api),
         cmocka_unit_test(test_ops),         cmocka_unit_test(test_model),
         cmocka_unit_test(test_limits),      cmocka_unit_test(test_big_value),
         cmocka_unit_test(test_full_pool),   cmocka_unit_test(test_list_drop),
