@@ -872,7 +872,8 @@ typedef struct BatchObject {
     StoreObject *store;
     nvh_kv_batch *b;          /* NULL once committed or aborted            */
     Py_ssize_t ops;
-    int state;                /* 0 open, 1 committed, 2 aborted, 3 commit in flight */
+    int state;                /* 0 open, 1 committed, 2 aborted, 3 commit in flight,
+                                 4 dropped because the store was closed        */
 } BatchObject;
 
 #define BATCH_OF(c) ((BatchObject *)((char *)(c) - offsetof(BatchObject, link)))
@@ -882,13 +883,13 @@ static void batch_detach(child *c)
     BatchObject *b = BATCH_OF(c);
     if (b->b) nvh_kv_batch_abort(b->b);
     b->b = NULL;
-    b->state = 2;
+    b->state = 4;
 }
 
 static int batch_ready(BatchObject *b)
 {
     if (b->b && b->state == 0) return 0;
-    if (!b->store || !b->store->kv)
+    if (!b->store || !b->store->kv || b->state == 4)
         raise_local(NVH_E_INVAL, "batch's store is closed");
     else
         raise_local(NVH_E_INVAL, b->state == 1 ? "batch already committed"
@@ -1016,7 +1017,9 @@ static PyObject *batch_exit(PyObject *self, PyObject *args)
     if (!PyArg_UnpackTuple(args, "__exit__", 0, 3, &et, &ev, &tb)) return NULL;
     BatchObject *b = (BatchObject *)self;
     if (et == Py_None) {
-        if (b->state == 0) {     /* committed or aborted inside the block: done */
+        /* Committed or aborted inside the block: done. Dropped by a close of
+         * the store: say so, the block's writes are not applied. */
+        if (b->state == 0 || b->state == 4) {
             PyObject *r = batch_commit(self, NULL);
             if (!r) return NULL;
             Py_DECREF(r);

@@ -404,6 +404,16 @@ def test_batch_explicit_commit_abort(store):
     assert b"dropped" not in store
 
 
+def test_batch_dropped_by_close(pool_path, engine):
+    s = nvheap.open(pool_path, engine=engine)
+    with pytest.raises(nvheap.Error, match="closed"):
+        with s.batch() as b:
+            b[b"k"] = b"v"
+            s.close()                      # the batch cannot commit any more
+    with nvheap.open(pool_path, create=False) as s:
+        assert b"k" not in s
+
+
 def test_batch_bad_input(store):
     with store.batch() as b:
         with pytest.raises(TypeError):
