@@ -294,9 +294,8 @@ static kvs_cleaf *kvs_companion(kv_sorted *t, kvs_leaf *l, int *err)
             *err = kvs_corrupt(t, nvh_off(t->pool, &l->slot[i]), "leaf slot (record offset)");
             return NULL;
         }
-        c->prefix[i] = s->prefix;
         c->hash[i] = s->hash;
-        c->klen[i] = s->klen;
+        c->klen[i] = (uint16_t)s->klen;
         c->rec[i] = r;
         c->live++;
     }
@@ -315,8 +314,15 @@ int kvs_ent_cmp(const kv_sorted *t, const kvs_ent *a, const kvs_ent *b)
 int kvs_leaf_sorted(const kv_sorted *t, const kvs_cleaf *c, kvs_ent *out, unsigned *n)
 {
     unsigned m = 0;
+    uint64_t recs[KVS_CAP];
+    /* ask for every record's first line at once: they are scattered */
     for (unsigned i = 0; i < KVS_CAP; i++) {
-        uint64_t r = KVS_LOAD(&c->rec[i]);
+        recs[i] = KVS_LOAD(&c->rec[i]);
+        if (!kvs_slot_free(recs[i]) && recs[i] < nvh_pool_size(t->pool))
+            __builtin_prefetch(nvh_ptr(t->pool, recs[i]));
+    }
+    for (unsigned i = 0; i < KVS_CAP; i++) {
+        uint64_t r = recs[i];
         if (kvs_slot_free(r)) continue;
         kvs_ent e;
         e.rec = r;
@@ -496,7 +502,7 @@ int kvs_leaf_find(const kv_sorted *t, const kvs_cleaf *c, const void *k, size_t 
 {
     (void)kp;
     for (unsigned i = 0; i < KVS_CAP; i++) {
-        if (!t->cmp && (KVS_LOADR(&c->hash[i]) != kh || KVS_LOADR(&c->klen[i]) != kl)) continue;
+        if (!t->cmp && (KVS_LOAD(&c->hash[i]) != kh || KVS_LOADR(&c->klen[i]) != kl)) continue;
         uint64_t r = KVS_LOAD(&c->rec[i]);
         if (kvs_slot_free(r)) continue;
         const kvs_rec *rp = kvs_rec_get(t, r);
@@ -513,9 +519,11 @@ int kvs_leaf_find(const kv_sorted *t, const kvs_cleaf *c, const void *k, size_t 
     return -1;
 }
 
+/* Has c been replaced or removed? Readers ask after reading its slots (all
+ * acquire loads, so this load is not hoisted above them): a companion
+ * never changes once dead, so a "no" means what was read was current. */
 static inline bool kvs_dead(const kvs_cleaf *c)
 {
-    __atomic_thread_fence(__ATOMIC_ACQUIRE);
     return KVS_LOAD(&c->dead) != 0;
 }
 
@@ -658,29 +666,37 @@ static int kvs_scan(kv_sorted *t, kvs_bound lo, kvs_bound hi, kv_entry_fn fn, vo
     unsigned leaves = 0;
     const kvs_inode *root = KVS_LOAD(&t->root);
     kvs_cleaf *c = c0.k ? kvs_ix_find(t, root, c0.k, c0.kl, c0.kp, NULL) : kvs_ix_first(root);
+    bool filter = c0.k != NULL;   /* after a descent: skip keys up to the cursor */
     while (c) {
         unsigned n;
         rc = kvs_leaf_sorted(t, c, ents, &n);
         if (kvs_dead(c)) goto redescend;
         if (rc) break;
+        int last = -1;
         for (unsigned i = 0; i < n; i++) {
-            if (c0.k) {
+            if (filter) {
                 int d = kvs_ent_vs(t, &ents[i], c0.k, c0.kl, c0.kp);
                 if (d < 0 || (d == 0 && !c0.incl)) continue;
+                filter = false;   /* sorted: the rest are above it too */
             }
             if (hi.k) {
                 int d = kvs_ent_vs(t, &ents[i], hi.k, hi.kl, hi.kp);
                 if (d > 0 || (d == 0 && !hi.incl)) goto done;
             }
             cnt++;
+            last = (int)i;
             if (fn) {
                 rc = kvs_emit(ents[i].r, fn, arg);
                 if (rc) goto done;
             }
-            memcpy(cur, ents[i].r->data, ents[i].klen);
+        }
+        if (last >= 0) {
+            /* the cursor: the leaf's last key passed on (the next leaf's keys
+             * are all above it; after a descent they are filtered) */
+            memcpy(cur, ents[last].r->data, ents[last].klen);
             c0.k = cur;
-            c0.kl = ents[i].klen;
-            c0.kp = ents[i].prefix;
+            c0.kl = ents[last].klen;
+            c0.kp = ents[last].prefix;
             c0.incl = 0;
         }
         {
@@ -697,6 +713,7 @@ static int kvs_scan(kv_sorted *t, kvs_bound lo, kvs_bound hi, kv_entry_fn fn, vo
     redescend:
         root = KVS_LOAD(&t->root);
         c = c0.k ? kvs_ix_find(t, root, c0.k, c0.kl, c0.kp, NULL) : kvs_ix_first(root);
+        filter = c0.k != NULL;
     }
 done:
     kvs_exit(t, s);

@@ -136,9 +136,8 @@ static kvs_cleaf *kvs_cleaf_of(kvs_leaf *l, const kvs_ent *e, unsigned n)
     if (!c) return NULL;
     c->p = l;
     for (unsigned i = 0; i < n; i++) {
-        c->prefix[i] = e[i].prefix;
         c->hash[i] = e[i].hash;
-        c->klen[i] = e[i].klen;
+        c->klen[i] = (uint16_t)e[i].klen;
         c->rec[i] = e[i].rec;
     }
     c->live = n;
@@ -331,9 +330,8 @@ static int kvs_put_locked(kv_sorted *t, const void *k, size_t kl, const void *v,
             nvh_cancel(pool, r);
             return rc;
         }
-        KVS_STORER(&c->prefix[i], kp);
         KVS_STORER(&c->hash[i], kh);
-        KVS_STORER(&c->klen[i], (uint32_t)kl);
+        KVS_STORER(&c->klen[i], (uint16_t)kl);
         KVS_STORE(&c->rec[i], nvh_off(pool, r));
         c->was[i] = was;
         c->live++;
