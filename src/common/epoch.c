@@ -88,9 +88,14 @@ void nvh_epoch_exit_(void)
     atomic_store_explicit(&slots[self.idx].epoch, 0, memory_order_release);
 }
 
+/* A read-modify-write, not a load: it orders the caller's unlink (a store
+ * just before) ahead of the stamp even on x86, whose store buffer lets a
+ * plain load pass an earlier store, and it heads a release sequence that
+ * every later advance continues: a reader whose announced epoch came from
+ * a later advance synchronises with it, so it sees the unlink. */
 uint64_t nvh_epoch_now_(void)
 {
-    return atomic_load_explicit(&global_epoch, memory_order_seq_cst);
+    return atomic_fetch_add_explicit(&global_epoch, 0, memory_order_acq_rel);
 }
 
 void nvh_epoch_advance_(void)
