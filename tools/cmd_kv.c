@@ -16,11 +16,24 @@
 #include <unistd.h>
 
 /* The store of a pool; NULL (reported) if the pool or store cannot be
- * opened. *pool_out is the pool to close after the store. */
+ * opened. *pool_out is the pool to close after the store, or NULL when the
+ * store owns it: with create, a missing pool file is created as
+ * nvh_kv_open creates one (layout "nvkv", 64 MiB, growing), as a user of
+ * `put --create` expects from pmemkv or LMDB. */
 static nvh_kv *open_store(const char *path, const char *store, bool write, nvh_kv_create create,
                           const char *engine, nvh_pool **pool_out)
 {
     nvh_pool *pool = nvh_pool_open(path, NULL, write ? 0 : NVH_OPEN_READONLY);
+    if (!pool && nvh_errcode() == NVH_E_NOENT && write && create != NVH_KV_OPEN_EXISTING) {
+        nvh_kv_config c = {.path = path, .name = store, .create = create, .engine = engine};
+        nvh_kv *kv = nvh_kv_open(&c);
+        if (!kv) {
+            fail_msg("%s: %s", path, nvh_errormsg());
+            return NULL;
+        }
+        *pool_out = NULL;
+        return kv;
+    }
     if (!pool) {
         fail_lib();
         return NULL;
@@ -41,7 +54,7 @@ static nvh_kv *open_store(const char *path, const char *store, bool write, nvh_k
 static int close_store(nvh_kv *kv, nvh_pool *pool, int status)
 {
     if (nvh_kv_close(kv) != NVH_OK && status != EXIT_ERROR) status = fail_lib();
-    if (nvh_pool_close(pool) != NVH_OK && status != EXIT_ERROR) status = fail_lib();
+    if (pool && nvh_pool_close(pool) != NVH_OK && status != EXIT_ERROR) status = fail_lib();
     return status;
 }
 
