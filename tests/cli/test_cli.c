@@ -1296,6 +1296,25 @@ static void kv_get_put_rm(void **state)
     EXPECT_STATUS(&r, 2);
     CLI(&r, "rm", "/nonexistent/pool", "s", "k");
     EXPECT_STATUS(&r, 2);
+    /* put --create on a missing pool file creates the pool (as nvh_kv_open
+     * does); without --create, and for get and rm, a missing file is an error
+     * and nothing is created */
+    char fresh[512];
+    fresh_path(fresh, sizeof fresh, "kvcmds.fresh");
+    unlink(fresh);
+    CLI(&r, "put", fresh, "s", "k", "v");
+    EXPECT_STATUS(&r, 2);
+    assert_false(exists(fresh));
+    CLI(&r, "get", fresh, "s", "k");
+    EXPECT_STATUS(&r, 2);
+    assert_false(exists(fresh));
+    CLI(&r, "put", fresh, "s", "k", "v", "--create");
+    EXPECT_STATUS(&r, 0);
+    assert_true(exists(fresh));
+    CLI(&r, "get", fresh, "s", "k");
+    EXPECT_STATUS(&r, 0);
+    assert_string_equal(r.out, "v");
+    unlink(fresh);
     CLI(&r, "get", path, "s");
     EXPECT_STATUS(&r, 2);
     EXPECT_CONTAINS(r.err, "missing KEY");
