@@ -11,6 +11,7 @@
  *   chunks_off        chunk 0, chunk 1, ... (64 KiB aligned)
  */
 #include "alloc.h"
+#include "../pool/pool.h"   /* nvh_superblock_set_flags */
 
 #include <errno.h>
 #include <stdio.h>
