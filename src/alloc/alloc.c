@@ -37,6 +37,9 @@ void *nvh_alloc(nvh_pool *pool, size_t size, nvh_ctor_fn ctor, void *arg, nvh_of
     return p;
 }
 
+/* Usable bytes of the object (or reservation) at off: the DRAM state of
+ * the chunk's owner arena first, then the media header. NVH_E_BADPTR if off
+ * is neither. */
 int nvh_heap_usable(nvh_heap *h, uint64_t off, uint64_t *usable)
 {
     uint64_t rel = off - h->chunks_off, b = rel / NVH_BLOCK, in = rel % NVH_BLOCK;

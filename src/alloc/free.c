@@ -229,7 +229,8 @@ free_apply(nvh_heap *h, const free_target *t, const struct nvh_rec *rec, uint64_
             run->pbits &= ~(1ull << t->slot);
             /* the FIFO entry names the run: only if the slot is one of its
              * own (a header rewritten under a stale descriptor: the space is
-             * lost until the next open, as the old release check did) */
+             * lost until the next open, which rebuilds the run from the
+             * media) */
             if (run->cls == t->cls)
                 nvh_fifo_push(h, a, run, 0, 0, (uint8_t)t->slot, seq, nvh_cls_size(run->cls));
         }
