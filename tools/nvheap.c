@@ -16,7 +16,9 @@
  * `check` runs the checkers[] table in order. A later layer (the allocator's
  * per-class usage, its heap scan) adds one function and one table row. */
 #include "cli.h"
-#include "pool/format.h"       /* on-media superblock layout, read by `check` */
+/* Internal headers, for `check` only (tools sit above every layer, so the
+ * layer rule allows them): */
+#include "pool/format.h"       /* superblock layout and its checksums, read offline */
 #include "ds/btree.h"          /* B+ tree header (emptied by `check --repair`) */
 #include "ds/hashmap.h"        /* hash-map root (found by `check`), salvage */
 
@@ -521,16 +523,6 @@ static int read_full(int fd, void *buf, size_t len, off_t off)
 #define SLOT_OFF(i) ((uint64_t)NVH_STATE_SLOT_OFFSET + (uint64_t)(i) * sizeof(struct nvh_superblock_state))
 #define STATE_OFF(i, field) (SLOT_OFF(i) + offsetof(struct nvh_superblock_state, field))
 
-static uint32_t header_checksum(const struct nvh_superblock_header *h)
-{
-    return nvh_crc32c(0, h, offsetof(struct nvh_superblock_header, checksum));
-}
-
-static uint32_t state_checksum(const struct nvh_superblock_state *s)
-{
-    return nvh_crc32c(0, s, offsetof(struct nvh_superblock_state, checksum));
-}
-
 /* ---- the file holds a whole superblock ------------------------------------ */
 static void check_file(struct check_ctx *c)
 {
@@ -589,7 +581,7 @@ static void check_header(struct check_ctx *c)
 {
     const struct nvh_superblock_header *h = &c->sb.header;
     size_t at;
-    uint32_t sum = header_checksum(h);
+    uint32_t sum = nvh_sb_header_checksum(h);
     if (h->checksum != sum)
         finding(c, SEV_ERROR, 0, "superblock header (bytes 0..%llu) fails its checksum: "
                 "stored %08x at offset %llu, computed %08x; the pool cannot be opened",
@@ -643,8 +635,8 @@ static enum slot_status classify_slot(const struct check_ctx *c, unsigned i, cha
                                       size_t why_len)
 {
     const struct nvh_superblock_state *s = &c->sb.state[i];
-    uint32_t sum = state_checksum(s);
-    uint32_t uuid_crc = nvh_crc32c(0, c->sb.header.uuid, sizeof c->sb.header.uuid);
+    uint32_t sum = nvh_sb_state_checksum(s);
+    uint32_t uuid_crc = nvh_sb_uuid_crc(&c->sb.header);
     if (all_zero(s, sizeof *s, NULL)) {
         snprintf(why, why_len, "never written");
         return SLOT_UNUSED;
@@ -1216,8 +1208,8 @@ static int check_prepare(struct check_ctx *c)
                         h->format_version, NVH_FORMAT_VERSION);
     /* Compare the layout only if the header can be trusted; a corrupt header
      * is reported as a finding instead. */
-    if (c->layout && h->checksum == header_checksum(h) && h->layout[NVH_LAYOUT_MAX] == '\0' &&
-        strcmp(h->layout, c->layout) != 0)
+    if (c->layout && h->checksum == nvh_sb_header_checksum(h) &&
+        h->layout[NVH_LAYOUT_MAX] == '\0' && strcmp(h->layout, c->layout) != 0)
         return fail_msg("%s has layout '%s', expected '%s'", c->path, h->layout, c->layout);
     return EXIT_OK;
 }

@@ -4,11 +4,17 @@
  * don't-allocate FIFO) shared by the files of src/alloc/.
  *
  * Files:
- *   heap.c   format, open (recovery), close; chunks, growth, lazy chunk scan
- *   redo.c   per-arena redo record rings: append, retire, replay
- *   arena.c  reserve / cancel / activate / free / alloc, thread caches, bins, FIFO
- *   named.c  the persistent object table (named allocations)
- *   check.c  header validation, corruption reports, check/repair, stats, iteration
+ *   heap.c     format, open (recovery), close; chunks, growth, lazy chunk scan
+ *   redo.c     per-arena redo record rings: append, retire, replay
+ *   arena.c    per-arena DRAM state: the arena lock, free extents, bins of runs
+ *   fifo.c     the don't-allocate FIFO freed space waits in before reuse
+ *   tcache.c   the per-thread reservation cache (small slots without a lock)
+ *   reserve.c  nvh_reserve (small, large, huge; span merge), nvh_cancel
+ *   activate.c nvh_activate: validate, record, apply
+ *   free.c     nvh_free: classify, log, apply
+ *   alloc.c    nvh_alloc, usable size, heap sync and settings
+ *   named.c    the persistent object table (named allocations)
+ *   check.c    header validation, corruption reports, check/repair, stats, iteration
  *
  * The design and its invariants are explained in docs/ALLOC.md. */
 #ifndef NVH_ALLOC_H
@@ -166,7 +172,7 @@ enum { NVH_REC_ACT = 1, NVH_REC_FREE = 2, NVH_REC_ACT_NAMED = 3, NVH_REC_FREE_NA
 #define NVH_RECF_MERGE 0x20u            /* cls_flags of a FREE record of a large or
                                            huge region: not an object's free but
                                            the on-media merge of the free regions a
-                                           reservation spans (arena.c: span_merge);
+                                           reservation spans (reserve.c: span_merge);
                                            replayed like any free (one FREE header) */
 #define NVH_RECF_KIND_SHIFT 6           /* cls_flags bits 6..7: region kind      */
 struct nvh_link_entry {
@@ -337,7 +343,7 @@ typedef struct nvh_arena {
     char pad[56];
 } nvh_arena;
 
-/* Per-thread reservation cache (arena.c): small slots taken from the arena
+/* Per-thread reservation cache (tcache.c): small slots taken from the arena
  * in batches under its lock and handed out by nvh_reserve without a lock or
  * an atomic read-modify-write. One per thread, attached to one heap at a
  * time; returned at thread exit and when the thread moves to another heap;
@@ -388,7 +394,7 @@ struct nvh_heap {
     _Atomic uint32_t live_rings; /* bit r: ring r appended in this session    */
     _Atomic uint64_t retire_epoch; /* +1 per retire of any ring (FIFO wake-up) */
 
-    nvh_tcache *tcaches;        /* attached thread caches (arena.c tc lock) */
+    nvh_tcache *tcaches;        /* attached thread caches (tcache.c tc_lock) */
 
     pthread_mutex_t named_lock;
     nvh_named_pending *pending; size_t npending, pending_cap;
@@ -810,20 +816,178 @@ nvh_rec_apply_slot(nvh_heap *h, nvh_arena *a, const struct nvh_rec *r, struct nv
 int nvh_redo_recover(nvh_heap *h);
 uint64_t *nvh_redo_pending_blocks(nvh_heap *h, size_t *n_out);
 
-/* arena.c */
+/* ==========================================================================
+ * The allocation paths: arena.c, fifo.c, tcache.c, reserve.c, activate.c,
+ * free.c, alloc.c. What more than one of them uses is declared here; the
+ * helpers that run on every operation are static inline, so splitting the
+ * paths by concern costs no call.
+ * ========================================================================== */
+
+/* arena.c: per-arena DRAM state (free extents, bins of runs) */
 void nvh_arena_init(nvh_heap *h, nvh_arena *a, unsigned index);
 void nvh_arena_fini(nvh_arena *a);
 void nvh_extent_put(nvh_arena *a, uint64_t block, uint64_t nblocks);
+bool nvh_extent_take(nvh_heap *h, nvh_arena *a, uint64_t n, uint64_t *block_out);
 void nvh_bin_add(nvh_arena *a, nvh_run *run);
+nvh_run *nvh_run_new(nvh_heap *h, nvh_arena *a, uint64_t block, unsigned cls);
+unsigned nvh_run_pick(nvh_run *run);
 void nvh_arena_exclude(nvh_heap *h, uint64_t block, uint64_t n);
 
-void nvh_tcache_detach_all(nvh_heap *h);
+/* The first run of class cls in a's bin with a slot to reserve, or NULL;
+ * runs found full or quarantined leave the bin on the way. a->lock held. */
+static inline nvh_run *nvh_bin_first(nvh_arena *a, unsigned cls)
+{
+    nvh_run *run = a->bins[cls];
+    while (run && (run->avail == 0 || run->quarantined)) {
+        a->bins[cls] = run->next;
+        run->in_bin = false;
+        run->next = NULL;
+        run = a->bins[cls];
+    }
+    return run;
+}
 
+/* Debug invariant (NVHEAP_DEBUG_ALLOC=1): no free extent covers a run or a
+ * persistent non-free region start. The flag test is inline, the walk out
+ * of line (and off by default). -1: environment not read yet. */
+extern _Atomic int nvh_arena_debug_on_;
+void nvh_arena_debug_check_(nvh_heap *h, nvh_arena *a, const char *where);
+static inline void nvh_arena_debug_check(nvh_heap *h, nvh_arena *a, const char *where)
+{
+    if (__builtin_expect(atomic_load_explicit(&nvh_arena_debug_on_, memory_order_relaxed) != 0, 0))
+        nvh_arena_debug_check_(h, a, where);
+}
+
+/* fifo.c: the don't-allocate FIFO freed space waits in before reuse */
+bool nvh_fifo_grow_(nvh_arena *a);
+size_t nvh_fifo_drain_(nvh_heap *h, nvh_arena *a, bool force, bool may_retire);
+/* Release FIFO heads whose time is up (or all, if force) and whose free
+ * record is retired in every ring; may_retire: retire a's ring when the
+ * head waits for it. Returns how many were released. An empty FIFO costs
+ * no call. */
+static inline size_t nvh_fifo_drain(nvh_heap *h, nvh_arena *a, bool force, bool may_retire)
+{
+    if (!a->fifo_len) return 0;
+    return nvh_fifo_drain_(h, a, force, may_retire);
+}
+/* Inline: every free pushes. huge_or_slot: for an extent (nblocks > 0)
+ * whether it is huge; for a run slot (nblocks == 0) the slot index. */
+static inline void nvh_fifo_push(nvh_heap *h, nvh_arena *a, nvh_run *run, uint64_t off,
+                                 uint64_t nblocks, uint8_t huge_or_slot, uint64_t seq,
+                                 uint64_t bytes)
+{
+    if (__builtin_expect(a->fifo_len == a->fifo_cap, 0) && !nvh_fifo_grow_(a))
+        return;                         /* space lost until the next open */
+    /* no clock read when T is 0: the FIFO then only orders reuse */
+    uint64_t t = atomic_load_explicit(&h->fifo_delay_ns, memory_order_relaxed) ? nvh_now_ns() : 0;
+    /* the capacity is a power of 2 (256, doubled): mask, not divide */
+    nvh_fifo_entry *e = &a->fifo[(a->fifo_head + a->fifo_len) & (a->fifo_cap - 1)];
+    if (nblocks) e->off = off;
+    else e->run = run;
+    e->nblocks = nblocks;
+    e->seq = seq;
+    e->time_ns = t;
+    e->epoch = nvh_epoch_now_();
+    e->huge = nblocks ? huge_or_slot : 0;
+    e->slot = nblocks ? 0 : huge_or_slot;
+    a->fifo_len++;
+    a->fifo_bytes += bytes;
+}
+
+/* tcache.c: the per-thread reservation cache */
+extern _Thread_local nvh_tcache *nvh_tcache_mine_;   /* the calling thread's */
+nvh_tcache *nvh_tcache_attach(nvh_heap *h);
+int nvh_tcache_refill(nvh_heap *h, nvh_arena *a, nvh_tcache *tc, unsigned cls, uint64_t *off);
+void nvh_tcache_detach_all(nvh_heap *h);
+/* Is off one of the slots sitting in the calling thread's cache (not handed
+ * out)? Activate, cancel and free of a slot marked tcached ask it: such a
+ * slot was never handed out. */
+static inline bool nvh_tcache_holds(nvh_heap *h, uint64_t off, unsigned cls)
+{
+    nvh_tcache *tc = nvh_tcache_mine_;
+    if (!tc || atomic_load_explicit(&tc->heap, memory_order_relaxed) != h) return false;
+    for (unsigned i = 0; i < tc->n[cls]; i++)
+        if (tc->off[cls][i] == off) return true;
+    return false;
+}
+
+/* reserve.c: reserve and cancel */
+int nvh_reserve_small(nvh_heap *h, nvh_arena *a, unsigned cls, uint64_t *off);
+/* The large or huge reservation starting at block (DRAM only), or NULL.
+ * a->lock held. */
+static inline nvh_resv *nvh_resv_find(nvh_arena *a, uint64_t block)
+{
+    for (size_t i = a->nresv; i-- > 0;)
+        if (a->resv[i].block == block) return &a->resv[i];
+    return NULL;
+}
+static inline void nvh_resv_remove(nvh_arena *a, nvh_resv *r)
+{
+    *r = a->resv[--a->nresv];
+}
+
+/* activate.c, free.c */
 int nvh_activate_off_(nvh_heap *h, uint64_t off, const struct nvh_link_entry *links,
                       unsigned nlinks, int64_t named_slot);
 int nvh_free_off_(nvh_heap *h, uint64_t off, const struct nvh_link_entry *links,
                   unsigned nlinks, int64_t named_slot);
+
+/* alloc.c */
 int nvh_heap_usable(nvh_heap *h, uint64_t off, uint64_t *usable);
+
+/* The checks at the public entry points (nvh_reserve, nvh_cancel,
+ * nvh_activate, nvh_free, ...), inline: they run on every call. */
+
+/* The pool's opened heap (opened the first time), or NULL with the error
+ * set; write: refuse a read-only pool. */
+static inline nvh_heap *nvh_heap_of(nvh_pool *pool, bool write)
+{
+    if (!pool) {
+        nvh_fail(NVH_E_INVAL, "pool is NULL");
+        return NULL;
+    }
+    /* the opened heap without a call; nvh_heap_get_ opens it the first time */
+    nvh_heap *h = __atomic_load_n(&pool->heap, __ATOMIC_ACQUIRE);
+    if (__builtin_expect(!h, 0) && !(h = nvh_heap_get_(pool))) return NULL;
+    if (write && pool->readonly) {
+        nvh_fail(NVH_E_READONLY, "pool %s is open read-only", pool->path);
+        return NULL;
+    }
+    return h;
+}
+
+/* ptr can be an object of the heap: inside the pool, in the chunks, 64 B
+ * aligned and not a region's header line. */
+static inline __attribute__((always_inline)) int
+nvh_check_heap_ptr(nvh_heap *h, const void *ptr, uint64_t *off_out)
+{
+    if (!ptr) return nvh_fail(NVH_E_INVAL, "pointer is NULL");
+    if (!nvh_contains(h->pool, ptr, 1))
+        return nvh_fail(NVH_E_BADPTR, "pointer %p is outside pool %s", ptr, h->pool->path);
+    uint64_t off = nvh_off(h->pool, ptr);
+    if (off < h->chunks_off + NVH_HDR || off % NVH_ALLOC_ALIGN ||
+        (off - h->chunks_off) % NVH_BLOCK == 0)
+        return nvh_fail(NVH_E_BADPTR, "offset %llu of pool %s is not an object",
+                        (unsigned long long)off, h->pool->path);
+    *off_out = off;
+    return NVH_OK;
+}
+
+/* link can be a link: an aligned word of the pool outside its metadata. */
+static inline __attribute__((always_inline)) int
+nvh_check_link(nvh_heap *h, const nvh_off_t *link, uint64_t *off_out)
+{
+    if (!link) return nvh_fail(NVH_E_INVAL, "link pointer is NULL");
+    if (!nvh_contains(h->pool, link, 8) || (uintptr_t)link % 8)
+        return nvh_fail(NVH_E_INVAL, "link %p is not an aligned word inside the pool",
+                        (const void *)link);
+    uint64_t off = nvh_off(h->pool, link);
+    if (off < h->pool->sb->header.root_offset || (off >= h->heap_off && off < h->chunks_off))
+        return nvh_fail(NVH_E_INVAL, "link at offset %llu lies in pool metadata",
+                        (unsigned long long)off);
+    *off_out = off;
+    return NVH_OK;
+}
 
 /* named.c */
 void nvh_named_set_build(nvh_heap *h);

@@ -11,6 +11,7 @@
  *   chunks_off        chunk 0, chunk 1, ... (64 KiB aligned)
  */
 #include "alloc.h"
+#include "../pool/pool.h"   /* nvh_superblock_set_flags */
 
 #include <errno.h>
 #include <stdio.h>
@@ -540,7 +541,7 @@ int nvh_huge_take(nvh_heap *h, uint64_t nchunks, uint64_t *chunk_out, uint64_t *
         }
     }
     /* fresh chunks: only once the caller has looked everywhere else (its
-     * FIFO, the unscanned chunks: arena.c, reserve_huge) */
+     * FIFO, the unscanned chunks: reserve.c, reserve_huge) */
     if (!fresh) {
         pthread_mutex_unlock(&h->lock);
         return NVH_E_NOSPACE;

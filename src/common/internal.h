@@ -223,9 +223,5 @@ struct nvh_pool {
 int nvh_named_lookup_(nvh_pool *pool, const char *name, void **ptr_out, size_t *size_out);
 /* Is the object at pool offset off named (alloc/named.c)? */
 bool nvh_named_obj_(nvh_pool *pool, uint64_t off);
-/* Add NVH_STATE_* flags to the superblock state: the next state slot is
- * written and flushed, and durable at the caller's next fence (a crash
- * before it leaves the previous slot current, without the flags). */
-int nvh_superblock_set_flags(nvh_pool *pool, uint32_t flags);
 
 #endif /* NVH_INTERNAL_H */

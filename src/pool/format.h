@@ -15,6 +15,8 @@
 #ifndef NVH_POOL_FORMAT_H
 #define NVH_POOL_FORMAT_H
 
+#include "nvheap.h"              /* nvh_crc32c */
+
 #include <assert.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -98,5 +100,22 @@ struct nvh_superblock {
 };
 static_assert(sizeof(struct nvh_superblock) == NVH_SUPERBLOCK_SIZE, "superblock size");
 static_assert(offsetof(struct nvh_superblock, state) == NVH_STATE_SLOT_OFFSET, "slots");
+
+/* The checksums, defined once: the library writes and checks them with
+ * these, and so does the offline checker (nvheap check), so the two cannot
+ * disagree about what a checksum covers. */
+static inline uint32_t nvh_sb_header_checksum(const struct nvh_superblock_header *h)
+{
+    return nvh_crc32c(0, h, offsetof(struct nvh_superblock_header, checksum));
+}
+static inline uint32_t nvh_sb_state_checksum(const struct nvh_superblock_state *s)
+{
+    return nvh_crc32c(0, s, offsetof(struct nvh_superblock_state, checksum));
+}
+/* What a state slot's uuid_crc must hold: binds the slot to its pool. */
+static inline uint32_t nvh_sb_uuid_crc(const struct nvh_superblock_header *h)
+{
+    return nvh_crc32c(0, h->uuid, sizeof h->uuid);
+}
 
 #endif /* NVH_POOL_FORMAT_H */

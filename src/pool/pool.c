@@ -74,21 +74,11 @@ static uint64_t open_max_size(const struct nvh_superblock_header *h)
     return DEFAULT_MAX_SIZE;
 }
 
-static uint32_t header_checksum(const struct nvh_superblock_header *h)
-{
-    return nvh_crc32c(0, h, offsetof(struct nvh_superblock_header, checksum));
-}
-
-static uint32_t state_checksum(const struct nvh_superblock_state *s)
-{
-    return nvh_crc32c(0, s, offsetof(struct nvh_superblock_state, checksum));
-}
-
 static bool state_valid(const struct nvh_superblock_header *h,
                         const struct nvh_superblock_state *s)
 {
-    return s->sequence != 0 && s->checksum == state_checksum(s) &&
-           s->uuid_crc == nvh_crc32c(0, h->uuid, sizeof h->uuid);
+    return s->sequence != 0 && s->checksum == nvh_sb_state_checksum(s) &&
+           s->uuid_crc == nvh_sb_uuid_crc(h);
 }
 
 /* Index of the current state slot, or -1 if neither is valid. */
@@ -226,9 +216,9 @@ static int state_commit(nvh_pool *pool, uint64_t size, uint64_t epoch, uint32_t 
     struct nvh_superblock_state next = {
         .sequence = seq, .pool_size = size, .epoch = epoch, .clean = clean,
         .flags = pool->state_flags,
-        .uuid_crc = nvh_crc32c(0, sb->header.uuid, sizeof sb->header.uuid),
+        .uuid_crc = nvh_sb_uuid_crc(&sb->header),
     };
-    next.checksum = state_checksum(&next);
+    next.checksum = nvh_sb_state_checksum(&next);
     nvh_protect_open_(pool, slot, sizeof *slot);
     memcpy(slot, &next, sizeof next);
     if (fence) nvh_persist(pool, slot, sizeof *slot);
@@ -282,10 +272,10 @@ static int validate(int fd, const char *path, const char *layout,
                         "open it with the nvheap release that wrote it and copy its objects "
                         "into a pool created by this one", path, sb->header.format_version,
                         NVH_FORMAT_VERSION);
-    if (sb->header.checksum != header_checksum(&sb->header))
+    if (sb->header.checksum != nvh_sb_header_checksum(&sb->header))
         return nvh_fail(NVH_E_CHECKSUM, "%s: superblock header checksum mismatch "
                         "(stored %08x, computed %08x)", path, sb->header.checksum,
-                        header_checksum(&sb->header));
+                        nvh_sb_header_checksum(&sb->header));
     if (sb->header.format_version == 0 || sb->header.header_size != sizeof sb->header)
         return nvh_fail(NVH_E_CORRUPT, "%s: superblock header has version %u, size %u",
                         path, sb->header.format_version, sb->header.header_size);
@@ -548,11 +538,11 @@ nvh_pool *nvh_pool_file_create_(const char *path, const char *layout, uint64_t s
     h->areas[0] = (struct nvh_area){.kind = NVH_AREA_ROOT, .offset = h->root_offset,
                                     .size = root_size};
     h->areas[1] = (struct nvh_area){.kind = NVH_AREA_HEAP, .offset = h->heap_offset, .size = 0};
-    h->checksum = header_checksum(h);
+    h->checksum = nvh_sb_header_checksum(h);
     struct nvh_superblock_state *s = &sb.state[1];
     *s = (struct nvh_superblock_state){.sequence = 1, .pool_size = size, .epoch = 0, .clean = 1,
-                                       .uuid_crc = nvh_crc32c(0, h->uuid, sizeof h->uuid)};
-    s->checksum = state_checksum(s);
+                                       .uuid_crc = nvh_sb_uuid_crc(h)};
+    s->checksum = nvh_sb_state_checksum(s);
 
     /* Everything but the magic first, then the magic: a crash during create
      * leaves a file that open rejects as "not a pool", never a half pool. */

@@ -1,6 +1,6 @@
 /* pool.h — what the pool layer offers the layers above it: the pool file's
  * primitives (create, open, close, write-back), the superblock's state
- * commit and the open-container registry's close pass.
+ * commit and flags, and the open-container registry's close pass.
  *
  * The public nvh_pool_create / nvh_pool_open / nvh_pool_close are not here:
  * they need the allocator and the transaction log, which sit above the
@@ -34,6 +34,11 @@ int nvh_pool_close_writeback_(nvh_pool *pool);
 /* Write the next superblock state slot (size, epoch, clean) durably, in a
  * write window. */
 int nvh_pool_state_commit_(nvh_pool *pool, uint64_t size, uint64_t epoch, uint32_t clean);
+/* Add NVH_STATE_* flags (format.h) to the superblock state: the next state
+ * slot is written and flushed, and durable at the caller's next fence (a
+ * crash before it leaves the previous slot current, without the flags).
+ * The allocator marks the heap formatted with it. */
+int nvh_superblock_set_flags(nvh_pool *pool, uint32_t flags);
 
 /* Close the containers still open (internal.h, nvh_pool_hook): first ask
  * each whether it can close (a refusal sets *refused and leaves everything
