@@ -12,6 +12,7 @@
 #include "cap.h"
 
 #include "common/internal.h"
+#include "pool/pool.h"          /* nvh_pool_hook */
 
 #include <errno.h>
 #include <stdlib.h>

@@ -28,6 +28,7 @@
 
 #include "nvheap.h"
 #include "../common/internal.h"
+#include "../pool/pool.h"          /* nvh_pool_hook, embedded in the handle */
 #include "../protect/protect.h"
 
 /* ==========================================================================

@@ -16,6 +16,7 @@
 #define NVH_DS_HASHMAP_H
 
 #include "../common/internal.h"
+#include "../pool/pool.h"          /* nvh_pool_hook, embedded in the handle */
 #include "../protect/protect.h"
 
 #include <assert.h>

@@ -40,9 +40,35 @@ int nvh_pool_state_commit_(nvh_pool *pool, uint64_t size, uint64_t epoch, uint32
  * The allocator marks the heap formatted with it. */
 int nvh_superblock_set_flags(nvh_pool *pool, uint32_t flags);
 
-/* Close the containers still open (internal.h, nvh_pool_hook): first ask
+/* Close the containers still open (nvh_pool_hook, below): first ask
  * each whether it can close (a refusal sets *refused and leaves everything
  * as it was), then close them all. Returns the first error. */
 int nvh_pool_close_containers_(nvh_pool *pool, bool *refused);
+
+/* Open containers of a pool (src/pool/pool.c, docs/POOL.md "Open
+ * containers"). The pool layer must not call up into the layers that build
+ * on it, yet nvh_pool_close has to finish their work first: a container (a
+ * B+ tree, a hash map) embeds a hook in its DRAM handle and registers it at
+ * open; nvh_pool_close calls every registered hook's `close` before it
+ * quiesces the lower layers. The registry also counts references, so that a
+ * second open of the same container finds the first handle. */
+struct nvh_pool_hook {
+    nvh_pool_hook *next;           /* owned by pool.c                              */
+    const void *key;               /* what is open: the container's root in the pool */
+    unsigned refs;                 /* opens not closed yet (owned by pool.c)       */
+    /* check_only: NVH_OK if close could run now, else the error it would
+     * return (nothing changes). Otherwise make every completed operation
+     * durable and free the handle, whatever refs says; it must not call
+     * nvh_pool_hook_del_ (the hook is unregistered already). */
+    int (*close)(nvh_pool_hook *hook, int check_only);
+};
+/* Register hook, unless a hook with the same key is registered: then that
+ * one gets a reference more and is returned (hook is left alone). */
+nvh_pool_hook *nvh_pool_hook_add_(nvh_pool *pool, nvh_pool_hook *hook);
+/* The hook registered with key, with a reference more; NULL if none. */
+nvh_pool_hook *nvh_pool_hook_get_(nvh_pool *pool, const void *key);
+/* Drop a reference; at the last one the hook is unregistered. Returns the
+ * references left (0: the caller closes the container now). */
+unsigned nvh_pool_hook_del_(nvh_pool *pool, nvh_pool_hook *hook);
 
 #endif /* NVH_POOL_H */
