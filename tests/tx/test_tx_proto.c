@@ -16,7 +16,10 @@
  *     failures;
  *   - two lanes: A writes an object with one fence and goes idle, B writes
  *     it with the two-fence object protocol and goes on; a crash at every
- *     fence; negative control without B's help for A's pending commit. */
+ *     fence; negative control without B's help for A's pending commit;
+ *   - two lanes: A commits word 0 in place (lazy, not retired) and goes
+ *     idle, B commits it with one fence; a crash at every fence (line and
+ *     word modes); negative control without B learning A's cseq. */
 #include "test_util.h"
 
 #if defined(__SANITIZE_ADDRESS__)
@@ -362,6 +365,94 @@ static int handover_workload(nvh_pool *pool, void *arg)
 }
 
 /* ---------------------------------------------------------------------------
+ * Two lanes, lazy then one-fence: A commits word 0 in place (the lazy
+ * protocol: its data flushed after the commit fence, its retirement left to
+ * A's next fence) and goes idle, so that commit stays retirable only by a
+ * helper. A's clock runs ahead (five lazy commits), so B's own clock is
+ * below A's commit order. B then commits word 0 with one fence (a word
+ * given by value, later an object), acknowledged, and goes on with one-fence
+ * commits that reuse both of its redo slots. A crash at any fence of B must
+ * find word 0 at B's value once B's commit returned: recovery may replay
+ * A's commit (header COMMITTED, retire word below it) together with B's
+ * redo lines, so B must commit after A in cseq order (it learns A's cseq
+ * from A's pending entry while it help-flushes word 0).
+ * ------------------------------------------------------------------------- */
+static void *lane_lazy_run(void *p)
+{
+    lane_a *a = p;
+    int rc = NVH_OK;
+    for (unsigned t = 0; t < 5 && rc == NVH_OK; t++) {
+        unsigned w = t < 4 ? 2 + t : 0;      /* the last one: word 0 */
+        model_begin();
+        rc = nvh_tx_begin(a->pool);
+        if (rc == NVH_OK) rc = nvh_tx_add_range(a->pool, &a->reg[w], 8);
+        if (rc == NVH_OK) {
+            a->reg[w] = exp_next[w] = 0xA000 + t;
+            rc = nvh_tx_commit(a->pool);
+        }
+        if (rc == NVH_OK) model_ack();
+    }
+    pthread_mutex_lock(&a->mu);
+    a->rc = rc;
+    a->phase = 1;
+    pthread_cond_broadcast(&a->cv);
+    while (a->phase != 2) pthread_cond_wait(&a->cv, &a->mu);   /* idle: no fence */
+    pthread_mutex_unlock(&a->mu);
+    return NULL;
+}
+
+static int b_word(nvh_pool *pool, uint64_t *reg, unsigned w, uint64_t v)
+{
+    model_begin();
+    if (nvh_tx_begin(pool) != NVH_OK || nvh_tx_write_word(pool, &reg[w], v) != NVH_OK)
+        return -1;
+    exp_next[w] = v;
+    if (nvh_tx_commit(pool) != NVH_OK) return -1;
+    model_ack();
+    return reg[w] == v ? 0 : -2;
+}
+
+static int lazy_handover_workload(nvh_pool *pool, void *arg)
+{
+    (void)arg;
+    uint64_t *reg = region(pool);
+    if (!reg) return 1;
+    model_reset(reg);
+    /* B's lane exists before A starts */
+    if (b_word(pool, reg, 30, 30)) return 1;
+    lane_a a = {.pool = pool, .reg = reg};
+    pthread_mutex_init(&a.mu, NULL);
+    pthread_cond_init(&a.cv, NULL);
+    pthread_t th;
+    if (pthread_create(&th, NULL, lane_lazy_run, &a) != 0) return 2;
+    pthread_mutex_lock(&a.mu);
+    while (a.phase != 1) pthread_cond_wait(&a.cv, &a.mu);
+    pthread_mutex_unlock(&a.mu);
+    int rc = a.rc == NVH_OK ? 0 : 3;
+    /* B: word 0 by value with one fence, then more one-fence commits (both
+     * redo slots reused), then word 0 again as an object */
+    if (!rc && b_word(pool, reg, 0, 0xB0B0)) rc = 4;
+    if (!rc && b_word(pool, reg, 31, 0xB031)) rc = 5;
+    if (!rc && b_word(pool, reg, 32, 0xB032)) rc = 5;
+    if (!rc && b_word(pool, reg, 31, 0xB131)) rc = 5;
+    if (!rc) {
+        model_begin();
+        if (nvh_tx_begin(pool) != NVH_OK || obj_write(pool, reg, 0, 0xB1B0) ||
+            nvh_tx_commit(pool) != NVH_OK)
+            rc = 6;
+        else
+            model_ack();
+    }
+    if (!rc && b_word(pool, reg, 32, 0xB132)) rc = 7;
+    pthread_mutex_lock(&a.mu);
+    a.phase = 2;
+    pthread_cond_broadcast(&a.cv);
+    pthread_mutex_unlock(&a.mu);
+    pthread_join(th, NULL);
+    return rc;
+}
+
+/* ---------------------------------------------------------------------------
  * Driver
  * ------------------------------------------------------------------------- */
 static nvh_crash_report explore(nvh_crash_workload_fn w, nvh_crash_mode mode, unsigned images)
@@ -492,6 +583,25 @@ static void handover_no_help_fails(void **state)
              handover_workload);
 }
 
+static void lazy_handover(void **state)
+{
+    (void)state;
+    g_complaints_quiet = 0;
+    nvh_crash_report r = explore(lazy_handover_workload, NVH_CRASH_LINES, SAN ? 2 : 4);
+    if (r.failures) nvh_crash_report_print(&r, stderr);
+    assert_int_equal(r.failures, 0);
+    r = explore(lazy_handover_workload, NVH_CRASH_WORDS, SAN ? 1 : 3);
+    if (r.failures) nvh_crash_report_print(&r, stderr);
+    assert_int_equal(r.failures, 0);
+}
+
+static void lazy_handover_no_learn_fails(void **state)
+{
+    (void)state;
+    negative(&nvh_txlog_test_no_learn_, "one-fence commit not ordered after a lazy one",
+             lazy_handover_workload);
+}
+
 int main(void)
 {
     tx_crash_test_init("txproto");
@@ -503,6 +613,8 @@ int main(void)
         cmocka_unit_test(abort_no_fence_fails),
         cmocka_unit_test(handover),
         cmocka_unit_test(handover_no_help_fails),
+        cmocka_unit_test(lazy_handover),
+        cmocka_unit_test(lazy_handover_no_learn_fails),
     };
     const char *only = getenv("TXPROTO_ONLY");
     if (only && *only) cmocka_set_test_filter(only);
