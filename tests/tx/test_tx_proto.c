@@ -30,51 +30,18 @@ const char *__lsan_default_suppressions(void) { return "leak:nvh_reserve_named\n
 #include "log/log.h"
 #include "tx/tx.h"
 #include "tx_crash_test.h"
+#include "tx_word_model.h"
 
 #include <pthread.h>
 #include <stdbool.h>
 
 #define LAYOUT "txproto"
-#define NW 64u                  /* region words */
-#define REG (NW * 8u)
 
 #if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
 #define SAN 1
 #else
 #define SAN 0
 #endif
-
-/* the model, inherited by the forked checkers */
-static uint64_t exp_prev[NW], exp_next[NW];
-static volatile int g_inflight;
-static volatile uint64_t g_acked;
-
-static uint64_t mix(uint64_t *s)
-{
-    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-
-static uint64_t *region(nvh_pool *pool)
-{
-    g_acked = 0;
-    g_inflight = 0;
-    nvh_off_t *root = nvh_root(pool, NULL);
-    if (!root[0] && !nvh_alloc(pool, REG, NULL, NULL, &root[0])) return NULL;
-    return nvh_ptr(pool, root[0]);
-}
-
-static void model_reset(uint64_t *reg)
-{
-    g_acked = 0;
-    g_inflight = 0;
-    memcpy(exp_prev, reg, REG);
-    memcpy(exp_next, reg, REG);
-}
-static void model_begin(void) { memcpy(exp_next, exp_prev, REG); g_inflight = 1; }
-static void model_ack(void) { memcpy(exp_prev, exp_next, REG); g_acked++; g_inflight = 0; }
 
 /* ---------------------------------------------------------------------------
  * Workload. Words 0..15 are written by every kind (so that transactions of
