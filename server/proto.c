@@ -782,18 +782,25 @@ static bool meta_key(nvc_conn *c, tok *t, int nt)
     return true;
 }
 
+/* The start every meta command with a key shares: "ERROR" without a key,
+ * then the key's length, then its flags (`allowed`; those in `with_arg`
+ * take a token). false: the reply is written, the command is over. */
+static bool meta_start(nvc_conn *c, tok *t, int nt, const char *allowed, const char *with_arg,
+                       mflags *f)
+{
+    if (nt < 2) {
+        OUTS(c, "ERROR\r\n");
+        return false;
+    }
+    return meta_key(c, t, nt) && mf_parse(c, t, 2, nt, allowed, with_arg, f);
+}
+
 #define HF_WON 1u   /* nvc_hdr.reserved: a vivified item whose win token is out */
 
 static void cmd_mg(nvc_conn *c, tok *t, int nt)
 {
     mflags f;
-    if (nt < 2) {
-        OUTS(c, "ERROR\r\n");
-        return;
-    }
-    if (!meta_key(c, t, nt) ||
-        !mf_parse(c, t, 2, nt, "bcfhklOqstuvNRTE", "cfkOqstuvNT", &f))
-        return;
+    if (!meta_start(c, t, nt, "bcfhklOqstuvNRTE", "cfkOqstuvNT", &f)) return;
     int64_t now = time(NULL), ttl;
     if (mf_has(&f, 'T') && !parse_i32(&f.arg['T'], &ttl)) {
         OUTS(c, "CLIENT_ERROR bad token in command line format\r\n");
@@ -942,12 +949,7 @@ swallow:
 static void cmd_md(nvc_conn *c, tok *t, int nt)
 {
     mflags f;
-    if (nt < 2) {
-        OUTS(c, "ERROR\r\n");
-        return;
-    }
-    if (!meta_key(c, t, nt) || !mf_parse(c, t, 2, nt, "bCEIkOqTx", "CkOq", &f))
-        return;
+    if (!meta_start(c, t, nt, "bCEIkOqTx", "CkOq", &f)) return;
     uint64_t cas = 0;
     if (mf_has(&f, 'C') && !parse_u64(&f.arg['C'], &cas)) {
         OUTS(c, "CLIENT_ERROR bad token in command line format\r\n");
@@ -985,13 +987,7 @@ static void cmd_md(nvc_conn *c, tok *t, int nt)
 static void cmd_ma(nvc_conn *c, tok *t, int nt)
 {
     mflags f;
-    if (nt < 2) {
-        OUTS(c, "ERROR\r\n");
-        return;
-    }
-    if (!meta_key(c, t, nt) ||
-        !mf_parse(c, t, 2, nt, "bCENJDTMqtcvOk", "CNJDTMqtcvOk", &f))
-        return;
+    if (!meta_start(c, t, nt, "bCENJDTMqtcvOk", "CNJDTMqtcvOk", &f)) return;
     uint64_t cas_in = 0, delta = 1, initial = 0;
     int64_t nttl = 0, ttl = 0, now = time(NULL);
     if ((mf_has(&f, 'C') && !parse_u64(&f.arg['C'], &cas_in)) ||
