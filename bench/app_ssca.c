@@ -147,7 +147,7 @@ static int max_fn(app_be *be, void *p)
 int ssca_max_weight(app_be *be, uint64_t root, uint32_t v, uint32_t *out)
 {
     max_arg a = {root, v, 0};
-    int rc = be->run(be, APP_LOCK_KEY, v, max_fn, &a);
+    int rc = be->run(be, APP_LOCK_KEY_READ, v, max_fn, &a);
     *out = a.out;
     return rc;
 }

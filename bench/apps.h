@@ -35,6 +35,7 @@ typedef enum app_lock {
     APP_LOCK_READ,      /* the structure's rwlock, shared; no PMDK transaction */
     APP_LOCK_WRITE,     /* the structure's rwlock, exclusive                   */
     APP_LOCK_KEY,       /* the mutex of stripe key % APP_STRIPES               */
+    APP_LOCK_KEY_READ,  /* that mutex, for a read-only operation: no PMDK tx   */
 } app_lock;
 
 #define APP_STRIPES 1024u
