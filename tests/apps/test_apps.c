@@ -401,7 +401,7 @@ static void run_crash(int app, uint64_t ops)
         *g_fail = 0;
         nvh_crash_config cc = {
             .pool_path = path, .layout = LAYOUT, .workload = crash_workload, .check = crash_check,
-            .arg = &c, .seed = 21 + (uint64_t)mode, .mode = (nvh_crash_mode)mode, .budget = 60,
+            .arg = &c, .seed = 21 + (uint64_t)mode, .mode = (nvh_crash_mode)mode, .budget = 40,
             .images_per_point = 1, .scratch_dir = g_scratch,
         };
         nvh_crash_report rep;
@@ -412,7 +412,7 @@ static void run_crash(int app, uint64_t ops)
                mode == NVH_CRASH_LINES ? "lines" : "words", (unsigned long long)rep.fences,
                (unsigned long long)rep.points_tested);
         assert_int_equal(rep.workload_status, 0);
-        assert_true(rep.points_tested >= 30);
+        assert_true(rep.points_tested >= 20);
         assert_int_equal(rep.failures, 0);
         assert_int_equal(*g_fail, 0);
         unlink(path);
