@@ -26,6 +26,10 @@
  * (split over the threads; same random streams), the subjects alternate run
  * by run, and the structure carries over from run to run on both alike.
  * Metrics: ops_per_s (all threads), ns_per_op (wall time / operations),
+ * cpu_ns_per_op (the threads' CPU time / operations: what one operation
+ * costs a core, less sensitive to other processes on a shared machine; a
+ * thread asleep on a PMDK lock costs no CPU, one spinning on an nvheap
+ * ownership record does),
  * lines_per_op and fences_per_op (flushed lines and fences per transaction:
  * nvh_stats_get; PMDK's through pmdk_count.c), conflicts_per_op (nvheap).
  * The ratio column divides ns_per_op by PMDK's in the same case (< 1: faster).
@@ -42,6 +46,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #define MIB ((uint64_t)1 << 20)
@@ -166,6 +171,7 @@ typedef struct worker {
     uint64_t ops, rng;
     _Atomic int *go;
     int rc;
+    double cpu_ns;                  /* the thread's CPU time in the loop */
 } worker;
 
 static int do_op(worker *k, uint64_t i)
@@ -203,27 +209,35 @@ static void *worker_run(void *p)
     worker *k = p;
     if (!k->s->pool) pmdk_count_set_worker(k->id + 1);
     while (!atomic_load_explicit(k->go, memory_order_acquire)) {}
+    struct timespec c0, c1;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &c0);
     for (uint64_t i = 0; i < k->ops && !k->rc; i++) k->rc = do_op(k, i);
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &c1);
+    k->cpu_ns = (double)(c1.tv_sec - c0.tv_sec) * 1e9 + (double)(c1.tv_nsec - c0.tv_nsec);
     sixdeg_thread_exit();
     return NULL;
 }
 
-/* Run `ops` operations over nt threads; wall ns, or -1 on a failed op. */
-static double run_ops(subject *s, const work *w, unsigned nt, uint64_t ops, uint64_t seed)
+/* Run `ops` operations over nt threads; wall ns, or -1 on a failed op;
+ * *cpu_ns the threads' CPU time summed. */
+static double run_ops(subject *s, const work *w, unsigned nt, uint64_t ops, uint64_t seed,
+                      double *cpu_ns)
 {
     _Atomic int go = 0;
     worker k[8];
     pthread_t th[8];
     for (unsigned i = 0; i < nt; i++) {
-        k[i] = (worker){s, w, i, nt, ops / nt, seed * 0x9e3779b97f4a7c15ull + i * 7919 + 1, &go, 0};
+        k[i] = (worker){s, w, i, nt, ops / nt, seed * 0x9e3779b97f4a7c15ull + i * 7919 + 1, &go, 0, 0};
         pthread_create(&th[i], NULL, worker_run, &k[i]);
     }
     uint64_t t0 = bench_now_ns();
     atomic_store_explicit(&go, 1, memory_order_release);
     int rc = 0;
+    *cpu_ns = 0;
     for (unsigned i = 0; i < nt; i++) {
         pthread_join(th[i], NULL);
         if (k[i].rc) rc = k[i].rc;
+        *cpu_ns += k[i].cpu_ns;
     }
     double ns = (double)(bench_now_ns() - t0);
     return rc ? -1 : ns;
@@ -239,17 +253,18 @@ static void measure(const bench_opts *o, subject *subj, work *w, unsigned nt, ui
     snprintf(c, sizeof c, "%s-%ut", kind_name[w->kind], nt);
     if (!bench_selected(o, c)) return;
     ops -= ops % nt;
-    double ns[2][64];
+    double ns[2][64], cpu[2][64];
     for (int s = 0; s < 2; s++) counts_begin(&subj[s]);
     for (unsigned r = 0; r < o->runs; r++) {
         for (int s = 0; s < 2; s++) {
-            double t = run_ops(&subj[s], w, nt, ops, r + 1);
+            double t = run_ops(&subj[s], w, nt, ops, r + 1, &cpu[s][r]);
             if (t < 0) {
                 bench_error(o, "%s: %s: an operation failed: %s", c, subj[s].name,
                             subj[s].pool ? nvh_errormsg() : pmemobj_errormsg());
                 return;
             }
             ns[s][r] = t / (double)ops;
+            cpu[s][r] /= (double)ops;
         }
         if (w->kind == K_BUILD) w->edge_base += ops;    /* the next run adds new edges */
     }
@@ -258,6 +273,7 @@ static void measure(const bench_opts *o, subject *subj, work *w, unsigned nt, ui
         for (unsigned r = 0; r < o->runs; r++) per_s[r] = 1e9 / ns[s][r];
         bench_emit(o, c, subj[s].name, "ns_per_op", bench_summarize(ns[s], o->runs), "ns");
         bench_emit(o, c, subj[s].name, "ops_per_s", bench_summarize(per_s, o->runs), "ops/s");
+        bench_emit(o, c, subj[s].name, "cpu_ns_per_op", bench_summarize(cpu[s], o->runs), "ns");
         counts_emit(o, c, &subj[s], ops * o->runs);
     }
 }
@@ -347,7 +363,7 @@ int main(int argc, char **argv)
     for (unsigned t = 0; t < nthreads; t++) measure(&opts, subj, &build, threads[t], ops_build);
     if (!build.edge_base) {                     /* the analyses need a graph */
         bench_note(&opts, "ssca: no build case selected; kernel 1 runs untimed first");
-        worker k = {&subj[0], &build, 0, 1, ops_build, 1, NULL, 0};
+        worker k = {&subj[0], &build, 0, 1, ops_build, 1, NULL, 0, 0};
         for (int s = 0; s < 2; s++) {
             k.s = &subj[s];
             for (uint64_t i = 0; i < ops_build && !k.rc; i++) k.rc = do_op(&k, i);
