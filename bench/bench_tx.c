@@ -21,9 +21,15 @@
  *   gups-mt/1M-Tt GUPS with 1 update per transaction on the 1 M-element array
  *                 by T = 1, 2 threads, each on its own half (in-place
  *                 transactions are not isolated); metric scaling_vs_1t
- *   contention/SIZE-Tt  GUPS with 1 update per transaction on arrays of SIZE
- *                 elements by T threads (Fig. 5), object transactions
- *                 (isolated); pmdk: 1 thread only (it has no isolation)
+ *   contention/SIZE-Tt  [Coburn09] Fig. 5: GUPS with 1 update per transaction
+ *                 on arrays of SIZE = 1, 4, 16, ..., 4^10 (1 M) elements, 64 B
+ *                 apart, by T = 1, 2, 4, 8 threads (more threads than cores
+ *                 oversubscribe). nvheap-obj: object transactions
+ *                 (isolated, optimistic); pmdk: PMDK has no isolation, so
+ *                 each transaction holds the element's PMEMmutex
+ *                 (TX_PARAM_MUTEX; 4096 pool-resident mutexes, element
+ *                 i % 4096). Metric scaling_vs_1t (throughput over 1 thread)
+ *   contention-gsps/SIZE-Tt  the same with swaps (nvheap-obj, 1 and 2 threads)
  *   hash/{insert,delete}-{word,object,hybrid}  [Kannan14] Fig. 18: a persistent
  *                 hash table; log bytes, lines and fences per operation with
  *                 word-only, object-only and hybrid (AUTO) logging hints
@@ -46,6 +52,8 @@
 
 #define MIB ((uint64_t)1 << 20)
 #define GUPS_N (1u << 20)
+#define CONT_N (1u << 20)           /* Fig. 5's largest array              */
+#define CONT_LOCKS 4096u            /* PMDK's mutexes for Fig. 5           */
 
 static const bench_info info = {
     .name = "tx",
@@ -66,6 +74,8 @@ typedef struct env {
     uint64_t *arr_nodur;
     PMEMobjpool *pop;
     uint64_t *parr;             /* GUPS_N words in the PMDK pool */
+    uint64_t *carr, *pcarr;     /* Fig. 5: CONT_N elements 64 B apart (both pools) */
+    PMEMmutex *plocks;          /* Fig. 5: PMDK's CONT_LOCKS mutexes  */
 } env;
 
 static inline uint64_t xs(uint64_t *s)
@@ -393,16 +403,23 @@ static void *thr_run(void *p)
                 continue;
             }
             if (t->pmdk) {
-                loop_ctx x = {t->e, NULL, NULL, t->n, 1, t->rng, 0};
-                gups_pm(&x, 1);
-                t->rng = x.rng;
+                /* PMDK isolates with locks: the element's mutex, held by
+                 * the transaction (released at its end) */
+                uint64_t i = xs(&t->rng) % t->n;
+                uint64_t *w = &t->e->pcarr[i * 8];
+                pmemobj_tx_begin(t->e->pop, NULL, TX_PARAM_MUTEX, &t->e->plocks[i % CONT_LOCKS],
+                                 TX_PARAM_NONE);
+                pmemobj_tx_add_range_direct(w, 8);
+                *w += 1;
+                pmemobj_tx_commit();
+                pmemobj_tx_end();
                 continue;
             }
             for (;;) {
                 nvh_tx_begin(pool);
-                uint64_t *w = nvh_tx_open_write(pool, &t->e->arr[(xs(&t->rng) % t->n) * 8], 8);
+                uint64_t *w = nvh_tx_open_write(pool, &t->e->carr[(xs(&t->rng) % t->n) * 8], 8);
                 uint64_t *w2 = NULL;
-                if (w && t->gsps) w2 = nvh_tx_open_write(pool, &t->e->arr[(xs(&t->rng) % t->n) * 8], 8);
+                if (w && t->gsps) w2 = nvh_tx_open_write(pool, &t->e->carr[(xs(&t->rng) % t->n) * 8], 8);
                 if (w && (!t->gsps || w2)) {
                     if (t->gsps) { uint64_t v = *w; *w = *w2; *w2 = v; }
                     else *w += 1;
@@ -431,7 +448,7 @@ static double run_threads_mode(env *e, unsigned nt, uint64_t n, int pmdk, int gs
                                double *cpu_ns_per_op)
 {
     _Atomic int go = 0, stop = 0;
-    enum { MAX_THREADS = 2 };
+    enum { MAX_THREADS = 8 };
     thr t[MAX_THREADS];
     pthread_t th[MAX_THREADS];
     if (nt > MAX_THREADS) nt = MAX_THREADS;
@@ -492,33 +509,51 @@ static void gups_mt(env *e)
     }
 }
 
+/* Fig. 5: every array size from 1 to 1 M elements in powers of 4, 1 to 8
+ * threads; the subjects alternate run by run. The paper names 1, 4 and 16 as
+ * its high-contention sizes and scales to 8 threads on larger arrays. */
 static void contention(env *e)
 {
-    static const uint64_t sizes[] = {1, 4, 16, GUPS_N / 8};
-    double one_t[2][4] = {{0}};
-    for (int g = 0; g < 2; g++)
-        for (unsigned s = 0; s < 4; s++)
-            for (unsigned nt = 1; nt <= 2; nt++) {
-                char c[64];
-                snprintf(c, sizeof c, "%s/%llu-%ut", g ? "contention-gsps" : "contention",
-                         (unsigned long long)sizes[s], nt);
-                if (!bench_selected(e->opts, c)) continue;
-                double ns[64];
-                /* elements are 64 B apart (one per ownership record) */
-                for (unsigned r = 0; r < e->opts->runs; r++) ns[r] = run_threads(e, nt, sizes[s], 0, g);
-                emit(e->opts, c, "nvheap-obj", ns, e->opts->runs);
-                /* throughput of 2 threads over 1 thread (medians, same run) */
-                double med = bench_median(ns, e->opts->runs);
-                if (nt == 1) one_t[g][s] = med;
-                else if (one_t[g][s] > 0)
-                    bench_emit(e->opts, c, "nvheap-obj", "scaling_vs_1t",
-                               bench_exact(one_t[g][s] / med), "x");
-                if (nt == 1 && !g) {
-                    for (unsigned r = 0; r < e->opts->runs; r++)
-                        ns[r] = run_threads(e, 1, sizes[s] * 8, 1, 0);
-                    emit(e->opts, c, "pmdk", ns, e->opts->runs);
-                }
+    enum { NSIZES = 11 };
+    static const unsigned nts[] = {1, 2, 4, 8};
+    static const char *subj[] = {"nvheap-obj", "pmdk"};
+    for (unsigned s = 0; s < NSIZES; s++) {
+        uint64_t size = (uint64_t)1 << (2 * s);
+        double one_t[2] = {0, 0};
+        for (unsigned k = 0; k < 4; k++) {
+            unsigned nt = nts[k];
+            char c[64];
+            snprintf(c, sizeof c, "contention/%llu-%ut", (unsigned long long)size, nt);
+            if (!bench_selected(e->opts, c)) continue;
+            double ns[2][64];
+            /* elements are 64 B apart (one per ownership record) */
+            for (unsigned r = 0; r < e->opts->runs; r++)
+                for (int p = 0; p < 2; p++) ns[p][r] = run_threads(e, nt, size, p, 0);
+            for (int p = 0; p < 2; p++) {
+                emit(e->opts, c, subj[p], ns[p], e->opts->runs);
+                double med = bench_median(ns[p], e->opts->runs);
+                if (nt == 1) one_t[p] = med;
+                else if (one_t[p] > 0)
+                    bench_emit(e->opts, c, subj[p], "scaling_vs_1t", bench_exact(one_t[p] / med), "x");
             }
+        }
+    }
+    static const uint64_t gsizes[] = {1, 4, 16, GUPS_N / 8};
+    for (unsigned s = 0; s < 4; s++) {
+        double one_t = 0;
+        for (unsigned nt = 1; nt <= 2; nt++) {
+            char c[64];
+            snprintf(c, sizeof c, "contention-gsps/%llu-%ut", (unsigned long long)gsizes[s], nt);
+            if (!bench_selected(e->opts, c)) continue;
+            double ns[64];
+            for (unsigned r = 0; r < e->opts->runs; r++) ns[r] = run_threads(e, nt, gsizes[s], 0, 1);
+            emit(e->opts, c, "nvheap-obj", ns, e->opts->runs);
+            double med = bench_median(ns, e->opts->runs);
+            if (nt == 1) one_t = med;
+            else if (one_t > 0)
+                bench_emit(e->opts, c, "nvheap-obj", "scaling_vs_1t", bench_exact(one_t / med), "x");
+        }
+    }
 }
 
 /* ==========================================================================
@@ -637,7 +672,7 @@ int main(int argc, char **argv)
     const char *p1 = bench_scratch_path(&opts, NULL, "nvheap");
     const char *p2 = bench_scratch_path(&opts, NULL, "nodur");
     const char *p3 = bench_scratch_path(&opts, NULL, "pmdk");
-    e.pool = nvh_pool_create(p1, "bench", 96 * MIB, NVH_DOMAIN_PMEM);
+    e.pool = nvh_pool_create(p1, "bench", 192 * MIB, NVH_DOMAIN_PMEM);
     e.nodur = nvh_pool_create(p2, "bench", 16 * MIB, NVH_DOMAIN_PROCESS);
     if (!e.pool || !e.nodur) {
         bench_error(&opts, "cannot create pools: %s", nvh_errormsg());
@@ -645,13 +680,25 @@ int main(int argc, char **argv)
     }
     e.arr = nvh_alloc(e.pool, GUPS_N * 8, NULL, NULL, NULL);
     e.arr_nodur = nvh_alloc(e.nodur, 4096, NULL, NULL, NULL);
-    e.pop = pmemobj_create(p3, "bench", 96 * MIB, 0600);
+    e.pop = pmemobj_create(p3, "bench", 192 * MIB, 0600);
     if (!e.arr || !e.arr_nodur || !e.pop) {
         bench_error(&opts, "setup failed: %s / %s", nvh_errormsg(), pmemobj_errormsg());
         return bench_finish(&opts);
     }
     PMEMoid root = pmemobj_root(e.pop, GUPS_N * 8);
     e.parr = pmemobj_direct(root);
+    PMEMoid coid, loid;
+    e.carr = nvh_alloc(e.pool, (size_t)CONT_N * 64, NULL, NULL, NULL);
+    if (!e.carr || pmemobj_zalloc(e.pop, &coid, (size_t)CONT_N * 64, 1) ||
+        pmemobj_zalloc(e.pop, &loid, CONT_LOCKS * sizeof(PMEMmutex), 2)) {
+        bench_error(&opts, "setup of the Fig. 5 arrays failed: %s / %s", nvh_errormsg(),
+                    pmemobj_errormsg());
+        return bench_finish(&opts);
+    }
+    e.pcarr = pmemobj_direct(coid);
+    e.plocks = pmemobj_direct(loid);
+    memset(e.carr, 0, (size_t)CONT_N * 64);
+    nvh_persist(e.pool, e.carr, (size_t)CONT_N * 64);
     /* distinct values, so a swap always changes both words (an object
      * transaction logs nothing for an unchanged copy) */
     for (uint64_t i = 0; i < GUPS_N; i++) e.arr[i] = e.parr[i] = i + 1;
