@@ -392,48 +392,44 @@ static void costs(void **state)
     print_message("one-word one-fence tx: %llu lines, %llu fences\n",
                   (unsigned long long)s.lines_flushed, (unsigned long long)s.fences);
     assert_int_equal(s.fences, 1);
-    /* the redo line and a word: a commit's words are flushed just before
-     * the lane's next fence (record.c, flush_own_pending), so each
-     * transaction flushes the words of the one before it — here a one-word
-     * one too */
-    assert_int_equal(s.lines_flushed, 2);
-    for (unsigned k = 0; k < 2; k++) {       /* the second swap pays for the first's 2 words */
-        nvh_stats_reset(pool);
-        assert_int_equal(nvh_tx_begin(pool), NVH_OK);
-        uint64_t a = nvh_tx_read_word(pool, &reg[16]), b = nvh_tx_read_word(pool, &reg[32]);
-        assert_int_equal(nvh_tx_write_word(pool, &reg[16], b), NVH_OK);
-        assert_int_equal(nvh_tx_write_word(pool, &reg[32], a), NVH_OK);
-        assert_int_equal(nvh_tx_commit(pool), NVH_OK);
-    }
+    assert_int_equal(s.lines_flushed, 2);   /* the redo line, the word */
+    nvh_stats_reset(pool);
+    assert_int_equal(nvh_tx_begin(pool), NVH_OK);
+    uint64_t a = nvh_tx_read_word(pool, &reg[16]), b = nvh_tx_read_word(pool, &reg[32]);
+    assert_int_equal(nvh_tx_write_word(pool, &reg[16], b), NVH_OK);
+    assert_int_equal(nvh_tx_write_word(pool, &reg[32], a), NVH_OK);
+    assert_int_equal(nvh_tx_commit(pool), NVH_OK);
     nvh_stats_get(pool, &s);
     print_message("two-word swap: %llu lines, %llu fences\n",
                   (unsigned long long)s.lines_flushed, (unsigned long long)s.fences);
     assert_int_equal(s.fences, 1);
     assert_int_equal(s.lines_flushed, 3);
-    /* No write-back is left in flight when a commit returns: a one-word
-     * transaction after the swap flushes its redo line and the swap's two
-     * words (3), not its own word (that would be 2). A write-back in flight
-     * at the return makes the thread's next LOCKed instruction (an object
-     * transaction's ownership-record CAS) wait for it like a fence. With the
-     * flush at the commit (test hook) the count is 2: the check tells the
-     * two orders apart. */
+    /* A one-fence OBJECT commit leaves no write-back in flight when it
+     * returns: its words are flushed just before the lane's next fence
+     * (record.c, flush_own_pending), because a CLWB still in flight makes
+     * the thread's next LOCKed instruction — the next object open's
+     * ownership-record CAS — wait for it like a fence. So a one-object
+     * transaction after a two-object one flushes 3 lines (its redo line and
+     * the previous two words), not 2 (its redo line and its own word, the
+     * count with the flush at the commit: test hook). */
     for (int at_commit = 0; at_commit < 2; at_commit++) {
         nvh_txlog_test_flush_at_commit_ = at_commit;
-        for (unsigned k = 0; k < 2; k++) {
+        for (unsigned k = 0; k < 3; k++) {
             nvh_stats_reset(pool);
             assert_int_equal(nvh_tx_begin(pool), NVH_OK);
-            if (k == 0) {
-                assert_int_equal(nvh_tx_write_word(pool, &reg[16], 1), NVH_OK);
-                assert_int_equal(nvh_tx_write_word(pool, &reg[32], 2), NVH_OK);
-            } else {
-                assert_int_equal(nvh_tx_write_word(pool, &reg[5], 3), NVH_OK);
+            unsigned nobj = k == 2 ? 1 : 2;
+            for (unsigned j = 0; j < nobj; j++) {
+                uint64_t *w = nvh_tx_open_write(pool, &reg[64 + 16 * j], 8);
+                assert_non_null(w);
+                (*w)++;
             }
             assert_int_equal(nvh_tx_commit(pool), NVH_OK);
         }
         nvh_stats_get(pool, &s);
-        print_message("one word after a swap, flushed %s: %llu lines\n",
+        print_message("one object after two, words flushed %s: %llu lines, %llu fences\n",
                       at_commit ? "at the commit" : "before the next fence",
-                      (unsigned long long)s.lines_flushed);
+                      (unsigned long long)s.lines_flushed, (unsigned long long)s.fences);
+        assert_int_equal(s.fences, 1);
         assert_int_equal(s.lines_flushed, at_commit ? 2 : 3);
     }
     nvh_txlog_test_flush_at_commit_ = 0;
