@@ -45,7 +45,11 @@
  * resolved by the SIGSEGV handler: queued unprotects and implicit windows),
  * requests_per_op (queue entries), cache_misses_per_op (async: window opens
  * that found no unit in the thread's window cache, each one shared atomic
- * add; src/protect/cache.c), and for protect requests the
+ * add; src/protect/cache.c), pass_us (async: wall time over the service's
+ * passes, i.e. how often a pass actually ran; the interval when the service
+ * keeps up), service_run / service_wait (async: the service thread's time
+ * running and waiting on a run queue for a CPU, as fractions of the wall
+ * time, from /proc/self/task/TID/schedstat), and for protect requests the
  * request-to-applied latency p50/p90/p99 and mean in microseconds. With
  * --cdf, cases fig6-WORKLOAD-INTERVAL/UPPER_MS carry the cumulative fraction
  * (from 1%) of protect requests applied within UPPER_MS milliseconds, from
@@ -67,7 +71,9 @@
  * Options: --ops N (default 1000000, quick 10000), --ops4k N (default
  * 250000, quick 2000), --workloads LIST (tree,random,btree,btree-early),
  * --subjects LIST (the subjects above), --implicit, --cdf, --no-prefault,
- * --per-run
+ * --per-run, --service-fifo (the service thread at SCHED_FIFO: with it, a
+ * pass never waits for a CPU, which separates scheduling delay from the
+ * passes' own cost in Fig. 6)
  * (the tree's pool is prefaulted at create by default, as in bench_btree;
  * see g_prefault). Runs are run-major: run r of every subject, then run
  * r + 1, so a slow minute of the shared machine hits all subjects alike;
@@ -79,6 +85,7 @@
  */
 #include "bench_util.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <pthread.h>
 #include <sched.h>
@@ -313,6 +320,8 @@ static const bench_info info = {
              "                     async-80ms-strict\n"
              "                     (default all)\n"
              "  --cdf              also emit the protect-latency CDF (cases fig6-*)\n"
+             "  --service-fifo     run the async service thread at SCHED_FIFO priority 1\n"
+             "                     (needs root or CAP_SYS_NICE): no waiting for a CPU\n"
              "  --no-prefault      the tree's pool is not prefaulted at create (first-touch\n"
              "                     page faults inside the timed loop, in every subject)\n"
              "  --platform         also measure this machine's cost of a protection fault and\n"
@@ -359,6 +368,8 @@ static uint64_t cpu_now_ns(void)
 
 typedef struct result {
     double ns_per_op, cpu_ns_per_op;
+    double pass_us, svc_run, svc_wait;  /* service: wall time per pass; its run
+                                           and run-queue wait, fractions of wall */
     double mprotect_per_op, pages_per_op, faults_per_op, requests_per_op, misses_per_op;
     nvh_protect_latency lat;      /* protect requests */
     uint64_t cdf_upper[400], cdf_count[400];
@@ -376,6 +387,70 @@ static nvh_stray_action count_stray(const nvh_stray_info *info, void *arg)
     (void)arg;
     atomic_fetch_add_explicit(&g_strays, 1, memory_order_relaxed);
     return NVH_STRAY_ALLOW;
+}
+
+/* The service thread ("nvh-protect") of this process: time it ran and time
+ * it waited on a run queue, in ns (/proc/self/task/TID/schedstat). false if
+ * there is none or the kernel has no schedstat. What a pass's latency is
+ * made of beyond the interval: the passes themselves (run) and waiting for
+ * a CPU (wait). */
+static bool service_sched(uint64_t *run_ns, uint64_t *wait_ns)
+{
+    char path[320], comm[32];
+    bool found = false;
+    DIR *d = opendir("/proc/self/task");
+    if (!d) return false;
+    struct dirent *de;
+    while (!found && (de = readdir(d)) != NULL) {
+        if (de->d_name[0] == '.') continue;
+        snprintf(path, sizeof path, "/proc/self/task/%s/comm", de->d_name);
+        FILE *f = fopen(path, "r");
+        if (!f) continue;
+        bool is = fgets(comm, sizeof comm, f) && strncmp(comm, "nvh-protect", 11) == 0;
+        fclose(f);
+        if (!is) continue;
+        snprintf(path, sizeof path, "/proc/self/task/%s/schedstat", de->d_name);
+        f = fopen(path, "r");
+        if (!f) continue;
+        unsigned long long r, w;
+        found = fscanf(f, "%llu %llu", &r, &w) == 2;
+        fclose(f);
+        if (found) { *run_ns = r; *wait_ns = w; }
+    }
+    closedir(d);
+    return found;
+}
+
+/* --service-fifo: the service thread at real-time priority (SCHED_FIFO 1),
+ * so that it never waits for a CPU behind other processes: the experiment
+ * that tells scheduling delay from the cost of the passes themselves.
+ * Needs the privilege to set it (root or CAP_SYS_NICE). */
+static bool g_service_fifo;
+static void service_fifo(void)
+{
+    char path[320], comm[32];
+    for (int tries = 0; tries < 1000; tries++) {   /* it names itself when it first runs */
+        DIR *d = opendir("/proc/self/task");
+        if (!d) return;
+        struct dirent *de;
+        while ((de = readdir(d)) != NULL) {
+            if (de->d_name[0] == '.') continue;
+            snprintf(path, sizeof path, "/proc/self/task/%s/comm", de->d_name);
+            FILE *f = fopen(path, "r");
+            if (!f) continue;
+            bool is = fgets(comm, sizeof comm, f) && strncmp(comm, "nvh-protect", 11) == 0;
+            fclose(f);
+            if (!is) continue;
+            struct sched_param sp = {.sched_priority = 1};
+            if (sched_setscheduler((pid_t)atoi(de->d_name), SCHED_FIFO, &sp) != 0)
+                fprintf(stderr, "--service-fifo: %s\n", strerror(errno));
+            closedir(d);
+            return;
+        }
+        closedir(d);
+        struct timespec ts = {0, 100000};
+        nanosleep(&ts, NULL);
+    }
 }
 
 typedef struct run_cfg {
@@ -432,10 +507,17 @@ static void measure(const bench_opts *o, const workload *w, const subject *s,
         nvh_protect_stats_reset(pool);
     }
     uint64_t size0 = nvh_pool_size(pool);
+    /* the service thread names itself when it first runs: not found yet,
+     * it has not run yet (its counters start at 0) */
+    uint64_t sr0 = 0, sw0 = 0, sr1 = 0, sw1 = 0;
+    bool sched = s->mode == NVH_PROTECT_ASYNC;
+    if (sched && g_service_fifo) service_fifo();
+    if (sched && !service_sched(&sr0, &sw0)) sr0 = sw0 = 0;
     uint64_t t0 = bench_now_ns(), c0 = cpu_now_ns();
     w->run(&c);
     nvh_protect_sync(pool);                 /* everything applied: part of the cost */
     uint64_t t1 = bench_now_ns(), c1 = cpu_now_ns();
+    sched = sched && service_sched(&sr1, &sw1);
     /* a pool that grew inside the loop was populated inside it too: not
      * the cost being measured */
     if (nvh_pool_size(pool) > size0)
@@ -465,6 +547,9 @@ static void measure(const bench_opts *o, const workload *w, const subject *s,
     res->faults_per_op = (double)(st.faults_resolved + st.internal_faults) / (double)n;
     res->requests_per_op = (double)st.requests / (double)n;
     res->misses_per_op = (double)st.cache_misses / (double)n;
+    res->pass_us = st.batches ? (double)(t1 - t0) / (double)st.batches / 1000.0 : 0;
+    res->svc_run = sched ? (double)(sr1 - sr0) / (double)(t1 - t0) : -1;
+    res->svc_wait = sched ? (double)(sw1 - sw0) / (double)(t1 - t0) : -1;
     nvh_protect_latency_get(pool, 1, &res->lat);
     res->cdf_n = nvh_protect_latency_buckets(pool, 1, res->cdf_upper, res->cdf_count, 400);
     res->ok = true;
@@ -653,6 +738,7 @@ int main(int argc, char **argv)
         else if (strcmp(a, "--workloads") == 0 && i + 1 < opts.argc) wl_list = opts.argv[++i];
         else if (strcmp(a, "--subjects") == 0 && i + 1 < opts.argc) subj_list = opts.argv[++i];
         else if (strcmp(a, "--cdf") == 0) cdf = true;
+        else if (strcmp(a, "--service-fifo") == 0) g_service_fifo = true;
         else if (strcmp(a, "--implicit") == 0) implicit = true;
         else if (strcmp(a, "--no-prefault") == 0) g_prefault = false;
         else if (strcmp(a, "--platform") == 0) platform = true;
@@ -698,7 +784,7 @@ int main(int argc, char **argv)
             if (!listed(subj_list, s->name)) continue;
             result *res = all[si];
             double ns[MAX_RUNS], cpu[MAX_RUNS], mp[MAX_RUNS], fl[MAX_RUNS], rq[MAX_RUNS];
-            double cm[MAX_RUNS], pg[MAX_RUNS];
+            double cm[MAX_RUNS], pg[MAX_RUNS], pu[MAX_RUNS], sv[MAX_RUNS], sq[MAX_RUNS];
             double p50[MAX_RUNS], p90[MAX_RUNS], p99[MAX_RUNS], mean[MAX_RUNS];
             unsigned ok = 0, median_run = 0;
             for (unsigned r = 0; r < runs; r++) {
@@ -710,6 +796,9 @@ int main(int argc, char **argv)
                 fl[ok] = res[r].faults_per_op;
                 rq[ok] = res[r].requests_per_op;
                 cm[ok] = res[r].misses_per_op;
+                pu[ok] = res[r].pass_us;
+                sv[ok] = res[r].svc_run;
+                sq[ok] = res[r].svc_wait;
                 p50[ok] = (double)res[r].lat.p50_ns / 1000.0;
                 p90[ok] = (double)res[r].lat.p90_ns / 1000.0;
                 p99[ok] = (double)res[r].lat.p99_ns / 1000.0;
@@ -746,6 +835,11 @@ int main(int argc, char **argv)
                 bench_emit(&opts, cname, s->name, "requests_per_op", bench_summarize(rq, ok), "req");
                 bench_emit(&opts, cname, s->name, "cache_misses_per_op", bench_summarize(cm, ok),
                            "opens");
+                bench_emit(&opts, cname, s->name, "pass_us", bench_summarize(pu, ok), "us");
+                if (sv[0] >= 0) {   /* -1: no schedstat on this kernel */
+                    bench_emit(&opts, cname, s->name, "service_run", bench_summarize(sv, ok), "x");
+                    bench_emit(&opts, cname, s->name, "service_wait", bench_summarize(sq, ok), "x");
+                }
             }
             bench_emit(&opts, cname, s->name, "lat_p50_us", bench_summarize(p50, ok), "us");
             bench_emit(&opts, cname, s->name, "lat_p90_us", bench_summarize(p90, ok), "us");

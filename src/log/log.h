@@ -274,6 +274,10 @@ typedef struct nvh_lane {
     uint64_t redo_pend;         /* tid published in pend_tid (owner's copy)     */
     uint64_t hdr_pend;          /* a lazy in-place commit (nvh_txlog_commit_lazy)
                                    whose COMMITTED header is not retired yet  */
+    unsigned pend_unflushed;    /* bit s: pend[s]'s words (an object commit's)
+                                   are stored in place but not yet flushed by
+                                   this lane: written back just before its
+                                   next fence (record.c, flush_own_pending) */
     uint64_t tx_bits[4];        /* coarse filter bits of this transaction's records */
     uint16_t tx_fine[NVH_FILTER_TX_FINE]; /* its fine granules (wfine bit numbers) */
     unsigned tx_nfine;          /* how many; NVH_FILTER_TX_FINE + 1: too many, use tx_bits */
@@ -384,7 +388,8 @@ static inline void nvh_txlog_win_close_all(nvh_txlog *lg, nvh_lane *lane)
  * this transaction, 1 <= n <= NVH_REDO_MAX, 8-byte aligned words): redo
  * lines with the commit order from the lane's clock (at least min_cseq: an
  * object write version), ONE fence (the commit point), then the values in
- * place (atomic word stores), flushed, not fenced. */
+ * place (atomic word stores), flushed, not fenced (min_cseq != 0, an object
+ * transaction: flushed just before the lane's next fence). */
 int nvh_txlog_redo_commit(nvh_txlog *lg, nvh_lane *lane, const uint64_t *offs,
                           const uint64_t *vals, unsigned n, uint64_t min_cseq);
 /* Make every pending one-fence transaction's data durable and retire it,
@@ -403,6 +408,9 @@ extern int nvh_txlog_test_no_filter_publish_;
  * write no redo lines; one-fence commits do not retire the lazy commit
  * before them */
 extern int nvh_txlog_test_no_lazy_redo_, nvh_txlog_test_no_hdr_retire_;
+/* test hook: flush a one-fence object commit's words at its commit, not
+ * before the lane's next fence (record.c, flush_own_pending) */
+extern int nvh_txlog_test_flush_at_commit_;
 
 /* recover.c */
 int nvh_txlog_recover(nvh_txlog *lg);

@@ -17,7 +17,9 @@
  * transaction's records are never overwritten before its IDLE is durable.
  *
  * Words given as values (version 3) commit with ONE fence: redo lines, the
- * fence, then the values in place, flushed, not fenced (section "One-fence
+ * fence, then the values in place, flushed, not fenced (an object
+ * transaction's: flushed before the lane's next fence, flush_own_pending;
+ * section "One-fence
  * word transactions" below; docs/TX.md). */
 #include "log.h"
 
@@ -469,6 +471,46 @@ static inline void retire_own_pending(nvh_txlog *lg, nvh_lane *lane)
     lane->hdr_pend = 0;           /* at or below redo_pend: retired with it */
 }
 
+/* The words of this lane's committed one-fence object transactions are
+ * stored in place after their fence but flushed only here, just before the
+ * lane's next fence, which has to make them durable anyway (their redo
+ * lines are overwritten only after it). Flushed at the commit instead, the
+ * write-back is still in flight when the commit returns, and the thread's
+ * next LOCKed instruction (the next object transaction's ownership-record
+ * CAS) waits for it as for a fence: a second fence per transaction in all
+ * but name (docs/TX.md, "One-fence object write sets"). Here the
+ * write-backs drain under the one fence with the log lines.
+ * nvh_txlog_test_flush_at_commit_: flush at the commit (test control). */
+int nvh_txlog_test_flush_at_commit_ = 0;
+
+static inline void flush_own_pending(nvh_txlog *lg, nvh_lane *lane)
+{
+    unsigned m = lane->pend_unflushed;
+    if (__builtin_expect(!m, 1)) return;
+    char *base = lg->pool->ctx.base;
+    for (unsigned s = 0; s < 2; s++) {
+        if (!(m & (1u << s))) continue;
+        struct nvh_pend *p = &lane->pend[s];
+        uint32_t n = atomic_load_explicit(&p->n, memory_order_relaxed);
+        for (uint32_t j = 0; j < n; j++)
+            nvh_flush(lg->pool, base + atomic_load_explicit(&p->off[j], memory_order_relaxed), 8);
+    }
+    lane->pend_unflushed = 0;
+}
+
+/* A commit's words, in place: flushed before the lane's next fence when
+ * the thread is about to take ownership records (defer: an object
+ * transaction's commit, whose thread CASes at its next object open), else
+ * now — the write-back then overlaps the thread's work up to its next
+ * fence, which no LOCKed instruction waits for on the word and in-place
+ * paths. */
+static inline void commit_flush(nvh_txlog *lg, nvh_lane *lane, unsigned slot, bool defer)
+{
+    lane->pend_unflushed |= 1u << slot;
+    if (!defer || __builtin_expect(nvh_txlog_test_flush_at_commit_, 0))
+        flush_own_pending(lg, lane);
+}
+
 void nvh_txlog_fence(nvh_txlog *lg, nvh_lane *lane, uint64_t help_mask)
 {
     help_todo todo;
@@ -486,6 +528,7 @@ void nvh_txlog_fence(nvh_txlog *lg, nvh_lane *lane, uint64_t help_mask)
         help_pending_pre(lg, lane, help_mask, NULL, 0, &todo);
         nvh_txlog_help(lg, help_mask, lane->index);    /* after: see there */
     }
+    flush_own_pending(lg, lane);
     nvh_drain(lg->pool);
     if (todo.n) help_pending_post(lg, lane, &todo);
     /* the retire line was written back (and, on CPUs whose CLWB evicts,
@@ -617,8 +660,8 @@ bool nvh_txlog_commit_lazy(nvh_txlog *lg, nvh_lane *lane, uint64_t cseq)
     lane->bytes_logged += (n + 1 + nlines) * 64;
     nvh_txlog_fence(lg, lane, 0);      /* FENCE 2: the transaction is durable */
     /* the data: flushed, not fenced (durable at this lane's next fence) */
-    for (size_t i = 0; i < n; i++) nvh_flush(pool, (char *)pool->ctx.base + offs[i], 8);
     pend_publish(lane, slot, lane->tid, cseq, offs, (unsigned)n);
+    commit_flush(lg, lane, slot, false);
     lane->hdr_pend = lane->tid;
     /* no retirement now: the transaction is over for this lane */
     lane->active_written = false;
@@ -675,8 +718,9 @@ void nvh_txlog_undo(nvh_txlog *lg, nvh_lane *lane)
  *   lines    ceil(n/2) redo lines {tid, cseq, (offset, new value) x 2, CRC},
  *            non-temporal, in the slot the previous one did not use
  *   FENCE    the only one: the transaction is durable (committed) here
- *   apply    values stored in place, flushed, not fenced (durable at this
- *            lane's next fence); published as pending (pend_*) for helpers
+ *   apply    values stored in place, flushed (an object transaction's:
+ *            just before this lane's next fence, flush_own_pending), durable
+ *            at this lane's next fence; published as pending (pend_*)
  * No retirement per transaction. Replaying a committed one-fence transaction
  * k is harmful only once one of its words was changed after it, and every
  * such change is covered:
@@ -763,6 +807,7 @@ int nvh_txlog_redo_commit(nvh_txlog *lg, nvh_lane *lane, const uint64_t *offs,
     lane->clock = cseq;
     redo_lines_write(pool, dst, tid, cseq, offs, vals, n);
     lane->bytes_logged += nlines * sizeof *dst;
+    flush_own_pending(lg, lane);  /* the previous commits' words */
     nvh_drain(pool);              /* THE fence: committed */
     if (todo.n) help_pending_post(lg, lane, &todo);
     if (atomic_load_explicit(&lane->retire_pending, memory_order_relaxed))
@@ -776,17 +821,18 @@ int nvh_txlog_redo_commit(nvh_txlog *lg, nvh_lane *lane, const uint64_t *offs,
         retire_max_(pool, lane->retire_word, lane->hdr_pend);
         lane->hdr_pend = 0;
     }
-    /* apply: flushed, not fenced (durable at the next fence of this lane).
+    /* apply: flushed now (word transactions) or just before the next fence
+     * of this lane (object transactions: flush_own_pending says why), and
+     * durable at that fence.
      * Atomic word stores (a plain move): object readers of other threads
      * copy these words with atomic loads under their ownership record */
     char *base = pool->ctx.base;
-    for (unsigned i = 0; i < n; i++) {
+    for (unsigned i = 0; i < n; i++)
         __atomic_store_n((uint64_t *)(void *)(base + offs[i]), vals[i], __ATOMIC_RELAXED);
-        nvh_flush(pool, base + offs[i], 8);
-    }
     /* publish as pending in the slot's entry (its previous occupant's lines
      * are gone now) */
     pend_publish(lane, slot, tid, cseq, offs, n);
+    commit_flush(lg, lane, slot, min_cseq != 0);
     lane->tid = tid;
     return NVH_OK;
 }

@@ -404,6 +404,35 @@ static void costs(void **state)
                   (unsigned long long)s.lines_flushed, (unsigned long long)s.fences);
     assert_int_equal(s.fences, 1);
     assert_int_equal(s.lines_flushed, 3);
+    /* A one-fence OBJECT commit leaves no write-back in flight when it
+     * returns: its words are flushed just before the lane's next fence
+     * (record.c, flush_own_pending), because a CLWB still in flight makes
+     * the thread's next LOCKed instruction — the next object open's
+     * ownership-record CAS — wait for it like a fence. So a one-object
+     * transaction after a two-object one flushes 3 lines (its redo line and
+     * the previous two words), not 2 (its redo line and its own word, the
+     * count with the flush at the commit: test hook). */
+    for (int at_commit = 0; at_commit < 2; at_commit++) {
+        nvh_txlog_test_flush_at_commit_ = at_commit;
+        for (unsigned k = 0; k < 3; k++) {
+            nvh_stats_reset(pool);
+            assert_int_equal(nvh_tx_begin(pool), NVH_OK);
+            unsigned nobj = k == 2 ? 1 : 2;
+            for (unsigned j = 0; j < nobj; j++) {
+                uint64_t *w = nvh_tx_open_write(pool, &reg[64 + 16 * j], 8);
+                assert_non_null(w);
+                (*w)++;
+            }
+            assert_int_equal(nvh_tx_commit(pool), NVH_OK);
+        }
+        nvh_stats_get(pool, &s);
+        print_message("one object after two, words flushed %s: %llu lines, %llu fences\n",
+                      at_commit ? "at the commit" : "before the next fence",
+                      (unsigned long long)s.lines_flushed, (unsigned long long)s.fences);
+        assert_int_equal(s.fences, 1);
+        assert_int_equal(s.lines_flushed, at_commit ? 2 : 3);
+    }
+    nvh_txlog_test_flush_at_commit_ = 0;
     assert_int_equal(nvh_pool_close(pool), NVH_OK);
     unlink(path);
 }
