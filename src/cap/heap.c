@@ -669,6 +669,7 @@ static void heap_abandon(struct cap_heap *h)
     }
     h->orphan_next = cap->orphans;
     cap->orphans = h;
+    nvh_cap_span_settle_(cap);
     pthread_mutex_unlock(&cap->lock);
 }
 
