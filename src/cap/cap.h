@@ -40,9 +40,13 @@
 #define NVH_CAP_GROW_STEP ((size_t)64 << 20)   /* device free-space check step  */
 
 #if defined(__GNUC__)
+#define NVH_CAP_INLINE static inline __attribute__((always_inline))
+#define NVH_CAP_NOINLINE __attribute__((noinline))
 #define nvh_cap_likely(x) __builtin_expect(!!(x), 1)
 #define nvh_cap_unlikely(x) __builtin_expect(!!(x), 0)
 #else
+#define NVH_CAP_INLINE static inline
+#define NVH_CAP_NOINLINE
 #define nvh_cap_likely(x) (x)
 #define nvh_cap_unlikely(x) (x)
 #endif

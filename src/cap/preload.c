@@ -198,7 +198,7 @@ static size_t libc_usable(void *p)
 static inline struct cap_heap *file_heap(size_t n)
 {
     if (nvh_cap_likely(ready()) && to_file(n))
-        return nvh_cap_heap_(&g_cap);
+        return heap_get(&g_cap);
     return NULL;
 }
 
@@ -208,7 +208,7 @@ static inline void *do_malloc(size_t n)
 {
     struct cap_heap *h = file_heap(n);
     if (nvh_cap_likely(h != NULL)) {
-        void *p = nvh_cap_alloc_(h, n);
+        void *p = cap_alloc(h, n);
         if (nvh_cap_likely(p != NULL))
             return p;
     }
@@ -218,7 +218,7 @@ static inline void *do_malloc(size_t n)
 static inline void do_free(void *p)
 {
     if (nvh_cap_likely(nvh_cap_contains_(&g_cap, p))) {
-        int r = nvh_cap_free_(&g_cap, p);
+        int r = cap_free(&g_cap, p);
         if (nvh_cap_unlikely(r != CAP_OK))
             report("free", r);
         return;

@@ -52,6 +52,22 @@ static void test_sizes(void **state)
         assert_int_equal(nvh_cap_free_(&cap, ptr[i]), CAP_OK);
 }
 
+/* Every size gets the smallest class that holds it: 16 B steps up to 64,
+ * then four classes per power of two (no class more than a quarter too big). */
+static void test_class_tight(void **state)
+{
+    (void)state;
+    struct cap_heap *h = heap();
+    for (size_t sz = 1; sz <= NVH_CAP_CLASS_MAX; sz++) {
+        void *p = nvh_cap_alloc_(h, sz);
+        assert_non_null(p);
+        size_t u = nvh_cap_usable_(&cap, p);
+        assert_true(u >= sz);
+        assert_true(sz <= 64 ? u < sz + 16 : u <= sz + sz / 4);
+        assert_int_equal(nvh_cap_free_(&cap, p), CAP_OK);
+    }
+}
+
 static void test_aligned(void **state)
 {
     (void)state;
@@ -269,6 +285,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_sizes),
+        cmocka_unit_test(test_class_tight),
         cmocka_unit_test(test_aligned),
         cmocka_unit_test(test_calloc_realloc),
         cmocka_unit_test(test_bad_pointers),
