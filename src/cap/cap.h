@@ -151,7 +151,7 @@ struct cap_inst {
     size_t dirty_bytes, decay_min;
     uint64_t win_start;      /* recent-peak window (span.c decay_): its start */
     size_t win_cur, win_prev; /* peak of span_bytes in this and the last one */
-    _Atomic size_t span_bytes;
+    size_t span_bytes;       /* bytes of spans in use (under the lock)          */
     size_t span_peak;
     uint64_t punches;
     struct cap_span *desc_free;

@@ -263,7 +263,7 @@ static size_t recent_peak(struct cap_inst *cap, size_t in_use)
  * Punching goes to half the allowance, so it runs in batches. */
 static void decay_(struct cap_inst *cap, bool settle)
 {
-    size_t in_use = atomic_load_explicit(&cap->span_bytes, memory_order_relaxed);
+    size_t in_use = cap->span_bytes;
     size_t allow = in_use / 2;
     size_t recent = settle ? 0 : recent_peak(cap, in_use);
     recent += recent / 2;
@@ -313,8 +313,7 @@ static struct cap_span *take_free(struct cap_inst *cap, uint32_t n)
 static void account(struct cap_inst *cap, struct cap_span *s, bool add)
 {
     size_t bytes = (size_t)s->blocks << NVH_CAP_BLOCK_SHIFT;
-    size_t now = add ? atomic_fetch_add_explicit(&cap->span_bytes, bytes, memory_order_relaxed) + bytes
-                     : atomic_fetch_sub_explicit(&cap->span_bytes, bytes, memory_order_relaxed) - bytes;
+    size_t now = add ? (cap->span_bytes += bytes) : (cap->span_bytes -= bytes);
     if (now > cap->span_peak)
         cap->span_peak = now;
     if (add && now > cap->win_cur)
@@ -504,14 +503,16 @@ bool nvh_cap_span_grow_(struct cap_inst *cap, struct cap_span *s, uint32_t n)
     }
 grown:
     map_set(cap, blk_index(cap, s->start + ((uintptr_t)(s->blocks - 1) << NVH_CAP_BLOCK_SHIFT)), NULL);
-    atomic_fetch_add_explicit(&cap->span_bytes, bytes, memory_order_relaxed);
+    cap->span_bytes += bytes;
     s->blocks = n;
     map_span(cap, s);
     if (s->user != s->start)
         map_set(cap, blk_index(cap, s->user), s);
-    size_t now = atomic_load_explicit(&cap->span_bytes, memory_order_relaxed);
+    size_t now = cap->span_bytes;
     if (now > cap->span_peak)
         cap->span_peak = now;
+    if (now > cap->win_cur)
+        cap->win_cur = now;
     return true;
 }
 
@@ -545,7 +546,7 @@ void nvh_cap_counters_(struct cap_inst *cap, struct nvh_cap_counters *out)
     pthread_mutex_lock(&cap->lock);
     memset(out, 0, sizeof *out);
     out->reserved = cap->size;
-    out->span_bytes = atomic_load_explicit(&cap->span_bytes, memory_order_relaxed);
+    out->span_bytes = cap->span_bytes;
     out->span_peak = cap->span_peak;
     out->dirty_bytes = cap->dirty_bytes;
     out->top = cap->top;
