@@ -139,6 +139,7 @@ struct cap_inst {
     uint64_t gen;            /* unique per instance: a stale TLS slot never matches */
     uintptr_t secret;
     int abort_on_error;      /* for the preload front end                       */
+    bool populate;           /* fault fresh pages in at once (heap.c populate) */
     _Atomic(struct cap_span *) *map;  /* one entry per block                    */
     size_t map_bytes;
     pthread_mutex_t lock;    /* global span allocator, heaps list, orphans      */
