@@ -27,10 +27,15 @@
  * included: on a shared machine it does not count waiting for a core),
  * peak_rss_mib (ru_maxrss), peak_file_mib and end_file_mib (blocks of the
  * subject's files in --dir, sampled when the live set is largest and after
- * everything was freed), live_mib (bytes the loop holds at that peak).
+ * everything was freed), live_mib (bytes the loop holds at that peak),
+ * faults_per_kop (page faults of the loop's threads per 1000 operations:
+ * a file-backed heap pays a shared-memory fault for every page it touches
+ * first or again after punching it).
  * The notes list nvheap-cap's ratios against memkind and glibc per loop.
  * Options: --ops N (scale, default 1.0), --threads LIST (default 1,2),
- * --subjects LIST. */
+ * --subjects LIST, --fill 1 (write whole blocks: page faults per operation
+ * then count every page a program would touch; with NVHEAP_CAP_POPULATE=1
+ * in the environment nvheap-cap faults fresh pages in at allocation). */
 #include "bench_util.h"
 
 #include <dirent.h>
@@ -185,10 +190,19 @@ static size_t pick(uint64_t *s, unsigned lo, unsigned hi)
     size_t base = (size_t)1 << b;
     return base + (size_t)(rnd(s) % base);
 }
+static int fill_blocks;   /* --fill: write every byte, as most programs do */
 static inline void touch(unsigned char *p, size_t n)
 {
+    if (fill_blocks)
+        memset(p, 1, n);
     p[0] = 1;
     p[n - 1] = 2;
+}
+static uint64_t thread_faults(void)
+{
+    struct rusage ru;
+    getrusage(RUSAGE_THREAD, &ru);
+    return (uint64_t)ru.ru_minflt + (uint64_t)ru.ru_majflt;
 }
 static uint64_t thread_cpu_ns(void)
 {
@@ -214,6 +228,7 @@ typedef struct worker {
     shared *sh;
     unsigned id;
     uint64_t cpu_ns, start_ns, end_ns;
+    uint64_t faults;         /* page faults of this thread during the loop */
     int failed;
 } worker;
 
@@ -345,7 +360,7 @@ static void *worker_main(void *arg)
     shared *sh = w->sh;
     (void)s_free(s_malloc(16));     /* per-thread setup outside the timing */
     pthread_barrier_wait(&sh->barrier);
-    uint64_t c0 = thread_cpu_ns();
+    uint64_t c0 = thread_cpu_ns(), f0 = thread_faults();
     w->start_ns = bench_now_ns();
     if (sh->loop <= L_LARGE)
         loop_slots_run(w);
@@ -355,6 +370,7 @@ static void *worker_main(void *arg)
         loop_realloc_run(w);
     w->end_ns = bench_now_ns();
     w->cpu_ns = thread_cpu_ns() - c0;
+    w->faults = thread_faults() - f0;
     pthread_barrier_wait(&sh->barrier);     /* everyone done: boxes final */
     if (w->id == 0) {
         /* free what is left in the boxes */
@@ -369,7 +385,7 @@ static void *worker_main(void *arg)
 typedef struct result {
     int status;              /* 0 ok, 1 skipped, -1 failed */
     char msg[200];
-    double ops_per_s, cpu_ops_per_s, peak_rss, peak_file, end_file, live;
+    double ops_per_s, cpu_ops_per_s, peak_rss, peak_file, end_file, live, faults_per_kop;
 } result;
 
 static void measure(int s, int loop, unsigned threads, uint64_t ops, const char *dir, result *r)
@@ -392,7 +408,7 @@ static void measure(int s, int loop, unsigned threads, uint64_t ops, const char 
         w[t] = (worker){.sh = sh, .id = t};
         pthread_create(&tid[t], NULL, worker_main, &w[t]);
     }
-    uint64_t start = UINT64_MAX, end = 0, cpu = 0;
+    uint64_t start = UINT64_MAX, end = 0, cpu = 0, faults = 0;
     for (unsigned t = 0; t < threads; t++) {
         pthread_join(tid[t], NULL);
         if (w[t].failed) {
@@ -402,10 +418,12 @@ static void measure(int s, int loop, unsigned threads, uint64_t ops, const char 
         start = w[t].start_ns < start ? w[t].start_ns : start;
         end = w[t].end_ns > end ? w[t].end_ns : end;
         cpu = w[t].cpu_ns > cpu ? w[t].cpu_ns : cpu;
+        faults += w[t].faults;
     }
     double total = (double)ops * threads;
     r->ops_per_s = total / ((double)(end - start) / 1e9);
     r->cpu_ops_per_s = (double)ops / ((double)cpu / 1e9);
+    r->faults_per_kop = 1000.0 * (double)faults / total;
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
     r->peak_rss = (double)ru.ru_maxrss / 1024.0;
@@ -423,7 +441,9 @@ static const bench_info info = {
     .usage = "  --ops X            scale of the operation counts (default 1, quick 0.1)\n"
              "  --threads LIST     thread counts (default 1,2; at most 4)\n"
              "  --subjects LIST    of glibc,jemalloc,mimalloc,nvheap-cap,memkind\n"
-             "  --loops LIST       of small,medium,large,xsmall,xlarge,realloc\n",
+             "  --loops LIST       of small,medium,large,xsmall,xlarge,realloc\n"
+             "  --fill 0|1         write every byte of a new block, not just the first\n"
+             "                     and last (default 0)\n",
 };
 
 static bool parse_list(const char *text, const char *const *names, int count, bool *out)
@@ -471,6 +491,8 @@ int main(int argc, char **argv)
             scale = atof(val);
             if (scale <= 0)
                 bench_usage_error(&opts, "--ops: bad scale '%s'", val);
+        } else if (!strcmp(arg, "--fill")) {
+            fill_blocks = atoi(val);
         } else if (!strcmp(arg, "--threads")) {
             nthr = 0;
             for (const char *p = val; *p && nthr < 4;) {
@@ -507,12 +529,12 @@ int main(int argc, char **argv)
             uint64_t ops = (uint64_t)((double)loop_ops[l] * scale);
             if (ops < 1000)
                 ops = 1000;
-            double med[S_COUNT][6];
+            double med[S_COUNT][7];
             bool have[S_COUNT] = {false};
             for (int s = 0; s < S_COUNT; s++) {
                 if (!subj[s])
                     continue;
-                double v[6][16];
+                double v[7][16];
                 unsigned n = 0;
                 for (unsigned r = 0; r < runs && r < 16; r++) {
                     int fds[2];
@@ -521,6 +543,9 @@ int main(int argc, char **argv)
                     pid_t pid = fork();
                     if (pid == 0) {
                         close(fds[0]);
+                        /* a peer that hangs (memkind's 2-thread loops did here,
+                         * spinning in its arena code) is killed and reported */
+                        alarm(300);
                         result res;
                         measure(s, l, t, ops, opts.dir, &res);
                         ssize_t wr = write(fds[1], &res, sizeof res);
@@ -561,14 +586,17 @@ int main(int argc, char **argv)
                     v[3][n] = res.peak_file;
                     v[4][n] = res.end_file;
                     v[5][n] = res.live;
+                    v[6][n] = res.faults_per_kop;
                     n++;
                 }
                 if (!n)
                     continue;
-                static const char *const metric[6] = {"ops_per_s", "cpu_ops_per_s", "peak_rss_mib",
-                                                      "peak_file_mib", "end_file_mib", "live_mib"};
-                static const char *const unit[6] = {"ops/s", "ops/s", "MiB", "MiB", "MiB", "MiB"};
-                for (int m = 0; m < 6; m++) {
+                static const char *const metric[7] = {"ops_per_s", "cpu_ops_per_s", "peak_rss_mib",
+                                                      "peak_file_mib", "end_file_mib", "live_mib",
+                                                      "faults_per_kop"};
+                static const char *const unit[7] = {"ops/s", "ops/s", "MiB", "MiB", "MiB", "MiB",
+                                                    "1/kop"};
+                for (int m = 0; m < 7; m++) {
                     if (m >= 3 && m <= 4 && s != S_CAP && s != S_MEMKIND)
                         continue;
                     bench_summary sum = bench_summarize(v[m], n);

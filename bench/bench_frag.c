@@ -18,11 +18,16 @@
  *                   domain (the allocator's own cost, no flush instructions)
  *   nvheap-pmem     the same in the pmem domain (CLWB + SFENCE on /dev/shm):
  *                   slowdown only, fragmentation is the same
+ *   nvheap-cap      capacity mode: nvh_cap_malloc / nvh_cap_free on the
+ *                   capacity part of a pool (the allocator libnvheap-cap.so
+ *                   runs, docs/CAP.md)
  *
  * Definitions (at the end of the sequence; "heap" = the memory the allocator
  * has taken for its heap):
  *   heap_bytes      glibc: mallinfo2 arena + hblkhd (sbrk'd + mmapped bytes);
- *                   nvheap: nvh_heap_stats.heap_bytes (the chunks in use)
+ *                   nvheap: nvh_heap_stats.heap_bytes (the chunks in use);
+ *                   nvheap-cap: nvh_cap_stats.top (the part's bytes ever
+ *                   used: like glibc's arena, free spans below it included)
  *   requested       sum of the sizes asked for by the live blocks
  *   total_frag      (heap_bytes - requested) / heap_bytes: every byte of
  *                   heap not holding requested data (headers, size rounding,
@@ -32,7 +37,10 @@
  *                   / heap (keepcost = the top chunk, the free space at the
  *                   end of the heap); nvheap: (free_bytes - largest_free) /
  *                   heap (free whole-block regions; free slots inside runs
- *                   are not free regions and count only in total_frag)
+ *                   are not free regions and count only in total_frag);
+ *                   nvheap-cap: every free span below the top (top -
+ *                   span_bytes) / heap, an upper bound (the largest free
+ *                   span is not subtracted)
  *   slowdown        this subject's time for the sequence / glibc's (medians);
  *                   cpu_slowdown the same with the thread's CPU time, which
  *                   other programs on a shared machine do not inflate
@@ -53,8 +61,8 @@
 #define MIB ((uint64_t)1 << 20)
 #define MAX_RUNS 32
 
-typedef enum subject_id { S_GLIBC, S_NVHEAP, S_NVHEAP_PMEM, S_COUNT } subject_id;
-static const char *const subject_names[S_COUNT] = {"glibc", "nvheap", "nvheap-pmem"};
+typedef enum subject_id { S_GLIBC, S_NVHEAP, S_NVHEAP_PMEM, S_CAP, S_COUNT } subject_id;
+static const char *const subject_names[S_COUNT] = {"glibc", "nvheap", "nvheap-pmem", "nvheap-cap"};
 
 typedef struct ratio {
     const char *label;          /* case VARIANT                              */
@@ -96,8 +104,8 @@ static inline uint64_t next_random(uint64_t *x)
 }
 
 /* Runs the sequence on one subject; returns 0 or -1 with out->error set. */
-static int run_sequence(subject_id sub, nvh_pool *pool, const ratio *rt, uint64_t ops,
-                        live_block *live, outcome *out)
+static int run_sequence(subject_id sub, nvh_pool *pool, nvh_cap *cap, const ratio *rt,
+                        uint64_t ops, live_block *live, outcome *out)
 {
     uint64_t x = 0x2545f4914f6cdd1dull, nlive = 0, requested = 0;
     /* free with probability num / (num + den) */
@@ -109,6 +117,11 @@ static int run_sequence(subject_id sub, nvh_pool *pool, const ratio *rt, uint64_
             uint64_t k = (r >> 32) % nlive;
             if (sub == S_GLIBC) {
                 free(live[k].ptr);
+            } else if (sub == S_CAP) {
+                if (nvh_cap_free(cap, live[k].ptr) != NVH_OK) {
+                    snprintf(out->error, sizeof out->error, "nvh_cap_free: %s", nvh_errormsg());
+                    return -1;
+                }
             } else if (nvh_free(pool, live[k].ptr, NULL, 0) != NVH_OK) {
                 snprintf(out->error, sizeof out->error, "nvh_free: %s", nvh_errormsg());
                 return -1;
@@ -120,6 +133,8 @@ static int run_sequence(subject_id sub, nvh_pool *pool, const ratio *rt, uint64_
             void *p;
             if (sub == S_GLIBC) {
                 p = malloc(size);
+            } else if (sub == S_CAP) {
+                p = nvh_cap_malloc(cap, size);
             } else {
                 p = nvh_reserve(pool, size);
                 if (p && nvh_activate(pool, p, NULL, 0) != NVH_OK) p = NULL;
@@ -154,7 +169,16 @@ static void measure(subject_id sub, const ratio *rt, uint64_t ops, const char *p
         return;
     }
     nvh_pool *pool = NULL;
-    if (sub != S_GLIBC) {
+    nvh_cap *cap = NULL;
+    if (sub == S_CAP) {
+        /* room for every block live at once (about 1 GiB at 1/3, 1 M ops) */
+        uint64_t part = ops * 4096 + 256 * MIB;
+        pool = nvh_pool_create(path, "bench_frag", part + 256 * MIB, NVH_DOMAIN_PROCESS);
+        if (!pool || !(cap = nvh_cap_attach(pool, part))) {
+            snprintf(out->error, sizeof out->error, "capacity part: %s", nvh_errormsg());
+            return;
+        }
+    } else if (sub != S_GLIBC) {
         unsigned dom = sub == S_NVHEAP ? NVH_DOMAIN_PROCESS : NVH_DOMAIN_PMEM;
         pool = nvh_pool_create(path, "bench_frag", 64 * MIB, dom);
         nvh_heap_config cfg;
@@ -168,8 +192,17 @@ static void measure(subject_id sub, const ratio *rt, uint64_t ops, const char *p
             return;
         }
     }
-    if (run_sequence(sub, pool, rt, ops, live, out) != 0) return;
-    if (sub == S_GLIBC) {
+    if (run_sequence(sub, pool, cap, rt, ops, live, out) != 0) return;
+    if (sub == S_CAP) {
+        nvh_cap_stats st;
+        if (nvh_cap_stats_get(cap, &st) != NVH_OK) {
+            snprintf(out->error, sizeof out->error, "stats: %s", nvh_errormsg());
+            return;
+        }
+        out->heap_bytes = st.top;
+        out->free_bytes = st.top - st.span_bytes;
+        out->hole_bytes = st.top - st.span_bytes;
+    } else if (sub == S_GLIBC) {
         struct mallinfo2 mi = mallinfo2();
         out->heap_bytes = mi.arena + mi.hblkhd;
         out->free_bytes = mi.fordblks;
@@ -269,7 +302,8 @@ int main(int argc, char **argv)
         if (!want[k] || !bench_selected(&opts, name)) continue;
         double ns[S_COUNT][MAX_RUNS], cpu[S_COUNT][MAX_RUNS];
         outcome last[S_COUNT];
-        bool ok[S_COUNT] = {true, true, true};
+        bool ok[S_COUNT];
+        for (int s = 0; s < S_COUNT; s++) ok[s] = true;
         for (unsigned r = 0; r < opts.runs; r++) {
             for (int j = 0; j < S_COUNT; j++) {
                 int s = (j + (int)r) % S_COUNT;             /* rotate the order */

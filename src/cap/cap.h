@@ -36,12 +36,17 @@
 #define NVH_CAP_LCACHE_BYTES ((size_t)4 << 20)
 #define NVH_CAP_REMOTE_BATCH 32u               /* cross-thread frees per push   */
 #define NVH_CAP_DECAY_SMALL ((size_t)8 << 20) /* dirty bytes a small heap keeps */
+#define NVH_CAP_DECAY_MS 100u             /* window of the recent peak (ms)  */
 #define NVH_CAP_GROW_STEP ((size_t)64 << 20)   /* device free-space check step  */
 
 #if defined(__GNUC__)
+#define NVH_CAP_INLINE static inline __attribute__((always_inline))
+#define NVH_CAP_NOINLINE __attribute__((noinline))
 #define nvh_cap_likely(x) __builtin_expect(!!(x), 1)
 #define nvh_cap_unlikely(x) __builtin_expect(!!(x), 0)
 #else
+#define NVH_CAP_INLINE static inline
+#define NVH_CAP_NOINLINE
 #define nvh_cap_likely(x) (x)
 #define nvh_cap_unlikely(x) (x)
 #endif
@@ -75,6 +80,7 @@ struct cap_span {
                                   kinds of neighbours, this thread writes this) */
     struct cap_span *next, *prev;   /* free: bin list; page: avail list        */
     struct cap_span *dnext, *dprev; /* free + dirty: punch queue (oldest first) */
+    size_t dbytes;             /* free + dirty: bytes that may hold pages      */
     /* page */
     struct cap_heap *heap;     /* owner; fixed while the page has live blocks  */
     struct cap_block *free;    /* owner-only free list                         */
@@ -133,6 +139,7 @@ struct cap_inst {
     uint64_t gen;            /* unique per instance: a stale TLS slot never matches */
     uintptr_t secret;
     int abort_on_error;      /* for the preload front end                       */
+    bool populate;           /* fault fresh pages in at once (heap.c populate) */
     _Atomic(struct cap_span *) *map;  /* one entry per block                    */
     size_t map_bytes;
     pthread_mutex_t lock;    /* global span allocator, heaps list, orphans      */
@@ -143,7 +150,9 @@ struct cap_inst {
     uint64_t binmap[NVH_CAP_BINS / 64];
     struct cap_span *dhead, *dtail;
     size_t dirty_bytes, decay_min;
-    _Atomic size_t span_bytes;
+    uint64_t win_start;      /* recent-peak window (span.c decay_): its start */
+    size_t win_cur, win_prev; /* peak of span_bytes in this and the last one */
+    size_t span_bytes;       /* bytes of spans in use (under the lock)          */
     size_t span_peak;
     uint64_t punches;
     struct cap_span *desc_free;
@@ -174,6 +183,9 @@ void nvh_cap_span_free_(struct cap_inst *cap, struct cap_span *s);
 bool nvh_cap_span_grow_(struct cap_inst *cap, struct cap_span *s, uint32_t n);
 /* Set the pointer a large span hands out (aligned allocations: inside it). */
 void nvh_cap_span_set_user_(struct cap_inst *cap, struct cap_span *s, uintptr_t user);
+/* Under cap->lock: punch dirty spans down to the allowance without the
+ * recent-peak bound (a thread's exit). */
+void nvh_cap_span_settle_(struct cap_inst *cap);
 /* Under cap->lock: punch every free dirty span (malloc_trim). */
 void nvh_cap_span_purge_(struct cap_inst *cap);
 struct cap_heap *nvh_cap_heap_new_(struct cap_inst *cap);  /* under cap->lock */

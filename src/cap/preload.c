@@ -41,6 +41,7 @@ static int g_policy = POL_ALL;
 static size_t g_threshold;
 static unsigned g_share;
 static int g_abort = 1;
+static bool g_populate;
 static __thread int tl_init __attribute__((tls_model("initial-exec")));
 static __thread uint64_t tl_total, tl_file __attribute__((tls_model("initial-exec")));
 static size_t (*g_libc_usable)(void *);
@@ -92,6 +93,8 @@ static void parse_env(const char **dir, size_t *reserve)
             g_policy = POL_ALL;
         }
     }
+    const char *pop = getenv("NVHEAP_CAP_POPULATE");
+    g_populate = pop && strcmp(pop, "1") == 0;
     const char *ab = getenv("NVHEAP_CAP_ABORT");
     if (ab && strcmp(ab, "0") == 0)
         g_abort = 0;
@@ -143,6 +146,7 @@ static bool init_slow(void)
             atomic_store(&g_state, 2);
         } else {
             g_cap.abort_on_error = g_abort;
+            g_cap.populate = g_populate;
             pthread_atfork(fork_prepare, fork_parent, fork_child);
             atomic_store(&g_state, 1);
         }
@@ -198,7 +202,7 @@ static size_t libc_usable(void *p)
 static inline struct cap_heap *file_heap(size_t n)
 {
     if (nvh_cap_likely(ready()) && to_file(n))
-        return nvh_cap_heap_(&g_cap);
+        return heap_get(&g_cap);
     return NULL;
 }
 
@@ -208,7 +212,7 @@ static inline void *do_malloc(size_t n)
 {
     struct cap_heap *h = file_heap(n);
     if (nvh_cap_likely(h != NULL)) {
-        void *p = nvh_cap_alloc_(h, n);
+        void *p = cap_alloc(h, n);
         if (nvh_cap_likely(p != NULL))
             return p;
     }
@@ -218,7 +222,7 @@ static inline void *do_malloc(size_t n)
 static inline void do_free(void *p)
 {
     if (nvh_cap_likely(nvh_cap_contains_(&g_cap, p))) {
-        int r = nvh_cap_free_(&g_cap, p);
+        int r = cap_free(&g_cap, p);
         if (nvh_cap_unlikely(r != CAP_OK))
             report("free", r);
         return;

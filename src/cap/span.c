@@ -12,8 +12,9 @@
  * File space: the file grows as pages are touched (a free-space check guards
  * each step of the used top of the range);
  * freed spans stay "dirty" (their pages still in the file) until the dirty
- * bytes exceed the allowance (decay()), then the oldest dirty spans are
- * punched (MADV_REMOVE) until half the allowance is left. The
+ * bytes exceed the allowance (decay_(): half the bytes in use, or what the
+ * recent peak of the bytes in use left free), then the oldest dirty spans
+ * are punched (MADV_REMOVE) until half the allowance is left. The
  * allowance keeps alloc/free churn off the syscall and page-fault path; the
  * bound keeps the file near the live bytes. */
 #include "cap.h"
@@ -25,6 +26,7 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
+#include <time.h>
 #include <unistd.h>
 
 #define META_SLAB ((size_t)1 << 20)
@@ -136,9 +138,15 @@ static void bin_remove(struct cap_inst *cap, struct cap_span *s)
         cap->binmap[b / 64] &= ~((uint64_t)1 << (b % 64));
 }
 
-static void dirty_push(struct cap_inst *cap, struct cap_span *s)
+/* Queue a free span for punching with `bytes` of it that may hold pages (an
+ * upper bound: a span coalesced with a punched neighbour holds pages only in
+ * its own part, and a carved span's remainder at most what the whole had). */
+static void dirty_push(struct cap_inst *cap, struct cap_span *s, size_t bytes)
 {
+    if (!bytes)
+        return;
     s->dirty = 1;
+    s->dbytes = bytes;
     s->dnext = NULL;
     s->dprev = cap->dtail;
     if (cap->dtail)
@@ -146,7 +154,7 @@ static void dirty_push(struct cap_inst *cap, struct cap_span *s)
     else
         cap->dhead = s;
     cap->dtail = s;
-    cap->dirty_bytes += (size_t)s->blocks << NVH_CAP_BLOCK_SHIFT;
+    cap->dirty_bytes += bytes;
 }
 
 static void dirty_remove(struct cap_inst *cap, struct cap_span *s)
@@ -162,7 +170,8 @@ static void dirty_remove(struct cap_inst *cap, struct cap_span *s)
     else
         cap->dtail = s->dprev;
     s->dirty = 0;
-    cap->dirty_bytes -= (size_t)s->blocks << NVH_CAP_BLOCK_SHIFT;
+    cap->dirty_bytes -= s->dbytes;
+    s->dbytes = 0;
 }
 
 /* ---- the file -------------------------------------------------------------- */
@@ -213,13 +222,53 @@ static bool raise_top(struct cap_inst *cap, size_t bytes)
     return true;
 }
 
-/* The dirty allowance: half the bytes in use (churn at a steady live size
- * does not punch, and the file stays within 1.5 times what is in use), but at least min(decay_min, max(8 MiB, a tenth
- * of the peak)): a heap that empties keeps at most a tenth of its peak (or
- * NVH_CAP_DECAY_SMALL), and a small one does not punch and refault on every free. */
-static void decay(struct cap_inst *cap)
+/* Milliseconds of a coarse monotonic clock (vDSO, no system call). */
+static uint64_t now_ms(void)
 {
-    size_t allow = atomic_load_explicit(&cap->span_bytes, memory_order_relaxed) / 2;
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+/* The recent peak of the bytes in use: the largest value seen in this
+ * window of NVH_CAP_DECAY_MS or the one before it. Under cap->lock. */
+static size_t recent_peak(struct cap_inst *cap, size_t in_use)
+{
+    uint64_t t = now_ms();
+    if (t - cap->win_start >= NVH_CAP_DECAY_MS) {
+        /* a window with no activity at all ends the older one too */
+        cap->win_prev = t - cap->win_start >= 2u * NVH_CAP_DECAY_MS ? 0 : cap->win_cur;
+        cap->win_cur = 0;
+        cap->win_start = t;
+    }
+    if (in_use > cap->win_cur)
+        cap->win_cur = in_use;
+    return cap->win_cur > cap->win_prev ? cap->win_cur : cap->win_prev;
+}
+
+/* The dirty allowance. Two bounds on the spans the file holds (in use plus
+ * dirty):
+ *  - 1.5 times the bytes in use (dirty <= in use / 2): churn at a steady
+ *    live size does not punch, and at a peak the file stays within 1.5 times
+ *    what is in use;
+ *  - or 1.5 times the peak of the bytes in use over the last one or two
+ *    windows of NVH_CAP_DECAY_MS: a program that frees a batch and allocates it again
+ *    (a request, a phase) refills pages it already has instead of punching
+ *    and faulting them in again on every round. Once the batch has not come
+ *    back for a window, the bound falls to the first one.
+ * Both at least min(decay_min, max(8 MiB, a tenth of the all-time peak)), so
+ * a small heap does not punch and refault on every free. A heap that empties
+ * keeps at most that floor once the window passed, or at once when a thread
+ * exits (`settle`: a thread's exit is where a program sheds a working set).
+ * Punching goes to half the allowance, so it runs in batches. */
+static void decay_(struct cap_inst *cap, bool settle)
+{
+    size_t in_use = cap->span_bytes;
+    size_t allow = in_use / 2;
+    size_t recent = settle ? 0 : recent_peak(cap, in_use);
+    recent += recent / 2;
+    if (recent > in_use && recent - in_use > allow)
+        allow = recent - in_use;
     size_t floor = cap->span_peak / 10;
     if (floor < NVH_CAP_DECAY_SMALL)
         floor = NVH_CAP_DECAY_SMALL;
@@ -231,6 +280,16 @@ static void decay(struct cap_inst *cap)
         return;
     while (cap->dhead && cap->dirty_bytes > allow / 2)
         punch(cap, cap->dhead);
+}
+
+static void decay(struct cap_inst *cap)
+{
+    decay_(cap, false);
+}
+
+void nvh_cap_span_settle_(struct cap_inst *cap)
+{
+    decay_(cap, true);
 }
 
 /* ---- span allocator ---------------------------------------------------------- */
@@ -254,10 +313,11 @@ static struct cap_span *take_free(struct cap_inst *cap, uint32_t n)
 static void account(struct cap_inst *cap, struct cap_span *s, bool add)
 {
     size_t bytes = (size_t)s->blocks << NVH_CAP_BLOCK_SHIFT;
-    size_t now = add ? atomic_fetch_add_explicit(&cap->span_bytes, bytes, memory_order_relaxed) + bytes
-                     : atomic_fetch_sub_explicit(&cap->span_bytes, bytes, memory_order_relaxed) - bytes;
+    size_t now = add ? (cap->span_bytes += bytes) : (cap->span_bytes -= bytes);
     if (now > cap->span_peak)
         cap->span_peak = now;
+    if (add && now > cap->win_cur)
+        cap->win_cur = now;
 }
 
 /* The first n blocks of the free span s (taken out of the bins); the rest
@@ -265,14 +325,14 @@ static void account(struct cap_inst *cap, struct cap_span *s, bool add)
 static struct cap_span *carve(struct cap_inst *cap, struct cap_span *s, uint32_t n, bool *zero)
 {
     bin_remove(cap, s);
-    bool dirty = s->dirty, hole = s->hole;
+    bool hole = s->hole;
+    size_t d = s->dbytes;
     dirty_remove(cap, s);
     if (s->blocks > n) {     /* split: the tail stays free */
         struct cap_span *r = desc_new(cap);
         if (!r) {
             bin_insert(cap, s);
-            if (dirty)
-                dirty_push(cap, s);
+            dirty_push(cap, s, d);
             return NULL;
         }
         r->kind = CAP_SPAN_FREE;
@@ -282,10 +342,10 @@ static struct cap_span *carve(struct cap_inst *cap, struct cap_span *s, uint32_t
         s->blocks = n;
         map_span(cap, r);
         bin_insert(cap, r);
-        if (dirty)
-            dirty_push(cap, r);
+        size_t rb = (size_t)r->blocks << NVH_CAP_BLOCK_SHIFT;
+        dirty_push(cap, r, d < rb ? d : rb);
     }
-    *zero = hole && !dirty;
+    *zero = hole && !d;
     return s;
 }
 
@@ -365,16 +425,19 @@ void nvh_cap_span_free_(struct cap_inst *cap, struct cap_span *s)
     if (s->kind != CAP_SPAN_FREE)
         account(cap, s, false);
     bool hole = s->hole;
+    size_t d = (size_t)s->blocks << NVH_CAP_BLOCK_SHIFT;   /* its own pages */
     s->kind = CAP_SPAN_FREE;
     s->cached = 0;
     s->hole = 0;
     s->dirty = 0;
+    s->dbytes = 0;
     size_t i = blk_index(cap, s->start);
     /* left neighbour: a free span ending where s starts */
     if (i > 0) {
         struct cap_span *l = atomic_load_explicit(&cap->map[i - 1], memory_order_relaxed);
         if (l && l->kind == CAP_SPAN_FREE && l != s && span_end(l) == s->start) {
             bin_remove(cap, l);
+            d += l->dbytes;
             dirty_remove(cap, l);
             hole |= l->hole;
             l->blocks += s->blocks;
@@ -387,6 +450,7 @@ void nvh_cap_span_free_(struct cap_inst *cap, struct cap_span *s)
         struct cap_span *r = atomic_load_explicit(&cap->map[blk_index(cap, end)], memory_order_relaxed);
         if (r && r->kind == CAP_SPAN_FREE && r != s && r->start == end) {
             bin_remove(cap, r);
+            d += r->dbytes;
             dirty_remove(cap, r);
             hole |= r->hole;
             s->blocks += r->blocks;
@@ -397,7 +461,7 @@ void nvh_cap_span_free_(struct cap_inst *cap, struct cap_span *s)
     s->hole = hole;
     map_span(cap, s);
     bin_insert(cap, s);
-    dirty_push(cap, s);   /* conservatively: it holds pages until punched */
+    dirty_push(cap, s, d);
     decay(cap);
 }
 
@@ -424,7 +488,7 @@ bool nvh_cap_span_grow_(struct cap_inst *cap, struct cap_span *s, uint32_t n)
             goto grown;
         }
         bin_remove(cap, r);
-        bool dirty = r->dirty;
+        size_t d = r->dbytes;
         dirty_remove(cap, r);
         if (r->blocks == extra) {
             desc_put(cap, r);
@@ -433,20 +497,22 @@ bool nvh_cap_span_grow_(struct cap_inst *cap, struct cap_span *s, uint32_t n)
             r->blocks -= extra;
             map_span(cap, r);
             bin_insert(cap, r);
-            if (dirty)
-                dirty_push(cap, r);
+            size_t rb = (size_t)r->blocks << NVH_CAP_BLOCK_SHIFT;
+            dirty_push(cap, r, d < rb ? d : rb);
         }
     }
 grown:
     map_set(cap, blk_index(cap, s->start + ((uintptr_t)(s->blocks - 1) << NVH_CAP_BLOCK_SHIFT)), NULL);
-    atomic_fetch_add_explicit(&cap->span_bytes, bytes, memory_order_relaxed);
+    cap->span_bytes += bytes;
     s->blocks = n;
     map_span(cap, s);
     if (s->user != s->start)
         map_set(cap, blk_index(cap, s->user), s);
-    size_t now = atomic_load_explicit(&cap->span_bytes, memory_order_relaxed);
+    size_t now = cap->span_bytes;
     if (now > cap->span_peak)
         cap->span_peak = now;
+    if (now > cap->win_cur)
+        cap->win_cur = now;
     return true;
 }
 
@@ -480,7 +546,7 @@ void nvh_cap_counters_(struct cap_inst *cap, struct nvh_cap_counters *out)
     pthread_mutex_lock(&cap->lock);
     memset(out, 0, sizeof *out);
     out->reserved = cap->size;
-    out->span_bytes = atomic_load_explicit(&cap->span_bytes, memory_order_relaxed);
+    out->span_bytes = cap->span_bytes;
     out->span_peak = cap->span_peak;
     out->dirty_bytes = cap->dirty_bytes;
     out->top = cap->top;

@@ -8,6 +8,7 @@
 
 #include <pthread.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 
 static struct cap_inst cap;
 
@@ -50,6 +51,22 @@ static void test_sizes(void **state)
     }
     for (size_t i = 0; i < n; i++)
         assert_int_equal(nvh_cap_free_(&cap, ptr[i]), CAP_OK);
+}
+
+/* Every size gets the smallest class that holds it: 16 B steps up to 64,
+ * then four classes per power of two (no class more than a quarter too big). */
+static void test_class_tight(void **state)
+{
+    (void)state;
+    struct cap_heap *h = heap();
+    for (size_t sz = 1; sz <= NVH_CAP_CLASS_MAX; sz++) {
+        void *p = nvh_cap_alloc_(h, sz);
+        assert_non_null(p);
+        size_t u = nvh_cap_usable_(&cap, p);
+        assert_true(u >= sz);
+        assert_true(sz <= 64 ? u < sz + 16 : u <= sz + sz / 4);
+        assert_int_equal(nvh_cap_free_(&cap, p), CAP_OK);
+    }
 }
 
 static void test_aligned(void **state)
@@ -179,6 +196,13 @@ static void test_cross_thread_and_orphans(void **state)
 }
 
 /* ---- file space --------------------------------------------------------------- */
+static void *exit_thread(void *arg)
+{
+    (void)arg;
+    nvh_cap_free_(&cap, nvh_cap_alloc_(heap(), 100));
+    return NULL;
+}
+
 static void test_file_shrinks(void **state)
 {
     (void)state;
@@ -200,13 +224,86 @@ static void test_file_shrinks(void **state)
     assert_true(peak.file_bytes - c0.file_bytes <= live + live / 2);
     for (unsigned i = 0; i < N; i++)
         assert_int_equal(nvh_cap_free_(&cap, p[i]), CAP_OK);
+    /* the recent peak keeps the pages for a window or two; once it has
+     * passed, the next free punches all but the floor and the caches */
+    usleep(3 * NVH_CAP_DECAY_MS * 1000);
+    nvh_cap_free_(&cap, nvh_cap_alloc_(h, (size_t)3 << 20));
     nvh_cap_counters_(&cap, &end);
-    /* the decay allowance and the caches stay; the rest is punched */
     assert_true(end.file_bytes - c0.file_bytes < peak.file_bytes / 10 + ((size_t)8 << 20));
     nvh_cap_trim_(&cap);
     nvh_cap_counters_(&cap, &end);
     assert_true(end.file_bytes <= c0.file_bytes + ((size_t)2 << 20));
     assert_true(end.punches > 0);
+}
+
+/* A batch freed and allocated again within the window refills the pages
+ * it had: no punching, no new file space per round. */
+static void test_batch_no_punch(void **state)
+{
+    (void)state;
+    struct cap_heap *h = heap();
+    enum { N = 64, ROUNDS = 20 };
+    static unsigned char *p[N];
+    nvh_cap_trim_(&cap);
+    struct nvh_cap_counters c0, c1;
+    usleep(3 * NVH_CAP_DECAY_MS * 1000);   /* no recent peak from other tests */
+    for (unsigned r = 0; r < ROUNDS; r++) {
+        for (unsigned i = 0; i < N; i++) {
+            size_t sz = (size_t)(i % 8 + 1) * 200000;
+            p[i] = nvh_cap_alloc_(h, sz);
+            assert_non_null(p[i]);
+            p[i][0] = p[i][sz - 1] = (unsigned char)r;   /* quick: rounds fit a window */
+        }
+        if (r == 0)
+            nvh_cap_counters_(&cap, &c0);
+        for (unsigned i = 0; i < N; i++)
+            assert_int_equal(nvh_cap_free_(&cap, p[i]), CAP_OK);
+    }
+    nvh_cap_counters_(&cap, &c1);
+    /* (punching by the bytes in use alone: dozens per round) */
+    assert_true(c1.punches - c0.punches <= 2);
+    /* a thread's exit settles the file at once (no waiting for the window) */
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, exit_thread, NULL), 0);
+    pthread_join(t, NULL);
+    nvh_cap_counters_(&cap, &c1);
+    assert_true(c1.punches > c0.punches);
+    assert_true(c1.dirty_bytes <= (size_t)8 << 20);
+}
+
+static long thread_faults(void)
+{
+    struct rusage ru;
+    getrusage(RUSAGE_THREAD, &ru);
+    return ru.ru_minflt + ru.ru_majflt;
+}
+
+/* With populate, a fresh large block and a fresh page are faulted in by
+ * the allocation: writing them all takes (almost) no fault. */
+static void test_populate(void **state)
+{
+    (void)state;
+    struct cap_heap *h = heap();
+    size_t big = (size_t)2 << 20;
+    for (int on = 0; on <= 1; on++) {
+        nvh_cap_trim_(&cap);   /* the next spans are fresh (top or holes) */
+        cap.populate = on;
+        unsigned char *p = nvh_cap_alloc_(h, big);
+        unsigned char *q = nvh_cap_alloc_(h, 40000);   /* a medium page */
+        assert_non_null(p);
+        assert_non_null(q);
+        long f0 = thread_faults();
+        memset(p, 7, big);
+        memset(q, 7, 40000);
+        long f = thread_faults() - f0;
+        if (on)
+            assert_true(f <= 4);
+        else
+            assert_true(f >= (long)(big / 4096) / 2);   /* the contrast holds here */
+        assert_int_equal(nvh_cap_free_(&cap, p), CAP_OK);
+        assert_int_equal(nvh_cap_free_(&cap, q), CAP_OK);
+    }
+    cap.populate = false;
 }
 
 /* a descriptor per instance, close-on-exec, and no name in the directory */
@@ -224,11 +321,14 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_sizes),
+        cmocka_unit_test(test_class_tight),
         cmocka_unit_test(test_aligned),
         cmocka_unit_test(test_calloc_realloc),
         cmocka_unit_test(test_bad_pointers),
         cmocka_unit_test(test_cross_thread_and_orphans),
         cmocka_unit_test(test_file_shrinks),
+        cmocka_unit_test(test_batch_no_punch),
+        cmocka_unit_test(test_populate),
         cmocka_unit_test(test_file_is_anonymous),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
