@@ -14,10 +14,14 @@
  * restart it knows only the items stored since; the earlier run's items
  * are counted by `bytes_hint` (root, stored without a fence on every
  * change: exact after SIGKILL, a hint after a power loss) until a
- * background walk of the map indexes them. That walk holds the map's lock
- * for its whole length (the map has no cursor), so it starts only when the
- * memory in use reaches half the limit: a restart under the limit never
- * scans, and serving never waits for a scan it did not need. */
+ * background walk of the map indexes them. That walk goes in small
+ * resumable steps (nvh_hmap_walk) and never blocks requests for longer than
+ * one step's indexing; it starts only when the memory in use reaches half
+ * the limit, so a restart under the limit never scans at all.
+ *
+ * Gets take no store lock (nvc_store_read: the map's lock-free lookup,
+ * the value copied out while the map holds back its reuse); changes are
+ * serialised by the store lock. */
 #include "store.h"
 #include "lru.h"
 
@@ -59,6 +63,10 @@ _Static_assert(offsetof(struct nvc_root, items_hint) == 64, "nvc_root.items_hint
 
 struct nvc_store {
     pthread_mutex_t lock;
+    /* The eviction index is changed only under the store lock, and then
+     * with this lock written too; lock-free readers (nvc_store_read) take it
+     * for reading to set an entry's reference bit. */
+    pthread_rwlock_t lru_lock;
     nvh_pool *pool;
     nvh_hmap *map;
     struct nvc_root *root;
@@ -92,15 +100,35 @@ static uint64_t item_size(size_t klen, size_t vlen)
     return (32u + klen + vlen + 63u) & ~(uint64_t)63u;
 }
 
+/* The flush marks are read by lock-free readers while flush_all (under the
+ * store lock) writes them: atomic loads and stores. */
 static bool hdr_live(const struct nvc_root *r, const nvc_hdr *h, int64_t now)
 {
     if (h->exptime != 0 && h->exptime <= now)
         return false;
-    if (h->cas <= r->flush_cas)
+    if (h->cas <= __atomic_load_n(&r->flush_cas, __ATOMIC_RELAXED))
         return false;
-    if (r->oldest_live != 0 && r->oldest_live <= now && h->time <= r->oldest_live)
+    int64_t ol = __atomic_load_n(&r->oldest_live, __ATOMIC_RELAXED);
+    if (ol != 0 && ol <= now && h->time <= ol)
         return false;
     return true;
+}
+
+static void lru_wlock(nvc_store *s) { pthread_rwlock_wrlock(&s->lru_lock); }
+static void lru_wunlock(nvc_store *s) { pthread_rwlock_unlock(&s->lru_lock); }
+
+static void lru_set_w(nvc_store *s, const char *key, size_t klen, uint64_t size, bool cold)
+{
+    lru_wlock(s);
+    lru_set(s->lru, key, klen, size, cold);
+    lru_wunlock(s);
+}
+
+static void lru_remove_w(nvc_store *s, const char *key, size_t klen)
+{
+    lru_wlock(s);
+    lru_remove(s->lru, key, klen);
+    lru_wunlock(s);
 }
 
 void nvc_store_lock(nvc_store *s) { pthread_mutex_lock(&s->lock); }
@@ -143,7 +171,7 @@ static int scan_fn(const void *key, size_t klen, const void *value, size_t vlen,
     struct scan_buf *b = arg;
     (void)value;
     if (__atomic_load_n(b->stop, __ATOMIC_RELAXED))
-        return 1;
+        return 2;
     if (klen > NVC_KEY_MAX)
         return 0;                 /* not ours: never written by nvcached */
     size_t need = 1 + 8 + klen;
@@ -153,7 +181,7 @@ static int scan_fn(const void *key, size_t klen, const void *value, size_t vlen,
             cap *= 2;
         char *p = realloc(b->p, cap);
         if (!p)
-            return 1;
+            return 2;
         b->p = p;
         b->cap = cap;
     }
@@ -165,19 +193,28 @@ static int scan_fn(const void *key, size_t klen, const void *value, size_t vlen,
     return 0;
 }
 
+/* The rebuild walks the map in steps of SCAN_STEP entries (nvh_hmap_walk:
+ * no lock, a reader epoch for the step only), then indexes the step's keys
+ * under the store lock, checking each again (it may have gone or changed
+ * since): requests wait at most for one step's indexing. */
+#define SCAN_STEP 256u
+
 static void *scan_main(void *arg)
 {
     nvc_store *s = arg;
-    uint64_t t0 = now_us();
+    uint64_t t0 = now_us(), walk = 0;
     struct scan_buf b = { .stop = &s->scan_stop };
-    /* The walk holds only the map's own lock; entries are checked again
-     * under the store lock below (one may have gone or changed since). */
-    nvh_hmap_foreach(s->map, scan_fn, &b);
-    __atomic_store_n(&s->walk_us, now_us() - t0, __ATOMIC_RELAXED);
-    size_t off = 0;
-    while (off < b.len && !__atomic_load_n(&s->scan_stop, __ATOMIC_RELAXED)) {
+    nvh_hmap_cursor cur = { 0, 0 };
+    int rc = 1;
+    while (rc == 1 && !__atomic_load_n(&s->scan_stop, __ATOMIC_RELAXED)) {
+        uint64_t w0 = now_us();
+        b.len = 0;
+        rc = nvh_hmap_walk(s->map, &cur, SCAN_STEP, scan_fn, &b);
+        walk += now_us() - w0;
+        if (rc < 0)
+            fprintf(stderr, "nvcached: index rebuild: %s\n", nvh_errormsg());
         nvc_store_lock(s);
-        for (int n = 0; n < 1024 && off < b.len; n++) {
+        for (size_t off = 0; off < b.len;) {
             size_t klen = (uint8_t)b.p[off];
             const char *key = b.p + off + 9;
             off += 9 + klen;
@@ -187,11 +224,12 @@ static void *scan_main(void *arg)
             size_t vlen;
             if (nvh_hmap_get(s->map, key, klen, &v, &vlen) != 0)
                 continue;
-            lru_set(s->lru, key, klen, item_size(klen, vlen), true);
+            lru_set_w(s, key, klen, item_size(klen, vlen), true);
         }
         nvc_store_unlock(s);
     }
     free(b.p);
+    __atomic_store_n(&s->walk_us, walk, __ATOMIC_RELAXED);
     __atomic_store_n(&s->scan_us, now_us() - t0, __ATOMIC_RELAXED);
     /* Under the lock: mem_used switches from "index + hint" to "index"
      * between two changes, never in the middle of one. */
@@ -219,6 +257,7 @@ nvc_store *nvc_store_open(const nvc_store_config *cfg, char *err, size_t errlen)
     pthread_mutexattr_settype(&ma, PTHREAD_MUTEX_ADAPTIVE_NP);
     pthread_mutex_init(&s->lock, &ma);
     pthread_mutexattr_destroy(&ma);
+    pthread_rwlock_init(&s->lru_lock, NULL);
     s->lru = lru_new();
     if (!s->path || !s->lru) {
         snprintf(err, errlen, "out of memory");
@@ -296,6 +335,7 @@ void nvc_store_close(nvc_store *s)
         nvh_pool_close(s->pool);
     lru_free(s->lru);
     pthread_mutex_destroy(&s->lock);
+    pthread_rwlock_destroy(&s->lru_lock);
     free(s->path);
     free(s);
 }
@@ -316,6 +356,44 @@ int nvc_store_find(nvc_store *s, const char *key, size_t klen, int64_t now, bool
     view->len = vlen - sizeof(nvc_hdr);
     if (bump)
         lru_bump(s->lru, key, klen);
+    return 1;
+}
+
+struct read_ctx {
+    nvc_store *s;
+    int64_t now;
+    nvc_read_fn fn;
+    void *arg;
+};
+
+static int read_fn(const void *key, size_t klen, const void *v, size_t vlen, void *arg)
+{
+    struct read_ctx *r = arg;
+    (void)key;
+    (void)klen;
+    if (vlen < sizeof(nvc_hdr))
+        return 2;
+    nvc_view view;
+    memcpy(&view.hdr, v, sizeof view.hdr);
+    if (!hdr_live(r->s->root, &view.hdr, r->now))
+        return 2;
+    view.data = (const char *)v + sizeof(nvc_hdr);
+    view.len = vlen - sizeof(nvc_hdr);
+    r->fn(&view, r->arg);
+    return 1;
+}
+
+int nvc_store_read(nvc_store *s, const char *key, size_t klen, int64_t now, bool bump,
+                   nvc_read_fn fn, void *arg)
+{
+    struct read_ctx r = { s, now, fn, arg };
+    if (nvh_hmap_get_fn(s->map, key, klen, read_fn, &r) != 1)
+        return 0;
+    if (bump) {
+        pthread_rwlock_rdlock(&s->lru_lock);
+        lru_bump(s->lru, key, klen);
+        pthread_rwlock_unlock(&s->lru_lock);
+    }
     return 1;
 }
 
@@ -342,12 +420,14 @@ int nvc_store_index_rebuild(nvc_store *s)
 static int evict_one(nvc_store *s)
 {
     char victim[NVC_KEY_MAX + 1];
+    lru_wlock(s);                /* the hand clears reference bits */
     int vk = lru_victim(s->lru, victim);
+    lru_wunlock(s);
     if (vk < 0)
         return 0;
     if (nvh_hmap_delete(s->map, victim, (size_t)vk) == 0)
         s->evictions++;
-    lru_remove(s->lru, victim, (size_t)vk);
+    lru_remove_w(s, victim, (size_t)vk);
     note_change(s);
     return 1;
 }
@@ -398,7 +478,7 @@ int nvc_store_put(nvc_store *s, const char *key, size_t klen, void *value, size_
         fprintf(stderr, "nvcached: storing an item: %s\n", nvh_errormsg());
         return NVC_ERR;
     }
-    lru_set(s->lru, key, klen, size, false);
+    lru_set_w(s, key, klen, size, false);
     s->total_items++;
     note_change(s);
     if (cas)
@@ -409,7 +489,7 @@ int nvc_store_put(nvc_store *s, const char *key, size_t klen, void *value, size_
 int nvc_store_delete(nvc_store *s, const char *key, size_t klen)
 {
     int rc = nvh_hmap_delete(s->map, key, klen);
-    lru_remove(s->lru, key, klen);
+    lru_remove_w(s, key, klen);
     note_change(s);
     if (rc == 0)
         return 1;
@@ -424,11 +504,12 @@ int nvc_store_flush(nvc_store *s, int64_t now, int64_t when)
      * an immediate flush also kills every CAS value handed out so far, so
      * items stored later in the same second survive. */
     struct nvc_root *r = s->root;
-    r->oldest_live = when - 1;
-    if (r->oldest_live <= now) {
-        r->flush_cas = s->next_cas - 1;
-        if (r->flush_cas > r->cas_reserved)
-            r->flush_cas = r->cas_reserved;
+    __atomic_store_n(&r->oldest_live, when - 1, __ATOMIC_RELAXED);
+    if (when - 1 <= now) {
+        uint64_t fc = s->next_cas - 1;
+        if (fc > r->cas_reserved)
+            fc = r->cas_reserved;
+        __atomic_store_n(&r->flush_cas, fc, __ATOMIC_RELAXED);
     }
     nvh_persist(s->pool, &r->flush_cas, 16);   /* flush_cas and oldest_live */
     return 0;
