@@ -4,8 +4,9 @@
  *
  * It lives in DRAM only: after a restart it is rebuilt in the background
  * from the pool (store.c), so it never delays serving. The caller
- * serialises every call (the store lock); only lru_bump may race with
- * itself (it only sets a bit). */
+ * serialises every call that changes it (store.c: the store lock, and its
+ * index lock written); lru_bump only sets a bit and may run concurrently
+ * with itself and with the read-only calls (store.c: index lock read). */
 #ifndef NVCACHED_LRU_H
 #define NVCACHED_LRU_H
 

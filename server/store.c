@@ -83,7 +83,7 @@ struct nvc_store {
     int scan_stop;           /* atomic */
     int scan_done;           /* atomic */
     uint64_t scan_us;        /* atomic */
-    uint64_t walk_us;        /* atomic: the part that holds the map's lock */
+    uint64_t walk_us;        /* atomic: the walk's steps (no lock held)     */
 };
 
 static uint64_t now_us(void)

@@ -9,7 +9,8 @@
  * operations are), so the protocol layer may acknowledge as soon as it
  * returns. Callers hold the store lock (nvc_store_lock) around a sequence
  * of calls: a read-modify-write (incr, append, cas) is then atomic, and a
- * pointer returned by nvc_store_find stays valid until the next change. */
+ * pointer returned by nvc_store_find stays valid until the next change.
+ * A plain lookup needs no lock (nvc_store_read). */
 #ifndef NVCACHED_STORE_H
 #define NVCACHED_STORE_H
 
