@@ -63,10 +63,11 @@ _Static_assert(offsetof(struct nvc_root, items_hint) == 64, "nvc_root.items_hint
 
 struct nvc_store {
     pthread_mutex_t lock;
-    /* The eviction index is changed only under the store lock, and then
-     * with this lock written too; lock-free readers (nvc_store_read) take it
-     * for reading to set an entry's reference bit. */
-    pthread_rwlock_t lru_lock;
+    /* Lock-free readers (nvc_store_read) do not touch the eviction index:
+     * each thread queues the hashes of the keys it read in a ring of its
+     * own, and whoever holds the store lock applies the queued reference
+     * bits (eviction drains every ring before the CLOCK hand moves). */
+    struct bump_ring *rings;     /* list, grows under the lock; freed at close */
     nvh_pool *pool;
     nvh_hmap *map;
     struct nvc_root *root;
@@ -114,22 +115,63 @@ static bool hdr_live(const struct nvc_root *r, const nvc_hdr *h, int64_t now)
     return true;
 }
 
-static void lru_wlock(nvc_store *s) { pthread_rwlock_wrlock(&s->lru_lock); }
-static void lru_wunlock(nvc_store *s) { pthread_rwlock_unlock(&s->lru_lock); }
+/* ---- reference bits of lock-free reads ---------------------------------- */
 
-static void lru_set_w(nvc_store *s, const char *key, size_t klen, uint64_t size, bool cold)
+/* One ring per reading thread: the reader produces (head), the holder of
+ * the store lock consumes (tail), so a get costs a hash and two plain
+ * atomic accesses to lines of its own thread, no shared lock. A full ring
+ * drops the bump (CLOCK is approximate anyway) after trying to drain it. */
+#define BUMP_RING 256u
+
+struct bump_ring {
+    struct bump_ring *next;
+    uint64_t head;               /* atomic: written by the owner thread      */
+    char pad[56];
+    uint64_t tail;               /* atomic: written under the store lock      */
+    uint64_t h[BUMP_RING];
+};
+
+static _Thread_local struct bump_ring *my_ring;
+static _Thread_local const nvc_store *my_ring_store;
+
+/* With the store lock held. */
+static void bumps_drain(nvc_store *s)
 {
-    lru_wlock(s);
-    lru_set(s->lru, key, klen, size, cold);
-    lru_wunlock(s);
+    for (struct bump_ring *r = s->rings; r; r = r->next) {
+        uint64_t head = __atomic_load_n(&r->head, __ATOMIC_ACQUIRE);
+        uint64_t tail = r->tail;
+        for (; tail != head; tail++)
+            lru_bump_hash(s->lru, r->h[tail % BUMP_RING]);
+        __atomic_store_n(&r->tail, tail, __ATOMIC_RELEASE);
+    }
 }
 
-static void lru_remove_w(nvc_store *s, const char *key, size_t klen)
+static void bump_later(nvc_store *s, const char *key, size_t klen)
 {
-    lru_wlock(s);
-    lru_remove(s->lru, key, klen);
-    lru_wunlock(s);
+    struct bump_ring *r = my_ring;
+    if (!r || my_ring_store != s) {
+        r = calloc(1, sizeof *r);
+        if (!r)
+            return;
+        nvc_store_lock(s);
+        r->next = s->rings;
+        s->rings = r;
+        nvc_store_unlock(s);
+        my_ring = r;
+        my_ring_store = s;
+    }
+    uint64_t head = r->head;
+    if (head - __atomic_load_n(&r->tail, __ATOMIC_ACQUIRE) >= BUMP_RING / 2 &&
+        pthread_mutex_trylock(&s->lock) == 0) {
+        bumps_drain(s);
+        nvc_store_unlock(s);
+    }
+    if (head - __atomic_load_n(&r->tail, __ATOMIC_ACQUIRE) >= BUMP_RING)
+        return;
+    r->h[head % BUMP_RING] = lru_hash(key, klen);
+    __atomic_store_n(&r->head, head + 1, __ATOMIC_RELEASE);
 }
+
 
 void nvc_store_lock(nvc_store *s) { pthread_mutex_lock(&s->lock); }
 void nvc_store_unlock(nvc_store *s) { pthread_mutex_unlock(&s->lock); }
@@ -224,7 +266,7 @@ static void *scan_main(void *arg)
             size_t vlen;
             if (nvh_hmap_get(s->map, key, klen, &v, &vlen) != 0)
                 continue;
-            lru_set_w(s, key, klen, item_size(klen, vlen), true);
+            lru_set(s->lru, key, klen, item_size(klen, vlen), true);
         }
         nvc_store_unlock(s);
     }
@@ -257,7 +299,6 @@ nvc_store *nvc_store_open(const nvc_store_config *cfg, char *err, size_t errlen)
     pthread_mutexattr_settype(&ma, PTHREAD_MUTEX_ADAPTIVE_NP);
     pthread_mutex_init(&s->lock, &ma);
     pthread_mutexattr_destroy(&ma);
-    pthread_rwlock_init(&s->lru_lock, NULL);
     s->lru = lru_new();
     if (!s->path || !s->lru) {
         snprintf(err, errlen, "out of memory");
@@ -335,7 +376,11 @@ void nvc_store_close(nvc_store *s)
         nvh_pool_close(s->pool);
     lru_free(s->lru);
     pthread_mutex_destroy(&s->lock);
-    pthread_rwlock_destroy(&s->lru_lock);
+    while (s->rings) {
+        struct bump_ring *r = s->rings;
+        s->rings = r->next;
+        free(r);
+    }
     free(s->path);
     free(s);
 }
@@ -389,11 +434,8 @@ int nvc_store_read(nvc_store *s, const char *key, size_t klen, int64_t now, bool
     struct read_ctx r = { s, now, fn, arg };
     if (nvh_hmap_get_fn(s->map, key, klen, read_fn, &r) != 1)
         return 0;
-    if (bump) {
-        pthread_rwlock_rdlock(&s->lru_lock);
-        lru_bump(s->lru, key, klen);
-        pthread_rwlock_unlock(&s->lru_lock);
-    }
+    if (bump)
+        bump_later(s, key, klen);
     return 1;
 }
 
@@ -420,14 +462,13 @@ int nvc_store_index_rebuild(nvc_store *s)
 static int evict_one(nvc_store *s)
 {
     char victim[NVC_KEY_MAX + 1];
-    lru_wlock(s);                /* the hand clears reference bits */
+    bumps_drain(s);              /* recent reads count before the hand moves */
     int vk = lru_victim(s->lru, victim);
-    lru_wunlock(s);
     if (vk < 0)
         return 0;
     if (nvh_hmap_delete(s->map, victim, (size_t)vk) == 0)
         s->evictions++;
-    lru_remove_w(s, victim, (size_t)vk);
+    lru_remove(s->lru, victim, (size_t)vk);
     note_change(s);
     return 1;
 }
@@ -478,7 +519,7 @@ int nvc_store_put(nvc_store *s, const char *key, size_t klen, void *value, size_
         fprintf(stderr, "nvcached: storing an item: %s\n", nvh_errormsg());
         return NVC_ERR;
     }
-    lru_set_w(s, key, klen, size, false);
+    lru_set(s->lru, key, klen, size, false);
     s->total_items++;
     note_change(s);
     if (cas)
@@ -489,7 +530,7 @@ int nvc_store_put(nvc_store *s, const char *key, size_t klen, void *value, size_
 int nvc_store_delete(nvc_store *s, const char *key, size_t klen)
 {
     int rc = nvh_hmap_delete(s->map, key, klen);
-    lru_remove_w(s, key, klen);
+    lru_remove(s->lru, key, klen);
     note_change(s);
     if (rc == 0)
         return 1;
