@@ -501,6 +501,118 @@ static void test_threads(void **state)
     unlink(path);
 }
 
+/* Writers on two threads while a third walks in steps and a fourth reads
+ * with nvh_hmap_get_fn (run under TSan by the sanitizer build): the stable
+ * keys are visited exactly once per walk, every value read is whole (one
+ * version's bytes), and the map checks clean afterwards. */
+typedef struct conc_arg {
+    nvh_hmap *m;
+    uint32_t first, n;
+    int rc;
+    _Atomic int *stop;
+} conc_arg;
+
+enum { CONC_STABLE = 400 };
+
+static void *conc_writer(void *p)
+{
+    conc_arg *a = p;
+    uint8_t k[HM_KEYBUF], v[HM_VALBUF];
+    for (uint32_t round = 2; round < 5 && !a->rc; round++)
+        for (uint32_t id = a->first; id < a->first + a->n && !a->rc; id++) {
+            a->rc = nvh_hmap_put(a->m, k, hm_key(id, k), v, hm_val(id, round, v));
+            if (!a->rc && id % 4 == 0) a->rc = nvh_hmap_delete(a->m, k, hm_key(id, k));
+        }
+    /* the stable keys get new versions too */
+    for (uint32_t id = 0; id < CONC_STABLE && !a->rc; id++)
+        if (id % 2 == a->first % 2)
+            a->rc = nvh_hmap_put(a->m, k, hm_key(id, k), v, hm_val(id, 7, v));
+    return NULL;
+}
+
+/* A value is whole if it is the bytes of one version of its key. */
+static int whole_fn(const void *key, size_t klen, const void *val, size_t vlen, void *arg)
+{
+    (void)arg;
+    unsigned id;
+    char tmp[16] = {0};
+    memcpy(tmp, key, klen < 15 ? klen : 15);
+    if (sscanf(tmp, "k%u-", &id) != 1) return -1;
+    uint8_t v[HM_VALBUF];
+    for (uint32_t ver = 1; ver < 8; ver++)
+        if (hm_val(id, ver, v) == vlen && memcmp(v, val, vlen) == 0) return 1;
+    return -2;
+}
+
+static void *conc_reader(void *p)
+{
+    conc_arg *a = p;
+    uint8_t k[HM_KEYBUF];
+    uint64_t rng = 7;
+    while (!atomic_load(a->stop) && !a->rc) {
+        uint32_t id = (uint32_t)(hm_rng(&rng) % (a->n));
+        int rc = nvh_hmap_get_fn(a->m, k, hm_key(id, k), whole_fn, NULL);
+        if (rc != 1 && rc != NVH_E_NOTFOUND) a->rc = rc ? rc : -3;
+        if (id < CONC_STABLE && rc != 1) a->rc = -4;           /* never absent */
+    }
+    return NULL;
+}
+
+static void *conc_walker(void *p)
+{
+    conc_arg *a = p;
+    uint8_t *seen = calloc(a->n, 1);
+    while (!atomic_load(a->stop) && !a->rc) {
+        memset(seen, 0, a->n);
+        walk_seen w = {seen, a->n, 0, 0};
+        nvh_hmap_cursor c = {0, 0};
+        int rc;
+        while ((rc = nvh_hmap_walk(a->m, &c, 7, walk_fn, &w)) == 1) {}
+        if (rc != 0 || w.bad) a->rc = rc ? rc : -5;
+        for (uint32_t id = 0; id < CONC_STABLE && !a->rc; id++)
+            if (seen[id] != 1) a->rc = -6;
+        for (uint32_t id = CONC_STABLE; id < a->n && !a->rc; id++)
+            if (seen[id] > 1) a->rc = -7;
+    }
+    free(seen);
+    return NULL;
+}
+
+static void test_concurrent_readers(void **state)
+{
+    (void)state;
+    const char *path;
+    nvh_pool *pool = new_pool("hm-conc", &path);
+    nvh_hmap *m = new_map(pool, 1, 100);
+    enum { PER = 1500, TOTAL = CONC_STABLE + 2 * PER };
+    uint8_t k[HM_KEYBUF], v[HM_VALBUF];
+    for (uint32_t id = 0; id < CONC_STABLE; id++)
+        assert_int_equal(nvh_hmap_put(m, k, hm_key(id, k), v, hm_val(id, 1, v)), NVH_OK);
+    _Atomic int stop = 0;
+    conc_arg w[2] = {{m, CONC_STABLE, PER, 0, &stop}, {m, CONC_STABLE + PER, PER, 0, &stop}};
+    conc_arg r = {m, 0, TOTAL, 0, &stop}, wk = {m, 0, TOTAL, 0, &stop};
+    pthread_t t[4];
+    pthread_create(&t[0], NULL, conc_writer, &w[0]);
+    pthread_create(&t[1], NULL, conc_writer, &w[1]);
+    pthread_create(&t[2], NULL, conc_reader, &r);
+    pthread_create(&t[3], NULL, conc_walker, &wk);
+    pthread_join(t[0], NULL);
+    pthread_join(t[1], NULL);
+    atomic_store(&stop, 1);
+    pthread_join(t[2], NULL);
+    pthread_join(t[3], NULL);
+    assert_int_equal(w[0].rc, 0);
+    assert_int_equal(w[1].rc, 0);
+    assert_int_equal(r.rc, 0);
+    assert_int_equal(wk.rc, 0);
+    nvh_hmap_stats st;
+    assert_int_equal(nvh_hmap_check(m, &st), NVH_OK);
+    assert_int_equal(st.count, CONC_STABLE + 2 * (PER - PER / 4));
+    nvh_hmap_close(m);
+    nvh_pool_close(pool);
+    unlink(path);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -508,7 +620,7 @@ int main(void)
         cmocka_unit_test(test_resize),    cmocka_unit_test(test_costs),
         cmocka_unit_test(test_destroy),   cmocka_unit_test(test_threads),
         cmocka_unit_test(test_readonly),  cmocka_unit_test(test_get_fn),
-        cmocka_unit_test(test_walk),
+        cmocka_unit_test(test_walk),      cmocka_unit_test(test_concurrent_readers),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
