@@ -1459,6 +1459,27 @@ int nvh_hmap_delete(nvh_hmap *map, const void *key, size_t klen);   /* NVH_E_NOT
 typedef int (*nvh_hmap_fn)(const void *key, size_t klen, const void *value, size_t vlen,
                            void *arg);
 int nvh_hmap_foreach(nvh_hmap *map, nvh_hmap_fn fn, void *arg);
+/* Look key up without a lock and call fn(key, klen, value, vlen, arg) on the
+ * entry while it cannot be freed or reused: the pointers are valid during fn
+ * only (a concurrent replacement or delete takes effect for later calls).
+ * Returns fn's value, NVH_E_NOTFOUND (no message recorded: cheap for caches
+ * that miss often) or NVH_E_CORRUPT. fn must not call the map. */
+int nvh_hmap_get_fn(nvh_hmap *map, const void *key, size_t klen, nvh_hmap_fn fn, void *arg);
+/* A resumable walk: each call visits up to max entries from *cursor on (in
+ * split order; a run of entries with one 63-bit hash is never split between
+ * calls, so a call may visit a few more) and advances the cursor. Start with
+ * a zeroed cursor. Returns 1 while entries may be left, 0 once the walk is
+ * complete, fn's non-zero value (the cursor is then left where the call
+ * started) or NVH_E_CORRUPT. A call takes no lock and holds back the reuse
+ * of freed entries only for its own length, so writers run between (and
+ * during) steps: every key present from the first call to the last is
+ * visited exactly once, keys inserted or deleted meanwhile at most once. */
+typedef struct nvh_hmap_cursor {
+    uint64_t pos;              /* split-order position of the next entry     */
+    uint64_t done;             /* 1 once the walk reached the end            */
+} nvh_hmap_cursor;
+int nvh_hmap_walk(nvh_hmap *map, nvh_hmap_cursor *cursor, unsigned max, nvh_hmap_fn fn,
+                  void *arg);
 uint64_t nvh_hmap_count(nvh_hmap *map);
 int nvh_hmap_stats_get(nvh_hmap *map, nvh_hmap_stats *stats);
 /* Check every invariant (docs/HASHMAP.md §5) with a walk of the list and the

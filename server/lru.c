@@ -129,6 +129,13 @@ bool lru_bump(nvc_lru *l, const char *key, size_t klen)
     return true;
 }
 
+void lru_bump_hash(nvc_lru *l, uint64_t h)
+{
+    for (lru_ent *e = l->b[h & (l->nb - 1)]; e; e = e->next)
+        if (e->hash == h && !__atomic_load_n(&e->ref, __ATOMIC_RELAXED))
+            __atomic_store_n(&e->ref, 1, __ATOMIC_RELAXED);
+}
+
 bool lru_contains(nvc_lru *l, const char *key, size_t klen)
 {
     return *lru_slot(l, key, klen, lru_hash(key, klen)) != NULL;

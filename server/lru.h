@@ -4,8 +4,8 @@
  *
  * It lives in DRAM only: after a restart it is rebuilt in the background
  * from the pool (store.c), so it never delays serving. The caller
- * serialises every call (the store lock); only lru_bump may race with
- * itself (it only sets a bit). */
+ * serialises every call (store.c: the store lock; lock-free readers queue
+ * their bumps by hash, applied under the lock with lru_bump_hash). */
 #ifndef NVCACHED_LRU_H
 #define NVCACHED_LRU_H
 
@@ -23,6 +23,9 @@ uint64_t lru_hash(const char *key, size_t klen);
 int64_t lru_set(nvc_lru *l, const char *key, size_t klen, uint64_t size, bool cold);
 /* true if present (and then marked referenced). */
 bool lru_bump(nvc_lru *l, const char *key, size_t klen);
+/* The same for every entry whose hash is h (lru_hash): a bump queued by
+ * hash may mark a colliding key too, which only keeps it a round longer. */
+void lru_bump_hash(nvc_lru *l, uint64_t h);
 bool lru_contains(nvc_lru *l, const char *key, size_t klen);
 /* The size recorded for the key, or -1 if it is not indexed. */
 int64_t lru_size(nvc_lru *l, const char *key, size_t klen);

@@ -170,6 +170,19 @@ static void value_line(nvc_conn *c, const char *key, size_t klen, const nvc_view
 
 /* ---- retrieval ---------------------------------------------------------- */
 
+struct get_line {
+    nvc_conn *c;
+    const char *key;
+    size_t klen;
+    bool cas;
+};
+
+static void get_line_fn(const nvc_view *v, void *arg)
+{
+    struct get_line *g = arg;
+    value_line(g->c, g->key, g->klen, v, g->cas);
+}
+
 /* get/gets key*, gat/gats exptime key*. */
 static void cmd_get(nvc_conn *c, tok *t, int nt, bool cas, bool touch, bool end)
 {
@@ -193,8 +206,16 @@ static void cmd_get(nvc_conn *c, tok *t, int nt, bool cas, bool touch, bool end)
             return;
         }
         nvc_view v;
+        int hit;
+        if (!touch) {
+            /* A plain get takes no store lock: the value is copied into
+             * the output while the map keeps it from being reused. */
+            struct get_line g = { c, t[i].s, t[i].n, cas };
+            hit = nvc_store_read(nvc_srv.store, t[i].s, t[i].n, now, true, get_line_fn, &g);
+            goto counted;
+        }
         nvc_store_lock(nvc_srv.store);
-        int hit = nvc_store_find(nvc_srv.store, t[i].s, t[i].n, now, true, &v);
+        hit = nvc_store_find(nvc_srv.store, t[i].s, t[i].n, now, true, &v);
         if (hit && touch) {
             nvc_hdr h = v.hdr;
             h.exptime = exptime;
@@ -208,6 +229,7 @@ static void cmd_get(nvc_conn *c, tok *t, int nt, bool cas, bool touch, bool end)
         if (hit)
             value_line(c, t[i].s, t[i].n, &v, cas);
         nvc_store_unlock(nvc_srv.store);
+    counted:
         if (touch) {
             NVC_COUNT(k, cmd_touch, 1);
             if (hit)

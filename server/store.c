@@ -14,10 +14,14 @@
  * restart it knows only the items stored since; the earlier run's items
  * are counted by `bytes_hint` (root, stored without a fence on every
  * change: exact after SIGKILL, a hint after a power loss) until a
- * background walk of the map indexes them. That walk holds the map's lock
- * for its whole length (the map has no cursor), so it starts only when the
- * memory in use reaches half the limit: a restart under the limit never
- * scans, and serving never waits for a scan it did not need. */
+ * background walk of the map indexes them. That walk goes in small
+ * resumable steps (nvh_hmap_walk) and never blocks requests for longer than
+ * one step's indexing; it starts only when the memory in use reaches half
+ * the limit, so a restart under the limit never scans at all.
+ *
+ * Gets take no store lock (nvc_store_read: the map's lock-free lookup,
+ * the value copied out while the map holds back its reuse); changes are
+ * serialised by the store lock. */
 #include "store.h"
 #include "lru.h"
 
@@ -59,6 +63,11 @@ _Static_assert(offsetof(struct nvc_root, items_hint) == 64, "nvc_root.items_hint
 
 struct nvc_store {
     pthread_mutex_t lock;
+    /* Lock-free readers (nvc_store_read) do not touch the eviction index:
+     * each thread queues the hashes of the keys it read in a ring of its
+     * own, and whoever holds the store lock applies the queued reference
+     * bits (eviction drains every ring before the CLOCK hand moves). */
+    struct bump_ring *rings;     /* list, grows under the lock; freed at close */
     nvh_pool *pool;
     nvh_hmap *map;
     struct nvc_root *root;
@@ -75,7 +84,7 @@ struct nvc_store {
     int scan_stop;           /* atomic */
     int scan_done;           /* atomic */
     uint64_t scan_us;        /* atomic */
-    uint64_t walk_us;        /* atomic: the part that holds the map's lock */
+    uint64_t walk_us;        /* atomic: the walk's steps (no lock held)     */
 };
 
 static uint64_t now_us(void)
@@ -92,16 +101,77 @@ static uint64_t item_size(size_t klen, size_t vlen)
     return (32u + klen + vlen + 63u) & ~(uint64_t)63u;
 }
 
+/* The flush marks are read by lock-free readers while flush_all (under the
+ * store lock) writes them: atomic loads and stores. */
 static bool hdr_live(const struct nvc_root *r, const nvc_hdr *h, int64_t now)
 {
     if (h->exptime != 0 && h->exptime <= now)
         return false;
-    if (h->cas <= r->flush_cas)
+    if (h->cas <= __atomic_load_n(&r->flush_cas, __ATOMIC_RELAXED))
         return false;
-    if (r->oldest_live != 0 && r->oldest_live <= now && h->time <= r->oldest_live)
+    int64_t ol = __atomic_load_n(&r->oldest_live, __ATOMIC_RELAXED);
+    if (ol != 0 && ol <= now && h->time <= ol)
         return false;
     return true;
 }
+
+/* ---- reference bits of lock-free reads ---------------------------------- */
+
+/* One ring per reading thread: the reader produces (head), the holder of
+ * the store lock consumes (tail), so a get costs a hash and two plain
+ * atomic accesses to lines of its own thread, no shared lock. A full ring
+ * drops the bump (CLOCK is approximate anyway) after trying to drain it. */
+#define BUMP_RING 256u
+
+struct bump_ring {
+    struct bump_ring *next;
+    uint64_t head;               /* atomic: written by the owner thread      */
+    char pad[56];
+    uint64_t tail;               /* atomic: written under the store lock      */
+    uint64_t h[BUMP_RING];
+};
+
+static _Thread_local struct bump_ring *my_ring;
+static _Thread_local const nvc_store *my_ring_store;
+
+/* With the store lock held. */
+static void bumps_drain(nvc_store *s)
+{
+    for (struct bump_ring *r = s->rings; r; r = r->next) {
+        uint64_t head = __atomic_load_n(&r->head, __ATOMIC_ACQUIRE);
+        uint64_t tail = r->tail;
+        for (; tail != head; tail++)
+            lru_bump_hash(s->lru, r->h[tail % BUMP_RING]);
+        __atomic_store_n(&r->tail, tail, __ATOMIC_RELEASE);
+    }
+}
+
+static void bump_later(nvc_store *s, const char *key, size_t klen)
+{
+    struct bump_ring *r = my_ring;
+    if (!r || my_ring_store != s) {
+        r = calloc(1, sizeof *r);
+        if (!r)
+            return;
+        nvc_store_lock(s);
+        r->next = s->rings;
+        s->rings = r;
+        nvc_store_unlock(s);
+        my_ring = r;
+        my_ring_store = s;
+    }
+    uint64_t head = r->head;
+    if (head - __atomic_load_n(&r->tail, __ATOMIC_ACQUIRE) >= BUMP_RING / 2 &&
+        pthread_mutex_trylock(&s->lock) == 0) {
+        bumps_drain(s);
+        nvc_store_unlock(s);
+    }
+    if (head - __atomic_load_n(&r->tail, __ATOMIC_ACQUIRE) >= BUMP_RING)
+        return;
+    r->h[head % BUMP_RING] = lru_hash(key, klen);
+    __atomic_store_n(&r->head, head + 1, __ATOMIC_RELEASE);
+}
+
 
 void nvc_store_lock(nvc_store *s) { pthread_mutex_lock(&s->lock); }
 void nvc_store_unlock(nvc_store *s) { pthread_mutex_unlock(&s->lock); }
@@ -143,7 +213,7 @@ static int scan_fn(const void *key, size_t klen, const void *value, size_t vlen,
     struct scan_buf *b = arg;
     (void)value;
     if (__atomic_load_n(b->stop, __ATOMIC_RELAXED))
-        return 1;
+        return 2;
     if (klen > NVC_KEY_MAX)
         return 0;                 /* not ours: never written by nvcached */
     size_t need = 1 + 8 + klen;
@@ -153,7 +223,7 @@ static int scan_fn(const void *key, size_t klen, const void *value, size_t vlen,
             cap *= 2;
         char *p = realloc(b->p, cap);
         if (!p)
-            return 1;
+            return 2;
         b->p = p;
         b->cap = cap;
     }
@@ -165,19 +235,28 @@ static int scan_fn(const void *key, size_t klen, const void *value, size_t vlen,
     return 0;
 }
 
+/* The rebuild walks the map in steps of SCAN_STEP entries (nvh_hmap_walk:
+ * no lock, a reader epoch for the step only), then indexes the step's keys
+ * under the store lock, checking each again (it may have gone or changed
+ * since): requests wait at most for one step's indexing. */
+#define SCAN_STEP 256u
+
 static void *scan_main(void *arg)
 {
     nvc_store *s = arg;
-    uint64_t t0 = now_us();
+    uint64_t t0 = now_us(), walk = 0;
     struct scan_buf b = { .stop = &s->scan_stop };
-    /* The walk holds only the map's own lock; entries are checked again
-     * under the store lock below (one may have gone or changed since). */
-    nvh_hmap_foreach(s->map, scan_fn, &b);
-    __atomic_store_n(&s->walk_us, now_us() - t0, __ATOMIC_RELAXED);
-    size_t off = 0;
-    while (off < b.len && !__atomic_load_n(&s->scan_stop, __ATOMIC_RELAXED)) {
+    nvh_hmap_cursor cur = { 0, 0 };
+    int rc = 1;
+    while (rc == 1 && !__atomic_load_n(&s->scan_stop, __ATOMIC_RELAXED)) {
+        uint64_t w0 = now_us();
+        b.len = 0;
+        rc = nvh_hmap_walk(s->map, &cur, SCAN_STEP, scan_fn, &b);
+        walk += now_us() - w0;
+        if (rc < 0)
+            fprintf(stderr, "nvcached: index rebuild: %s\n", nvh_errormsg());
         nvc_store_lock(s);
-        for (int n = 0; n < 1024 && off < b.len; n++) {
+        for (size_t off = 0; off < b.len;) {
             size_t klen = (uint8_t)b.p[off];
             const char *key = b.p + off + 9;
             off += 9 + klen;
@@ -192,6 +271,7 @@ static void *scan_main(void *arg)
         nvc_store_unlock(s);
     }
     free(b.p);
+    __atomic_store_n(&s->walk_us, walk, __ATOMIC_RELAXED);
     __atomic_store_n(&s->scan_us, now_us() - t0, __ATOMIC_RELAXED);
     /* Under the lock: mem_used switches from "index + hint" to "index"
      * between two changes, never in the middle of one. */
@@ -296,6 +376,11 @@ void nvc_store_close(nvc_store *s)
         nvh_pool_close(s->pool);
     lru_free(s->lru);
     pthread_mutex_destroy(&s->lock);
+    while (s->rings) {
+        struct bump_ring *r = s->rings;
+        s->rings = r->next;
+        free(r);
+    }
     free(s->path);
     free(s);
 }
@@ -316,6 +401,41 @@ int nvc_store_find(nvc_store *s, const char *key, size_t klen, int64_t now, bool
     view->len = vlen - sizeof(nvc_hdr);
     if (bump)
         lru_bump(s->lru, key, klen);
+    return 1;
+}
+
+struct read_ctx {
+    nvc_store *s;
+    int64_t now;
+    nvc_read_fn fn;
+    void *arg;
+};
+
+static int read_fn(const void *key, size_t klen, const void *v, size_t vlen, void *arg)
+{
+    struct read_ctx *r = arg;
+    (void)key;
+    (void)klen;
+    if (vlen < sizeof(nvc_hdr))
+        return 2;
+    nvc_view view;
+    memcpy(&view.hdr, v, sizeof view.hdr);
+    if (!hdr_live(r->s->root, &view.hdr, r->now))
+        return 2;
+    view.data = (const char *)v + sizeof(nvc_hdr);
+    view.len = vlen - sizeof(nvc_hdr);
+    r->fn(&view, r->arg);
+    return 1;
+}
+
+int nvc_store_read(nvc_store *s, const char *key, size_t klen, int64_t now, bool bump,
+                   nvc_read_fn fn, void *arg)
+{
+    struct read_ctx r = { s, now, fn, arg };
+    if (nvh_hmap_get_fn(s->map, key, klen, read_fn, &r) != 1)
+        return 0;
+    if (bump)
+        bump_later(s, key, klen);
     return 1;
 }
 
@@ -342,6 +462,7 @@ int nvc_store_index_rebuild(nvc_store *s)
 static int evict_one(nvc_store *s)
 {
     char victim[NVC_KEY_MAX + 1];
+    bumps_drain(s);              /* recent reads count before the hand moves */
     int vk = lru_victim(s->lru, victim);
     if (vk < 0)
         return 0;
@@ -424,11 +545,12 @@ int nvc_store_flush(nvc_store *s, int64_t now, int64_t when)
      * an immediate flush also kills every CAS value handed out so far, so
      * items stored later in the same second survive. */
     struct nvc_root *r = s->root;
-    r->oldest_live = when - 1;
-    if (r->oldest_live <= now) {
-        r->flush_cas = s->next_cas - 1;
-        if (r->flush_cas > r->cas_reserved)
-            r->flush_cas = r->cas_reserved;
+    __atomic_store_n(&r->oldest_live, when - 1, __ATOMIC_RELAXED);
+    if (when - 1 <= now) {
+        uint64_t fc = s->next_cas - 1;
+        if (fc > r->cas_reserved)
+            fc = r->cas_reserved;
+        __atomic_store_n(&r->flush_cas, fc, __ATOMIC_RELAXED);
     }
     nvh_persist(s->pool, &r->flush_cas, 16);   /* flush_cas and oldest_live */
     return 0;

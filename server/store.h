@@ -9,7 +9,8 @@
  * operations are), so the protocol layer may acknowledge as soon as it
  * returns. Callers hold the store lock (nvc_store_lock) around a sequence
  * of calls: a read-modify-write (incr, append, cas) is then atomic, and a
- * pointer returned by nvc_store_find stays valid until the next change. */
+ * pointer returned by nvc_store_find stays valid until the next change.
+ * A plain lookup needs no lock (nvc_store_read). */
 #ifndef NVCACHED_STORE_H
 #define NVCACHED_STORE_H
 
@@ -61,7 +62,7 @@ typedef struct nvc_store_stats {
     uint64_t lines_flushed, fences;
     uint64_t recovery_us;        /* pool + map open time at start              */
     uint64_t scan_us;            /* background scan duration (0 until done)    */
-    uint64_t walk_us;            /* its map walk, during which requests wait  */
+    uint64_t walk_us;            /* its map walk's steps (no lock held)        */
     bool scan_done;
     const char *path, *domain;
     uint64_t pool_size;
@@ -81,6 +82,13 @@ void nvc_store_unlock(nvc_store *s);
  * expired, not flushed), else 0. `bump` marks it recently used. */
 int nvc_store_find(nvc_store *s, const char *key, size_t klen, int64_t now, bool bump,
                    nvc_view *view);
+/* Without the lock: if the key holds a live item, call fn with its view
+ * (the data is valid during fn only: a concurrent change or eviction
+ * takes effect for later reads) and return 1, else 0. `bump` marks it
+ * recently used. */
+typedef void (*nvc_read_fn)(const nvc_view *view, void *arg);
+int nvc_store_read(nvc_store *s, const char *key, size_t klen, int64_t now, bool bump,
+                   nvc_read_fn fn, void *arg);
 /* With the lock held: store key -> value, where value starts with an
  * nvc_hdr whose cas this call fills in (returned in *cas too) unless
  * keep_cas (a touch keeps the item's CAS, as memcached's does). Evicts at

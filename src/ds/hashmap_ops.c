@@ -300,6 +300,14 @@ int nvh_hm_get_fn_(struct nvh_hmap *m, const void *key, size_t klen, nvh_hm_entr
     return rc;
 }
 
+int nvh_hmap_get_fn(nvh_hmap *m, const void *key, size_t klen, nvh_hmap_fn fn, void *arg)
+{
+    if (!m || !fn) return nvh_fail(NVH_E_INVAL, "nvh_hmap_get_fn: NULL map or function");
+    int rc = hm_check_key(key, klen, "nvh_hmap_get_fn");
+    if (rc != NVH_OK) return rc;
+    return nvh_hm_get_fn_(m, key, klen, fn, arg);
+}
+
 int nvh_hmap_contains(nvh_hmap *m, const void *key, size_t klen)
 {
     const void *v;
@@ -357,6 +365,67 @@ int nvh_hmap_foreach(nvh_hmap *m, nvh_hmap_fn fn, void *arg)
     }
     nvh_epoch_exit_();
     return rc ? rc : err;
+}
+
+/* One step of a resumable walk. The cursor is a split-order position: the
+ * next step starts at the linked dummy that precedes it (the bucket of the
+ * position in the current table, or its nearest linked ancestor: O(1)) and
+ * skips what lies before it. Entries never move in split order (resizing
+ * only adds dummies), so a position stays meaningful across any number of
+ * writes and doublings. A step ends only between two different split-order
+ * keys: entries with equal keys (equal 63-bit hashes) are visited in the
+ * same step, so none is skipped or repeated at a boundary. */
+int nvh_hmap_walk(nvh_hmap *m, nvh_hmap_cursor *c, unsigned max, nvh_hmap_fn fn, void *arg)
+{
+    if (!m || !c || !fn || max == 0)
+        return nvh_fail(NVH_E_INVAL, "nvh_hmap_walk: NULL map, cursor or function, or max 0");
+    if (c->done) return 0;
+    const uint64_t pos = c->pos;       /* visit entries whose key is >= pos */
+    nvh_epoch_enter_();                /* lock-free, as nvh_hm_get_fn_ */
+    struct nvh_hm_link *start =
+        pos ? (struct nvh_hm_link *)hm_start_ro(m, hm_bitrev64(pos))
+            : (struct nvh_hm_link *)&m->seg_ptr[0][0];
+    uint64_t *prev = &start->next;
+    uint64_t last = 0, stop_so = 0;
+    unsigned run = 0, seen = 0;
+    bool stopping = false;
+    int rc = 0;
+    uint64_t next_pos = 0;
+    bool done = true;
+    uint64_t cur;
+    while ((cur = hm_ld(prev)) != 0) {
+        struct nvh_hm_link *n = hm_node_at(m, cur);
+        if (!n || n->so_key < last || (n->so_key == last && ++run > HM_MAX_RUN)) {
+            rc = nvh_hm_corrupt_(m, nvh_off(m->pool, prev),
+                                 n ? "list out of order (a cycle)" : "list link to a non-node");
+            break;
+        }
+        uint64_t so = n->so_key;
+        if (stopping && so != stop_so) {   /* the run is complete: stop here */
+            next_pos = so;
+            done = false;
+            break;
+        }
+        if (so != last) run = 0;
+        last = so;
+        prev = &n->next;
+        if (!(so & 1) || so < pos) continue;       /* a dummy, or visited before */
+        const struct nvh_hm_node *e = (const struct nvh_hm_node *)n;
+        rc = fn(e->data, e->klen, e->data + e->klen, e->vlen, arg);
+        if (rc) break;
+        if (++seen >= max && !stopping) {
+            stopping = true;
+            stop_so = so;
+        }
+    }
+    nvh_epoch_exit_();
+    if (rc) return rc;
+    if (done) {
+        c->done = 1;
+        return 0;
+    }
+    c->pos = next_pos;
+    return 1;
 }
 
 uint64_t nvh_hmap_count(nvh_hmap *m)

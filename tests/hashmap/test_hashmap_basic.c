@@ -353,6 +353,119 @@ static void test_destroy(void **state)
 }
 
 /* ---------------------------------------------------------------------------
+ * Lock-free get with a callback; the resumable walk (cursor)
+ * ------------------------------------------------------------------------- */
+static int getfn_copy(const void *key, size_t klen, const void *val, size_t vlen, void *arg)
+{
+    (void)key;
+    (void)klen;
+    memcpy(arg, val, vlen);
+    return (int)vlen + 1;
+}
+
+typedef struct walk_seen { uint8_t *seen; uint32_t nkeys; int bad; unsigned visits; } walk_seen;
+static int walk_fn(const void *key, size_t klen, const void *val, size_t vlen, void *arg)
+{
+    (void)val;
+    (void)vlen;
+    walk_seen *w = arg;
+    unsigned id;
+    char tmp[16] = {0};
+    memcpy(tmp, key, klen < 15 ? klen : 15);
+    if (sscanf(tmp, "k%u-", &id) != 1 || id >= w->nkeys) w->bad++;
+    else if (w->seen[id] < 255) w->seen[id]++;
+    w->visits++;
+    return 0;
+}
+
+static void test_get_fn(void **state)
+{
+    (void)state;
+    const char *path;
+    nvh_pool *pool = new_pool("hm-getfn", &path);
+    nvh_hmap *m = new_map(pool, 0, 0);
+    char buf[16];
+    assert_int_equal(nvh_hmap_get_fn(m, "a", 1, getfn_copy, buf), NVH_E_NOTFOUND);
+    assert_int_equal(nvh_hmap_put(m, "a", 1, "one", 3), NVH_OK);
+    assert_int_equal(nvh_hmap_get_fn(m, "a", 1, getfn_copy, buf), 4);   /* fn's value */
+    assert_memory_equal(buf, "one", 3);
+    assert_int_equal(nvh_hmap_get_fn(m, "a", 1, NULL, buf), NVH_E_INVAL);
+    assert_int_equal(nvh_hmap_get_fn(NULL, "a", 1, getfn_copy, buf), NVH_E_INVAL);
+    nvh_hmap_cursor c = {0, 0};
+    assert_int_equal(nvh_hmap_walk(m, &c, 0, walk_fn, NULL), NVH_E_INVAL);
+    assert_int_equal(nvh_hmap_walk(m, NULL, 1, walk_fn, NULL), NVH_E_INVAL);
+    nvh_hmap_close(m);
+    nvh_pool_close(pool);
+    unlink(path);
+}
+
+/* Walk in small steps while the map changes between the steps (updates of
+ * keys that stay, deletes, inserts, several doublings): every key present
+ * throughout is visited exactly once, every other at most once. */
+static void test_walk(void **state)
+{
+    (void)state;
+    const char *path;
+    nvh_pool *pool = new_pool("hm-walk", &path);
+    nvh_hmap *m = new_map(pool, 1, 100);
+    enum { STAY = 1500, GO = 1500, NEW = 6000, N = STAY + GO + NEW };
+    uint8_t k[HM_KEYBUF], v[HM_VALBUF];
+    for (uint32_t id = 0; id < STAY + GO; id++)
+        assert_int_equal(nvh_hmap_put(m, k, hm_key(id, k), v, hm_val(id, 1, v)), NVH_OK);
+    /* a quiet walk first: every key once, in steps */
+    walk_seen w = {calloc(N, 1), N, 0, 0};
+    nvh_hmap_cursor c = {0, 0};
+    int rc, steps = 0;
+    while ((rc = nvh_hmap_walk(m, &c, 16, walk_fn, &w)) == 1) {
+        steps++;
+        assert_true(w.visits <= (unsigned)steps * 16 + 8);   /* runs are short */
+    }
+    assert_int_equal(rc, 0);
+    assert_true(steps > 100);
+    assert_int_equal(w.bad, 0);
+    for (uint32_t id = 0; id < STAY + GO; id++) assert_int_equal(w.seen[id], 1);
+    assert_int_equal(nvh_hmap_walk(m, &c, 16, walk_fn, &w), 0);   /* done stays done */
+
+    /* now with changes between the steps */
+    memset(w.seen, 0, N);
+    w.visits = 0;
+    c = (nvh_hmap_cursor){0, 0};
+    uint64_t rng = 42, segs0 = 0;
+    nvh_hmap_stats st;
+    nvh_hmap_stats_get(m, &st);
+    segs0 = st.segments;
+    uint32_t next_new = STAY + GO, next_go = STAY;
+    while ((rc = nvh_hmap_walk(m, &c, 5, walk_fn, &w)) == 1) {
+        for (int i = 0; i < 8; i++) {
+            uint32_t id = (uint32_t)(hm_rng(&rng) % STAY);
+            assert_int_equal(nvh_hmap_put(m, k, hm_key(id, k), v, hm_val(id, 2, v)), NVH_OK);
+            if (next_new < N) {
+                id = next_new++;
+                assert_int_equal(nvh_hmap_put(m, k, hm_key(id, k), v, hm_val(id, 1, v)), NVH_OK);
+            }
+        }
+        if (next_go < STAY + GO) {
+            uint32_t id = next_go++;
+            assert_int_equal(nvh_hmap_delete(m, k, hm_key(id, k)), NVH_OK);
+        }
+    }
+    assert_int_equal(rc, 0);
+    assert_int_equal(w.bad, 0);
+    nvh_hmap_stats_get(m, &st);
+    assert_true(st.segments >= segs0 + 1);       /* the table doubled meanwhile */
+    assert_true(next_new > STAY + GO + 4096);
+    for (uint32_t id = 0; id < N; id++) {
+        if (id < STAY) assert_int_equal(w.seen[id], 1);
+        else assert_true(w.seen[id] <= 1);
+    }
+    check_ok(m);
+    free(w.seen);
+    nvh_hmap_close(m);
+    nvh_pool_close(pool);
+    unlink(path);
+}
+
+/* ---------------------------------------------------------------------------
  * Threads: calls on one handle are serialised
  * ------------------------------------------------------------------------- */
 typedef struct thr_arg { nvh_hmap *m; uint32_t first, n; int rc; } thr_arg;
@@ -388,13 +501,126 @@ static void test_threads(void **state)
     unlink(path);
 }
 
+/* Writers on two threads while a third walks in steps and a fourth reads
+ * with nvh_hmap_get_fn (run under TSan by the sanitizer build): the stable
+ * keys are visited exactly once per walk, every value read is whole (one
+ * version's bytes), and the map checks clean afterwards. */
+typedef struct conc_arg {
+    nvh_hmap *m;
+    uint32_t first, n;
+    int rc;
+    _Atomic int *stop;
+} conc_arg;
+
+enum { CONC_STABLE = 400 };
+
+static void *conc_writer(void *p)
+{
+    conc_arg *a = p;
+    uint8_t k[HM_KEYBUF], v[HM_VALBUF];
+    for (uint32_t round = 2; round < 5 && !a->rc; round++)
+        for (uint32_t id = a->first; id < a->first + a->n && !a->rc; id++) {
+            a->rc = nvh_hmap_put(a->m, k, hm_key(id, k), v, hm_val(id, round, v));
+            if (!a->rc && id % 4 == 0) a->rc = nvh_hmap_delete(a->m, k, hm_key(id, k));
+        }
+    /* the stable keys get new versions too */
+    for (uint32_t id = 0; id < CONC_STABLE && !a->rc; id++)
+        if (id % 2 == a->first % 2)
+            a->rc = nvh_hmap_put(a->m, k, hm_key(id, k), v, hm_val(id, 7, v));
+    return NULL;
+}
+
+/* A value is whole if it is the bytes of one version of its key. */
+static int whole_fn(const void *key, size_t klen, const void *val, size_t vlen, void *arg)
+{
+    (void)arg;
+    unsigned id;
+    char tmp[16] = {0};
+    memcpy(tmp, key, klen < 15 ? klen : 15);
+    if (sscanf(tmp, "k%u-", &id) != 1) return -1;
+    uint8_t v[HM_VALBUF];
+    for (uint32_t ver = 1; ver < 8; ver++)
+        if (hm_val(id, ver, v) == vlen && memcmp(v, val, vlen) == 0) return 1;
+    return -2;
+}
+
+static void *conc_reader(void *p)
+{
+    conc_arg *a = p;
+    uint8_t k[HM_KEYBUF];
+    uint64_t rng = 7;
+    while (!atomic_load(a->stop) && !a->rc) {
+        uint32_t id = (uint32_t)(hm_rng(&rng) % (a->n));
+        int rc = nvh_hmap_get_fn(a->m, k, hm_key(id, k), whole_fn, NULL);
+        if (rc != 1 && rc != NVH_E_NOTFOUND) a->rc = rc ? rc : -3;
+        if (id < CONC_STABLE && rc != 1) a->rc = -4;           /* never absent */
+    }
+    return NULL;
+}
+
+static void *conc_walker(void *p)
+{
+    conc_arg *a = p;
+    uint8_t *seen = calloc(a->n, 1);
+    while (!atomic_load(a->stop) && !a->rc) {
+        memset(seen, 0, a->n);
+        walk_seen w = {seen, a->n, 0, 0};
+        nvh_hmap_cursor c = {0, 0};
+        int rc;
+        while ((rc = nvh_hmap_walk(a->m, &c, 7, walk_fn, &w)) == 1) {}
+        if (rc != 0 || w.bad) a->rc = rc ? rc : -5;
+        for (uint32_t id = 0; id < CONC_STABLE && !a->rc; id++)
+            if (seen[id] != 1) a->rc = -6;
+        for (uint32_t id = CONC_STABLE; id < a->n && !a->rc; id++)
+            if (seen[id] > 1) a->rc = -7;
+    }
+    free(seen);
+    return NULL;
+}
+
+static void test_concurrent_readers(void **state)
+{
+    (void)state;
+    const char *path;
+    nvh_pool *pool = new_pool("hm-conc", &path);
+    nvh_hmap *m = new_map(pool, 1, 100);
+    enum { PER = 1500, TOTAL = CONC_STABLE + 2 * PER };
+    uint8_t k[HM_KEYBUF], v[HM_VALBUF];
+    for (uint32_t id = 0; id < CONC_STABLE; id++)
+        assert_int_equal(nvh_hmap_put(m, k, hm_key(id, k), v, hm_val(id, 1, v)), NVH_OK);
+    _Atomic int stop = 0;
+    conc_arg w[2] = {{m, CONC_STABLE, PER, 0, &stop}, {m, CONC_STABLE + PER, PER, 0, &stop}};
+    conc_arg r = {m, 0, TOTAL, 0, &stop}, wk = {m, 0, TOTAL, 0, &stop};
+    pthread_t t[4];
+    pthread_create(&t[0], NULL, conc_writer, &w[0]);
+    pthread_create(&t[1], NULL, conc_writer, &w[1]);
+    pthread_create(&t[2], NULL, conc_reader, &r);
+    pthread_create(&t[3], NULL, conc_walker, &wk);
+    pthread_join(t[0], NULL);
+    pthread_join(t[1], NULL);
+    atomic_store(&stop, 1);
+    pthread_join(t[2], NULL);
+    pthread_join(t[3], NULL);
+    assert_int_equal(w[0].rc, 0);
+    assert_int_equal(w[1].rc, 0);
+    assert_int_equal(r.rc, 0);
+    assert_int_equal(wk.rc, 0);
+    nvh_hmap_stats st;
+    assert_int_equal(nvh_hmap_check(m, &st), NVH_OK);
+    assert_int_equal(st.count, CONC_STABLE + 2 * (PER - PER / 4));
+    nvh_hmap_close(m);
+    nvh_pool_close(pool);
+    unlink(path);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_basic_ops), cmocka_unit_test(test_property),
         cmocka_unit_test(test_resize),    cmocka_unit_test(test_costs),
         cmocka_unit_test(test_destroy),   cmocka_unit_test(test_threads),
-        cmocka_unit_test(test_readonly),
+        cmocka_unit_test(test_readonly),  cmocka_unit_test(test_get_fn),
+        cmocka_unit_test(test_walk),      cmocka_unit_test(test_concurrent_readers),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

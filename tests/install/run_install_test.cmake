@@ -7,7 +7,10 @@
 #      consumer.c with the C compiler directly (against libnvheap.so.MAJOR)
 #   4. find_package(nvheap CONFIG REQUIRED): consumer/CMakeLists.txt builds it
 #      against nvheap::nvheap and nvheap::nvheap_static
-# and runs each consumer (create a pool, persist, reopen, check).
+# and runs each consumer (create a pool, persist, reopen, check);
+#   5. with -DNVCACHED=ON: the installed nvcached is there, prints the version,
+#      serves set/get on a free loopback port and keeps the key across a
+#      restart (check_nvcached.py)
 cmake_minimum_required(VERSION 3.18)
 foreach(var BUILD_DIR WORK SOURCE_DIR VERSION VERSION_MAJOR SONAME LIBDIR INCLUDEDIR
             BINDIR MANDIR DOCDIR CC GENERATOR PKG_CONFIG OBJDUMP)
@@ -102,6 +105,14 @@ if(dyn MATCHES "NEEDED +libnvheap")
 endif()
 run(${WORK}/cmake-build/consumer_shared ${WORK}/cmake-shared.pool)
 run(${WORK}/cmake-build/consumer_static ${WORK}/cmake-static.pool)
+
+# ---- 5. nvcached ------------------------------------------------------------------
+if(NVCACHED)
+  if(NOT EXISTS ${prefix}/${BINDIR}/nvcached)
+    message(FATAL_ERROR "cmake --install did not install ${BINDIR}/nvcached")
+  endif()
+  run(${PYTHON} ${SOURCE_DIR}/check_nvcached.py ${prefix}/${BINDIR}/nvcached ${VERSION} ${WORK})
+endif()
 
 file(REMOVE_RECURSE ${WORK})
 message(STATUS "installed nvheap ${VERSION} works with pkg-config and find_package")

@@ -3,6 +3,8 @@ SERVER_ERROR out of memory instead, and after a restart the background
 index rebuild counts the earlier run's items so the limit still holds."""
 import time
 
+import pytest
+
 from conftest import Server
 
 VAL = b"v" * 10000
@@ -17,9 +19,14 @@ def wait_rebuilt(c, timeout=20):
     raise AssertionError("index not rebuilt")
 
 
-def test_eviction_at_limit_keeps_hot_items(tmpdir_nv):
+@pytest.mark.parametrize("read", ["mg", "get"])
+def test_eviction_at_limit_keeps_hot_items(tmpdir_nv, read):
+    """Hot items read with mg (under the store lock) or get (lock-free: the
+    reading thread queues its reference bits, eviction applies them),
+    from a second connection (possibly another worker thread)."""
     s = Server(tmpdir_nv, args=["-m", "2"]).start()
     c = s.client()
+    r = s.client()
     hot = ["hot%d" % i for i in range(20)]
     for k in hot:
         assert c.set(k, VAL) == b"STORED"
@@ -27,8 +34,11 @@ def test_eviction_at_limit_keeps_hot_items(tmpdir_nv):
         assert c.set("cold%d" % i, VAL) == b"STORED"
         if i % 5 == 0:
             for k in hot:
-                c.send("mg %s\r\n" % k)
-                c.line()
+                if read == "mg":
+                    r.send("mg %s\r\n" % k)
+                    r.line()
+                else:
+                    assert r.get(k) is not None
     st = c.stats()
     assert int(st["evictions"]) > 500
     assert int(st["bytes"]) <= 2 << 20
