@@ -265,9 +265,11 @@ typedef struct nvh_fifo_entry {
     uint64_t nblocks;           /* 0: a run slot; else an extent              */
     uint64_t seq;               /* free record                                */
     uint64_t time_ns;
-    uint64_t epoch;             /* nvh_epoch_now_() at the free: reused only
-                                   once every lock-free reader active then
-                                   has left (common/epoch.c)                  */
+    uint64_t epoch;             /* 0 until a drain that found a lock-free
+                                   reader in stamps it with nvh_epoch_now_();
+                                   then reused only once every reader that
+                                   announced an epoch <= it has left
+                                   (common/epoch.c, fifo.c)                   */
     uint8_t huge;               /* extents: a huge (whole-chunk) one          */
     uint8_t slot;               /* run slots: the slot index, so the drain
                                    need not derive it again (nvh_slot_of)  */
@@ -887,7 +889,7 @@ static inline void nvh_fifo_push(nvh_heap *h, nvh_arena *a, nvh_run *run, uint64
     e->nblocks = nblocks;
     e->seq = seq;
     e->time_ns = t;
-    e->epoch = nvh_epoch_now_();
+    e->epoch = 0;                       /* stamped by a drain, if needed */
     e->huge = nblocks ? huge_or_slot : 0;
     e->slot = nblocks ? 0 : huge_or_slot;
     a->fifo_len++;
