@@ -57,7 +57,7 @@ static int cmp_u64(const void *a, const void *b)
 
 static bool in_set(const uint64_t *set, size_t n, uint64_t v)
 {
-    return bsearch(&v, set, n, sizeof v, cmp_u64) != NULL;
+    return n && bsearch(&v, set, n, sizeof v, cmp_u64) != NULL;
 }
 
 /* Allocate (reserve + activate into root[base..]) up to n objects; count
