@@ -26,8 +26,17 @@
  * a live 64 B object (nvh_usable_size), and the object count is checked with
  * nvh_heap_stats_get (both not timed).
  *
+ * Named mode (--named LIST, [Schwalb15] Fig. 8 as the paper ran it: recovery
+ * time against the number of object-table entries): the child allocates N
+ * named objects of 64 B (nvh_reserve_named + nvh_activate_named, names
+ * "obj-<i>") instead of linked ones; case named_open/N, same subjects and
+ * metrics; after every recovery a sample of 1000 names is looked up
+ * (nvh_get_named) and checked. A count the object table cannot hold fails
+ * at build time with the library's message.
+ *
  * Options: --counts LIST (object counts, default 1000,10000,100000,1000000,
- * 10000000; quick 1000,10000,100000).
+ * 10000000; quick 1000,10000,100000); --named LIST (named-object counts; then
+ * only the named mode runs).
  */
 #include "bench_util.h"
 
@@ -51,17 +60,36 @@
 /* ==========================================================================
  * Building a crashed pool (in a forked child)
  * ========================================================================== */
+static bool g_named;          /* --named: objects are named, not linked */
+
+static void obj_name(char *buf, size_t len, uint64_t i)
+{
+    snprintf(buf, len, "obj-%llu", (unsigned long long)i);
+}
+
 static int build_child(const char *path, uint64_t n)
 {
-    nvh_pool_options po = {.root_size = (n * sizeof(nvh_off_t) + 4095) & ~4095ull};
-    uint64_t size = po.root_size + n * (OBJECT_SIZE + 8) + 32 * MIB;
+    nvh_pool_options po = {.root_size = g_named ? 4096 : (n * sizeof(nvh_off_t) + 4095) & ~4095ull};
+    /* named: each name also takes a 64 B object-table entry */
+    uint64_t size = po.root_size + n * (OBJECT_SIZE + (g_named ? 128 : 8)) + 32 * MIB;
     nvh_pool *pool = nvh_pool_create_ex(path, LAYOUT, size, NVH_DOMAIN_PROCESS, &po);
     if (!pool) {
         fprintf(stderr, "bench_recovery: create %s: %s\n", path, nvh_errormsg());
         return 1;
     }
     nvh_off_t *links = nvh_root(pool, NULL);
-    for (uint64_t i = 0; i < n; i++) {
+    for (uint64_t i = 0; i < n && g_named; i++) {
+        char name[32];
+        obj_name(name, sizeof name, i);
+        void *obj = nvh_reserve_named(pool, name, OBJECT_SIZE);
+        if (!obj || (memset(obj, (int)(i & 0xff), OBJECT_SIZE), nvh_persist(pool, obj, OBJECT_SIZE),
+                     nvh_activate_named(pool, name)) != NVH_OK) {
+            fprintf(stderr, "bench_recovery: named object %llu: %s\n", (unsigned long long)i,
+                    nvh_errormsg());
+            return 1;
+        }
+    }
+    for (uint64_t i = 0; i < n && !g_named; i++) {
         void *obj = nvh_reserve(pool, OBJECT_SIZE);
         if (!obj) {
             fprintf(stderr, "bench_recovery: reserve %llu: %s\n", (unsigned long long)i,
@@ -138,10 +166,12 @@ static int check_pool(const bench_opts *opts, nvh_pool *pool, uint64_t n, uint64
     nvh_off_t *links = nvh_root(pool, NULL);
     uint64_t step = n / 1000 ? n / 1000 : 1;
     for (uint64_t i = 0; i < n; i += step) {
-        void *obj = nvh_ptr(pool, links[i]);
+        char name[32];
+        obj_name(name, sizeof name, i);
+        void *obj = g_named ? nvh_get_named(pool, name, NULL) : nvh_ptr(pool, links[i]);
         if (!obj || nvh_usable_size(pool, obj) < OBJECT_SIZE ||
             ((unsigned char *)obj)[0] != (unsigned char)(i & 0xff)) {
-            bench_error(opts, "after recovery, link %llu of %llu is wrong",
+            bench_error(opts, "after recovery, %s %llu of %llu is wrong", g_named ? "name" : "link",
                         (unsigned long long)i, (unsigned long long)n);
             return -1;
         }
@@ -200,7 +230,7 @@ static void emit_us(const bench_opts *opts, const char *name, const char *subjec
 static void run_count(const bench_opts *opts, uint64_t n, double *crash_open_median)
 {
     char name[64];
-    snprintf(name, sizeof name, "open/%llu", (unsigned long long)n);
+    snprintf(name, sizeof name, "%sopen/%llu", g_named ? "named_" : "", (unsigned long long)n);
     if (!bench_selected(opts, name)) return;
     const char *image = bench_scratch_path(opts, NULL, "image");
     const char *work = bench_scratch_path(opts, NULL, "work");
@@ -258,7 +288,9 @@ static const bench_info info = {
     .baseline = "nvheap-clean",
     .ratio_metric = "open_us",
     .usage = "  --counts LIST      object counts, comma-separated (default 1000,...,10000000;\n"
-             "                     quick 1000,10000,100000)\n",
+             "                     quick 1000,10000,100000)\n"
+             "  --named LIST       named-object counts ([Schwalb15] Fig. 8: recovery time\n"
+             "                     against object-table entries); only this mode runs\n",
 };
 
 int main(int argc, char **argv)
@@ -268,14 +300,16 @@ int main(int argc, char **argv)
     uint64_t counts[MAX_COUNTS] = {1000, 10000, 100000, 1000000, 10000000};
     unsigned ncounts = opts.quick ? 3 : 5;
     for (int i = 0; i < opts.argc; i++) {
-        if (strcmp(opts.argv[i], "--counts") == 0 && i + 1 < opts.argc) {
+        bool named = strcmp(opts.argv[i], "--named") == 0;
+        if ((named || strcmp(opts.argv[i], "--counts") == 0) && i + 1 < opts.argc) {
+            g_named = g_named || named;
             const char *p = opts.argv[++i];
             ncounts = 0;
             while (*p && ncounts < MAX_COUNTS) {
                 char *end;
                 unsigned long long v = strtoull(p, &end, 10);
                 if (end == p || v == 0 || v > 100000000ull || (*end && *end != ','))
-                    bench_usage_error(&opts, "--counts: bad list");
+                    bench_usage_error(&opts, "%s: bad list", named ? "--named" : "--counts");
                 counts[ncounts++] = v;
                 p = *end ? end + 1 : end;
             }
@@ -284,16 +318,17 @@ int main(int argc, char **argv)
         }
     }
     if (opts.runs > MAX_RUNS) bench_usage_error(&opts, "--runs: at most %d", MAX_RUNS);
-    bench_note(&opts, "objects of %u B, each linked from the root area; crash = _exit "
+    bench_note(&opts, "objects of %u B, each %s; crash = _exit "
                "without close; open in the pmem domain (%s); %u runs", OBJECT_SIZE,
+               g_named ? "named (object table)" : "linked from the root area",
                nvh_flush_kind_name(nvh_flush_kind_detect()), opts.runs);
     double median[MAX_COUNTS][4] = {{0}};   /* [count][open wall, cpu, first wall, cpu] */
     for (unsigned c = 0; c < ncounts; c++) run_count(&opts, counts[c], median[c]);
     unsigned last = ncounts - 1;
     if (ncounts > 1 && median[0][0] > 0 && median[last][0] > 0)
-        bench_note(&opts, "open after crash: %llu objects %.0f us (CPU %.0f us), %llu objects "
+        bench_note(&opts, "open after crash: %llu %sobjects %.0f us (CPU %.0f us), %llu objects "
                    "%.0f us (CPU %.0f us): ratio %.2f (CPU %.2f) (target: < 5 ms, ratio <= 2)",
-                   (unsigned long long)counts[last], median[last][0] / 1e3,
+                   (unsigned long long)counts[last], g_named ? "named " : "", median[last][0] / 1e3,
                    median[last][1] / 1e3, (unsigned long long)counts[0], median[0][0] / 1e3,
                    median[0][1] / 1e3, median[last][0] / median[0][0],
                    median[last][1] / median[0][1]);

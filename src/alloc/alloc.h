@@ -265,9 +265,11 @@ typedef struct nvh_fifo_entry {
     uint64_t nblocks;           /* 0: a run slot; else an extent              */
     uint64_t seq;               /* free record                                */
     uint64_t time_ns;
-    uint64_t epoch;             /* nvh_epoch_now_() at the free: reused only
-                                   once every lock-free reader active then
-                                   has left (common/epoch.c)                  */
+    uint64_t epoch;             /* 0 until a drain that found a lock-free
+                                   reader in stamps it with nvh_epoch_now_();
+                                   then reused only once every reader that
+                                   announced an epoch <= it has left
+                                   (common/epoch.c, fifo.c)                   */
     uint8_t huge;               /* extents: a huge (whole-chunk) one          */
     uint8_t slot;               /* run slots: the slot index, so the drain
                                    need not derive it again (nvh_slot_of)  */
@@ -332,8 +334,9 @@ typedef struct nvh_arena {
     uint64_t *dirty; size_t ndirty, dirty_cap; /* offsets of lines to flush at retire */
     nvh_run **bm_runs; size_t nbm, bm_cap; /* runs whose media bitmap the
                                    next retire writes (from pbits)            */
-    uint64_t dirty_seen[64];    /* lines already in the list, direct-mapped by
-                                   line address (a miss only adds a duplicate) */
+    uint64_t dirty_seen[64];    /* lines already in the list, two places per
+                                   line (nvh_redo_dirty_; a miss only adds a
+                                   duplicate)                                 */
     uint64_t last_links[NVH_LINKS_MAX_]; unsigned nlast_links;
     bool links_clwb;            /* this locked section already issued the
                                    CLWBs of last_links (nvh_redo_preflush)    */
@@ -755,17 +758,26 @@ void nvh_rec_apply_state(nvh_heap *h, const struct nvh_rec *r,
 void nvh_rec_apply_links(nvh_heap *h, const struct nvh_rec *r,
                          const struct nvh_link_entry *links, nvh_arena *a, bool replay);
 
-/* The ring's dirty-line list (flushed at the retire): a direct-mapped table
- * of lines already listed (cleared at retire) de-duplicates in O(1); a
- * collision only lets a duplicate in (flushed twice). The hit test is
- * inline, the append out of line. */
+/* The ring's dirty-line list (flushed at the retire): a table of lines
+ * already listed (cleared at retire) de-duplicates in O(1). Two places per
+ * line (two hashes): a free's run header and its link line hit one place
+ * about once per 32 pairs of lines, and with a single place two such lines
+ * alternating, header and link on every free, each evicted the other and
+ * put a duplicate in the list at every call (a retire flushed ~35 lines for
+ * 128 frees instead of ~21). A line is put in its first place if that is
+ * empty, else in its second, so two colliding lines keep one each. A miss
+ * that still gets in only costs a duplicate (flushed twice). The hit test
+ * is inline, the append out of line. */
 void nvh_redo_dirty_add_(nvh_heap *h, nvh_arena *a, uint64_t line, uint64_t *seen);
 static inline void nvh_redo_dirty_(nvh_heap *h, nvh_arena *a, const void *addr)
 {
     uint64_t line = (uint64_t)(uintptr_t)addr & ~(uint64_t)63;
-    uint64_t *seen = &a->dirty_seen[(line * 0x9E3779B97F4A7C15ull) >> 58]; /* run headers are
-                                                            4 KiB apart: hash, not mask */
-    if (*seen != line) nvh_redo_dirty_add_(h, a, line, seen);
+    /* run headers are 4 KiB apart: hash, not mask */
+    uint64_t x = line * 0x9E3779B97F4A7C15ull;
+    uint64_t *s1 = &a->dirty_seen[x >> 58];
+    if (__builtin_expect(*s1 == line, 1)) return;
+    uint64_t *s2 = &a->dirty_seen[(x >> 52) & 63];
+    if (*s2 != line) nvh_redo_dirty_add_(h, a, line, *s1 ? s2 : s1);
 }
 /* Mark a run whose media bitmap the next retire writes (redo.c, §7a). */
 void nvh_bitmap_defer_(nvh_arena *a, nvh_run *run);
@@ -887,7 +899,7 @@ static inline void nvh_fifo_push(nvh_heap *h, nvh_arena *a, nvh_run *run, uint64
     e->nblocks = nblocks;
     e->seq = seq;
     e->time_ns = t;
-    e->epoch = nvh_epoch_now_();
+    e->epoch = 0;                       /* stamped by a drain, if needed */
     e->huge = nblocks ? huge_or_slot : 0;
     e->slot = nblocks ? 0 : huge_or_slot;
     a->fifo_len++;

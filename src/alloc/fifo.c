@@ -52,14 +52,25 @@ static void fifo_release(nvh_heap *h, nvh_arena *a, const nvh_fifo_entry *e)
     }
 }
 
+/* Stamp the unstamped entries (the tail from the first unstamped one). */
+static void fifo_stamp(nvh_arena *a, uint64_t s)
+{
+    for (size_t i = a->fifo_len; i-- > 0;) {
+        nvh_fifo_entry *e = &a->fifo[(a->fifo_head + i) & (a->fifo_cap - 1)];
+        if (e->epoch) break;
+        e->epoch = s;
+    }
+}
+
 /* Release FIFO heads whose time is up (or all, if force), whose free
  * record is retired in every ring (so no replay can touch the space's old
  * incarnation once it is reused), and that no lock-free reader can still
- * hold (freed before every active reader began: common/epoch.c; even when
- * forced, as a reader would see the space reused under it). Returns how
- * many were released. Called
- * through nvh_fifo_drain (alloc.h), which skips an empty FIFO. a->lock held
- * (the retire it may do needs it). */
+ * hold (no reader is in, or the entry was stamped before every reader in
+ * began: common/epoch.c; even when forced, as a reader would see the space
+ * reused under it). Returns how many were released. Called through
+ * nvh_fifo_drain (alloc.h), which skips an empty FIFO. a->lock held (the
+ * retire it may do needs it; every free pushes under it, so each free in
+ * the FIFO happened before the drain). */
 size_t nvh_fifo_drain_(nvh_heap *h, nvh_arena *a, bool force, bool may_retire)
 {
     uint64_t delay = atomic_load_explicit(&h->fifo_delay_ns, memory_order_relaxed);
@@ -75,10 +86,20 @@ size_t nvh_fifo_drain_(nvh_heap *h, nvh_arena *a, bool force, bool may_retire)
         nvh_fifo_entry *e = &a->fifo[a->fifo_head];
         /* T = 0 (the default): every entry's time is up */
         if (delay && !force && now - e->time_ns < delay && a->fifo_bytes <= maxb) break;
-        if (e->epoch >= readers) {
-            nvh_epoch_advance_();      /* readers that start now do not hold it */
-            break;
+        if (readers != UINT64_MAX) {
+            /* a reader is in: entries must carry a stamp taken after their
+             * unlink. Unstamped entries are the FIFO's tail from here (a
+             * drain stamps up to the tail), so one stamp covers them all;
+             * the frees happened before this drain (a->lock), hence before
+             * the stamp's read-modify-write (common/epoch.c) */
+            if (e->epoch == 0) fifo_stamp(a, nvh_epoch_now_());
+            if (e->epoch >= readers) {
+                nvh_epoch_advance_();  /* readers that start now do not hold it */
+                break;
+            }
         }
+        /* no reader in: one that announces later sees every unlink that
+         * happened before this drain (the scan's fence), so none holds e */
         if (e->seq >= retired) {
             if (!may_retire) {
                 a->fifo_blocked = epoch + 1;

@@ -45,9 +45,9 @@ static bool obj_in_heap(nvh_heap *h, uint64_t obj)
 }
 
 /* cheap de-duplication: the same run and link lines are hit repeatedly in a
- * batch. A direct-mapped table of lines already listed (cleared at retire):
- * O(1), where scanning back over the list cost ~45 instructions per call; a
- * collision only lets a duplicate in (flushed twice). The hit test is
+ * batch. A table of lines already listed, two places per line (cleared at
+ * retire): O(1), where scanning back over the list cost ~45 instructions
+ * per call; a miss only lets a duplicate in (flushed twice). The hit test is
  * inline (nvh_redo_dirty_, alloc.h); the append is out of line. */
 static inline void log_dirty(nvh_heap *h, nvh_arena *a, const void *addr)
 {

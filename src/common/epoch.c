@@ -3,17 +3,28 @@
  * A container whose readers take no lock (the hash map) must not let the
  * memory of an entry it unlinked be reused while a reader may still be
  * looking at it. Readers announce themselves: nvh_epoch_enter_ stores the
- * global epoch into the thread's slot, nvh_epoch_exit_ clears it. The
- * allocator stamps every freed object with the global epoch at the free
- * (after the free's unlink), and hands its space out again only once every
- * active reader announced an epoch above the stamp (nvh_epoch_min_active_):
- * such a reader loaded the global epoch after it had moved past the stamp,
- * hence after the unlink, so it cannot reach the object. The global epoch
- * moves on only when the allocator finds a stamped object held back
- * (nvh_epoch_advance_), so frees cost one load and readers one store each
- * way. Why process-wide and not per pool: a reader is in one container at a
- * time and only for the length of one call, so a shared registry costs
- * nothing measurable and needs no per-pool thread slots.
+ * global epoch into the thread's slot, nvh_epoch_exit_ clears it.
+ *
+ * The allocator's don't-allocate FIFO holds freed space back (alloc/fifo.c).
+ * Its drain runs under the arena lock, so every free it considers happened
+ * before it (the free's unlink included). The drain first scans the slots
+ * (nvh_epoch_min_active_, a seq_cst fence, then the loads):
+ *   - a reader the scan does not see announced after the fence in the
+ *     seq_cst order, so its loads of links see every unlink that happened
+ *     before the drain: no entry is held for it;
+ *   - for a reader the scan sees, the drain stamps every entry not stamped
+ *     yet with nvh_epoch_now_() (a read-modify-write after the unlinks) and
+ *     hands space out only once every such reader announced an epoch above
+ *     the stamp: that reader loaded the global epoch from a later advance,
+ *     which continues the stamp's release sequence, so it sees the unlink
+ *     and cannot reach the object.
+ * So frees touch no shared line at all (the stamp is the drain's, once per
+ * batch, and only while some reader is in), and the global epoch moves on
+ * only when the drain finds a stamped entry held back (nvh_epoch_advance_).
+ * Readers cost one store each way. Why process-wide and not per pool: a
+ * reader is in one container at a time and only for the length of one
+ * call, so a shared registry costs nothing measurable and needs no per-pool
+ * thread slots.
  *
  * Slots are per thread (NVH_EPOCH_SLOTS, cache-line padded), claimed at a
  * thread's first read and released when it exits. */
@@ -88,11 +99,12 @@ void nvh_epoch_exit_(void)
     atomic_store_explicit(&slots[self.idx].epoch, 0, memory_order_release);
 }
 
-/* A read-modify-write, not a load: it orders the caller's unlink (a store
- * just before) ahead of the stamp even on x86, whose store buffer lets a
- * plain load pass an earlier store, and it heads a release sequence that
+/* A read-modify-write, not a load: it orders the unlinks that happened
+ * before the caller ahead of the stamp even on x86, whose store buffer lets
+ * a plain load pass an earlier store, and it heads a release sequence that
  * every later advance continues: a reader whose announced epoch came from
- * a later advance synchronises with it, so it sees the unlink. */
+ * a later advance synchronises with it, so it sees the unlinks. It writes
+ * the global line, so the allocator calls it once per drain, not per free. */
 uint64_t nvh_epoch_now_(void)
 {
     return atomic_fetch_add_explicit(&global_epoch, 0, memory_order_acq_rel);

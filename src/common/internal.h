@@ -106,14 +106,15 @@ int nvh_err_restore(const nvh_err_saved *s);
 
 /* --------------------------------------------------------------------------
  * Epoch-based reclamation (src/common/epoch.c): lock-free readers announce
- * themselves; freed space is reused only once every reader active at the
- * free has left (the allocator's don't-allocate FIFO holds it back).
+ * themselves; freed space is reused only once every reader that may hold it
+ * has left (the allocator's don't-allocate FIFO holds it back).
  * -------------------------------------------------------------------------- */
 /* A read section (nestable, per thread): no object freed after enter is
  * reused before the matching exit. */
 void nvh_epoch_enter_(void);
 void nvh_epoch_exit_(void);
-/* Stamp for an object freed now (after its unlink). */
+/* Stamp for objects whose unlink happened before the call (the allocator
+ * stamps FIFO entries at the drain, and only when a reader is in). */
 uint64_t nvh_epoch_now_(void);
 /* Space stamped s may be reused iff s < nvh_epoch_min_active_(). */
 uint64_t nvh_epoch_min_active_(void);
