@@ -21,7 +21,7 @@
  * So frees touch no shared line at all (the stamp is the drain's, once per
  * batch, and only while some reader is in), and the global epoch moves on
  * only when the drain finds a stamped entry held back (nvh_epoch_advance_).
- * Readers cost one store each way. Why process-wide and not per pool: a
+ * Readers cost one fenced store in and one store out. Why process-wide and not per pool: a
  * reader is in one container at a time and only for the length of one
  * call, so a shared registry costs nothing measurable and needs no per-pool
  * thread slots.
@@ -87,10 +87,14 @@ void nvh_epoch_enter_(void)
     if (self.depth++) return;
     if (__builtin_expect(self.idx < 0, 0)) epoch_claim();
     uint64_t e = atomic_load_explicit(&global_epoch, memory_order_acquire);
-    /* seq_cst: the announcement is ordered before the reader's first load
-     * of a link (a writer scanning the slots after its unlink sees either
-     * the announcement or a reader that sees the unlink) */
-    atomic_store_explicit(&slots[self.idx].epoch, e, memory_order_seq_cst);
+    /* The store, then a seq_cst fence, pairs with the fence in
+     * nvh_epoch_min_active_ (store-buffering by fences, C11 7.17.4): either
+     * the drain's slot scan sees this announcement, or this reader's later
+     * loads of links see every unlink the drain's caller made. A seq_cst
+     * store alone would not order the reader's later acquire loads in C11
+     * (x86 happens to); the fence costs the same locked/fenced store. */
+    atomic_store_explicit(&slots[self.idx].epoch, e, memory_order_relaxed);
+    atomic_thread_fence(memory_order_seq_cst);
 }
 
 void nvh_epoch_exit_(void)
