@@ -275,9 +275,11 @@ static run_result run_classic(const bench_opts *opts, const classic_subject *sub
     unsigned char *val = malloc(vlen);
     memset(val, 0x5a, vlen);
     const char *path = bench_scratch_path(opts, NULL, sub->name);
-    /* records (value + 16 B header, rounded to 64 B) + nodes (1 KiB per
-     * 30-60 entries) + slack */
-    uint64_t need = n * ((vlen + 16 + 63) / 64 * 64 + 40) + 64 * MIB;
+    /* records (value + 16 B header: up to 1984 B in 64 B size classes,
+     * larger ones in 4 KiB blocks after a 64 B header line, so a 4 KiB
+     * value takes 8 KiB) + nodes (1 KiB per 30-60 entries) + slack */
+    uint64_t rec = vlen + 16 <= 1984 ? (vlen + 16 + 63) / 64 * 64 : (vlen + 16 + 64 + 4095) / 4096 * 4096;
+    uint64_t need = n * (rec + 40) + 64 * MIB;
     nvh_pool_options po = {.max_size = need * 2};
     /* classic-nt streams whole node lines: the pool's NT threshold (read
      * when it is created) must let 64 B copies through */
@@ -296,7 +298,7 @@ static run_result run_classic(const bench_opts *opts, const classic_subject *sub
         free(val);
         return res;
     }
-    ct_tree *t = ct_create(pool, sub->mode);
+    ct_tree *t = ct_open(pool, "bench", sub->mode, 1);
     if (!t) {
         bench_error(opts, "%s: create: %s", sub->name, nvh_errormsg());
         goto out;

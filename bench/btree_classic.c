@@ -10,6 +10,7 @@
 #include "btree_classic.h"
 
 #include <assert.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -396,20 +397,43 @@ static int leaf_ctor(nvh_pool *pool, void *ptr, size_t size, void *arg)
     return 0;
 }
 
-ct_tree *ct_create(nvh_pool *pool, ct_mode mode)
+ct_tree *ct_open(nvh_pool *pool, const char *name, ct_mode mode, int create)
 {
+    char hname[NVH_NAME_MAX + 1];
+    snprintf(hname, sizeof hname, "ct.%s", name);
     ct_tree *t = calloc(1, sizeof *t);
     if (!t) return NULL;
     t->pool = pool;
     t->mode = mode;
-    t->hdr = nvh_alloc(pool, sizeof(ct_header), NULL, NULL, NULL);
-    ct_node *root = t->hdr ? nvh_alloc(pool, sizeof(ct_node), leaf_ctor, NULL, NULL) : NULL;
-    if (!root) {
+    t->hdr = nvh_get_named(pool, hname, NULL);
+    if (t->hdr) {
+        int64_t c = check_node(t, node_at(t, t->hdr->root), 0, UINT64_MAX, 0);
+        const ct_node *root = node_at(t, t->hdr->root);
+        if (c < 0 && !(root->leaf && root->count == 0)) {
+            free(t);          /* damaged: ct_check's invariants do not hold */
+            return NULL;
+        }
+        t->count = c < 0 ? 0 : (uint64_t)c;
+        return t;
+    }
+    if (!create) {
         free(t);
         return NULL;
     }
+    /* the root first (a crash before the name is activated leaks it) */
+    ct_node *root = nvh_alloc(pool, sizeof(ct_node), leaf_ctor, NULL, NULL);
+    t->hdr = root ? nvh_reserve_named(pool, hname, sizeof(ct_header)) : NULL;
+    if (!t->hdr) {
+        free(t);
+        return NULL;
+    }
+    memset(t->hdr, 0, sizeof *t->hdr);
     t->hdr->root = nvh_off(pool, root);
-    nvh_persist(pool, &t->hdr->root, 8);
+    nvh_persist(pool, t->hdr, sizeof *t->hdr);
+    if (nvh_activate_named(pool, hname) != NVH_OK) {
+        free(t);
+        return NULL;
+    }
     return t;
 }
 

@@ -25,8 +25,8 @@
  *             and so is the value record. Needs a pool whose NT threshold
  *             is at most 64 B (NVHEAP_NT_THRESHOLD=64 when it is created).
  *
- * A tree handle belongs to one thread. The tree's header is an unnamed
- * object the handle remembers: the benchmark never reopens a tree. */
+ * A tree handle belongs to one thread. The tree's header is the named
+ * object "ct.NAME" (one line: the root node's offset). */
 #ifndef NVH_BENCH_BTREE_CLASSIC_H
 #define NVH_BENCH_BTREE_CLASSIC_H
 
@@ -39,8 +39,10 @@ typedef enum ct_mode { CT_TX = 0, CT_FLUSH = 1, CT_NT = 2 } ct_mode;
 
 typedef struct ct_tree ct_tree;
 
-/* A new empty tree in pool (NULL and nvh_errormsg() on failure). */
-ct_tree *ct_create(nvh_pool *pool, ct_mode mode);
+/* Open the tree NAME of pool, creating it empty if `create` and absent
+ * (NULL and nvh_errormsg() on failure; NVH_E_NOTFOUND if absent). An
+ * existing tree's keys are counted by one walk. */
+ct_tree *ct_open(nvh_pool *pool, const char *name, ct_mode mode, int create);
 void ct_close(ct_tree *t);
 /* Insert key with a copy of value (len bytes), or replace its value. */
 int ct_put(ct_tree *t, uint64_t key, const void *value, size_t len);
