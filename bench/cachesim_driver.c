@@ -1,6 +1,7 @@
 /* cachesim_driver.c — the operations of [Kannan14] Figs. 13-15 and 18, run by bench_cachesim under valgrind's cache simulator
  *
  *   cachesim_driver WORKLOAD SUBJECT N DIR
+ *   cachesim_driver --list          the WORKLOAD SUBJECT pairs of this build
  *
  * Sets up (not measured), then runs N operations of WORKLOAD with
  * callgrind's collection switched on around exactly that loop
@@ -443,8 +444,30 @@ static void update_pmdk(uint64_t n, const char *dir, unsigned words)
 }
 #endif
 
+/* --list: every WORKLOAD SUBJECT pair this build runs (tests/bench runs each) */
+static void list_pairs(void)
+{
+    static const char *const pairs[] = {
+        "alloc nvheap", "alloc glibc", "free nvheap", "free glibc",
+        "hash-insert nvheap-word", "hash-insert nvheap-object", "hash-insert nvheap-hybrid",
+        "hash-insert volatile", "hash-delete nvheap-word", "hash-delete nvheap-object",
+        "hash-delete nvheap-hybrid", "hash-delete volatile",
+        "update-1 nvheap-redo", "update-1 nvheap-undo", "update-1 nvheap-word",
+        "update-4 nvheap-redo", "update-4 nvheap-undo", "update-4 nvheap-word",
+#ifdef NVH_CACHESIM_PMDK
+        "alloc pmdk", "free pmdk", "hash-insert pmdk", "hash-delete pmdk", "update-1 pmdk",
+        "update-4 pmdk",
+#endif
+    };
+    for (size_t i = 0; i < sizeof pairs / sizeof pairs[0]; i++) printf("%s\n", pairs[i]);
+}
+
 int main(int argc, char **argv)
 {
+    if (argc == 2 && !strcmp(argv[1], "--list")) {
+        list_pairs();
+        return 0;
+    }
     if (argc != 5) {
         fprintf(stderr, "usage: cachesim_driver WORKLOAD SUBJECT N DIR\n");
         return 2;
