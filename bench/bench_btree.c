@@ -30,6 +30,25 @@
  *                 not crash-consistent)
  *   groups-nodir  deferred groups without the DRAM key directory (no_key_directory):
  *                 lookups descend the tree, inserts skip the directory
+ *   classic-tx    a classic sorted-node B+ tree (btree_classic.c: keys sorted
+ *                 in 1 KiB nodes of 60 entries, shift on insert, in-place
+ *                 splits; [Moraru11] §8.3's "original" tree) on nvheap's
+ *                 public API, one nvheap transaction per insert (crash-
+ *                 consistent). Its lookups are the reference of the paper's
+ *                 "68-90 % of the classic tree's read throughput": case
+ *                 classic_ratio/lookup-SIZE gives each subject's lookups/s
+ *                 divided by classic-tx's in the same run (median of runs),
+ *                 in wall time (vs_classic) and process CPU time
+ *                 (vs_classic_cpu, the one to quote on a loaded machine)
+ *   classic-flush the same classic tree, flush + fence per step like the
+ *                 paper's (b) (3 fences per insert; no log, so a crash in a
+ *                 shift can lose an entry: a lower bound for a consistent one)
+ *   classic-nt    the same, every changed node line and the value written
+ *                 with non-temporal stores (the paper's (d), MOVNT). The
+ *                 paper's (c), write-combining memory, needs a WC mapping
+ *                 of ordinary memory, which Linux does not offer to user
+ *                 space (no user-space PAT control; only device BARs and
+ *                 drivers map WC): not measurable here
  *   pmdk          PMDK's btree_map example (order 8, sorted nodes), one
  *                 transaction per insert that also pmemobj_tx_alloc's and
  *                 fills the value (like for like: nvheap allocates the value
@@ -52,6 +71,7 @@
 #include <unistd.h>
 
 #include "bench_util.h"
+#include "btree_classic.h"
 
 #ifdef NVH_BENCH_PMDK_BTREE
 #include <libpmemobj.h>
@@ -72,7 +92,7 @@ static const bench_info info = {
              "               faults inside the timed loops, both libraries)\n"
              "  --subjects LIST  comma-separated subjects to run (default all: volatile,\n"
              "               flush,nt,durable,groups,groups-lower,groups-upper,groups-nodir,\n"
-             "               pmdk)\n",
+             "               classic-tx,classic-flush,classic-nt,pmdk)\n",
 };
 
 typedef struct subject {
@@ -237,6 +257,99 @@ out:
 }
 
 /* ==========================================================================
+ * The classic sorted-node tree (btree_classic.c)
+ * ========================================================================== */
+typedef struct classic_subject {
+    const char *name;
+    ct_mode mode;
+} classic_subject;
+
+static const classic_subject g_classic[] = {
+    {"classic-tx", CT_TX},
+    {"classic-flush", CT_FLUSH},
+    {"classic-nt", CT_NT},
+};
+
+static run_result run_classic(const bench_opts *opts, const classic_subject *sub, uint64_t n,
+                              size_t vlen, const uint64_t *ins, const uint64_t *look)
+{
+    run_result res = {0};
+    unsigned char *val = malloc(vlen);
+    memset(val, 0x5a, vlen);
+    const char *path = bench_scratch_path(opts, NULL, sub->name);
+    /* records (value + 16 B header: up to 1984 B in 64 B size classes,
+     * larger ones in 4 KiB blocks after a 64 B header line, so a 4 KiB
+     * value takes 8 KiB) + nodes (1 KiB per 30-60 entries) + slack */
+    uint64_t rec = vlen + 16 <= 1984 ? (vlen + 16 + 63) / 64 * 64 : (vlen + 16 + 64 + 4095) / 4096 * 4096;
+    uint64_t need = n * (rec + 40) + 64 * MIB;
+    nvh_pool_options po = {.max_size = need * 2};
+    /* classic-nt streams whole node lines: the pool's NT threshold (read
+     * when it is created) must let 64 B copies through */
+    char *old = getenv("NVHEAP_NT_THRESHOLD");
+    char saved[32] = "";
+    if (old) snprintf(saved, sizeof saved, "%s", old);
+    if (sub->mode == CT_NT) setenv("NVHEAP_NT_THRESHOLD", "64", 1);
+    nvh_pool *pool = nvh_pool_create_ex(path, "bench", need,
+                                        NVH_DOMAIN_PMEM | (g_prefault ? NVH_POOL_PREFAULT : 0), &po);
+    if (sub->mode == CT_NT) {
+        if (old) setenv("NVHEAP_NT_THRESHOLD", saved, 1);
+        else unsetenv("NVHEAP_NT_THRESHOLD");
+    }
+    if (!pool) {
+        bench_error(opts, "%s: pool: %s", sub->name, nvh_errormsg());
+        free(val);
+        return res;
+    }
+    ct_tree *t = ct_open(pool, "bench", sub->mode, 1);
+    if (!t) {
+        bench_error(opts, "%s: create: %s", sub->name, nvh_errormsg());
+        goto out;
+    }
+    bench_counts_begin(pool);
+    uint64_t size0 = nvh_pool_size(pool);
+    uint64_t c0 = cpu_now_ns();
+    uint64_t t0 = bench_now_ns();
+    for (uint64_t i = 0; i < n; i++) {
+        memcpy(val, &ins[i], 8);
+        if (ct_put(t, ins[i], val, vlen) != NVH_OK) {
+            bench_error(opts, "%s: put: %s", sub->name, nvh_errormsg());
+            goto out;
+        }
+    }
+    res.insert_ns = (double)(bench_now_ns() - t0);
+    res.insert_cpu_ns = (double)(cpu_now_ns() - c0);
+    res.counts = bench_counts_per_op(pool, n);
+    if (nvh_pool_size(pool) > size0)
+        bench_error(opts, "%s: the pool grew inside the timed loop (%llu -> %llu MiB): raise the "
+                    "size estimate", sub->name, (unsigned long long)(size0 >> 20),
+                    (unsigned long long)(nvh_pool_size(pool) >> 20));
+    volatile uint64_t sink = 0;
+    c0 = cpu_now_ns();
+    t0 = bench_now_ns();
+    for (uint64_t i = 0; i < n; i++) {
+        const void *v;
+        size_t len;
+        if (ct_get(t, look[i], &v, &len) != NVH_OK) {
+            bench_error(opts, "%s: key missing", sub->name);
+            goto out;
+        }
+        sink += ((const unsigned char *)v)[0] + ((const unsigned char *)v)[len - 1];
+    }
+    res.lookup_ns = (double)(bench_now_ns() - t0);
+    res.lookup_cpu_ns = (double)(cpu_now_ns() - c0);
+    (void)sink;
+    res.ok = ct_count(t) == n && ct_check(t) == NVH_OK;
+    if (!res.ok) bench_error(opts, "%s: check failed (count %llu of %llu)", sub->name,
+                             (unsigned long long)ct_count(t), (unsigned long long)n);
+out:
+    if (t) ct_close(t);
+    nvh_pool_close(pool);
+    bench_scratch_remove(path);
+    free(val);
+    return res;
+}
+
+/* ==========================================================================
  * PMDK btree_map
  * ========================================================================== */
 #ifdef NVH_BENCH_PMDK_BTREE
@@ -364,13 +477,17 @@ static void throughput(const bench_opts *opts, const char *label, uint64_t n, si
     make_keys(n, &ins, &look);
     unsigned runs = opts->runs > 16 ? 16 : opts->runs;
     enum { NSUB = sizeof g_subjects / sizeof g_subjects[0] };
-    static run_result r[NSUB + 1][16];
+    enum { NCL = sizeof g_classic / sizeof g_classic[0] };
+    static run_result r[NSUB + 1][16], rc[NCL][16];
     /* Runs interleave the subjects (run 1 of each, then run 2 of each, ...)
      * so that load changes on a shared machine hit them alike. */
     for (unsigned i = 0; i < runs; i++) {
         for (size_t s = 0; s < NSUB; s++)
             if (subject_wanted(g_subjects[s].name))
                 r[s][i] = run_nvheap(opts, &g_subjects[s], n, vlen, ins, look);
+        for (size_t s = 0; s < NCL; s++)
+            if (subject_wanted(g_classic[s].name))
+                rc[s][i] = run_classic(opts, &g_classic[s], n, vlen, ins, look);
 #ifdef NVH_BENCH_PMDK_BTREE
         if (subject_wanted("pmdk")) r[NSUB][i] = run_pmdk(opts, n, vlen, ins, look);
 #endif
@@ -379,6 +496,31 @@ static void throughput(const bench_opts *opts, const char *label, uint64_t n, si
         if (subject_wanted(g_subjects[s].name))
             emit_runs(opts, label, g_subjects[s].name, r[s], runs, n,
                       g_subjects[s].mode != NVH_BTREE_VOLATILE);
+    for (size_t s = 0; s < NCL; s++)
+        if (subject_wanted(g_classic[s].name))
+            emit_runs(opts, label, g_classic[s].name, rc[s], runs, n, 1);
+    /* [Moraru11] §8.3: lookups/s of each subject over the classic tree's
+     * (classic-tx), run by run (same load), then the median */
+    if (subject_wanted("classic-tx")) {
+        char c[64];
+        snprintf(c, sizeof c, "classic_ratio/lookup-%s", label);
+        for (size_t s = 0; s <= NSUB; s++) {
+            const char *name = s < NSUB ? g_subjects[s].name : "pmdk";
+            if (!subject_wanted(name)) continue;
+#ifndef NVH_BENCH_PMDK_BTREE
+            if (s == NSUB) continue;
+#endif
+            double q[16], qc[16];
+            unsigned k = 0;
+            for (unsigned i = 0; i < runs; i++)
+                if (r[s][i].ok && rc[0][i].ok) {
+                    qc[k] = rc[0][i].lookup_cpu_ns / r[s][i].lookup_cpu_ns;
+                    q[k++] = rc[0][i].lookup_ns / r[s][i].lookup_ns;
+                }
+            if (k) bench_emit(opts, c, name, "vs_classic", bench_summarize(q, k), "x");
+            if (k) bench_emit(opts, c, name, "vs_classic_cpu", bench_summarize(qc, k), "x");
+        }
+    }
 #ifdef NVH_BENCH_PMDK_BTREE
     emit_runs(opts, label, "pmdk", r[NSUB], runs, n, 0);
 #else
@@ -503,7 +645,8 @@ int main(int argc, char **argv)
         snprintf(sw, sizeof sw, "%llu", (unsigned long long)nwear);
         const char *args[] = {"--n", sn, "--n4k", s4, "--wear-n", sw,
                               "--subjects", g_subject_list ? g_subject_list : "volatile,flush,nt,"
-                              "durable,groups,groups-lower,groups-upper,groups-nodir,pmdk",
+                              "durable,groups,groups-lower,groups-upper,groups-nodir,classic-tx,"
+                              "classic-flush,classic-nt,pmdk",
                               g_prefault ? NULL : "--no-prefault", NULL};
         bench_run_child(&opts, envs, args);
         return bench_finish(&opts);
