@@ -462,7 +462,11 @@ int nvh_kv_check(nvh_kv *kv)
         rc = nvh_hmap_check(kv->hm, &st);
         nvh_protect_internal_end(kv->pool);
     } else {
+        /* the engine's check compares the leaves with their DRAM state:
+         * no writer may run meanwhile */
+        pthread_rwlock_wrlock(&kv->wlock);
         rc = kv_sorted_check(kv->st);
+        pthread_rwlock_unlock(&kv->wlock);
     }
     if (rc != NVH_OK) return nvh_fail_context(rc, "nvh_kv_check: store '%s'", kv->name);
     return NVH_OK;
