@@ -290,6 +290,19 @@ int kvs_leaf_sorted(const kv_sorted *t, const kvs_cleaf *c, kvs_ent *out, unsign
     return NVH_OK;
 }
 
+/* A reader's sorted copy of c's entries: NVH_OK, an error, or
+ * KVS_RETRY if c died or a writer added or removed an entry meanwhile
+ * (its seqlock moved: the copy may hold a key twice). */
+#define KVS_RETRY 1
+static int kvs_leaf_read(const kv_sorted *t, const kvs_cleaf *c, kvs_ent *out, unsigned *n)
+{
+    uint32_t v = KVS_LOAD(&c->ver);
+    int rc = kvs_leaf_sorted(t, c, out, n);
+    __atomic_thread_fence(__ATOMIC_ACQUIRE);
+    if ((v & 1) || KVS_LOADR(&c->ver) != v || KVS_LOAD(&c->dead)) return KVS_RETRY;
+    return rc;
+}
+
 /* Walk the leaf chain once: finish or undo an interrupted split, drop empty
  * leaves, build the companions and the index. Under smo. */
 static int kvs_build(kv_sorted *t)
@@ -541,8 +554,8 @@ retry:
         else c = kvs_ix_find(t, root, k, kl, kp, &lo);
         while (c) {
             unsigned n;
-            rc = kvs_leaf_sorted(t, c, ents, &n);
-            if (kvs_dead(c)) goto retry;
+            rc = kvs_leaf_read(t, c, ents, &n);
+            if (rc == KVS_RETRY) goto retry;
             if (rc) goto out;
             int hit = -1;
             if (up) {
@@ -613,8 +626,11 @@ static int kvs_scan(kv_sorted *t, kvs_bound lo, kvs_bound hi, kv_entry_fn fn, vo
     bool filter = c0.k != NULL;   /* after a descent: skip keys up to the cursor */
     while (c) {
         unsigned n;
-        rc = kvs_leaf_sorted(t, c, ents, &n);
-        if (kvs_dead(c)) goto redescend;
+        rc = kvs_leaf_read(t, c, ents, &n);
+        if (rc == KVS_RETRY) {
+            rc = NVH_OK;
+            goto redescend;
+        }
         if (rc) break;
         int last = -1;
         for (unsigned i = 0; i < n; i++) {

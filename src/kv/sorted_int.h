@@ -131,6 +131,9 @@ typedef struct kvs_cleaf {
     uint32_t dead;                  /* atomic: replaced or removed (set under
                                        lock, after the replacement is public) */
     uint32_t lock;                  /* atomic: the leaf's writer lock         */
+    uint32_t ver;                   /* atomic seqlock: odd while a writer adds
+                                       or removes an entry (DRAM stores only,
+                                       never across a flush)                  */
     uint32_t live;                  /* live slots (under lock)                */
     uint32_t hash[KVS_CAP];         /* a lookup reads hash, klen, one rec:    */
     uint16_t klen[KVS_CAP];         /* lines 0-4, asked for at once           */
@@ -320,6 +323,21 @@ static inline void kvs_lock(kvs_cleaf *c)
     }
 }
 static inline void kvs_unlock(kvs_cleaf *c) { __atomic_store_n(&c->lock, 0, __ATOMIC_RELEASE); }
+
+/* Writers (under the leaf lock) around the DRAM stores that add or remove
+ * an entry of c: readers that sort a leaf (seek, scan) retry when it moved
+ * under them (else a key removed from one slot and put back into a later
+ * one, which another writer's insert made the first free one, would be read
+ * twice). */
+static inline void kvs_ver_begin(kvs_cleaf *c)
+{
+    __atomic_store_n(&c->ver, c->ver + 1, __ATOMIC_RELAXED);
+    __atomic_thread_fence(__ATOMIC_RELEASE);
+}
+static inline void kvs_ver_end(kvs_cleaf *c)
+{
+    __atomic_store_n(&c->ver, c->ver + 1, __ATOMIC_RELEASE);
+}
 
 /* Build the DRAM state (index, companions) on first use; repairs
  * interrupted splits and queued frees when the pool is writable. */

@@ -435,9 +435,11 @@ static int kvs_insert(kv_sorted *t, kvs_cleaf *c, int i, const void *k, size_t k
         nvh_cancel(pool, r);
         return rc;
     }
+    kvs_ver_begin(c);
     KVS_STORER(&c->hash[i], kh);
     KVS_STORER(&c->klen[i], (uint16_t)kl);
     KVS_STORE(&c->rec[i], nvh_off(pool, r));
+    kvs_ver_end(c);
     c->was[i] = was;
     c->live++;
     __atomic_add_fetch(&t->count, 1, __ATOMIC_RELAXED);
@@ -524,7 +526,9 @@ static int kvs_remove_one(kv_sorted *t, const void *k, size_t kl)
     s->rec = kvs_tomb_after(c->was[i]);
     nvh_flush(pool, &s->rec, 8);
     nvh_drain(pool);
+    kvs_ver_begin(c);
     KVS_STORE(&c->rec[i], 0);
+    kvs_ver_end(c);
     c->live--;
     __atomic_sub_fetch(&t->count, 1, __ATOMIC_RELAXED);
     kvs_pend_ready(t, j);
