@@ -297,9 +297,8 @@ int kvs_leaf_sorted(const kv_sorted *t, const kvs_cleaf *c, kvs_ent *out, unsign
 static int kvs_leaf_read(const kv_sorted *t, const kvs_cleaf *c, kvs_ent *out, unsigned *n)
 {
     uint32_t v = KVS_LOAD(&c->ver);
-    int rc = kvs_leaf_sorted(t, c, out, n);
-    __atomic_thread_fence(__ATOMIC_ACQUIRE);
-    if ((v & 1) || KVS_LOADR(&c->ver) != v || KVS_LOAD(&c->dead)) return KVS_RETRY;
+    int rc = kvs_leaf_sorted(t, c, out, n);   /* acquire loads of c->rec[] */
+    if ((v & 1) || KVS_LOAD(&c->ver) != v || KVS_LOAD(&c->dead)) return KVS_RETRY;
     return rc;
 }
 

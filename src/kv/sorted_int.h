@@ -329,10 +329,13 @@ static inline void kvs_unlock(kvs_cleaf *c) { __atomic_store_n(&c->lock, 0, __AT
  * under them (else a key removed from one slot and put back into a later
  * one, which another writer's insert made the first free one, would be read
  * twice). */
+/* No fences: the entry's record word is stored with release after the odd
+ * version (so a reader that sees the new word sees the odd version or a
+ * later one), and readers load the record words with acquire before they
+ * load the version again (so that load is not done earlier). */
 static inline void kvs_ver_begin(kvs_cleaf *c)
 {
     __atomic_store_n(&c->ver, c->ver + 1, __ATOMIC_RELAXED);
-    __atomic_thread_fence(__ATOMIC_RELEASE);
 }
 static inline void kvs_ver_end(kvs_cleaf *c)
 {

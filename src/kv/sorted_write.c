@@ -370,10 +370,13 @@ static int kvs_smo_first_leaf(kv_sorted *t)
     return rc;
 }
 
+/* Split or drop locked companion c; c's lock is released before the
+ * retired objects (c itself among them) may be freed. */
 static int kvs_smo_split(kv_sorted *t, kvs_cleaf *c)
 {
     pthread_mutex_lock(&t->smo);
     int rc = kvs_split(t, c);
+    kvs_unlock(c);
     kvs_reclaim(t, 0);
     pthread_mutex_unlock(&t->smo);
     return rc;
@@ -383,6 +386,7 @@ static int kvs_smo_drop(kv_sorted *t, kvs_cleaf *c)
 {
     pthread_mutex_lock(&t->smo);
     int rc = c->live == 0 && (c->prev || c->next) ? kvs_leaf_drop(t, c) : NVH_OK;
+    kvs_unlock(c);
     kvs_reclaim(t, 0);
     pthread_mutex_unlock(&t->smo);
     return rc;
@@ -466,7 +470,6 @@ static int kvs_put_one(kv_sorted *t, const void *k, size_t kl, const void *v, si
             for (i = 0; i < (int)KVS_CAP && !kvs_slot_free(c->rec[i]); i++) {}
             if (i == (int)KVS_CAP) {
                 rc = kvs_smo_split(t, c);   /* c dies: retry in its halves */
-                kvs_unlock(c);
                 if (rc) return rc;
                 continue;
             }
@@ -532,7 +535,7 @@ static int kvs_remove_one(kv_sorted *t, const void *k, size_t kl)
     c->live--;
     __atomic_sub_fetch(&t->count, 1, __ATOMIC_RELAXED);
     kvs_pend_ready(t, j);
-    if (c->live == 0) rc = kvs_smo_drop(t, c);
+    if (c->live == 0) return kvs_smo_drop(t, c);
     kvs_unlock(c);
     return rc;
 }
