@@ -187,7 +187,9 @@ static nvh_kv *kv_open_in(nvh_pool *pool, const nvh_kv_config *c, bool own_pool,
         }
         if (kv_finish_create(pool, d, fn, name) != NVH_OK) return NULL;
     }
-    nvh_kv *kv = calloc(1, sizeof *kv);
+    /* aligned: one line per counter stripe */
+    nvh_kv *kv = aligned_alloc(64, NVH_ALIGN_UP(sizeof(nvh_kv), (size_t)64));
+    if (kv) memset(kv, 0, sizeof *kv);
     if (!kv) {
         nvh_fail(NVH_E_NOMEM, "%s: out of memory", fn);
         return NULL;
@@ -439,10 +441,12 @@ int nvh_kv_stats_get(nvh_kv *kv, nvh_kv_stats *s)
     s->pool_size = nvh_pool_size(kv->pool);
     nvh_heap_stats hs;
     if (nvh_heap_stats_get(kv->pool, &hs) == NVH_OK) s->pool_used = hs.live_bytes;
-    s->puts = atomic_load(&kv->puts);
-    s->gets = atomic_load(&kv->gets);
-    s->removes = atomic_load(&kv->removes);
-    s->batches = atomic_load(&kv->batches);
+    for (unsigned i = 0; i < NVH_STAT_STRIPES; i++) {
+        s->puts += atomic_load_explicit(&kv->ctr[i].puts, memory_order_relaxed);
+        s->gets += atomic_load_explicit(&kv->ctr[i].gets, memory_order_relaxed);
+        s->removes += atomic_load_explicit(&kv->ctr[i].removes, memory_order_relaxed);
+        s->batches += atomic_load_explicit(&kv->ctr[i].batches, memory_order_relaxed);
+    }
     nvh_stats ps;
     nvh_stats_get(kv->pool, &ps);
     s->flushes = ps.lines_flushed;
