@@ -1,6 +1,6 @@
 /* sorted.c — the sorted engine's life cycle and read side: create, open,
- * close, destroy; the epochs that let readers run without locks while
- * writers free what they replaced; the lazy build of the DRAM state (leaf
+ * close, destroy; the deferred frees of the DRAM objects writers unlink
+ * (readers run without locks inside the common epochs); the lazy build of the DRAM state (leaf
  * companions and inner index) at the first operation after open, with the
  * repair of an interrupted split and of queued frees; get, seek, scan and
  * count. The write path is in sorted_write.c, the index in

@@ -1,6 +1,6 @@
 /* sorted_int.h — internal to the sorted engine (src/kv/sorted*.c): the
  * on-media structures (with static_asserts), the DRAM state (leaf
- * companions, the copy-on-write inner index, epochs) and the helpers the
+ * companions with their locks, the copy-on-write inner index) and the helpers the
  * files share. Design and crash/concurrency arguments: docs/KV-SORTED.md;
  * byte layouts: docs/FORMAT.md ("Sorted key-value tree"). */
 #ifndef NVH_KV_SORTED_INT_H
