@@ -432,11 +432,25 @@ int nvh_kv_drop(nvh_pool *pool, const char *name)
 /* ==========================================================================
  * Statistics and check
  * ========================================================================== */
+static int kv_bytes_fn(const void *k, size_t kl, const void *v, size_t vl, void *arg)
+{
+    (void)k, (void)v;
+    nvh_kv_stats *s = arg;
+    s->key_bytes += kl;
+    s->value_bytes += vl;
+    return 0;
+}
+
 int nvh_kv_stats_get(nvh_kv *kv, nvh_kv_stats *s)
 {
     if (!kv || !s) return nvh_fail(NVH_E_INVAL, "nvh_kv_stats_get: NULL store or stats");
     memset(s, 0, sizeof *s);
     int rc = nvh_kv_count_all(kv, &s->count);
+    if (rc != NVH_OK) return rc;
+    /* key and value bytes by a walk of the entries (O(entries), lock-free
+     * like any scan): keeping them as counters would cost every overwrite
+     * and removal a read of the old record's lengths */
+    rc = nvh_kv_get_all(kv, kv_bytes_fn, s);
     if (rc != NVH_OK) return rc;
     s->pool_size = nvh_pool_size(kv->pool);
     nvh_heap_stats hs;
