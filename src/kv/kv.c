@@ -187,7 +187,9 @@ static nvh_kv *kv_open_in(nvh_pool *pool, const nvh_kv_config *c, bool own_pool,
         }
         if (kv_finish_create(pool, d, fn, name) != NVH_OK) return NULL;
     }
-    nvh_kv *kv = calloc(1, sizeof *kv);
+    /* aligned: one line per counter stripe */
+    nvh_kv *kv = aligned_alloc(64, NVH_ALIGN_UP(sizeof(nvh_kv), (size_t)64));
+    if (kv) memset(kv, 0, sizeof *kv);
     if (!kv) {
         nvh_fail(NVH_E_NOMEM, "%s: out of memory", fn);
         return NULL;
@@ -430,19 +432,35 @@ int nvh_kv_drop(nvh_pool *pool, const char *name)
 /* ==========================================================================
  * Statistics and check
  * ========================================================================== */
+static int kv_bytes_fn(const void *k, size_t kl, const void *v, size_t vl, void *arg)
+{
+    (void)k, (void)v;
+    nvh_kv_stats *s = arg;
+    s->key_bytes += kl;
+    s->value_bytes += vl;
+    return 0;
+}
+
 int nvh_kv_stats_get(nvh_kv *kv, nvh_kv_stats *s)
 {
     if (!kv || !s) return nvh_fail(NVH_E_INVAL, "nvh_kv_stats_get: NULL store or stats");
     memset(s, 0, sizeof *s);
     int rc = nvh_kv_count_all(kv, &s->count);
     if (rc != NVH_OK) return rc;
+    /* key and value bytes by a walk of the entries (O(entries), lock-free
+     * like any scan): keeping them as counters would cost every overwrite
+     * and removal a read of the old record's lengths */
+    rc = nvh_kv_get_all(kv, kv_bytes_fn, s);
+    if (rc != NVH_OK) return rc;
     s->pool_size = nvh_pool_size(kv->pool);
     nvh_heap_stats hs;
     if (nvh_heap_stats_get(kv->pool, &hs) == NVH_OK) s->pool_used = hs.live_bytes;
-    s->puts = atomic_load(&kv->puts);
-    s->gets = atomic_load(&kv->gets);
-    s->removes = atomic_load(&kv->removes);
-    s->batches = atomic_load(&kv->batches);
+    for (unsigned i = 0; i < NVH_STAT_STRIPES; i++) {
+        s->puts += atomic_load_explicit(&kv->ctr[i].puts, memory_order_relaxed);
+        s->gets += atomic_load_explicit(&kv->ctr[i].gets, memory_order_relaxed);
+        s->removes += atomic_load_explicit(&kv->ctr[i].removes, memory_order_relaxed);
+        s->batches += atomic_load_explicit(&kv->ctr[i].batches, memory_order_relaxed);
+    }
     nvh_stats ps;
     nvh_stats_get(kv->pool, &ps);
     s->flushes = ps.lines_flushed;
@@ -462,7 +480,11 @@ int nvh_kv_check(nvh_kv *kv)
         rc = nvh_hmap_check(kv->hm, &st);
         nvh_protect_internal_end(kv->pool);
     } else {
+        /* the engine's check compares the leaves with their DRAM state:
+         * no writer may run meanwhile */
+        pthread_rwlock_wrlock(&kv->wlock);
         rc = kv_sorted_check(kv->st);
+        pthread_rwlock_unlock(&kv->wlock);
     }
     if (rc != NVH_OK) return nvh_fail_context(rc, "nvh_kv_check: store '%s'", kv->name);
     return NVH_OK;

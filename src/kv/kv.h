@@ -97,8 +97,26 @@ struct nvh_kv {
      * its commit point and the end of its application (the replay would
      * undo it). Readers never take it. */
     pthread_rwlock_t wlock;
-    _Atomic uint64_t puts, gets, removes, batches;
+    /* calls that succeeded, one stripe per thread group (the pool's stat
+     * stripes): a shared counter's line would move between the cores of
+     * two readers at every get */
+    struct kv_ctr {
+        _Alignas(64) _Atomic uint64_t puts;
+        _Atomic uint64_t gets, removes, batches;
+    } ctr[NVH_STAT_STRIPES];
 };
+static_assert(sizeof(struct kv_ctr) == 64, "one line per stripe");
+
+enum kv_ctr_id { KV_CTR_PUTS, KV_CTR_GETS, KV_CTR_REMOVES, KV_CTR_BATCHES };
+static inline void kv_tally(nvh_kv *kv, enum kv_ctr_id id)
+{
+    unsigned s = nvh_thread_stripe_;
+    if (__builtin_expect(s == 0, 0)) s = nvh_assign_stripe_();
+    struct kv_ctr *c = &kv->ctr[s - 1];
+    _Atomic uint64_t *v = id == KV_CTR_PUTS ? &c->puts : id == KV_CTR_GETS ? &c->gets
+                        : id == KV_CTR_REMOVES ? &c->removes : &c->batches;
+    atomic_fetch_add_explicit(v, 1, memory_order_relaxed);
+}
 
 /* ==========================================================================
  * Shared helpers

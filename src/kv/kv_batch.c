@@ -174,7 +174,7 @@ int nvh_kv_batch_commit(nvh_kv_batch *b)
     int rc = nvh_kv_check_write_(kv, fn);
     if (rc != NVH_OK || b->nops == 0) {
         nvh_kv_batch_abort(b);
-        if (rc == NVH_OK) atomic_fetch_add_explicit(&kv->batches, 1, memory_order_relaxed);
+        if (rc == NVH_OK) kv_tally(kv, KV_CTR_BATCHES);
         return rc;
     }
     nvh_pool *pool = kv->pool;
@@ -206,7 +206,7 @@ int nvh_kv_batch_commit(nvh_kv_batch *b)
     rc = kv_log_apply(kv, h);
     pthread_rwlock_unlock(&kv->wlock);
     if (rc != NVH_OK) rc = nvh_fail_context(rc, "%s", fn);
-    else atomic_fetch_add_explicit(&kv->batches, 1, memory_order_relaxed);
+    else kv_tally(kv, KV_CTR_BATCHES);
 out:
     nvh_protect_internal_end(pool);
     nvh_kv_batch_abort(b);

@@ -83,7 +83,7 @@ int nvh_kv_put(nvh_kv *kv, const void *key, size_t klen, const void *value, size
     rc = nvh_kv_engine_put_(kv, key, klen, value, vlen);
     pthread_rwlock_unlock(&kv->wlock);
     if (rc != NVH_OK) return nvh_fail_context(rc, "%s: store '%s'", fn, kv->name);
-    atomic_fetch_add_explicit(&kv->puts, 1, memory_order_relaxed);
+    kv_tally(kv, KV_CTR_PUTS);
     return NVH_OK;
 }
 
@@ -99,7 +99,7 @@ int nvh_kv_remove(nvh_kv *kv, const void *key, size_t klen)
     pthread_rwlock_unlock(&kv->wlock);
     if (rc == NVH_E_NOTFOUND) return kv_notfound(kv, fn);
     if (rc != NVH_OK) return nvh_fail_context(rc, "%s: store '%s'", fn, kv->name);
-    atomic_fetch_add_explicit(&kv->removes, 1, memory_order_relaxed);
+    kv_tally(kv, KV_CTR_REMOVES);
     return NVH_OK;
 }
 
@@ -134,7 +134,7 @@ int nvh_kv_get_copy(nvh_kv *kv, const void *key, size_t klen, void *buf, size_t 
     rc = kv_engine_get(kv, key, klen, kv_copy_fn, &c);
     if (rc == NVH_E_NOTFOUND) return kv_notfound(kv, fn);
     if (rc != NVH_OK) return nvh_fail_context(rc, "%s: store '%s'", fn, kv->name);
-    atomic_fetch_add_explicit(&kv->gets, 1, memory_order_relaxed);
+    kv_tally(kv, KV_CTR_GETS);
     if (vlen) *vlen = c.vlen;
     if (c.vlen > bufsize)
         return nvh_fail(NVH_E_SIZE, "%s: store '%s': value of %zu bytes does not fit a buffer "
@@ -166,7 +166,7 @@ int nvh_kv_get(nvh_kv *kv, const void *key, size_t klen, nvh_kv_value_fn fn, voi
     rc = kv_engine_get(kv, key, klen, kv_value_fn, &c);
     if (rc == NVH_E_NOTFOUND) return kv_notfound(kv, name);
     if (rc == NVH_E_CORRUPT) return nvh_fail_context(rc, "%s: store '%s'", name, kv->name);
-    atomic_fetch_add_explicit(&kv->gets, 1, memory_order_relaxed);
+    kv_tally(kv, KV_CTR_GETS);
     return rc;
 }
 
@@ -185,7 +185,7 @@ int nvh_kv_exists(nvh_kv *kv, const void *key, size_t klen)
     rc = kv_engine_get(kv, key, klen, kv_exists_fn, NULL);
     if (rc == NVH_E_NOTFOUND) return 0;
     if (rc < 0) return nvh_fail_context(rc, "%s: store '%s'", fn, kv->name);
-    atomic_fetch_add_explicit(&kv->gets, 1, memory_order_relaxed);
+    kv_tally(kv, KV_CTR_GETS);
     return 1;
 }
 

@@ -1,14 +1,12 @@
 /* sorted.c — the sorted engine's life cycle and read side: create, open,
- * close, destroy; the epochs that let readers run without locks while
- * writers free what they replaced; the lazy build of the DRAM state (leaf
+ * close, destroy; the deferred frees of the DRAM objects writers unlink
+ * (readers run without locks inside the common epochs); the lazy build of the DRAM state (leaf
  * companions and inner index) at the first operation after open, with the
  * repair of an interrupted split and of queued frees; get, seek, scan and
  * count. The write path is in sorted_write.c, the index in
  * sorted_index.c, the invariant check in sorted_check.c. Design:
  * docs/KV-SORTED.md. */
 #include "sorted_int.h"
-
-#include <sched.h>
 
 int kvs_corrupt(const kv_sorted *t, uint64_t off, const char *what)
 {
@@ -17,46 +15,15 @@ int kvs_corrupt(const kv_sorted *t, uint64_t off, const char *what)
 }
 
 /* ==========================================================================
- * Epochs
+ * Deferred frees of DRAM objects
  * ==========================================================================
- * A reader announces the global epoch in a slot for the duration of its
- * call; a writer tags what it unlinks with the epoch of the unlinking and
- * frees it once every announced epoch is newer. Announce, then re-read the
- * global epoch (seq_cst both): a writer that advanced the epoch and scanned
- * the slots before the announcement became visible unlinked the object
- * before the reader's re-read, so the reader cannot reach it. */
-static unsigned kvs_thread_hint(void)
-{
-    static unsigned next;
-    static __thread unsigned hint;
-    if (!hint) hint = __atomic_add_fetch(&next, 1, __ATOMIC_RELAXED);
-    return hint;
-}
-
-unsigned kvs_enter(kv_sorted *t)
-{
-    unsigned i = kvs_thread_hint() % KVS_RSLOTS;
-    for (;;) {
-        uint64_t e = __atomic_load_n(&t->gepoch, __ATOMIC_SEQ_CST), zero = 0;
-        if (__atomic_compare_exchange_n(&t->rs[i].epoch, &zero, e, 0, __ATOMIC_SEQ_CST,
-                                        __ATOMIC_RELAXED)) {
-            for (;;) {
-                uint64_t e2 = __atomic_load_n(&t->gepoch, __ATOMIC_SEQ_CST);
-                if (e2 == e) return i;
-                __atomic_store_n(&t->rs[i].epoch, e2, __ATOMIC_SEQ_CST);
-                e = e2;
-            }
-        }
-        i = (i + 1) % KVS_RSLOTS;   /* slot taken (another thread, or nested) */
-    }
-}
-
-void kvs_exit(kv_sorted *t, unsigned slot)
-{
-    __atomic_store_n(&t->rs[slot].epoch, 0, __ATOMIC_RELEASE);
-}
-
-int kvs_retire(kv_sorted *t, uint32_t kind, void *p, uint32_t pend)
+ * What a writer unlinks from the index or the leaf chain (index nodes,
+ * separators, companions) is stamped with nvh_epoch_now_() after the unlink
+ * and freed once every active reader announced a later epoch
+ * (common/epoch.c): such a reader began after the unlink and cannot reach
+ * it. Records go back to the allocator at once: its don't-allocate FIFO
+ * holds freed space back from readers by the same epochs. */
+int kvs_retire(kv_sorted *t, uint32_t kind, void *p)
 {
     if (t->nret == t->capret) {
         size_t cap = t->capret ? t->capret * 2 : 64;
@@ -65,7 +32,7 @@ int kvs_retire(kv_sorted *t, uint32_t kind, void *p, uint32_t pend)
         t->ret = r;
         t->capret = cap;
     }
-    t->ret[t->nret++] = (kvs_retired){__atomic_load_n(&t->gepoch, __ATOMIC_SEQ_CST), p, kind, pend};
+    t->ret[t->nret++] = (kvs_retired){nvh_epoch_now_(), p, kind};
     return NVH_OK;
 }
 
@@ -74,48 +41,25 @@ void kvs_cleaf_free(kvs_cleaf *c)
     free(c);
 }
 
-static int kvs_free_retired(kv_sorted *t, kvs_retired *r)
+void kvs_reclaim(kv_sorted *t, int wait)
 {
-    switch (r->kind) {
-    case KVS_R_MEM:
-        free(r->p);
-        return NVH_OK;
-    case KVS_R_CLEAF:
-        kvs_cleaf_free(r->p);
-        return NVH_OK;
-    default: {
-        /* the record's free clears its pend[] entry failure-atomically */
-        nvh_link lk = {&t->hdr->pend[r->pend].rec, 0};
-        int rc = nvh_free(t->pool, r->p, &lk, 1);
-        t->pend_used &= ~(UINT64_C(1) << r->pend);
-        return rc;
-    }
-    }
-}
-
-int kvs_reclaim(kv_sorted *t, int wait)
-{
-    int rc = NVH_OK;
     while (t->nret) {
-        uint64_t e = __atomic_add_fetch(&t->gepoch, 1, __ATOMIC_SEQ_CST), min = e;
-        for (unsigned i = 0; i < KVS_RSLOTS; i++) {
-            uint64_t v = __atomic_load_n(&t->rs[i].epoch, __ATOMIC_SEQ_CST);
-            if (v && v < min) min = v;
-        }
+        uint64_t min = nvh_epoch_min_active_();
         size_t k = 0;
         for (size_t i = 0; i < t->nret; i++) {
             if (t->ret[i].epoch < min) {
-                int e2 = kvs_free_retired(t, &t->ret[i]);
-                if (e2 && !rc) rc = e2;
+                if (t->ret[i].kind == KVS_R_CLEAF) kvs_cleaf_free(t->ret[i].p);
+                else free(t->ret[i].p);
             } else {
                 t->ret[k++] = t->ret[i];
             }
         }
         t->nret = k;
-        if (!wait || !k) break;
+        if (!k) break;
+        nvh_epoch_advance_();       /* readers that start now do not hold them */
+        if (!wait) break;
         sched_yield();
     }
-    return rc;
 }
 
 /* ==========================================================================
@@ -178,8 +122,7 @@ kv_sorted *kv_sorted_open(nvh_pool *pool, nvh_off_t root, kv_cmp_fn cmp, void *c
     t->cmp = cmp;
     t->cmp_arg = cmp_arg;
     t->readonly = pool->readonly;
-    t->gepoch = 1;
-    pthread_mutex_init(&t->wlock, NULL);
+    pthread_mutex_init(&t->smo, NULL);
     return t;
 }
 
@@ -203,15 +146,15 @@ int kv_sorted_close(kv_sorted *t)
 {
     if (!t) return NVH_OK;
     int rc = NVH_OK;
-    pthread_mutex_lock(&t->wlock);
-    if (t->nret) {
+    pthread_mutex_lock(&t->smo);
+    if (KVS_LOADR(&t->pend_ready)) {
         nvh_protect_internal_begin(t->pool);
-        rc = kvs_reclaim(t, 1);
+        rc = kvs_pend_flush(t);
         nvh_protect_internal_end(t->pool);
     }
     kvs_free_dram(t);
-    pthread_mutex_unlock(&t->wlock);
-    pthread_mutex_destroy(&t->wlock);
+    pthread_mutex_unlock(&t->smo);
+    pthread_mutex_destroy(&t->smo);
     free(t);
     return rc;
 }
@@ -224,10 +167,11 @@ int kv_sorted_destroy(kv_sorted *t, nvh_off_t *link)
         return nvh_fail(NVH_E_INVAL, "kv_sorted_destroy: link does not point at the tree");
     int rc = kvs_ensure_built(t);
     if (rc) return rc;
-    pthread_mutex_lock(&t->wlock);
+    pthread_mutex_lock(&t->smo);
     nvh_pool *pool = t->pool;
     nvh_protect_internal_begin(pool);
-    rc = kvs_reclaim(t, 1);
+    rc = kvs_pend_flush(t);
+    kvs_reclaim(t, 1);
     /* Free from the first leaf on: each record with its slot cleared, then
      * the leaf with hdr->first moved past it; every step failure-atomic, so
      * a crash leaves a smaller tree, never a dangling pointer or a leak. */
@@ -260,12 +204,12 @@ int kv_sorted_destroy(kv_sorted *t, nvh_off_t *link)
     }
     nvh_protect_internal_end(pool);
     if (rc) {
-        pthread_mutex_unlock(&t->wlock);
+        pthread_mutex_unlock(&t->smo);
         return rc;      /* t stays open (partly destroyed); close it */
     }
     kvs_free_dram(t);
-    pthread_mutex_unlock(&t->wlock);
-    pthread_mutex_destroy(&t->wlock);
+    pthread_mutex_unlock(&t->smo);
+    pthread_mutex_destroy(&t->smo);
     free(t);
     return NVH_OK;
 }
@@ -346,8 +290,20 @@ int kvs_leaf_sorted(const kv_sorted *t, const kvs_cleaf *c, kvs_ent *out, unsign
     return NVH_OK;
 }
 
+/* A reader's sorted copy of c's entries: NVH_OK, an error, or
+ * KVS_RETRY if c died or a writer added or removed an entry meanwhile
+ * (its seqlock moved: the copy may hold a key twice). */
+#define KVS_RETRY 1
+static int kvs_leaf_read(const kv_sorted *t, const kvs_cleaf *c, kvs_ent *out, unsigned *n)
+{
+    uint32_t v = KVS_LOAD(&c->ver);
+    int rc = kvs_leaf_sorted(t, c, out, n);   /* acquire loads of c->rec[] */
+    if ((v & 1) || KVS_LOAD(&c->ver) != v || KVS_LOAD(&c->dead)) return KVS_RETRY;
+    return rc;
+}
+
 /* Walk the leaf chain once: finish or undo an interrupted split, drop empty
- * leaves, build the companions and the index. Under wlock. */
+ * leaves, build the companions and the index. Under smo. */
 static int kvs_build(kv_sorted *t)
 {
     nvh_pool *pool = t->pool;
@@ -474,7 +430,7 @@ static int kvs_build(kv_sorted *t)
 int kvs_ensure_built(kv_sorted *t)
 {
     if (__builtin_expect(KVS_LOAD(&t->built), 1)) return NVH_OK;
-    pthread_mutex_lock(&t->wlock);
+    pthread_mutex_lock(&t->smo);
     int rc = NVH_OK;
     if (!t->built) {
         nvh_protect_internal_begin(t->pool);
@@ -482,7 +438,7 @@ int kvs_ensure_built(kv_sorted *t)
         nvh_protect_internal_end(t->pool);
         if (rc == NVH_OK) KVS_STORE(&t->built, 1);
     }
-    pthread_mutex_unlock(&t->wlock);
+    pthread_mutex_unlock(&t->smo);
     return rc;
 }
 
@@ -540,7 +496,7 @@ int kv_sorted_get(kv_sorted *t, const void *k, size_t kl, kv_entry_fn fn, void *
     if ((rc = kvs_ensure_built(t))) return rc;
     uint64_t kp = kvs_prefix(k, kl);
     uint32_t kh = kvs_hash(k, kl);
-    unsigned s = kvs_enter(t);
+    nvh_epoch_enter_();
     for (;;) {
         const kvs_inode *root = KVS_LOAD(&t->root);
         kvs_cleaf *c = kvs_ix_find(t, root, k, kl, kp, NULL);
@@ -554,7 +510,7 @@ int kv_sorted_get(kv_sorted *t, const void *k, size_t kl, kv_entry_fn fn, void *
         rc = kvs_emit(nvh_ptr(t->pool, rec), fn, arg);
         break;
     }
-    kvs_exit(t, s);
+    nvh_epoch_exit_();
     return rc;
 }
 
@@ -586,7 +542,7 @@ int kv_sorted_seek(kv_sorted *t, enum kv_seek how, const void *k, size_t kl,
     uint64_t kp = k ? kvs_prefix(k, kl) : 0;
     bool up = how == KV_SEEK_GT || how == KV_SEEK_GE || how == KV_SEEK_FIRST;
     kvs_ent ents[KVS_CAP];
-    unsigned s = kvs_enter(t);
+    nvh_epoch_enter_();
 retry:
     for (;;) {
         const kvs_inode *root = KVS_LOAD(&t->root);
@@ -597,8 +553,8 @@ retry:
         else c = kvs_ix_find(t, root, k, kl, kp, &lo);
         while (c) {
             unsigned n;
-            rc = kvs_leaf_sorted(t, c, ents, &n);
-            if (kvs_dead(c)) goto retry;
+            rc = kvs_leaf_read(t, c, ents, &n);
+            if (rc == KVS_RETRY) goto retry;
             if (rc) goto out;
             int hit = -1;
             if (up) {
@@ -635,7 +591,7 @@ retry:
         goto out;
     }
 out:
-    kvs_exit(t, s);
+    nvh_epoch_exit_();
     return rc;
 }
 
@@ -662,15 +618,18 @@ static int kvs_scan(kv_sorted *t, kvs_bound lo, kvs_bound hi, kv_entry_fn fn, vo
     kvs_ent ents[KVS_CAP];
     int rc = NVH_OK;
     uint64_t cnt = 0;
-    unsigned s = kvs_enter(t);
+    nvh_epoch_enter_();
     unsigned leaves = 0;
     const kvs_inode *root = KVS_LOAD(&t->root);
     kvs_cleaf *c = c0.k ? kvs_ix_find(t, root, c0.k, c0.kl, c0.kp, NULL) : kvs_ix_first(root);
     bool filter = c0.k != NULL;   /* after a descent: skip keys up to the cursor */
     while (c) {
         unsigned n;
-        rc = kvs_leaf_sorted(t, c, ents, &n);
-        if (kvs_dead(c)) goto redescend;
+        rc = kvs_leaf_read(t, c, ents, &n);
+        if (rc == KVS_RETRY) {
+            rc = NVH_OK;
+            goto redescend;
+        }
         if (rc) break;
         int last = -1;
         for (unsigned i = 0; i < n; i++) {
@@ -708,15 +667,15 @@ static int kvs_scan(kv_sorted *t, kvs_bound lo, kvs_bound hi, kv_entry_fn fn, vo
                 continue;
             }
         }
-        kvs_exit(t, s);
-        s = kvs_enter(t);
+        nvh_epoch_exit_();
+        nvh_epoch_enter_();
     redescend:
         root = KVS_LOAD(&t->root);
         c = c0.k ? kvs_ix_find(t, root, c0.k, c0.kl, c0.kp, NULL) : kvs_ix_first(root);
         filter = c0.k != NULL;
     }
 done:
-    kvs_exit(t, s);
+    nvh_epoch_exit_();
     free(cur);
     if (count) *count = cnt;
     return rc;

@@ -1,7 +1,8 @@
 /* sorted_check.c — the sorted engine's invariant check (kv_sorted_check,
  * nvh_kv_check): walks the persistent leaf chain and the DRAM state
- * together, with writers excluded, and reports the first violation as
- * NVH_E_CORRUPT naming the structure and its offset:
+ * together, and reports the first violation as
+ * NVH_E_CORRUPT naming the structure and its offset (the caller keeps
+ * writers out: nvh_kv_check holds the store's write lock exclusively):
  *   - every leaf valid (magic, version, owner), no split left unfinished;
  *   - the companions mirror the leaves slot by slot, the index lists the
  *     companions in chain order and routes every key to its own leaf;
@@ -104,7 +105,7 @@ static int chk_run(kv_sorted *t)
                       "count says %llu", (unsigned long long)t->hdr_off,
                       (unsigned long long)count, (unsigned long long)t->count);
     for (unsigned j = 0; rc == NVH_OK && !t->readonly && j < KVS_PENDING; j++) {
-        bool used = (t->pend_used >> j) & 1;
+        bool used = (KVS_LOAD(&t->pend_used) >> j) & 1;
         if (used != (t->hdr->pend[j].rec != 0))
             rc = kvs_corrupt(t, nvh_off(pool, &t->hdr->pend[j]), "queued free (differs from DRAM)");
     }
@@ -117,8 +118,8 @@ int kv_sorted_check(kv_sorted *t)
     if (!t) return nvh_fail(NVH_E_INVAL, "kv_sorted_check: NULL tree");
     int rc = kvs_ensure_built(t);
     if (rc) return rc;
-    pthread_mutex_lock(&t->wlock);
+    pthread_mutex_lock(&t->smo);
     rc = chk_run(t);
-    pthread_mutex_unlock(&t->wlock);
+    pthread_mutex_unlock(&t->smo);
     return rc;
 }

@@ -1,6 +1,6 @@
 /* sorted_index.c — the sorted engine's inner index: a DRAM B+ tree over the
  * leaf companions, copy-on-write. Readers load the root once (acquire) and
- * descend a snapshot that no writer ever changes; a writer (under wlock)
+ * descend a snapshot that no writer ever changes; a writer (under smo)
  * copies the path it changes, publishes the new root with one release
  * store, and retires the old path nodes through the epochs (sorted.c).
  * That makes readers wait-free here: no version checks, no retries. The
@@ -165,7 +165,7 @@ kvs_inode *kvs_ix_build(kvs_cleaf **leaves, size_t n)
 void kvs_skey_unref(kv_sorted *t, kvs_skey *s, int now)
 {
     if (!s || --s->refs > 0) return;
-    if (now || kvs_retire(t, KVS_R_MEM, s, 0) != NVH_OK) {
+    if (now || kvs_retire(t, KVS_R_MEM, s) != NVH_OK) {
         if (now) free(s);
         /* no room to retire it: keep it (a few bytes) rather than risk a reader */
     }
@@ -244,7 +244,7 @@ static int ix_publish(kv_sorted *t, kvs_inode *r, ix_step *path, int depth)
     KVS_STORE(&t->root, r);
     int rc = NVH_OK;
     for (int d = 0; d <= depth; d++) {
-        int e = kvs_retire(t, KVS_R_MEM, path[d].n, 0);
+        int e = kvs_retire(t, KVS_R_MEM, path[d].n);
         if (e && !rc) rc = e;
     }
     return rc;

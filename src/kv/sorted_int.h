@@ -1,6 +1,6 @@
 /* sorted_int.h — internal to the sorted engine (src/kv/sorted*.c): the
  * on-media structures (with static_asserts), the DRAM state (leaf
- * companions, the copy-on-write inner index, epochs) and the helpers the
+ * companions with their locks, the copy-on-write inner index) and the helpers the
  * files share. Design and crash/concurrency arguments: docs/KV-SORTED.md;
  * byte layouts: docs/FORMAT.md ("Sorted key-value tree"). */
 #ifndef NVH_KV_SORTED_INT_H
@@ -12,6 +12,7 @@
 
 #include <assert.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
@@ -127,12 +128,17 @@ typedef struct kvs_cleaf {
     struct kvs_cleaf *next;         /* key order (atomic: readers' scans)     */
     kvs_skey *sep;                  /* lower bound it entered the index with
                                        (NULL: the first leaf)                 */
-    uint32_t dead;                  /* atomic: replaced or removed            */
-    uint32_t live;                  /* live slots (writers only)              */
+    uint32_t dead;                  /* atomic: replaced or removed (set under
+                                       lock, after the replacement is public) */
+    uint32_t lock;                  /* atomic: the leaf's writer lock         */
+    uint32_t ver;                   /* atomic seqlock: odd while a writer adds
+                                       or removes an entry (DRAM stores only,
+                                       never across a flush)                  */
+    uint32_t live;                  /* live slots (under lock)                */
     uint32_t hash[KVS_CAP];         /* a lookup reads hash, klen, one rec:    */
     uint16_t klen[KVS_CAP];         /* lines 0-4, asked for at once           */
     uint64_t rec[KVS_CAP];          /* atomic                                 */
-    uint8_t was[KVS_CAP];           /* writers: the slot's free value before its
+    uint8_t was[KVS_CAP];           /* under lock: the slot's free value before its
                                        record's activation (kvs_tomb_after)   */
 } kvs_cleaf;
 
@@ -149,19 +155,15 @@ typedef struct kvs_inode {
 } kvs_inode;
 #define KVS_DEPTH_MAX 16
 
-/* Retired DRAM or pool objects, freed once no reader can hold them. */
-enum { KVS_R_MEM, KVS_R_CLEAF, KVS_R_REC };
+/* Retired DRAM objects (index nodes, separators, companions), freed once no
+ * reader can hold them (common/epoch.c: stamped at the retire). Records are
+ * not retired here: the allocator holds freed space back from readers. */
+enum { KVS_R_MEM, KVS_R_CLEAF };
 typedef struct kvs_retired {
     uint64_t epoch;
     void *p;
     uint32_t kind;
-    uint32_t pend;                  /* KVS_R_REC: its header pend[] index     */
 } kvs_retired;
-
-#define KVS_RSLOTS 64
-typedef struct kvs_rslot {
-    _Alignas(64) uint64_t epoch;    /* atomic; 0 = no reader                  */
-} kvs_rslot;
 
 struct kv_sorted {
     nvh_pool *pool;
@@ -171,18 +173,23 @@ struct kv_sorted {
     void *cmp_arg;
     bool readonly;
 
-    pthread_mutex_t wlock;          /* writers, the lazy build, reclamation   */
+    /* Writers lock the companion of the leaf they change (kvs_cleaf.lock);
+     * smo serialises what changes the chain or the index (splits, leaf
+     * drops, the first leaf), the lazy build and the retired list. Lock
+     * order: a leaf, then smo; never two leaves. */
+    pthread_mutex_t smo;
     uint32_t built;                 /* atomic: index built                    */
-    int build_err;
-    kvs_inode *root;                /* atomic (acquire/release)               */
-    kvs_cleaf *head;                /* first companion (writers)              */
-    uint64_t count;                 /* atomic: live entries once built        */
-
-    uint64_t gepoch;                /* atomic, starts at 1                    */
-    kvs_rslot rs[KVS_RSLOTS];
-    kvs_retired *ret;
+    kvs_inode *root;                /* atomic (acquire/release); under smo    */
+    kvs_cleaf *head;                /* first companion (smo)                  */
+    kvs_retired *ret;               /* smo                                    */
     size_t nret, capret;
-    uint64_t pend_used;             /* bitmap of hdr->pend in use (writers)   */
+
+    _Alignas(64) uint64_t count;    /* atomic: live entries once built        */
+    /* hdr->pend[j] in use (atomic bitmaps): taken by the writer that queues
+     * a record; ready once the record is unlinked: the next writer's data
+     * fence frees it (kvs_data_fence) */
+    _Alignas(64) uint64_t pend_used;
+    uint64_t pend_ready;
 };
 
 /* ==========================================================================
@@ -289,16 +296,51 @@ int kvs_corrupt(const kv_sorted *t, uint64_t off, const char *what);
 #define KVS_STORER(p, v) __atomic_store_n((p), (v), __ATOMIC_RELAXED)
 
 /* ==========================================================================
- * Epochs (sorted.c): readers announce, writers defer frees
- * ========================================================================== */
-unsigned kvs_enter(kv_sorted *t);
-void kvs_exit(kv_sorted *t, unsigned slot);
-/* Queue an object freed once every reader that could hold it has left
- * (writers, under wlock). */
-int kvs_retire(kv_sorted *t, uint32_t kind, void *p, uint32_t pend);
-/* Free what no reader can hold any more; wait: until the list is empty. */
-int kvs_reclaim(kv_sorted *t, int wait);
+ * Epochs and locks (sorted.c)
+ * ==========================================================================
+ * Readers (and writers while they descend) run inside nvh_epoch_enter_ /
+ * nvh_epoch_exit_ (common/epoch.c). */
+/* Queue a DRAM object freed once every reader that could hold it has left
+ * (under smo). */
+int kvs_retire(kv_sorted *t, uint32_t kind, void *p);
+/* Free what no reader can hold any more; wait: until the list is empty
+ * (under smo). */
+void kvs_reclaim(kv_sorted *t, int wait);
 void kvs_cleaf_free(kvs_cleaf *c);
+
+static inline void kvs_lock(kvs_cleaf *c)
+{
+    for (unsigned n = 0;; n++) {
+        if (!__atomic_load_n(&c->lock, __ATOMIC_RELAXED) &&
+            !__atomic_exchange_n(&c->lock, 1, __ATOMIC_ACQUIRE))
+            return;
+        /* the holder may be between its fences, or preempted on a busy
+         * machine: spin briefly, then give the core away */
+        if (n >= 64) sched_yield();
+#if defined(__x86_64__) || defined(__i386__)
+        else __builtin_ia32_pause();
+#endif
+    }
+}
+static inline void kvs_unlock(kvs_cleaf *c) { __atomic_store_n(&c->lock, 0, __ATOMIC_RELEASE); }
+
+/* Writers (under the leaf lock) around the DRAM stores that add or remove
+ * an entry of c: readers that sort a leaf (seek, scan) retry when it moved
+ * under them (else a key removed from one slot and put back into a later
+ * one, which another writer's insert made the first free one, would be read
+ * twice). */
+/* No fences: the entry's record word is stored with release after the odd
+ * version (so a reader that sees the new word sees the odd version or a
+ * later one), and readers load the record words with acquire before they
+ * load the version again (so that load is not done earlier). */
+static inline void kvs_ver_begin(kvs_cleaf *c)
+{
+    __atomic_store_n(&c->ver, c->ver + 1, __ATOMIC_RELAXED);
+}
+static inline void kvs_ver_end(kvs_cleaf *c)
+{
+    __atomic_store_n(&c->ver, c->ver + 1, __ATOMIC_RELEASE);
+}
 
 /* Build the DRAM state (index, companions) on first use; repairs
  * interrupted splits and queued frees when the pool is writable. */
@@ -348,8 +390,10 @@ int kvs_ent_cmp(const kv_sorted *t, const kvs_ent *a, const kvs_ent *b);
 /* Leaf search: slot of key k in companion c, or -1 (readers and writers). */
 int kvs_leaf_find(const kv_sorted *t, const kvs_cleaf *c, const void *k, size_t kl,
                   uint64_t kp, uint32_t kh, uint64_t *rec, int *err);
-/* Apply the queued frees found in the header at the build (writers): bit j
- * of live set if pend[j]'s record is referenced by a live slot. */
+/* Apply the queued frees found in the header at the build (under smo): bit
+ * j of live set if pend[j]'s record is referenced by a live slot. */
 int kvs_pending_recover(kv_sorted *t, uint64_t live);
+/* Free every queued record still owed its free (close, destroy). */
+int kvs_pend_flush(kv_sorted *t);
 
 #endif /* NVH_KV_SORTED_INT_H */

@@ -1,8 +1,9 @@
 /* sorted_write.c — the sorted engine's write path: put (insert, overwrite),
  * remove, leaf splits, removal of empty leaves, and the queued record
- * frees (hdr->pend) with their recovery. Writers are serialised by
- * t->wlock; every store into the pool is made durable before the call
- * returns. The rules ([Moraru11] §6, docs/KV-SORTED.md):
+ * frees (hdr->pend) with their recovery. Writers lock the leaf they change
+ * (writers of different leaves run in parallel); splits and leaf removals
+ * also take t->smo. Every store into the pool is made durable before the
+ * call returns. The rules ([Moraru11] §6, docs/KV-SORTED.md):
  *   - a record is durable before any slot points at it (the slot's record
  *     word is the activation's link: written by nvh_activate after its
  *     fence, so an insert is 2 fences: record + summary, then activation);
@@ -22,21 +23,86 @@ static inline nvh_off_t *kvs_link_of(kv_sorted *t, const kvs_cleaf *c)
 
 /* ==========================================================================
  * Queued frees
- * ========================================================================== */
+ * ==========================================================================
+ * A record an overwrite or a removal unlinks is queued in hdr->pend[j]
+ * (durable before the unlink), so that a crash before its free leaks
+ * nothing. Its free is not paid with a fence of its own: the next write
+ * (any thread) frees it at its data fence (kvs_data_fence): the free's one
+ * fence is also what makes that write's record durable before its
+ * activation. Steady state: 2 fences per insert, overwrite and removal. */
 #define KVS_PEND_MASK ((UINT64_C(1) << KVS_PENDING) - 1)
+
+/* Free one queued record whose unlink is done (any writer). 1: one was
+ * freed (a fence: everything this thread flushed before is durable);
+ * 0: none was ready; < 0: the free failed (the entry stays queued: the
+ * next open frees it). */
+static int kvs_pend_free_one(kv_sorted *t)
+{
+    uint64_t r = __atomic_load_n(&t->pend_ready, __ATOMIC_ACQUIRE);
+    unsigned j;
+    do {
+        if (!r) return 0;
+        j = (unsigned)__builtin_ctzll(r);
+    } while (!__atomic_compare_exchange_n(&t->pend_ready, &r, r & ~(UINT64_C(1) << j), 1,
+                                          __ATOMIC_ACQUIRE, __ATOMIC_ACQUIRE));
+    kvs_pfree *pe = &t->hdr->pend[j];
+    nvh_link lk = {&pe->rec, 0};
+    int rc = nvh_free(t->pool, nvh_ptr(t->pool, pe->rec), &lk, 1);
+    if (rc) return nvh_fail_context(rc, "sorted tree (header at offset %llu): queued free of "
+                                    "record %llu", (unsigned long long)t->hdr_off,
+                                    (unsigned long long)pe->rec);
+    __atomic_and_fetch(&t->pend_used, ~(UINT64_C(1) << j), __ATOMIC_RELEASE);
+    return 1;
+}
+
+/* The fence that makes what this thread flushed durable: a queued free's,
+ * if one is owed, else a plain drain. */
+static int kvs_data_fence(kv_sorted *t)
+{
+    int r = kvs_pend_free_one(t);
+    if (r == 1) return NVH_OK;
+    nvh_drain(t->pool);
+    return r;
+}
+
+int kvs_pend_flush(kv_sorted *t)
+{
+    int r;
+    while ((r = kvs_pend_free_one(t)) == 1) {}
+    return r;
+}
 
 static int kvs_pend_take(kv_sorted *t, unsigned *j)
 {
-    while ((t->pend_used & KVS_PEND_MASK) == KVS_PEND_MASK) {
-        /* every entry waits for a reader: wait for them (readers never
-         * wait for writers; a writer may wait for readers) */
-        int rc = kvs_reclaim(t, 1);
-        if (rc) return rc;
+    for (;;) {
+        uint64_t u = __atomic_load_n(&t->pend_used, __ATOMIC_ACQUIRE);
+        uint64_t avail = ~u & KVS_PEND_MASK;
+        if (!avail) {
+            /* every entry queued: free one that is owed (or wait for the
+             * writers that hold the others to finish) */
+            int r = kvs_pend_free_one(t);
+            if (r < 0) return r;
+            if (r == 0) sched_yield();
+            continue;
+        }
+        unsigned i = (unsigned)__builtin_ctzll(avail);
+        if (__atomic_compare_exchange_n(&t->pend_used, &u, u | (UINT64_C(1) << i), 1,
+                                        __ATOMIC_ACQUIRE, __ATOMIC_RELAXED)) {
+            *j = i;
+            return NVH_OK;
+        }
     }
-    unsigned i = (unsigned)__builtin_ctzll(~t->pend_used & KVS_PEND_MASK);
-    t->pend_used |= UINT64_C(1) << i;
-    *j = i;
-    return NVH_OK;
+}
+
+static void kvs_pend_release(kv_sorted *t, unsigned j)
+{
+    __atomic_and_fetch(&t->pend_used, ~(UINT64_C(1) << j), __ATOMIC_RELEASE);
+}
+
+/* The record in pend[j] is unlinked: its free is owed. */
+static void kvs_pend_ready(kv_sorted *t, unsigned j)
+{
+    __atomic_or_fetch(&t->pend_ready, UINT64_C(1) << j, __ATOMIC_RELEASE);
 }
 
 /* Write pend[j] = (rec, slot word) and flush it (durable at the caller's
@@ -55,7 +121,7 @@ static void kvs_pend_drop(kv_sorted *t, unsigned j)
     pe->rec = 0;
     pe->slot = 0;
     nvh_flush(t->pool, pe, sizeof *pe);
-    t->pend_used &= ~(UINT64_C(1) << j);
+    kvs_pend_release(t, j);
 }
 
 int kvs_pending_recover(kv_sorted *t, uint64_t live)
@@ -169,7 +235,7 @@ static int kvs_first_leaf(kv_sorted *t)
     kvs_inode *old = t->root;
     t->head = c;
     KVS_STORE(&t->root, r);
-    return kvs_retire(t, KVS_R_MEM, old, 0);
+    return kvs_retire(t, KVS_R_MEM, old);
 }
 
 /* Split full leaf c ([Moraru11] §6, Fig. 3, in a leaf chain):
@@ -236,7 +302,7 @@ static int kvs_split(kv_sorted *t, kvs_cleaf *c)
     if (c->prev) KVS_STORE(&c->prev->next, c1);
     else t->head = c1;
     KVS_STORE(&c->dead, 1);
-    int rc2 = kvs_retire(t, KVS_R_CLEAF, c, 0);
+    int rc2 = kvs_retire(t, KVS_R_CLEAF, c);
     return rc ? rc : rc2;
 undo1: {
         nvh_cancel(pool, m1);
@@ -266,77 +332,151 @@ static int kvs_leaf_drop(kv_sorted *t, kvs_cleaf *c)
     KVS_STORE(&c->dead, 1);
     kvs_skey_unref(t, c->sep, 0);
     c->sep = NULL;
-    int rc2 = kvs_retire(t, KVS_R_CLEAF, c, 0);
+    int rc2 = kvs_retire(t, KVS_R_CLEAF, c);
     return rc ? rc : rc2;
 }
 
 /* ==========================================================================
  * put, remove
- * ========================================================================== */
-static int kvs_put_locked(kv_sorted *t, const void *k, size_t kl, const void *v, size_t vl)
+ * ==========================================================================
+ * A writer descends the index like a reader (inside an epoch), locks the
+ * companion it reaches and checks that it is not dead: a live companion's
+ * key range only grows (a neighbour's removal may give it that neighbour's
+ * range; its own split kills it first), so it is the key's leaf, and it
+ * stays alive while locked. The epoch can go then: the lock keeps the
+ * companion and its records. Splits and leaf removals take smo as well. */
+static kvs_cleaf *kvs_lock_leaf(kv_sorted *t, const void *k, size_t kl, uint64_t kp)
+{
+    kvs_cleaf *c;
+    nvh_epoch_enter_();
+    for (;;) {
+        c = kvs_ix_find(t, KVS_LOAD(&t->root), k, kl, kp, NULL);
+        if (!c) break;
+        kvs_lock(c);
+        if (!KVS_LOADR(&c->dead)) break;
+        kvs_unlock(c);
+    }
+    nvh_epoch_exit_();
+    return c;
+}
+
+/* Under smo: structure changes, then what no reader holds any more. */
+static int kvs_smo_first_leaf(kv_sorted *t)
+{
+    pthread_mutex_lock(&t->smo);
+    int rc = t->root->n == 0 ? kvs_first_leaf(t) : NVH_OK;
+    kvs_reclaim(t, 0);
+    pthread_mutex_unlock(&t->smo);
+    return rc;
+}
+
+/* Split or drop locked companion c; c's lock is released before the
+ * retired objects (c itself among them) may be freed. */
+static int kvs_smo_split(kv_sorted *t, kvs_cleaf *c)
+{
+    pthread_mutex_lock(&t->smo);
+    int rc = kvs_split(t, c);
+    kvs_unlock(c);
+    kvs_reclaim(t, 0);
+    pthread_mutex_unlock(&t->smo);
+    return rc;
+}
+
+static int kvs_smo_drop(kv_sorted *t, kvs_cleaf *c)
+{
+    pthread_mutex_lock(&t->smo);
+    int rc = c->live == 0 && (c->prev || c->next) ? kvs_leaf_drop(t, c) : NVH_OK;
+    kvs_unlock(c);
+    kvs_reclaim(t, 0);
+    pthread_mutex_unlock(&t->smo);
+    return rc;
+}
+
+/* Overwrite slot i of locked companion c (old: its record): new record
+ * durable, the old one queued (same fence), the activation switches the
+ * slot; the old record's free is owed to the next write's fence. */
+static int kvs_overwrite(kv_sorted *t, kvs_cleaf *c, int i, uint64_t old, const void *k,
+                         size_t kl, const void *v, size_t vl)
 {
     nvh_pool *pool = t->pool;
+    kvs_slot *s = &c->p->slot[i];
+    if (s->rec != old) return kvs_corrupt(t, nvh_off(pool, s), "leaf slot (differs from its companion)");
+    unsigned j;
+    int rc = kvs_pend_take(t, &j);
+    if (rc) return rc;
+    kvs_rec *r = kvs_rec_make(t, k, kl, v, vl);
+    if (!r) { rc = nvh_errcode(); kvs_pend_release(t, j); return rc; }
+    kvs_pend_write(t, j, old, &s->rec);
+    rc = kvs_data_fence(t);
+    if (rc == NVH_OK) rc = kvs_activate(t, r, &s->rec);
+    if (rc) {
+        nvh_cancel(pool, r);
+        kvs_pend_drop(t, j);
+        return rc;
+    }
+    KVS_STORE(&c->rec[i], nvh_off(pool, r));
+    c->was[i] = 0;
+    kvs_pend_ready(t, j);
+    return NVH_OK;
+}
+
+/* Insert into free slot i of locked companion c. */
+static int kvs_insert(kv_sorted *t, kvs_cleaf *c, int i, const void *k, size_t kl,
+                      uint64_t kp, uint32_t kh, const void *v, size_t vl)
+{
+    nvh_pool *pool = t->pool;
+    kvs_slot *s = &c->p->slot[i];
+    uint8_t was = (uint8_t)s->rec;
+    kvs_rec *r = kvs_rec_make(t, k, kl, v, vl);
+    if (!r) return nvh_errcode();
+    s->prefix = kp;
+    s->hash = kh;
+    s->klen = (uint32_t)kl;
+    nvh_flush(pool, &s->prefix, 16);
+    int rc = kvs_data_fence(t);
+    if (rc == NVH_OK) rc = kvs_activate(t, r, &s->rec);
+    if (rc) {
+        nvh_cancel(pool, r);
+        return rc;
+    }
+    kvs_ver_begin(c);
+    KVS_STORER(&c->hash[i], kh);
+    KVS_STORER(&c->klen[i], (uint16_t)kl);
+    KVS_STORE(&c->rec[i], nvh_off(pool, r));
+    kvs_ver_end(c);
+    c->was[i] = was;
+    c->live++;
+    __atomic_add_fetch(&t->count, 1, __ATOMIC_RELAXED);
+    return NVH_OK;
+}
+
+static int kvs_put_one(kv_sorted *t, const void *k, size_t kl, const void *v, size_t vl)
+{
     uint64_t kp = kvs_prefix(k, kl);
     uint32_t kh = kvs_hash(k, kl);
     int rc;
     for (;;) {
-        kvs_cleaf *c = kvs_ix_find(t, t->root, k, kl, kp, NULL);
+        kvs_cleaf *c = kvs_lock_leaf(t, k, kl, kp);
         if (!c) {
-            if ((rc = kvs_first_leaf(t))) return rc;
+            if ((rc = kvs_smo_first_leaf(t))) return rc;
             continue;
         }
         uint64_t old = 0;
         int err = 0;
         int i = kvs_leaf_find(t, c, k, kl, kp, kh, &old, &err);
-        if (err) return err;
-        kvs_slot *s;
-        if (i >= 0) {
-            /* overwrite: new record, durable; queue the old one's free
-             * (same fence); the activation switches the slot */
-            unsigned j;
-            if ((rc = kvs_pend_take(t, &j))) return rc;
-            s = &c->p->slot[i];
-            if (s->rec != old) return kvs_corrupt(t, nvh_off(pool, s), "leaf slot (differs from its companion)");
-            kvs_rec *r = kvs_rec_make(t, k, kl, v, vl);
-            if (!r) { t->pend_used &= ~(UINT64_C(1) << j); return nvh_errcode(); }
-            kvs_pend_write(t, j, old, &s->rec);
-            nvh_drain(pool);
-            rc = kvs_activate(t, r, &s->rec);
-            if (rc) {
-                nvh_cancel(pool, r);
-                kvs_pend_drop(t, j);
-                return rc;
+        if (err) rc = err;
+        else if (i >= 0) rc = kvs_overwrite(t, c, i, old, k, kl, v, vl);
+        else {
+            for (i = 0; i < (int)KVS_CAP && !kvs_slot_free(c->rec[i]); i++) {}
+            if (i == (int)KVS_CAP) {
+                rc = kvs_smo_split(t, c);   /* c dies: retry in its halves */
+                if (rc) return rc;
+                continue;
             }
-            KVS_STORE(&c->rec[i], nvh_off(pool, r));
-            c->was[i] = 0;
-            return kvs_retire(t, KVS_R_REC, nvh_ptr(pool, old), j);
+            rc = kvs_insert(t, c, i, k, kl, kp, kh, v, vl);
         }
-        for (i = 0; i < (int)KVS_CAP && !kvs_slot_free(c->rec[i]); i++) {}
-        if (i == (int)KVS_CAP) {
-            if ((rc = kvs_split(t, c))) return rc;
-            continue;
-        }
-        s = &c->p->slot[i];
-        uint8_t was = (uint8_t)s->rec;
-        kvs_rec *r = kvs_rec_make(t, k, kl, v, vl);
-        if (!r) return nvh_errcode();
-        s->prefix = kp;
-        s->hash = kh;
-        s->klen = (uint32_t)kl;
-        nvh_flush(pool, &s->prefix, 16);
-        nvh_drain(pool);
-        rc = kvs_activate(t, r, &s->rec);
-        if (rc) {
-            nvh_cancel(pool, r);
-            return rc;
-        }
-        KVS_STORER(&c->hash[i], kh);
-        KVS_STORER(&c->klen[i], (uint16_t)kl);
-        KVS_STORE(&c->rec[i], nvh_off(pool, r));
-        c->was[i] = was;
-        c->live++;
-        __atomic_add_fetch(&t->count, 1, __ATOMIC_RELAXED);
-        return NVH_OK;
+        kvs_unlock(c);
+        return rc;
     }
 }
 
@@ -358,48 +498,45 @@ int kv_sorted_put(kv_sorted *t, const void *k, size_t kl, const void *v, size_t 
         return nvh_fail(NVH_E_TOOLONG, "kv_sorted_put: value of %zu bytes exceeds %llu", vl,
                         (unsigned long long)KVS_VALUE_MAX);
     if (!v && vl) return nvh_fail(NVH_E_INVAL, "kv_sorted_put: NULL value");
-    pthread_mutex_lock(&t->wlock);
     nvh_protect_internal_begin(t->pool);
-    rc = kvs_put_locked(t, k, kl, v, vl);
-    if (t->nret) {
-        int rc2 = kvs_reclaim(t, 0);
-        if (!rc) rc = rc2;
-    }
+    rc = kvs_put_one(t, k, kl, v, vl);
     nvh_protect_internal_end(t->pool);
-    pthread_mutex_unlock(&t->wlock);
     return rc;
 }
 
-static int kvs_remove_locked(kv_sorted *t, const void *k, size_t kl)
+static int kvs_remove_one(kv_sorted *t, const void *k, size_t kl)
 {
     nvh_pool *pool = t->pool;
     uint64_t kp = kvs_prefix(k, kl);
     uint32_t kh = kvs_hash(k, kl);
-    kvs_cleaf *c = kvs_ix_find(t, t->root, k, kl, kp, NULL);
+    kvs_cleaf *c = kvs_lock_leaf(t, k, kl, kp);
     if (!c) return NVH_E_NOTFOUND;
     uint64_t old = 0;
-    int err = 0;
+    int err = 0, rc;
     int i = kvs_leaf_find(t, c, k, kl, kp, kh, &old, &err);
-    if (err) return err;
-    if (i < 0) return NVH_E_NOTFOUND;
-    kvs_slot *s = &c->p->slot[i];
-    if (s->rec != old) return kvs_corrupt(t, nvh_off(pool, s), "leaf slot (differs from its companion)");
-    unsigned j;
-    int rc = kvs_pend_take(t, &j);
-    if (rc) return rc;
+    kvs_slot *s = i >= 0 ? &c->p->slot[i] : NULL;
+    unsigned j = 0;
+    if (err) rc = err;
+    else if (i < 0) rc = NVH_E_NOTFOUND;
+    else if (s->rec != old) rc = kvs_corrupt(t, nvh_off(pool, s), "leaf slot (differs from its companion)");
+    else rc = kvs_pend_take(t, &j);
+    if (rc) { kvs_unlock(c); return rc; }
     /* the queued free must be durable before the slot changes (they are
-     * in different lines): a fence of its own, so a removal is 2 fences
-     * (an overwrite's queued free shares the record's fence) */
+     * in different lines): the data fence, then the tombstone's */
     kvs_pend_write(t, j, old, &s->rec);
-    nvh_drain(pool);
+    rc = kvs_data_fence(t);
+    if (rc) { kvs_pend_drop(t, j); kvs_unlock(c); return rc; }
     s->rec = kvs_tomb_after(c->was[i]);
     nvh_flush(pool, &s->rec, 8);
     nvh_drain(pool);
+    kvs_ver_begin(c);
     KVS_STORE(&c->rec[i], 0);
+    kvs_ver_end(c);
     c->live--;
     __atomic_sub_fetch(&t->count, 1, __ATOMIC_RELAXED);
-    rc = kvs_retire(t, KVS_R_REC, nvh_ptr(pool, old), j);
-    if (rc == NVH_OK && c->live == 0 && (c->prev || c->next)) rc = kvs_leaf_drop(t, c);
+    kvs_pend_ready(t, j);
+    if (c->live == 0) return kvs_smo_drop(t, c);
+    kvs_unlock(c);
     return rc;
 }
 
@@ -411,14 +548,8 @@ int kv_sorted_remove(kv_sorted *t, const void *k, size_t kl)
     if (kl > KVS_KEY_MAX)
         return nvh_fail(NVH_E_TOOLONG, "kv_sorted_remove: key of %zu bytes exceeds %u", kl,
                         KVS_KEY_MAX);
-    pthread_mutex_lock(&t->wlock);
     nvh_protect_internal_begin(t->pool);
-    rc = kvs_remove_locked(t, k, kl);
-    if (t->nret) {
-        int rc2 = kvs_reclaim(t, 0);
-        if (!rc) rc = rc2;
-    }
+    rc = kvs_remove_one(t, k, kl);
     nvh_protect_internal_end(t->pool);
-    pthread_mutex_unlock(&t->wlock);
     return rc;
 }

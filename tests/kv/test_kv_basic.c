@@ -280,16 +280,17 @@ static int value_cb(const void *v, size_t vl, void *arg)
 }
 
 typedef struct walk {
-    uint64_t n, kbytes;
+    uint64_t n, kbytes, vbytes;
     int stop_after;
 } walk;
 
 static int walk_cb(const void *k, size_t kl, const void *v, size_t vl, void *arg)
 {
-    (void)k, (void)v, (void)vl;
+    (void)k, (void)v;
     walk *w = arg;
     w->n++;
     w->kbytes += kl;
+    w->vbytes += vl;
     return w->stop_after && w->n == (uint64_t)w->stop_after ? 42 : 0;
 }
 
@@ -357,6 +358,9 @@ static void test_ops(void **state)
     nvh_kv_stats st;
     must(nvh_kv_stats_get(kv, &st));
     assert_int_equal(st.count, 4);
+    assert_int_equal(st.key_bytes, 1 + 2 + 3 + 1);
+    assert_int_equal(st.value_bytes, w.vbytes);
+    assert_true(st.value_bytes > 0);
     assert_int_equal(st.removes, 1);
     assert_true(st.puts >= 6);
     assert_true(st.fences > 0 && st.pool_size >= (16u << 20) && st.pool_used > 0);
