@@ -776,7 +776,9 @@ static inline void nvh_redo_dirty_(nvh_heap *h, nvh_arena *a, const void *addr)
     uint64_t x = line * 0x9E3779B97F4A7C15ull;
     uint64_t *s1 = &a->dirty_seen[x >> 58];
     if (__builtin_expect(*s1 == line, 1)) return;
-    uint64_t *s2 = &a->dirty_seen[(x >> 52) & 63];
+    /* the second place differs from the first (xor with a nonzero value),
+     * so two lines colliding in their first place always keep one each */
+    uint64_t *s2 = &a->dirty_seen[(x >> 58) ^ (((x >> 52) & 63) | 1)];
     if (*s2 != line) nvh_redo_dirty_add_(h, a, line, *s1 ? s2 : s1);
 }
 /* Mark a run whose media bitmap the next retire writes (redo.c, §7a). */
