@@ -8,7 +8,9 @@
  *   heap_off + 64     heap state: high-water mark (one self-checking word)
  *   heap_off + 4096   object table: NVH_NAMED_CAP x 64 B entries
  *   rings_off         NVH_RINGS ring headers (64 B each), then the ring bodies
- *   chunks_off        chunk 0, chunk 1, ... (64 KiB aligned)
+ *   chunks_off        chunk 0, chunk 1, ... (64 KiB aligned); chunk c with
+ *                     c % NVH_ZONE_SPAN == 0 is a header chunk holding the
+ *                     region headers of the 64 data chunks after it (alloc.h)
  */
 #include "alloc.h"
 #include "../pool/pool.h"   /* nvh_superblock_set_flags */
@@ -546,8 +548,25 @@ int nvh_huge_take(nvh_heap *h, uint64_t nchunks, uint64_t *chunk_out, uint64_t *
         pthread_mutex_unlock(&h->lock);
         return NVH_E_NOSPACE;
     }
-    uint64_t c = h->hwm;
+    uint64_t c = h->hwm, gap = 0;
+    if (nvh_chunk_is_hdr(c)) c++;
+    if (!nvh_chunks_data(c, nchunks)) {
+        /* the zone's data chunks left are too few: they become a free huge
+         * region, and the object starts after the next header chunk */
+        uint64_t next = (c / NVH_ZONE_SPAN + 1) * NVH_ZONE_SPAN;
+        gap = next - c;
+        c = next + 1;
+    }
     int rc = nvh_heap_ensure_size(h, c + nchunks);
+    if (rc == NVH_OK && gap) {
+        uint64_t g = c - 1 - gap, gb = g * h->bpc;
+        nvh_rhdr_write(h, gb, (uint32_t)(gap * h->bpc), NVH_RS_FREE, NVH_RK_HUGE, 0, 0, 0);
+        nvh_persist(h->pool, nvh_rhdr_at(h, gb), 64);
+        nvh_pview_set(h, gb, gap * h->bpc);
+        for (uint64_t i = 0; i < gap; i++)
+            __atomic_store_n(&h->chunks[g + i].scanned, true, __ATOMIC_RELEASE);
+        huge_put_locked(h, g, gap);
+    }
     if (rc == NVH_OK) {
         /* Every chunk below any high-water mark starts with a valid header
          * or lies inside a region that does, so a zero chunk header there is
@@ -653,11 +672,16 @@ static int scan_step(nvh_heap *h, nvh_arena *a)
 {
     uint64_t c = h->scan_next;
     uint64_t b = c * h->bpc;
+    if (nvh_chunk_is_hdr(c)) {          /* metadata: nothing to allocate */
+        h->scan_next = c + 1;
+        __atomic_store_n(&h->chunks[c].scanned, true, __ATOMIC_RELEASE);
+        return 0;
+    }
     const struct nvh_rhdr *r = nvh_rhdr_at(h, b);
     if (nvh_rhdr_valid(h, b) && r->blocks) {
         if (r->kind == NVH_RK_HUGE) {
             uint64_t n = (r->blocks + h->bpc - 1) / h->bpc;
-            if (n == 0 || c + n > h->hwm) n = 1;
+            if (n == 0 || c + n > h->hwm || !nvh_chunks_data(c, n)) n = 1;
             for (uint64_t i = 0; i < n; i++)
                 __atomic_store_n(&h->chunks[c + i].scanned, true, __ATOMIC_RELEASE);
             nvh_pview_set(h, b, r->blocks);
@@ -864,6 +888,7 @@ int nvh_chunk_claim(nvh_heap *h, nvh_arena *a, bool scan_only)
         }
     } else {
         c = h->hwm;
+        if (nvh_chunk_is_hdr(c)) c++;   /* the zone's header chunk: skipped */
         int rc = nvh_heap_ensure_size(h, c + 1);
         if (rc != NVH_OK) {
             pthread_mutex_unlock(&h->lock);
