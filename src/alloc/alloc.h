@@ -450,6 +450,8 @@ static inline uint64_t nvh_chunk_of_block(const nvh_heap *h, uint64_t block)
  * chunks_off + block * 4096: only the header's address changes. */
 #define NVH_ZONE_SPAN 65u
 #define NVH_ZONE_DATA (NVH_ZONE_SPAN - 1u)
+static_assert(NVH_ZONE_DATA * sizeof(struct nvh_rhdr) == NVH_BLOCK,
+              "the slots of 64 data chunks fill exactly one header chunk");
 static inline bool nvh_chunk_is_hdr(uint64_t chunk) { return chunk % NVH_ZONE_SPAN == 0; }
 /* [chunk, chunk + n) holds no header chunk (n >= 1) */
 static inline bool nvh_chunks_data(uint64_t chunk, uint64_t n)
