@@ -1657,8 +1657,10 @@ int nvh_kv_check(nvh_kv *kv);
 typedef struct nvh_cap_part nvh_cap;
 
 /* Carve a capacity part of `bytes` (128 KiB .. 16 TiB) out of the pool's
- * heap. NULL with NVH_E_NOSPACE if the pool has no room, NVH_E_BUSY if 8
- * parts are attached in the process. nvh_pool_close detaches it. */
+ * heap. NULL with NVH_E_NOSPACE if the pool has no room or bytes is over
+ * one heap object's maximum (64 chunks: 256 MiB with the default 4 MiB
+ * chunk, see nvh_reserve), NVH_E_BUSY if 8 parts are attached in the
+ * process. nvh_pool_close detaches it. */
 nvh_cap *nvh_cap_attach(nvh_pool *pool, uint64_t bytes);
 /* Give the part back to the pool; its blocks are invalid afterwards. */
 int nvh_cap_detach(nvh_cap *cap);
