@@ -118,7 +118,7 @@ static void walk_heap(nvh_heap *h, const walk_cb *cb)
     uint64_t b = 0;
     while (b < end_all) {
         uint64_t cend = (b / h->bpc + 1) * h->bpc;
-        if (nvh_chunk_is_hdr(b / h->bpc)) {     /* a header chunk: metadata */
+        if (nvh_chunk_is_hdr(h, b / h->bpc)) {     /* a header chunk: metadata */
             b = cend;
             continue;
         }
@@ -127,7 +127,7 @@ static void walk_heap(nvh_heap *h, const walk_cb *cb)
         bool valid = nvh_rhdr_valid(h, b);
         /* a huge region never spans a header chunk (alloc.h, header zones) */
         if (valid && r->kind == NVH_RK_HUGE && b % h->bpc == 0 &&
-            nvh_chunks_data(b / h->bpc, (r->blocks + h->bpc - 1) / h->bpc)) {
+            nvh_chunks_data(h, b / h->bpc, (r->blocks + h->bpc - 1) / h->bpc)) {
             uint64_t n = r->blocks;
             if (b + n > end_all) n = end_all - b;
             cb->region(h, b, n, r, cb->arg);
@@ -252,7 +252,12 @@ static void stats_region(nvh_heap *h, uint64_t b, uint64_t n, const struct nvh_r
     if (!r || r->state == NVH_RS_FREE) {
         s->free_bytes += bytes;
         s->free_regions++;
-        c->span_bytes = c->span_end == b ? c->span_bytes + bytes : bytes;
+        /* a header chunk between two free regions does not split the span:
+         * it is never free space, and an empty pool reads fragmentation 0 */
+        bool adj = c->span_end == b ||
+                   (c->span_end != UINT64_MAX && c->span_end % h->bpc == 0 &&
+                    nvh_chunk_is_hdr(h, c->span_end / h->bpc) && c->span_end + h->bpc == b);
+        c->span_bytes = adj ? c->span_bytes + bytes : bytes;
         c->span_end = b + n;
         if (c->span_bytes > s->largest_free) s->largest_free = c->span_bytes;
         return;

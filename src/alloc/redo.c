@@ -42,7 +42,7 @@ static uint32_t rec_checksum(const void *rec, unsigned nlines, unsigned ring, un
 static bool obj_in_heap(nvh_heap *h, uint64_t obj)
 {
     return obj >= h->chunks_off && obj < nvh_pool_size(h->pool) && obj % 64 == 0 &&
-           !nvh_chunk_is_hdr((obj - h->chunks_off) >> (h->bpc_shift + 12));
+           !nvh_chunk_is_hdr(h, (obj - h->chunks_off) >> (h->bpc_shift + 12));
 }
 
 /* cheap de-duplication: the same run and link lines are hit repeatedly in a
@@ -475,7 +475,7 @@ static bool rec_sane(nvh_heap *h, const struct nvh_rec *r, const struct nvh_link
         if (pre > b) return false;
         uint64_t c0 = (b - pre) >> h->bpc_shift;
         uint64_t c1 = (b + r->blocks + r->remainder - 1) >> h->bpc_shift;
-        if (!nvh_chunks_data(c0, c1 - c0 + 1)) return false;
+        if (!nvh_chunks_data(h, c0, c1 - c0 + 1)) return false;
     }
     if (kind == NVH_REC_ACT_NAMED || kind == NVH_REC_FREE_NAMED) {
         if (r->link[0].addr >= NVH_NAMED_CAP) return false;

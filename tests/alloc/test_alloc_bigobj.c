@@ -75,7 +75,8 @@ static void pack(const char *name, const size_t *sizes, unsigned n)
     nvh_heap_stats hs;
     assert_int_equal(nvh_heap_stats_get(pool, &hs), NVH_OK);
     assert_int_equal(hs.chunk_size, 4 * MIB);
-    assert_int_equal(hs.chunks, 2);              /* header chunk + one data chunk */
+    assert_int_equal(hs.chunks, 1);              /* one data chunk (zone 0: headers
+                                                    in the heap metadata) */
     assert_int_equal(hs.live_bytes, 4 * MIB);
     assert_int_equal(hs.free_bytes, 0);
     uint64_t corrupt = 1;
@@ -106,7 +107,7 @@ static void pack(const char *name, const size_t *sizes, unsigned n)
         assert_int_equal(chunk_of(pool, p[i]), c);
     }
     assert_int_equal(nvh_heap_stats_get(pool, &hs), NVH_OK);
-    assert_int_equal(hs.chunks, 2);
+    assert_int_equal(hs.chunks, 1);
     assert_int_equal(nvh_pool_close(pool), NVH_OK);
     unlink(path);
 }
@@ -140,7 +141,8 @@ static void mixed(void **state)
     pack("bigobj-mixed", s, 5);
 }
 
-/* 16 x 1 MiB: 4 data chunks (plus the header chunk), not 6 */
+/* 16 x 1 MiB in a pool created at 8 MiB (zone 0 is one chunk): 4 data
+ * chunks plus the header chunk after zone 0, not 6 chunks */
 static void pool_size_for_n(void **state)
 {
     (void)state;
@@ -150,16 +152,19 @@ static void pool_size_for_n(void **state)
     assert_int_equal(nvh_heap_stats_get(pool, &hs), NVH_OK);
     assert_int_equal(hs.chunks, 1 + 4);
     nvh_heap *h = pool->heap;
+    assert_int_equal(h->zone0, 1);
+    assert_true(nvh_chunk_is_hdr(h, 1));
     assert_true(nvh_pool_size(pool) <= h->chunks_off + 5 * h->chunk_size + 8 * MIB);
     assert_int_equal(nvh_pool_close(pool), NVH_OK);
     unlink(g_path);
 }
 
-/* With 64 KiB chunks a zone is 64 data chunks (4 MiB). A small object
- * takes chunk 1; huge objects of 5 chunks: twelve fill chunks 2..61, the
- * thirteenth cannot fit in 62..64 and starts after header chunk 65; the 3
- * chunks it skipped are free space a 3-chunk object then takes. No object covers a header chunk, check is
- * clean (also after reopen), and an object over 64 chunks is refused. */
+/* With 64 KiB chunks a zone after zone 0 is 64 data chunks (4 MiB). A
+ * small object takes chunk 0; huge objects of 5 chunks follow, each inside
+ * one zone; the first that does not fit before a header chunk starts after
+ * it, and the chunks it skipped are free space a smaller huge object then
+ * takes. No object covers a header chunk, check is clean (also after
+ * reopen), and an object over 64 chunks is refused. */
 static void huge_skips_header_chunk(void **state)
 {
     (void)state;
@@ -173,22 +178,33 @@ static void huge_skips_header_chunk(void **state)
     }
     unsetenv("NVHEAP_CHUNK_SIZE");
     assert_int_equal(h->chunk_size, 64 * KIB);
+    uint64_t hdr2 = h->zone0 + NVH_ZONE_SPAN;    /* the second header chunk */
     size_t big = 5 * 64 * KIB;
-    void *p[16];
-    for (int i = 0; i < 13; i++) {
-        p[i] = nvh_alloc(pool, big, NULL, NULL, &root[i]);
-        assert_non_null(p[i]);
-        fill(p[i], big, (unsigned)i);
-        nvh_persist(pool, p[i], big);
-        uint64_t c = chunk_of(pool, p[i]);
-        assert_true(nvh_chunks_data(c, 5));
+    int n = 0;
+    uint64_t end = 0, gap_at = 0, gap = 0;
+    for (;;) {
+        assert_true(n < 40);
+        void *p = nvh_alloc(pool, big, NULL, NULL, &root[n]);
+        assert_non_null(p);
+        fill(p, big, (unsigned)n);
+        nvh_persist(pool, p, big);
+        uint64_t c = chunk_of(pool, p);
+        assert_true(nvh_chunks_data(h, c, 5));
+        n++;
+        if (c > hdr2) {                          /* jumped the header chunk */
+            assert_int_equal(c, hdr2 + 1);
+            gap_at = end;
+            gap = hdr2 - end;
+            break;
+        }
+        end = c + 5;
     }
-    assert_int_equal(chunk_of(pool, p[12]), NVH_ZONE_SPAN + 1);
-    void *q = nvh_alloc(pool, 3 * 64 * KIB, NULL, NULL, &root[13]);
+    assert_true(gap >= 1 && gap < 5);
+    void *q = nvh_alloc(pool, gap * 64 * KIB, NULL, NULL, &root[n]);
     assert_non_null(q);
-    assert_int_equal(chunk_of(pool, q), 62);     /* the skipped chunks, reused */
-    fill(q, 3 * 64 * KIB, 13);
-    nvh_persist(pool, q, 3 * 64 * KIB);
+    assert_int_equal(chunk_of(pool, q), gap_at); /* the skipped chunks, reused */
+    fill(q, gap * 64 * KIB, (unsigned)n);
+    nvh_persist(pool, q, gap * 64 * KIB);
     assert_null(nvh_alloc(pool, 65 * 64 * KIB, NULL, NULL, NULL));
     assert_int_equal(nvh_errcode(), NVH_E_NOSPACE);
     assert_non_null(strstr(nvh_errormsg(), "at most 64 chunks"));
@@ -202,17 +218,18 @@ static void huge_skips_header_chunk(void **state)
     pool = nvh_pool_open(path, LAYOUT, NVH_DOMAIN_PROCESS);
     assert_non_null(pool);
     root = nvh_root(pool, NULL);
-    for (int i = 0; i < 14; i++)
-        assert_true(filled(nvh_ptr(pool, root[i]), i == 13 ? 3 * 64 * KIB : big, (unsigned)i));
-    /* free one before and one after the header chunk; small objects after */
-    for (int i = 11; i <= 12; i++) {
+    for (int i = 0; i <= n; i++)
+        assert_true(filled(nvh_ptr(pool, root[i]), i == n ? gap * 64 * KIB : big, (unsigned)i));
+    /* free the two around the header chunk; small objects after */
+    for (int i = n - 2; i <= n - 1; i++) {
         nvh_link l = {&root[i], 0};
         assert_int_equal(nvh_free(pool, nvh_ptr(pool, root[i]), &l, 1), NVH_OK);
     }
     for (int i = 0; i < 200; i++) assert_non_null(nvh_alloc(pool, 3000, NULL, NULL, NULL));
     assert_int_equal(nvh_heap_check(pool, NULL, NULL, 0, &corrupt), NVH_OK);
     assert_int_equal(corrupt, 0);
-    for (int i = 0; i < 11; i++) assert_true(filled(nvh_ptr(pool, root[i]), big, (unsigned)i));
+    for (int i = 0; i < n - 2; i++) assert_true(filled(nvh_ptr(pool, root[i]), big, (unsigned)i));
+    assert_true(filled(nvh_ptr(pool, root[n]), gap * 64 * KIB, (unsigned)n));
     assert_int_equal(nvh_pool_close(pool), NVH_OK);
     unlink(path);
 }
@@ -229,10 +246,10 @@ static void on_check(uint64_t off, uint64_t len, const char *what, void *arg)
     }
 }
 
-/* A damaged header-chunk slot (a flipped byte, or the slot zeroed) of the
+/* A damaged header slot (a flipped byte, or the slot zeroed) of the
  * second of four 1 MiB objects: check reports it, naming the region and
  * the slot, free refuses it with NVH_E_CORRUPT, the other three are intact
- * and free normally; a whole header chunk zeroed is reported, not a
+ * and free normally; all of zone 0's slots zeroed is reported, not a
  * signal. */
 static void corrupt_header_slot(void **state)
 {
@@ -249,8 +266,8 @@ static void corrupt_header_slot(void **state)
         nvh_heap *h = pool->heap;
         uint64_t obj = root[1], b = (obj - h->chunks_off) / NVH_BLOCK;
         uint64_t slot = nvh_rhdr_off(h, b);
-        uint64_t hchunk = h->chunks_off;          /* header chunk 0 */
-        uint64_t csize = h->chunk_size;
+        uint64_t hchunk = h->zone0_off;           /* zone 0's header slots */
+        uint64_t csize = h->zone0 * (h->chunk_size / 64);
         assert_true(slot >= hchunk && slot < hchunk + csize);
         const char *path = g_path;
         assert_int_equal(nvh_pool_close(pool), NVH_OK);

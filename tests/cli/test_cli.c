@@ -1090,7 +1090,7 @@ static uint64_t region_header_of(const char *path, uint64_t obj)
     test_peek(path, 0, &sh, sizeof sh);
     struct nvh_heap_hdr hh;
     test_peek(path, (off_t)sh.heap_offset, &hh, sizeof hh);
-    return nvh_rhdr_off_geom(hh.chunks_off, hh.chunk_size, (obj - hh.chunks_off) / NVH_BLOCK);
+    return nvh_rhdr_off_hh(&hh, (obj - hh.chunks_off) / NVH_BLOCK);
 }
 
 /* The issue's case: the allocator region header covering the tree's header

@@ -298,9 +298,9 @@ static void map_template(const char *path)
     if (!nvh_hwm_decode(((const struct nvh_heap_state *)(base + heap + 64))->hwm_word, &hwm))
         die("template's high-water mark fails its check");
     for (uint64_t c = 0; c < hwm && c < 8; c++)
-        for (uint64_t b = 0; b < hh->chunk_size / NVH_BLOCK && !nvh_chunk_is_hdr(c); b++) {
+        for (uint64_t b = 0; b < hh->chunk_size / NVH_BLOCK && !nvh_chunk_is_hdr_z(hh->zone0_chunks, c); b++) {
             uint64_t blk = c * (hh->chunk_size / NVH_BLOCK) + b;
-            uint64_t off = nvh_rhdr_off_geom(hh->chunks_off, hh->chunk_size, blk);
+            uint64_t off = nvh_rhdr_off_hh(hh, blk);
             const struct nvh_rhdr *r = (const void *)(base + off);
             if (off + 64 <= tmpl_size && r->magic == NVH_RHDR_MAGIC) add_region(off, 64, R_RHDR);
         }
