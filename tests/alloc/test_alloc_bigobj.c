@@ -234,6 +234,33 @@ static void huge_skips_header_chunk(void **state)
     unlink(path);
 }
 
+/* A large object now starts at its first block, so the heap's very first
+ * block (chunks_off) is an object's address: a named one there is found
+ * (the object table once refused offsets below chunks_off + 64). */
+static void named_at_first_block(void **state)
+{
+    (void)state;
+    nvh_pool *pool = fresh("bigobj-named", 16 * MIB, 64 * MIB);
+    void *p = nvh_reserve_named(pool, "first", MIB);
+    assert_non_null(p);
+    assert_int_equal(nvh_off(pool, p), pool->heap->chunks_off);
+    fill(p, MIB, 7);
+    nvh_persist(pool, p, MIB);
+    assert_int_equal(nvh_activate_named(pool, "first"), NVH_OK);
+    assert_ptr_equal(nvh_get_named(pool, "first", NULL), p);
+    assert_int_equal(nvh_pool_close(pool), NVH_OK);
+    pool = nvh_pool_open(g_path, LAYOUT, NVH_DOMAIN_PROCESS);
+    assert_non_null(pool);
+    size_t sz = 0;
+    void *q = nvh_get_named(pool, "first", &sz);
+    assert_non_null(q);
+    assert_int_equal(sz, MIB);
+    assert_true(filled(q, MIB, 7));
+    assert_int_equal(nvh_free_named(pool, "first"), NVH_OK);
+    assert_int_equal(nvh_pool_close(pool), NVH_OK);
+    unlink(g_path);
+}
+
 static int g_found;
 static uint64_t g_found_off;
 static char g_found_what[128];
@@ -354,6 +381,7 @@ int main(void)
         cmocka_unit_test(huge_skips_header_chunk),
         cmocka_unit_test(corrupt_header_slot),
         cmocka_unit_test(format2_refused),
+        cmocka_unit_test(named_at_first_block),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
