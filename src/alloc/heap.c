@@ -575,6 +575,11 @@ int nvh_huge_take(nvh_heap *h, uint64_t nchunks, uint64_t *chunk_out, uint64_t *
         nvh_pview_set(h, gb, gap * h->bpc);
         for (uint64_t i = 0; i < gap; i++)
             __atomic_store_n(&h->chunks[g + i].scanned, true, __ATOMIC_RELEASE);
+        /* the gap is free space from now on, whatever becomes of this
+         * reservation: below the persistent mark (its header is durable),
+         * so objects later placed in it are never above the mark */
+        nvh_hwm_raise(h, g + gap, false);
+        nvh_drain(h->pool);
         huge_put_locked(h, g, gap);
     }
     if (rc == NVH_OK) {
