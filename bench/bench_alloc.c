@@ -11,7 +11,11 @@
  *   free 2   frees of all of them; nvheap frees without a link update here
  *            (nvh_free(p, ptr, NULL, 0))    -> case free_nolink_W/T (nvheap only)
  * W is the workload: `128` (128 B each) or `rand` (uniform 64..512 B, the same
- * sequence for every subject); T is the thread count (1, 2). Metrics: ops_per_s
+ * sequence for every subject), or, when named in --workloads, `1m` (1 MiB
+ * each, power-of-two large objects; at most 64 per thread and round), which
+ * also reports heap_1m/T: heap_bytes (nvheap: chunks in use x chunk size,
+ * header chunks included) and file_bytes (the pool file) after round 1;
+ * T is the thread count (1, 2). Metrics: ops_per_s
  * (allocations, or frees, per second of wall time over all threads),
  * ns_per_op (wall), and cpu_ops_per_s: operations per second of the busiest
  * worker thread's CPU time (CLOCK_THREAD_CPUTIME_ID; kernel time of its page
@@ -103,8 +107,9 @@ static bool is_nvheap(subject_id id)
            id == S_NVH_CLFLUSHOPT || id == S_NVH_FENCEONLY;
 }
 
-typedef enum workload_id { W_128, W_RAND, W_COUNT } workload_id;
-static const char *const workload_names[W_COUNT] = {"128", "rand"};
+typedef enum workload_id { W_128, W_RAND, W_1M, W_COUNT } workload_id;
+static const char *const workload_names[W_COUNT] = {"128", "rand", "1m"};
+#define OPS_1M 64u          /* 1m: allocations per thread and round, at most */
 
 enum { PH_ALLOC1, PH_FREE1, PH_ALLOC2, PH_FREE2, PH_COUNT };
 
@@ -115,6 +120,7 @@ typedef struct measurement {
     double ns[PH_COUNT];               /* wall time of each phase            */
     double cpu_ns[PH_COUNT];           /* the busiest worker's CPU time      */
     double lines[PH_COUNT], fences[PH_COUNT]; /* counters during each phase   */
+    double heap_bytes, file_bytes;     /* nvheap, after round 1              */
 } measurement;
 
 /* The allocator under test, as seen by the loops. */
@@ -284,6 +290,8 @@ static bool links_all_set(const subject_ctx *s, uint64_t total)
 static uint64_t pool_bytes_needed(const plan *p)
 {
     uint64_t total = (uint64_t)p->threads * p->ops;
+    /* 1m: nvheap starts small and grows (the file size is a result) */
+    if (p->workload == W_1M) return is_nvheap(p->subject) ? 64 * MIB : total * 2 * MIB + 64 * MIB;
     uint64_t avg = p->workload == W_128 ? 128 : 320;
     return total * (avg + 64) * 2 + 64 * MIB;
 }
@@ -298,6 +306,7 @@ static void measure(const plan *p, measurement *m)
     /* ---- set the subject up (not timed) ---- */
     if (is_nvheap(p->subject)) {
         nvh_pool_options po = {.root_size = (total * sizeof(nvh_off_t) + 4095) & ~4095ull};
+        if (p->workload == W_1M) po.max_size = total * 2 * MIB + 256 * MIB;
         unsigned dom = p->subject == S_NVH_PROCESS     ? NVH_DOMAIN_PROCESS
                        : p->subject == S_NVH_FENCEONLY ? NVH_DOMAIN_EADR
                                                        : NVH_DOMAIN_PMEM;
@@ -379,6 +388,12 @@ static void measure(const plan *p, measurement *m)
         m->ns[phase] = (double)(last - first);
         m->cpu_ns[phase] = (double)cpu;
         counters_read(&s, &m->lines[phase], &m->fences[phase]);
+        if (phase == PH_ALLOC1 && s.pool) {
+            nvh_heap_stats hs;
+            if (nvh_heap_stats_get(s.pool, &hs) == NVH_OK)
+                m->heap_bytes = (double)(hs.chunks * hs.chunk_size);
+            m->file_bytes = (double)nvh_pool_size(s.pool);
+        }
         if (phase == PH_ALLOC2 && !m->error[0] && !links_all_set(&s, total))
             snprintf(m->error, sizeof m->error, "a link/oid is not set after round 2");
     }
@@ -481,7 +496,7 @@ static void fill_sizes(uint32_t *sizes, uint64_t n, workload_id w)
         x ^= x << 13;
         x ^= x >> 7;
         x ^= x << 17;
-        sizes[i] = w == W_128 ? 128u : 64u + (uint32_t)(x % 449u);
+        sizes[i] = w == W_128 ? 128u : w == W_1M ? (uint32_t)MIB : 64u + (uint32_t)(x % 449u);
     }
 }
 
@@ -532,7 +547,9 @@ static void run_config(const bench_opts *opts, const settings *set, workload_id 
     }
     if (!selected) return;                /* --only: every phase runs, or none */
     unsigned runs = opts->runs;
-    uint64_t total = (uint64_t)threads * set->ops;
+    uint64_t ops = w == W_1M && set->ops > OPS_1M ? OPS_1M : set->ops;
+    uint64_t total = (uint64_t)threads * ops;
+    double heap_bytes[S_COUNT] = {0}, file_bytes[S_COUNT] = {0};
     uint32_t *sizes = malloc(total * sizeof *sizes);
     double(*ns)[PH_COUNT][16] = calloc(S_COUNT, sizeof *ns);   /* [subject][phase][run] */
     double(*cpu)[PH_COUNT][16] = calloc(S_COUNT, sizeof *cpu);
@@ -558,7 +575,7 @@ static void run_config(const bench_opts *opts, const settings *set, workload_id 
                     continue;
                 }
             }
-            plan p = {.subject = si, .workload = w, .threads = threads, .ops = set->ops,
+            plan p = {.subject = si, .workload = w, .threads = threads, .ops = ops,
                       .path = path, .sizes = sizes};
             measurement m;
             measure_in_child(opts, &p, &m);
@@ -575,6 +592,8 @@ static void run_config(const bench_opts *opts, const settings *set, workload_id 
                 lines[si][ph] = m.lines[ph];         /* exact counts: the last run's */
                 fences[si][ph] = m.fences[ph];
             }
+            heap_bytes[si] = m.heap_bytes;           /* deterministic: the last run's */
+            file_bytes[si] = m.file_bytes;
         }
     }
 
@@ -597,6 +616,12 @@ static void run_config(const bench_opts *opts, const settings *set, workload_id 
         if (is_nvheap(si))
             emit_rate(opts, "free_nolink", w, threads, name, ns[si][PH_FREE2],
                       cpu[si][PH_FREE2], runs, total_ops);
+        if (w == W_1M && is_nvheap(si)) {
+            char hn[64];
+            snprintf(hn, sizeof hn, "heap_1m/%u", threads);
+            bench_emit(opts, hn, name, "heap_bytes", bench_exact(heap_bytes[si]), "bytes");
+            bench_emit(opts, hn, name, "file_bytes", bench_exact(file_bytes[si]), "bytes");
+        }
         if (threads == 1 && (si == S_NVH_PMEM || si == S_PMDK)) {
             emit_counts(opts, "alloc", w, name, lines[si][PH_ALLOC1], fences[si][PH_ALLOC1],
                         (double)total);
@@ -645,7 +670,7 @@ static const bench_info info = {
     .usage =
         "  --ops N            allocations per thread per round (default 200000, quick 10000)\n"
         "  --threads LIST     thread counts, comma-separated (default 1,2; at most 8)\n"
-        "  --workloads LIST   128,rand (default both)\n"
+        "  --workloads LIST   128,rand,1m (default 128,rand)\n"
         "  --subjects LIST    of nvheap-pmem,nvheap-process,pmdk,glibc,jemalloc,mimalloc\n"
         "                     (default), nvheap-clflush,nvheap-clflushopt,nvheap-fenceonly\n"
         "  --pmdk-flush KIND  libpmem's flush: clwb (default), clflushopt, clflush, or none\n"
@@ -760,7 +785,7 @@ int main(int argc, char **argv)
     bench_opts opts;
     bench_parse(&opts, &info, argc, argv);
     settings set = {.ops = opts.quick ? 10000 : 200000, .threads = {1, 2}, .nthreads = 2};
-    for (int i = 0; i < W_COUNT; i++) set.workload[i] = true;
+    for (int i = 0; i < W_COUNT; i++) set.workload[i] = i != W_1M;   /* 1m: on request */
     for (int i = 0; i < S_COUNT; i++) set.subject[i] = i < S_DEFAULT_COUNT;
     bool inner = false, fig9 = false, given_threads = false, given_workloads = false;
     const char *pmdk_flush = NULL;

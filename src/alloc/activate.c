@@ -91,7 +91,7 @@ activate_off(nvh_heap *h, uint64_t off, const struct nvh_link_entry *links, unsi
             rc = plan_split(h, b, 1, false, &rec);
             if (rc != NVH_OK) goto out;
         }
-    } else if (in == NVH_HDR && (rv = nvh_resv_find(a, b))) {
+    } else if (in == 0 && (rv = nvh_resv_find(a, b))) {
         bool huge = rv->kind == NVH_RK_HUGE;
         /* huge regions split free regions that span chunks other arenas may
          * be splitting too: plan and apply under the heap lock */

@@ -62,10 +62,10 @@ int nvh_heap_usable(nvh_heap *h, uint64_t off, uint64_t *usable)
             found = slot < run->nslots && ((run->resv | run->tcached | run->pbits) & (1ull << slot))
                         ? 1 : -1;
             if (found > 0) *usable = nvh_cls_size(run->cls);
-        } else if (in == NVH_HDR) {
+        } else if (in == 0) {
             nvh_resv *r = nvh_resv_find(a, b);
             if (r) {
-                *usable = r->blocks * NVH_BLOCK - NVH_HDR;
+                *usable = r->blocks * NVH_BLOCK;
                 found = 1;
             }
         }
@@ -86,8 +86,8 @@ int nvh_heap_usable(nvh_heap *h, uint64_t off, uint64_t *usable)
             return NVH_OK;
         }
         if (r->state == NVH_RS_USED && (r->kind == NVH_RK_LARGE || r->kind == NVH_RK_HUGE) &&
-            in == NVH_HDR) {
-            *usable = (uint64_t)r->blocks * NVH_BLOCK - NVH_HDR;
+            in == 0) {
+            *usable = (uint64_t)r->blocks * NVH_BLOCK;
             return NVH_OK;
         }
     }

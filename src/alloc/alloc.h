@@ -41,7 +41,7 @@
  * Geometry
  * ========================================================================== */
 #define NVH_BLOCK 4096u                   /* block: unit of large regions        */
-#define NVH_HDR 64u                       /* region header / alignment           */
+#define NVH_HDR 64u                       /* header line; runs' slots start here  */
 #define NVH_CHUNK_DEFAULT ((uint64_t)4 << 20)
 #define NVH_CHUNK_MIN ((uint64_t)64 << 10)
 #define NVH_CHUNK_MAX ((uint64_t)64 << 20) /* blocks per chunk fit in 16 bits    */
@@ -73,11 +73,13 @@ struct nvh_heap_hdr {
     uint32_t table_cap;         /* 48 object-table entries                   */
     uint16_t rings;             /* 52 number of rings                        */
     uint16_t ring_lines;        /* 54 lines per ring                         */
-    uint32_t reserved;          /* 56                                        */
+    uint32_t zone0_chunks;      /* 56 chunks of zone 0 (1..64), whose header
+                                      slots are at nvh_zone0_off (alloc.h)   */
     uint32_t checksum;          /* 60 CRC32C of bytes 0..59                  */
 };
 static_assert(sizeof(struct nvh_heap_hdr) == 64, "heap header is one line");
 static_assert(offsetof(struct nvh_heap_hdr, chunk_size) == 16, "heap header layout");
+static_assert(offsetof(struct nvh_heap_hdr, zone0_chunks) == 56, "heap header layout");
 static_assert(offsetof(struct nvh_heap_hdr, checksum) == 60, "heap header layout");
 
 /* Second line of the heap area: the high-water mark, one 8-byte word (so it
@@ -121,7 +123,9 @@ static inline bool nvh_hwm_decode(uint64_t w, uint64_t *chunks)
     return w == nvh_hwm_word(*chunks);
 }
 
-/* Region header: the first 64 B of every region (free, run, large, huge). */
+/* Region header: one per region (free, run, large, huge), in the header
+ * chunk of its zone (nvh_rhdr_at), not in the region: large and huge
+ * objects start at their first block and fill every block of it. */
 enum { NVH_RS_FREE = 1, NVH_RS_USED = 2, NVH_RS_QUARANTINE = 3 };
 enum { NVH_RK_NONE = 0, NVH_RK_RUN = 1, NVH_RK_LARGE = 2, NVH_RK_HUGE = 3 };
 struct nvh_rhdr {
@@ -136,7 +140,7 @@ struct nvh_rhdr {
     uint64_t seq;               /* 24 record that last wrote the header      */
     uint8_t reserved1[28];      /* 32 .. 59                                  */
     uint32_t checksum;          /* 60 CRC32C of bytes 8..59, seeded with the
-                                      header's own offset in the pool        */
+                                      offset of the region's first block     */
 };
 static_assert(sizeof(struct nvh_rhdr) == 64, "region header is one line");
 static_assert(offsetof(struct nvh_rhdr, magic) == 8, "rhdr layout");
@@ -379,6 +383,7 @@ struct nvh_heap {
     uint64_t chunk_size, bpc, chunks_off;   /* bpc: blocks per chunk          */
     unsigned bpc_shift;         /* log2(bpc): chunk of a block without a divide */
     uint64_t max_chunks;
+    uint64_t zone0, zone0_off;  /* header zones: see nvh_rhdr_off             */
 
     pthread_mutex_t lock;       /* chunks, hwm, scan cursor, huge list        */
     uint64_t hwm;               /* DRAM high-water mark (chunks)              */
@@ -434,13 +439,84 @@ static inline uint64_t nvh_block_off(const nvh_heap *h, uint64_t block)
 {
     return h->chunks_off + block * NVH_BLOCK;
 }
-static inline struct nvh_rhdr *nvh_rhdr_at(const nvh_heap *h, uint64_t block)
-{
-    return (struct nvh_rhdr *)(h->base + nvh_block_off(h, block));
-}
 static inline uint64_t nvh_chunk_of_block(const nvh_heap *h, uint64_t block)
 {
     return block >> h->bpc_shift;
+}
+/* Header zones (docs/FORMAT.md "Header chunks"). Region headers live
+ * outside the chunks they describe, so a chunk's data area is all of it:
+ * a 1 MiB object takes exactly 1 MiB and four fit in a 4 MiB chunk (with
+ * the header at the region start, a region of 2^k bytes needed one more
+ * block, and power-of-two buffers wasted up to half a chunk). Zone 0 is the
+ * first zone0 chunks (1..64, fixed at format from the pool's size then, so
+ * a small pool pays only zone0 x chunk_size / 64 bytes): their header slots
+ * are in the heap metadata at zone0_off. After it, every NVH_ZONE_SPAN-th
+ * chunk (c >= zone0, (c - zone0) % NVH_ZONE_SPAN == 0) is a header chunk:
+ * one 64 B slot per block of the 64 data chunks after it (a chunk of B
+ * blocks needs B * 64 bytes = chunk_size / 64, so 64 chunks fill exactly
+ * one chunk, whatever the chunk size). Header chunks are never allocated
+ * and no region spans one, so an object is at most 64 chunks. Data stays at
+ * chunks_off + block * 4096: only the header's address changes. */
+#define NVH_ZONE_SPAN 65u
+#define NVH_ZONE_DATA (NVH_ZONE_SPAN - 1u)
+static_assert(NVH_ZONE_DATA * sizeof(struct nvh_rhdr) == NVH_BLOCK,
+              "the slots of 64 data chunks fill exactly one header chunk");
+/* Geometry from the heap header alone (open, offline tools, tests). */
+static inline uint64_t nvh_zone0_off(const struct nvh_heap_hdr *hh)
+{
+    return NVH_ALIGN_UP(hh->rings_off + (uint64_t)hh->rings * 64u * (1u + hh->ring_lines),
+                        (uint64_t)NVH_BLOCK);
+}
+static inline bool nvh_chunk_is_hdr_z(uint64_t zone0, uint64_t chunk)
+{
+    return chunk >= zone0 && (chunk - zone0) % NVH_ZONE_SPAN == 0;
+}
+static inline uint64_t nvh_zone_index_z(uint64_t zone0, uint64_t chunk)
+{
+    return chunk < zone0 ? 0 : 1 + (chunk - zone0) / NVH_ZONE_SPAN;
+}
+static inline uint64_t nvh_rhdr_off_z(uint64_t zone0, uint64_t zone0_off, uint64_t chunks_off,
+                                      uint64_t chunk_size, uint64_t block)
+{
+    uint64_t bpc = chunk_size / NVH_BLOCK, c = block / bpc;
+    if (c < zone0) return zone0_off + block * 64u;
+    uint64_t hc = c - (c - zone0) % NVH_ZONE_SPAN;
+    return chunks_off + hc * chunk_size + (block - (hc + 1) * bpc) * 64u;
+}
+static inline uint64_t nvh_rhdr_off_hh(const struct nvh_heap_hdr *hh, uint64_t block)
+{
+    return nvh_rhdr_off_z(hh->zone0_chunks, nvh_zone0_off(hh), hh->chunks_off, hh->chunk_size,
+                          block);
+}
+/* The same on an open heap. */
+static inline bool nvh_chunk_is_hdr(const nvh_heap *h, uint64_t chunk)
+{
+    return nvh_chunk_is_hdr_z(h->zone0, chunk);
+}
+/* [chunk, chunk + n) holds no header chunk and lies in one zone (n >= 1) */
+static inline bool nvh_chunks_data(const nvh_heap *h, uint64_t chunk, uint64_t n)
+{
+    return n >= 1 && !nvh_chunk_is_hdr(h, chunk) &&
+           nvh_zone_index_z(h->zone0, chunk) == nvh_zone_index_z(h->zone0, chunk + n - 1);
+}
+/* The first header chunk after chunk c. */
+static inline uint64_t nvh_next_hdr_chunk(const nvh_heap *h, uint64_t chunk)
+{
+    if (chunk < h->zone0) return h->zone0;
+    return h->zone0 + ((chunk - h->zone0) / NVH_ZONE_SPAN + 1) * NVH_ZONE_SPAN;
+}
+/* Pool offset of the header slot of a block of a data chunk: on every
+ * activate and free, so shifts and a divide by a constant only. */
+static inline uint64_t nvh_rhdr_off(const nvh_heap *h, uint64_t block)
+{
+    uint64_t c = block >> h->bpc_shift;
+    if (c < h->zone0) return h->zone0_off + block * 64u;
+    uint64_t hc = c - (c - h->zone0) % NVH_ZONE_SPAN;
+    return h->chunks_off + hc * h->chunk_size + (block - (hc + 1) * h->bpc) * 64u;
+}
+static inline struct nvh_rhdr *nvh_rhdr_at(const nvh_heap *h, uint64_t block)
+{
+    return (struct nvh_rhdr *)(h->base + nvh_rhdr_off(h, block));
 }
 /* Slot of the byte at `in` (offset inside its run's block) in class cls:
  * true and *slot if `in` is the start of a slot. A multiply by a 16-bit
@@ -502,7 +578,8 @@ static inline nvh_run *nvh_run_lookup(const nvh_heap *h, uint64_t block)
 
 /* Region-header checksum: bytes 8..59, i.e. everything but the bitmap
  * (which changes with every slot allocation and is a single atomic word) and
- * the checksum itself, seeded with the header's offset. */
+ * the checksum itself, seeded with the offset of the region's first block
+ * (so a header copied to another slot fails). */
 static inline uint32_t nvh_rhdr_checksum_(const struct nvh_rhdr *r, uint64_t off)
 {
     return nvh_crc_fast((uint32_t)(off ^ (off >> 32)) ^ 0x9E3779B9u, (const char *)r + 8, 52);
@@ -512,9 +589,10 @@ static inline uint32_t nvh_rhdr_checksum_(const struct nvh_rhdr *r, uint64_t off
  * runs it; the pool size is read directly (nvh_pool_size is out of line). */
 static inline bool nvh_rhdr_valid_(const nvh_heap *h, uint64_t block)
 {
+    if (nvh_chunk_is_hdr(h, nvh_chunk_of_block(h, block))) return false;
     uint64_t off = nvh_block_off(h, block);
     if (off + 64 > atomic_load_explicit(&h->pool->ctx.size, memory_order_relaxed)) return false;
-    const struct nvh_rhdr *r = (const struct nvh_rhdr *)(h->base + off);
+    const struct nvh_rhdr *r = nvh_rhdr_at(h, block);
     return r->magic == NVH_RHDR_MAGIC && r->checksum == nvh_rhdr_checksum_(r, off) &&
            r->state >= NVH_RS_FREE && r->state <= NVH_RS_QUARANTINE && r->blocks != 0;
 }
@@ -970,8 +1048,8 @@ static inline nvh_heap *nvh_heap_of(nvh_pool *pool, bool write)
     return h;
 }
 
-/* ptr can be an object of the heap: inside the pool, in the chunks, 64 B
- * aligned and not a region's header line. */
+/* ptr can be an object of the heap: inside the pool, in a data chunk
+ * (not a header chunk), 64 B aligned and not a run's first line. */
 static inline __attribute__((always_inline)) int
 nvh_check_heap_ptr(nvh_heap *h, const void *ptr, uint64_t *off_out)
 {
@@ -979,8 +1057,8 @@ nvh_check_heap_ptr(nvh_heap *h, const void *ptr, uint64_t *off_out)
     if (!nvh_contains(h->pool, ptr, 1))
         return nvh_fail(NVH_E_BADPTR, "pointer %p is outside pool %s", ptr, h->pool->path);
     uint64_t off = nvh_off(h->pool, ptr);
-    if (off < h->chunks_off + NVH_HDR || off % NVH_ALLOC_ALIGN ||
-        (off - h->chunks_off) % NVH_BLOCK == 0)
+    if (off < h->chunks_off || off % NVH_ALLOC_ALIGN ||
+        nvh_chunk_is_hdr(h, (off - h->chunks_off) >> (h->bpc_shift + 12)))
         return nvh_fail(NVH_E_BADPTR, "offset %llu of pool %s is not an object",
                         (unsigned long long)off, h->pool->path);
     *off_out = off;

@@ -39,7 +39,7 @@ void nvh_rhdr_write(nvh_heap *h, uint64_t block, uint32_t blocks, uint8_t state,
     n.nslots = cls ? (uint8_t)nvh_cls_slots(cls) : 0;
     n.seq = seq;
     n.checksum = nvh_rhdr_checksum(&n, off);
-    struct nvh_rhdr *r = (struct nvh_rhdr *)(h->base + off);
+    struct nvh_rhdr *r = nvh_rhdr_at(h, block);
     nvh_wopen(h, r, sizeof *r);
     memcpy((char *)r + 8, (char *)&n + 8, 56);
     atomic_store_explicit(&r->bitmap, bitmap, memory_order_relaxed);
@@ -118,10 +118,16 @@ static void walk_heap(nvh_heap *h, const walk_cb *cb)
     uint64_t b = 0;
     while (b < end_all) {
         uint64_t cend = (b / h->bpc + 1) * h->bpc;
+        if (nvh_chunk_is_hdr(h, b / h->bpc)) {     /* a header chunk: metadata */
+            b = cend;
+            continue;
+        }
         if (cend > end_all) cend = end_all;
         const struct nvh_rhdr *r = nvh_rhdr_at(h, b);
         bool valid = nvh_rhdr_valid(h, b);
-        if (valid && r->kind == NVH_RK_HUGE && b % h->bpc == 0) {
+        /* a huge region never spans a header chunk (alloc.h, header zones) */
+        if (valid && r->kind == NVH_RK_HUGE && b % h->bpc == 0 &&
+            nvh_chunks_data(h, b / h->bpc, (r->blocks + h->bpc - 1) / h->bpc)) {
             uint64_t n = r->blocks;
             if (b + n > end_all) n = end_all - b;
             cb->region(h, b, n, r, cb->arg);
@@ -172,9 +178,14 @@ static void check_region(nvh_heap *h, uint64_t b, uint64_t n, const struct nvh_r
     if (r != CORRUPT_MARK) return;
     if (is_pending(c, b)) return;       /* torn by the crash; recovery rewrites it */
     c->corrupt++;
+    /* reported by the region it describes (what is lost); the message
+     * names the header slot in its header chunk (where the damage is) */
     uint64_t off = nvh_block_off(h, b);
-    nvh_corrupt_report(h, off, "corrupt region header");
-    if (c->fn) c->fn(off, n * NVH_BLOCK, "corrupt region header", c->arg);
+    char what[96];
+    snprintf(what, sizeof what, "corrupt region header (header chunk slot at offset %llu)",
+             (unsigned long long)nvh_rhdr_off(h, b));
+    nvh_corrupt_report(h, off, what);
+    if (c->fn) c->fn(off, n * NVH_BLOCK, what, c->arg);
     if (c->nspans == c->spans_cap) {
         size_t cap = c->spans_cap ? c->spans_cap * 2 : 8;
         nvh_extent *g = realloc(c->spans, cap * sizeof *g);
@@ -241,7 +252,12 @@ static void stats_region(nvh_heap *h, uint64_t b, uint64_t n, const struct nvh_r
     if (!r || r->state == NVH_RS_FREE) {
         s->free_bytes += bytes;
         s->free_regions++;
-        c->span_bytes = c->span_end == b ? c->span_bytes + bytes : bytes;
+        /* a header chunk between two free regions does not split the span:
+         * it is never free space, and an empty pool reads fragmentation 0 */
+        bool adj = c->span_end == b ||
+                   (c->span_end != UINT64_MAX && c->span_end % h->bpc == 0 &&
+                    nvh_chunk_is_hdr(h, c->span_end / h->bpc) && c->span_end + h->bpc == b);
+        c->span_bytes = adj ? c->span_bytes + bytes : bytes;
         c->span_end = b + n;
         if (c->span_bytes > s->largest_free) s->largest_free = c->span_bytes;
         return;
@@ -260,11 +276,11 @@ static void stats_region(nvh_heap *h, uint64_t b, uint64_t n, const struct nvh_r
     } else if (r->kind == NVH_RK_LARGE) {
         s->large_objects++;
         s->live_objects++;
-        s->live_bytes += bytes - NVH_HDR;
+        s->live_bytes += bytes;
     } else if (r->kind == NVH_RK_HUGE) {
         s->huge_objects++;
         s->live_objects++;
-        s->live_bytes += bytes - NVH_HDR;
+        s->live_bytes += bytes;
     }
     (void)h;
 }
@@ -324,7 +340,7 @@ static void iter_region(nvh_heap *h, uint64_t b, uint64_t n, const struct nvh_rh
         for (unsigned i = 0; i < r->nslots && !c->stop; i++)
             if (bits & (1ull << i)) c->stop = c->fn(start + NVH_HDR + (size_t)i * size, size, c->arg);
     } else {
-        c->stop = c->fn(start + NVH_HDR, n * NVH_BLOCK - NVH_HDR, c->arg);
+        c->stop = c->fn(start, n * NVH_BLOCK, c->arg);
     }
 }
 

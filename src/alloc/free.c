@@ -87,7 +87,7 @@ is_reservation(nvh_heap *h, const free_target *t, uint64_t off, uint64_t in,
         return dram_slot < run->nslots &&
                ((run->resv & (1ull << dram_slot)) ||
                 ((run->tcached & (1ull << dram_slot)) && !nvh_tcache_holds(h, off, run->cls)));
-    return in == NVH_HDR && nvh_resv_find(t->arena, t->block) != NULL;
+    return in == 0 && nvh_resv_find(t->arena, t->block) != NULL;
 }
 
 /* The header of the object's block b fails validation: damage to contain
@@ -160,7 +160,7 @@ free_classify(nvh_heap *h, uint64_t off, uint64_t c, free_target *t)
         return NVH_OK;
     }
     if (hd->kind == NVH_RK_LARGE || hd->kind == NVH_RK_HUGE) {
-        if (in != NVH_HDR || (t->scanned && h->pview[b] != hd->blocks))
+        if (in != 0 || (t->scanned && h->pview[b] != hd->blocks))
             return nvh_fail(NVH_E_BADPTR, "offset %llu is not the start of an object",
                             (unsigned long long)off);
         if (hd->state != NVH_RS_USED)

@@ -8,7 +8,10 @@
  *   heap_off + 64     heap state: high-water mark (one self-checking word)
  *   heap_off + 4096   object table: NVH_NAMED_CAP x 64 B entries
  *   rings_off         NVH_RINGS ring headers (64 B each), then the ring bodies
- *   chunks_off        chunk 0, chunk 1, ... (64 KiB aligned)
+ *   zone0_off         header slots of zone 0's chunks (64 B per block)
+ *   chunks_off        chunk 0, chunk 1, ... (64 KiB aligned); chunk zone0 and
+ *                     every 65th after it is a header chunk holding the
+ *                     region headers of the 64 data chunks after it (alloc.h)
  */
 #include "alloc.h"
 #include "../pool/pool.h"   /* nvh_superblock_set_flags */
@@ -64,8 +67,14 @@ static int heap_format(nvh_pool *pool, uint64_t heap_off)
     hh.rings_off = hh.table_off + (uint64_t)NVH_NAMED_CAP * 64;
     hh.rings = NVH_RINGS;
     hh.ring_lines = NVH_RING_LINES;
-    uint64_t end = hh.rings_off + (uint64_t)NVH_RINGS * 64 +
-                   (uint64_t)NVH_RINGS * NVH_RING_LINES * 64;
+    /* zone 0: as many chunks (1..64) as the pool holds now, so a small
+     * pool pays only their header slots (chunk_size / 64 per chunk); the
+     * chunks past it are zoned by header chunks */
+    uint64_t z0off = nvh_zone0_off(&hh), slots = hh.chunk_size / 64;
+    uint64_t fit = size > z0off + ((uint64_t)64 << 10)
+                       ? (size - z0off - ((uint64_t)64 << 10)) / (hh.chunk_size + slots) : 0;
+    hh.zone0_chunks = (uint32_t)(fit < 1 ? 1 : fit > NVH_ZONE_DATA ? NVH_ZONE_DATA : fit);
+    uint64_t end = z0off + hh.zone0_chunks * slots;
     hh.chunks_off = NVH_ALIGN_UP(end, (uint64_t)64 << 10);
     if (hh.chunks_off > size)
         return nvh_fail(NVH_E_NOSPACE, "pool %s is too small for the heap metadata "
@@ -127,7 +136,8 @@ static int heap_validate(nvh_pool *pool, const struct nvh_heap_hdr *hh, uint64_t
         hh->table_cap != NVH_NAMED_CAP || hh->rings != NVH_RINGS ||
         hh->ring_lines != NVH_RING_LINES ||
         hh->rings_off != hh->table_off + (uint64_t)NVH_NAMED_CAP * 64 ||
-        hh->chunks_off < hh->rings_off + (uint64_t)NVH_RINGS * 64 * (1 + NVH_RING_LINES) ||
+        hh->zone0_chunks < 1 || hh->zone0_chunks > NVH_ZONE_DATA ||
+        hh->chunks_off < nvh_zone0_off(hh) + hh->zone0_chunks * (cs / 64) ||
         hh->chunks_off % NVH_BLOCK || hh->chunks_off > size)
         return nvh_fail(NVH_E_CORRUPT, "%s: heap header describes an impossible layout",
                         pool->path);
@@ -268,6 +278,8 @@ static int heap_open_locked(nvh_pool *pool, bool create)
     h->bpc = hh->chunk_size / NVH_BLOCK;
     h->bpc_shift = (unsigned)__builtin_ctzll(h->bpc);   /* chunk size is a power of 2 */
     h->chunks_off = hh->chunks_off;
+    h->zone0 = hh->zone0_chunks;
+    h->zone0_off = nvh_zone0_off(hh);
     uint64_t max = pool->max_size > nvh_pool_size(pool) ? pool->max_size : nvh_pool_size(pool);
     h->max_chunks = max > h->chunks_off ? (max - h->chunks_off) / h->chunk_size : 0;
     if (h->max_chunks == 0) h->max_chunks = 1;
@@ -546,8 +558,30 @@ int nvh_huge_take(nvh_heap *h, uint64_t nchunks, uint64_t *chunk_out, uint64_t *
         pthread_mutex_unlock(&h->lock);
         return NVH_E_NOSPACE;
     }
-    uint64_t c = h->hwm;
+    uint64_t c = h->hwm, gap = 0;
+    if (nvh_chunk_is_hdr(h, c)) c++;
+    if (!nvh_chunks_data(h, c, nchunks)) {
+        /* the zone's data chunks left are too few: they become a free huge
+         * region, and the object starts after the next header chunk */
+        uint64_t next = nvh_next_hdr_chunk(h, c);
+        gap = next - c;
+        c = next + 1;
+    }
     int rc = nvh_heap_ensure_size(h, c + nchunks);
+    if (rc == NVH_OK && gap) {
+        uint64_t g = c - 1 - gap, gb = g * h->bpc;
+        nvh_rhdr_write(h, gb, (uint32_t)(gap * h->bpc), NVH_RS_FREE, NVH_RK_HUGE, 0, 0, 0);
+        nvh_persist(h->pool, nvh_rhdr_at(h, gb), 64);
+        nvh_pview_set(h, gb, gap * h->bpc);
+        for (uint64_t i = 0; i < gap; i++)
+            __atomic_store_n(&h->chunks[g + i].scanned, true, __ATOMIC_RELEASE);
+        /* the gap is free space from now on, whatever becomes of this
+         * reservation: below the persistent mark (its header is durable),
+         * so objects later placed in it are never above the mark */
+        nvh_hwm_raise(h, g + gap, false);
+        nvh_drain(h->pool);
+        huge_put_locked(h, g, gap);
+    }
     if (rc == NVH_OK) {
         /* Every chunk below any high-water mark starts with a valid header
          * or lies inside a region that does, so a zero chunk header there is
@@ -653,11 +687,16 @@ static int scan_step(nvh_heap *h, nvh_arena *a)
 {
     uint64_t c = h->scan_next;
     uint64_t b = c * h->bpc;
+    if (nvh_chunk_is_hdr(h, c)) {       /* metadata: nothing to allocate */
+        h->scan_next = c + 1;
+        __atomic_store_n(&h->chunks[c].scanned, true, __ATOMIC_RELEASE);
+        return 0;
+    }
     const struct nvh_rhdr *r = nvh_rhdr_at(h, b);
     if (nvh_rhdr_valid(h, b) && r->blocks) {
         if (r->kind == NVH_RK_HUGE) {
             uint64_t n = (r->blocks + h->bpc - 1) / h->bpc;
-            if (n == 0 || c + n > h->hwm) n = 1;
+            if (n == 0 || c + n > h->hwm || !nvh_chunks_data(h, c, n)) n = 1;
             for (uint64_t i = 0; i < n; i++)
                 __atomic_store_n(&h->chunks[c + i].scanned, true, __ATOMIC_RELEASE);
             nvh_pview_set(h, b, r->blocks);
@@ -864,6 +903,7 @@ int nvh_chunk_claim(nvh_heap *h, nvh_arena *a, bool scan_only)
         }
     } else {
         c = h->hwm;
+        if (nvh_chunk_is_hdr(h, c)) c++; /* the zone's header chunk: skipped */
         int rc = nvh_heap_ensure_size(h, c + 1);
         if (rc != NVH_OK) {
             pthread_mutex_unlock(&h->lock);

@@ -36,7 +36,7 @@ static bool entry_ok(nvh_heap *h, uint32_t slot, uint64_t w, uint64_t *obj_out)
     const struct nvh_named_entry *e = &h->table[slot];
     uint64_t obj = w & NVH_NAMED_OFF_MASK;
     if (e->name[0] == '\0' || e->name[sizeof e->name - 1] != '\0' ||
-        w != nvh_named_word(e->name, slot, obj) || obj < h->chunks_off + NVH_HDR ||
+        w != nvh_named_word(e->name, slot, obj) || obj < h->chunks_off ||
         obj >= nvh_pool_size(h->pool) || obj % NVH_HDR)
         return false;
     *obj_out = obj;

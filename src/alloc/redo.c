@@ -41,7 +41,8 @@ static uint32_t rec_checksum(const void *rec, unsigned nlines, unsigned ring, un
 
 static bool obj_in_heap(nvh_heap *h, uint64_t obj)
 {
-    return obj >= h->chunks_off + NVH_HDR && obj < nvh_pool_size(h->pool) && obj % 64 == 0;
+    return obj >= h->chunks_off && obj < nvh_pool_size(h->pool) && obj % 64 == 0 &&
+           !nvh_chunk_is_hdr(h, (obj - h->chunks_off) >> (h->bpc_shift + 12));
 }
 
 /* cheap de-duplication: the same run and link lines are hit repeatedly in a
@@ -283,7 +284,7 @@ static void apply_region(nvh_heap *h, const struct nvh_rec *r, nvh_arena *a, boo
         }
         return;
     }
-    b = (r->obj - NVH_HDR - h->chunks_off) / NVH_BLOCK;
+    b = (r->obj - h->chunks_off) / NVH_BLOCK;       /* the region's first block */
     bool huge = rk == NVH_RK_HUGE;
     uint64_t pre = huge ? (uint64_t)r->prefix * h->bpc : r->prefix;
     if (pre) {
@@ -333,7 +334,7 @@ static void free_region(nvh_heap *h, const struct nvh_rec *r, nvh_arena *a, bool
         if (replay) nvh_fullmap_clear(h, a, nvh_chunk_of_block(h, b), true);
         return;
     }
-    uint64_t b = (rel - NVH_HDR) / NVH_BLOCK;
+    uint64_t b = rel / NVH_BLOCK;
     nvh_rhdr_write(h, b, r->blocks, NVH_RS_FREE, (uint8_t)rk, 0, 0, r->seq);
     touch(h, a, nvh_rhdr_at(h, b), replay);
     if (replay) nvh_fullmap_clear(h, a, nvh_chunk_of_block(h, b), true);
@@ -463,11 +464,18 @@ static bool rec_sane(nvh_heap *h, const struct nvh_rec *r, const struct nvh_link
             (in - NVH_HDR) / nvh_cls_size(cls) >= nvh_cls_slots(cls))
             return false;
     } else {
-        if ((r->obj - NVH_HDR - h->chunks_off) % NVH_BLOCK || r->blocks == 0) return false;
-        uint64_t b = (r->obj - NVH_HDR - h->chunks_off) / NVH_BLOCK;
+        if ((r->obj - h->chunks_off) % NVH_BLOCK || r->blocks == 0) return false;
+        uint64_t b = (r->obj - h->chunks_off) / NVH_BLOCK;
         if (nvh_block_off(h, b + r->blocks + r->remainder) > size &&
             (r->kind_links & 0x0F) != NVH_REC_FREE && (r->kind_links & 0x0F) != NVH_REC_FREE_NAMED)
             return false;
+        /* the regions it writes (prefix, region, remainder) lie in one zone:
+         * a header chunk is never part of a region */
+        uint64_t pre = rk == NVH_RK_HUGE ? (uint64_t)r->prefix * h->bpc : r->prefix;
+        if (pre > b) return false;
+        uint64_t c0 = (b - pre) >> h->bpc_shift;
+        uint64_t c1 = (b + r->blocks + r->remainder - 1) >> h->bpc_shift;
+        if (!nvh_chunks_data(h, c0, c1 - c0 + 1)) return false;
     }
     if (kind == NVH_REC_ACT_NAMED || kind == NVH_REC_FREE_NAMED) {
         if (r->link[0].addr >= NVH_NAMED_CAP) return false;
@@ -633,7 +641,7 @@ uint64_t *nvh_redo_pending_blocks(nvh_heap *h, size_t *n_out)
             if (!obj_in_heap(h, r->obj)) continue;
             unsigned rk = r->cls_flags >> NVH_RECF_KIND_SHIFT;
             uint64_t rel = r->obj - h->chunks_off;
-            uint64_t b = rk == NVH_RK_RUN ? rel / NVH_BLOCK : (rel - NVH_HDR) / NVH_BLOCK;
+            uint64_t b = rel / NVH_BLOCK;
             uint64_t pre = rk == NVH_RK_HUGE ? (uint64_t)r->prefix * h->bpc : r->prefix;
             bool ok = push_block(&v, &n, &cap, b);
             if (pre && pre <= b) ok = ok && push_block(&v, &n, &cap, b - pre);

@@ -133,7 +133,7 @@ static int span_merge(nvh_heap *h, nvh_arena *a, uint64_t b, uint64_t n, bool hu
     if (huge) nvh_hwm_raise(h, (end + h->bpc - 1) >> h->bpc_shift, false);
     struct nvh_rec rec;
     memset(&rec, 0, sizeof rec);
-    rec.obj = nvh_block_off(h, start) + NVH_HDR;
+    rec.obj = nvh_block_off(h, start);
     rec.blocks = (uint32_t)(end - start);
     rec.kind_links = NVH_REC_FREE;
     rec.cls_flags = (uint8_t)(NVH_RECF_MERGE |
@@ -143,7 +143,7 @@ static int span_merge(nvh_heap *h, nvh_arena *a, uint64_t b, uint64_t n, bool hu
     /* durable before the caller can write over the old headers: a crashed
      * pool then reads consistently even before recovery (nvheap check of a
      * read-only open); only the fence window itself relies on replay */
-    nvh_persist(h->pool, nvh_rhdr_at(h, start), NVH_HDR);
+    nvh_persist(h->pool, nvh_rhdr_at(h, start), sizeof(struct nvh_rhdr));
     /* the persistent tiling: one region where there were several */
     if (huge) {
         for (uint64_t x = start + h->bpc; x < end; x += h->bpc) nvh_pview_set(h, x, 0);
@@ -163,9 +163,13 @@ static int span_merge(nvh_heap *h, nvh_arena *a, uint64_t b, uint64_t n, bool hu
  * while other rings retire). */
 static int reserve_huge(nvh_heap *h, nvh_arena *a, size_t size, uint64_t *off)
 {
-    uint64_t nch = ((uint64_t)size + NVH_HDR + h->chunk_size - 1) / h->chunk_size;
+    uint64_t nch = ((uint64_t)size + h->chunk_size - 1) / h->chunk_size;
     uint64_t c = 0, rem = 0;
     int rc;
+    if (nch > NVH_ZONE_DATA)    /* no region spans a header chunk (alloc.h) */
+        return nvh_fail(NVH_E_NOSPACE, "cannot reserve %zu bytes: an object is at most %u "
+                        "chunks (%llu bytes) in pool %s", size, NVH_ZONE_DATA,
+                        (unsigned long long)(NVH_ZONE_DATA * h->chunk_size), h->pool->path);
     for (unsigned tries = 0;; tries++) {
         rc = nvh_huge_take(h, nch, &c, &rem, false);
         if (rc == NVH_OK) break;
@@ -202,7 +206,7 @@ static int reserve_huge(nvh_heap *h, nvh_arena *a, size_t size, uint64_t *off)
         nvh_huge_put(h, c, nch);
         return rc;
     }
-    *off = nvh_block_off(h, c * h->bpc) + NVH_HDR;
+    *off = nvh_block_off(h, c * h->bpc);
     return NVH_OK;
 }
 
@@ -224,7 +228,7 @@ static int reserve_in(nvh_heap *h, nvh_arena *a, nvh_tcache *tc, unsigned cls, u
         if (rc == NVH_OK) {
             rc = span_merge(h, a, b, need, false);
             if (rc == NVH_OK) rc = resv_add(a, b, need, NVH_RK_LARGE);
-            if (rc == NVH_OK) *off = nvh_block_off(h, b) + NVH_HDR;
+            if (rc == NVH_OK) *off = nvh_block_off(h, b);
             else nvh_extent_put(a, b, need);
         }
     }
@@ -253,7 +257,8 @@ void *nvh_reserve(nvh_pool *pool, size_t size)
     nvh_arena *a = nvh_arena_mine(h);
     uint64_t off = 0;
     int rc;
-    uint64_t need = cls ? 0 : ((uint64_t)size + NVH_HDR + NVH_BLOCK - 1) / NVH_BLOCK;
+    /* the header lives in the zone's header chunk: 2^k bytes take 2^k */
+    uint64_t need = cls ? 0 : ((uint64_t)size + NVH_BLOCK - 1) / NVH_BLOCK;
     if (!cls && need > h->bpc / 2) {
         nvh_alock_lock(&a->lock);
         rc = reserve_huge(h, a, size, &off);
@@ -318,7 +323,7 @@ int nvh_cancel(nvh_pool *pool, void *ptr)
             nvh_bin_add(a, run);
             rc = NVH_OK;
         }
-    } else if (rel % NVH_BLOCK == NVH_HDR && (r = nvh_resv_find(a, b))) {
+    } else if (rel % NVH_BLOCK == 0 && (r = nvh_resv_find(a, b))) {
         if (r->kind == NVH_RK_HUGE) nvh_huge_put(h, b / h->bpc, r->blocks / h->bpc);
         else nvh_extent_put(a, b, r->blocks);
         nvh_resv_remove(a, r);

@@ -22,7 +22,7 @@
 #include <stdint.h>
 
 #define NVH_MAGIC "NVHEAP\0\1"           /* 8 bytes, includes the NULs   */
-#define NVH_FORMAT_VERSION 2u
+#define NVH_FORMAT_VERSION 3u
 #define NVH_SUPERBLOCK_SIZE 4096u
 #define NVH_STATE_SLOT_OFFSET 512u
 #define NVH_AREA_MAX 8u

@@ -268,9 +268,11 @@ static int validate(int fd, const char *path, const char *layout,
                         path, sb->header.format_version, NVH_FORMAT_VERSION);
     if (sb->header.format_version >= 1 && sb->header.format_version < NVH_FORMAT_VERSION)
         return nvh_fail(NVH_E_VERSION, "%s has format version %u; this library reads format %u "
-                        "only (the heap, object table and log gained checksums). To migrate, "
-                        "open it with the nvheap release that wrote it and copy its objects "
-                        "into a pool created by this one", path, sb->header.format_version,
+                        "only (format 3 keeps the allocator's region headers outside the objects, "
+                        "in header chunks). To migrate, open it with the nvheap release that "
+                        "wrote it and copy its objects into a pool created by this one (for "
+                        "key-value stores: nvheap dump with that release, nvheap load with "
+                        "this one)", path, sb->header.format_version,
                         NVH_FORMAT_VERSION);
     if (sb->header.checksum != nvh_sb_header_checksum(&sb->header))
         return nvh_fail(NVH_E_CHECKSUM, "%s: superblock header checksum mismatch "

@@ -3,7 +3,8 @@
  * free/named sequences with 0, 1 and 2 links (line and word modes), and
  * sampled crashes in a long random alloc/free run that wraps the redo rings
  * many times, and replay order across rings (a record that happens after
- * another ring's record replays after it). After each recovery the checker
+ * another ring's record replays after it), and power-of-two large objects
+ * packed edge to edge in a chunk. After each recovery the checker
  * demands:
  *   - every acknowledged activation/free survived, the op in flight happened
  *     entirely or not at all (links all old or all new);
@@ -326,6 +327,37 @@ static int seq_workload(nvh_pool *pool, void *arg)
     return 0;
 }
 
+/* Power-of-two large objects (256 KiB chunks here): four 64 KiB objects
+ * fill one chunk edge to edge, their headers in the zone's header chunk
+ * (alloc.h); frees, a reuse of the freed space by a 128 KiB pair, and a
+ * 512 KiB huge object. A crash at every fence of these allocations and
+ * frees must recover as any other (alloc_check). */
+static int pow2_workload(nvh_pool *pool, void *arg)
+{
+    (void)arg;
+    uint64_t rng = 4242;
+    g_nobj = 0;
+    memset(slot_used, 0, sizeof slot_used);
+    for (int i = 0; i < 4; i++)
+        if (op_alloc(pool, &rng, 64u << 10, 1, -1)) return 1;
+    /* packed: the four are edge to edge */
+    for (int i = 1; i < 4; i++)
+        if (g_obj[i].off != g_obj[i - 1].off + (64u << 10) &&
+            g_obj[i - 1].off != g_obj[i].off + (64u << 10)) {
+            fprintf(stderr, "pow2: objects %d and %d are not adjacent\n", i - 1, i);
+            return 1;
+        }
+    for (int i = 0; i < 2; i++)
+        if (op_free(pool, &rng)) return 1;
+    for (int i = 0; i < 2; i++)
+        if (op_alloc(pool, &rng, 128u << 10, 2, -1)) return 1;
+    if (op_alloc(pool, &rng, 512u << 10, 1, -1)) return 1;
+    for (int i = 0; i < 3; i++)
+        if (op_free(pool, &rng)) return 1;
+    if (op_alloc(pool, &rng, 64u << 10, 0, 0)) return 1;     /* named */
+    return 0;
+}
+
 static int random_workload(nvh_pool *pool, void *arg)
 {
     uint64_t rng = *(uint64_t *)arg;
@@ -531,6 +563,13 @@ static void two_arenas_sampled(void **state)
     run(threaded_workload, &seed, NVH_CRASH_WORDS, SAMPLES / 2, IMAGES == 1 ? 1 : 2);
 }
 
+static void pow2_every_fence(void **state)
+{
+    (void)state;
+    run(pow2_workload, NULL, NVH_CRASH_LINES, EVERY_FENCE_BUDGET, IMAGES);
+    run(pow2_workload, NULL, NVH_CRASH_WORDS, EVERY_FENCE_BUDGET, IMAGES);
+}
+
 static void ring_order_every_fence(void **state)
 {
     (void)state;
@@ -557,6 +596,7 @@ int main(void)
         cmocka_unit_test(random_run_sampled),
         cmocka_unit_test(two_arenas_sampled),
         cmocka_unit_test(ring_order_every_fence),
+        cmocka_unit_test(pow2_every_fence),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     rmdir(scratch);

@@ -8,6 +8,7 @@
 #include "test_util.h"
 
 #include "pool/format.h"
+#include "alloc/alloc.h"   /* nvh_rhdr_off: where a region's header lives */
 
 #include <stdbool.h>
 #include <sys/file.h>
@@ -353,7 +354,7 @@ static void create_then_info(void **state)
     assert_string_equal(str_of(r.out, "layout"), "cli-info");
     assert_int_equal(u64_of(r.out, "size"), 2 << 20);
     assert_int_equal(u64_of(r.out, "epoch"), 1);           /* create's open */
-    assert_int_equal(u64_of(r.out, "format-version"), 2);
+    assert_int_equal(u64_of(r.out, "format-version"), NVH_FORMAT_VERSION);
     assert_int_equal(u64_of(r.out, "root-offset"), 4096);
     assert_int_equal(u64_of(r.out, "root-size"), 4096);
     assert_int_equal(u64_of(r.out, "heap-offset"), 8192);
@@ -564,7 +565,10 @@ static void info_json(void **state)
                     "      d['fences'], d['open-mode'], len(d['uuid']), sep='|')\n",
                     &py)) {
         EXPECT_STATUS(&py, 0);
-        assert_string_equal(py.out, "we\"ird\\name|2097152|1|2|0|read-only|36\n");
+        char want[64];
+        snprintf(want, sizeof want, "we\"ird\\name|2097152|1|%u|0|read-only|36\n",
+                 NVH_FORMAT_VERSION);
+        assert_string_equal(py.out, want);
     } else {
         print_message("python3 not found: JSON checked by key search only\n");
     }
@@ -705,15 +709,17 @@ static void check_heap_corruption(void **state)
         nvh_off_t *link = &links[i];
         assert_int_equal(nvh_activate(pool, obj, &link, 1), NVH_OK);
     }
-    uint64_t header = links[VICTIM] - 64;   /* a large object's header precedes it */
-    assert_int_equal(header % 4096, 0);
+    /* a large object starts at a block; its header is in a header chunk */
+    uint64_t region = links[VICTIM];
+    assert_int_equal((region - pool->heap->chunks_off) % 4096, 0);
+    uint64_t header = nvh_rhdr_off(pool->heap, (region - pool->heap->chunks_off) / 4096);
     assert_int_equal(nvh_pool_close(pool), NVH_OK);
 
     flip_byte(path, (off_t)header + 12);    /* the region's size in blocks */
     struct fingerprint before = fingerprint(path);
     struct run r;
     char expect[128];
-    snprintf(expect, sizeof expect, "error: offset %llu: heap region", (unsigned long long)header);
+    snprintf(expect, sizeof expect, "error: offset %llu: heap region", (unsigned long long)region);
     CLI(&r, "check", path);
     EXPECT_STATUS(&r, 1);
     EXPECT_CONTAINS(r.out, expect);
@@ -1076,6 +1082,17 @@ static void repair_salvages_tree(void **state)
     unlink(path);
 }
 
+/* Offset of the region header of the block holding the object at obj, read
+ * from the file's heap header (headers live in header chunks, alloc.h). */
+static uint64_t region_header_of(const char *path, uint64_t obj)
+{
+    struct nvh_superblock_header sh;
+    test_peek(path, 0, &sh, sizeof sh);
+    struct nvh_heap_hdr hh;
+    test_peek(path, (off_t)sh.heap_offset, &hh, sizeof hh);
+    return nvh_rhdr_off_hh(&hh, (obj - hh.chunks_off) / NVH_BLOCK);
+}
+
 /* The issue's case: the allocator region header covering the tree's header
  * object is damaged. Repair quarantines that region, loses at most the
  * objects it covered, and the tree above stays whole. --no-backup writes no
@@ -1086,7 +1103,7 @@ static void repair_keeps_tree_over_bad_region(void **state)
     char path[512], bak[600];
     fresh_path(path, sizeof path, "dsregion");
     uint64_t hdr = make_container_pool(path);
-    flip_byte(path, (off_t)(hdr & ~4095ull) + 12);   /* the run's header: its size */
+    flip_byte(path, (off_t)region_header_of(path, hdr) + 12);   /* the run's header: its size */
     struct run r;
     CLI(&r, "check", path);
     EXPECT_STATUS(&r, 1);

@@ -291,15 +291,16 @@ static void map_template(const char *path)
     add_region(heap, 128, R_HEAPHDR);
     add_region(hh->table_off, (uint64_t)hh->table_cap * 64 > 16384 ? 16384 : (uint64_t)hh->table_cap * 64, R_TABLE);
     add_region(hh->rings_off, (uint64_t)hh->rings * 64 * (1 + hh->ring_lines), R_RINGS);
-    /* region headers: every 4 KiB block start in the used chunks (runs,
-     * large and free regions begin there), plus each object's header line */
+    /* region headers: the header-chunk slot of every 4 KiB block of the
+     * used data chunks (runs, large and free regions begin at blocks) */
     add_region(heap + NVH_FULLMAP_OFF, NVH_FULLMAP_BYTES, R_HEAPHDR);   /* chunk-full map */
     uint64_t hwm = 0;
     if (!nvh_hwm_decode(((const struct nvh_heap_state *)(base + heap + 64))->hwm_word, &hwm))
         die("template's high-water mark fails its check");
     for (uint64_t c = 0; c < hwm && c < 8; c++)
-        for (uint64_t b = 0; b < hh->chunk_size / NVH_BLOCK; b++) {
-            uint64_t off = hh->chunks_off + c * hh->chunk_size + b * NVH_BLOCK;
+        for (uint64_t b = 0; b < hh->chunk_size / NVH_BLOCK && !nvh_chunk_is_hdr_z(hh->zone0_chunks, c); b++) {
+            uint64_t blk = c * (hh->chunk_size / NVH_BLOCK) + b;
+            uint64_t off = nvh_rhdr_off_hh(hh, blk);
             const struct nvh_rhdr *r = (const void *)(base + off);
             if (off + 64 <= tmpl_size && r->magic == NVH_RHDR_MAGIC) add_region(off, 64, R_RHDR);
         }

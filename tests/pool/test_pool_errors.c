@@ -121,21 +121,24 @@ static void newer_format_version(void **state)
     unlink(path);
 }
 
-/* A format-1 pool (no heap, object-table or log checksums) is refused with
+/* An older-format pool (format 1: no heap, object-table or log checksums;
+ * format 2: region headers inside the chunks) is refused with
  * NVH_E_VERSION and a message saying how to migrate, never opened. */
 static void older_format_version(void **state)
 {
     (void)state;
-    const char *path = make_pool("oldversion", LAYOUT, MiB, NVH_DOMAIN_PROCESS);
-    struct nvh_superblock sb;
-    read_superblock(path, &sb);
-    sb.header.format_version = 1;
-    sb.header.checksum = header_crc(&sb.header);
-    write_superblock(path, &sb);
-    EXPECT_OPEN_FAILS(path, LAYOUT, 0, NVH_E_VERSION);
-    assert_non_null(strstr(nvh_errormsg(), "migrate"));
-    EXPECT_OPEN_FAILS(path, NULL, NVH_OPEN_READONLY, NVH_E_VERSION);
-    unlink(path);
+    for (uint32_t v = 1; v < NVH_FORMAT_VERSION; v++) {
+        const char *path = make_pool("oldversion", LAYOUT, MiB, NVH_DOMAIN_PROCESS);
+        struct nvh_superblock sb;
+        read_superblock(path, &sb);
+        sb.header.format_version = v;
+        sb.header.checksum = header_crc(&sb.header);
+        write_superblock(path, &sb);
+        EXPECT_OPEN_FAILS(path, LAYOUT, 0, NVH_E_VERSION);
+        assert_non_null(strstr(nvh_errormsg(), "migrate"));
+        EXPECT_OPEN_FAILS(path, NULL, NVH_OPEN_READONLY, NVH_E_VERSION);
+        unlink(path);
+    }
 }
 
 static void truncated_files(void **state)

@@ -507,7 +507,9 @@ static void negative(int *hook, const char *what, nvh_crash_workload_fn w)
 {
     *hook = 1;
     g_complaints_quiet = 1;
-    nvh_crash_report r = explore(w, NVH_CRASH_LINES, 2);
+    /* images per crash point: enough that the bug each control plants
+     * shows in some image whatever the heap's layout of the log */
+    nvh_crash_report r = explore(w, NVH_CRASH_LINES, 4);
     *hook = 0;
     g_complaints_quiet = 0;
     print_message("  %s: %llu failures (must be > 0)\n", what, (unsigned long long)r.failures);
