@@ -596,8 +596,11 @@ void nvh_sim_set_fence_hook(nvh_pool *pool, nvh_sim_fence_hook hook, void *arg);
 #define NVH_NAME_MAX 55u           /* bytes of a name, without the NUL      */
 
 /* Reserve `size` bytes (0 counts as 1). DRAM only: after a crash the memory
- * is free again. NULL with NVH_E_NOSPACE if the pool is full, or if size is
- * over 64 chunks (256 MiB with the default chunk). A power-of-two size over
+ * is free again. NULL with NVH_E_NOSPACE if the pool is full, or if no zone
+ * can hold `size`: an object lies in one zone, and zone 0 covers the pool's
+ * size at creation while a zone it grew into later holds 64 chunks (256 MiB
+ * with the default chunk): create a pool at the size its largest objects
+ * need (PMDK pools are created at their size too). A power-of-two size over
  * 2 KiB takes exactly that many bytes (4 x 1 MiB fill one 4 MiB chunk). */
 void *nvh_reserve(nvh_pool *pool, size_t size);
 /* Give back a reservation that was never activated. */
@@ -1679,8 +1682,8 @@ typedef struct nvh_cap_part nvh_cap;
 
 /* Carve a capacity part of `bytes` (128 KiB .. 16 TiB) out of the pool's
  * heap. NULL with NVH_E_NOSPACE if the pool has no room or bytes is over
- * one heap object's maximum (64 chunks: 256 MiB with the default 4 MiB
- * chunk, see nvh_reserve), NVH_E_BUSY if 8 parts are attached in the
+ * one heap object's maximum (see nvh_reserve: the pool's size at creation,
+ * or 256 MiB in space it grew into), NVH_E_BUSY if 8 parts are attached in the
  * process. nvh_pool_close detaches it. */
 nvh_cap *nvh_cap_attach(nvh_pool *pool, uint64_t bytes);
 /* Give the part back to the pool; its blocks are invalid afterwards. */

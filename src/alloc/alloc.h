@@ -73,7 +73,7 @@ struct nvh_heap_hdr {
     uint32_t table_cap;         /* 48 object-table entries                   */
     uint16_t rings;             /* 52 number of rings                        */
     uint16_t ring_lines;        /* 54 lines per ring                         */
-    uint32_t zone0_chunks;      /* 56 chunks of zone 0 (1..64), whose header
+    uint32_t zone0_chunks;      /* 56 chunks of zone 0 (1..2^22), whose header
                                       slots are at nvh_zone0_off (alloc.h)   */
     uint32_t checksum;          /* 60 CRC32C of bytes 0..59                  */
 };
@@ -448,17 +448,28 @@ static inline uint64_t nvh_chunk_of_block(const nvh_heap *h, uint64_t block)
  * a 1 MiB object takes exactly 1 MiB and four fit in a 4 MiB chunk (with
  * the header at the region start, a region of 2^k bytes needed one more
  * block, and power-of-two buffers wasted up to half a chunk). Zone 0 is the
- * first zone0 chunks (1..64, fixed at format from the pool's size then, so
+ * first zone0 chunks (fixed at format from the pool's size then, so
  * a small pool pays only zone0 x chunk_size / 64 bytes): their header slots
  * are in the heap metadata at zone0_off. After it, every NVH_ZONE_SPAN-th
  * chunk (c >= zone0, (c - zone0) % NVH_ZONE_SPAN == 0) is a header chunk:
  * one 64 B slot per block of the 64 data chunks after it (a chunk of B
  * blocks needs B * 64 bytes = chunk_size / 64, so 64 chunks fill exactly
  * one chunk, whatever the chunk size). Header chunks are never allocated
- * and no region spans one, so an object is at most 64 chunks. Data stays at
+ * and no region spans one, so an object lies in one zone. Data stays at
  * chunks_off + block * 4096: only the header's address changes. */
 #define NVH_ZONE_SPAN 65u
 #define NVH_ZONE_DATA (NVH_ZONE_SPAN - 1u)
+/* Zone 0 covers the pool's size at format (up to this many chunks: 16 TiB
+ * of 4 MiB chunks), so a pool created at its working size holds objects as
+ * large as itself, as PMDK's fixed-size pools do; only space the pool grew
+ * into later is zoned by header chunks. Its slots cost 1/64 of its chunks,
+ * the same share as a header chunk's. */
+#define NVH_ZONE0_MAX (1u << 22)
+/* The most chunks one object can take: it lies in one zone. */
+static inline uint64_t nvh_zone_max_chunks(uint64_t zone0)
+{
+    return zone0 > NVH_ZONE_DATA ? zone0 : NVH_ZONE_DATA;
+}
 static_assert(NVH_ZONE_DATA * sizeof(struct nvh_rhdr) == NVH_BLOCK,
               "the slots of 64 data chunks fill exactly one header chunk");
 /* Geometry from the heap header alone (open, offline tools, tests). */

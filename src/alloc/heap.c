@@ -67,13 +67,13 @@ static int heap_format(nvh_pool *pool, uint64_t heap_off)
     hh.rings_off = hh.table_off + (uint64_t)NVH_NAMED_CAP * 64;
     hh.rings = NVH_RINGS;
     hh.ring_lines = NVH_RING_LINES;
-    /* zone 0: as many chunks (1..64) as the pool holds now, so a small
+    /* zone 0: as many chunks as the pool holds now, so a small
      * pool pays only their header slots (chunk_size / 64 per chunk); the
      * chunks past it are zoned by header chunks */
     uint64_t z0off = nvh_zone0_off(&hh), slots = hh.chunk_size / 64;
     uint64_t fit = size > z0off + ((uint64_t)64 << 10)
                        ? (size - z0off - ((uint64_t)64 << 10)) / (hh.chunk_size + slots) : 0;
-    hh.zone0_chunks = (uint32_t)(fit < 1 ? 1 : fit > NVH_ZONE_DATA ? NVH_ZONE_DATA : fit);
+    hh.zone0_chunks = (uint32_t)(fit < 1 ? 1 : fit > NVH_ZONE0_MAX ? NVH_ZONE0_MAX : fit);
     uint64_t end = z0off + hh.zone0_chunks * slots;
     hh.chunks_off = NVH_ALIGN_UP(end, (uint64_t)64 << 10);
     if (hh.chunks_off > size)
@@ -136,7 +136,7 @@ static int heap_validate(nvh_pool *pool, const struct nvh_heap_hdr *hh, uint64_t
         hh->table_cap != NVH_NAMED_CAP || hh->rings != NVH_RINGS ||
         hh->ring_lines != NVH_RING_LINES ||
         hh->rings_off != hh->table_off + (uint64_t)NVH_NAMED_CAP * 64 ||
-        hh->zone0_chunks < 1 || hh->zone0_chunks > NVH_ZONE_DATA ||
+        hh->zone0_chunks < 1 || hh->zone0_chunks > NVH_ZONE0_MAX ||
         hh->chunks_off < nvh_zone0_off(hh) + hh->zone0_chunks * (cs / 64) ||
         hh->chunks_off % NVH_BLOCK || hh->chunks_off > size)
         return nvh_fail(NVH_E_CORRUPT, "%s: heap header describes an impossible layout",
@@ -564,6 +564,12 @@ int nvh_huge_take(nvh_heap *h, uint64_t nchunks, uint64_t *chunk_out, uint64_t *
         /* the zone's data chunks left are too few: they become a free huge
          * region, and the object starts after the next header chunk */
         uint64_t next = nvh_next_hdr_chunk(h, c);
+        if (nchunks > NVH_ZONE_DATA) {  /* only zone 0 holds it, and it is full */
+            pthread_mutex_unlock(&h->lock);
+            return nvh_fail(NVH_E_NOSPACE, "pool %s: no room for %llu contiguous chunks in "
+                            "zone 0, and a later zone holds at most %u", h->pool->path,
+                            (unsigned long long)nchunks, NVH_ZONE_DATA);
+        }
         gap = next - c;
         c = next + 1;
     }

@@ -166,10 +166,13 @@ static int reserve_huge(nvh_heap *h, nvh_arena *a, size_t size, uint64_t *off)
     uint64_t nch = ((uint64_t)size + h->chunk_size - 1) / h->chunk_size;
     uint64_t c = 0, rem = 0;
     int rc;
-    if (nch > NVH_ZONE_DATA)    /* no region spans a header chunk (alloc.h) */
-        return nvh_fail(NVH_E_NOSPACE, "cannot reserve %zu bytes: an object is at most %u "
-                        "chunks (%llu bytes) in pool %s", size, NVH_ZONE_DATA,
-                        (unsigned long long)(NVH_ZONE_DATA * h->chunk_size), h->pool->path);
+    uint64_t zmax = nvh_zone_max_chunks(h->zone0);
+    if (nch > zmax)             /* no region spans a header chunk (alloc.h) */
+        return nvh_fail(NVH_E_NOSPACE, "cannot reserve %zu bytes: an object lies in one zone, "
+                        "at most %llu chunks (%llu bytes) in pool %s (create the pool at the "
+                        "size it needs: zone 0 covers the pool's size at creation)", size,
+                        (unsigned long long)zmax, (unsigned long long)(zmax * h->chunk_size),
+                        h->pool->path);
     for (unsigned tries = 0;; tries++) {
         rc = nvh_huge_take(h, nch, &c, &rem, false);
         if (rc == NVH_OK) break;

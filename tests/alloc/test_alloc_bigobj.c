@@ -3,7 +3,8 @@
  * object takes exactly 1 MiB and four of them fill one 4 MiB chunk (two
  * 2 MiB, eight 512 KiB, and mixed sizes that add up to a chunk). Also: a
  * huge object never spans a header chunk (the data chunks left before it
- * become free space that is reused), objects over 64 chunks are refused, a
+ * become free space that is reused), an object lies in one zone (zone 0
+ * is the pool's size at creation, later zones 64 chunks), a
  * damaged header-chunk slot is reported by check and refused by free (never
  * a signal), and a format-2 pool (headers inside the chunks) is refused
  * with NVH_E_VERSION. */
@@ -234,6 +235,48 @@ static void huge_skips_header_chunk(void **state)
     unlink(path);
 }
 
+/* Zone 0 covers the pool's size at creation, so a pool created at its
+ * working size holds an object larger than a later zone (64 chunks): with
+ * 64 KiB chunks, a 16 MiB pool takes a 150-chunk object, keeps it across a
+ * reopen, refuses a second one (zone 0 is full; later zones are too small)
+ * without growing past its limit, and reuses the space once it is freed. */
+static void zone0_holds_big_objects(void **state)
+{
+    (void)state;
+    setenv("NVHEAP_CHUNK_SIZE", "65536", 1);
+    nvh_pool *pool = fresh("bigobj-zone0", 16 * MIB, 64 * MIB);
+    nvh_off_t *root = nvh_root(pool, NULL);
+    size_t big = 150 * 64 * KIB;
+    void *p = nvh_alloc(pool, big, NULL, NULL, &root[0]);
+    unsetenv("NVHEAP_CHUNK_SIZE");
+    assert_non_null(p);
+    nvh_heap *h = pool->heap;
+    assert_true(h->zone0 > 150);
+    assert_true(chunk_of(pool, p) + 150 <= h->zone0);
+    fill(p, big, 7);
+    nvh_persist(pool, p, big);
+    assert_null(nvh_alloc(pool, big, NULL, NULL, &root[1]));
+    assert_int_equal(nvh_errcode(), NVH_E_NOSPACE);
+    assert_non_null(strstr(nvh_errormsg(), "zone 0"));
+    uint64_t corrupt = 1;
+    assert_int_equal(nvh_heap_check(pool, NULL, NULL, 0, &corrupt), NVH_OK);
+    assert_int_equal(corrupt, 0);
+    const char *path = g_path;
+    assert_int_equal(nvh_pool_close(pool), NVH_OK);
+    pool = nvh_pool_open(path, LAYOUT, NVH_DOMAIN_PROCESS);
+    assert_non_null(pool);
+    root = nvh_root(pool, NULL);
+    assert_true(filled(nvh_ptr(pool, root[0]), big, 7));
+    nvh_link l = {&root[0], 0};
+    assert_int_equal(nvh_free(pool, nvh_ptr(pool, root[0]), &l, 1), NVH_OK);
+    p = nvh_alloc(pool, big, NULL, NULL, &root[1]);
+    assert_non_null(p);
+    assert_int_equal(nvh_heap_check(pool, NULL, NULL, 0, &corrupt), NVH_OK);
+    assert_int_equal(corrupt, 0);
+    assert_int_equal(nvh_pool_close(pool), NVH_OK);
+    unlink(path);
+}
+
 /* A large object now starts at its first block, so the heap's very first
  * block (chunks_off) is an object's address: a named one there is found
  * (the object table once refused offsets below chunks_off + 64). */
@@ -379,6 +422,7 @@ int main(void)
         cmocka_unit_test(mixed),
         cmocka_unit_test(pool_size_for_n),
         cmocka_unit_test(huge_skips_header_chunk),
+        cmocka_unit_test(zone0_holds_big_objects),
         cmocka_unit_test(corrupt_header_slot),
         cmocka_unit_test(format2_refused),
         cmocka_unit_test(named_at_first_block),
