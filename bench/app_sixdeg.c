@@ -26,7 +26,7 @@
 
 typedef struct block { uint64_t next; uint32_t dst[SLOTS]; } block;
 typedef struct vertex { uint64_t head, degree; uint64_t pad[6]; } vertex;
-typedef struct groot { uint64_t magic, nv, vertices; uint64_t pad[5]; } groot;
+typedef app_graph_root groot;
 _Static_assert(sizeof(block) == 64 && sizeof(vertex) == 64 && sizeof(groot) == 64, "line-sized");
 
 /* The root record is written once, at create: read it in place. */
@@ -86,23 +86,10 @@ int sixdeg_toggle(app_be *be, uint64_t root, uint32_t a, uint32_t b)
 }
 
 /* ---- build ------------------------------------------------------------- */
-typedef struct create_arg { uint64_t *slot; uint32_t nv; } create_arg;
-static int create_fn(app_be *be, void *p)
-{
-    create_arg *a = p;
-    groot *g = be->alloc(be, sizeof *g);
-    vertex *vs = g ? be->alloc(be, (size_t)a->nv * sizeof(vertex)) : NULL;
-    uint64_t *slot = vs ? be->wr(be, a->slot, 8) : NULL;
-    if (!slot) return -1;
-    *g = (groot){SIXDEG_MAGIC, a->nv, app_off(be, vs), {0}};
-    *slot = app_off(be, g);
-    return 0;
-}
 
 int sixdeg_create(app_be *be, uint64_t *root_slot, uint32_t nv, uint32_t degree, uint64_t seed)
 {
-    create_arg c = {root_slot, nv};
-    int rc = be->run(be, APP_LOCK_WRITE, 0, create_fn, &c);
+    int rc = app_graph_create(be, root_slot, SIXDEG_MAGIC, nv, sizeof(vertex));
     if (rc) return rc;
     uint64_t root = *root_slot;
     /* endpoints of every edge so far: a uniform pick is a degree-weighted one */

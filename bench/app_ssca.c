@@ -29,11 +29,7 @@ typedef struct vertex {
     uint64_t wsum, wmax;            /* over the vertex's edges           */
     uint64_t pad[4];
 } vertex;
-typedef struct groot {
-    uint64_t magic, nv;
-    uint64_t vertices;              /* offset of nv vertex records       */
-    uint64_t pad[5];
-} groot;
+typedef app_graph_root groot;   /* vertices: offset of nv vertex records */
 _Static_assert(sizeof(block) == 64 && sizeof(vertex) == 64 && sizeof(groot) == 64, "line-sized");
 
 static inline vertex *vtx(app_be *be, const groot *g, uint32_t v)
@@ -44,23 +40,9 @@ static inline vertex *vtx(app_be *be, const groot *g, uint32_t v)
 /* The root record is written once, at create: read it in place. */
 static inline const groot *groot_of(app_be *be, uint64_t root) { return app_ptr(be, root); }
 
-typedef struct create_arg { uint64_t *slot; uint32_t nv; } create_arg;
-static int create_fn(app_be *be, void *p)
-{
-    create_arg *a = p;
-    groot *g = be->alloc(be, sizeof *g);
-    vertex *vs = g ? be->alloc(be, (size_t)a->nv * sizeof(vertex)) : NULL;
-    uint64_t *slot = vs ? be->wr(be, a->slot, 8) : NULL;
-    if (!slot) return -1;
-    *g = (groot){SSCA_MAGIC, a->nv, app_off(be, vs), {0}};
-    *slot = app_off(be, g);
-    return 0;
-}
-
 int ssca_create(app_be *be, uint64_t *root_slot, uint32_t nvertices)
 {
-    create_arg a = {root_slot, nvertices};
-    return be->run(be, APP_LOCK_WRITE, 0, create_fn, &a);
+    return app_graph_create(be, root_slot, SSCA_MAGIC, nvertices, sizeof(vertex));
 }
 
 uint32_t ssca_nvertices(app_be *be, uint64_t root) { return (uint32_t)groot_of(be, root)->nv; }

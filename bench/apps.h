@@ -59,6 +59,33 @@ static inline uint64_t app_off(const app_be *be, const void *p)
     return p ? (uint64_t)((const char *)p - be->base) : 0;
 }
 
+/* The graph apps' root record (sixdeg, ssca): a magic, the vertex count and
+ * the offset of nv vertex records, one cache line. */
+typedef struct app_graph_root { uint64_t magic, nv, vertices; uint64_t pad[5]; } app_graph_root;
+_Static_assert(sizeof(app_graph_root) == 64, "line-sized");
+
+typedef struct app_graph_arg { uint64_t *slot; uint64_t magic; uint32_t nv; size_t vsize; } app_graph_arg;
+static inline int app_graph_create_fn(app_be *be, void *p)
+{
+    app_graph_arg *a = p;
+    app_graph_root *g = be->alloc(be, sizeof *g);
+    void *vs = g ? be->alloc(be, (size_t)a->nv * a->vsize) : NULL;
+    uint64_t *slot = vs ? be->wr(be, a->slot, 8) : NULL;
+    if (!slot) return -1;
+    *g = (app_graph_root){a->magic, a->nv, app_off(be, vs), {0}};
+    *slot = app_off(be, g);
+    return 0;
+}
+
+/* In one write transaction: a graph root with `magic` and nv zeroed vertex
+ * records of vsize bytes, its offset stored in *root_slot. 0 on commit. */
+static inline int app_graph_create(app_be *be, uint64_t *root_slot, uint64_t magic, uint32_t nv,
+                                   size_t vsize)
+{
+    app_graph_arg a = {root_slot, magic, nv, vsize};
+    return be->run(be, APP_LOCK_WRITE, 0, app_graph_create_fn, &a);
+}
+
 /* xorshift64: the workloads' random numbers (per thread, seeded) */
 static inline uint64_t app_rand(uint64_t *s)
 {

@@ -305,14 +305,7 @@ int main(int argc, char **argv)
     bench_opts opts;
     bench_parse(&opts, &info, argc, argv);
     unsigned threads[8], nthreads = parse_threads(&opts, threads);
-    if (!opts.child) {
-        /* libpmem reads PMEM_IS_PMEM_FORCE when it loads: run in a child */
-        const char *envs[] = {"PMEM_IS_PMEM_FORCE=1", NULL};
-        const char *args[16] = {NULL};
-        for (int i = 0; i < opts.argc && i < 15; i++) args[i] = opts.argv[i];
-        bench_run_child(&opts, envs, args);
-        return bench_finish(&opts);
-    }
+    if (!opts.child) return bench_run_pmem_forced(&opts);
     pmdk_count_init("bench_apps");
     const bool q = opts.quick;
     const uint64_t pool_size = q ? 128 * MIB : 512 * MIB;

@@ -178,6 +178,53 @@ typedef struct run_result {
     int ok;
 } run_result;
 
+/* A pool that grew inside the timed loop was populated inside it too: its
+ * growth would be timed as part of the inserts. */
+static void check_no_growth(const bench_opts *opts, const char *name, nvh_pool *pool,
+                            uint64_t size0)
+{
+    if (nvh_pool_size(pool) > size0)
+        bench_error(opts, "%s: the pool grew inside the timed loop (%llu -> %llu MiB): raise the "
+                    "size estimate", name, (unsigned long long)(size0 >> 20),
+                    (unsigned long long)(nvh_pool_size(pool) >> 20));
+}
+
+/* The lookup phase, the same for every tree: look up look[0..n) through
+ * `get`, touching each value's first and last byte, timed into res. False
+ * (recorded) if a key is missing. Static inline with a constant `get` at
+ * each call, so the compiler can make the call direct. */
+typedef int (*tree_get_fn)(void *t, uint64_t key, const void **value, size_t *len);
+static inline bool time_lookups(const bench_opts *opts, const char *name, tree_get_fn get,
+                                void *t, uint64_t n, const uint64_t *look, run_result *res)
+{
+    volatile uint64_t sink = 0;
+    uint64_t c0 = cpu_now_ns();
+    uint64_t t0 = bench_now_ns();
+    for (uint64_t i = 0; i < n; i++) {
+        const void *v;
+        size_t len;
+        if (get(t, look[i], &v, &len) != NVH_OK) {
+            bench_error(opts, "%s: key missing", name);
+            return false;
+        }
+        sink += ((const unsigned char *)v)[0] + ((const unsigned char *)v)[len - 1];
+    }
+    res->lookup_ns = (double)(bench_now_ns() - t0);
+    res->lookup_cpu_ns = (double)(cpu_now_ns() - c0);
+    (void)sink;
+    return true;
+}
+
+static int btree_get(void *t, uint64_t key, const void **value, size_t *len)
+{
+    return nvh_btree_get(t, key, value, len);
+}
+
+static int classic_get(void *t, uint64_t key, const void **value, size_t *len)
+{
+    return ct_get(t, key, value, len);
+}
+
 static run_result run_nvheap(const bench_opts *opts, const subject *sub, uint64_t n,
                              size_t vlen, const uint64_t *ins, const uint64_t *look)
 {
@@ -224,27 +271,8 @@ static run_result run_nvheap(const bench_opts *opts, const subject *sub, uint64_
     res.insert_ns = (double)(bench_now_ns() - t0);
     res.insert_cpu_ns = (double)(cpu_now_ns() - c0);
     if (pool) res.counts = bench_counts_per_op(pool, n);
-    /* a pool that grew inside the loop was populated inside it too: its
-     * growth would be timed as part of the inserts */
-    if (pool && nvh_pool_size(pool) > size0)
-        bench_error(opts, "%s: the pool grew inside the timed loop (%llu -> %llu MiB): raise the "
-                    "size estimate", sub->name, (unsigned long long)(size0 >> 20),
-                    (unsigned long long)(nvh_pool_size(pool) >> 20));
-    volatile uint64_t sink = 0;
-    c0 = cpu_now_ns();
-    t0 = bench_now_ns();
-    for (uint64_t i = 0; i < n; i++) {
-        const void *v;
-        size_t len;
-        if (nvh_btree_get(t, look[i], &v, &len) != NVH_OK) {
-            bench_error(opts, "%s: key missing", sub->name);
-            goto out;
-        }
-        sink += ((const unsigned char *)v)[0] + ((const unsigned char *)v)[len - 1];
-    }
-    res.lookup_ns = (double)(bench_now_ns() - t0);
-    res.lookup_cpu_ns = (double)(cpu_now_ns() - c0);
-    (void)sink;
+    if (pool) check_no_growth(opts, sub->name, pool, size0);
+    if (!time_lookups(opts, sub->name, btree_get, t, n, look, &res)) goto out;
     res.ok = nvh_btree_count(t) == n;
     if (!res.ok) bench_error(opts, "%s: count %llu != %llu", sub->name,
                              (unsigned long long)nvh_btree_count(t), (unsigned long long)n);
@@ -319,25 +347,8 @@ static run_result run_classic(const bench_opts *opts, const classic_subject *sub
     res.insert_ns = (double)(bench_now_ns() - t0);
     res.insert_cpu_ns = (double)(cpu_now_ns() - c0);
     res.counts = bench_counts_per_op(pool, n);
-    if (nvh_pool_size(pool) > size0)
-        bench_error(opts, "%s: the pool grew inside the timed loop (%llu -> %llu MiB): raise the "
-                    "size estimate", sub->name, (unsigned long long)(size0 >> 20),
-                    (unsigned long long)(nvh_pool_size(pool) >> 20));
-    volatile uint64_t sink = 0;
-    c0 = cpu_now_ns();
-    t0 = bench_now_ns();
-    for (uint64_t i = 0; i < n; i++) {
-        const void *v;
-        size_t len;
-        if (ct_get(t, look[i], &v, &len) != NVH_OK) {
-            bench_error(opts, "%s: key missing", sub->name);
-            goto out;
-        }
-        sink += ((const unsigned char *)v)[0] + ((const unsigned char *)v)[len - 1];
-    }
-    res.lookup_ns = (double)(bench_now_ns() - t0);
-    res.lookup_cpu_ns = (double)(cpu_now_ns() - c0);
-    (void)sink;
+    check_no_growth(opts, sub->name, pool, size0);
+    if (!time_lookups(opts, sub->name, classic_get, t, n, look, &res)) goto out;
     res.ok = ct_count(t) == n && ct_check(t) == NVH_OK;
     if (!res.ok) bench_error(opts, "%s: check failed (count %llu of %llu)", sub->name,
                              (unsigned long long)ct_count(t), (unsigned long long)n);

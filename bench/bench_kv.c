@@ -1056,14 +1056,7 @@ int main(int argc, char **argv)
         }
     }
 #ifdef NVH_BENCH_PMDK
-    if (!opts.child) {
-        /* libpmem reads PMEM_IS_PMEM_FORCE when it loads: run in a child */
-        const char *envs[] = {"PMEM_IS_PMEM_FORCE=1", NULL};
-        const char *args[16] = {NULL};
-        for (int i = 0; i < opts.argc && i < 15; i++) args[i] = opts.argv[i];
-        bench_run_child(&opts, envs, args);
-        return bench_finish(&opts);
-    }
+    if (!opts.child) return bench_run_pmem_forced(&opts);
     pmdk_count_init("bench_kv");
 #else
     bench_note(&opts, "pmdk: not measured (libpmemobj-dev and its examples were not found when "

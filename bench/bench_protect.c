@@ -389,6 +389,19 @@ static nvh_stray_action count_stray(const nvh_stray_info *info, void *arg)
     return NVH_STRAY_ALLOW;
 }
 
+/* Whether thread `tid` of this process is the protect service thread: it
+ * names itself "nvh-protect" when it first runs. */
+static bool task_is_service(const char *tid)
+{
+    char path[320], comm[32];
+    snprintf(path, sizeof path, "/proc/self/task/%s/comm", tid);
+    FILE *f = fopen(path, "r");
+    if (!f) return false;
+    bool is = fgets(comm, sizeof comm, f) && strncmp(comm, "nvh-protect", 11) == 0;
+    fclose(f);
+    return is;
+}
+
 /* The service thread ("nvh-protect") of this process: time it ran and time
  * it waited on a run queue, in ns (/proc/self/task/TID/schedstat). false if
  * there is none or the kernel has no schedstat. What a pass's latency is
@@ -396,21 +409,16 @@ static nvh_stray_action count_stray(const nvh_stray_info *info, void *arg)
  * a CPU (wait). */
 static bool service_sched(uint64_t *run_ns, uint64_t *wait_ns)
 {
-    char path[320], comm[32];
+    char path[320];
     bool found = false;
     DIR *d = opendir("/proc/self/task");
     if (!d) return false;
     struct dirent *de;
     while (!found && (de = readdir(d)) != NULL) {
         if (de->d_name[0] == '.') continue;
-        snprintf(path, sizeof path, "/proc/self/task/%s/comm", de->d_name);
-        FILE *f = fopen(path, "r");
-        if (!f) continue;
-        bool is = fgets(comm, sizeof comm, f) && strncmp(comm, "nvh-protect", 11) == 0;
-        fclose(f);
-        if (!is) continue;
+        if (!task_is_service(de->d_name)) continue;
         snprintf(path, sizeof path, "/proc/self/task/%s/schedstat", de->d_name);
-        f = fopen(path, "r");
+        FILE *f = fopen(path, "r");
         if (!f) continue;
         unsigned long long r, w;
         found = fscanf(f, "%llu %llu", &r, &w) == 2;
@@ -428,19 +436,13 @@ static bool service_sched(uint64_t *run_ns, uint64_t *wait_ns)
 static bool g_service_fifo;
 static void service_fifo(void)
 {
-    char path[320], comm[32];
     for (int tries = 0; tries < 1000; tries++) {   /* it names itself when it first runs */
         DIR *d = opendir("/proc/self/task");
         if (!d) return;
         struct dirent *de;
         while ((de = readdir(d)) != NULL) {
             if (de->d_name[0] == '.') continue;
-            snprintf(path, sizeof path, "/proc/self/task/%s/comm", de->d_name);
-            FILE *f = fopen(path, "r");
-            if (!f) continue;
-            bool is = fgets(comm, sizeof comm, f) && strncmp(comm, "nvh-protect", 11) == 0;
-            fclose(f);
-            if (!is) continue;
+            if (!task_is_service(de->d_name)) continue;
             struct sched_param sp = {.sched_priority = 1};
             if (sched_setscheduler((pid_t)atoi(de->d_name), SCHED_FIFO, &sp) != 0)
                 fprintf(stderr, "--service-fifo: %s\n", strerror(errno));

@@ -740,3 +740,12 @@ int bench_run_child(const bench_opts *opts, const char *const *env, const char *
         bench_error(opts, "child run [%s] exited with status %d", what, WEXITSTATUS(status));
     return -1;
 }
+
+int bench_run_pmem_forced(const bench_opts *opts)
+{
+    const char *envs[] = {"PMEM_IS_PMEM_FORCE=1", NULL};
+    const char *args[16] = {NULL};
+    for (int i = 0; i < opts->argc && i < 15; i++) args[i] = opts->argv[i];
+    bench_run_child(opts, envs, args);
+    return bench_finish(opts);
+}

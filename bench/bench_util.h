@@ -157,4 +157,9 @@ void bench_scratch_remove(const char *path);
  * here. Returns 0, or -1 (recorded with bench_error) if it failed. */
 int bench_run_child(const bench_opts *opts, const char *const *env, const char *const *args);
 
+/* Run this program's own arguments again as a child with
+ * PMEM_IS_PMEM_FORCE=1 (libpmem reads it when it loads, so it must be set
+ * before the program starts), then finish: returns bench_finish's result. */
+int bench_run_pmem_forced(const bench_opts *opts);
+
 #endif /* NVH_BENCH_UTIL_H */

@@ -312,45 +312,60 @@ static void hash_volatile(uint64_t n, int del)
 typedef struct phentry { uint64_t key, val; PMEMoid next; uint64_t pad[4]; } phentry;  /* 64 B */
 typedef struct phtable { uint64_t count; uint64_t pad[7]; PMEMoid bucket[HBUCKETS]; } phtable;
 
-/* The transactions in functions of their own: TX_BEGIN is a setjmp, and
- * the caller's loop variables must not live across it. */
-static __attribute__((noinline)) int pmdk_h_insert(PMEMobjpool *pop, phtable *t, uint64_t k)
+/* Run body(arg) as one PMDK transaction; non-zero if it aborted. In a
+ * function of its own: TX_BEGIN is a setjmp, and the caller's loop
+ * variables must not live across it. */
+static __attribute__((noinline)) int pmdk_tx(PMEMobjpool *pop, void (*body)(void *), void *arg)
 {
-    PMEMoid *head = &t->bucket[k % HBUCKETS];
     volatile int failed = 0;
     TX_BEGIN(pop) {
-        PMEMoid o = pmemobj_tx_alloc(sizeof(phentry), 0);
-        phentry *en = pmemobj_direct(o);
-        pmemobj_tx_add_range_direct(head, sizeof *head);
-        pmemobj_tx_add_range_direct(&t->count, 8);
-        en->key = k;
-        en->val = k * 3;
-        en->next = *head;
-        *head = o;
-        t->count++;
+        body(arg);
     } TX_ONABORT {
         failed = 1;
     } TX_END
     return failed;
 }
 
-static __attribute__((noinline)) int pmdk_h_delete(PMEMobjpool *pop, phtable *t, PMEMoid *link,
-                                                   phentry *en)
+typedef struct ph_op { phtable *t; uint64_t k; PMEMoid *link; phentry *en; } ph_op;
+
+static void ph_insert_body(void *arg)
 {
-    volatile int failed = 0;
-    TX_BEGIN(pop) {
-        PMEMoid o = *link;
-        pmemobj_tx_add_range_direct(link, sizeof *link);
-        pmemobj_tx_add_range_direct(&t->count, 8);
-        pmemobj_tx_add_range_direct(&en->next, sizeof en->next);
-        *link = en->next;
-        en->next = OID_NULL;
-        t->count--;
-        pmemobj_tx_free(o);
-    } TX_ONABORT {
-        failed = 1;
-    } TX_END
-    return failed;
+    ph_op *a = arg;
+    PMEMoid *head = &a->t->bucket[a->k % HBUCKETS];
+    PMEMoid o = pmemobj_tx_alloc(sizeof(phentry), 0);
+    phentry *en = pmemobj_direct(o);
+    pmemobj_tx_add_range_direct(head, sizeof *head);
+    pmemobj_tx_add_range_direct(&a->t->count, 8);
+    en->key = a->k;
+    en->val = a->k * 3;
+    en->next = *head;
+    *head = o;
+    a->t->count++;
+}
+
+static int pmdk_h_insert(PMEMobjpool *pop, phtable *t, uint64_t k)
+{
+    ph_op a = {.t = t, .k = k};
+    return pmdk_tx(pop, ph_insert_body, &a);
+}
+
+static void ph_delete_body(void *arg)
+{
+    ph_op *a = arg;
+    PMEMoid o = *a->link;
+    pmemobj_tx_add_range_direct(a->link, sizeof *a->link);
+    pmemobj_tx_add_range_direct(&a->t->count, 8);
+    pmemobj_tx_add_range_direct(&a->en->next, sizeof a->en->next);
+    *a->link = a->en->next;
+    a->en->next = OID_NULL;
+    a->t->count--;
+    pmemobj_tx_free(o);
+}
+
+static int pmdk_h_delete(PMEMobjpool *pop, phtable *t, PMEMoid *link, phentry *en)
+{
+    ph_op a = {.t = t, .link = link, .en = en};
+    return pmdk_tx(pop, ph_delete_body, &a);
 }
 
 static void hash_pmdk(uint64_t n, const char *dir, int del)
@@ -413,20 +428,22 @@ static void update_nvheap(uint64_t n, const char *dir, unsigned words, int how)
 }
 
 #ifdef NVH_CACHESIM_PMDK
-static __attribute__((noinline)) int pmdk_update_one(PMEMobjpool *pop, uint64_t *arr,
-                                                     uint64_t *s, unsigned words)
+typedef struct upd_op { uint64_t *arr, *s; unsigned words; } upd_op;
+
+static void upd_body(void *arg)
 {
-    volatile int failed = 0;
-    TX_BEGIN(pop) {
-        for (unsigned w = 0; w < words; w++) {
-            uint64_t *p = &arr[xs(s) % UPDATE_WORDS];
-            pmemobj_tx_add_range_direct(p, 8);
-            *p += 1;
-        }
-    } TX_ONABORT {
-        failed = 1;
-    } TX_END
-    return failed;
+    upd_op *a = arg;
+    for (unsigned w = 0; w < a->words; w++) {
+        uint64_t *p = &a->arr[xs(a->s) % UPDATE_WORDS];
+        pmemobj_tx_add_range_direct(p, 8);
+        *p += 1;
+    }
+}
+
+static int pmdk_update_one(PMEMobjpool *pop, uint64_t *arr, uint64_t *s, unsigned words)
+{
+    upd_op a = {arr, s, words};
+    return pmdk_tx(pop, upd_body, &a);
 }
 
 static void update_pmdk(uint64_t n, const char *dir, unsigned words)

@@ -49,6 +49,30 @@ static bool filled(const void *p, size_t n, unsigned tag)
     return true;
 }
 
+/* The heap check of the open pool finds nothing corrupt. */
+static void assert_clean(nvh_pool *pool)
+{
+    uint64_t corrupt = 1;
+    assert_int_equal(nvh_heap_check(pool, NULL, NULL, 0, &corrupt), NVH_OK);
+    assert_int_equal(corrupt, 0);
+}
+
+/* Check the pool fresh() made (clean), close it, with `offline` check the
+ * closed file too, and open it again. */
+static nvh_pool *check_reopen(nvh_pool *pool, bool offline)
+{
+    assert_clean(pool);
+    assert_int_equal(nvh_pool_close(pool), NVH_OK);
+    if (offline) {
+        uint64_t corrupt = 1;
+        assert_int_equal(nvh_heap_check_path(g_path, NULL, NULL, 0, &corrupt), NVH_OK);
+        assert_int_equal(corrupt, 0);
+    }
+    pool = nvh_pool_open(g_path, LAYOUT, NVH_DOMAIN_PROCESS);
+    assert_non_null(pool);
+    return pool;
+}
+
 /* sizes[] (each a power of two, summing to one 4 MiB chunk) all land in the
  * same chunk, edge to edge, with usable size exactly their request; the heap
  * uses the header chunk and that one data chunk, nothing more; the objects
@@ -80,22 +104,15 @@ static void pack(const char *name, const size_t *sizes, unsigned n)
                                                     in the heap metadata) */
     assert_int_equal(hs.live_bytes, 4 * MIB);
     assert_int_equal(hs.free_bytes, 0);
-    uint64_t corrupt = 1;
-    assert_int_equal(nvh_heap_check(pool, NULL, NULL, 0, &corrupt), NVH_OK);
-    assert_int_equal(corrupt, 0);
     const char *path = g_path;
-    assert_int_equal(nvh_pool_close(pool), NVH_OK);
-
-    pool = nvh_pool_open(path, LAYOUT, NVH_DOMAIN_PROCESS);
-    assert_non_null(pool);
+    pool = check_reopen(pool, false);
     root = nvh_root(pool, NULL);
     for (unsigned i = 0; i < n; i++) {
         void *q = nvh_ptr(pool, root[i]);
         assert_true(filled(q, sizes[i], i));
         assert_int_equal(nvh_usable_size(pool, q), sizes[i]);
     }
-    assert_int_equal(nvh_heap_check(pool, NULL, NULL, 0, &corrupt), NVH_OK);
-    assert_int_equal(corrupt, 0);
+    assert_clean(pool);
     /* free all, allocate again: the same chunk takes them (no growth) */
     for (unsigned i = 0; i < n; i++) {
         nvh_link l = {&root[i], 0};
@@ -209,15 +226,8 @@ static void huge_skips_header_chunk(void **state)
     assert_null(nvh_alloc(pool, 65 * 64 * KIB, NULL, NULL, NULL));
     assert_int_equal(nvh_errcode(), NVH_E_NOSPACE);
     assert_non_null(strstr(nvh_errormsg(), "at most 64 chunks"));
-    uint64_t corrupt = 1;
-    assert_int_equal(nvh_heap_check(pool, NULL, NULL, 0, &corrupt), NVH_OK);
-    assert_int_equal(corrupt, 0);
     const char *path = g_path;
-    assert_int_equal(nvh_pool_close(pool), NVH_OK);
-    assert_int_equal(nvh_heap_check_path(path, NULL, NULL, 0, &corrupt), NVH_OK);
-    assert_int_equal(corrupt, 0);
-    pool = nvh_pool_open(path, LAYOUT, NVH_DOMAIN_PROCESS);
-    assert_non_null(pool);
+    pool = check_reopen(pool, true);
     root = nvh_root(pool, NULL);
     for (int i = 0; i <= n; i++)
         assert_true(filled(nvh_ptr(pool, root[i]), i == n ? gap * 64 * KIB : big, (unsigned)i));
@@ -227,8 +237,7 @@ static void huge_skips_header_chunk(void **state)
         assert_int_equal(nvh_free(pool, nvh_ptr(pool, root[i]), &l, 1), NVH_OK);
     }
     for (int i = 0; i < 200; i++) assert_non_null(nvh_alloc(pool, 3000, NULL, NULL, NULL));
-    assert_int_equal(nvh_heap_check(pool, NULL, NULL, 0, &corrupt), NVH_OK);
-    assert_int_equal(corrupt, 0);
+    assert_clean(pool);
     for (int i = 0; i < n - 2; i++) assert_true(filled(nvh_ptr(pool, root[i]), big, (unsigned)i));
     assert_true(filled(nvh_ptr(pool, root[n]), gap * 64 * KIB, (unsigned)n));
     assert_int_equal(nvh_pool_close(pool), NVH_OK);
@@ -258,21 +267,15 @@ static void zone0_holds_big_objects(void **state)
     assert_null(nvh_alloc(pool, big, NULL, NULL, &root[1]));
     assert_int_equal(nvh_errcode(), NVH_E_NOSPACE);
     assert_non_null(strstr(nvh_errormsg(), "zone 0"));
-    uint64_t corrupt = 1;
-    assert_int_equal(nvh_heap_check(pool, NULL, NULL, 0, &corrupt), NVH_OK);
-    assert_int_equal(corrupt, 0);
     const char *path = g_path;
-    assert_int_equal(nvh_pool_close(pool), NVH_OK);
-    pool = nvh_pool_open(path, LAYOUT, NVH_DOMAIN_PROCESS);
-    assert_non_null(pool);
+    pool = check_reopen(pool, false);
     root = nvh_root(pool, NULL);
     assert_true(filled(nvh_ptr(pool, root[0]), big, 7));
     nvh_link l = {&root[0], 0};
     assert_int_equal(nvh_free(pool, nvh_ptr(pool, root[0]), &l, 1), NVH_OK);
     p = nvh_alloc(pool, big, NULL, NULL, &root[1]);
     assert_non_null(p);
-    assert_int_equal(nvh_heap_check(pool, NULL, NULL, 0, &corrupt), NVH_OK);
-    assert_int_equal(corrupt, 0);
+    assert_clean(pool);
     assert_int_equal(nvh_pool_close(pool), NVH_OK);
     unlink(path);
 }

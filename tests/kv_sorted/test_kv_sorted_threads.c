@@ -134,16 +134,26 @@ static void *reader(void *arg)
     return (void *)n;
 }
 
-static void writers_and_readers(unsigned nw, unsigned rm_pct)
+/* A new pool at `path` in `domain` holding an empty tree (g_t, its root
+ * link in the pool's root, returned in *linkp if not NULL) and a new key model (g_m). */
+static nvh_pool *open_tree(const char *path, unsigned domain, nvh_off_t **linkp)
 {
-    const char *path = test_path("kvs-threads");
-    nvh_pool *pool = nvh_pool_create(path, LAYOUT, 64 << 20, NVH_DOMAIN_PROCESS);
+    nvh_pool *pool = nvh_pool_create(path, LAYOUT, 64 << 20, domain);
     assert_non_null(pool);
     nvh_off_t *link = nvh_root(pool, NULL);
     assert_int_equal(kv_sorted_create(pool, &link[0]), NVH_OK);
     g_t = kv_sorted_open(pool, link[0], NULL, NULL);
     assert_non_null(g_t);
     g_m = km_new(NKEYS);
+    if (linkp) *linkp = link;
+    return pool;
+}
+
+static void writers_and_readers(unsigned nw, unsigned rm_pct)
+{
+    const char *path = test_path("kvs-threads");
+    nvh_off_t *link;
+    nvh_pool *pool = open_tree(path, NVH_DOMAIN_PROCESS, &link);
     unsigned ops = 40000 / nw;
 #if defined(__SANITIZE_THREAD__)
     ops = 8000 / nw;
@@ -267,13 +277,7 @@ static void parallel_writers(void **state)
 {
     (void)state;
     const char *path = test_path("kvs-parallel");
-    nvh_pool *pool = nvh_pool_create(path, LAYOUT, 64 << 20, NVH_DOMAIN_SIM);
-    assert_non_null(pool);
-    nvh_off_t *link = nvh_root(pool, NULL);
-    assert_int_equal(kv_sorted_create(pool, &link[0]), NVH_OK);
-    g_t = kv_sorted_open(pool, link[0], NULL, NULL);
-    assert_non_null(g_t);
-    g_m = km_new(NKEYS);
+    nvh_pool *pool = open_tree(path, NVH_DOMAIN_SIM, NULL);
     /* every other key in key order: many leaves, none full after it */
     for (uint32_t i = 0; i < NKEYS; i += 2)
         assert_int_equal(kv_sorted_put(g_t, g_m->keys[g_m->ord[i]], g_m->klen[g_m->ord[i]], "v", 1), NVH_OK);
