@@ -3,7 +3,7 @@
  * crash at every fence of a growth step recovers the tables before or after
  * the growth with every acknowledged name; a damaged directory word makes
  * open fail with NVH_E_CORRUPT naming it, never a signal; the tables are not
- * user objects (nvh_heap_foreach skips them). */
+ * user objects (nvh_heap_foreach and nvh_heap_stats_get skip them). */
 #include "test_util.h"
 
 #include <stdbool.h>
@@ -93,6 +93,9 @@ static void many_names(void **state)
     assert_int_equal(nvh_named_foreach(pool, count_named, &named), NVH_OK);
     assert_int_equal(objs, MANY);
     assert_int_equal(named, MANY);
+    nvh_heap_stats st;
+    assert_int_equal(nvh_heap_stats_get(pool, &st), NVH_OK);
+    assert_int_equal(st.live_objects, MANY);
     for (int i = 0; i < MANY; i += 3) {
         name_of(name, sizeof name, i);
         assert_int_equal(nvh_free_named(pool, name), NVH_OK);
