@@ -694,7 +694,9 @@ int nvh_heap_check(nvh_pool *pool, nvh_check_fn fn, void *arg, int repair,
 int nvh_heap_check_path(const char *path, nvh_check_fn fn, void *arg, int repair,
                         uint64_t *corrupt_out);
 
-/* Usage statistics (for `nvheap info --stats`), from a walk of all headers. */
+/* Usage statistics (for `nvheap info --stats`), from a walk of all headers.
+ * The object tables of named objects past the first 1024 names are heap
+ * metadata: counted in heap_bytes, not in the object or byte counts. */
 typedef struct nvh_heap_class_stats {
     uint64_t runs, slots_used, slots_total;
 } nvh_heap_class_stats;

@@ -50,7 +50,7 @@
 #define NVH_RUN_SLOTS_BYTES (NVH_BLOCK - NVH_HDR)
 #define NVH_RINGS 16u                     /* persistent rings = max arenas       */
 #define NVH_RING_LINES 128u               /* 64 B lines per ring                 */
-#define NVH_NAMED_CAP 1024u               /* object-table entries (power of 2)   */
+#define NVH_NAMED_CAP 1024u               /* entries of object table 0 (power of 2) */
 #define NVH_FIFO_BATCH 16u                /* frees drain the FIFO in batches     */
 #define NVH_HEAP_VERSION 1u
 #define NVH_HEAP_MAGIC "NVHHEAP\1"
@@ -214,6 +214,37 @@ struct nvh_named_entry {
 };
 static_assert(sizeof(struct nvh_named_entry) == 64, "named entry is one line");
 #define NVH_NAMED_TOMB 1u
+
+/* Object tables 1..NVH_NAMED_TABLES-1: table k holds NVH_NAMED_CAP << k
+ * entries and is an ordinary heap object (reserved, zeroed, flushed, then
+ * activated with its directory word as the one link), so adding a table is
+ * failure-atomic like any activation: before its record's fence the word is
+ * 0 and the table does not exist; after it, replay sets the word. Directory
+ * word k (k >= 1) lies at heap_off + NVH_NAMED_DIR_OFF + 8 (k - 1), in the
+ * otherwise unused bytes 128..511 of the heap's first page; it holds the
+ * payload offset of table k, or 0. Slot numbers are global: table k holds
+ * slots NVH_NAMED_CAP (2^k - 1) .. NVH_NAMED_CAP (2^(k+1) - 1) - 1, so redo
+ * records and nvh_named_word name an entry by one number whatever table it
+ * is in. Tables are never freed. */
+#define NVH_NAMED_TABLES 15u
+#define NVH_NAMED_DIR_OFF 128u
+#define NVH_NAMED_MAXSLOTS (NVH_NAMED_CAP * ((1u << NVH_NAMED_TABLES) - 1u))
+static_assert(NVH_NAMED_DIR_OFF >= 2 * 64, "directory after the heap header and state");
+static_assert(NVH_NAMED_DIR_OFF + 8 * (NVH_NAMED_TABLES - 1) <= NVH_FULLMAP_OFF,
+              "directory before the chunk-full map");
+static inline unsigned nvh_named_table_of(uint32_t slot)
+{
+    uint32_t q = slot / NVH_NAMED_CAP + 1;     /* table k: q in [2^k, 2^(k+1)) */
+    return 31u - (unsigned)__builtin_clz(q);
+}
+static inline uint32_t nvh_named_table_first(unsigned k)
+{
+    return NVH_NAMED_CAP * ((1u << k) - 1u);
+}
+static inline uint64_t nvh_named_table_bytes(unsigned k)
+{
+    return (uint64_t)NVH_NAMED_CAP << k << 6;
+}
 #define NVH_NAMED_OFF_MASK (((uint64_t)1 << 48) - 1)   /* pools are < 2^44 bytes */
 static inline uint64_t nvh_named_word(const char name[56], uint32_t slot, uint64_t obj)
 {
@@ -409,8 +440,20 @@ struct nvh_heap {
     /* offsets of the named objects (open addressing, 0 = empty): nvh_free
      * refuses them without a table walk. Written under named_lock, read
      * without it by nvh_free (named.c). */
-    _Atomic uint64_t named_set[2 * NVH_NAMED_CAP];
+    _Atomic(struct nvh_nset *) named_set;
+    struct nvh_nset *nset_old;  /* replaced sets, freed at close (lock-free
+                                   readers may still be in them)           */
     _Atomic uint32_t named_n;
+    /* DRAM name index (named.c), under named_lock: open addressing of
+     * {slot + 1, name hash}; built at open from every table */
+    struct nvh_nidx { uint32_t slot1, hash; } *nidx;
+    uint32_t nidx_cap, nidx_n;
+    uint32_t nused[NVH_NAMED_TABLES]; /* per table: entries not free (committed,
+                                   pending or damaged)                      */
+    unsigned ntables;           /* tables present (table 0 always)            */
+    uint32_t named_damaged;     /* damaged entries found at open              */
+    bool named_dir_bad;         /* a directory word failed its check at open  */
+    uint64_t named_dir_badoff;
 
     /* configuration */
     _Atomic uint64_t fifo_delay_ns, fifo_max_bytes;
@@ -1093,7 +1136,10 @@ nvh_check_link(nvh_heap *h, const nvh_off_t *link, uint64_t *off_out)
 }
 
 /* named.c */
-void nvh_named_set_build(nvh_heap *h);
+struct nvh_named_entry *nvh_named_entry_at(nvh_heap *h, uint32_t slot); /* NULL: no table */
+bool nvh_named_table_obj(nvh_heap *h, uint64_t off);   /* an object table's payload? */
+void nvh_named_fini(nvh_heap *h);
+int nvh_named_set_build(nvh_heap *h);
 bool nvh_named_set_has_(nvh_heap *h, uint64_t off);
 /* Is the object at off named? (nvh_free refuses named objects.) One load
  * when the pool has no named object. */

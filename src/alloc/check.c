@@ -263,6 +263,8 @@ static void stats_region(nvh_heap *h, uint64_t b, uint64_t n, const struct nvh_r
         return;
     }
     if (r->state == NVH_RS_QUARANTINE) { s->quarantined_bytes += bytes; return; }
+    /* object tables 1..14: heap metadata, in heap_bytes but not objects */
+    if (r->kind != NVH_RK_RUN && nvh_named_table_obj(h, nvh_block_off(h, b))) return;
     if (r->kind == NVH_RK_RUN && r->cls && r->cls <= NVH_SMALL_CLASSES) {
         uint64_t bits = atomic_load_explicit(&((struct nvh_rhdr *)r)->bitmap,
                                              memory_order_relaxed);
@@ -333,6 +335,8 @@ static void iter_region(nvh_heap *h, uint64_t b, uint64_t n, const struct nvh_rh
     iter_ctx *c = arg;
     if (c->stop || !r || r == CORRUPT_MARK || r->state != NVH_RS_USED) return;
     char *start = h->base + nvh_block_off(h, b);
+    /* object tables 1..14 are heap objects but the heap's own metadata */
+    if (r->kind != NVH_RK_RUN && nvh_named_table_obj(h, nvh_block_off(h, b))) return;
     if (r->kind == NVH_RK_RUN) {
         if (!r->cls || r->cls > NVH_SMALL_CLASSES) return;
         uint64_t bits = atomic_load_explicit(&((struct nvh_rhdr *)r)->bitmap, memory_order_relaxed);

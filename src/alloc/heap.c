@@ -6,7 +6,9 @@
  * Heap area layout (offsets from the pool base; heap_off from the superblock):
  *   heap_off + 0      heap header (immutable, CRC)
  *   heap_off + 64     heap state: high-water mark (one self-checking word)
- *   heap_off + 4096   object table: NVH_NAMED_CAP x 64 B entries
+ *   heap_off + 128    object-table directory: payload offsets of tables 1..14
+ *   heap_off + 512    chunk-full map (NVH_FULLMAP_OFF)
+ *   heap_off + 4096   object table 0: NVH_NAMED_CAP x 64 B entries
  *   rings_off         NVH_RINGS ring headers (64 B each), then the ring bodies
  *   zone0_off         header slots of zone 0's chunks (64 B per block)
  *   chunks_off        chunk 0, chunk 1, ... (64 KiB aligned); chunk zone0 and
@@ -165,6 +167,7 @@ static void heap_free(nvh_heap *h)
     free((void *)h->owner);
     free(h->huge);
     free(h->pending);
+    nvh_named_fini(h);
     free(h->quar);
     pthread_mutex_destroy(&h->lock);
     pthread_mutex_destroy(&h->named_lock);
@@ -312,7 +315,11 @@ static int heap_open_locked(nvh_pool *pool, bool create)
     if (nvh_hwm_decode(atomic_load_explicit((_Atomic uint64_t *)&h->state->hwm_word,
                                             memory_order_relaxed), &hw) && hw > h->hwm)
         h->hwm = hw < h->max_chunks ? hw : h->max_chunks;
-    nvh_named_set_build(h);
+    rc = nvh_named_set_build(h);
+    if (rc != NVH_OK) {
+        heap_free(h);
+        return rc;
+    }
     __atomic_store_n(&pool->heap, h, __ATOMIC_RELEASE);
     return NVH_OK;
 }

@@ -1,20 +1,62 @@
-/* named.c — named allocations ([Schwalb15] §3.6): a persistent open-addressing
- * hash table of 64 B entries {name[56], offset}, read directly from the pool,
- * so lookups need no DRAM index and work right after open. An entry commits
- * with the 8-byte store of its offset (inside the activation's redo record)
- * after its name was flushed ahead of the record's fence. Deleted entries
- * become tombstones (offset 1). Each committed entry's offset word carries a
- * check of the entry (alloc.h, nvh_named_word): a damaged entry is passed
- * over by lookups (which report NVH_E_CORRUPT for a name whose chain it lies
- * on), never followed. */
+/* named.c — named allocations ([Schwalb15] §3.6): persistent object tables
+ * of 64 B entries {name[56], offset} (table 0 in the heap metadata, tables
+ * 1..14 heap objects added as names outgrow them, alloc.h) and, in DRAM, an
+ * index name -> slot built at open, so a lookup is one hash probe however
+ * many names there are. An entry commits with the 8-byte store of its offset
+ * (inside the activation's redo record) after its name was flushed ahead of
+ * the record's fence. Deleted entries become tombstones (offset 1). Each
+ * committed entry's offset word carries a check of the entry (alloc.h,
+ * nvh_named_word): a damaged entry is never followed; a lookup of the name it
+ * may have held reports NVH_E_CORRUPT. */
 #include "alloc.h"
 
 #include <stdlib.h>
 #include <string.h>
 
 /* ==========================================================================
- * Table helpers (caller holds h->named_lock)
+ * Tables (caller holds h->named_lock, or is open/replay, which run alone)
  * ========================================================================== */
+static _Atomic uint64_t *dir_word(nvh_heap *h, unsigned k)
+{
+    return (_Atomic uint64_t *)(h->base + h->heap_off + NVH_NAMED_DIR_OFF + 8u * (k - 1u));
+}
+
+/* Is w a plausible payload offset of table k (inside the chunks, room for
+ * the table)? The full check (an activated region that large) is at open. */
+static bool dir_plausible(nvh_heap *h, unsigned k, uint64_t w)
+{
+    uint64_t size = nvh_pool_size(h->pool);
+    return w % NVH_HDR == 0 && w >= h->chunks_off && w < size &&
+           nvh_named_table_bytes(k) <= size - w;
+}
+
+/* Entry of a global slot, or NULL if its table does not exist. Reads the
+ * directory word, so replay sees a table added by an earlier record. */
+struct nvh_named_entry *nvh_named_entry_at(nvh_heap *h, uint32_t slot)
+{
+    if (slot < NVH_NAMED_CAP) return &h->table[slot];
+    if (slot >= NVH_NAMED_MAXSLOTS) return NULL;
+    unsigned k = nvh_named_table_of(slot);
+    uint64_t w = atomic_load_explicit(dir_word(h, k), memory_order_acquire);
+    if (w == 0 || !dir_plausible(h, k, w)) return NULL;
+    return (struct nvh_named_entry *)(h->base + w) + (slot - nvh_named_table_first(k));
+}
+
+bool nvh_named_table_obj(nvh_heap *h, uint64_t off)
+{
+    for (unsigned k = 1; k < NVH_NAMED_TABLES; k++) {
+        uint64_t w = atomic_load_explicit(dir_word(h, k), memory_order_relaxed);
+        if (w == 0) return false;
+        if (w == off) return true;
+    }
+    return false;
+}
+
+static uint32_t slots_cap(const nvh_heap *h)
+{
+    return nvh_named_table_first(h->ntables);
+}
+
 static uint32_t name_hash(const char *name)
 {
     return nvh_crc32c(0x4E414D45u, name, strlen(name));
@@ -29,11 +71,18 @@ static int check_name(const char *name)
     return NVH_OK;
 }
 
+static int dir_fail(nvh_heap *h)
+{
+    return nvh_fail(NVH_E_CORRUPT, "%s: object table directory word at offset %llu is "
+                    "damaged; named objects are unavailable", h->pool->path,
+                    (unsigned long long)h->named_dir_badoff);
+}
+
 /* Is the entry in `slot` holding word w (> NVH_NAMED_TOMB) intact: a
  * terminated name, the word's check, an offset inside the heap's chunks? */
-static bool entry_ok(nvh_heap *h, uint32_t slot, uint64_t w, uint64_t *obj_out)
+static bool entry_ok(nvh_heap *h, const struct nvh_named_entry *e, uint32_t slot, uint64_t w,
+                     uint64_t *obj_out)
 {
-    const struct nvh_named_entry *e = &h->table[slot];
     uint64_t obj = w & NVH_NAMED_OFF_MASK;
     if (e->name[0] == '\0' || e->name[sizeof e->name - 1] != '\0' ||
         w != nvh_named_word(e->name, slot, obj) || obj < h->chunks_off ||
@@ -43,34 +92,86 @@ static bool entry_ok(nvh_heap *h, uint32_t slot, uint64_t w, uint64_t *obj_out)
     return true;
 }
 
-static uint64_t slot_off(const nvh_heap *h, uint32_t slot)
+static uint64_t slot_off(nvh_heap *h, uint32_t slot)
 {
-    return (uint64_t)((const char *)&h->table[slot] - h->base);
+    return (uint64_t)((const char *)nvh_named_entry_at(h, slot) - h->base);
 }
+
+/* ==========================================================================
+ * The DRAM name index: open addressing of {slot + 1, hash}, deletion by
+ * backward shift. Every intact committed entry is indexed under its name.
+ * ========================================================================== */
+
+static int nidx_put(nvh_heap *h, uint32_t slot1, uint32_t hash);
+static int nidx_grow(nvh_heap *h)
+{
+    uint32_t ocap = h->nidx_cap, cap = ocap ? ocap * 2 : 4096;
+    struct nvh_nidx *old = h->nidx, *n = calloc(cap, sizeof *n);
+    if (!n) return nvh_fail(NVH_E_NOMEM, "out of memory (object name index)");
+    h->nidx = n;
+    h->nidx_cap = cap;
+    h->nidx_n = 0;
+    for (uint32_t i = 0; i < ocap; i++)
+        if (old[i].slot1) nidx_put(h, old[i].slot1, old[i].hash);
+    free(old);
+    return NVH_OK;
+}
+
+static int nidx_put(nvh_heap *h, uint32_t slot1, uint32_t hash)
+{
+    if ((h->nidx_n + 1) * 2 > h->nidx_cap && nidx_grow(h) != NVH_OK) return NVH_E_NOMEM;
+    uint32_t m = h->nidx_cap - 1, i = hash & m;
+    while (h->nidx[i].slot1) i = (i + 1) & m;
+    h->nidx[i].slot1 = slot1;
+    h->nidx[i].hash = hash;
+    h->nidx_n++;
+    return NVH_OK;
+}
+
+static void nidx_del(nvh_heap *h, uint32_t slot1, uint32_t hash)
+{
+    uint32_t m = h->nidx_cap - 1, i = hash & m;
+    while (h->nidx[i].slot1 && h->nidx[i].slot1 != slot1) i = (i + 1) & m;
+    if (!h->nidx[i].slot1) return;
+    for (uint32_t j = (i + 1) & m;; j = (j + 1) & m) {
+        if (!h->nidx[j].slot1) break;
+        uint32_t k = h->nidx[j].hash & m;
+        if (((j - k) & m) >= ((j - i) & m)) {
+            h->nidx[i] = h->nidx[j];
+            i = j;
+        }
+    }
+    h->nidx[i].slot1 = 0;
+    h->nidx_n--;
+}
+
+static int64_t chain_damage(nvh_heap *h, const char *name);
 
 /* Slot of the committed entry with this name (its object in *obj_out), or
  * -1 if there is none, or -2 (NVH_E_CORRUPT set) if there is none but a
- * damaged entry lies on the name's probe chain: that entry may have been
- * this name's, so "not found" would be a guess. Damaged entries are passed
- * over, so every intact name stays reachable. */
+ * damaged entry may have been this name's: "not found" would be a guess. */
 static int64_t table_find(nvh_heap *h, const char *name, uint64_t *obj_out)
 {
-    uint32_t mask = NVH_NAMED_CAP - 1, i = name_hash(name) & mask;
+    if (h->named_dir_bad) { dir_fail(h); return -2; }
+    uint32_t hash = name_hash(name);
     int64_t damaged = -1;
-    for (uint32_t n = 0; n < NVH_NAMED_CAP; n++, i = (i + 1) & mask) {
-        struct nvh_named_entry *e = &h->table[i];
-        uint64_t off = atomic_load_explicit(&e->off, memory_order_acquire), obj;
-        if (off == 0 && e->name[0] == '\0') break;       /* end of the chain */
-        if (off == NVH_NAMED_TOMB) continue;
-        if (off == 0 || !entry_ok(h, i, off, &obj)) {    /* a name with off 0: damage */
-            if (damaged < 0) damaged = i;
-            continue;
-        }
-        if (strncmp(e->name, name, sizeof e->name) == 0) {
-            *obj_out = obj;
-            return i;
+    if (h->nidx_cap) {
+        uint32_t m = h->nidx_cap - 1;
+        for (uint32_t i = hash & m; h->nidx[i].slot1; i = (i + 1) & m) {
+            if (h->nidx[i].hash != hash) continue;
+            uint32_t slot = h->nidx[i].slot1 - 1;
+            struct nvh_named_entry *e = nvh_named_entry_at(h, slot);
+            if (!e || strncmp(e->name, name, sizeof e->name) != 0) continue;
+            uint64_t w = atomic_load_explicit(&e->off, memory_order_acquire), obj;
+            if (w > NVH_NAMED_TOMB &&
+                entry_ok(h, e, slot, w, &obj)) {
+                *obj_out = obj;
+                return slot;
+            }
+            damaged = slot;
         }
     }
+    if (damaged < 0 && h->named_damaged) damaged = chain_damage(h, name);
     if (damaged >= 0) {
         nvh_corrupt_report(h, slot_off(h, (uint32_t)damaged), "damaged object-table entry");
         nvh_fail(NVH_E_CORRUPT, "%s: object table entry %lld at offset %llu is damaged; it may "
@@ -83,59 +184,91 @@ static int64_t table_find(nvh_heap *h, const char *name, uint64_t *obj_out)
 
 /* ==========================================================================
  * The DRAM set of named objects' offsets (linear probing, deletion by
- * backward shift). Writers hold named_lock.
+ * backward shift). Writers hold named_lock; nvh_free reads it without: a
+ * grown set is published whole and the old one kept until close.
  * ========================================================================== */
-#define NSET_CAP (2u * NVH_NAMED_CAP)
-static inline uint32_t nset_home(uint64_t off)
+struct nvh_nset {
+    struct nvh_nset *next;
+    uint32_t cap;
+    _Atomic uint64_t v[];
+};
+
+static inline uint32_t nset_home(uint64_t off, uint32_t cap)
 {
-    return (uint32_t)((off * 0x9E3779B97F4A7C15ull) >> 52) & (NSET_CAP - 1);
+    return (uint32_t)((off * 0x9E3779B97F4A7C15ull) >> 32) & (cap - 1);
 }
 
 bool nvh_named_set_has_(nvh_heap *h, uint64_t off)
 {
-    for (uint32_t i = nset_home(off), n = 0; n < NSET_CAP; n++, i = (i + 1) & (NSET_CAP - 1)) {
-        uint64_t v = atomic_load_explicit(&h->named_set[i], memory_order_relaxed);
+    struct nvh_nset *s = atomic_load_explicit(&h->named_set, memory_order_acquire);
+    if (!s) return false;
+    uint32_t m = s->cap - 1;
+    for (uint32_t i = nset_home(off, s->cap), n = 0; n < s->cap; n++, i = (i + 1) & m) {
+        uint64_t v = atomic_load_explicit(&s->v[i], memory_order_relaxed);
         if (v == off) return true;
         if (v == 0) return false;
     }
     return false;
 }
 
-static void nset_add(nvh_heap *h, uint64_t off)
+static void nset_put(struct nvh_nset *s, uint64_t off)
 {
-    uint32_t i = nset_home(off);
-    for (uint32_t n = 0; n < NSET_CAP; n++, i = (i + 1) & (NSET_CAP - 1)) {
-        uint64_t v = atomic_load_explicit(&h->named_set[i], memory_order_relaxed);
+    uint32_t m = s->cap - 1;
+    for (uint32_t i = nset_home(off, s->cap);; i = (i + 1) & m) {
+        uint64_t v = atomic_load_explicit(&s->v[i], memory_order_relaxed);
         if (v == off) return;
         if (v == 0) {
-            atomic_store_explicit(&h->named_set[i], off, memory_order_relaxed);
-            atomic_fetch_add_explicit(&h->named_n, 1, memory_order_release);
+            atomic_store_explicit(&s->v[i], off, memory_order_relaxed);
             return;
         }
     }
 }
 
+static int nset_add(nvh_heap *h, uint64_t off)
+{
+    struct nvh_nset *s = atomic_load_explicit(&h->named_set, memory_order_relaxed);
+    uint32_t n = atomic_load_explicit(&h->named_n, memory_order_relaxed);
+    if (!s || (n + 1) * 2 > s->cap) {
+        uint32_t cap = s ? s->cap * 2 : 2048;
+        struct nvh_nset *g = calloc(1, sizeof *g + (size_t)cap * sizeof g->v[0]);
+        if (!g) return nvh_fail(NVH_E_NOMEM, "out of memory (named object set)");
+        g->cap = cap;
+        for (uint32_t i = 0; s && i < s->cap; i++) {
+            uint64_t v = atomic_load_explicit(&s->v[i], memory_order_relaxed);
+            if (v) nset_put(g, v);
+        }
+        if (s) { s->next = h->nset_old; h->nset_old = s; }
+        atomic_store_explicit(&h->named_set, g, memory_order_release);
+        s = g;
+    }
+    if (nvh_named_set_has_(h, off)) return NVH_OK;
+    nset_put(s, off);
+    atomic_fetch_add_explicit(&h->named_n, 1, memory_order_release);
+    return NVH_OK;
+}
+
 static void nset_del(nvh_heap *h, uint64_t off)
 {
-    const uint32_t m = NSET_CAP - 1;
-    uint32_t i = nset_home(off), n = 0;
-    for (; n < NSET_CAP; n++, i = (i + 1) & m) {
-        uint64_t v = atomic_load_explicit(&h->named_set[i], memory_order_relaxed);
+    struct nvh_nset *s = atomic_load_explicit(&h->named_set, memory_order_relaxed);
+    if (!s) return;
+    const uint32_t m = s->cap - 1;
+    uint32_t i = nset_home(off, s->cap), n = 0;
+    for (; n < s->cap; n++, i = (i + 1) & m) {
+        uint64_t v = atomic_load_explicit(&s->v[i], memory_order_relaxed);
         if (v == 0) return;
         if (v == off) break;
     }
-    if (n == NSET_CAP) return;
-    /* backward shift: move later members of the cluster into the hole */
+    if (n == s->cap) return;
     for (uint32_t j = (i + 1) & m;; j = (j + 1) & m) {
-        uint64_t v = atomic_load_explicit(&h->named_set[j], memory_order_relaxed);
+        uint64_t v = atomic_load_explicit(&s->v[j], memory_order_relaxed);
         if (v == 0) break;
-        uint32_t k = nset_home(v);
+        uint32_t k = nset_home(v, s->cap);
         if (((j - k) & m) >= ((j - i) & m)) {
-            atomic_store_explicit(&h->named_set[i], v, memory_order_relaxed);
+            atomic_store_explicit(&s->v[i], v, memory_order_relaxed);
             i = j;
         }
     }
-    atomic_store_explicit(&h->named_set[i], 0, memory_order_relaxed);
+    atomic_store_explicit(&s->v[i], 0, memory_order_relaxed);
     atomic_fetch_sub_explicit(&h->named_n, 1, memory_order_release);
 }
 
@@ -145,15 +278,24 @@ bool nvh_named_obj_(nvh_pool *pool, uint64_t off)
     return h && nvh_named_has(h, off);
 }
 
-/* Fill the set from the table (heap open, after recovery). */
-void nvh_named_set_build(nvh_heap *h)
+void nvh_named_fini(nvh_heap *h)
 {
-    for (uint32_t i = 0; i < NVH_NAMED_CAP; i++) {
-        uint64_t w = atomic_load_explicit(&h->table[i].off, memory_order_relaxed), obj;
-        if (w > NVH_NAMED_TOMB && entry_ok(h, i, w, &obj)) nset_add(h, obj);
+    struct nvh_nset *s = atomic_load_explicit(&h->named_set, memory_order_relaxed);
+    free(s);
+    while (h->nset_old) {
+        s = h->nset_old;
+        h->nset_old = s->next;
+        free(s);
     }
+    free(h->nidx);
 }
 
+/* ==========================================================================
+ * Placement: each table is an open-addressing table of its own (linear
+ * probing from hash & (entries - 1)); a name goes to the first table under
+ * 3/4 full. Lookups go through the DRAM index; the chains matter for damage:
+ * a damaged entry may have held any name whose chain in its table reaches it.
+ * ========================================================================== */
 static bool slot_pending(nvh_heap *h, uint32_t slot)
 {
     for (size_t i = 0; i < h->npending; i++)
@@ -161,17 +303,122 @@ static bool slot_pending(nvh_heap *h, uint32_t slot)
     return false;
 }
 
-/* A free slot on the name's chain: empty or a tombstone (a damaged entry is
- * kept: lookups of the name it held must keep reporting it). */
+static bool slot_free(struct nvh_named_entry *e)
+{
+    uint64_t off = atomic_load_explicit(&e->off, memory_order_relaxed);
+    return off == NVH_NAMED_TOMB || (off == 0 && e->name[0] == '\0');
+}
+
+/* Add table k: reserve it, zero and flush it, activate it with directory
+ * word k as its link. The activation's fence commits it; before that a
+ * crash leaves only a lost reservation and a zero word. */
+static int table_grow(nvh_heap *h)
+{
+    unsigned k = h->ntables;
+    if (k >= NVH_NAMED_TABLES)
+        return nvh_fail(NVH_E_NOSPACE, "the object tables of %s are full (%u entries)",
+                        h->pool->path, NVH_NAMED_MAXSLOTS);
+    uint64_t bytes = nvh_named_table_bytes(k);
+    void *p = nvh_reserve(h->pool, (size_t)bytes);
+    if (!p) return nvh_errcode();
+    memset(p, 0, (size_t)bytes);
+    nvh_flush(h->pool, p, (size_t)bytes);
+    uint64_t off = nvh_off(h->pool, p);
+    struct nvh_link_entry link = {
+        .addr = (uint64_t)((char *)dir_word(h, k) - h->base), .value = 0};
+    int rc = nvh_activate_off_(h, off, &link, 1, -1);
+    if (rc != NVH_OK) {
+        /* not cancelled (nvh_cancel takes named_lock): a reservation is
+         * volatile, so its space returns at the next open */
+        nvh_fail(rc, "adding object table %u (%llu bytes) to %s failed", k,
+                 (unsigned long long)bytes, h->pool->path);
+        return rc;
+    }
+    h->ntables = k + 1;
+    return NVH_OK;
+}
+
+/* A free slot on the name's chain in the first table with room (empty or a
+ * tombstone; a damaged entry is kept: lookups of the name it held must keep
+ * reporting it). Counts it in nused. */
 static int64_t table_insert_slot(nvh_heap *h, const char *name)
 {
-    uint32_t mask = NVH_NAMED_CAP - 1, i = name_hash(name) & mask;
-    for (uint32_t n = 0; n < NVH_NAMED_CAP; n++, i = (i + 1) & mask) {
-        uint64_t off = atomic_load_explicit(&h->table[i].off, memory_order_relaxed);
-        bool free_slot = off == NVH_NAMED_TOMB || (off == 0 && h->table[i].name[0] == '\0');
-        if (free_slot && !slot_pending(h, i)) return i;
+    uint32_t hash = name_hash(name);
+    for (unsigned k = 0;; k++) {
+        if (k == h->ntables && table_grow(h) != NVH_OK) return -1;
+        uint32_t cap = NVH_NAMED_CAP << k, mask = cap - 1, first = nvh_named_table_first(k);
+        if ((uint64_t)h->nused[k] * 4 >= (uint64_t)cap * 3) continue;
+        for (uint32_t n = 0, i = hash & mask; n < cap; n++, i = (i + 1) & mask) {
+            if (slot_free(nvh_named_entry_at(h, first + i)) && !slot_pending(h, first + i)) {
+                h->nused[k]++;
+                return first + i;
+            }
+        }
+    }
+}
+
+static void slot_release(nvh_heap *h, uint32_t slot)
+{
+    h->nused[nvh_named_table_of(slot)]--;
+}
+
+/* Does a damaged entry lie on the name's chain in some table? */
+static int64_t chain_damage(nvh_heap *h, const char *name)
+{
+    uint32_t hash = name_hash(name);
+    for (unsigned k = 0; k < h->ntables; k++) {
+        uint32_t cap = NVH_NAMED_CAP << k, mask = cap - 1, first = nvh_named_table_first(k);
+        for (uint32_t n = 0, i = hash & mask; n < cap; n++, i = (i + 1) & mask) {
+            struct nvh_named_entry *e = nvh_named_entry_at(h, first + i);
+            uint64_t w = atomic_load_explicit(&e->off, memory_order_relaxed), obj;
+            if (w == 0 && e->name[0] == '\0') break;
+            if (w == NVH_NAMED_TOMB) continue;
+            if (w == 0 || !entry_ok(h, e, first + i, w, &obj)) return first + i;
+        }
     }
     return -1;
+}
+
+/* Rebuild the DRAM state from the tables (heap open, after recovery):
+ * check the directory, index every name, collect the free slots. */
+int nvh_named_set_build(nvh_heap *h)
+{
+    h->ntables = 1;
+    h->named_damaged = 0;
+    for (unsigned k = 1; k < NVH_NAMED_TABLES; k++) {
+        uint64_t w = atomic_load_explicit(dir_word(h, k), memory_order_relaxed), u = 0;
+        if (w == 0) {
+            for (unsigned j = k + 1; j < NVH_NAMED_TABLES; j++)
+                if (atomic_load_explicit(dir_word(h, j), memory_order_relaxed) != 0) {
+                    h->named_dir_bad = true;
+                    h->named_dir_badoff = (uint64_t)((char *)dir_word(h, j) - h->base);
+                }
+            break;
+        }
+        if (!dir_plausible(h, k, w) || nvh_heap_usable(h, w, &u) != NVH_OK ||
+            u < nvh_named_table_bytes(k)) {
+            h->named_dir_bad = true;
+            h->named_dir_badoff = (uint64_t)((char *)dir_word(h, k) - h->base);
+            break;
+        }
+        h->ntables = k + 1;
+    }
+    if (h->named_dir_bad) return NVH_OK;     /* named calls report it */
+    uint32_t cap = slots_cap(h);
+    for (uint32_t i = 0; i < cap; i++) {
+        struct nvh_named_entry *e = nvh_named_entry_at(h, i);
+        uint64_t w = atomic_load_explicit(&e->off, memory_order_relaxed), obj;
+        if (w == 0 && e->name[0] == '\0') continue;
+        if (w == NVH_NAMED_TOMB) continue;
+        h->nused[nvh_named_table_of(i)]++;
+        if (w > NVH_NAMED_TOMB && entry_ok(h, e, i, w, &obj)) {
+            if (nset_add(h, obj) != NVH_OK || nidx_put(h, i + 1, name_hash(e->name)) != NVH_OK)
+                return nvh_errcode();
+        } else {
+            h->named_damaged++;
+        }
+    }
+    return NVH_OK;
 }
 
 static nvh_named_pending *pending_find(nvh_heap *h, const char *name)
@@ -185,7 +432,10 @@ void nvh_named_drop_pending(nvh_heap *h, uint64_t off)
 {
     pthread_mutex_lock(&h->named_lock);
     for (size_t i = 0; i < h->npending; i++)
-        if (h->pending[i].used && h->pending[i].obj == off) h->pending[i].used = false;
+        if (h->pending[i].used && h->pending[i].obj == off) {
+            h->pending[i].used = false;
+            slot_release(h, h->pending[i].slot);
+        }
     pthread_mutex_unlock(&h->named_lock);
 }
 
@@ -227,11 +477,7 @@ void *nvh_reserve_named(nvh_pool *pool, const char *name, size_t size)
         goto out;
     }
     int64_t slot = table_insert_slot(h, name);
-    if (slot < 0) {
-        nvh_fail(NVH_E_NOSPACE, "the object table of %s is full (%u entries)", pool->path,
-                 NVH_NAMED_CAP);
-        goto out;
-    }
+    if (slot < 0) goto out;
     nvh_named_pending *pe = NULL;
     for (size_t i = 0; i < h->npending; i++)
         if (!h->pending[i].used) { pe = &h->pending[i]; break; }
@@ -239,14 +485,14 @@ void *nvh_reserve_named(nvh_pool *pool, const char *name, size_t size)
         if (h->npending == h->pending_cap) {
             size_t cap = h->pending_cap ? h->pending_cap * 2 : 8;
             nvh_named_pending *g = realloc(h->pending, cap * sizeof *g);
-            if (!g) { nvh_fail(NVH_E_NOMEM, "out of memory"); goto out; }
+            if (!g) { slot_release(h, (uint32_t)slot); nvh_fail(NVH_E_NOMEM, "out of memory"); goto out; }
             h->pending = g;
             h->pending_cap = cap;
         }
         pe = &h->pending[h->npending++];
     }
     p = nvh_reserve(pool, size);
-    if (!p) { pe->used = false; goto out; }
+    if (!p) { pe->used = false; slot_release(h, (uint32_t)slot); goto out; }
     memset(pe->name, 0, sizeof pe->name);
     strcpy(pe->name, name);
     pe->obj = nvh_off(pool, p);
@@ -274,7 +520,10 @@ int nvh_activate_named(nvh_pool *pool, const char *name)
     rc = nvh_activate_off_(h, pe->obj, NULL, 0, pe->slot);
     if (rc == NVH_OK) {
         pe->used = false;
+        /* committed: a failure here leaves only a lookup miss until the
+         * next open, which rebuilds both from the tables */
         nset_add(h, pe->obj);
+        nidx_put(h, pe->slot + 1, name_hash(pe->name));
     }
 out:
     pthread_mutex_unlock(&h->named_lock);
@@ -313,7 +562,11 @@ int nvh_free_named(nvh_pool *pool, const char *name)
     else if (slot < 0) rc = nvh_fail(NVH_E_NOTFOUND, "no object named '%s'", name);
     else {
         rc = nvh_free_off_(h, off, NULL, 0, slot);
-        if (rc == NVH_OK) nset_del(h, off);
+        if (rc == NVH_OK) {
+            nset_del(h, off);
+            nidx_del(h, (uint32_t)slot + 1, name_hash(name));
+            slot_release(h, (uint32_t)slot);     /* now a tombstone: free */
+        }
     }
     pthread_mutex_unlock(&h->named_lock);
     return rc;
@@ -324,13 +577,19 @@ int nvh_named_foreach(nvh_pool *pool, nvh_named_fn fn, void *arg)
     nvh_heap *h = named_heap(pool, false);
     if (!h) return nvh_errcode();
     if (!fn) return nvh_fail(NVH_E_INVAL, "callback is NULL");
+    if (h->named_dir_bad) return dir_fail(h);
     int64_t damaged = -1;
-    for (uint32_t i = 0; i < NVH_NAMED_CAP; i++) {
+    for (uint32_t i = 0;; i++) {
         char name[56];
         pthread_mutex_lock(&h->named_lock);
-        uint64_t w = atomic_load(&h->table[i].off), off = 0;
-        memcpy(name, h->table[i].name, sizeof name);
-        bool ok = w > NVH_NAMED_TOMB && entry_ok(h, i, w, &off);
+        if (i >= slots_cap(h)) {
+            pthread_mutex_unlock(&h->named_lock);
+            break;
+        }
+        struct nvh_named_entry *e = nvh_named_entry_at(h, i);
+        uint64_t w = atomic_load(&e->off), off = 0;
+        memcpy(name, e->name, sizeof name);
+        bool ok = w > NVH_NAMED_TOMB && entry_ok(h, e, i, w, &off);
         pthread_mutex_unlock(&h->named_lock);
         if (!ok) {
             if ((w > NVH_NAMED_TOMB || (w == 0 && name[0])) && damaged < 0) damaged = i;

@@ -355,7 +355,8 @@ void nvh_rec_apply_state(nvh_heap *h, const struct nvh_rec *r,
         /* the name travels in the record's second line (links[2..5]): the
          * entry is written whole, name then offset, by apply and by replay */
         apply_region(h, r, a, replay);
-        struct nvh_named_entry *e = &h->table[r->link[0].addr];
+        struct nvh_named_entry *e = nvh_named_entry_at(h, (uint32_t)r->link[0].addr);
+        if (!e) break;          /* its table's directory word is damaged */
         uint64_t cur = atomic_load_explicit(&e->off, memory_order_relaxed);
         if (!replay || cur == 0 || cur == NVH_NAMED_TOMB ||
             (cur & NVH_NAMED_OFF_MASK) == r->obj) {
@@ -372,7 +373,8 @@ void nvh_rec_apply_state(nvh_heap *h, const struct nvh_rec *r,
     }
     case NVH_REC_FREE_NAMED: {
         free_region(h, r, a, replay);
-        struct nvh_named_entry *e = &h->table[r->link[0].addr];
+        struct nvh_named_entry *e = nvh_named_entry_at(h, (uint32_t)r->link[0].addr);
+        if (!e) break;
         uint64_t cur = atomic_load_explicit(&e->off, memory_order_relaxed);
         if (cur > NVH_NAMED_TOMB && (cur & NVH_NAMED_OFF_MASK) == r->obj) {
             nvh_wopen(h, &e->off, 8);
@@ -478,7 +480,10 @@ static bool rec_sane(nvh_heap *h, const struct nvh_rec *r, const struct nvh_link
         if (!nvh_chunks_data(h, c0, c1 - c0 + 1)) return false;
     }
     if (kind == NVH_REC_ACT_NAMED || kind == NVH_REC_FREE_NAMED) {
-        if (r->link[0].addr >= NVH_NAMED_CAP) return false;
+        /* the slot's table may be added by an earlier record of this
+         * replay, so the bound is the largest directory's; apply skips a
+         * slot whose table is missing */
+        if (r->link[0].addr >= NVH_NAMED_MAXSLOTS) return false;
         if (kind == NVH_REC_ACT_NAMED ? n != 6 : n != 0) return false;
     } else {
         for (unsigned i = 0; i < n; i++)

@@ -18,6 +18,7 @@
  * states untouched until everything is durable, so the next open starts over. */
 #include "log.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -251,9 +252,12 @@ int nvh_txlog_recover(nvh_txlog *lg)
     void *ptr = NULL;
     size_t size = 0;
     int lrc = nvh_named_lookup_(pool, NVH_TX_DIR_NAME, &ptr, &size);
-    if (lrc == NVH_E_CORRUPT)      /* the directory may be lost: rollback would be skipped */
+    if (lrc == NVH_E_CORRUPT) {    /* the directory may be lost: rollback would be skipped */
+        char why[512];             /* nvh_fail formats into the buffer nvh_errormsg reads */
+        snprintf(why, sizeof why, "%s", nvh_errormsg());
         return nvh_fail(NVH_E_CORRUPT, "%s: cannot find the transaction log directory: %s",
-                        pool->path, nvh_errormsg());
+                        pool->path, why);
+    }
     struct nvh_tx_dir *d = ptr;
     if (!d) return NVH_OK;                       /* no transaction ever ran */
     /* format 2 pools only ever hold version-4 directories */
