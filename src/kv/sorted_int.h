@@ -140,7 +140,27 @@ typedef struct kvs_cleaf {
     uint64_t rec[KVS_CAP];          /* atomic                                 */
     uint8_t was[KVS_CAP];           /* under lock: the slot's free value before its
                                        record's activation (kvs_tomb_after)   */
+    /* Readers' cache of the live slots in key order, so a scan or seek does
+     * not sort the leaf on every visit: perm holds slot numbers (byte i of
+     * the array: the i-th live slot), valid for the seqlock value in ptag
+     * (kvs_ptag_*). Any reader that sorted a leaf may fill it; fillers
+     * exclude each other by swapping ptag to KVS_PTAG_BUSY, and readers
+     * check ptag before and after reading perm (a seqlock of its own). */
+    uint64_t ptag;                  /* atomic                                 */
+    uint64_t perm[KVS_CAP / 8];     /* atomic words                           */
 } kvs_cleaf;
+
+/* ptag: bit 40 set when valid, live-slot count in bits 32-39, the leaf's
+ * version (kvs_cleaf.ver) in bits 0-31; 0: nothing cached. */
+#define KVS_PTAG_BUSY UINT64_MAX
+static inline uint64_t kvs_ptag_make(uint32_t ver, unsigned n)
+{
+    return (UINT64_C(1) << 40) | ((uint64_t)n << 32) | ver;
+}
+static inline bool kvs_ptag_valid_for(uint64_t tag, uint32_t ver)
+{
+    return tag != KVS_PTAG_BUSY && (tag >> 40) == 1 && (uint32_t)tag == ver;
+}
 
 /* Inner index node (DRAM, copy-on-write: never changed once published).
  * child[i] covers [sep[i], sep[i+1]); sep[0] is unused (the bound comes
@@ -378,6 +398,7 @@ typedef struct kvs_ent {
     uint64_t prefix;
     uint32_t hash, klen;
     const kvs_rec *r;
+    uint32_t slot;                  /* its slot in the leaf                   */
 } kvs_ent;
 /* The live entries of companion c in key order (readers: check c->dead
  * afterwards). Returns NVH_OK or NVH_E_CORRUPT. */
