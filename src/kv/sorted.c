@@ -351,6 +351,50 @@ static void kvs_leaf_cache(kvs_cleaf *c, uint32_t v, const kvs_ent *out, unsigne
     KVS_STORE(&c->ptag, kvs_ptag_make(v, m));
 }
 
+void kvs_perm_change(const kv_sorted *t, kvs_cleaf *c, int add, int del)
+{
+    uint32_t v = c->ver - 1;            /* the version before this change */
+    uint64_t old = KVS_LOAD(&c->ptag);
+    if (!kvs_ptag_valid_for(old, v)) return;
+    if (!__atomic_compare_exchange_n(&c->ptag, &old, KVS_PTAG_BUSY, false, __ATOMIC_ACQUIRE,
+                                     __ATOMIC_RELAXED))
+        return;
+    unsigned m = (unsigned)(old >> 32) & 0xff;
+    uint8_t perm[KVS_CAP + 8] = {0};
+    for (unsigned w = 0; w < KVS_CAP / 8; w++) {
+        uint64_t x = KVS_LOADR(&c->perm[w]);
+        memcpy(perm + 8 * w, &x, 8);
+    }
+    if (del >= 0) {
+        unsigned i = 0;
+        while (i < m && perm[i] != del) i++;
+        if (i == m) { KVS_STORE(&c->ptag, 0); return; }
+        memmove(perm + i, perm + i + 1, m - i - 1);
+        m--;
+    }
+    if (add >= 0) {
+        const kvs_rec *ra = kvs_rec_get(t, KVS_LOADR(&c->rec[add]));
+        if (!ra || m >= KVS_CAP) { KVS_STORE(&c->ptag, 0); return; }
+        unsigned lo = 0, hi = m;   /* first entry above the new key */
+        while (lo < hi) {
+            unsigned mid = (lo + hi) / 2;
+            const kvs_rec *rm = kvs_rec_get(t, KVS_LOADR(&c->rec[perm[mid]]));
+            if (!rm) { KVS_STORE(&c->ptag, 0); return; }
+            if (kvs_cmp(t, rm->data, rm->klen, ra->data, ra->klen) < 0) lo = mid + 1;
+            else hi = mid;
+        }
+        memmove(perm + lo + 1, perm + lo, m - lo);
+        perm[lo] = (uint8_t)add;
+        m++;
+    }
+    for (unsigned w = 0; w < KVS_CAP / 8; w++) {
+        uint64_t x;
+        memcpy(&x, perm + 8 * w, 8);
+        KVS_STORER(&c->perm[w], x);
+    }
+    KVS_STORE(&c->ptag, kvs_ptag_make(v + 2, m));
+}
+
 static int kvs_leaf_read(const kv_sorted *t, kvs_cleaf *c, kvs_ent *out, unsigned *n)
 {
     uint32_t v = KVS_LOAD(&c->ver);
@@ -454,6 +498,7 @@ static int kvs_build(kv_sorted *t)
             unsigned m;
             rc = kvs_leaf_sorted(t, c, ents, &m);
             if (rc) { free(c); break; }
+            kvs_leaf_cache(c, 0, ents, m);
             c->sep = kvs_skey_new(ents[0].r->data, ents[0].r->klen);
             if (!c->sep) { free(c); rc = nvh_fail(NVH_E_NOMEM, "sorted tree: out of memory"); break; }
         }

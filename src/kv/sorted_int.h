@@ -362,6 +362,12 @@ static inline void kvs_ver_end(kvs_cleaf *c)
     __atomic_store_n(&c->ver, c->ver + 1, __ATOMIC_RELEASE);
 }
 
+/* Writers (under the leaf lock, between kvs_ver_begin and kvs_ver_end):
+ * carry c's cached key order over the entry added in slot add and/or
+ * removed from slot del (-1: none), so readers need not sort the leaf
+ * again; drops the cache if it cannot. */
+void kvs_perm_change(const kv_sorted *t, kvs_cleaf *c, int add, int del);
+
 /* Build the DRAM state (index, companions) on first use; repairs
  * interrupted splits and queued frees when the pool is writable. */
 int kvs_ensure_built(kv_sorted *t);
