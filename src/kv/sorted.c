@@ -320,7 +320,7 @@ static int kvs_leaf_cached(const kv_sorted *t, const kvs_cleaf *c, uint64_t tag,
     for (unsigned i = 0; i < m; i++) {
         uint64_t r = out[i].rec;
         if (kvs_slot_free(r)) return KVS_RETRY;   /* the version moved */
-        const kvs_rec *rp = kvs_rec_get(t, r);
+        const kvs_rec *rp = kvs_rec_get_in(t, r, size);
         if (!rp) return kvs_corrupt(t, r, "record");
         out[i].r = rp;
         out[i].klen = rp->klen;

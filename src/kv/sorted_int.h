@@ -268,9 +268,8 @@ static inline int kvs_sum_cmp(uint64_t pa, size_t la, uint64_t pb, size_t lb)
  * ========================================================================== */
 /* A record offset from a slot, validated before anything follows it: inside
  * the pool, aligned, its magic and lengths sane. NULL if not. */
-static inline kvs_rec *kvs_rec_get(const kv_sorted *t, uint64_t off)
+static inline kvs_rec *kvs_rec_get_in(const kv_sorted *t, uint64_t off, uint64_t size)
 {
-    uint64_t size = nvh_pool_size(t->pool);
     if (off == 0 || (off & 63) || off > size - sizeof(kvs_rec) || size < sizeof(kvs_rec))
         return NULL;
     kvs_rec *r = nvh_ptr(t->pool, off);
@@ -280,6 +279,12 @@ static inline kvs_rec *kvs_rec_get(const kv_sorted *t, uint64_t off)
         sizeof(kvs_rec) + kl + vl > size - off)
         return NULL;
     return r;
+}
+/* The same, for callers that read the pool's size once for many records
+ * (the size only grows). */
+static inline kvs_rec *kvs_rec_get(const kv_sorted *t, uint64_t off)
+{
+    return kvs_rec_get_in(t, off, nvh_pool_size(t->pool));
 }
 static inline const uint8_t *kvs_rec_key(const kvs_rec *r) { return r->data; }
 static inline const uint8_t *kvs_rec_val(const kvs_rec *r) { return r->data + r->klen; }
