@@ -121,7 +121,7 @@ typedef struct kvs_skey {
  * persistent leaves, so a split may free a leaf at once). rec[] words are
  * published with release stores after the summary words of their slot.
  * No key prefixes: ordering reads the records, which lookups and scans
- * read anyway (520 B per leaf, ~23 MiB at 1 M keys). */
+ * read anyway (568 B per leaf, ~25 MiB at 1 M keys). */
 typedef struct kvs_cleaf {
     kvs_leaf *p;                    /* the persistent leaf                    */
     struct kvs_cleaf *prev;         /* key order (writers only)               */
