@@ -278,6 +278,7 @@ int kvs_leaf_sorted(const kv_sorted *t, const kvs_cleaf *c, kvs_ent *out, unsign
         e.klen = e.r->klen;
         e.prefix = kvs_prefix(e.r->data, e.klen);
         e.hash = KVS_LOADR(&c->hash[i]);
+        e.slot = i;
         unsigned j = m;
         while (j > 0 && kvs_ent_cmp(t, &out[j - 1], &e) > 0) {
             out[j] = out[j - 1];
@@ -294,11 +295,117 @@ int kvs_leaf_sorted(const kv_sorted *t, const kvs_cleaf *c, kvs_ent *out, unsign
  * KVS_RETRY if c died or a writer added or removed an entry meanwhile
  * (its seqlock moved: the copy may hold a key twice). */
 #define KVS_RETRY 1
-static int kvs_leaf_read(const kv_sorted *t, const kvs_cleaf *c, kvs_ent *out, unsigned *n)
+/* Entries of c in the order of its cached permutation (tag: valid for the
+ * version v the caller read): NVH_OK, an error, or KVS_RETRY if the cache
+ * changed while it was read. Slots do not change liveness while the
+ * version stays v; the caller checks the version afterwards. */
+static int kvs_leaf_cached(const kv_sorted *t, const kvs_cleaf *c, uint64_t tag, kvs_ent *out,
+                           unsigned *n)
+{
+    unsigned m = (unsigned)(tag >> 32) & 0xff;
+    uint8_t perm[KVS_CAP];
+    for (unsigned w = 0; w < KVS_CAP / 8; w++) {
+        uint64_t x = KVS_LOAD(&c->perm[w]);   /* acquire: the tag load below stays after */
+        memcpy(perm + 8 * w, &x, 8);
+    }
+    if (KVS_LOAD(&c->ptag) != tag || m > KVS_CAP) return KVS_RETRY;
+    uint64_t size = nvh_pool_size(t->pool);
+    for (unsigned i = 0; i < m; i++) {
+        unsigned s = perm[i] % KVS_CAP;
+        uint64_t r = KVS_LOAD(&c->rec[s]);
+        out[i].rec = r;
+        out[i].slot = s;
+        if (!kvs_slot_free(r) && r < size) __builtin_prefetch(nvh_ptr(t->pool, r));
+    }
+    for (unsigned i = 0; i < m; i++) {
+        uint64_t r = out[i].rec;
+        if (kvs_slot_free(r)) return KVS_RETRY;   /* the version moved */
+        const kvs_rec *rp = kvs_rec_get_in(t, r, size);
+        if (!rp) return kvs_corrupt(t, r, "record");
+        out[i].r = rp;
+        out[i].klen = rp->klen;
+        out[i].prefix = kvs_prefix(rp->data, rp->klen);
+        out[i].hash = KVS_LOADR(&c->hash[out[i].slot]);
+    }
+    *n = m;
+    return NVH_OK;
+}
+
+/* Publish the order of a leaf sorted at version v (out: its entries, each
+ * found among c's slots by its record). Best effort: skipped when another
+ * reader is filling the cache or has filled it for v already. */
+static void kvs_leaf_cache(kvs_cleaf *c, uint32_t v, const kvs_ent *out, unsigned m)
+{
+    uint64_t old = KVS_LOAD(&c->ptag);
+    if (old == KVS_PTAG_BUSY || kvs_ptag_valid_for(old, v)) return;
+    uint8_t perm[KVS_CAP] = {0};
+    for (unsigned i = 0; i < m; i++) perm[i] = (uint8_t)out[i].slot;
+    if (!__atomic_compare_exchange_n(&c->ptag, &old, KVS_PTAG_BUSY, false, __ATOMIC_ACQUIRE,
+                                     __ATOMIC_RELAXED))
+        return;
+    for (unsigned w = 0; w < KVS_CAP / 8; w++) {
+        uint64_t x;
+        memcpy(&x, perm + 8 * w, 8);
+        KVS_STORER(&c->perm[w], x);
+    }
+    KVS_STORE(&c->ptag, kvs_ptag_make(v, m));
+}
+
+void kvs_perm_change(const kv_sorted *t, kvs_cleaf *c, int add, int del)
+{
+    uint32_t v = c->ver - 1;            /* the version before this change */
+    uint64_t old = KVS_LOAD(&c->ptag);
+    if (!kvs_ptag_valid_for(old, v)) return;
+    if (!__atomic_compare_exchange_n(&c->ptag, &old, KVS_PTAG_BUSY, false, __ATOMIC_ACQUIRE,
+                                     __ATOMIC_RELAXED))
+        return;
+    unsigned m = (unsigned)(old >> 32) & 0xff;
+    uint8_t perm[KVS_CAP + 8] = {0};
+    for (unsigned w = 0; w < KVS_CAP / 8; w++) {
+        uint64_t x = KVS_LOADR(&c->perm[w]);
+        memcpy(perm + 8 * w, &x, 8);
+    }
+    if (del >= 0) {
+        unsigned i = 0;
+        while (i < m && perm[i] != del) i++;
+        if (i == m) { KVS_STORE(&c->ptag, 0); return; }
+        memmove(perm + i, perm + i + 1, m - i - 1);
+        m--;
+    }
+    if (add >= 0) {
+        const kvs_rec *ra = kvs_rec_get(t, KVS_LOADR(&c->rec[add]));
+        if (!ra || m >= KVS_CAP) { KVS_STORE(&c->ptag, 0); return; }
+        unsigned lo = 0, hi = m;   /* first entry above the new key */
+        while (lo < hi) {
+            unsigned mid = (lo + hi) / 2;
+            const kvs_rec *rm = kvs_rec_get(t, KVS_LOADR(&c->rec[perm[mid]]));
+            if (!rm) { KVS_STORE(&c->ptag, 0); return; }
+            if (kvs_cmp(t, rm->data, rm->klen, ra->data, ra->klen) < 0) lo = mid + 1;
+            else hi = mid;
+        }
+        memmove(perm + lo + 1, perm + lo, m - lo);
+        perm[lo] = (uint8_t)add;
+        m++;
+    }
+    for (unsigned w = 0; w < KVS_CAP / 8; w++) {
+        uint64_t x;
+        memcpy(&x, perm + 8 * w, 8);
+        KVS_STORER(&c->perm[w], x);
+    }
+    KVS_STORE(&c->ptag, kvs_ptag_make(v + 2, m));
+}
+
+static int kvs_leaf_read(const kv_sorted *t, kvs_cleaf *c, kvs_ent *out, unsigned *n)
 {
     uint32_t v = KVS_LOAD(&c->ver);
-    int rc = kvs_leaf_sorted(t, c, out, n);   /* acquire loads of c->rec[] */
-    if ((v & 1) || KVS_LOAD(&c->ver) != v || KVS_LOAD(&c->dead)) return KVS_RETRY;
+    if (v & 1) return KVS_RETRY;
+    uint64_t tag = KVS_LOAD(&c->ptag);
+    int rc;
+    bool cached = kvs_ptag_valid_for(tag, v);
+    if (cached) rc = kvs_leaf_cached(t, c, tag, out, n);
+    else rc = kvs_leaf_sorted(t, c, out, n);   /* acquire loads of c->rec[] */
+    if (KVS_LOAD(&c->ver) != v || KVS_LOAD(&c->dead)) return KVS_RETRY;
+    if (rc == NVH_OK && !cached) kvs_leaf_cache(c, v, out, *n);
     return rc;
 }
 
@@ -391,6 +498,7 @@ static int kvs_build(kv_sorted *t)
             unsigned m;
             rc = kvs_leaf_sorted(t, c, ents, &m);
             if (rc) { free(c); break; }
+            kvs_leaf_cache(c, 0, ents, m);
             c->sep = kvs_skey_new(ents[0].r->data, ents[0].r->klen);
             if (!c->sep) { free(c); rc = nvh_fail(NVH_E_NOMEM, "sorted tree: out of memory"); break; }
         }

@@ -86,6 +86,14 @@ static int chk_run(kv_sorted *t)
         if (live != c->live) { rc = kvs_corrupt(t, cur, "leaf (live count of its companion)"); break; }
         unsigned n;
         if ((rc = kvs_leaf_sorted(t, c, e, &n))) break;
+        /* readers trust a cached key order valid for the leaf's version */
+        uint64_t tag = c->ptag;
+        if (kvs_ptag_valid_for(tag, c->ver)) {
+            const uint8_t *perm = (const uint8_t *)c->perm;
+            bool ok = ((tag >> 32) & 0xff) == n;
+            for (unsigned i = 0; ok && i < n; i++) ok = perm[i] == e[i].slot;
+            if (!ok) { rc = kvs_corrupt(t, cur, "leaf (cached key order of its companion)"); break; }
+        }
         for (unsigned i = 0; i < n; i++) {
             if (have_last && kvs_cmp(t, last, lastlen, e[i].r->data, e[i].klen) >= 0) {
                 rc = kvs_corrupt(t, e[i].rec, "record (keys not ascending: duplicate or out of order)");

@@ -121,7 +121,7 @@ typedef struct kvs_skey {
  * persistent leaves, so a split may free a leaf at once). rec[] words are
  * published with release stores after the summary words of their slot.
  * No key prefixes: ordering reads the records, which lookups and scans
- * read anyway (520 B per leaf, ~23 MiB at 1 M keys). */
+ * read anyway (568 B per leaf, ~25 MiB at 1 M keys). */
 typedef struct kvs_cleaf {
     kvs_leaf *p;                    /* the persistent leaf                    */
     struct kvs_cleaf *prev;         /* key order (writers only)               */
@@ -140,7 +140,27 @@ typedef struct kvs_cleaf {
     uint64_t rec[KVS_CAP];          /* atomic                                 */
     uint8_t was[KVS_CAP];           /* under lock: the slot's free value before its
                                        record's activation (kvs_tomb_after)   */
+    /* Readers' cache of the live slots in key order, so a scan or seek does
+     * not sort the leaf on every visit: perm holds slot numbers (byte i of
+     * the array: the i-th live slot), valid for the seqlock value in ptag
+     * (kvs_ptag_*). Any reader that sorted a leaf may fill it; fillers
+     * exclude each other by swapping ptag to KVS_PTAG_BUSY, and readers
+     * check ptag before and after reading perm (a seqlock of its own). */
+    uint64_t ptag;                  /* atomic                                 */
+    uint64_t perm[KVS_CAP / 8];     /* atomic words                           */
 } kvs_cleaf;
+
+/* ptag: bit 40 set when valid, live-slot count in bits 32-39, the leaf's
+ * version (kvs_cleaf.ver) in bits 0-31; 0: nothing cached. */
+#define KVS_PTAG_BUSY UINT64_MAX
+static inline uint64_t kvs_ptag_make(uint32_t ver, unsigned n)
+{
+    return (UINT64_C(1) << 40) | ((uint64_t)n << 32) | ver;
+}
+static inline bool kvs_ptag_valid_for(uint64_t tag, uint32_t ver)
+{
+    return tag != KVS_PTAG_BUSY && (tag >> 40) == 1 && (uint32_t)tag == ver;
+}
 
 /* Inner index node (DRAM, copy-on-write: never changed once published).
  * child[i] covers [sep[i], sep[i+1]); sep[0] is unused (the bound comes
@@ -248,9 +268,8 @@ static inline int kvs_sum_cmp(uint64_t pa, size_t la, uint64_t pb, size_t lb)
  * ========================================================================== */
 /* A record offset from a slot, validated before anything follows it: inside
  * the pool, aligned, its magic and lengths sane. NULL if not. */
-static inline kvs_rec *kvs_rec_get(const kv_sorted *t, uint64_t off)
+static inline kvs_rec *kvs_rec_get_in(const kv_sorted *t, uint64_t off, uint64_t size)
 {
-    uint64_t size = nvh_pool_size(t->pool);
     if (off == 0 || (off & 63) || off > size - sizeof(kvs_rec) || size < sizeof(kvs_rec))
         return NULL;
     kvs_rec *r = nvh_ptr(t->pool, off);
@@ -260,6 +279,12 @@ static inline kvs_rec *kvs_rec_get(const kv_sorted *t, uint64_t off)
         sizeof(kvs_rec) + kl + vl > size - off)
         return NULL;
     return r;
+}
+/* The same, for callers that read the pool's size once for many records
+ * (the size only grows). */
+static inline kvs_rec *kvs_rec_get(const kv_sorted *t, uint64_t off)
+{
+    return kvs_rec_get_in(t, off, nvh_pool_size(t->pool));
 }
 static inline const uint8_t *kvs_rec_key(const kvs_rec *r) { return r->data; }
 static inline const uint8_t *kvs_rec_val(const kvs_rec *r) { return r->data + r->klen; }
@@ -342,6 +367,12 @@ static inline void kvs_ver_end(kvs_cleaf *c)
     __atomic_store_n(&c->ver, c->ver + 1, __ATOMIC_RELEASE);
 }
 
+/* Writers (under the leaf lock, between kvs_ver_begin and kvs_ver_end):
+ * carry c's cached key order over the entry added in slot add and/or
+ * removed from slot del (-1: none), so readers need not sort the leaf
+ * again; drops the cache if it cannot. */
+void kvs_perm_change(const kv_sorted *t, kvs_cleaf *c, int add, int del);
+
 /* Build the DRAM state (index, companions) on first use; repairs
  * interrupted splits and queued frees when the pool is writable. */
 int kvs_ensure_built(kv_sorted *t);
@@ -378,6 +409,7 @@ typedef struct kvs_ent {
     uint64_t prefix;
     uint32_t hash, klen;
     const kvs_rec *r;
+    uint32_t slot;                  /* its slot in the leaf                   */
 } kvs_ent;
 /* The live entries of companion c in key order (readers: check c->dead
  * afterwards). Returns NVH_OK or NVH_E_CORRUPT. */

@@ -205,8 +205,10 @@ static kvs_cleaf *kvs_cleaf_of(kvs_leaf *l, const kvs_ent *e, unsigned n)
         c->hash[i] = e[i].hash;
         c->klen[i] = (uint16_t)e[i].klen;
         c->rec[i] = e[i].rec;
+        ((uint8_t *)c->perm)[i] = (uint8_t)i;   /* e is in key order */
     }
     c->live = n;
+    c->ptag = kvs_ptag_make(0, n);
     return c;
 }
 
@@ -443,6 +445,7 @@ static int kvs_insert(kv_sorted *t, kvs_cleaf *c, int i, const void *k, size_t k
     KVS_STORER(&c->hash[i], kh);
     KVS_STORER(&c->klen[i], (uint16_t)kl);
     KVS_STORE(&c->rec[i], nvh_off(pool, r));
+    kvs_perm_change(t, c, i, -1);
     kvs_ver_end(c);
     c->was[i] = was;
     c->live++;
@@ -531,6 +534,7 @@ static int kvs_remove_one(kv_sorted *t, const void *k, size_t kl)
     nvh_drain(pool);
     kvs_ver_begin(c);
     KVS_STORE(&c->rec[i], 0);
+    kvs_perm_change(t, c, -1, i);
     kvs_ver_end(c);
     c->live--;
     __atomic_sub_fetch(&t->count, 1, __ATOMIC_RELAXED);
