@@ -133,14 +133,6 @@ static int subject_wanted(const char *name)
     return 0;
 }
 
-static uint64_t splitmix(uint64_t *s)
-{
-    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-
 /* N distinct random keys (a bijective mix of 1..N), and a shuffled copy. */
 static void make_keys(uint64_t n, uint64_t **ins, uint64_t **look)
 {
@@ -149,12 +141,12 @@ static void make_keys(uint64_t n, uint64_t **ins, uint64_t **look)
     if (!*ins || !*look) { perror("malloc"); exit(1); }
     for (uint64_t i = 0; i < n; i++) {
         uint64_t s = i + 1;
-        (*ins)[i] = splitmix(&s);
+        (*ins)[i] = bench_rand(&s);
         (*look)[i] = (*ins)[i];
     }
     uint64_t s = 77;
     for (uint64_t i = n - 1; i > 0; i--) {
-        uint64_t j = splitmix(&s) % (i + 1), x = (*look)[i];
+        uint64_t j = bench_rand(&s) % (i + 1), x = (*look)[i];
         (*look)[i] = (*look)[j];
         (*look)[j] = x;
     }

@@ -111,19 +111,11 @@ static bool list_has(const char *list, const char *name)
 /* ==========================================================================
  * Keys and values
  * ========================================================================== */
-static uint64_t splitmix(uint64_t *s)
-{
-    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-
 /* Key i (i < 2^63): 16 random-looking bytes whose first 8 are a bijection
  * of i, so keys are distinct; i >= N gives the absent keys. */
 static void make_key(uint64_t i, unsigned char out[KEY_LEN])
 {
-    uint64_t s = i, a = splitmix(&s), b = splitmix(&s);
+    uint64_t s = i, a = bench_rand(&s), b = bench_rand(&s);
     memcpy(out, &a, 8);
     memcpy(out + 8, &b, 8);
 }
@@ -165,7 +157,7 @@ static void keyset_make(keyset *k, uint64_t n)
         uint64_t s = 1234 + (uint64_t)j;
         for (uint64_t i = 0; i < n; i++) k->order[j][i] = (uint32_t)i;
         for (uint64_t i = n - 1; i > 0; i--) {
-            uint64_t r = splitmix(&s) % (i + 1);
+            uint64_t r = bench_rand(&s) % (i + 1);
             uint32_t x = k->order[j][i];
             k->order[j][i] = k->order[j][r];
             k->order[j][r] = x;

@@ -78,6 +78,15 @@ bool bench_selected(const bench_opts *opts, const char *case_name);
  * body, so the indirect call is paid once per measurement, not per op. */
 typedef void (*bench_body_fn)(void *ctx, uint64_t iters);
 
+/* splitmix64: reproducible pseudo-random keys and choices from the seed in *s. */
+static inline uint64_t bench_rand(uint64_t *s)
+{
+    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
 uint64_t bench_now_ns(void);                      /* CLOCK_MONOTONIC */
 /* Elapsed nanoseconds of one call body(ctx, iters). */
 double bench_time_ns(bench_body_fn body, void *ctx, uint64_t iters);

@@ -19,6 +19,16 @@
 
 #include "nvheap.h"
 
+/* splitmix64: a test's pseudo-random values, reproducible from the seed in
+ * *s (a failing seed printed by a test rebuilds its run). */
+static inline uint64_t test_rand(uint64_t *s)
+{
+    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
 /* A fresh path under $NVHEAP_TEST_DIR (or /tmp) that does not exist yet. */
 static inline const char *test_path(const char *name)
 {

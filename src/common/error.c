@@ -80,9 +80,14 @@ static int fail_v(int code, int errno_value, const char *fmt, va_list ap)
     thread_errcode = code;
     char *msg = errmsg_buffer();
     if (!msg) return code;              /* nvh_errormsg falls back to nvh_strerror */
-    int n = vsnprintf(msg, NVH_ERRMSG_MAX, fmt, ap);
-    if (errno_value && n >= 0 && (size_t)n < NVH_ERRMSG_MAX)
-        snprintf(msg + n, NVH_ERRMSG_MAX - (size_t)n, ": %s", strerror(errno_value));
+    /* Format into a local buffer first: an argument may be nvh_errormsg()
+     * itself (quoting the failure being re-raised), which is `msg`, and
+     * vsnprintf with overlapping source and destination is undefined. */
+    char tmp[NVH_ERRMSG_MAX];
+    int n = vsnprintf(tmp, sizeof tmp, fmt, ap);
+    if (errno_value && n >= 0 && (size_t)n < sizeof tmp)
+        snprintf(tmp + n, sizeof tmp - (size_t)n, ": %s", strerror(errno_value));
+    memcpy(msg, tmp, sizeof tmp);
     return code;
 }
 

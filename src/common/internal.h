@@ -89,9 +89,8 @@ int nvh_fail(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)
 int nvh_fail_errno(int code, int errno_value, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 /* Re-raise the current failure with context: the message becomes
- * "<formatted fmt>: <current message>" and the code `code`. The one safe way
- * to quote nvh_errormsg() in a new failure (nvh_fail writes the buffer that
- * nvh_errormsg() returns, so passing it as an argument would overlap). */
+ * "<formatted fmt>: <current message>" and the code `code`. (nvh_fail may
+ * also quote nvh_errormsg() as an argument: it formats before it writes.) */
 int nvh_fail_context(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* A failure kept across cleanup that may fail on its own and overwrite it:

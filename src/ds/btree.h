@@ -42,12 +42,10 @@
 #define BT_NODE_CAP 60u                    /* entries per node                */
 #define BT_PENDING 1ull                    /* low bit of a leaf entry's ptr:
                                               record not durable yet          */
-/* Slab sizes are asked for one line short of a power of two: the allocator
- * puts a 64 B header line before a large object, and 4 MiB chunks hold four
- * 1 MiB - 64 B objects but only three of 1 MiB (the fourth's space stayed
- * free: 26 % of a protected tree's heap) and 60 of 64 KiB, 64 of 64 KiB - 64 B. */
-#define BT_ALLOC_HEADER 64u
-#define BT_SLAB_SIZE (64u * 1024u - BT_ALLOC_HEADER)   /* a record slab (one activation) */
+/* Slab sizes are powers of two: a large object takes whole 4 KiB blocks and
+ * its region header lives in a header chunk (docs/ALLOC.md §1), so four
+ * 1 MiB slabs fill a 4 MiB chunk and sixty-four 64 KiB slabs do. */
+#define BT_SLAB_SIZE (64u * 1024u)         /* a record slab (one activation) */
 #define BT_SLAB_BIG (16u * 1024u)          /* larger records: a slab of their own */
 /* Record slabs of a tree whose pool is protected: 16x larger, since each
  * new slab costs two protection changes (a fault or an mprotect of its held
@@ -56,7 +54,7 @@
  * CPU for the TLB: many inserts' worth of time; docs/PROTECT.md has the
  * measurements against 256 KiB slabs). The cost: up to
  * 1 MiB of not yet carved slab stays writable while the slab is current. */
-#define BT_SLAB_SIZE_HELD (1024u * 1024u - BT_ALLOC_HEADER)
+#define BT_SLAB_SIZE_HELD (1024u * 1024u)
 #define BT_MAX_DEPTH 32                    /* levels (a deeper node is corrupt)    */
 #define BT_NODE_BATCH 16u                  /* nodes reserved ahead (bt_node_take) */
 /* ... in a protected pool: each batch's fresh pages cost one fault (async)

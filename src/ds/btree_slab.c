@@ -169,9 +169,8 @@ static bt_slab *bt_slab_new(struct nvh_btree *t, uint64_t size, int32_t *idx, in
 {
     bt_slab *s = nvh_reserve(t->pool, size);
     if (!s) return NULL;
-    /* the allocator may round a reservation up (a record's own slab, or a
-     * 64 KiB one, which took 68 KiB with its header: BT_SLAB_SIZE): the
-     * slab is all of it */
+    /* the allocator may round a reservation up (a record's own slab, to
+     * whole blocks): the slab is all of it */
     size_t usable = nvh_usable_size(t->pool, s);
     if (usable > size) size = usable;
     /* The allocator writes the header of the free space that follows the
@@ -286,7 +285,7 @@ void bt_slab_adopt(struct nvh_btree *t)
         s->tree != bt_off(t, t->hdr))
         return;
     if (s->fill_check != bt_fill_check(o, s->fill) || s->fill < sizeof *s || s->fill > s->size ||
-        s->size > BT_SLAB_SIZE_HELD + BT_ALLOC_HEADER || nvh_usable_size(t->pool, s) < s->size)
+        s->size > BT_SLAB_SIZE_HELD || nvh_usable_size(t->pool, s) < s->size)
         return;                                   /* unknown: leave it (reclaim counts it) */
     uint64_t at = (s->fill + 63) & ~(uint64_t)63;
     if (at + 64 > s->size) return;                /* full */

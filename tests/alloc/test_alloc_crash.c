@@ -37,14 +37,6 @@ static mobj g_obj[MAXOBJ];
 static volatile int g_nobj;
 static int *g_complaints;
 
-static uint64_t mix(uint64_t *s)
-{
-    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-
 static uint8_t fillbyte(uint32_t tag, uint32_t i) { return (uint8_t)(tag * 31u + i * 7u + 1u); }
 
 static void fill(void *p, uint32_t size, uint32_t tag)
@@ -78,7 +70,7 @@ static int free_slot(uint64_t *rng)
         return slot_used[s] ? -1 : s;
     }
     for (int tries = 0; tries < 4 * NSLOTS; tries++) {
-        int s = (int)(mix(rng) % NSLOTS);
+        int s = (int)(test_rand(rng) % NSLOTS);
         if (!slot_used[s]) return s;
     }
     return -1;
@@ -93,7 +85,7 @@ static int op_alloc(nvh_pool *pool, uint64_t *rng, uint32_t size, unsigned nlink
     o->link[0] = o->link[1] = -1;
     o->name = (int16_t)name;
     o->size = size;
-    o->tag = (uint32_t)mix(rng);
+    o->tag = (uint32_t)test_rand(rng);
     o->nlinks = (uint8_t)nlinks;
     for (unsigned i = 0; i < nlinks; i++) {
         int s = free_slot(rng);
@@ -140,7 +132,7 @@ static int op_free(nvh_pool *pool, uint64_t *rng)
     int live = 0;
     for (int i = 0; i < g_nobj; i++) live += g_obj[i].state == ST_LIVE;
     if (!live) return 0;
-    int pick = (int)(mix(rng) % (uint64_t)live);
+    int pick = (int)(test_rand(rng) % (uint64_t)live);
     for (int i = 0; i < g_nobj; i++) {
         mobj *o = &g_obj[i];
         if (o->state != ST_LIVE || pick-- != 0) continue;
@@ -365,16 +357,16 @@ static int random_workload(nvh_pool *pool, void *arg)
     memset(slot_used, 0, sizeof slot_used);
     int named = 0;
     for (int i = 0; i < 700; i++) {
-        uint64_t r = mix(&rng) % 100;
+        uint64_t r = test_rand(&rng) % 100;
         int live = 0;
         for (int k = 0; k < g_nobj; k++) live += g_obj[k].state == ST_LIVE;
         if (r < 45 || live < 8) {
-            uint64_t z = mix(&rng) % 100;
-            uint32_t size = z < 80 ? (uint32_t)(1 + mix(&rng) % 2000)
-                          : z < 97 ? (uint32_t)(2000 + mix(&rng) % 60000)
-                                   : (uint32_t)(150000 + mix(&rng) % 200000);
-            int name = (mix(&rng) % 20 == 0 && named < 64) ? named++ : -1;
-            if (op_alloc(pool, &rng, size, name >= 0 ? 0 : (unsigned)(mix(&rng) % 3), name)) return 1;
+            uint64_t z = test_rand(&rng) % 100;
+            uint32_t size = z < 80 ? (uint32_t)(1 + test_rand(&rng) % 2000)
+                          : z < 97 ? (uint32_t)(2000 + test_rand(&rng) % 60000)
+                                   : (uint32_t)(150000 + test_rand(&rng) % 200000);
+            int name = (test_rand(&rng) % 20 == 0 && named < 64) ? named++ : -1;
+            if (op_alloc(pool, &rng, size, name >= 0 ? 0 : (unsigned)(test_rand(&rng) % 3), name)) return 1;
         } else {
             if (op_free(pool, &rng)) return 1;
         }
@@ -403,16 +395,16 @@ static int threaded_workload(nvh_pool *pool, void *arg)
     memset(slot_used, 0, sizeof slot_used);
     int named = 0;
     for (int i = 0; i < 300; i++) {
-        uint64_t r = mix(&rng) % 100;
+        uint64_t r = test_rand(&rng) % 100;
         int live = 0;
         for (int k = 0; k < g_nobj; k++) live += g_obj[k].state == ST_LIVE;
         op_call c = {pool, &rng, 1, 0, 0, -1, 0};
         if (r < 50 || live < 8) {
-            uint64_t z = mix(&rng) % 100;
+            uint64_t z = test_rand(&rng) % 100;
             c.kind = 0;
-            c.size = z < 85 ? (uint32_t)(1 + mix(&rng) % 2000) : (uint32_t)(2000 + mix(&rng) % 60000);
-            c.name = (mix(&rng) % 25 == 0 && named < 32) ? named++ : -1;
-            c.nlinks = c.name >= 0 ? 0 : (unsigned)(mix(&rng) % 3);
+            c.size = z < 85 ? (uint32_t)(1 + test_rand(&rng) % 2000) : (uint32_t)(2000 + test_rand(&rng) % 60000);
+            c.name = (test_rand(&rng) % 25 == 0 && named < 32) ? named++ : -1;
+            c.nlinks = c.name >= 0 ? 0 : (unsigned)(test_rand(&rng) % 3);
         }
         pthread_t t;
         if (pthread_create(&t, NULL, op_thread, &c) != 0) return 1;

@@ -27,14 +27,6 @@ static nvh_stray_action count_stray(const nvh_stray_info *info, void *arg)
     return NVH_STRAY_ALLOW;
 }
 
-static uint64_t mix(uint64_t *s)
-{
-    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-
 static void protect_on(nvh_pool *pool, nvh_protect_mode mode)
 {
     assert_int_equal(nvh_protect_set_stray_handler(pool, count_stray, NULL), NVH_OK);
@@ -66,7 +58,7 @@ static void random_run(nvh_pool *pool, uint64_t seed, int ops)
         named_live[k] = nvh_get_named(pool, name, NULL) != NULL;
     }
     for (int i = 0; i < ops; i++) {
-        uint64_t r = mix(&seed);
+        uint64_t r = test_rand(&seed);
         int s = (int)(r % NSLOTS);
         unsigned what = (unsigned)(r >> 12) % 16;
         if (what < 2) {                                   /* named object */

@@ -352,14 +352,6 @@ static void fragmentation_empty(void **state)
 #define PROC_OPS 4
 #define PROC_MAX_SIZE (48 * KIB)
 
-static uint64_t mix(uint64_t *s)
-{
-    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-
 /* One child: open, a few frees and allocations in random link slots, then
  * close — or, for odd i, SIGKILL itself at a random point instead. */
 static void proc_child(const char *path, unsigned i)
@@ -368,15 +360,15 @@ static void proc_child(const char *path, unsigned i)
     nvh_pool *pool = nvh_pool_open(path, LAYOUT, NVH_DOMAIN_PROCESS);
     if (!pool) _exit(2);
     nvh_off_t *root = nvh_root(pool, NULL);
-    unsigned kill_at = (i & 1) ? (unsigned)(mix(&rng) % (PROC_OPS + 1)) : PROC_OPS + 1;
+    unsigned kill_at = (i & 1) ? (unsigned)(test_rand(&rng) % (PROC_OPS + 1)) : PROC_OPS + 1;
     for (unsigned k = 0; k < PROC_OPS; k++) {
         if (k == kill_at) raise(SIGKILL);
-        unsigned s = (unsigned)(mix(&rng) % PROC_SLOTS);
+        unsigned s = (unsigned)(test_rand(&rng) % PROC_SLOTS);
         if (root[s]) {
             nvh_link l = {&root[s], 0};
             if (nvh_free(pool, nvh_ptr(pool, root[s]), &l, 1) != NVH_OK) _exit(3);
         }
-        size_t size = 64 + (size_t)(mix(&rng) % PROC_MAX_SIZE);
+        size_t size = 64 + (size_t)(test_rand(&rng) % PROC_MAX_SIZE);
         if (!nvh_alloc(pool, size, NULL, NULL, &root[s])) _exit(4);
     }
     if (kill_at == PROC_OPS) raise(SIGKILL);

@@ -21,21 +21,13 @@ static _Atomic uint64_t g_handoff[HANDOFF];   /* offsets passed between threads 
 
 typedef struct targ { int id; uint64_t rng; } targ;
 
-static uint64_t mix(uint64_t *s)
-{
-    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-
 static void *worker(void *arg)
 {
     targ *t = arg;
     nvh_off_t *root = nvh_root(g_pool, NULL);
     nvh_off_t *mine = &root[t->id * SLOTS_PER_THREAD];
     for (int i = 0; i < OPS; i++) {
-        uint64_t r = mix(&t->rng);
+        uint64_t r = test_rand(&t->rng);
         int s = (int)(r % SLOTS_PER_THREAD);
         if (mine[s] == 0) {
             size_t size = (r >> 8) % 100 < 90 ? 1 + (r >> 16) % 1500 : 2000 + (r >> 16) % 30000;

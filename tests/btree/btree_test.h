@@ -8,21 +8,13 @@
 
 #define BT_LAYOUT "btreetest"
 
-static inline uint64_t bt_rng(uint64_t *s)
-{
-    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-
 /* Value of (key, version): length and bytes derived from both, so a torn or
  * stale value is detected. maxlen bounds the length. */
 static inline size_t bt_value(uint64_t key, uint64_t ver, unsigned char *buf, size_t maxlen)
 {
     uint64_t s = key * 1000003u + ver;
-    size_t len = (size_t)(bt_rng(&s) % (maxlen + 1));
-    for (size_t i = 0; i < len; i++) buf[i] = (unsigned char)bt_rng(&s);
+    size_t len = (size_t)(test_rand(&s) % (maxlen + 1));
+    for (size_t i = 0; i < len; i++) buf[i] = (unsigned char)test_rand(&s);
     return len;
 }
 

@@ -63,7 +63,7 @@ static void property_run(const variant *v, uint64_t seed, unsigned ops, uint64_t
     uint64_t s = seed;
     uint64_t cursor = 0;
     for (unsigned step = 0; step < ops; step++) {
-        uint64_t r = bt_rng(&s);
+        uint64_t r = test_rand(&s);
         uint64_t i = r % nkeys;
         unsigned what = (unsigned)(r >> 40) % 10;
         /* phases: grow, then churn, then shrink in key order, so whole
@@ -220,7 +220,7 @@ static void range_scan(void **state)
     for (uint64_t k = 5000; k > 0; k--) {
         uint64_t key = k * 10, v = key * 3;
         assert_int_equal(nvh_btree_put(t, key, &v, 8), NVH_OK);
-        uint64_t x = (bt_rng(&s) % 50000) * 10 + 5, xv = x * 3;
+        uint64_t x = (test_rand(&s) % 50000) * 10 + 5, xv = x * 3;
         if (k % 4 == 0) assert_int_equal(nvh_btree_put(t, x, &xv, 8), NVH_OK);
     }
     range_ctx c = {0, 0, 0, 1};
@@ -334,7 +334,7 @@ static void large_values_streamed(void **state)
     for (unsigned round = 0; round < ROUNDS; round++) {
         for (uint64_t k = 0; k < N; k++) {         /* inserts, then updates */
             uint64_t s = k * 7919u + round;
-            for (size_t i = 0; i < lens[k]; i++) v[i] = (unsigned char)bt_rng(&s);
+            for (size_t i = 0; i < lens[k]; i++) v[i] = (unsigned char)test_rand(&s);
             assert_int_equal(nvh_btree_put(t, k, v, lens[k]), NVH_OK);
         }
     }
@@ -345,7 +345,7 @@ static void large_values_streamed(void **state)
     for (int reopen = 0; reopen < 2; reopen++) {
         for (uint64_t k = 0; k < N; k++) {
             uint64_t s = k * 7919u + (ROUNDS - 1);
-            for (size_t i = 0; i < lens[k]; i++) want[i] = (unsigned char)bt_rng(&s);
+            for (size_t i = 0; i < lens[k]; i++) want[i] = (unsigned char)test_rand(&s);
             const void *got;
             size_t len;
             assert_int_equal(nvh_btree_get(t, k, &got, &len), NVH_OK);
@@ -539,7 +539,7 @@ static uint64_t directory_run(nvh_btree_mode mode, unsigned fault)
     uint64_t s = 99, extra = 0, missing = UINT64_MAX;
     int saw_building = 0;
     for (unsigned step = 0; step < 3 * N; step++) {
-        uint64_t r = bt_rng(&s);
+        uint64_t r = test_rand(&s);
         uint64_t i = r % (N + extra);
         unsigned what = (unsigned)(r >> 40) % 16;
         if (what == 0) {                            /* update */

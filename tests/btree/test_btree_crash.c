@@ -71,7 +71,7 @@ static op *make_ops(uint64_t nkeys, uint64_t inserts, uint64_t updates, uint64_t
     uint64_t *perm = malloc(nkeys * sizeof *perm);
     for (uint64_t i = 0; i < nkeys; i++) perm[i] = i;
     for (uint64_t i = nkeys - 1; i > 0; i--) {
-        uint64_t j = bt_rng(&s) % (i + 1), x = perm[i];
+        uint64_t j = test_rand(&s) % (i + 1), x = perm[i];
         perm[i] = perm[j];
         perm[j] = x;
     }
@@ -83,7 +83,7 @@ static op *make_ops(uint64_t nkeys, uint64_t inserts, uint64_t updates, uint64_t
     }
     for (uint64_t u = 0; u < updates && live; u++) {
         uint64_t i;
-        do i = bt_rng(&s) % nkeys; while (!ver[i]);
+        do i = test_rand(&s) % nkeys; while (!ver[i]);
         v[n] = (op){(uint32_t)i, (uint32_t)(n + 1)};
         n++;
     }
@@ -101,7 +101,7 @@ static op *make_ops(uint64_t nkeys, uint64_t inserts, uint64_t updates, uint64_t
     }
     for (uint64_t d = run; d < deletes && live; d++) {
         uint64_t i;
-        do i = bt_rng(&s) % nkeys; while (!ver[i]);
+        do i = test_rand(&s) % nkeys; while (!ver[i]);
         v[n++] = (op){(uint32_t)i, 0};
         ver[i] = 0;
         live--;

@@ -354,9 +354,9 @@ static void sigkill_round(const char *path, int deferred, uint64_t base, uint64_
     close(p[1]);
     /* let it run for a random number of acknowledgements, then kill it
      * while it keeps putting */
-    uint64_t target = 200 + bt_rng(seed) % 3000, acked = base, v;
+    uint64_t target = 200 + test_rand(seed) % 3000, acked = base, v;
     while (acked < base + target && read(p[0], &v, sizeof v) == sizeof v) acked = v;
-    struct timespec ts = {0, (long)(bt_rng(seed) % 200000)};
+    struct timespec ts = {0, (long)(test_rand(seed) % 200000)};
     nanosleep(&ts, NULL);
     kill(pid, SIGKILL);
     while (read(p[0], &v, sizeof v) == sizeof v) acked = v > acked ? v : acked;

@@ -85,7 +85,7 @@ static void run(nvh_btree_mode bmode, nvh_protect_mode pmode, unsigned nops)
     uint64_t s = 99 + (uint64_t)bmode * 7 + (uint64_t)pmode;
     nvh_btree_stats first = {0};
     for (unsigned k = 0; k < nops; k++) {
-        uint64_t r = bt_rng(&s), i = r % nkeys, key;
+        uint64_t r = test_rand(&s), i = r % nkeys, key;
         unsigned what = (unsigned)(r >> 32) % 10;
         /* the last third deletes runs of consecutive keys (whole leaves
          * empty and leave the tree) between the random operations */

@@ -86,14 +86,6 @@ static inline void gt_pool_destroy(nvh_pool *pool, const char *path)
     unlink(path);
 }
 
-static inline uint64_t gt_rng(uint64_t *s)
-{
-    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-
 static inline uint64_t gt_pool_fences(const nvh_pool *pool)
 {
     nvh_stats st;

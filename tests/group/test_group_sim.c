@@ -264,12 +264,12 @@ static void property_random_workloads(void **state)
     for (int run = 0; run < 12; run++) {
         nvh_group_options o = {
             .model = (nvh_group_model)(run % 3),          /* REAL, CACHE, LOWER */
-            .slots = 1 + (unsigned)(gt_rng(&rng) % 40),
-            .batch_count = 1 + (unsigned)(gt_rng(&rng) % 50),
+            .slots = 1 + (unsigned)(test_rand(&rng) % 40),
+            .batch_count = 1 + (unsigned)(test_rand(&rng) % 50),
             .batch_ns = NVH_GROUP_NEVER,
-            .cache_lines = 1 + gt_rng(&rng) % 64,
-            .evict = (nvh_group_evict)(gt_rng(&rng) % 2),
-            .seed = gt_rng(&rng),
+            .cache_lines = 1 + test_rand(&rng) % 64,
+            .evict = (nvh_group_evict)(test_rand(&rng) % 2),
+            .seed = test_rand(&rng),
         };
         nvh_group_ctx *g = nvh_group_ctx_create(pool, &o);
         assert_non_null(g);
@@ -278,8 +278,8 @@ static void property_random_workloads(void **state)
         g_prop.ran = 0;
         uint64_t pos = 0, n = 0;
         while (n < 400) {
-            uint32_t len = (uint32_t)(gt_rng(&rng) % 300);
-            uint32_t gap = (uint32_t)(gt_rng(&rng) % 3 == 0 ? gt_rng(&rng) % 100 : 0);
+            uint32_t len = (uint32_t)(test_rand(&rng) % 300);
+            uint32_t gap = (uint32_t)(test_rand(&rng) % 3 == 0 ? test_rand(&rng) % 100 : 0);
             if (pos + gap + len > root_size) break;
             pos += gap;
             prop_group *gr = &g_prop.grp[n];
@@ -287,7 +287,7 @@ static void property_random_workloads(void **state)
             gr->len = len;
             assert_int_equal(nvh_group_begin(g), NVH_OK);
             /* the range in one to three adds, in random order of pieces */
-            uint32_t cut1 = len ? (uint32_t)(gt_rng(&rng) % (len + 1)) : 0;
+            uint32_t cut1 = len ? (uint32_t)(test_rand(&rng) % (len + 1)) : 0;
             for (uint32_t k = 0; k < len; k++) root[pos + k] = (char)prop_byte(n, k);
             assert_int_equal(nvh_group_add(g, root + pos + cut1, len - cut1), NVH_OK);
             assert_int_equal(nvh_group_add(g, root + pos, cut1), NVH_OK);
@@ -295,8 +295,8 @@ static void property_random_workloads(void **state)
             assert_int_equal(nvh_group_end(g, prop_action, (void *)(uintptr_t)n), NVH_OK);
             pos += len;
             n++;
-            if (gt_rng(&rng) % 50 == 0) assert_int_equal(nvh_group_sync(g), NVH_OK);
-            else if (gt_rng(&rng) % 10 == 0) assert_true(nvh_group_poll(g) >= 0);
+            if (test_rand(&rng) % 50 == 0) assert_int_equal(nvh_group_sync(g), NVH_OK);
+            else if (test_rand(&rng) % 10 == 0) assert_true(nvh_group_poll(g) >= 0);
             assert_true(nvh_group_pending(g) <= o.slots);
         }
         assert_int_equal(nvh_group_sync(g), NVH_OK);

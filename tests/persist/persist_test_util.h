@@ -68,12 +68,4 @@ static inline nvh_stats stats_diff(nvh_stats after, nvh_stats before)
     };
 }
 
-static inline uint64_t rng_next(uint64_t *state)
-{
-    uint64_t z = (*state += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-
 #endif /* NVH_PERSIST_TEST_UTIL_H */

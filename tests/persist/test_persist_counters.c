@@ -88,9 +88,9 @@ static void persist_counts_lines_and_fences(void **state)
         nvh_stats_reset(pool);
         int iterations = domain == NVH_DOMAIN_MSYNC ? 300 : 3000;   /* msync is slow */
         for (int i = 0; i < iterations; i++) {
-            size_t off = rng_next(&rng) % (2 * MiB);
-            size_t n = rng_next(&rng) % 3000;
-            if (rng_next(&rng) % 2) {
+            size_t off = test_rand(&rng) % (2 * MiB);
+            size_t n = test_rand(&rng) % 3000;
+            if (test_rand(&rng) % 2) {
                 nvh_persist(pool, work + off, n);
                 want_fences++;
             } else {

@@ -24,7 +24,7 @@ static int setup_env(void **state)
 static void fill_source(unsigned char *src, size_t len, uint64_t seed)
 {
     for (size_t i = 0; i < len; i++) {
-        unsigned char b = (unsigned char)rng_next(&seed);
+        unsigned char b = (unsigned char)test_rand(&seed);
         src[i] = b == GUARD_BYTE || b == 0 ? 0x5B : b;
     }
 }
@@ -49,8 +49,8 @@ static void memcpy_sizes_in(nvh_domain domain, size_t step)
     uint64_t nt_total = 0, nt_copies = 0;
 
     for (size_t len = 0; len <= MAX_LEN; len += step) {
-        size_t dst_off = GUARD + rng_next(&rng) % 128;
-        size_t src_off = rng_next(&rng) % 64;
+        size_t dst_off = GUARD + test_rand(&rng) % 128;
+        size_t src_off = test_rand(&rng) % 64;
         unsigned char *dst = (unsigned char *)work + dst_off;
         unsigned char *src = src_buf + src_off;
         memset(work, GUARD_BYTE, dst_off + len + GUARD);
@@ -136,7 +136,7 @@ static void memset_every_size(void **state)
         uint64_t rng = 77 + d;
         size_t step = domain == NVH_DOMAIN_MSYNC ? 61 : 1;
         for (size_t len = 0; len <= MAX_LEN; len += step) {
-            size_t off = GUARD + rng_next(&rng) % 128;
+            size_t off = GUARD + test_rand(&rng) % 128;
             unsigned char *dst = (unsigned char *)work + off;
             int value = (int)(len % 250) + 1;
             memset(work, GUARD_BYTE, off + len + GUARD);

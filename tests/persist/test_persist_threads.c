@@ -38,11 +38,11 @@ static void *worker_main(void *arg)
     uint64_t rng = 1234 + w->id;
     unsigned char src[1024];
     for (int it = 0; it < w->iterations; it++) {
-        size_t off = rng_next(&rng) % w->region_len;
-        size_t len = rng_next(&rng) % (w->region_len - off + 1);
+        size_t off = test_rand(&rng) % w->region_len;
+        size_t len = test_rand(&rng) % (w->region_len - off + 1);
         if (len > sizeof src) len = sizeof src;
         unsigned char *dst = w->region + off;
-        switch (rng_next(&rng) % 4) {
+        switch (test_rand(&rng) % 4) {
         case 0:
             for (size_t i = 0; i < len; i++) dst[i] = pattern(w->id, off + i);
             nvh_persist(w->pool, dst, len);

@@ -792,10 +792,26 @@ static void strerror_every_code(void **state)
     assert_string_equal(nvh_strerror(-1000), "unknown error");
 }
 
+/* A failure that quotes the current message (nvh_errormsg() as an argument
+ * of nvh_fail) keeps it intact: the message buffer is both source and
+ * destination of that call. */
+static void fail_quoting_current_message(void **state)
+{
+    (void)state;
+    nvh_fail(NVH_E_NOSPACE, "pool full at offset %d", 4096);
+    nvh_fail(NVH_E_ABORTED, "commit: %s", nvh_errormsg());
+    assert_int_equal(nvh_errcode(), NVH_E_ABORTED);
+    assert_string_equal(nvh_errormsg(), "commit: pool full at offset 4096");
+    nvh_fail(NVH_E_IO, "%s; again: %s", nvh_errormsg(), nvh_errormsg());
+    assert_string_equal(nvh_errormsg(),
+                        "commit: pool full at offset 4096; again: commit: pool full at offset 4096");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(missing_file),
+        cmocka_unit_test(fail_quoting_current_message),
         cmocka_unit_test(empty_and_random_files),
         cmocka_unit_test(not_a_regular_file),
         cmocka_unit_test(wrong_layout),

@@ -32,14 +32,6 @@ typedef struct run {
     uint64_t actions;
 } run;
 
-static uint64_t rng(uint64_t *s)
-{
-    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-
 static uint64_t check_of(const rec *r)
 {
     uint64_t c = r->seq;
@@ -75,19 +67,19 @@ static void random_run(nvh_pool *pool, nvh_group_model model, uint64_t seed)
     nvh_protect_stats_reset(pool);
     uint64_t begun = 0;
     for (unsigned i = 0; i < 4 * NREC; i++) {
-        unsigned k = (unsigned)(rng(&seed) % NREC);
+        unsigned k = (unsigned)(test_rand(&seed) % NREC);
         rec *x = &r.recs[k];
         /* one update of record k at a time: wait until its last is published */
         if (x->seq && x->key != x->seq * 0x2545F4914F6CDD1Dull) nvh_group_sync(ctx);
         assert_int_equal(nvh_unprotect(pool, x, sizeof *x), NVH_OK);
         x->key = 0;
         x->seq = ++begun;
-        for (unsigned w = 0; w < 22; w++) x->word[w] = rng(&seed);
+        for (unsigned w = 0; w < 22; w++) x->word[w] = test_rand(&seed);
         x->check = check_of(x);
         assert_int_equal(nvh_group_begin(ctx), NVH_OK);
         assert_int_equal(nvh_group_add(ctx, x, sizeof *x), NVH_OK);
         assert_int_equal(nvh_group_end(ctx, publish, (void *)(uintptr_t)k), NVH_OK);
-        if (rng(&seed) % 16 == 0) nvh_group_poll(ctx);
+        if (test_rand(&seed) % 16 == 0) nvh_group_poll(ctx);
     }
     assert_int_equal(nvh_group_sync(ctx), NVH_OK);
     assert_int_equal(r.actions, begun);

@@ -20,14 +20,6 @@ typedef struct model {
     uint8_t vbyte[NKEYS];
 } model;
 
-static uint64_t rng(uint64_t *s)
-{
-    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-
 static size_t key_of(unsigned k, char *buf)
 {
     return (size_t)snprintf(buf, 32, "key-%u-%u", k, k * 7919u);
@@ -61,13 +53,13 @@ static void random_ops(nvh_hmap *m, model *md, uint64_t *seed, unsigned n)
 {
     unsigned char val[600];
     for (unsigned i = 0; i < n; i++) {
-        unsigned k = (unsigned)(rng(seed) % NKEYS);
+        unsigned k = (unsigned)(test_rand(seed) % NKEYS);
         char kb[32];
         size_t kl = key_of(k, kb);
-        unsigned op = (unsigned)(rng(seed) % 10);
+        unsigned op = (unsigned)(test_rand(seed) % 10);
         if (op < 6) {                                   /* put / insert / update */
-            size_t vl = (size_t)(rng(seed) % 3 == 0 ? rng(seed) % 600 : rng(seed) % 40);
-            uint8_t b = (uint8_t)rng(seed);
+            size_t vl = (size_t)(test_rand(seed) % 3 == 0 ? test_rand(seed) % 600 : test_rand(seed) % 40);
+            uint8_t b = (uint8_t)test_rand(seed);
             for (size_t j = 0; j < vl; j++) val[j] = (unsigned char)(b + j);
             int rc;
             if (op < 4) {

@@ -47,14 +47,6 @@ static unsigned char exp_prev[REG], exp_next[REG];
 static volatile int g_inflight;
 static volatile uint64_t g_acked;
 
-static uint64_t mix(uint64_t *s)
-{
-    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-
 /* ---------------------------------------------------------------------------
  * Workload
  * ------------------------------------------------------------------------- */
@@ -85,27 +77,27 @@ static int one_tx(nvh_pool *pool, unsigned char *reg, uint64_t *rng, unsigned nr
     memcpy(exp_next, exp_prev, REG);
     g_inflight = 1;
     if (nvh_tx_begin(pool) != NVH_OK) return -1;
-    bool batch = mix(rng) & 1;
+    bool batch = test_rand(rng) & 1;
     nvh_tx_range rs[64];
     unsigned maxlen = nranges >= 64 ? 48 : nranges >= 8 ? 200 : 700;
     for (unsigned i = 0; i < nranges; i++) {
-        uint64_t len = 1 + mix(rng) % maxlen;
-        uint64_t off = NSLOT * 8 + mix(rng) % (REG - NSLOT * 8 - len);
-        rs[i] = (nvh_tx_range){reg + off, len, (nvh_tx_hint)(mix(rng) % 3)};
+        uint64_t len = 1 + test_rand(rng) % maxlen;
+        uint64_t off = NSLOT * 8 + test_rand(rng) % (REG - NSLOT * 8 - len);
+        rs[i] = (nvh_tx_range){reg + off, len, (nvh_tx_hint)(test_rand(rng) % 3)};
     }
     if (batch) {
         if (nvh_tx_add_ranges(pool, rs, nranges) != NVH_OK) return -1;
     }
     for (unsigned i = 0; i < nranges; i++) {
         if (!batch && nvh_tx_add_ranges(pool, &rs[i], 1) != NVH_OK) return -1;
-        unsigned char v = (unsigned char)mix(rng);
+        unsigned char v = (unsigned char)test_rand(rng);
         memset(rs[i].ptr, v, rs[i].len);
         memset(exp_next + ((unsigned char *)rs[i].ptr - reg), v, rs[i].len);
     }
     if (allocs) {
-        unsigned s = (unsigned)(mix(rng) % NSLOT);
+        unsigned s = (unsigned)(test_rand(rng) % NSLOT);
         if (slots[s] == 0) {
-            size_t size = 64 + mix(rng) % 3000;
+            size_t size = 64 + test_rand(rng) % 3000;
             uint64_t *o = nvh_tx_alloc(pool, size);
             if (!o) return -1;
             uint64_t off = nvh_off(pool, o);
@@ -154,8 +146,8 @@ static int random_workload(nvh_pool *pool, void *arg)
     unsigned char *reg;
     if (region_setup(pool, &reg) != 0) return 1;
     for (unsigned k = 0; k < 300; k++) {
-        unsigned n = 1 + (unsigned)(mix(&rng) % 12);
-        if (one_tx(pool, reg, &rng, n, mix(&rng) % 3 == 0, mix(&rng) % 9 == 0) != 0) return 2;
+        unsigned n = 1 + (unsigned)(test_rand(&rng) % 12);
+        if (one_tx(pool, reg, &rng, n, test_rand(&rng) % 3 == 0, test_rand(&rng) % 9 == 0) != 0) return 2;
     }
     return 0;
 }

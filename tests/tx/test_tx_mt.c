@@ -56,14 +56,6 @@ typedef struct worker {
     int failures;
 } worker;
 
-static uint64_t mix(uint64_t *s)
-{
-    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-
 typedef struct xfer { bank *b; unsigned from, to, id; uint64_t amount; } xfer;
 static int transfer(nvh_pool *pool, void *arg)
 {
@@ -90,8 +82,8 @@ static void *work(void *p)
             while (atomic_load(&g_pause)) sched_yield();
             atomic_fetch_sub(&g_paused, 1);
         }
-        xfer x = {w->b, (unsigned)(mix(&w->rng) % NACCT), 0, w->id, 1 + mix(&w->rng) % 50};
-        do x.to = (unsigned)(mix(&w->rng) % NACCT); while (x.to == x.from);
+        xfer x = {w->b, (unsigned)(test_rand(&w->rng) % NACCT), 0, w->id, 1 + test_rand(&w->rng) % 50};
+        do x.to = (unsigned)(test_rand(&w->rng) % NACCT); while (x.to == x.from);
         if (nvh_tx_run(w->pool, transfer, &x) != NVH_OK) {
             w->failures++;
             continue;

@@ -71,7 +71,7 @@ static unsigned pick(uint64_t *rng, unsigned i, unsigned n, unsigned *used)
 {
     /* distinct words of 0..15 (n <= 12) */
     for (;;) {
-        unsigned w = (unsigned)(mix(rng) % 16);
+        unsigned w = (unsigned)(test_rand(rng) % 16);
         bool dup = false;
         for (unsigned k = 0; k < i; k++) dup |= used[k] == w;
         if (!dup || n > 16) { used[i] = w; return w; }
@@ -98,21 +98,21 @@ static int one(nvh_pool *pool, uint64_t *reg, uint64_t *rng, int kind, unsigned 
     switch (kind) {
     case K_OBJ: case K_UNDO_OBJ: case K_ABORT_OBJ:
         for (unsigned i = 0; i < n; i++)
-            if (obj_write(pool, reg, pick(rng, i, n, used), mix(rng))) return -2;
+            if (obj_write(pool, reg, pick(rng, i, n, used), test_rand(rng))) return -2;
         break;
     case K_OBJ16: {
         uint64_t *c = nvh_tx_open_write(pool, &reg[16], 16);
         if (!c) return -2;
-        c[0] = exp_next[16] = mix(rng);
-        c[1] = exp_next[17] = mix(rng);
+        c[0] = exp_next[16] = test_rand(rng);
+        c[1] = exp_next[17] = test_rand(rng);
         for (unsigned i = 0; i + 1 < n; i++)
-            if (obj_write(pool, reg, pick(rng, i, n, used), mix(rng))) return -2;
+            if (obj_write(pool, reg, pick(rng, i, n, used), test_rand(rng))) return -2;
         break;
     }
     case K_OBJ_ODD: {
         unsigned char *c = nvh_tx_open_write(pool, &reg[18], 12);
         if (!c) return -2;
-        for (unsigned b = 0; b < 12; b++) c[b] = (unsigned char)mix(rng);
+        for (unsigned b = 0; b < 12; b++) c[b] = (unsigned char)test_rand(rng);
         memcpy(&exp_next[18], c, 12);
         break;
     }
@@ -124,17 +124,17 @@ static int one(nvh_pool *pool, uint64_t *reg, uint64_t *rng, int kind, unsigned 
             r[i] = (nvh_tx_range){&reg[ws[i]], 8, NVH_TX_HINT_AUTO};
         }
         if (nvh_tx_add_ranges(pool, r, n) != NVH_OK) return -3;
-        for (unsigned i = 0; i < n; i++) reg[ws[i]] = exp_next[ws[i]] = mix(rng);
+        for (unsigned i = 0; i < n; i++) reg[ws[i]] = exp_next[ws[i]] = test_rand(rng);
         break;
     }
     case K_RANGE:
         if (nvh_tx_add_range(pool, &reg[20], 24) != NVH_OK) return -3;
-        for (unsigned i = 0; i < 3; i++) reg[20 + i] = exp_next[20 + i] = mix(rng);
+        for (unsigned i = 0; i < 3; i++) reg[20 + i] = exp_next[20 + i] = test_rand(rng);
         break;
     case K_OBJ_WB: {
         for (unsigned i = 0; i + 1 < n; i++)
-            if (obj_write(pool, reg, pick(rng, i, n, used), mix(rng))) return -2;
-        uint64_t v = mix(rng);
+            if (obj_write(pool, reg, pick(rng, i, n, used), test_rand(rng))) return -2;
+        uint64_t v = test_rand(rng);
         if (nvh_tx_write_word(pool, &reg[24], v) != NVH_OK) return -4;
         exp_next[24] = v;
         break;
@@ -142,9 +142,9 @@ static int one(nvh_pool *pool, uint64_t *reg, uint64_t *rng, int kind, unsigned 
     case K_NESTED: {
         unsigned w = pick(rng, 0, 2, used);
         if (nvh_tx_add_word(pool, &reg[w]) != NVH_OK) return -3;
-        reg[w] = exp_next[w] = mix(rng);
+        reg[w] = exp_next[w] = test_rand(rng);
         if (nvh_tx_begin(pool) != NVH_OK) return -1;
-        uint64_t v = mix(rng);
+        uint64_t v = test_rand(rng);
         if (nvh_tx_write_word(pool, &reg[25], v) != NVH_OK) return -4;
         exp_next[25] = v;
         if (nvh_tx_commit(pool) != NVH_OK) return -5;
@@ -152,9 +152,9 @@ static int one(nvh_pool *pool, uint64_t *reg, uint64_t *rng, int kind, unsigned 
         break;
     }
     case K_NESTED_OBJ:
-        if (obj_write(pool, reg, pick(rng, 0, 2, used), mix(rng))) return -2;
+        if (obj_write(pool, reg, pick(rng, 0, 2, used), test_rand(rng))) return -2;
         if (nvh_tx_begin(pool) != NVH_OK) return -1;
-        if (obj_write(pool, reg, pick(rng, 1, 2, used), mix(rng))) return -2;
+        if (obj_write(pool, reg, pick(rng, 1, 2, used), test_rand(rng))) return -2;
         if (nvh_tx_commit(pool) != NVH_OK) return -5;
         break;
     case K_ALLOC: {
@@ -166,10 +166,10 @@ static int one(nvh_pool *pool, uint64_t *reg, uint64_t *rng, int kind, unsigned 
     }
     case K_IN_AT:
         if (nvh_tx_add_word(pool, &reg[n]) != NVH_OK) return -3;
-        reg[n] = exp_next[n] = mix(rng);
+        reg[n] = exp_next[n] = test_rand(rng);
         break;
     case K_OBJ_AT:
-        if (obj_write(pool, reg, n, mix(rng))) return -2;
+        if (obj_write(pool, reg, n, test_rand(rng))) return -2;
         break;
     case K_FREE:
         if (!reg[40]) break;
@@ -319,7 +319,7 @@ static int handover_workload(nvh_pool *pool, void *arg)
         model_begin();
         if (nvh_tx_begin(pool) != NVH_OK) rc = 4;
         for (unsigned i = 0; i < 9 && !rc; i++)   /* 9 words: two fences */
-            if (obj_write(pool, reg, t == 0 ? i : 41 + i, mix(&rng))) rc = 4;
+            if (obj_write(pool, reg, t == 0 ? i : 41 + i, test_rand(&rng))) rc = 4;
         if (!rc && nvh_tx_commit(pool) != NVH_OK) rc = 4;
         if (!rc) model_ack();
     }

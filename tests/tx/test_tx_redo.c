@@ -52,9 +52,9 @@ static int one(nvh_pool *pool, uint64_t *reg, uint64_t *rng, int kind, unsigned 
     model_begin();
     if (kind == T_QUIESCE_STORE) {
         /* a non-transactional store after nvh_tx_quiesce (the documented rule) */
-        unsigned w = (unsigned)(mix(rng) % 8);
+        unsigned w = (unsigned)(test_rand(rng) % 8);
         if (nvh_tx_quiesce(pool) != NVH_OK) return -1;
-        reg[w] = mix(rng);
+        reg[w] = test_rand(rng);
         exp_next[w] = reg[w];
         nvh_persist(pool, &reg[w], 8);
         model_ack();
@@ -63,9 +63,9 @@ static int one(nvh_pool *pool, uint64_t *reg, uint64_t *rng, int kind, unsigned 
     if (nvh_tx_begin(pool) != NVH_OK) return -1;
     if (kind == T_MANY) nwords = NVH_REDO_MAX + 1;
     for (unsigned i = 0; i < nwords; i++) {
-        unsigned w = (unsigned)(mix(rng) % 8);
+        unsigned w = (unsigned)(test_rand(rng) % 8);
         if (kind == T_MANY) w = i;
-        uint64_t v = mix(rng);
+        uint64_t v = test_rand(rng);
         if (kind == T_UNDO) {
             if (nvh_tx_add_word(pool, &reg[w]) != NVH_OK) return -1;
             reg[w] = v;
@@ -80,9 +80,9 @@ static int one(nvh_pool *pool, uint64_t *reg, uint64_t *rng, int kind, unsigned 
         exp_next[w] = v;
     }
     if (kind == T_MIXED) {
-        unsigned w = 8 + (unsigned)(mix(rng) % 8);
+        unsigned w = 8 + (unsigned)(test_rand(rng) % 8);
         if (nvh_tx_add_range(pool, &reg[w], 8) != NVH_OK) return -1;
-        reg[w] = exp_next[w] = mix(rng);
+        reg[w] = exp_next[w] = test_rand(rng);
     }
     if (kind == T_ABORT) {
         if (nvh_tx_abort(pool) != NVH_OK) return -1;
@@ -241,8 +241,8 @@ static int handover_workload(nvh_pool *pool, void *arg)
     /* B: X := B's value, then transactions on other words */
     uint64_t rng = 9;
     for (unsigned i = 0; i < 6 && rc == 0; i++) {
-        unsigned w = i == 0 ? 0 : 1 + (unsigned)(mix(&rng) % 4);
-        uint64_t v = mix(&rng);
+        unsigned w = i == 0 ? 0 : 1 + (unsigned)(test_rand(&rng) % 4);
+        uint64_t v = test_rand(&rng);
         model_begin();
         exp_next[w] = v;
         if (nvh_tx_begin(pool) != NVH_OK) rc = 4;
@@ -521,8 +521,8 @@ static int random_workload(nvh_pool *pool, void *arg)
     static const int kinds[] = {T_REDO, T_REDO, T_REDO, T_REDO, T_UNDO, T_UNDO, T_MIXED,
                                 T_ABORT, T_MANY, T_QUIESCE_STORE};
     for (unsigned k = 0; k < 300; k++) {
-        int kind = kinds[mix(&rng) % (sizeof kinds / sizeof kinds[0])];
-        unsigned n = 1 + (unsigned)(mix(&rng) % (mix(&rng) & 1 ? 2 : NVH_REDO_MAX));
+        int kind = kinds[test_rand(&rng) % (sizeof kinds / sizeof kinds[0])];
+        unsigned n = 1 + (unsigned)(test_rand(&rng) % (test_rand(&rng) & 1 ? 2 : NVH_REDO_MAX));
         int rc = one(pool, reg, &rng, kind, n);
         if (rc != 0) { fprintf(stderr, "tx %u: %d (%s)\n", k, rc, nvh_errormsg()); return 2; }
     }

@@ -23,15 +23,6 @@ static uint64_t exp_prev[NW], exp_next[NW];
 static volatile int g_inflight;
 static volatile uint64_t g_acked;
 
-/* splitmix64: the workloads' values, reproducible from the seed in *s */
-static uint64_t mix(uint64_t *s)
-{
-    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-
 /* The region of the pool (allocated on first use); the model restarts empty. */
 static uint64_t *region(nvh_pool *pool)
 {
