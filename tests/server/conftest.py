@@ -63,8 +63,11 @@ def reap_servers():
 class Server:
     """One nvcached process on its own pool; restartable on the same pool."""
 
-    def __init__(self, tmpdir, args=(), domain="process", pool=None):
+    def __init__(self, tmpdir, args=(), domain="process", pool=None, keep_port=False):
         LIVE.append(self)
+        # keep_port: restarts reuse the first port (a proxy's config or a
+        # client's ketama ring names an instance by host:port)
+        self.keep_port = keep_port
         self.pool = pool or os.path.join(tmpdir, "nvcached.pool")
         self.args = list(args)
         self.domain = domain
@@ -73,7 +76,8 @@ class Server:
         self.log = os.path.join(tmpdir, "nvcached.log")
 
     def start(self):
-        self.port = free_port()
+        if not (self.keep_port and self.port):
+            self.port = free_port()
         cmd = [nvcached_path(), "-p", str(self.port), "--pool", self.pool] + self.args
         if self.domain:
             cmd += ["--domain", self.domain]

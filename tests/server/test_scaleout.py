@@ -16,7 +16,7 @@ import time
 
 import pytest
 
-from conftest import Client, Server, free_port, nvcached_path, wait_port
+from conftest import Client, Server, free_port, wait_port
 
 KEYS = 300
 VICTIM = 1
@@ -24,22 +24,6 @@ VICTIM = 1
 
 def value_of(key):
     return ("%s=" % key).encode() + b"x" * 64
-
-
-class PinnedServer(Server):
-    """An nvcached that keeps its port across restarts: the proxy's config
-    and the client's ketama ring name instances by host:port."""
-
-    def start(self):
-        if self.port is None:
-            self.port = free_port()
-        cmd = [nvcached_path(), "-p", str(self.port), "--pool", self.pool] + self.args
-        if self.domain:
-            cmd += ["--domain", self.domain]
-        self.logf = open(self.log, "ab")
-        self.proc = subprocess.Popen(cmd, stdout=self.logf, stderr=self.logf)
-        self.startup = wait_port(self.port, self.proc)
-        return self
 
 
 def direct_get(server, key):
@@ -56,7 +40,7 @@ def start_cluster(tmpdir):
     for i in range(3):
         d = os.path.join(tmpdir, "n%d" % i)
         os.makedirs(d)
-        servers.append(PinnedServer(d).start())
+        servers.append(Server(d, keep_port=True).start())
     return servers
 
 
