@@ -466,6 +466,8 @@ struct nvh_heap {
     uint32_t nidx_cap, nidx_n;
     uint32_t build_next, build_end;
     bool chains_sound;          /* the chains word held: a chain miss is proof */
+    bool chains_repair;         /* not sound: the build seals holes, vouches  */
+    uint64_t named_epoch;       /* this session's pool epoch (chains word)    */
     _Atomic bool named_ready;   /* the index and named_set are complete      */
     _Atomic bool build_stop;    /* close: the build thread returns            */
     pthread_t build_thread;

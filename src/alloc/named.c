@@ -484,6 +484,15 @@ static bool slot_indexed(const nvh_heap *h, uint32_t slot)
 
 /* Index slots [build_next, build_next + n) (caller holds named_lock, or is
  * open). The last step publishes the index as complete. */
+static void chains_vouch(nvh_heap *h)
+{
+    _Atomic uint64_t *cw = (_Atomic uint64_t *)(h->base + h->heap_off + NVH_NAMED_CHAINS_OFF);
+    nvh_wopen(h, (const void *)cw, 8);
+    atomic_store_explicit(cw, nvh_named_chains_word(h->named_epoch), memory_order_relaxed);
+    nvh_wclose(h, (const void *)cw, 8);
+    nvh_flush(h->pool, (void *)cw, 8);
+}
+
 static int build_step(nvh_heap *h, uint32_t n)
 {
     uint32_t end = h->build_end - h->build_next > n ? h->build_next + n : h->build_end;
@@ -499,11 +508,21 @@ static int build_step(nvh_heap *h, uint32_t n)
                 h->build_next = i;  /* out of memory: the next step retries */
                 return nvh_errcode();
             }
+            /* chains not known sound: seal this one's holes (empty slots
+             * the build has not reached stay uncounted: they are free) */
+            if (h->chains_repair) chain_seal(h, e->name, i);
         } else {
             h->named_damaged++;
         }
     }
     h->build_next = end;
+    if (end == h->build_end && h->chains_repair) {
+        /* every hole sealed: durable first, then vouch for this session */
+        nvh_drain(h->pool);
+        chains_vouch(h);
+        h->chains_repair = false;
+        h->chains_sound = true;
+    }
     if (end == h->build_end) {
         atomic_store_explicit(&h->named_ready, true, memory_order_release);
         atomic_fetch_and_explicit(&h->named_n, ~NVH_NAMED_BUILDING, memory_order_release);
@@ -547,14 +566,12 @@ static void *build_main(void *arg)
 int nvh_named_open(nvh_heap *h, bool fresh, uint64_t prev_epoch, uint64_t epoch)
 {
     _Atomic uint64_t *cw = (_Atomic uint64_t *)(h->base + h->heap_off + NVH_NAMED_CHAINS_OFF);
+    h->named_epoch = epoch;
     h->chains_sound = fresh || atomic_load_explicit(cw, memory_order_relaxed) ==
                                    nvh_named_chains_word(prev_epoch);
-    if (h->chains_sound && !h->pool->readonly) {
-        /* durable with the open's epoch commit (a fence); a crash before it
-         * leaves a word that matches no epoch: unknown, which is safe */
-        atomic_store_explicit(cw, nvh_named_chains_word(epoch), memory_order_relaxed);
-        nvh_flush(h->pool, (void *)cw, 8);
-    }
+    /* durable with the open's epoch commit (a fence); a crash before it
+     * leaves a word that matches no epoch: unknown, which is safe */
+    if (h->chains_sound && !h->pool->readonly) chains_vouch(h);
     h->ntables = 1;
     h->named_damaged = 0;
     for (unsigned k = 1; k < NVH_NAMED_TABLES; k++) {
@@ -577,6 +594,8 @@ int nvh_named_open(nvh_heap *h, bool fresh, uint64_t prev_epoch, uint64_t epoch)
     }
     h->build_next = 0;
     h->build_end = h->named_dir_bad ? 0 : slots_cap(h);   /* a bad directory: named calls report it */
+    /* chains not known sound: the build seals every chain's holes, then vouches */
+    h->chains_repair = !h->chains_sound && !h->pool->readonly && !h->named_dir_bad;
     atomic_store_explicit(&h->named_n, NVH_NAMED_BUILDING, memory_order_relaxed);
     int rc = build_step(h, NVH_NAMED_CAP);
     if (rc != NVH_OK) return rc;

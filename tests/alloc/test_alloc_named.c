@@ -340,17 +340,19 @@ static void lazy_single(void **state)
     uint64_t zero = 0;
     test_poke(path, (off_t)(heap_off + NVH_NAMED_CHAINS_OFF), &zero, 8);
     pool = open_held(path);
-    assert_false(heap_of(pool)->chains_sound);
-    assert_true(index_ready(pool));
+    assert_true(index_ready(pool));         /* built at open, chains sealed */
+    assert_true(heap_of(pool)->chains_sound);
     assert_true(found(pool, 5, 1));
     assert_null(nvh_get_named(pool, "object-none", NULL));
     assert_int_equal(nvh_errcode(), NVH_E_NOTFOUND);
     for (int i = 0; i <= LAZY; i++) assert_true(found(pool, i, i % 5 == 0 && i < LAZY ? 1 : 0));
     atomic_store(&nvh_named_build_hold_, 0);
     assert_int_equal(nvh_pool_close(pool), NVH_OK);
-    /* that session did not vouch for the chains: the next one builds too */
+    /* that session's build sealed the chains and vouched for them */
     pool = open_held(path);
-    assert_false(heap_of(pool)->chains_sound);
+    assert_true(heap_of(pool)->chains_sound);
+    assert_false(index_ready(pool));
+    assert_true(found(pool, LAZY - 1, 0));
     atomic_store(&nvh_named_build_hold_, 0);
     assert_int_equal(nvh_pool_close(pool), NVH_OK);
     unlink(path);
@@ -474,14 +476,36 @@ static void chain_hole(void **state)
     /* the open's own build covered table 0, where both names live: so look
      * at the chain walk directly, as a lookup before the build does */
     assert_true(heap_of(pool)->chains_sound);
-    struct nvh_named_entry *e = nvh_named_entry_at(heap_of(pool), home_of(a));
-    assert_true(atomic_load(&e->off) == NVH_NAMED_TOMB);
     assert_false(index_ready(pool));
     uint64_t *q = nvh_get_named(pool, b, NULL);
     assert_non_null(q);
     assert_int_equal(*q, 77);
+    struct nvh_named_entry *e = nvh_named_entry_at(heap_of(pool), home_of(a));
+    assert_true(atomic_load(&e->off) == NVH_NAMED_TOMB);
     assert_null(nvh_get_named(pool, a, NULL));
     assert_int_equal(nvh_errcode(), NVH_E_NOTFOUND);
+    atomic_store(&nvh_named_build_hold_, 0);
+    assert_int_equal(nvh_pool_close(pool), NVH_OK);
+
+    /* the same hole as code without the sealing leaves it, in a pool whose
+     * chains word is unset: found (the index is built at open), the hole
+     * sealed by that build, and the next session trusts the chains */
+    uint64_t zero = 0;
+    off_t slot_off = (off_t)(heap_off + 4096 + 64u * home_of(a) + 56);
+    test_poke(path, slot_off, &zero, 8);
+    test_poke(path, (off_t)(heap_off + NVH_NAMED_CHAINS_OFF), &zero, 8);
+    pool = open_held(path);
+    assert_true(index_ready(pool));         /* built at open, chains sealed */
+    q = nvh_get_named(pool, b, NULL);
+    assert_non_null(q);
+    atomic_store(&nvh_named_build_hold_, 0);
+    assert_int_equal(nvh_pool_close(pool), NVH_OK);
+    pool = open_held(path);
+    assert_true(heap_of(pool)->chains_sound);
+    e = nvh_named_entry_at(heap_of(pool), home_of(a));
+    assert_true(atomic_load(&e->off) == NVH_NAMED_TOMB);
+    assert_false(index_ready(pool));
+    assert_non_null(nvh_get_named(pool, b, NULL));
     atomic_store(&nvh_named_build_hold_, 0);
     assert_int_equal(nvh_pool_close(pool), NVH_OK);
     unlink(path);
