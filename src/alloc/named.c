@@ -3,13 +3,15 @@
  * 1..14 heap objects added as names outgrow them, alloc.h) and, in DRAM, an
  * index name -> slot, so a lookup is one hash probe however many names there
  * are. Open indexes table 0 only; a background thread indexes the other
- * tables in steps (nothing at open reads every entry). Until it is done a
- * lookup walks the name's probe chain in each table on the media: a hit
- * there is certain; a miss is not (a reservation dropped by a cancel or a
- * crash leaves an empty slot inside a chain), so a miss, a create and
- * nvh_free's "is this object named?" finish the index first. An entry commits with the 8-byte store of its offset
- * (inside the activation's redo record) after its name was flushed ahead of
- * the record's fence. Deleted entries become tombstones (offset 1). Each
+ * tables in steps, so open does not read every entry (docs/ALLOC.md §2a).
+ * Until it is done a lookup walks the name's probe chain in each table on
+ * the media: a hit there is certain, and so is a miss when the chains are
+ * sound (no empty slot before a committed entry of the chain: activations
+ * seal them, the chains word records it); anything else — an uncertain
+ * miss, a create, nvh_free's "is this object named?" — completes the index
+ * first. An entry commits with the 8-byte store of its offset (inside the
+ * activation's redo record) after its name was flushed ahead of the
+ * record's fence. Deleted entries become tombstones (offset 1). Each
  * committed entry's offset word carries a check of the entry (alloc.h,
  * nvh_named_word): a damaged entry is never followed; a lookup of the name it
  * may have held reports NVH_E_CORRUPT. */
@@ -482,8 +484,7 @@ static bool slot_indexed(const nvh_heap *h, uint32_t slot)
     return slot < h->build_next || slot >= h->build_end;
 }
 
-/* Index slots [build_next, build_next + n) (caller holds named_lock, or is
- * open). The last step publishes the index as complete. */
+/* The chains word for this session: its chains are sound (alloc.h). */
 static void chains_vouch(nvh_heap *h)
 {
     _Atomic uint64_t *cw = (_Atomic uint64_t *)(h->base + h->heap_off + NVH_NAMED_CHAINS_OFF);
@@ -493,6 +494,8 @@ static void chains_vouch(nvh_heap *h)
     nvh_flush(h->pool, (void *)cw, 8);
 }
 
+/* Index slots [build_next, build_next + n) (caller holds named_lock, or is
+ * open). The last step publishes the index as complete. */
 static int build_step(nvh_heap *h, uint32_t n)
 {
     uint32_t end = h->build_end - h->build_next > n ? h->build_next + n : h->build_end;
