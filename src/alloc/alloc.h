@@ -470,6 +470,7 @@ struct nvh_heap {
     uint64_t named_epoch;       /* this session's pool epoch (chains word)    */
     _Atomic bool named_ready;   /* the index and named_set are complete      */
     _Atomic bool build_stop;    /* close: the build thread returns            */
+    _Atomic unsigned named_waiting; /* API calls waiting for named_lock     */
     pthread_t build_thread;
     pid_t build_pid;            /* process that runs it, 0 = no thread        */
     uint32_t nused[NVH_NAMED_TABLES]; /* per table: entries not free (committed,

@@ -17,10 +17,18 @@
  * may have held reports NVH_E_CORRUPT. */
 #include "alloc.h"
 
-#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+
+/* named_lock for an API call: counted while it waits, so that the
+ * background build steps aside (build_main). */
+static void named_lock(nvh_heap *h)
+{
+    atomic_fetch_add_explicit(&h->named_waiting, 1, memory_order_relaxed);
+    pthread_mutex_lock(&h->named_lock);
+    atomic_fetch_sub_explicit(&h->named_waiting, 1, memory_order_relaxed);
+}
 
 /* ==========================================================================
  * Tables (caller holds h->named_lock, or is open/replay, which run alone)
@@ -236,7 +244,7 @@ bool nvh_named_set_has_(nvh_heap *h, uint64_t off)
 {
     if (atomic_load_explicit(&h->named_n, memory_order_acquire) & NVH_NAMED_BUILDING) {
         /* only the whole set can say "not named" */
-        pthread_mutex_lock(&h->named_lock);
+        named_lock(h);
         build_finish(h);
         pthread_mutex_unlock(&h->named_lock);
     }
@@ -551,14 +559,20 @@ static void *build_main(void *arg)
         while (atomic_load_explicit(&nvh_named_build_hold_, memory_order_acquire) &&
                !atomic_load_explicit(&h->build_stop, memory_order_relaxed))
             usleep(200);
+        /* a caller waiting for the lock gets it between steps: the mutex is
+         * not fair, and re-taking it at once would make the caller wait for
+         * the whole build (or, yielding instead, cost a time slice per step
+         * on a loaded machine). Bounded, so a stream of calls cannot stall
+         * the build for good. */
+        for (int i = 0; i < 20 && atomic_load_explicit(&h->named_waiting, memory_order_relaxed);
+             i++)
+            usleep(50);
         pthread_mutex_lock(&h->named_lock);
         bool done = atomic_load_explicit(&h->build_stop, memory_order_relaxed) ||
                     atomic_load_explicit(&h->named_ready, memory_order_relaxed);
         if (!done && build_step(h, NVH_NAMED_BUILD_STEP) != NVH_OK) build_finish(h);
         pthread_mutex_unlock(&h->named_lock);
         if (done) return NULL;
-        /* a caller waiting for the lock gets it between steps */
-        sched_yield();
     }
 }
 
@@ -632,7 +646,7 @@ static nvh_named_pending *pending_find(nvh_heap *h, const char *name)
 
 void nvh_named_drop_pending(nvh_heap *h, uint64_t off)
 {
-    pthread_mutex_lock(&h->named_lock);
+    named_lock(h);
     for (size_t i = 0; i < h->npending; i++)
         if (h->pending[i].used && h->pending[i].obj == off) {
             h->pending[i].used = false;
@@ -669,7 +683,7 @@ void *nvh_reserve_named(nvh_pool *pool, const char *name, size_t size)
 {
     nvh_heap *h = named_heap(pool, true);
     if (!h || check_name(name) != NVH_OK) return NULL;
-    pthread_mutex_lock(&h->named_lock);
+    named_lock(h);
     void *p = NULL;
     uint64_t obj;
     /* placement needs every table's fill (nused): the whole index */
@@ -713,7 +727,7 @@ int nvh_activate_named(nvh_pool *pool, const char *name)
     if (!h) return nvh_errcode();
     int rc = check_name(name);
     if (rc != NVH_OK) return rc;
-    pthread_mutex_lock(&h->named_lock);
+    named_lock(h);
     nvh_named_pending *pe = pending_find(h, name);
     if (!pe) {
         rc = nvh_fail(NVH_E_NOTFOUND, "no reservation named '%s'", name);
@@ -739,7 +753,7 @@ void *nvh_get_named(nvh_pool *pool, const char *name, size_t *size_out)
 {
     nvh_heap *h = named_heap(pool, false);
     if (!h || check_name(name) != NVH_OK) return NULL;
-    pthread_mutex_lock(&h->named_lock);
+    named_lock(h);
     uint64_t off = 0;
     int64_t slot = table_find(h, name, &off);
     pthread_mutex_unlock(&h->named_lock);
@@ -760,7 +774,7 @@ int nvh_free_named(nvh_pool *pool, const char *name)
     if (!h) return nvh_errcode();
     int rc = check_name(name);
     if (rc != NVH_OK) return rc;
-    pthread_mutex_lock(&h->named_lock);
+    named_lock(h);
     uint64_t off = 0;
     int64_t slot = table_find(h, name, &off);
     if (slot == -2) rc = nvh_errcode();
@@ -786,7 +800,7 @@ int nvh_named_foreach(nvh_pool *pool, nvh_named_fn fn, void *arg)
     int64_t damaged = -1;
     for (uint32_t i = 0;; i++) {
         char name[56];
-        pthread_mutex_lock(&h->named_lock);
+        named_lock(h);
         if (i >= slots_cap(h)) {
             pthread_mutex_unlock(&h->named_lock);
             break;
@@ -818,7 +832,7 @@ int nvh_named_lookup_(nvh_pool *pool, const char *name, void **ptr_out, size_t *
 {
     nvh_heap *h = __atomic_load_n(&pool->heap, __ATOMIC_ACQUIRE);
     if (!h) return NVH_E_NOTFOUND;
-    pthread_mutex_lock(&h->named_lock);
+    named_lock(h);
     uint64_t off = 0;
     int64_t slot = table_find(h, name, &off);
     pthread_mutex_unlock(&h->named_lock);
