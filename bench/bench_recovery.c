@@ -31,7 +31,12 @@
  * named objects of 64 B (nvh_reserve_named + nvh_activate_named, names
  * "obj-<i>") instead of linked ones; case named_open/N, same subjects and
  * metrics; after every recovery a sample of 1000 names is looked up
- * (nvh_get_named) and checked.
+ * (nvh_get_named) and checked. Named mode adds, each right after the first
+ * allocation: first_named_us, nvh_get_named of a present name (open builds
+ * the DRAM name index in the background: this lookup walks the tables'
+ * chains), first_miss_us, nvh_get_named of an absent name, and
+ * first_free_us, nvh_free of the first allocation's object (it must know
+ * every name, so it waits for the rest of the index build), wall time.
  *
  * Options: --counts LIST (object counts, default 1000,10000,100000,1000000,
  * 10000000; quick 1000,10000,100000); --named LIST (named-object counts; then
@@ -149,6 +154,7 @@ done:
  * ========================================================================== */
 typedef struct open_result {
     double open_ns, first_alloc_ns;     /* wall time                          */
+    double first_named_ns, first_miss_ns, first_free_ns; /* named mode, wall */
     double open_cpu_ns, first_alloc_cpu_ns; /* this thread's CPU time          */
 } open_result;
 
@@ -209,7 +215,28 @@ static int timed_open(const bench_opts *opts, const char *path, uint64_t n, uint
     r->first_alloc_ns = (double)(t2 - t1);
     r->open_cpu_ns = (double)(c1 - c0);
     r->first_alloc_cpu_ns = (double)(c2 - c1);
-    rc = check_pool(opts, pool, n, extra + 1);
+    uint64_t kept = 1;
+    if (g_named) {
+        char name[32];
+        obj_name(name, sizeof name, n / 2);
+        uint64_t t3 = bench_now_ns();
+        void *hit = nvh_get_named(pool, name, NULL);
+        uint64_t t4 = bench_now_ns();
+        void *miss = nvh_get_named(pool, "no-such-object", NULL);
+        uint64_t t5 = bench_now_ns();
+        rc = nvh_free(pool, obj, NULL, 0);
+        uint64_t t6 = bench_now_ns();
+        if (!hit || miss || rc != NVH_OK) {
+            bench_error(opts, "named lookups after open: %s", nvh_errormsg());
+            nvh_pool_close(pool);
+            return -1;
+        }
+        r->first_named_ns = (double)(t4 - t3);
+        r->first_miss_ns = (double)(t5 - t4);
+        r->first_free_ns = (double)(t6 - t5);
+        kept = 0;
+    }
+    rc = check_pool(opts, pool, n, extra + kept);
     nvh_pool_close(pool);
     return rc;
 }
@@ -237,7 +264,8 @@ static void run_count(const bench_opts *opts, uint64_t n, double *crash_open_med
     unsigned runs = opts->runs;
     double crash_open[MAX_RUNS], crash_first[MAX_RUNS], clean_open[MAX_RUNS],
         clean_first[MAX_RUNS], crash_open_cpu[MAX_RUNS], crash_first_cpu[MAX_RUNS],
-        clean_open_cpu[MAX_RUNS], clean_first_cpu[MAX_RUNS];
+        clean_open_cpu[MAX_RUNS], clean_first_cpu[MAX_RUNS], crash_named[MAX_RUNS],
+        crash_miss[MAX_RUNS], crash_free[MAX_RUNS];
     uint64_t t0 = bench_now_ns();
     if (!image || !work || build_crashed(opts, image, n) != 0) goto out;
     struct stat st;
@@ -251,8 +279,12 @@ static void run_count(const bench_opts *opts, uint64_t n, double *crash_open_med
             goto out;
         }
         /* the crashed copy (recovery), then the same pool after a clean close */
-        if (timed_open(opts, work, n, 0, &a) != 0 || timed_open(opts, work, n, 1, &b) != 0)
+        if (timed_open(opts, work, n, 0, &a) != 0 ||
+            timed_open(opts, work, n, g_named ? 0 : 1, &b) != 0)
             goto out;
+        crash_named[r] = a.first_named_ns;
+        crash_miss[r] = a.first_miss_ns;
+        crash_free[r] = a.first_free_ns;
         crash_open[r] = a.open_ns;
         crash_first[r] = a.first_alloc_ns;
         clean_open[r] = b.open_ns;
@@ -273,6 +305,11 @@ static void run_count(const bench_opts *opts, uint64_t n, double *crash_open_med
     emit_us(opts, name, "nvheap-crash", "first_alloc_cpu_us", crash_first_cpu, runs);
     emit_us(opts, name, "nvheap-clean", "open_cpu_us", clean_open_cpu, runs);
     emit_us(opts, name, "nvheap-clean", "first_alloc_cpu_us", clean_first_cpu, runs);
+    if (g_named) {
+        emit_us(opts, name, "nvheap-crash", "first_named_us", crash_named, runs);
+        emit_us(opts, name, "nvheap-crash", "first_miss_us", crash_miss, runs);
+        emit_us(opts, name, "nvheap-crash", "first_free_us", crash_free, runs);
+    }
     crash_open_median[0] = bench_median(crash_open, runs);
     crash_open_median[1] = bench_median(crash_open_cpu, runs);
     crash_open_median[2] = bench_median(crash_first, runs);

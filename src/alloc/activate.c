@@ -149,18 +149,9 @@ int nvh_activate_off_(nvh_heap *h, uint64_t off, const struct nvh_link_entry *li
 
 int nvh_activate(nvh_pool *pool, void *ptr, nvh_off_t *const links[], unsigned nlinks)
 {
-    nvh_heap *h = nvh_heap_of(pool, true);
-    if (!h) return nvh_errcode();
     uint64_t off = 0;
-    int rc = nvh_check_heap_ptr(h, ptr, &off);
-    if (rc != NVH_OK) return rc;
-    if (nlinks > NVH_LINKS_MAX || (nlinks && !links))
-        return nvh_fail(NVH_E_INVAL, "nvh_activate: %u links (at most %u)", nlinks, NVH_LINKS_MAX);
     struct nvh_link_entry e[NVH_LINKS_MAX_];
-    for (unsigned i = 0; i < nlinks; i++) {
-        rc = nvh_check_link(h, links[i], &e[i].addr);
-        if (rc != NVH_OK) return rc;
-        e[i].value = atomic_load_explicit((_Atomic uint64_t *)links[i], memory_order_relaxed);
-    }
+    nvh_heap *h = nvh_op_enter(pool, false, ptr, links, nlinks, &off, e);
+    if (!h) return nvh_errcode();
     return activate_off(h, off, e, nlinks, -1);
 }

@@ -31,6 +31,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 #include <string.h>
 #include <time.h>
 #if defined(__x86_64__)
@@ -232,6 +233,20 @@ static_assert(sizeof(struct nvh_named_entry) == 64, "named entry is one line");
 static_assert(NVH_NAMED_DIR_OFF >= 2 * 64, "directory after the heap header and state");
 static_assert(NVH_NAMED_DIR_OFF + 8 * (NVH_NAMED_TABLES - 1) <= NVH_FULLMAP_OFF,
               "directory before the chunk-full map");
+/* The chains word, heap_off + NVH_NAMED_CHAINS_OFF (zero in pools whose
+ * code predates it): nvh_named_chains_word(E) when every session up to the
+ * one of pool epoch E kept the tables' probe chains without holes (an empty
+ * slot between a committed entry and its name's home slot); any other
+ * value: unknown. Such a session rewrites it at heap open; a session of
+ * older code does not, so the epoch it commits leaves the word stale. With
+ * sound chains a lookup that walks a name's chain to an empty slot in every
+ * table has proven the name absent, without the DRAM index. */
+#define NVH_NAMED_CHAINS_OFF (NVH_NAMED_DIR_OFF + 8u * (NVH_NAMED_TABLES - 1u))
+static_assert(NVH_NAMED_CHAINS_OFF + 8 <= NVH_FULLMAP_OFF, "chains word before the map");
+static inline uint64_t nvh_named_chains_word(uint64_t epoch)
+{
+    return (epoch & 0xFFFFFFFFFFFFull) | 0x4348000000000000ull;
+}
 static inline unsigned nvh_named_table_of(uint32_t slot)
 {
     uint32_t q = slot / NVH_NAMED_CAP + 1;     /* table k: q in [2^k, 2^(k+1)) */
@@ -443,11 +458,21 @@ struct nvh_heap {
     _Atomic(struct nvh_nset *) named_set;
     struct nvh_nset *nset_old;  /* replaced sets, freed at close (lock-free
                                    readers may still be in them)           */
-    _Atomic uint32_t named_n;
+    _Atomic uint32_t named_n;   /* entries of named_set | NVH_NAMED_BUILDING */
     /* DRAM name index (named.c), under named_lock: open addressing of
-     * {slot + 1, name hash}; built at open from every table */
+     * {slot + 1, name hash}; slots [build_next, build_end) are not indexed
+     * yet (a background thread indexes them after open, in steps) */
     struct nvh_nidx { uint32_t slot1, hash; } *nidx;
     uint32_t nidx_cap, nidx_n;
+    uint32_t build_next, build_end;
+    bool chains_sound;          /* the chains word held: a chain miss is proof */
+    bool chains_repair;         /* not sound: the build seals holes, vouches  */
+    uint64_t named_epoch;       /* this session's pool epoch (chains word)    */
+    _Atomic bool named_ready;   /* the index and named_set are complete      */
+    _Atomic bool build_stop;    /* close: the build thread returns            */
+    _Atomic unsigned named_waiting; /* API calls waiting for named_lock     */
+    pthread_t build_thread;
+    pid_t build_pid;            /* process that runs it, 0 = no thread        */
     uint32_t nused[NVH_NAMED_TABLES]; /* per table: entries not free (committed,
                                    pending or damaged)                      */
     unsigned ntables;           /* tables present (table 0 always)            */
@@ -598,8 +623,30 @@ static inline unsigned nvh_rec_nlines(unsigned nlinks)
 /* CRC32C on the allocator's hot paths (record and region-header checksums):
  * nvh_crc32c's result, inlined, with unrolled 64 B and 52 B variants
  * (src/common/crc32c.h). */
+#if defined(__x86_64__)
+/* 64 B with the crc32 instruction, unrolled and without a copy: nvh_crc_fast
+ * checksums a record head on every activate and free. */
+__attribute__((target("sse4.2"))) static inline uint32_t nvh_crc_line_(uint32_t crc,
+                                                                        const void *p)
+{
+    const unsigned char *b = p;
+    uint64_t c = crc, w0, w1, w2, w3, w4, w5, w6, w7;
+    memcpy(&w0, b, 8); memcpy(&w1, b + 8, 8); memcpy(&w2, b + 16, 8); memcpy(&w3, b + 24, 8);
+    memcpy(&w4, b + 32, 8); memcpy(&w5, b + 40, 8); memcpy(&w6, b + 48, 8); memcpy(&w7, b + 56, 8);
+    c = __builtin_ia32_crc32di(c, w0); c = __builtin_ia32_crc32di(c, w1);
+    c = __builtin_ia32_crc32di(c, w2); c = __builtin_ia32_crc32di(c, w3);
+    c = __builtin_ia32_crc32di(c, w4); c = __builtin_ia32_crc32di(c, w5);
+    c = __builtin_ia32_crc32di(c, w6); c = __builtin_ia32_crc32di(c, w7);
+    return (uint32_t)c;
+}
+#endif
 static inline uint32_t nvh_crc_fast(uint32_t seed, const void *data, size_t len)
 {
+#if defined(__x86_64__)
+    if (__builtin_constant_p(len) && len == 64 &&
+        __builtin_expect(atomic_load_explicit(&nvh_crc32c_hw_, memory_order_relaxed) > 0, 1))
+        return ~nvh_crc_line_(~seed, data);
+#endif
     return nvh_crc32c_inline(seed, data, len);
 }
 
@@ -1052,7 +1099,13 @@ static inline bool nvh_tcache_holds(nvh_heap *h, uint64_t off, unsigned cls)
 {
     nvh_tcache *tc = nvh_tcache_mine_;
     if (!tc || atomic_load_explicit(&tc->heap, memory_order_relaxed) != h) return false;
-    for (unsigned i = 0; i < tc->n[cls]; i++)
+    /* the usual case, the slot the thread was just handed: it sits right
+     * above the stack's top (a pop leaves it there, a refill puts it
+     * there), and the entry above the top is never one below it (entries
+     * are distinct; nvh_tcache_refill) */
+    unsigned n = tc->n[cls];
+    if (n < NVH_TC_SLOTS && tc->off[cls][n] == off) return false;
+    for (unsigned i = 0; i < n; i++)
         if (tc->off[cls][i] == off) return true;
     return false;
 }
@@ -1135,14 +1188,56 @@ nvh_check_link(nvh_heap *h, const nvh_off_t *link, uint64_t *off_out)
     return NVH_OK;
 }
 
+/* The entry checks nvh_activate and nvh_free share: the pool's writable
+ * heap, ptr a possible object (its offset in *off_out), at most
+ * NVH_LINKS_MAX links, each an aligned pool word outside the metadata,
+ * copied to e[]. free: links is an nvh_link array, each link must point at
+ * the object and e[i].value is the value to store; else links is an
+ * nvh_off_t * array and e[i].value the link's current value (replay writes
+ * a link only if it still holds it). is_free is a constant at both callers:
+ * the branches on it fold away. */
+static inline __attribute__((always_inline)) nvh_heap *
+nvh_op_enter(nvh_pool *pool, bool is_free, void *ptr, const void *links, unsigned nlinks,
+             uint64_t *off_out, struct nvh_link_entry *e)
+{
+    const char *op = is_free ? "nvh_free" : "nvh_activate";
+    nvh_heap *h = nvh_heap_of(pool, true);
+    if (!h || nvh_check_heap_ptr(h, ptr, off_out) != NVH_OK) return NULL;
+    if (nlinks > NVH_LINKS_MAX || (nlinks && !links)) {
+        nvh_fail(NVH_E_INVAL, "%s: %u links (at most %u)", op, nlinks, NVH_LINKS_MAX);
+        return NULL;
+    }
+    for (unsigned i = 0; i < nlinks; i++) {
+        nvh_off_t *l = is_free ? ((const nvh_link *)links)[i].link : ((nvh_off_t *const *)links)[i];
+        if (nvh_check_link(h, l, &e[i].addr) != NVH_OK) return NULL;
+        if (is_free) {
+            if (*l != *off_out) {
+                nvh_fail(NVH_E_INVAL, "%s: link %u does not point at the object", op, i);
+                return NULL;
+            }
+            e[i].value = ((const nvh_link *)links)[i].value;
+        } else {
+            e[i].value = atomic_load_explicit((_Atomic uint64_t *)l, memory_order_relaxed);
+        }
+    }
+    return h;
+}
+
 /* named.c */
 struct nvh_named_entry *nvh_named_entry_at(nvh_heap *h, uint32_t slot); /* NULL: no table */
 bool nvh_named_table_obj(nvh_heap *h, uint64_t off);   /* an object table's payload? */
 void nvh_named_fini(nvh_heap *h);
-int nvh_named_set_build(nvh_heap *h);
+/* heap open: directory, chains word (the last read-write session had
+ * prev_epoch, this one has epoch), table 0, the background build */
+int nvh_named_open(nvh_heap *h, bool fresh, uint64_t prev_epoch, uint64_t epoch);
+void nvh_named_stop(nvh_heap *h);      /* close: stop the background build   */
+/* Tests: while nonzero, background builds wait before each step. */
+extern _Atomic unsigned nvh_named_build_hold_;
 bool nvh_named_set_has_(nvh_heap *h, uint64_t off);
 /* Is the object at off named? (nvh_free refuses named objects.) One load
- * when the pool has no named object. */
+ * when the pool has no named object; while the index is being built after
+ * open (NVH_NAMED_BUILDING in named_n), finishes it first. */
+#define NVH_NAMED_BUILDING 0x80000000u
 static inline bool nvh_named_has(nvh_heap *h, uint64_t off)
 {
     return atomic_load_explicit(&h->named_n, memory_order_acquire) != 0 &&

@@ -289,21 +289,10 @@ int nvh_free_off_(nvh_heap *h, uint64_t off, const struct nvh_link_entry *links,
 
 int nvh_free(nvh_pool *pool, void *ptr, const nvh_link *links, unsigned nlinks)
 {
-    nvh_heap *h = nvh_heap_of(pool, true);
-    if (!h) return nvh_errcode();
     uint64_t off = 0;
-    int rc = nvh_check_heap_ptr(h, ptr, &off);
-    if (rc != NVH_OK) return rc;
-    if (nlinks > NVH_LINKS_MAX || (nlinks && !links))
-        return nvh_fail(NVH_E_INVAL, "nvh_free: %u links (at most %u)", nlinks, NVH_LINKS_MAX);
     struct nvh_link_entry e[NVH_LINKS_MAX_];
-    for (unsigned i = 0; i < nlinks; i++) {
-        rc = nvh_check_link(h, links[i].link, &e[i].addr);
-        if (rc != NVH_OK) return rc;
-        if (*links[i].link != off)
-            return nvh_fail(NVH_E_INVAL, "link %u does not point at the object", i);
-        e[i].value = links[i].value;
-    }
+    nvh_heap *h = nvh_op_enter(pool, true, ptr, links, nlinks, &off, e);
+    if (!h) return nvh_errcode();
     /* the name would point at memory handed to the next object */
     if (nvh_named_has(h, off))
         return nvh_fail(NVH_E_INVAL, "nvh_free: the object at offset %llu is named; use "

@@ -152,6 +152,7 @@ static int heap_validate(nvh_pool *pool, const struct nvh_heap_hdr *hh, uint64_t
 static void heap_free(nvh_heap *h)
 {
     if (!h) return;
+    nvh_named_stop(h);          /* its thread reads the heap: stop it first */
     for (unsigned i = 0; i < NVH_RINGS; i++) nvh_arena_fini(&h->arenas[i]);
     if (h->chunks) {
         for (uint64_t c = 0; c < h->max_chunks; c++) {
@@ -222,7 +223,7 @@ static int heap_open_locked(nvh_pool *pool, bool create)
         if (!create) return NVH_OK;
         return nvh_fail(NVH_E_NOSPACE, "%s: no room for a heap", pool->path);
     }
-    bool formatted = (pool->state_flags & NVH_STATE_HEAP) != 0;
+    bool formatted = (pool->state_flags & NVH_STATE_HEAP) != 0, fresh = false;
     if (all_zero(hh->magic, sizeof hh->magic)) {
         /* never format over a heap the superblock says exists: its header
          * was zeroed by damage, and the objects behind it are live */
@@ -233,6 +234,7 @@ static int heap_open_locked(nvh_pool *pool, bool create)
         if (!create || pool->readonly) return NVH_OK;  /* no heap yet */
         int rc = heap_format(pool, heap_off);
         if (rc != NVH_OK) return rc;
+        fresh = true;
     }
     int rc = heap_validate(pool, hh, heap_off);
     if (rc != NVH_OK) return rc;
@@ -315,7 +317,10 @@ static int heap_open_locked(nvh_pool *pool, bool create)
     if (nvh_hwm_decode(atomic_load_explicit((_Atomic uint64_t *)&h->state->hwm_word,
                                             memory_order_relaxed), &hw) && hw > h->hwm)
         h->hwm = hw < h->max_chunks ? hw : h->max_chunks;
-    rc = nvh_named_set_build(h);
+    /* this session's epoch: open commits pool->epoch + 1 after the layers
+     * (create = false); a heap formatted later finds it committed */
+    uint64_t epoch = pool->readonly || create ? pool->epoch : pool->epoch + 1;
+    rc = nvh_named_open(h, fresh, pool->epoch, epoch);
     if (rc != NVH_OK) {
         heap_free(h);
         return rc;

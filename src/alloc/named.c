@@ -1,10 +1,17 @@
 /* named.c — named allocations ([Schwalb15] §3.6): persistent object tables
  * of 64 B entries {name[56], offset} (table 0 in the heap metadata, tables
  * 1..14 heap objects added as names outgrow them, alloc.h) and, in DRAM, an
- * index name -> slot built at open, so a lookup is one hash probe however
- * many names there are. An entry commits with the 8-byte store of its offset
- * (inside the activation's redo record) after its name was flushed ahead of
- * the record's fence. Deleted entries become tombstones (offset 1). Each
+ * index name -> slot, so a lookup is one hash probe however many names there
+ * are. Open indexes table 0 only; a background thread indexes the other
+ * tables in steps, so open does not read every entry (docs/ALLOC.md §2a).
+ * Until it is done a lookup walks the name's probe chain in each table on
+ * the media: a hit there is certain, and so is a miss when the chains are
+ * sound (no empty slot before a committed entry of the chain: activations
+ * seal them, the chains word records it); anything else — an uncertain
+ * miss, a create, nvh_free's "is this object named?" — completes the index
+ * first. An entry commits with the 8-byte store of its offset (inside the
+ * activation's redo record) after its name was flushed ahead of the
+ * record's fence. Deleted entries become tombstones (offset 1). Each
  * committed entry's offset word carries a check of the entry (alloc.h,
  * nvh_named_word): a damaged entry is never followed; a lookup of the name it
  * may have held reports NVH_E_CORRUPT. */
@@ -12,6 +19,16 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
+
+/* named_lock for an API call: counted while it waits, so that the
+ * background build steps aside (build_main). */
+static void named_lock(nvh_heap *h)
+{
+    atomic_fetch_add_explicit(&h->named_waiting, 1, memory_order_relaxed);
+    pthread_mutex_lock(&h->named_lock);
+    atomic_fetch_sub_explicit(&h->named_waiting, 1, memory_order_relaxed);
+}
 
 /* ==========================================================================
  * Tables (caller holds h->named_lock, or is open/replay, which run alone)
@@ -146,14 +163,26 @@ static void nidx_del(nvh_heap *h, uint32_t slot1, uint32_t hash)
 }
 
 static int64_t chain_damage(nvh_heap *h, const char *name);
+static int64_t chain_find(nvh_heap *h, const char *name, uint32_t hash, uint64_t *obj_out,
+                          bool *proof);
+static void build_finish(nvh_heap *h);
 
 /* Slot of the committed entry with this name (its object in *obj_out), or
  * -1 if there is none, or -2 (NVH_E_CORRUPT set) if there is none but a
- * damaged entry may have been this name's: "not found" would be a guess. */
+ * damaged entry may have been this name's: "not found" would be a guess.
+ * Before the index is complete: the media chains, and on a miss the rest of
+ * the index (a miss on the chains is not proof, see the header). */
 static int64_t table_find(nvh_heap *h, const char *name, uint64_t *obj_out)
 {
     if (h->named_dir_bad) { dir_fail(h); return -2; }
     uint32_t hash = name_hash(name);
+    if (!atomic_load_explicit(&h->named_ready, memory_order_relaxed)) {
+        bool absent = false;
+        int64_t slot = chain_find(h, name, hash, obj_out, &absent);
+        if (slot >= 0) return slot;
+        if (absent) return -1;
+        build_finish(h);
+    }
     int64_t damaged = -1;
     if (h->nidx_cap) {
         uint32_t m = h->nidx_cap - 1;
@@ -198,7 +227,7 @@ static inline uint32_t nset_home(uint64_t off, uint32_t cap)
     return (uint32_t)((off * 0x9E3779B97F4A7C15ull) >> 32) & (cap - 1);
 }
 
-bool nvh_named_set_has_(nvh_heap *h, uint64_t off)
+static bool nset_lookup(nvh_heap *h, uint64_t off)
 {
     struct nvh_nset *s = atomic_load_explicit(&h->named_set, memory_order_acquire);
     if (!s) return false;
@@ -209,6 +238,17 @@ bool nvh_named_set_has_(nvh_heap *h, uint64_t off)
         if (v == 0) return false;
     }
     return false;
+}
+
+bool nvh_named_set_has_(nvh_heap *h, uint64_t off)
+{
+    if (atomic_load_explicit(&h->named_n, memory_order_acquire) & NVH_NAMED_BUILDING) {
+        /* only the whole set can say "not named" */
+        named_lock(h);
+        build_finish(h);
+        pthread_mutex_unlock(&h->named_lock);
+    }
+    return nset_lookup(h, off);
 }
 
 static void nset_put(struct nvh_nset *s, uint64_t off)
@@ -227,7 +267,7 @@ static void nset_put(struct nvh_nset *s, uint64_t off)
 static int nset_add(nvh_heap *h, uint64_t off)
 {
     struct nvh_nset *s = atomic_load_explicit(&h->named_set, memory_order_relaxed);
-    uint32_t n = atomic_load_explicit(&h->named_n, memory_order_relaxed);
+    uint32_t n = atomic_load_explicit(&h->named_n, memory_order_relaxed) & ~NVH_NAMED_BUILDING;
     if (!s || (n + 1) * 2 > s->cap) {
         uint32_t cap = s ? s->cap * 2 : 2048;
         struct nvh_nset *g = calloc(1, sizeof *g + (size_t)cap * sizeof g->v[0]);
@@ -241,7 +281,7 @@ static int nset_add(nvh_heap *h, uint64_t off)
         atomic_store_explicit(&h->named_set, g, memory_order_release);
         s = g;
     }
-    if (nvh_named_set_has_(h, off)) return NVH_OK;
+    if (nset_lookup(h, off)) return NVH_OK;
     nset_put(s, off);
     atomic_fetch_add_explicit(&h->named_n, 1, memory_order_release);
     return NVH_OK;
@@ -280,6 +320,7 @@ bool nvh_named_obj_(nvh_pool *pool, uint64_t off)
 
 void nvh_named_fini(nvh_heap *h)
 {
+    nvh_named_stop(h);
     struct nvh_nset *s = atomic_load_explicit(&h->named_set, memory_order_relaxed);
     free(s);
     while (h->nset_old) {
@@ -379,10 +420,175 @@ static int64_t chain_damage(nvh_heap *h, const char *name)
     return -1;
 }
 
-/* Rebuild the DRAM state from the tables (heap open, after recovery):
- * check the directory, index every name, collect the free slots. */
-int nvh_named_set_build(nvh_heap *h)
+/* Walk the name's probe chain in every table on the media (the index is
+ * not complete yet). Returns the slot of its intact committed entry, or -1
+ * and in *proof whether the walks prove it absent: every walk ended at an
+ * empty slot, past no damaged entry, in a pool whose chains are sound
+ * (alloc.h, the chains word). A walk gives up after NVH_NAMED_WALK_MAX
+ * probes (no proof: the caller completes the index instead). */
+#define NVH_NAMED_WALK_MAX 64u
+static int64_t chain_find(nvh_heap *h, const char *name, uint32_t hash, uint64_t *obj_out,
+                          bool *proof)
 {
+    bool sure = h->chains_sound;
+    for (unsigned k = 0; k < h->ntables; k++) {
+        uint32_t cap = NVH_NAMED_CAP << k, mask = cap - 1, first = nvh_named_table_first(k);
+        uint32_t lim = cap < NVH_NAMED_WALK_MAX ? cap : NVH_NAMED_WALK_MAX, n = 0;
+        for (uint32_t i = hash & mask; n < lim; n++, i = (i + 1) & mask) {
+            struct nvh_named_entry *e = nvh_named_entry_at(h, first + i);
+            uint64_t w = atomic_load_explicit(&e->off, memory_order_acquire), obj;
+            if (w == 0 && e->name[0] == '\0') break;
+            if (w == NVH_NAMED_TOMB) continue;
+            if (w != 0 && entry_ok(h, e, first + i, w, &obj)) {
+                if (strncmp(e->name, name, sizeof e->name) == 0) {
+                    *obj_out = obj;
+                    return first + i;
+                }
+            } else {
+                sure = false;       /* damaged: it may have been this name */
+            }
+        }
+        if (n == lim) sure = false;
+    }
+    *proof = sure;
+    return -1;
+}
+
+/* Keep the chains sound: the empty slots between the name's home and its
+ * slot (reservations still pending, or given back) become tombstones,
+ * flushed ahead of the activation's fence, so that no committed entry lies
+ * beyond an empty slot of its chain, crash or cancel. Rare: a slot is
+ * empty there only while another reservation of the chain is open. */
+static void chain_seal(nvh_heap *h, const char *name, uint32_t slot)
+{
+    unsigned k = nvh_named_table_of(slot);
+    uint32_t mask = (NVH_NAMED_CAP << k) - 1, first = nvh_named_table_first(k);
+    for (uint32_t i = name_hash(name) & mask; first + i != slot; i = (i + 1) & mask) {
+        struct nvh_named_entry *e = nvh_named_entry_at(h, first + i);
+        if (atomic_load_explicit(&e->off, memory_order_relaxed) != 0 || e->name[0] != '\0')
+            continue;
+        nvh_wopen(h, &e->off, 8);
+        atomic_store_explicit(&e->off, NVH_NAMED_TOMB, memory_order_relaxed);
+        nvh_wclose(h, &e->off, 8);
+        nvh_flush(h->pool, &e->off, 8);
+    }
+}
+
+/* ==========================================================================
+ * Building the DRAM state from the tables: open checks the directory and
+ * indexes table 0; the rest is indexed in steps of NVH_NAMED_BUILD_STEP
+ * slots, each under named_lock, by a background thread — or by the first
+ * caller that needs the whole index, which finishes it (build_finish).
+ * Slots below build_next are indexed and kept by every change; the others
+ * are read as the media has them when the build reaches them, so a delete
+ * there changes only the media (slot_indexed). Creates, the only other
+ * change, wait for the whole index (their name must be proven absent), and
+ * so do new tables.
+ * ========================================================================== */
+#define NVH_NAMED_BUILD_STEP 512u
+
+static bool slot_indexed(const nvh_heap *h, uint32_t slot)
+{
+    return slot < h->build_next || slot >= h->build_end;
+}
+
+/* The chains word for this session: its chains are sound (alloc.h). */
+static void chains_vouch(nvh_heap *h)
+{
+    _Atomic uint64_t *cw = (_Atomic uint64_t *)(h->base + h->heap_off + NVH_NAMED_CHAINS_OFF);
+    nvh_wopen(h, (const void *)cw, 8);
+    atomic_store_explicit(cw, nvh_named_chains_word(h->named_epoch), memory_order_relaxed);
+    nvh_wclose(h, (const void *)cw, 8);
+    nvh_flush(h->pool, (void *)cw, 8);
+}
+
+/* Index slots [build_next, build_next + n) (caller holds named_lock, or is
+ * open). The last step publishes the index as complete. */
+static int build_step(nvh_heap *h, uint32_t n)
+{
+    uint32_t end = h->build_end - h->build_next > n ? h->build_next + n : h->build_end;
+    for (uint32_t i = h->build_next; i < end; i++) {
+        struct nvh_named_entry *e = nvh_named_entry_at(h, i);
+        uint64_t w = atomic_load_explicit(&e->off, memory_order_relaxed), obj;
+        if (w == 0 && e->name[0] == '\0') continue;
+        if (w == NVH_NAMED_TOMB) continue;
+        h->nused[nvh_named_table_of(i)]++;
+        if (w > NVH_NAMED_TOMB && entry_ok(h, e, i, w, &obj)) {
+            if (nset_add(h, obj) != NVH_OK || nidx_put(h, i + 1, name_hash(e->name)) != NVH_OK) {
+                h->nused[nvh_named_table_of(i)]--;
+                h->build_next = i;  /* out of memory: the next step retries */
+                return nvh_errcode();
+            }
+            /* chains not known sound: seal this one's holes (empty slots
+             * the build has not reached stay uncounted: they are free) */
+            if (h->chains_repair) chain_seal(h, e->name, i);
+        } else {
+            h->named_damaged++;
+        }
+    }
+    h->build_next = end;
+    if (end == h->build_end && h->chains_repair) {
+        /* every hole sealed: durable first, then vouch for this session */
+        nvh_drain(h->pool);
+        chains_vouch(h);
+        h->chains_repair = false;
+        h->chains_sound = true;
+    }
+    if (end == h->build_end) {
+        atomic_store_explicit(&h->named_ready, true, memory_order_release);
+        atomic_fetch_and_explicit(&h->named_n, ~NVH_NAMED_BUILDING, memory_order_release);
+    }
+    return NVH_OK;
+}
+
+/* The rest of the index, now (caller holds named_lock). Out of memory ends
+ * it as complete with the names indexed so far: lookups of the others miss
+ * until the next open, as after a failed index insert at activation. */
+static void build_finish(nvh_heap *h)
+{
+    while (!atomic_load_explicit(&h->named_ready, memory_order_relaxed))
+        if (build_step(h, UINT32_MAX) != NVH_OK) h->build_end = h->build_next;
+}
+
+_Atomic unsigned nvh_named_build_hold_;
+
+static void *build_main(void *arg)
+{
+    nvh_heap *h = arg;
+    for (;;) {
+        while (atomic_load_explicit(&nvh_named_build_hold_, memory_order_acquire) &&
+               !atomic_load_explicit(&h->build_stop, memory_order_relaxed))
+            usleep(200);
+        /* a caller waiting for the lock gets it between steps: the mutex is
+         * not fair, and re-taking it at once would make the caller wait for
+         * the whole build (or, yielding instead, cost a time slice per step
+         * on a loaded machine). Bounded, so a stream of calls cannot stall
+         * the build for good. */
+        for (int i = 0; i < 20 && atomic_load_explicit(&h->named_waiting, memory_order_relaxed);
+             i++)
+            usleep(50);
+        pthread_mutex_lock(&h->named_lock);
+        bool done = atomic_load_explicit(&h->build_stop, memory_order_relaxed) ||
+                    atomic_load_explicit(&h->named_ready, memory_order_relaxed);
+        if (!done && build_step(h, NVH_NAMED_BUILD_STEP) != NVH_OK) build_finish(h);
+        pthread_mutex_unlock(&h->named_lock);
+        if (done) return NULL;
+    }
+}
+
+/* Heap open, after recovery: the chains word, check the directory, index
+ * table 0, start the background build of the rest (or build it here if no
+ * thread can be had). Cost: the directory words, table 0 (64 KiB) and a
+ * thread start, however many names there are. */
+int nvh_named_open(nvh_heap *h, bool fresh, uint64_t prev_epoch, uint64_t epoch)
+{
+    _Atomic uint64_t *cw = (_Atomic uint64_t *)(h->base + h->heap_off + NVH_NAMED_CHAINS_OFF);
+    h->named_epoch = epoch;
+    h->chains_sound = fresh || atomic_load_explicit(cw, memory_order_relaxed) ==
+                                   nvh_named_chains_word(prev_epoch);
+    /* durable with the open's epoch commit (a fence); a crash before it
+     * leaves a word that matches no epoch: unknown, which is safe */
+    if (h->chains_sound && !h->pool->readonly) chains_vouch(h);
     h->ntables = 1;
     h->named_damaged = 0;
     for (unsigned k = 1; k < NVH_NAMED_TABLES; k++) {
@@ -403,22 +609,32 @@ int nvh_named_set_build(nvh_heap *h)
         }
         h->ntables = k + 1;
     }
-    if (h->named_dir_bad) return NVH_OK;     /* named calls report it */
-    uint32_t cap = slots_cap(h);
-    for (uint32_t i = 0; i < cap; i++) {
-        struct nvh_named_entry *e = nvh_named_entry_at(h, i);
-        uint64_t w = atomic_load_explicit(&e->off, memory_order_relaxed), obj;
-        if (w == 0 && e->name[0] == '\0') continue;
-        if (w == NVH_NAMED_TOMB) continue;
-        h->nused[nvh_named_table_of(i)]++;
-        if (w > NVH_NAMED_TOMB && entry_ok(h, e, i, w, &obj)) {
-            if (nset_add(h, obj) != NVH_OK || nidx_put(h, i + 1, name_hash(e->name)) != NVH_OK)
-                return nvh_errcode();
-        } else {
-            h->named_damaged++;
-        }
+    h->build_next = 0;
+    h->build_end = h->named_dir_bad ? 0 : slots_cap(h);   /* a bad directory: named calls report it */
+    /* chains not known sound: the build seals every chain's holes, then vouches */
+    h->chains_repair = !h->chains_sound && !h->pool->readonly && !h->named_dir_bad;
+    atomic_store_explicit(&h->named_n, NVH_NAMED_BUILDING, memory_order_relaxed);
+    int rc = build_step(h, NVH_NAMED_CAP);
+    if (rc != NVH_OK) return rc;
+    if (atomic_load_explicit(&h->named_ready, memory_order_relaxed)) return NVH_OK;
+    if (pthread_create(&h->build_thread, NULL, build_main, h) == 0) {
+        h->build_pid = getpid();
+    } else {
+        build_finish(h);
     }
     return NVH_OK;
+}
+
+/* Close: stop the background build (the heap is about to be freed). A
+ * forked child has no copy of the thread: only its creator joins it. */
+void nvh_named_stop(nvh_heap *h)
+{
+    if (h->build_pid == 0) return;
+    if (h->build_pid == getpid()) {
+        atomic_store_explicit(&h->build_stop, true, memory_order_relaxed);
+        pthread_join(h->build_thread, NULL);
+    }
+    h->build_pid = 0;
 }
 
 static nvh_named_pending *pending_find(nvh_heap *h, const char *name)
@@ -430,7 +646,7 @@ static nvh_named_pending *pending_find(nvh_heap *h, const char *name)
 
 void nvh_named_drop_pending(nvh_heap *h, uint64_t off)
 {
-    pthread_mutex_lock(&h->named_lock);
+    named_lock(h);
     for (size_t i = 0; i < h->npending; i++)
         if (h->pending[i].used && h->pending[i].obj == off) {
             h->pending[i].used = false;
@@ -467,9 +683,11 @@ void *nvh_reserve_named(nvh_pool *pool, const char *name, size_t size)
 {
     nvh_heap *h = named_heap(pool, true);
     if (!h || check_name(name) != NVH_OK) return NULL;
-    pthread_mutex_lock(&h->named_lock);
+    named_lock(h);
     void *p = NULL;
     uint64_t obj;
+    /* placement needs every table's fill (nused): the whole index */
+    if (!h->named_dir_bad) build_finish(h);
     int64_t found = table_find(h, name, &obj);
     if (found == -2) goto out;
     if (found >= 0 || pending_find(h, name)) {
@@ -509,12 +727,13 @@ int nvh_activate_named(nvh_pool *pool, const char *name)
     if (!h) return nvh_errcode();
     int rc = check_name(name);
     if (rc != NVH_OK) return rc;
-    pthread_mutex_lock(&h->named_lock);
+    named_lock(h);
     nvh_named_pending *pe = pending_find(h, name);
     if (!pe) {
         rc = nvh_fail(NVH_E_NOTFOUND, "no reservation named '%s'", name);
         goto out;
     }
+    chain_seal(h, pe->name, pe->slot);
     /* the name travels inside the redo record; the entry (name, then the
      * committing offset) is written by the record's effects */
     rc = nvh_activate_off_(h, pe->obj, NULL, 0, pe->slot);
@@ -534,7 +753,7 @@ void *nvh_get_named(nvh_pool *pool, const char *name, size_t *size_out)
 {
     nvh_heap *h = named_heap(pool, false);
     if (!h || check_name(name) != NVH_OK) return NULL;
-    pthread_mutex_lock(&h->named_lock);
+    named_lock(h);
     uint64_t off = 0;
     int64_t slot = table_find(h, name, &off);
     pthread_mutex_unlock(&h->named_lock);
@@ -555,14 +774,14 @@ int nvh_free_named(nvh_pool *pool, const char *name)
     if (!h) return nvh_errcode();
     int rc = check_name(name);
     if (rc != NVH_OK) return rc;
-    pthread_mutex_lock(&h->named_lock);
+    named_lock(h);
     uint64_t off = 0;
     int64_t slot = table_find(h, name, &off);
     if (slot == -2) rc = nvh_errcode();
     else if (slot < 0) rc = nvh_fail(NVH_E_NOTFOUND, "no object named '%s'", name);
     else {
         rc = nvh_free_off_(h, off, NULL, 0, slot);
-        if (rc == NVH_OK) {
+        if (rc == NVH_OK && slot_indexed(h, (uint32_t)slot)) {
             nset_del(h, off);
             nidx_del(h, (uint32_t)slot + 1, name_hash(name));
             slot_release(h, (uint32_t)slot);     /* now a tombstone: free */
@@ -581,7 +800,7 @@ int nvh_named_foreach(nvh_pool *pool, nvh_named_fn fn, void *arg)
     int64_t damaged = -1;
     for (uint32_t i = 0;; i++) {
         char name[56];
-        pthread_mutex_lock(&h->named_lock);
+        named_lock(h);
         if (i >= slots_cap(h)) {
             pthread_mutex_unlock(&h->named_lock);
             break;
@@ -613,7 +832,7 @@ int nvh_named_lookup_(nvh_pool *pool, const char *name, void **ptr_out, size_t *
 {
     nvh_heap *h = __atomic_load_n(&pool->heap, __ATOMIC_ACQUIRE);
     if (!h) return NVH_E_NOTFOUND;
-    pthread_mutex_lock(&h->named_lock);
+    named_lock(h);
     uint64_t off = 0;
     int64_t slot = table_find(h, name, &off);
     pthread_mutex_unlock(&h->named_lock);

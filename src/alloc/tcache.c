@@ -146,25 +146,30 @@ int nvh_tcache_refill(nvh_heap *h, nvh_arena *a, nvh_tcache *tc, unsigned cls, u
     unsigned n = 0, want = tc_batch(cls);
     int rc = nvh_reserve_small(h, a, cls, &got[n]);
     if (rc != NVH_OK) return rc;
+    {   /* resv -> tcached: the caller's slot, found from its offset */
+        uint64_t rel = got[0] - h->chunks_off;
+        nvh_run *run = nvh_run_lookup(h, rel / NVH_BLOCK);
+        unsigned slot = 0;
+        nvh_slot_of(rel % NVH_BLOCK, cls, &slot);
+        run->resv &= ~(1ull << slot);
+        run->tcached |= 1ull << slot;
+    }
     n++;
     while (n < want) {
-        /* more only from runs already in the bin: no new run, no refill */
+        /* more only from runs already in the bin: no new run, no refill;
+         * the run and slot are at hand, so they go straight to tcached */
         nvh_run *run = nvh_bin_first(a, cls);
         if (!run) break;
         unsigned slot = nvh_run_pick(run);
+        run->resv &= ~(1ull << slot);
+        run->tcached |= 1ull << slot;
         got[n++] = nvh_block_off(h, run->block) + NVH_HDR + (uint64_t)slot * nvh_cls_size(cls);
-    }
-    for (unsigned i = 0; i < n; i++) {   /* resv -> tcached */
-        uint64_t rel = got[i] - h->chunks_off, b = rel / NVH_BLOCK;
-        nvh_run *run = nvh_run_lookup(h, b);
-        unsigned slot = 0;
-        nvh_slot_of(rel % NVH_BLOCK, cls, &slot);
-        uint64_t bit = 1ull << slot;
-        run->resv &= ~bit;
-        run->tcached |= bit;
     }
     *off = got[0];
     /* the cache is a stack: push in reverse so pops follow the cursor */
     for (unsigned i = n; i-- > 1;) tc->off[cls][tc->n[cls]++] = got[i];
+    /* the caller's slot above the top: nvh_tcache_holds answers for it
+     * without a scan (it is in no entry below) */
+    if (tc->n[cls] < NVH_TC_SLOTS) tc->off[cls][tc->n[cls]] = got[0];
     return NVH_OK;
 }
