@@ -541,6 +541,26 @@ struct cap_heap *nvh_cap_heap_new_(struct cap_inst *cap)
     return h;
 }
 
+struct cap_rbatch *nvh_cap_rbatch_new_(struct cap_inst *cap)
+{
+    struct cap_rbatch *b = cap->rbatch_free;
+    if (b)
+        cap->rbatch_free = (struct cap_rbatch *)b->next;
+    else
+        b = meta_alloc(cap, sizeof *b);
+    if (b) {
+        b->next = 0;
+        b->n = 0;
+    }
+    return b;
+}
+
+void nvh_cap_rbatch_put_(struct cap_inst *cap, struct cap_rbatch *b)
+{
+    b->next = (uintptr_t)cap->rbatch_free;
+    cap->rbatch_free = b;
+}
+
 void nvh_cap_counters_(struct cap_inst *cap, struct nvh_cap_counters *out)
 {
     pthread_mutex_lock(&cap->lock);
