@@ -92,6 +92,7 @@ struct cap_span {
     uint8_t cached;            /* large: freed, in the freeing thread's cache
                                   (its kind stays LARGE: the lock holder reads
                                   kinds of neighbours, this thread writes this) */
+    uint8_t roomy;             /* large: a block grown by realloc, with headroom */
     struct cap_span *next, *prev;   /* free: bin list; page: avail list        */
     struct cap_span *dnext, *dprev; /* free + dirty: punch queue (oldest first) */
     size_t dbytes;             /* free + dirty: bytes that may hold pages      */

@@ -502,7 +502,10 @@ static void *large_alloc_top(struct cap_heap *h, size_t size)
     pthread_mutex_lock(&cap->lock);
     struct cap_span *s = nvh_cap_span_alloc_top_(cap, n, CAP_SPAN_LARGE, &zero);
     pthread_mutex_unlock(&cap->lock);
-    return s ? (void *)s->start : NULL;
+    if (!s)
+        return NULL;
+    s->roomy = 1;
+    return (void *)s->start;
 }
 
 static void *large_alloc(struct cap_heap *h, size_t size, size_t align, bool *zero_out)
@@ -549,10 +552,12 @@ static void *large_alloc(struct cap_heap *h, size_t size, size_t align, bool *ze
 static void large_free(struct cap_inst *cap, struct cap_heap *h, struct cap_span *s)
 {
     size_t bytes = (size_t)s->blocks << NVH_CAP_BLOCK_SHIFT;
-    /* a block at the top goes back at once: the top stays free to grow into */
+    /* a block at the top goes back at once: the top stays free to grow into;
+     * so does a block grown by realloc (it coalesces, and the next growing
+     * block starts where it did, on pages that are still mapped) */
     bool at_top = s->start + bytes ==
                   cap->base + atomic_load_explicit(&cap->top_hint, memory_order_relaxed);
-    if (h && !at_top && bytes <= NVH_CAP_LCACHE_BYTES / 2 &&
+    if (h && !at_top && !s->roomy && bytes <= NVH_CAP_LCACHE_BYTES / 2 &&
         !atomic_load_explicit(&h->orphan, memory_order_relaxed)) {
         s->cached = 1;
         while (h->nlcache == NVH_CAP_LCACHE || h->lcache_bytes + bytes > NVH_CAP_LCACHE_BYTES) {
@@ -715,15 +720,20 @@ void *nvh_cap_realloc_(struct cap_heap *h, void *p, size_t size, int *bad)
         return NULL;
     *bad = CAP_OK;
     size_t usable = span_usable(s);
-    if (size <= usable && (size >= usable / 2 || usable <= 64))
+    /* a roomy block (grown by realloc) keeps its headroom while it shrinks
+     * a little: it is likely to grow again */
+    bool roomy = s->kind == CAP_SPAN_LARGE && s->roomy;
+    if (size <= usable && (size >= usable / 2 || usable <= 64 || (roomy && size >= usable / 8)))
         return p;
-    /* Growth keeps headroom: a block that grows is likely to grow again, and
-     * pages of the headroom cost no file space until they are touched. */
+    /* Growth keeps headroom: a block that grows is likely to grow again (by
+     * half in a size class, doubling in a span of its own: untouched pages of
+     * the headroom cost no file space), so a growing buffer is copied or its
+     * span grown a logarithmic number of times. */
     size_t want = size;
-    if (size > usable && size > NVH_CAP_SMALL_MAX) {
-        size_t roomy = usable + usable / 2;
-        if (roomy > want && roomy - want < cap->size / 4)
-            want = roomy;
+    if (size > usable) {
+        size_t extra = size > NVH_CAP_SMALL_MAX ? size : size / 2;
+        if (extra < cap->size / 4)
+            want = size + extra;
     }
     if (s->kind == CAP_SPAN_LARGE && size > usable && s->user == s->start) {
         /* grow in place into a free neighbour or the top of the range */
@@ -732,8 +742,10 @@ void *nvh_cap_realloc_(struct cap_heap *h, void *p, size_t size, int *bad)
         pthread_mutex_lock(&cap->lock);
         bool ok = nvh_cap_span_grow_(cap, s, nw) || (nw > n && nvh_cap_span_grow_(cap, s, n));
         pthread_mutex_unlock(&cap->lock);
-        if (ok)
+        if (ok) {
+            s->roomy = 1;
             return p;
+        }
     }
     /* a block that grows past a page moves to a span at the top of the
      * range, where its next growths are in place (no copy) */

@@ -382,7 +382,7 @@ static struct cap_span *at_top(struct cap_inst *cap, uint32_t n, bool *zero)
 static struct cap_span *finish(struct cap_inst *cap, struct cap_span *s, int kind)
 {
     s->kind = (uint8_t)kind;
-    s->dirty = s->hole = s->cached = 0;
+    s->dirty = s->hole = s->cached = s->roomy = 0;
     s->next = s->prev = NULL;
     s->user = s->start;
     map_span(cap, s);
@@ -428,6 +428,7 @@ void nvh_cap_span_free_(struct cap_inst *cap, struct cap_span *s)
     size_t d = (size_t)s->blocks << NVH_CAP_BLOCK_SHIFT;   /* its own pages */
     s->kind = CAP_SPAN_FREE;
     s->cached = 0;
+    s->roomy = 0;
     s->hole = 0;
     s->dirty = 0;
     s->dbytes = 0;

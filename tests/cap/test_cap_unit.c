@@ -123,6 +123,42 @@ static void test_calloc_realloc(void **state)
     assert_int_equal(nvh_cap_free_(&cap, p), CAP_OK);
 }
 
+/* A buffer grown by realloc in small steps keeps headroom (half in a size
+ * class, doubling in a span of its own), so it moves (is copied) and takes
+ * the span lock a logarithmic number of times, not at every class step;
+ * its content survives every step. */
+static void test_realloc_growth_moves(void **state)
+{
+    (void)state;
+    struct cap_heap *h = heap();
+    size_t sz = 16;
+    unsigned char *p = nvh_cap_alloc_(h, sz);
+    assert_non_null(p);
+    memset(p, 0x5A, sz);
+    unsigned moves = 0, steps = 0;
+    while (sz < ((size_t)1 << 20)) {
+        size_t nsz = sz + sz / 8;
+        int bad;
+        unsigned char *q = nvh_cap_realloc_(h, p, nsz, &bad);
+        assert_int_equal(bad, CAP_OK);
+        assert_non_null(q);
+        assert_true(q[0] == 0x5A && q[sz - 1] == 0x5A);
+        memset(q + sz, 0x5A, nsz - sz);
+        moves += q != p;
+        steps++;
+        p = q;
+        sz = nsz;
+    }
+    /* 16 B .. 1 MiB in steps of 1/8: 96 steps, 11 moves (without headroom
+     * in the size classes: 28) */
+    assert_true(steps > 90);
+    assert_true(moves <= 16);
+    /* a roomy block stays where it is while it shrinks a little */
+    int bad;
+    assert_ptr_equal(nvh_cap_realloc_(h, p, sz / 3, &bad), p);
+    assert_int_equal(nvh_cap_free_(&cap, p), CAP_OK);
+}
+
 static void test_bad_pointers(void **state)
 {
     (void)state;
@@ -324,6 +360,7 @@ int main(void)
         cmocka_unit_test(test_class_tight),
         cmocka_unit_test(test_aligned),
         cmocka_unit_test(test_calloc_realloc),
+        cmocka_unit_test(test_realloc_growth_moves),
         cmocka_unit_test(test_bad_pointers),
         cmocka_unit_test(test_cross_thread_and_orphans),
         cmocka_unit_test(test_file_shrinks),
