@@ -159,6 +159,27 @@ static void test_realloc_growth_moves(void **state)
     assert_int_equal(nvh_cap_free_(&cap, p), CAP_OK);
 }
 
+/* Large blocks are rounded to large classes: a freed block serves a
+ * slightly bigger request of its class, at the same address (pages mapped). */
+static void test_large_class_reuse(void **state)
+{
+    (void)state;
+    struct cap_heap *h = heap();
+    unsigned char *a = nvh_cap_alloc_(h, (size_t)100 << 10);
+    unsigned char *guard = nvh_cap_alloc_(h, (size_t)100 << 10);   /* a is not at the top */
+    assert_non_null(a);
+    assert_non_null(guard);
+    a[0] = a[(100 << 10) - 1] = 1;
+    assert_int_equal(nvh_cap_free_(&cap, a), CAP_OK);
+    unsigned char *b = nvh_cap_alloc_(h, (size_t)102 << 10);
+    assert_ptr_equal(b, a);
+    assert_true(nvh_cap_usable_(&cap, b) >= ((size_t)102 << 10));
+    /* at most 12.5 % rounding */
+    assert_true(nvh_cap_usable_(&cap, b) <= ((size_t)102 << 10) + ((size_t)102 << 10) / 8 + 4096);
+    assert_int_equal(nvh_cap_free_(&cap, b), CAP_OK);
+    assert_int_equal(nvh_cap_free_(&cap, guard), CAP_OK);
+}
+
 static void test_bad_pointers(void **state)
 {
     (void)state;
@@ -361,6 +382,7 @@ int main(void)
         cmocka_unit_test(test_aligned),
         cmocka_unit_test(test_calloc_realloc),
         cmocka_unit_test(test_realloc_growth_moves),
+        cmocka_unit_test(test_large_class_reuse),
         cmocka_unit_test(test_bad_pointers),
         cmocka_unit_test(test_cross_thread_and_orphans),
         cmocka_unit_test(test_file_shrinks),
