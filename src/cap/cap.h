@@ -34,7 +34,8 @@
 #define NVH_CAP_EMPTY_PAGES 4u                 /* empty small pages per thread  */
 #define NVH_CAP_LCACHE 4u                      /* freed large spans per thread  */
 #define NVH_CAP_LCACHE_BYTES ((size_t)4 << 20)
-#define NVH_CAP_REMOTE_BATCH 32u               /* cross-thread frees per push   */
+#define NVH_CAP_RBATCH 62u                     /* cross-thread frees per push   */
+#define NVH_CAP_RSPARE 16u                     /* spare batch nodes per thread  */
 #define NVH_CAP_DECAY_SMALL ((size_t)8 << 20) /* dirty bytes a small heap keeps */
 #define NVH_CAP_DECAY_MS 100u             /* window of the recent peak (ms)  */
 #define NVH_CAP_GROW_STEP ((size_t)64 << 20)   /* device free-space check step  */
@@ -66,6 +67,19 @@ enum { CAP_PG_CUR = 1, CAP_PG_AVAIL, CAP_PG_FULL, CAP_PG_EMPTY };
 struct cap_heap;
 struct meta_slab;
 
+/* A batch of cross-thread frees for one owner heap: the freeing thread fills
+ * it and pushes it onto the owner's `remote` list with one CAS. The pointers
+ * are kept here, in DRAM, not chained through the blocks: the owner then
+ * knows every block's address at once and its cache misses on them (the
+ * blocks were last written by other cores) overlap instead of forming a
+ * chain of dependent loads. */
+struct cap_rbatch {
+    uintptr_t next;            /* remote list link (tagged, see heap.c)       */
+    uint32_t n;
+    uint32_t pad_;
+    struct cap_block *blk[NVH_CAP_RBATCH];
+};
+
 /* A span: a run of blocks of the range, free, a page of one size class, or
  * one large object. Descriptors live in DRAM (meta slabs), never in the file. */
 struct cap_span {
@@ -78,6 +92,7 @@ struct cap_span {
     uint8_t cached;            /* large: freed, in the freeing thread's cache
                                   (its kind stays LARGE: the lock holder reads
                                   kinds of neighbours, this thread writes this) */
+    uint8_t roomy;             /* large: a block grown by realloc, with headroom */
     struct cap_span *next, *prev;   /* free: bin list; page: avail list        */
     struct cap_span *dnext, *dprev; /* free + dirty: punch queue (oldest first) */
     size_t dbytes;             /* free + dirty: bytes that may hold pages      */
@@ -103,7 +118,7 @@ struct cap_heap {
     uint64_t gen;                    /* the instance's gen                    */
     struct cap_span *cur[NVH_CAP_CLASSES];
     struct cap_span *avail[NVH_CAP_CLASSES];
-    _Atomic(struct cap_block *) remote;
+    _Atomic(uintptr_t) remote;       /* batches (and lone blocks, tagged)    */
     _Atomic int orphan;
     struct cap_span *empty[NVH_CAP_EMPTY_PAGES];
     unsigned nempty;
@@ -112,8 +127,9 @@ struct cap_heap {
     size_t lcache_bytes;
     /* outgoing cross-thread frees, batched per destination heap */
     struct cap_heap *rdest;
-    struct cap_block *rhead, *rtail;
-    unsigned rcount;
+    struct cap_rbatch *rout;
+    struct cap_rbatch *rspare;       /* empty batches for reuse (owner only)  */
+    unsigned nspare;
     struct cap_heap *all_next;       /* every heap of the instance            */
     struct cap_heap *orphan_next;
 };
@@ -156,6 +172,7 @@ struct cap_inst {
     size_t span_peak;
     uint64_t punches;
     struct cap_span *desc_free;
+    struct cap_rbatch *rbatch_free;  /* spare cross-thread batches           */
     char *meta_cur, *meta_end;
     struct meta_slab *meta_slabs;
     struct cap_heap *heaps, *orphans;
@@ -189,6 +206,10 @@ void nvh_cap_span_settle_(struct cap_inst *cap);
 /* Under cap->lock: punch every free dirty span (malloc_trim). */
 void nvh_cap_span_purge_(struct cap_inst *cap);
 struct cap_heap *nvh_cap_heap_new_(struct cap_inst *cap);  /* under cap->lock */
+/* Under cap->lock: an empty cross-thread batch (NULL: out of memory), and
+ * giving one back. */
+struct cap_rbatch *nvh_cap_rbatch_new_(struct cap_inst *cap);
+void nvh_cap_rbatch_put_(struct cap_inst *cap, struct cap_rbatch *b);
 void nvh_cap_counters_(struct cap_inst *cap, struct nvh_cap_counters *out);
 /* Fork: prepare copies the file into a new one (under the lock, before the
  * parent resumes); the child maps the copy over the same range. */

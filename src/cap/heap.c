@@ -305,16 +305,79 @@ NVH_CAP_INLINE void local_free(struct cap_heap *h, struct cap_span *p, struct ca
         page_after_free(h, p, locked);
 }
 
+/* ---- cross-thread frees ------------------------------------------------------ */
+/* The `remote` list of a heap holds batches (struct cap_rbatch) and, where a
+ * freeing thread has no batch to fill (it has no heap of its own yet, or
+ * metadata ran out), lone blocks chained through their first word. The low
+ * bit tells them apart: blocks are 16-byte aligned, batches 64. */
+#define RLONE ((uintptr_t)1)
+
+/* An empty batch from the thread's spares, else from the instance. */
+static struct cap_rbatch *rbatch_get(struct cap_heap *h)
+{
+    struct cap_rbatch *b = h->rspare;
+    if (b) {
+        h->rspare = (struct cap_rbatch *)b->next;
+        h->nspare--;
+        b->next = 0;
+        b->n = 0;
+        return b;
+    }
+    struct cap_inst *cap = h->cap;
+    pthread_mutex_lock(&cap->lock);
+    b = nvh_cap_rbatch_new_(cap);
+    pthread_mutex_unlock(&cap->lock);
+    return b;
+}
+
+/* A drained batch: kept for the owner's own cross-thread frees; past
+ * NVH_CAP_RSPARE (a thread that only receives frees) half go back. */
+static void rbatch_keep(struct cap_heap *h, struct cap_rbatch *b, bool locked)
+{
+    b->next = (uintptr_t)h->rspare;
+    h->rspare = b;
+    if (++h->nspare <= NVH_CAP_RSPARE)
+        return;
+    struct cap_inst *cap = h->cap;
+    if (!locked)
+        pthread_mutex_lock(&cap->lock);
+    while (h->nspare > NVH_CAP_RSPARE / 2) {
+        struct cap_rbatch *x = h->rspare;
+        h->rspare = (struct cap_rbatch *)x->next;
+        h->nspare--;
+        nvh_cap_rbatch_put_(cap, x);
+    }
+    if (!locked)
+        pthread_mutex_unlock(&cap->lock);
+}
+
 /* Take the frees other threads pushed to h. */
 static void heap_drain(struct cap_heap *h, bool locked)
 {
     if (!atomic_load_explicit(&h->remote, memory_order_relaxed))
         return;
-    struct cap_block *b = atomic_exchange_explicit(&h->remote, NULL, memory_order_acquire);
-    while (b) {
-        struct cap_block *n = b->next;
-        local_free(h, nvh_cap_span_of_(h->cap, b), b, locked);
-        b = n;
+    uintptr_t x = atomic_exchange_explicit(&h->remote, 0, memory_order_acquire);
+    struct cap_inst *cap = h->cap;
+    while (x) {
+        if (x & RLONE) {
+            struct cap_block *b = (struct cap_block *)(x & ~RLONE);
+            x = (uintptr_t)b->next;
+            local_free(h, nvh_cap_span_of_(cap, b), b, locked);
+            continue;
+        }
+        struct cap_rbatch *rb = (struct cap_rbatch *)x;
+        x = rb->next;
+        uint32_t n = rb->n;
+        /* the blocks sit in other cores' caches: ask for a few lines ahead */
+        for (uint32_t i = 0; i < n && i < 8; i++)
+            __builtin_prefetch(rb->blk[i], 1);
+        for (uint32_t i = 0; i < n; i++) {
+            if (i + 8 < n)
+                __builtin_prefetch(rb->blk[i + 8], 1);
+            struct cap_block *b = rb->blk[i];
+            local_free(h, nvh_cap_span_of_(cap, b), b, locked);
+        }
+        rbatch_keep(h, rb, locked);
     }
 }
 
@@ -327,24 +390,31 @@ static void orphan_drain(struct cap_heap *dest)
     pthread_mutex_unlock(&cap->lock);
 }
 
-static void push_chain(struct cap_heap *dest, struct cap_block *head, struct cap_block *tail)
+/* Push a batch or a lone block (tagged); *link is its link word. */
+static void remote_push(struct cap_heap *dest, uintptr_t item, uintptr_t *link)
 {
-    struct cap_block *old = atomic_load_explicit(&dest->remote, memory_order_relaxed);
+    uintptr_t old = atomic_load_explicit(&dest->remote, memory_order_relaxed);
     do {
-        tail->next = old;
-    } while (!atomic_compare_exchange_weak(&dest->remote, &old, head));
+        *link = old;
+    } while (!atomic_compare_exchange_weak_explicit(&dest->remote, &old, item, memory_order_release,
+                                                    memory_order_relaxed));
     /* an orphan has no thread to drain it: drain it here (seq_cst pairs
      * with the orphaning thread's store of the flag and final drain) */
     if (nvh_cap_unlikely(atomic_load(&dest->orphan)))
         orphan_drain(dest);
 }
 
+static void remote_push_lone(struct cap_heap *dest, struct cap_block *b)
+{
+    remote_push(dest, (uintptr_t)b | RLONE, (uintptr_t *)&b->next);
+}
+
 static void remote_flush(struct cap_heap *h)
 {
-    if (h->rcount) {
-        push_chain(h->rdest, h->rhead, h->rtail);
-        h->rhead = h->rtail = NULL;
-        h->rcount = 0;
+    struct cap_rbatch *rb = h->rout;
+    if (rb && rb->n) {
+        h->rout = NULL;
+        remote_push(h->rdest, (uintptr_t)rb, &rb->next);
     }
 }
 
@@ -353,18 +423,22 @@ static NVH_CAP_NOINLINE void remote_free(struct cap_inst *cap, struct cap_heap *
     b->key = key_of(cap, b);
     struct cap_heap *dest = p->heap;
     if (!h) {
-        push_chain(dest, b, b);
+        remote_push_lone(dest, b);
         return;
     }
     if (h->rdest != dest) {
         remote_flush(h);
         h->rdest = dest;
     }
-    b->next = h->rhead;
-    h->rhead = b;
-    if (!h->rtail)
-        h->rtail = b;
-    if (++h->rcount >= NVH_CAP_REMOTE_BATCH)
+    struct cap_rbatch *rb = h->rout;
+    if (nvh_cap_unlikely(!rb)) {
+        if (!(rb = h->rout = rbatch_get(h))) {
+            remote_push_lone(dest, b);
+            return;
+        }
+    }
+    rb->blk[rb->n++] = b;
+    if (rb->n == NVH_CAP_RBATCH)
         remote_flush(h);
 }
 
@@ -428,7 +502,29 @@ static void *large_alloc_top(struct cap_heap *h, size_t size)
     pthread_mutex_lock(&cap->lock);
     struct cap_span *s = nvh_cap_span_alloc_top_(cap, n, CAP_SPAN_LARGE, &zero);
     pthread_mutex_unlock(&cap->lock);
-    return s ? (void *)s->start : NULL;
+    if (!s)
+        return NULL;
+    s->roomy = 1;
+    return (void *)s->start;
+}
+
+/* Large blocks are rounded up to large classes, eight per doubling of their
+ * 4 KiB blocks (at most 12.5 % more address space; pages never touched cost
+ * no file space). Freed blocks then come back in a few sizes, so a block
+ * freed (to a thread's cache or the span allocator) is carved again as it
+ * was: its pages are still mapped, where a block carved at a new offset out
+ * of coalesced free space lands its first and last page on pages the
+ * process never touched (a shared-memory fault each, a fresh file page). */
+#define LARGE_ROUND_MAX 16384u   /* blocks (64 MiB); bigger ones are not rounded */
+
+static inline uint32_t large_round(uint32_t n)
+{
+    if (n <= 16 || n > LARGE_ROUND_MAX)
+        return n;
+    uint32_t w = n - 1;
+    unsigned b = 31u - (unsigned)__builtin_clz(w);   /* >= 4 */
+    uint32_t step = (uint32_t)1 << (b - 3u);
+    return (w | (step - 1)) + 1;
 }
 
 static void *large_alloc(struct cap_heap *h, size_t size, size_t align, bool *zero_out)
@@ -439,7 +535,7 @@ static void *large_alloc(struct cap_heap *h, size_t size, size_t align, bool *ze
         errno = ENOMEM;
         return NULL;
     }
-    uint32_t n = (uint32_t)((size + pad + NVH_CAP_BLOCK - 1) >> NVH_CAP_BLOCK_SHIFT);
+    uint32_t n = large_round((uint32_t)((size + pad + NVH_CAP_BLOCK - 1) >> NVH_CAP_BLOCK_SHIFT));
     struct cap_span *s = NULL;
     bool zero = false;
     for (unsigned i = 0; i < h->nlcache; i++) {
@@ -475,10 +571,12 @@ static void *large_alloc(struct cap_heap *h, size_t size, size_t align, bool *ze
 static void large_free(struct cap_inst *cap, struct cap_heap *h, struct cap_span *s)
 {
     size_t bytes = (size_t)s->blocks << NVH_CAP_BLOCK_SHIFT;
-    /* a block at the top goes back at once: the top stays free to grow into */
+    /* a block at the top goes back at once: the top stays free to grow into;
+     * so does a block grown by realloc (it coalesces, and the next growing
+     * block starts where it did, on pages that are still mapped) */
     bool at_top = s->start + bytes ==
                   cap->base + atomic_load_explicit(&cap->top_hint, memory_order_relaxed);
-    if (h && !at_top && bytes <= NVH_CAP_LCACHE_BYTES / 2 &&
+    if (h && !at_top && !s->roomy && bytes <= NVH_CAP_LCACHE_BYTES / 2 &&
         !atomic_load_explicit(&h->orphan, memory_order_relaxed)) {
         s->cached = 1;
         while (h->nlcache == NVH_CAP_LCACHE || h->lcache_bytes + bytes > NVH_CAP_LCACHE_BYTES) {
@@ -641,15 +739,20 @@ void *nvh_cap_realloc_(struct cap_heap *h, void *p, size_t size, int *bad)
         return NULL;
     *bad = CAP_OK;
     size_t usable = span_usable(s);
-    if (size <= usable && (size >= usable / 2 || usable <= 64))
+    /* a roomy block (grown by realloc) keeps its headroom while it shrinks
+     * a little: it is likely to grow again */
+    bool roomy = s->kind == CAP_SPAN_LARGE && s->roomy;
+    if (size <= usable && (size >= usable / 2 || usable <= 64 || (roomy && size >= usable / 8)))
         return p;
-    /* Growth keeps headroom: a block that grows is likely to grow again, and
-     * pages of the headroom cost no file space until they are touched. */
+    /* Growth keeps headroom: a block that grows is likely to grow again (by
+     * half in a size class, doubling in a span of its own: untouched pages of
+     * the headroom cost no file space), so a growing buffer is copied or its
+     * span grown a logarithmic number of times. */
     size_t want = size;
-    if (size > usable && size > NVH_CAP_SMALL_MAX) {
-        size_t roomy = usable + usable / 2;
-        if (roomy > want && roomy - want < cap->size / 4)
-            want = roomy;
+    if (size > usable) {
+        size_t extra = size > NVH_CAP_SMALL_MAX ? size : size / 2;
+        if (extra < cap->size / 4)
+            want = size + extra;
     }
     if (s->kind == CAP_SPAN_LARGE && size > usable && s->user == s->start) {
         /* grow in place into a free neighbour or the top of the range */
@@ -658,8 +761,10 @@ void *nvh_cap_realloc_(struct cap_heap *h, void *p, size_t size, int *bad)
         pthread_mutex_lock(&cap->lock);
         bool ok = nvh_cap_span_grow_(cap, s, nw) || (nw > n && nvh_cap_span_grow_(cap, s, n));
         pthread_mutex_unlock(&cap->lock);
-        if (ok)
+        if (ok) {
+            s->roomy = 1;
             return p;
+        }
     }
     /* a block that grows past a page moves to a span at the top of the
      * range, where its next growths are in place (no copy) */
@@ -703,6 +808,16 @@ static void heap_abandon(struct cap_heap *h)
     heap_drain(h, false);
     heap_release_caches(h, false);
     pthread_mutex_lock(&cap->lock);
+    if (h->rout) {
+        nvh_cap_rbatch_put_(cap, h->rout);
+        h->rout = NULL;
+    }
+    while (h->rspare) {
+        struct cap_rbatch *x = h->rspare;
+        h->rspare = (struct cap_rbatch *)x->next;
+        nvh_cap_rbatch_put_(cap, x);
+    }
+    h->nspare = 0;
     atomic_store(&h->orphan, 1);
     heap_drain(h, true);
     /* empty current pages go back; pages with live blocks wait for their

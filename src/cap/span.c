@@ -382,7 +382,7 @@ static struct cap_span *at_top(struct cap_inst *cap, uint32_t n, bool *zero)
 static struct cap_span *finish(struct cap_inst *cap, struct cap_span *s, int kind)
 {
     s->kind = (uint8_t)kind;
-    s->dirty = s->hole = s->cached = 0;
+    s->dirty = s->hole = s->cached = s->roomy = 0;
     s->next = s->prev = NULL;
     s->user = s->start;
     map_span(cap, s);
@@ -428,6 +428,7 @@ void nvh_cap_span_free_(struct cap_inst *cap, struct cap_span *s)
     size_t d = (size_t)s->blocks << NVH_CAP_BLOCK_SHIFT;   /* its own pages */
     s->kind = CAP_SPAN_FREE;
     s->cached = 0;
+    s->roomy = 0;
     s->hole = 0;
     s->dirty = 0;
     s->dbytes = 0;
@@ -539,6 +540,26 @@ struct cap_heap *nvh_cap_heap_new_(struct cap_inst *cap)
         cap->heaps = h;
     }
     return h;
+}
+
+struct cap_rbatch *nvh_cap_rbatch_new_(struct cap_inst *cap)
+{
+    struct cap_rbatch *b = cap->rbatch_free;
+    if (b)
+        cap->rbatch_free = (struct cap_rbatch *)b->next;
+    else
+        b = meta_alloc(cap, sizeof *b);
+    if (b) {
+        b->next = 0;
+        b->n = 0;
+    }
+    return b;
+}
+
+void nvh_cap_rbatch_put_(struct cap_inst *cap, struct cap_rbatch *b)
+{
+    b->next = (uintptr_t)cap->rbatch_free;
+    cap->rbatch_free = b;
 }
 
 void nvh_cap_counters_(struct cap_inst *cap, struct nvh_cap_counters *out)

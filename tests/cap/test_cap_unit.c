@@ -123,6 +123,64 @@ static void test_calloc_realloc(void **state)
     assert_int_equal(nvh_cap_free_(&cap, p), CAP_OK);
 }
 
+/* A buffer grown by realloc in small steps keeps headroom (half in a size
+ * class, doubling in a span of its own), so it moves (is copied) and takes
+ * the span lock a logarithmic number of times, not at every class step;
+ * its content survives every step. */
+static void test_realloc_growth_moves(void **state)
+{
+    (void)state;
+    struct cap_heap *h = heap();
+    size_t sz = 16;
+    unsigned char *p = nvh_cap_alloc_(h, sz);
+    assert_non_null(p);
+    memset(p, 0x5A, sz);
+    unsigned moves = 0, steps = 0;
+    while (sz < ((size_t)1 << 20)) {
+        size_t nsz = sz + sz / 8;
+        int bad;
+        unsigned char *q = nvh_cap_realloc_(h, p, nsz, &bad);
+        assert_int_equal(bad, CAP_OK);
+        assert_non_null(q);
+        assert_true(q[0] == 0x5A && q[sz - 1] == 0x5A);
+        memset(q + sz, 0x5A, nsz - sz);
+        moves += q != p;
+        steps++;
+        p = q;
+        sz = nsz;
+    }
+    /* 16 B .. 1 MiB in steps of 1/8: 96 steps, 11 moves (without headroom
+     * in the size classes: 28) */
+    assert_true(steps > 90);
+    assert_true(moves <= 16);
+    /* a roomy block stays where it is while it shrinks a little */
+    int bad;
+    assert_ptr_equal(nvh_cap_realloc_(h, p, sz / 3, &bad), p);
+    assert_int_equal(nvh_cap_free_(&cap, p), CAP_OK);
+}
+
+/* Large blocks are rounded to large classes: a freed block serves a
+ * slightly bigger request of its class, at the same address (pages mapped). */
+static void test_large_class_reuse(void **state)
+{
+    (void)state;
+    struct cap_heap *h = heap();
+    unsigned char *a = nvh_cap_alloc_(h, (size_t)100 << 10);
+    unsigned char *guard = nvh_cap_alloc_(h, (size_t)100 << 10);   /* a is not at the top */
+    assert_non_null(a);
+    assert_non_null(guard);
+    a[0] = a[(100 << 10) - 1] = 1;
+    assert_int_equal(nvh_cap_free_(&cap, a), CAP_OK);
+    unsigned char *b = nvh_cap_alloc_(h, (size_t)102 << 10);
+    assert_ptr_equal(b, a);
+    assert_true(nvh_cap_usable_(&cap, b) >= ((size_t)102 << 10));
+    /* 12.5 % rounding at most, and a cached block serves requests up to a
+     * quarter smaller */
+    assert_true(nvh_cap_usable_(&cap, b) <= ((size_t)102 << 10) * 3 / 2);
+    assert_int_equal(nvh_cap_free_(&cap, b), CAP_OK);
+    assert_int_equal(nvh_cap_free_(&cap, guard), CAP_OK);
+}
+
 static void test_bad_pointers(void **state)
 {
     (void)state;
@@ -324,6 +382,8 @@ int main(void)
         cmocka_unit_test(test_class_tight),
         cmocka_unit_test(test_aligned),
         cmocka_unit_test(test_calloc_realloc),
+        cmocka_unit_test(test_realloc_growth_moves),
+        cmocka_unit_test(test_large_class_reuse),
         cmocka_unit_test(test_bad_pointers),
         cmocka_unit_test(test_cross_thread_and_orphans),
         cmocka_unit_test(test_file_shrinks),
