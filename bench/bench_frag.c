@@ -44,7 +44,8 @@
  *   slowdown        this subject's time for the sequence / glibc's (medians);
  *                   cpu_slowdown the same with the thread's CPU time, which
  *                   other programs on a shared machine do not inflate
- * Options: --ops N (default 1000000, quick 50000), --ratios LIST (of 1/3,1/2,1/1).
+ * Options: --ops N (default 1000000, quick 50000), --ratios LIST (of 1/3,1/2,1/1),
+ * --subjects LIST (of the subjects above; default all).
  */
 #include "bench_util.h"
 
@@ -77,6 +78,7 @@ typedef struct outcome {
     char error[160];
     double ns, cpu_ns;          /* wall and CPU time of the sequence          */
     uint64_t heap_bytes, requested, free_bytes, hole_bytes, live;
+    uint64_t span_bytes, span_peak, held_bytes; /* nvheap-cap only        */
 } outcome;
 
 /* ==========================================================================
@@ -200,6 +202,9 @@ static void measure(subject_id sub, const ratio *rt, uint64_t ops, const char *p
             return;
         }
         out->heap_bytes = st.top;
+        out->span_bytes = st.span_bytes;
+        out->span_peak = st.span_peak;
+        out->held_bytes = st.span_bytes + st.dirty_bytes;
         out->free_bytes = st.top - st.span_bytes;
         out->hole_bytes = st.top - st.span_bytes;
     } else if (sub == S_GLIBC) {
@@ -259,6 +264,20 @@ static void measure_in_child(subject_id sub, const ratio *rt, uint64_t ops, cons
     }
 }
 
+/* Whether the comma-separated list holds name as an item. */
+static bool list_has(const char *list, const char *name)
+{
+    size_t n = strlen(name);
+    for (const char *p = list; *p;) {
+        const char *end = strchr(p, ',');
+        size_t len = end ? (size_t)(end - p) : strlen(p);
+        if (len == n && strncmp(p, name, n) == 0) return true;
+        if (!end) break;
+        p = end + 1;
+    }
+    return false;
+}
+
 /* ==========================================================================
  * Main
  * ========================================================================== */
@@ -268,7 +287,8 @@ static const bench_info info = {
     .baseline = "glibc",
     .ratio_metric = "ns_per_op",
     .usage = "  --ops N            operations per sequence (default 1000000, quick 50000)\n"
-             "  --ratios LIST      free/alloc ratios among 1:3,1:2,1:1 (default all)\n",
+             "  --ratios LIST      free/alloc ratios among 1:3,1:2,1:1 (default all)\n"
+             "  --subjects LIST    of glibc,nvheap,nvheap-pmem,nvheap-cap (default all)\n",
 };
 
 int main(int argc, char **argv)
@@ -277,6 +297,7 @@ int main(int argc, char **argv)
     bench_parse(&opts, &info, argc, argv);
     uint64_t ops = opts.quick ? 50000 : 1000000;
     bool want[RATIO_COUNT] = {true, true, true};
+    bool run_subject[S_COUNT] = {true, true, true, true};
     for (int i = 0; i < opts.argc; i++) {
         const char *arg = opts.argv[i];
         if (i + 1 >= opts.argc) bench_usage_error(&opts, "unknown option or missing value: %s", arg);
@@ -285,6 +306,8 @@ int main(int argc, char **argv)
             char *end;
             ops = strtoull(val, &end, 10);
             if (*end || ops == 0) bench_usage_error(&opts, "--ops: bad count '%s'", val);
+        } else if (strcmp(arg, "--subjects") == 0) {
+            for (int s = 0; s < S_COUNT; s++) run_subject[s] = list_has(val, subject_names[s]);
         } else if (strcmp(arg, "--ratios") == 0) {
             for (size_t k = 0; k < RATIO_COUNT; k++) want[k] = strstr(val, ratios[k].label) != NULL;
         } else {
@@ -303,7 +326,7 @@ int main(int argc, char **argv)
         double ns[S_COUNT][MAX_RUNS], cpu[S_COUNT][MAX_RUNS];
         outcome last[S_COUNT];
         bool ok[S_COUNT];
-        for (int s = 0; s < S_COUNT; s++) ok[s] = true;
+        for (int s = 0; s < S_COUNT; s++) ok[s] = run_subject[s];
         for (unsigned r = 0; r < opts.runs; r++) {
             for (int j = 0; j < S_COUNT; j++) {
                 int s = (j + (int)r) % S_COUNT;             /* rotate the order */
@@ -347,6 +370,14 @@ int main(int argc, char **argv)
                        bench_exact((double)o->requested / (double)MIB), "MiB");
             bench_emit(&opts, name, subject_names[s], "live_blocks",
                        bench_exact((double)o->live), "blocks");
+            if (s == S_CAP) {
+                bench_emit(&opts, name, subject_names[s], "span_mib",
+                           bench_exact((double)o->span_bytes / (double)MIB), "MiB");
+                bench_emit(&opts, name, subject_names[s], "span_peak_mib",
+                           bench_exact((double)o->span_peak / (double)MIB), "MiB");
+                bench_emit(&opts, name, subject_names[s], "held_mib",
+                           bench_exact((double)o->held_bytes / (double)MIB), "MiB");
+            }
         }
     }
     return bench_finish(&opts);
