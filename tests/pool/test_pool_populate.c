@@ -9,6 +9,7 @@
 
 #define NOBJ 64
 #define OBJ_SIZE (40u << 10)      /* large objects: 10 blocks each, 2.5 MiB */
+#define PAGES ((long)NOBJ * (OBJ_SIZE / 4096))
 
 static long thread_faults(void)
 {
@@ -52,8 +53,9 @@ static void populate_flag(void **state)
     long on = store_faults(NVH_DOMAIN_PROCESS | NVH_POOL_POPULATE);
     print_message("store faults for %u x %u B: %ld without, %ld with NVH_POOL_POPULATE\n", NOBJ,
                   OBJ_SIZE, off, on);
-    assert_true(off >= (long)(NOBJ * (OBJ_SIZE / 4096)) / 2);   /* the contrast holds here */
-    assert_true(on <= off / 16);
+    /* every fault on the objects' own pages is gone (under TSan its shadow
+     * memory faults too, in both runs alike) */
+    assert_true(off - on >= PAGES * 9 / 10);
 }
 
 static void populate_env(void **state)
@@ -64,8 +66,7 @@ static void populate_env(void **state)
     setenv("NVHEAP_POPULATE", "0", 1);
     long off = store_faults(NVH_DOMAIN_PROCESS);
     unsetenv("NVHEAP_POPULATE");
-    assert_true(off >= (long)(NOBJ * (OBJ_SIZE / 4096)) / 2);
-    assert_true(on <= off / 16);
+    assert_true(off - on >= PAGES * 9 / 10);
 }
 
 /* msync tracks dirty pages itself: the option changes nothing there */
@@ -73,7 +74,7 @@ static void populate_msync_ignored(void **state)
 {
     (void)state;
     long on = store_faults(NVH_DOMAIN_MSYNC | NVH_POOL_POPULATE);
-    assert_true(on >= (long)(NOBJ * (OBJ_SIZE / 4096)) / 2);
+    assert_true(on >= PAGES / 2);
 }
 
 int main(void)
