@@ -595,10 +595,17 @@ static void large_free(struct cap_inst *cap, struct cap_heap *h, struct cap_span
     pthread_mutex_unlock(&cap->lock);
 }
 
+/* The class of a request in h: on h's grid (class_round) */
+NVH_CAP_INLINE unsigned heap_class(const struct cap_heap *h, size_t size)
+{
+    unsigned grid = size <= h->fine_max ? NVH_CAP_CLASS_SHIFT : NVH_CAP_COARSE_SHIFT;
+    return size_class(class_round(size, grid));
+}
+
 NVH_CAP_INLINE void *cap_alloc(struct cap_heap *h, size_t size)
 {
     if (nvh_cap_likely(size <= NVH_CAP_CLASS_MAX))
-        return alloc_class(h, size_class(class_round(size, size <= h->fine_max ? NVH_CAP_CLASS_SHIFT : NVH_CAP_COARSE_SHIFT)));
+        return alloc_class(h, heap_class(h, size));
     return large_alloc(h, size, 0, NULL);
 }
 
@@ -626,7 +633,7 @@ void *nvh_cap_alloc_aligned_(struct cap_heap *h, size_t size, size_t alignment)
 void *nvh_cap_calloc_(struct cap_heap *h, size_t size)
 {
     if (size <= NVH_CAP_CLASS_MAX) {
-        void *p = alloc_class(h, size_class(class_round(size, size <= h->fine_max ? NVH_CAP_CLASS_SHIFT : NVH_CAP_COARSE_SHIFT)));
+        void *p = alloc_class(h, heap_class(h, size));
         if (p)
             memset(p, 0, size);
         return p;
