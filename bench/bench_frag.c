@@ -18,6 +18,8 @@
  *                   domain (the allocator's own cost, no flush instructions)
  *   nvheap-pmem     the same in the pmem domain (CLWB + SFENCE on /dev/shm):
  *                   slowdown only, fragmentation is the same
+ *   nvheap-populate nvheap with NVH_POOL_POPULATE (chunks faulted in at their
+ *                   claim, 2 MiB at a time); not run unless named in --subjects
  *   nvheap-cap      capacity mode: nvh_cap_malloc / nvh_cap_free on the
  *                   capacity part of a pool (the allocator libnvheap-cap.so
  *                   runs, docs/CAP.md)
@@ -41,10 +43,15 @@
  *                   nvheap-cap: every free span below the top (top -
  *                   span_bytes) / heap, an upper bound (the largest free
  *                   span is not subtracted)
+ *   faults_per_kop  page faults of the sequence per 1000 ops (getrusage: pages
+ *                   populated by MADV_POPULATE_WRITE count too); trap_faults_per_kop
+ *                   only the faults the thread trapped on (perf software event)
  *   slowdown        this subject's time for the sequence / glibc's (medians);
  *                   cpu_slowdown the same with the thread's CPU time, which
  *                   other programs on a shared machine do not inflate
- * Options: --ops N (default 1000000, quick 50000), --ratios LIST (of 1/3,1/2,1/1).
+ * Options: --ops N (default 1000000, quick 50000), --ratios LIST (of 1/3,1/2,1/1),
+ * --subjects LIST (of the subjects above), --fill 1 (write every byte of a new
+ * block, so that faults count the pages a program would touch).
  */
 #include "bench_util.h"
 
@@ -53,7 +60,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/perf_event.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -61,8 +71,9 @@
 #define MIB ((uint64_t)1 << 20)
 #define MAX_RUNS 32
 
-typedef enum subject_id { S_GLIBC, S_NVHEAP, S_NVHEAP_PMEM, S_CAP, S_COUNT } subject_id;
-static const char *const subject_names[S_COUNT] = {"glibc", "nvheap", "nvheap-pmem", "nvheap-cap"};
+typedef enum subject_id { S_GLIBC, S_NVHEAP, S_NVHEAP_PMEM, S_CAP, S_NVHEAP_POP, S_COUNT } subject_id;
+static const char *const subject_names[S_COUNT] = {"glibc", "nvheap", "nvheap-pmem", "nvheap-cap",
+                                                   "nvheap-populate"};
 
 typedef struct ratio {
     const char *label;          /* case VARIANT                              */
@@ -76,7 +87,9 @@ typedef struct outcome {
     int ok;
     char error[160];
     double ns, cpu_ns;          /* wall and CPU time of the sequence          */
+    double faults, traps;       /* page faults of the sequence (traps < 0: unknown) */
     uint64_t heap_bytes, requested, free_bytes, hole_bytes, live;
+    uint64_t span_bytes, span_peak, held_bytes; /* nvheap-cap only        */
 } outcome;
 
 /* ==========================================================================
@@ -104,9 +117,43 @@ static inline uint64_t next_random(uint64_t *x)
 }
 
 /* Runs the sequence on one subject; returns 0 or -1 with out->error set. */
+static int fill_blocks;          /* --fill 1: write every byte of a new block */
+
+static long thread_faults(void)
+{
+    struct rusage ru;
+    getrusage(RUSAGE_THREAD, &ru);
+    return ru.ru_minflt + ru.ru_majflt;
+}
+
+/* A counter of the page faults the calling thread traps on (the perf
+ * software event; unlike getrusage it does not count pages faulted in by
+ * MADV_POPULATE_WRITE on the program's behalf). -1 if perf is unavailable. */
+static int trap_counter(void)
+{
+    struct perf_event_attr a;
+    memset(&a, 0, sizeof a);
+    a.size = sizeof a;
+    a.type = PERF_TYPE_SOFTWARE;
+    a.config = PERF_COUNT_SW_PAGE_FAULTS;
+    a.exclude_kernel = 1;
+    a.exclude_hv = 1;
+    return (int)syscall(SYS_perf_event_open, &a, 0, -1, -1, 0);
+}
+
+static double trap_read(int fd)
+{
+    uint64_t v = 0;
+    if (fd < 0 || read(fd, &v, sizeof v) != (ssize_t)sizeof v) return -1;
+    return (double)v;
+}
+
 static int run_sequence(subject_id sub, nvh_pool *pool, nvh_cap *cap, const ratio *rt,
                         uint64_t ops, live_block *live, outcome *out)
 {
+    int tfd = trap_counter();
+    double t0_traps = trap_read(tfd);
+    long f0 = thread_faults();
     uint64_t x = 0x2545f4914f6cdd1dull, nlive = 0, requested = 0;
     /* free with probability num / (num + den) */
     uint64_t free_threshold = (uint64_t)((double)UINT32_MAX * rt->num / (rt->num + rt->den));
@@ -144,6 +191,7 @@ static int run_sequence(subject_id sub, nvh_pool *pool, nvh_cap *cap, const rati
                          (unsigned long long)i, sub == S_GLIBC ? "malloc" : nvh_errormsg());
                 return -1;
             }
+            if (fill_blocks) memset(p, 0x5a, size);
             live[nlive].ptr = p;
             live[nlive].size = size;
             nlive++;
@@ -152,6 +200,10 @@ static int run_sequence(subject_id sub, nvh_pool *pool, nvh_cap *cap, const rati
     }
     out->ns = (double)(bench_now_ns() - t0);
     out->cpu_ns = (double)(thread_cpu_ns() - cpu0);
+    out->faults = (double)(thread_faults() - f0);
+    double t1_traps = trap_read(tfd);
+    out->traps = t0_traps >= 0 && t1_traps >= 0 ? t1_traps - t0_traps : -1;
+    if (tfd >= 0) close(tfd);
     out->requested = requested;
     out->live = nlive;
     return 0;
@@ -179,7 +231,8 @@ static void measure(subject_id sub, const ratio *rt, uint64_t ops, const char *p
             return;
         }
     } else if (sub != S_GLIBC) {
-        unsigned dom = sub == S_NVHEAP ? NVH_DOMAIN_PROCESS : NVH_DOMAIN_PMEM;
+        unsigned dom = sub == S_NVHEAP_PMEM ? NVH_DOMAIN_PMEM : NVH_DOMAIN_PROCESS;
+        if (sub == S_NVHEAP_POP) dom |= NVH_POOL_POPULATE;
         pool = nvh_pool_create(path, "bench_frag", 64 * MIB, dom);
         nvh_heap_config cfg;
         if (!pool || nvh_heap_config_get(pool, &cfg) != NVH_OK) {
@@ -200,6 +253,9 @@ static void measure(subject_id sub, const ratio *rt, uint64_t ops, const char *p
             return;
         }
         out->heap_bytes = st.top;
+        out->span_bytes = st.span_bytes;
+        out->span_peak = st.span_peak;
+        out->held_bytes = st.span_bytes + st.dirty_bytes;
         out->free_bytes = st.top - st.span_bytes;
         out->hole_bytes = st.top - st.span_bytes;
     } else if (sub == S_GLIBC) {
@@ -259,6 +315,20 @@ static void measure_in_child(subject_id sub, const ratio *rt, uint64_t ops, cons
     }
 }
 
+/* Whether the comma-separated list holds name as an item. */
+static bool list_has(const char *list, const char *name)
+{
+    size_t n = strlen(name);
+    for (const char *p = list; *p;) {
+        const char *end = strchr(p, ',');
+        size_t len = end ? (size_t)(end - p) : strlen(p);
+        if (len == n && strncmp(p, name, n) == 0) return true;
+        if (!end) break;
+        p = end + 1;
+    }
+    return false;
+}
+
 /* ==========================================================================
  * Main
  * ========================================================================== */
@@ -268,7 +338,10 @@ static const bench_info info = {
     .baseline = "glibc",
     .ratio_metric = "ns_per_op",
     .usage = "  --ops N            operations per sequence (default 1000000, quick 50000)\n"
-             "  --ratios LIST      free/alloc ratios among 1:3,1:2,1:1 (default all)\n",
+             "  --ratios LIST      free/alloc ratios among 1:3,1:2,1:1 (default all)\n"
+             "  --subjects LIST    of glibc,nvheap,nvheap-pmem,nvheap-cap,nvheap-populate\n"
+             "                     (default all but nvheap-populate)\n"
+             "  --fill 0|1         write every byte of each new block (default 0)\n",
 };
 
 int main(int argc, char **argv)
@@ -277,6 +350,7 @@ int main(int argc, char **argv)
     bench_parse(&opts, &info, argc, argv);
     uint64_t ops = opts.quick ? 50000 : 1000000;
     bool want[RATIO_COUNT] = {true, true, true};
+    bool run_subject[S_COUNT] = {true, true, true, true, false};
     for (int i = 0; i < opts.argc; i++) {
         const char *arg = opts.argv[i];
         if (i + 1 >= opts.argc) bench_usage_error(&opts, "unknown option or missing value: %s", arg);
@@ -285,6 +359,10 @@ int main(int argc, char **argv)
             char *end;
             ops = strtoull(val, &end, 10);
             if (*end || ops == 0) bench_usage_error(&opts, "--ops: bad count '%s'", val);
+        } else if (strcmp(arg, "--fill") == 0) {
+            fill_blocks = atoi(val) != 0;
+        } else if (strcmp(arg, "--subjects") == 0) {
+            for (int s = 0; s < S_COUNT; s++) run_subject[s] = list_has(val, subject_names[s]);
         } else if (strcmp(arg, "--ratios") == 0) {
             for (size_t k = 0; k < RATIO_COUNT; k++) want[k] = strstr(val, ratios[k].label) != NULL;
         } else {
@@ -303,7 +381,7 @@ int main(int argc, char **argv)
         double ns[S_COUNT][MAX_RUNS], cpu[S_COUNT][MAX_RUNS];
         outcome last[S_COUNT];
         bool ok[S_COUNT];
-        for (int s = 0; s < S_COUNT; s++) ok[s] = true;
+        for (int s = 0; s < S_COUNT; s++) ok[s] = run_subject[s];
         for (unsigned r = 0; r < opts.runs; r++) {
             for (int j = 0; j < S_COUNT; j++) {
                 int s = (j + (int)r) % S_COUNT;             /* rotate the order */
@@ -347,6 +425,19 @@ int main(int argc, char **argv)
                        bench_exact((double)o->requested / (double)MIB), "MiB");
             bench_emit(&opts, name, subject_names[s], "live_blocks",
                        bench_exact((double)o->live), "blocks");
+            bench_emit(&opts, name, subject_names[s], "faults_per_kop",
+                       bench_exact(1000.0 * o->faults / (double)ops), "faults");
+            if (o->traps >= 0)
+                bench_emit(&opts, name, subject_names[s], "trap_faults_per_kop",
+                           bench_exact(1000.0 * o->traps / (double)ops), "faults");
+            if (s == S_CAP) {
+                bench_emit(&opts, name, subject_names[s], "span_mib",
+                           bench_exact((double)o->span_bytes / (double)MIB), "MiB");
+                bench_emit(&opts, name, subject_names[s], "span_peak_mib",
+                           bench_exact((double)o->span_peak / (double)MIB), "MiB");
+                bench_emit(&opts, name, subject_names[s], "held_mib",
+                           bench_exact((double)o->held_bytes / (double)MIB), "MiB");
+            }
         }
     }
     return bench_finish(&opts);

@@ -143,6 +143,18 @@ typedef enum nvh_domain {
  * latency-sensitive runs on pools that fit in memory. Like PMDK's
  * prefault.at_create / prefault.at_open. Ignored in the sim domain. */
 #define NVH_POOL_PREFAULT 0x400u
+/* create/open: populate heap space as the allocator takes it, instead of a
+ * page fault per 4 KiB as stores first touch it: each chunk the allocator
+ * claims fresh (4 MiB by default) is faulted in at the claim by
+ * MADV_POPULATE_WRITE, 2 MiB at a time, and the mapping asks for 2 MiB pages
+ * (MADV_HUGEPAGE; a DAX file system, or a tmpfs with huge pages enabled,
+ * then backs each batch with one huge page). Trades a claim's latency (about
+ * 1 ms per 4 MiB chunk on a VM) for no faults while the chunk fills. The
+ * environment variable NVHEAP_POPULATE=1 sets it for every pool a process
+ * opens. Only in the pmem, eadr and process domains (msync and sim track
+ * dirty pages themselves); a kernel without MADV_POPULATE_WRITE (before
+ * Linux 5.14) only loses the saving. docs/POOL.md "Populate". */
+#define NVH_POOL_POPULATE 0x1000u
 
 /* Sizes. A pool is at least NVH_POOL_MIN_SIZE bytes and at most
  * NVH_POOL_MAX_SIZE; its root area is 4 KiB unless options say otherwise. */

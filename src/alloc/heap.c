@@ -16,7 +16,7 @@
  *                     region headers of the 64 data chunks after it (alloc.h)
  */
 #include "alloc.h"
-#include "../pool/pool.h"   /* nvh_superblock_set_flags */
+#include "../pool/pool.h"   /* nvh_superblock_set_flags, nvh_pool_populate_ */
 
 #include <errno.h>
 #include <stdio.h>
@@ -946,6 +946,9 @@ int nvh_chunk_claim(nvh_heap *h, nvh_arena *a, bool scan_only)
     __atomic_store_n(&ch->scanned, true, __ATOMIC_RELEASE);
     a->last_claim = c + 1;
     pthread_mutex_unlock(&h->lock);
+    /* NVH_POOL_POPULATE: the fresh chunk is faulted in now (2 MiB pages
+     * where the file system has them), outside the heap lock */
+    nvh_pool_populate_(h->pool, h->base + nvh_block_off(h, c * h->bpc), h->bpc * NVH_BLOCK);
     nvh_extent_put(a, c * h->bpc, h->bpc);
     return NVH_OK;
 }

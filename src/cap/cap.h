@@ -28,7 +28,15 @@
 #define NVH_CAP_MEDIUM_PAGE ((size_t)512 << 10) /* page of classes <= 64 KiB    */
 #define NVH_CAP_SMALL_MAX 8192u
 #define NVH_CAP_CLASS_MAX 65536u               /* larger: a span of its own    */
-#define NVH_CAP_CLASSES 45u                    /* 1..44 used                    */
+/* Size classes: 16 B steps up to 16 << S, then 2^S classes per power of two
+ * (S = NVH_CAP_CLASS_SHIFT), so rounding wastes at most 1/2^S of a block
+ * above 16 << S and about a third of that on average (heap.c size_class). */
+#ifndef NVH_CAP_CLASS_SHIFT
+#define NVH_CAP_CLASS_SHIFT 5u
+#endif
+#define NVH_CAP_COARSE_SHIFT 2u    /* the classes of a heap that holds little */
+#define NVH_CAP_FINE_BYTES ((size_t)32 << 20) /* pages of a heap on the fine grid */
+#define NVH_CAP_CLASSES ((1u << NVH_CAP_CLASS_SHIFT) * (13u - NVH_CAP_CLASS_SHIFT) + 1u) /* 0 unused */
 #define NVH_CAP_BINS 256u                      /* free-span bins                */
 #define NVH_CAP_INSTANCES 8u                   /* instances alive at once       */
 #define NVH_CAP_EMPTY_PAGES 4u                 /* empty small pages per thread  */
@@ -118,6 +126,9 @@ struct cap_heap {
     uint64_t gen;                    /* the instance's gen                    */
     struct cap_span *cur[NVH_CAP_CLASSES];
     struct cap_span *avail[NVH_CAP_CLASSES];
+    uint8_t pgrow[NVH_CAP_CLASSES];  /* pages made per class, up to full size */
+    size_t fine_max;                 /* sizes up to this use the fine classes */
+    size_t page_bytes;               /* bytes of the pages it holds           */
     _Atomic(uintptr_t) remote;       /* batches (and lone blocks, tagged)    */
     _Atomic int orphan;
     struct cap_span *empty[NVH_CAP_EMPTY_PAGES];

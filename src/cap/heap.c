@@ -3,7 +3,8 @@
  * objects, realloc.
  *
  * Small and medium objects (<= 64 KiB) live in pages of one size class
- * (64 KiB pages for classes up to 8 KiB, 512 KiB above), owned by one thread
+ * (64 KiB pages for classes up to 8 KiB, 512 KiB above; on the fine grid of
+ * a big heap, pages grow per class and fit the class), owned by one thread
  * heap. malloc pops the free list of the class's current page; the owner's
  * free pushes onto it. A free by another thread marks the block free (its key)
  * and queues it in a small per-thread batch for the owner heap; a full batch
@@ -42,25 +43,78 @@ static pthread_mutex_t ids_lock = PTHREAD_MUTEX_INITIALIZER;
 static uint64_t live_gen[NVH_CAP_INSTANCES];
 static uint64_t next_gen = 1;
 
-/* ---- size classes: 16..64 in steps of 16, then four per power of two ------ */
-/* Branch-free: programs mix sizes on both sides of 64 B at random, and a
- * mispredicted branch costs as much as the rest of malloc's fast path. */
+/* ---- size classes ----------------------------------------------------------- */
+/* 16 B steps up to CAP_LINEAR (16 << S), then 2^S classes per power of two,
+ * so a class is at most 1/2^S larger than the request; S = 5 keeps rounding
+ * near glibc's 16 B granularity for the sizes where it matters (about 1 %
+ * on average for sizes uniform in 10 B .. 4 KiB, [Moraru11] Table 2). Every
+ * class is a multiple of 16 (16 B alignment).
+ * Branch-free: programs mix sizes on both sides of CAP_LINEAR at random, and
+ * a mispredicted branch costs as much as the rest of malloc's fast path. */
+#define CAP_S NVH_CAP_CLASS_SHIFT
+#define CAP_LINEAR ((size_t)16 << CAP_S)
+
 static inline unsigned size_class(size_t s)
 {
     unsigned small = (unsigned)((s + 15) >> 4) | (s == 0);
     size_t w = s - 1;
-    unsigned b = 63u - (unsigned)__builtin_clzll(w | 64);   /* defined, b >= 6 */
-    unsigned big = 5u + (b - 6u) * 4u + (unsigned)((w >> (b - 2u)) & 3u);
-    unsigned m = 0u - (unsigned)(s <= 64);   /* a mask, so no branch */
+    unsigned b = 63u - (unsigned)__builtin_clzll(w | CAP_LINEAR);   /* b >= 4 + S */
+    unsigned big = (1u << CAP_S) + 1u + ((b - 4u - CAP_S) << CAP_S) +
+                   (unsigned)((w >> (b - CAP_S)) & ((1u << CAP_S) - 1u));
+    unsigned m = 0u - (unsigned)(s <= CAP_LINEAR);   /* a mask, so no branch */
     return (small & m) | (big & ~m);
+}
+
+/* s rounded up to the grid of 2^S classes per power of two (16 B steps up
+ * to 16 << S). A heap rounds with the coarse grid (NVH_CAP_COARSE_SHIFT),
+ * whose classes are a subset of the fine ones, until it holds
+ * NVH_CAP_FINE_BYTES of pages, and with the fine grid from then on (back
+ * to coarse below half of that): with a few blocks per class, a page per
+ * fine class wastes more than rounding saves (a 1 MiB heap of mixed sizes
+ * would hold twice its live bytes); with many, the finer rounding saves
+ * up to a fifth of the heap (docs/CAP.md). Which grid a block came from
+ * does not matter to free or realloc: a page knows its block size. */
+static inline size_t class_round(size_t s, unsigned S)
+{
+    size_t w = s - 1 + (s == 0);
+    int sh = 63 - __builtin_clzll(w | 1) - (int)S;
+    sh = sh < 4 ? 4 : sh;
+    return (w | (((size_t)1 << sh) - 1)) + 1;
 }
 
 static inline size_t class_size(unsigned c)
 {
-    if (c <= 4)
+    if (c <= (1u << CAP_S))
         return (size_t)c * 16u;
-    unsigned k = (c - 5u) & 3u, b = (c - 5u) / 4u + 6u;
-    return ((size_t)1 << b) + ((size_t)(k + 1u) << (b - 2u));
+    unsigned j = c - (1u << CAP_S) - 1u;
+    unsigned k = j & ((1u << CAP_S) - 1u), b = (j >> CAP_S) + 4u + CAP_S;
+    return ((size_t)1 << b) + ((size_t)(k + 1u) << (b - CAP_S));
+}
+
+/* Blocks of a page of class size bs, the grow-th page a heap makes for the
+ * class. Pages start small (room for two blocks) and double with each page
+ * up to the full size (64 KiB, 512 KiB above NVH_CAP_SMALL_MAX): with many
+ * fine classes, a heap that holds a few blocks of each would otherwise hold
+ * a mostly empty full page per class. Of the sizes from the target to
+ * 1.5 times it (twice while pages are small), the one that leaves the
+ * smallest tail after the last whole block, so a page of an odd class
+ * wastes little of its span (most fine classes divide one of them exactly). */
+static uint32_t page_blocks(size_t bs, unsigned grow)
+{
+    size_t full = (bs <= NVH_CAP_SMALL_MAX ? NVH_CAP_SMALL_PAGE : NVH_CAP_MEDIUM_PAGE) >> NVH_CAP_BLOCK_SHIFT;
+    size_t base = ((2 * bs + NVH_CAP_BLOCK - 1) >> NVH_CAP_BLOCK_SHIFT) << (grow < 16 ? grow : 16);
+    if (base > full)
+        base = full;
+    size_t hi = base < full ? base * 2 : full + full / 2;
+    size_t best = base, best_tail = (base << NVH_CAP_BLOCK_SHIFT) % bs;
+    for (size_t n = base + 1; n <= hi && best_tail; n++) {
+        size_t tail = (n << NVH_CAP_BLOCK_SHIFT) % bs;
+        if (tail * best < best_tail * n) {   /* tail / n < best_tail / best */
+            best = n;
+            best_tail = tail;
+        }
+    }
+    return (uint32_t)best;
 }
 
 static inline uintptr_t key_of(const struct cap_inst *cap, const void *p)
@@ -182,19 +236,31 @@ static void avail_remove(struct cap_heap *h, struct cap_span *p)
     p->next = p->prev = NULL;
 }
 
+static void fine_update(struct cap_heap *h)
+{
+    if (h->page_bytes >= NVH_CAP_FINE_BYTES)
+        h->fine_max = NVH_CAP_CLASS_MAX;
+    else if (h->page_bytes < NVH_CAP_FINE_BYTES / 2)
+        h->fine_max = 0;
+}
+
 /* An empty page: keep a few small ones for any class, give the rest back. */
 static void page_retire(struct cap_heap *h, struct cap_span *p, bool locked)
 {
     struct cap_inst *cap = h->cap;
+    if (h->pgrow[p->cls])
+        h->pgrow[p->cls]--;    /* the class needs a page fewer */
     p->pstate = CAP_PG_EMPTY;
     p->free = NULL;
     p->bump = p->end = p->start;
-    if (((size_t)p->blocks << NVH_CAP_BLOCK_SHIFT) == NVH_CAP_SMALL_PAGE &&
+    if (((size_t)p->blocks << NVH_CAP_BLOCK_SHIFT) < NVH_CAP_MEDIUM_PAGE &&
         h->nempty < NVH_CAP_EMPTY_PAGES && !atomic_load_explicit(&h->orphan, memory_order_relaxed)) {
         h->empty[h->nempty++] = p;
         return;
     }
     p->heap = NULL;
+    h->page_bytes -= (size_t)p->blocks << NVH_CAP_BLOCK_SHIFT;
+    fine_update(h);
     if (!locked)
         pthread_mutex_lock(&cap->lock);
     nvh_cap_span_free_(cap, p);
@@ -257,24 +323,55 @@ static void populate(struct cap_inst *cap, uintptr_t a, size_t len)
         (void)madvise((void *)a, len, MADV_POPULATE_WRITE);   /* a hint: errors ignored */
 }
 
+/* A kept empty page for a class whose page is n blocks: one of exactly n
+ * blocks, else one a little larger (its tail is then longer), or NULL. */
+static struct cap_span *empty_take(struct cap_heap *h, uint32_t n)
+{
+    unsigned pick = h->nempty;
+    for (unsigned i = h->nempty; i-- > 0;) {
+        uint32_t b = h->empty[i]->blocks;
+        if (b == n) {
+            pick = i;
+            break;
+        }
+        if (b > n && b <= n + n / 2)
+            pick = i;
+    }
+    if (pick == h->nempty)
+        return NULL;
+    struct cap_span *p = h->empty[pick];
+    h->empty[pick] = h->empty[--h->nempty];
+    return p;
+}
+
 static struct cap_span *page_new(struct cap_heap *h, unsigned c)
 {
     struct cap_inst *cap = h->cap;
     size_t bs = class_size(c);
-    size_t psize = bs <= NVH_CAP_SMALL_MAX ? NVH_CAP_SMALL_PAGE : NVH_CAP_MEDIUM_PAGE;
-    struct cap_span *p = NULL;
-    if (psize == NVH_CAP_SMALL_PAGE && h->nempty) {
-        p = h->empty[--h->nempty];
+    /* a coarse heap's pages are all full size: few classes, few pages, and
+     * equal sizes keep the span space unfragmented */
+    uint32_t n = h->fine_max
+                     ? page_blocks(bs, h->pgrow[c])
+                     : (uint32_t)((bs <= NVH_CAP_SMALL_MAX ? NVH_CAP_SMALL_PAGE : NVH_CAP_MEDIUM_PAGE) >>
+                                  NVH_CAP_BLOCK_SHIFT);
+    struct cap_span *p = empty_take(h, n);
+    if (p) {
+        n = p->blocks;
     } else {
         bool zero;
         pthread_mutex_lock(&cap->lock);
-        p = nvh_cap_span_alloc_(cap, (uint32_t)(psize >> NVH_CAP_BLOCK_SHIFT), CAP_SPAN_PAGE, &zero);
+        p = nvh_cap_span_alloc_(cap, n, CAP_SPAN_PAGE, &zero);
         pthread_mutex_unlock(&cap->lock);
         if (!p)
             return NULL;
         if (zero)
-            populate(cap, p->start, psize);
+            populate(cap, p->start, (size_t)n << NVH_CAP_BLOCK_SHIFT);
+        h->page_bytes += (size_t)n << NVH_CAP_BLOCK_SHIFT;
+        fine_update(h);
     }
+    size_t psize = (size_t)n << NVH_CAP_BLOCK_SHIFT;
+    if (h->pgrow[c] < 16)
+        h->pgrow[c]++;
     p->heap = h;
     p->free = NULL;
     p->bump = p->start;
@@ -596,10 +693,17 @@ static void large_free(struct cap_inst *cap, struct cap_heap *h, struct cap_span
     pthread_mutex_unlock(&cap->lock);
 }
 
+/* The class of a request in h: on h's grid (class_round) */
+NVH_CAP_INLINE unsigned heap_class(const struct cap_heap *h, size_t size)
+{
+    unsigned grid = size <= h->fine_max ? NVH_CAP_CLASS_SHIFT : NVH_CAP_COARSE_SHIFT;
+    return size_class(class_round(size, grid));
+}
+
 NVH_CAP_INLINE void *cap_alloc(struct cap_heap *h, size_t size)
 {
     if (nvh_cap_likely(size <= NVH_CAP_CLASS_MAX))
-        return alloc_class(h, size_class(size));
+        return alloc_class(h, heap_class(h, size));
     return large_alloc(h, size, 0, NULL);
 }
 
@@ -627,7 +731,7 @@ void *nvh_cap_alloc_aligned_(struct cap_heap *h, size_t size, size_t alignment)
 void *nvh_cap_calloc_(struct cap_heap *h, size_t size)
 {
     if (size <= NVH_CAP_CLASS_MAX) {
-        void *p = alloc_class(h, size_class(size));
+        void *p = alloc_class(h, heap_class(h, size));
         if (p)
             memset(p, 0, size);
         return p;
@@ -794,6 +898,8 @@ static void heap_release_caches(struct cap_heap *h, bool locked)
     while (h->nempty) {
         struct cap_span *p = h->empty[--h->nempty];
         p->heap = NULL;
+        h->page_bytes -= (size_t)p->blocks << NVH_CAP_BLOCK_SHIFT;
+        fine_update(h);
         nvh_cap_span_free_(cap, p);
     }
     if (!locked)

@@ -56,6 +56,13 @@ static uint64_t env_max_size(void)
     return 0;
 }
 
+/* NVHEAP_POPULATE=1: NVH_POOL_POPULATE for every pool (nvheap.h). */
+static unsigned env_populate(void)
+{
+    const char *env = getenv("NVHEAP_POPULATE");
+    return env && strcmp(env, "1") == 0 ? NVH_POOL_POPULATE : 0u;
+}
+
 /* The growth limit of a new pool that did not ask for one. */
 static uint64_t default_max_size(void)
 {
@@ -183,6 +190,20 @@ static int mmap_flags_for(const nvh_pool *pool, bool dax)
     return MAP_SHARED | MAP_FIXED;
 }
 
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23
+#endif
+#define POPULATE_BATCH ((uintptr_t)2 << 20)
+
+/* NVH_POOL_POPULATE is asked for and the domain stores straight to the
+ * mapping (msync and the crash simulator track dirty pages themselves). */
+static bool populate_domain(const nvh_pool *pool)
+{
+    nvh_domain d = (nvh_domain)pool->ctx.domain;
+    return (pool->flags & NVH_POOL_POPULATE) &&
+           (d == NVH_DOMAIN_PMEM || d == NVH_DOMAIN_EADR || d == NVH_DOMAIN_PROCESS);
+}
+
 /* Map file bytes [from, to) at base+from. */
 static int map_range(nvh_pool *pool, uint64_t from, uint64_t to, bool dax)
 {
@@ -197,7 +218,24 @@ static int map_range(nvh_pool *pool, uint64_t from, uint64_t to, bool dax)
     if (got == MAP_FAILED)
         return nvh_fail_errno(NVH_E_IO, errno, "cannot map %s", pool->path);
     NVH_ASSERT(got == want);
+    /* populate: 2 MiB pages where the file system has them (the base is
+     * 2 MiB aligned, MAP_ALIGN); a hint, so a refusal changes nothing */
+    if (populate_domain(pool) && !pool->readonly) (void)madvise(got, to - from, MADV_HUGEPAGE);
     return NVH_OK;
+}
+
+void nvh_pool_populate_(nvh_pool *pool, void *addr, uint64_t len)
+{
+    if (!populate_domain(pool) || pool->readonly) return;
+    /* in 2 MiB batches on 2 MiB boundaries: each call can be one huge page,
+     * and no single call holds the mapping's lock for long */
+    uintptr_t a = (uintptr_t)addr, end = a + len;
+    while (a < end) {
+        uintptr_t next = (a + POPULATE_BATCH) & ~(uintptr_t)(POPULATE_BATCH - 1);
+        if (next > end) next = end;
+        (void)madvise((void *)a, next - a, MADV_POPULATE_WRITE);   /* a hint: errors ignored */
+        a = next;
+    }
 }
 
 /* --------------------------------------------------------------------------
@@ -337,7 +375,7 @@ static nvh_pool *pool_attach(int fd, const char *path, unsigned flags,
     }
     memset(pool, 0, sizeof *pool);
     pool->fd = fd;
-    pool->flags = flags;
+    pool->flags = flags | ((flags & NVH_OPEN_READONLY) ? 0u : env_populate());
     pool->readonly = (flags & NVH_OPEN_READONLY) != 0;
     /* error-checking: the crash simulator's image writer locks it to see a
      * stable pool size, and may run at a fence inside a grow or a heap

@@ -31,6 +31,12 @@ void nvh_pool_file_close_(nvh_pool *pool);
  * pool, and NVH_E_IO if an msync failed while the pool was open. */
 int nvh_pool_close_writeback_(nvh_pool *pool);
 
+/* NVH_POOL_POPULATE: fault [addr, addr + len) of the mapping in now, 2 MiB
+ * at a time (MADV_POPULATE_WRITE), in the domains that store straight to
+ * the mapping; nothing otherwise. The allocator calls it for each chunk it
+ * claims fresh. */
+void nvh_pool_populate_(nvh_pool *pool, void *addr, uint64_t len);
+
 /* Write the next superblock state slot (size, epoch, clean) durably, in a
  * write window. */
 int nvh_pool_state_commit_(nvh_pool *pool, uint64_t size, uint64_t epoch, uint32_t clean);
