@@ -409,6 +409,27 @@ static int kvs_leaf_read(const kv_sorted *t, kvs_cleaf *c, kvs_ent *out, unsigne
     return rc;
 }
 
+/* Drop from companion c (of leaf l, being built) the records leaf n holds
+ * too; tombstone their slots in l when the pool is writable (no fence of
+ * its own: the build drains; the open retired every record whose
+ * activation could re-apply a link). */
+static void kvs_moved_drop(kv_sorted *t, kvs_cleaf *c, const kvs_leaf *n)
+{
+    for (unsigned i = 0; i < KVS_CAP; i++) {
+        uint64_t r = c->rec[i];
+        if (kvs_slot_free(r)) continue;
+        unsigned s = 0;
+        while (s < KVS_CAP && n->slot[s].rec != r) s++;
+        if (s == KVS_CAP) continue;
+        c->rec[i] = 0;
+        c->live--;
+        if (!t->readonly) {
+            c->p->slot[i].rec = 1;
+            nvh_flush(t->pool, &c->p->slot[i].rec, 8);
+        }
+    }
+}
+
 /* Walk the leaf chain once: finish or undo an interrupted split, drop empty
  * leaves, build the companions and the index. Under smo. */
 static int kvs_build(kv_sorted *t)
@@ -422,7 +443,7 @@ static int kvs_build(kv_sorted *t)
     unsigned npend = 0;
     for (unsigned j = 0; w && j < KVS_PENDING; j++) {
         pend_rec[j] = h->pend[j].rec;
-        npend += pend_rec[j] != 0;
+        npend += !kvs_slot_free(pend_rec[j]);
     }
     size_t n = 0, cap = 64;
     kvs_cleaf **v = malloc(cap * sizeof *v);
@@ -477,6 +498,13 @@ static int kvs_build(kv_sorted *t)
         }
         kvs_cleaf *c = kvs_companion(t, l, &rc);
         if (!c) break;
+        /* a split's moved entries belong to the leaf split off l (the
+         * tombstones in l may not have been durable) */
+        if (n && v[n - 1]->p->moved_from == cur) kvs_moved_drop(t, c, v[n - 1]->p);
+        if (l->next) {
+            kvs_leaf *nx = kvs_leaf_get(t, l->next);
+            if (nx && nx->moved_from == cur) kvs_moved_drop(t, c, nx);
+        }
         for (unsigned i = 0; npend && i < KVS_CAP; i++) {
             if (kvs_slot_free(c->rec[i])) continue;
             for (unsigned j = 0; j < KVS_PENDING; j++)
