@@ -510,7 +510,9 @@ static void flush_fence_counts(void **state)
     double fr = (double)(s1.fences - s0.fences) / n, lr = (double)(s1.lines_flushed - s0.lines_flushed) / n;
     printf("per op (16 B keys, 100 B values, %d ops): insert %.3f fences %.2f lines; "
            "overwrite %.3f / %.2f; remove %.3f / %.2f\n", n, fi, li, fo, lo, fr, lr);
-    assert_true(fi <= 2.3);
+    /* an insert: 2 fences, a split too (it rides on its insert's two),
+     * + the allocator's retires (~0.02) */
+    assert_true(fi <= 2.04);
     /* an overwrite and a removal: 2 fences (the queued free of the record they
      * unlink rides on the next write's data fence), + the allocator's retires */
     assert_true(fo <= 2.1);
