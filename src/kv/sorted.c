@@ -232,7 +232,10 @@ static kvs_cleaf *kvs_companion(kv_sorted *t, kvs_leaf *l, int *err)
     for (unsigned i = 0; i < KVS_CAP; i++) {
         const kvs_slot *s = &l->slot[i];
         uint64_t r = s->rec;
-        if (kvs_slot_free(r)) continue;
+        if (kvs_slot_free(r)) {
+            c->was[i] = (uint8_t)r;
+            continue;
+        }
         if ((r & 63) || r >= size || s->klen == 0 || s->klen > KVS_KEY_MAX) {
             free(c);
             *err = kvs_corrupt(t, nvh_off(t->pool, &l->slot[i]), "leaf slot (record offset)");
@@ -240,6 +243,7 @@ static kvs_cleaf *kvs_companion(kv_sorted *t, kvs_leaf *l, int *err)
         }
         c->hash[i] = s->hash;
         c->klen[i] = (uint16_t)s->klen;
+        c->pfx[i] = s->prefix;
         c->rec[i] = r;
         c->live++;
     }
@@ -373,14 +377,20 @@ void kvs_perm_change(const kv_sorted *t, kvs_cleaf *c, int add, int del)
         m--;
     }
     if (add >= 0) {
-        const kvs_rec *ra = kvs_rec_get(t, KVS_LOADR(&c->rec[add]));
-        if (!ra || m >= KVS_CAP) { KVS_STORE(&c->ptag, 0); return; }
+        const kvs_rec *ra = NULL;
+        if (m >= KVS_CAP) { KVS_STORE(&c->ptag, 0); return; }
         unsigned lo = 0, hi = m;   /* first entry above the new key */
         while (lo < hi) {
-            unsigned mid = (lo + hi) / 2;
-            const kvs_rec *rm = kvs_rec_get(t, KVS_LOADR(&c->rec[perm[mid]]));
-            if (!rm) { KVS_STORE(&c->ptag, 0); return; }
-            if (kvs_cmp(t, rm->data, rm->klen, ra->data, ra->klen) < 0) lo = mid + 1;
+            unsigned mid = (lo + hi) / 2, s = perm[mid];
+            /* bytewise: the summaries decide unless they tie */
+            int d = t->cmp ? 2 : kvs_sum_cmp(c->pfx[s], c->klen[s], c->pfx[add], c->klen[add]);
+            if (d == 2) {
+                const kvs_rec *rm = kvs_rec_get(t, KVS_LOADR(&c->rec[s]));
+                if (!ra) ra = kvs_rec_get(t, KVS_LOADR(&c->rec[add]));
+                if (!rm || !ra) { KVS_STORE(&c->ptag, 0); return; }
+                d = kvs_cmp(t, rm->data, rm->klen, ra->data, ra->klen);
+            }
+            if (d < 0) lo = mid + 1;
             else hi = mid;
         }
         memmove(perm + lo + 1, perm + lo, m - lo);
@@ -423,6 +433,7 @@ static void kvs_moved_drop(kv_sorted *t, kvs_cleaf *c, const kvs_leaf *n)
         if (s == KVS_CAP) continue;
         c->rec[i] = 0;
         c->live--;
+        c->was[i] = 1;
         if (!t->readonly) {
             c->p->slot[i].rec = 1;
             nvh_flush(t->pool, &c->p->slot[i].rec, 8);

@@ -66,12 +66,18 @@ static int chk_run(kv_sorted *t)
                 rc = kvs_corrupt(t, off_s, "leaf slot (differs from its companion)");
                 break;
             }
-            if (kvs_slot_free(s->rec)) continue;
+            if (kvs_slot_free(s->rec)) {
+                if (w && c->was[i] != s->rec) {
+                    rc = kvs_corrupt(t, off_s, "leaf slot (free value differs from its companion)");
+                    break;
+                }
+                continue;
+            }
             const kvs_rec *r = kvs_rec_get(t, s->rec);
             if (!r) { rc = kvs_corrupt(t, s->rec, "record"); break; }
             if (r->klen != s->klen || kvs_prefix(r->data, r->klen) != s->prefix ||
                 kvs_hash(r->data, r->klen) != s->hash || c->klen[i] != s->klen ||
-                c->hash[i] != s->hash) {
+                c->hash[i] != s->hash || c->pfx[i] != s->prefix) {
                 rc = kvs_corrupt(t, off_s, "leaf slot (summary does not match its record)");
                 break;
             }

@@ -146,8 +146,9 @@ typedef struct kvs_cleaf {
     uint32_t hash[KVS_CAP];         /* a lookup reads hash, klen, one rec:    */
     uint16_t klen[KVS_CAP];         /* lines 0-4, asked for at once           */
     uint64_t rec[KVS_CAP];          /* atomic                                 */
-    uint8_t was[KVS_CAP];           /* under lock: the slot's free value before its
-                                       record's activation (kvs_tomb_after)   */
+    uint8_t was[KVS_CAP];           /* under lock: a free slot's free value, a
+                                       live slot's before its record's
+                                       activation (kvs_tomb_after)            */
     /* Readers' cache of the live slots in key order, so a scan or seek does
      * not sort the leaf on every visit: perm holds slot numbers (byte i of
      * the array: the i-th live slot), valid for the seqlock value in ptag
@@ -156,6 +157,10 @@ typedef struct kvs_cleaf {
      * check ptag before and after reading perm (a seqlock of its own). */
     uint64_t ptag;                  /* atomic                                 */
     uint64_t perm[KVS_CAP / 8];     /* atomic words                           */
+    /* Writers only (under lock): each live slot's key prefix, so carrying
+     * the cached order over an insert compares summaries instead of
+     * reading records (each a cache miss) */
+    uint64_t pfx[KVS_CAP];
 } kvs_cleaf;
 
 /* ptag: bit 40 set when valid, live-slot count in bits 32-39, the leaf's

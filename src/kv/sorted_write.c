@@ -292,6 +292,7 @@ static kvs_cleaf *kvs_cleaf_of(kvs_leaf *l, const kvs_ent *e, unsigned n)
     for (unsigned i = 0; i < n; i++) {
         c->hash[i] = e[i].hash;
         c->klen[i] = (uint16_t)e[i].klen;
+        c->pfx[i] = e[i].prefix;
         c->rec[i] = e[i].rec;
         ((uint8_t *)c->perm)[i] = (uint8_t)i;   /* e is in key order */
     }
@@ -349,6 +350,7 @@ static kvs_cleaf *kvs_cleaf_keep(const kvs_cleaf *c, const kvs_ent *e, unsigned 
         unsigned s = e[i].slot;
         d->hash[s] = c->hash[s];
         d->klen[s] = c->klen[s];
+        d->pfx[s] = c->pfx[s];
         d->rec[s] = c->rec[s];
         d->was[s] = c->was[s];
         ((uint8_t *)d->perm)[i] = (uint8_t)s;
@@ -461,6 +463,7 @@ static int kvs_split_insert(kv_sorted *t, kvs_cleaf *c, const void *k, size_t kl
     for (unsigned i = upper ? mid : 0; i < (upper ? n : mid); i++) {
         kvs_slot *s = &old->slot[e[i].slot];
         s->rec = kvs_tomb_after(c->was[e[i].slot]);
+        cl->was[e[i].slot] = (uint8_t)s->rec;
         lines |= 1u << ((nvh_off(pool, &s->rec) - nvh_off(pool, old)) / 64);
     }
     for (uint32_t m = lines; m; m &= m - 1) nvh_flush(pool, (char *)old + 64 * __builtin_ctz(m), 64);
@@ -601,12 +604,15 @@ static int kvs_insert(kv_sorted *t, kvs_cleaf *c, int i, const void *k, size_t k
 {
     nvh_pool *pool = t->pool;
     kvs_slot *s = &c->p->slot[i];
-    uint8_t was = (uint8_t)s->rec;
-    kvs_rec *r = kvs_rec_make(t, k, kl, v, vl);
-    if (!r) return nvh_errcode();
+    uint8_t was = c->was[i];
+    /* the summary first: its line (written back and evicted by its last
+     * flush) is fetched while the record is written; a free slot's summary
+     * means nothing, so a failed insert leaves nothing to undo */
     s->prefix = kp;
     s->hash = kh;
     s->klen = (uint32_t)kl;
+    kvs_rec *r = kvs_rec_make(t, k, kl, v, vl);
+    if (!r) return nvh_errcode();
     nvh_flush(pool, &s->prefix, 16);
     int rc = kvs_data_fence(t);
     if (rc == NVH_OK) rc = kvs_activate(t, r, &s->rec);
@@ -617,6 +623,7 @@ static int kvs_insert(kv_sorted *t, kvs_cleaf *c, int i, const void *k, size_t k
     kvs_ver_begin(c);
     KVS_STORER(&c->hash[i], kh);
     KVS_STORER(&c->klen[i], (uint16_t)kl);
+    c->pfx[i] = kp;
     KVS_STORE(&c->rec[i], nvh_off(pool, r));
     kvs_perm_change(t, c, i, -1);
     kvs_ver_end(c);
@@ -700,6 +707,7 @@ static int kvs_remove_one(kv_sorted *t, const void *k, size_t kl)
     rc = kvs_data_fence(t);
     if (rc) { kvs_pend_drop(t, j); kvs_unlock(c); return rc; }
     s->rec = kvs_tomb_after(c->was[i]);
+    c->was[i] = (uint8_t)s->rec;
     nvh_flush(pool, &s->rec, 8);
     nvh_drain(pool);
     kvs_ver_begin(c);
