@@ -329,14 +329,56 @@ static int kvs_first_leaf(kv_sorted *t)
     return kvs_retire(t, KVS_R_MEM, old);
 }
 
-/* key (k, kl, prefix kp) against entry e: <0, 0, >0. */
-static int kvs_key_vs(const kv_sorted *t, const void *k, size_t kl, uint64_t kp, const kvs_ent *e)
+/* e's record, read (and validated) on first use. */
+static const kvs_rec *kvs_ent_rec(const kv_sorted *t, kvs_ent *e, int *err)
+{
+    if (!e->r && !(e->r = kvs_rec_get(t, e->rec))) *err = kvs_corrupt(t, e->rec, "record");
+    return e->r;
+}
+
+/* key (k, kl, prefix kp) against entry e: <0, 0, >0 (0 and *err set if
+ * e's record is corrupt). */
+static int kvs_key_vs(const kv_sorted *t, const void *k, size_t kl, uint64_t kp, kvs_ent *e,
+                      int *err)
 {
     if (!t->cmp) {
         int c = kvs_sum_cmp(kp, kl, e->prefix, e->klen);
         if (c != 2) return c;
     }
-    return kvs_cmp(t, k, kl, e->r->data, e->klen);
+    const kvs_rec *r = kvs_ent_rec(t, e, err);
+    return r ? kvs_cmp(t, k, kl, r->data, e->klen) : 0;
+}
+
+/* The entries of locked companion c in key order. Its cached order is kept
+ * by writers, so it is usually valid: then the summaries come from the
+ * companion and no record is read (e->r NULL: kvs_ent_rec). A reader
+ * fills the cache only when it is not valid for the version, and the
+ * version does not move while c is locked; the tag is checked again after
+ * the order was read all the same. Else the records are read and sorted. */
+static int kvs_ents_of(const kv_sorted *t, const kvs_cleaf *c, kvs_ent *e, unsigned *n)
+{
+    uint64_t tag = KVS_LOAD(&c->ptag);
+    if (kvs_ptag_valid_for(tag, KVS_LOADR(&c->ver))) {
+        unsigned m = (unsigned)(tag >> 32) & 0xff;
+        uint8_t perm[KVS_CAP];
+        for (unsigned w = 0; w < KVS_CAP / 8; w++) {
+            uint64_t x = KVS_LOADR(&c->perm[w]);
+            memcpy(perm + 8 * w, &x, 8);
+        }
+        bool ok = m <= KVS_CAP && KVS_LOAD(&c->ptag) == tag;
+        for (unsigned i = 0; ok && i < m; i++) {
+            unsigned s = perm[i];
+            ok = s < KVS_CAP && !kvs_slot_free(c->rec[s]);
+            if (!ok) break;
+            e[i] = (kvs_ent){.rec = c->rec[s], .prefix = c->pfx[s], .hash = c->hash[s],
+                             .klen = c->klen[s], .r = NULL, .slot = s};
+        }
+        if (ok && m == c->live) {
+            *n = m;
+            return NVH_OK;
+        }
+    }
+    return kvs_leaf_sorted(t, c, e, n);
 }
 
 /* Companion of c's persistent leaf keeping only the entries e[0..n) (in
@@ -383,17 +425,21 @@ static int kvs_split_insert(kv_sorted *t, kvs_cleaf *c, const void *k, size_t kl
     kvs_leaf *old = c->p;
     kvs_ent e[KVS_CAP + 1];
     unsigned n;
-    int rc = kvs_leaf_sorted(t, c, e, &n);
+    int rc = kvs_ents_of(t, c, e, &n);
     if (rc) return rc;
     if (n < 2) return kvs_corrupt(t, nvh_off(pool, old), "leaf (full, but fewer than 2 entries)");
     unsigned p = 0;     /* entries below k */
     for (unsigned hi = n; p < hi;) {
         unsigned m = (p + hi) / 2;
-        if (kvs_key_vs(t, k, kl, kp, &e[m]) > 0) p = m + 1;
+        int d = kvs_key_vs(t, k, kl, kp, &e[m], &rc);
+        if (rc) return rc;
+        if (d > 0) p = m + 1;
         else hi = m;
     }
     unsigned mid = n / 2;
     bool upper = p >= mid;
+    /* the upper leaf's lower bound: k or e[mid] (its key is copied) */
+    if (!kvs_ent_rec(t, &e[mid], &rc)) return rc;
     /* N: e[mid..n) + k (upper) or e[0..mid) + k (lower), in key order */
     unsigned nb = upper ? mid : 0, ne = upper ? n : mid;
     kvs_ent ne_[KVS_CAP + 1];
@@ -428,7 +474,7 @@ static int kvs_split_insert(kv_sorted *t, kvs_cleaf *c, const void *k, size_t kl
     const kvs_ent *keep = upper ? e : e + mid;
     unsigned nkeep = upper ? mid : n - mid;
     kvs_cleaf *cl = kvs_cleaf_keep(c, keep, nkeep), *cn = kvs_cleaf_of(nl, ne_, nn);
-    const kvs_ent *lb = upper ? &ne_[0] : &keep[0];
+    const kvs_ent *lb = upper ? &ne_[0] : &e[mid];
     kvs_skey *sep = kvs_skey_new(lb->r->data, lb->klen);
     if (!cl || !cn || !sep) {
         free(cl); free(cn); free(sep);
