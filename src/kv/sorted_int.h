@@ -126,10 +126,11 @@ typedef struct kvs_skey {
 } kvs_skey;
 
 /* DRAM companion of a persistent leaf: what readers search (they never read
- * persistent leaves, so a split may free a leaf at once). rec[] words are
- * published with release stores after the summary words of their slot.
- * No key prefixes: ordering reads the records, which lookups and scans
- * read anyway (568 B per leaf, ~25 MiB at 1 M keys). */
+ * persistent leaves, so a split may change or free a leaf at once). rec[]
+ * words are published with release stores after the summary words of their
+ * slot. Readers order entries by their records, which lookups and scans
+ * read anyway; writers keep key prefixes too (pfx), so that keeping the
+ * cached order and splitting read no record (824 B per leaf). */
 typedef struct kvs_cleaf {
     kvs_leaf *p;                    /* the persistent leaf                    */
     struct kvs_cleaf *prev;         /* key order (writers only)               */
