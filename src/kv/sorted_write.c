@@ -1,6 +1,7 @@
 /* sorted_write.c — the sorted engine's write path: put (insert, overwrite),
- * remove, leaf splits, removal of empty leaves, and the queued record
- * frees (hdr->pend) with their recovery. Writers lock the leaf they change
+ * remove, leaf splits, removal of empty leaves, the queued record frees
+ * (hdr->pend) with their recovery, and the stores splits owe to the next
+ * fence (kvs_owed). Writers lock the leaf they change
  * (writers of different leaves run in parallel); splits and leaf removals
  * also take t->smo. Every store into the pool is made durable before the
  * call returns. The rules ([Moraru11] §6, docs/KV-SORTED.md):
@@ -8,8 +9,12 @@
  *     word is the activation's link: written by nvh_activate after its
  *     fence, so an insert is 2 fences: record + summary, then activation);
  *   - append in node: an insert writes a free slot, nothing shifts;
- *   - a split builds two new leaves and retires the old one only after the
- *     new ones are linked, each step one failure-atomic allocator call;
+ *   - a split moves half of a full leaf to a new leaf, inserting the key
+ *     that did not fit, in the insert's two fences: the record activated
+ *     with a queue entry as its link, then the new leaf activated into the
+ *     chain; the moved slots become free in the old leaf afterwards, and
+ *     recovery drops from the old leaf what the new one (its moved_from)
+ *     also holds;
  *   - a removal writes a free value into the slot that differs from the
  *     one its record's activation replaced (kvs_tomb_after, sorted_int.h);
  *   - a replaced or removed record is freed once no reader can hold it,
