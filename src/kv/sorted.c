@@ -511,10 +511,10 @@ static int kvs_build(kv_sorted *t)
         if (!c) break;
         /* a split's moved entries belong to the leaf split off l (the
          * tombstones in l may not have been durable) */
-        if (n && v[n - 1]->p->moved_from == cur) kvs_moved_drop(t, c, v[n - 1]->p);
+        if (n && kvs_moved_of(v[n - 1]->p, l, cur)) kvs_moved_drop(t, c, v[n - 1]->p);
         if (l->next) {
             kvs_leaf *nx = kvs_leaf_get(t, l->next);
-            if (nx && nx->moved_from == cur) kvs_moved_drop(t, c, nx);
+            if (nx && kvs_moved_of(nx, l, cur)) kvs_moved_drop(t, c, nx);
         }
         for (unsigned i = 0; npend && i < KVS_CAP; i++) {
             if (kvs_slot_free(c->rec[i])) continue;

@@ -92,15 +92,28 @@ typedef struct kvs_leaf {
                                        the four-step split of format 3's first
                                        library; read for recovery only)      */
     uint64_t moved_from;            /* this leaf was split off that leaf: while
-                                       the two are neighbours in the chain,
+                                       the two are neighbours in the chain and
+                                       that leaf's split_tag is moved_tag,
                                        records both hold belong here (the
                                        source's tombstones may not be durable
                                        yet). A hint: never cleared           */
-    uint64_t reserved[2];
+    uint64_t moved_tag;             /* the source's split_tag at the split   */
+    uint64_t split_tag;             /* random, nonzero, new at each split of
+                                       this leaf (0: never split). A hint
+                                       whose tag differs is stale: the source
+                                       split again, or its space is another
+                                       leaf now                               */
     kvs_slot slot[KVS_CAP];         /* unsorted: append in node              */
 } kvs_leaf;
 static_assert(offsetof(kvs_leaf, next) == 16, "kvs_leaf.next");
 static_assert(offsetof(kvs_leaf, moved_from) == 40, "kvs_leaf.moved_from");
+static_assert(offsetof(kvs_leaf, split_tag) == 56, "kvs_leaf.split_tag");
+
+/* Does leaf n's moved_from hint hold for leaf src at offset src_off? */
+static inline bool kvs_moved_of(const kvs_leaf *n, const kvs_leaf *src, uint64_t src_off)
+{
+    return n->moved_from == src_off && n->moved_tag != 0 && n->moved_tag == src->split_tag;
+}
 static_assert(offsetof(kvs_leaf, slot) == 64, "kvs_leaf.slot");
 static_assert(sizeof(kvs_leaf) == 64 + 24 * KVS_CAP, "kvs_leaf size");
 
@@ -246,6 +259,7 @@ struct kv_sorted {
     _Alignas(64) uint32_t owed_lock;
     uint32_t nowed;                 /* atomic: entries in owed[]             */
     uint64_t owed_id;               /* last id handed out                    */
+    uint64_t tag_rng;               /* smo: state of the split tags' PRNG    */
     kvs_owed owed[KVS_OWED];
 };
 

@@ -21,6 +21,8 @@
  *     through hdr->pend, so a crash before the free leaks nothing. */
 #include "sorted_int.h"
 
+#include <time.h>
+
 static inline nvh_off_t *kvs_link_of(kv_sorted *t, const kvs_cleaf *c)
 {
     return c->prev ? &c->prev->p->next : &t->hdr->first;
@@ -386,6 +388,19 @@ static int kvs_ents_of(const kv_sorted *t, const kvs_cleaf *c, kvs_ent *e, unsig
     return kvs_leaf_sorted(t, c, e, n);
 }
 
+/* A new split tag (under smo): random, so that a stale moved_from hint
+ * (its source split again, or freed and its space a leaf again) does not
+ * match. */
+static uint64_t kvs_split_tag(kv_sorted *t)
+{
+    if (!t->tag_rng)
+        t->tag_rng = (uint64_t)(uintptr_t)t ^ nvh_mix64((uint64_t)time(NULL) ^ t->hdr_off) ^
+                     ((uint64_t)clock() << 32);
+    uint64_t x;
+    do x = nvh_mix64(t->tag_rng += 0x9E3779B97F4A7C15ull); while (!x);
+    return x;
+}
+
 /* Companion of c's persistent leaf keeping only the entries e[0..n) (in
  * key order, in their slots). */
 static kvs_cleaf *kvs_cleaf_keep(const kvs_cleaf *c, const kvs_ent *e, unsigned n)
@@ -454,6 +469,9 @@ static int kvs_split_insert(kv_sorted *t, kvs_cleaf *c, const void *k, size_t kl
         ne_[nn++] = e[i];
     }
     if (p == ne) kpos = nn++;
+    /* L's new split tag must not be durable before the tombstones of its
+     * last split (whose hint it voids): those are owed, if anything is */
+    if (__atomic_load_n(&t->nowed, __ATOMIC_ACQUIRE)) kvs_owed_settle(t);
     unsigned j;
     if ((rc = kvs_pend_take(t, &j))) return rc;
     kvs_rec *r = kvs_rec_make(t, k, kl, v, vl);
@@ -474,6 +492,7 @@ static int kvs_split_insert(kv_sorted *t, kvs_cleaf *c, const void *k, size_t kl
     for (unsigned i = 0; i < nn; i++) kvs_slot_set(&nl->slot[i], &ne_[i]);
     nl->next = upper ? old->next : nvh_off(pool, old);
     nl->moved_from = nvh_off(pool, old);
+    nl->moved_tag = kvs_split_tag(t);
     /* DRAM first (nothing persistent to undo if it fails): the kept half
      * of L, N, and the lower bound of the upper leaf */
     const kvs_ent *keep = upper ? e : e + mid;
@@ -493,6 +512,8 @@ static int kvs_split_insert(kv_sorted *t, kvs_cleaf *c, const void *k, size_t kl
     pe->slot = nvh_off(pool, &nl->slot[kpos].rec);
     nvh_flush(pool, pe, sizeof *pe);
     nvh_flush(pool, nl, sizeof *nl);
+    old->split_tag = nl->moved_tag;
+    nvh_flush(pool, &old->split_tag, 8);
     /* 1. (what other threads owe rides on this fence too) */
     uint64_t top = kvs_owed_pre(t);
     rc = kvs_activate(t, r, &pe->rec);
