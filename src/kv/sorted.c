@@ -147,7 +147,7 @@ int kv_sorted_close(kv_sorted *t)
     if (!t) return NVH_OK;
     int rc = NVH_OK;
     pthread_mutex_lock(&t->smo);
-    if (KVS_LOADR(&t->pend_ready)) {
+    if (!t->readonly && KVS_LOADR(&t->built)) {
         nvh_protect_internal_begin(t->pool);
         rc = kvs_pend_flush(t);
         nvh_protect_internal_end(t->pool);

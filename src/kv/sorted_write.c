@@ -168,6 +168,20 @@ int kvs_pend_flush(kv_sorted *t)
     int r;
     while ((r = kvs_pend_free_one(t)) == 1) {}
     kvs_owed_settle(t);
+    /* entries a split emptied hold 1 or 2: back to 0, which libraries
+     * without splits in two fences read as empty too; after the rings are
+     * retired, so that no activation that replaced 0 there is replayed */
+    bool any = false;
+    for (unsigned j = 0; j < KVS_PENDING; j++) any |= t->hdr->pend[j].rec - 1 < 63;
+    if (r == NVH_OK && any && !KVS_LOAD(&t->pend_used) && (r = nvh_heap_sync(t->pool)) == NVH_OK) {
+        for (unsigned j = 0; j < KVS_PENDING; j++) {
+            kvs_pfree *pe = &t->hdr->pend[j];
+            if (pe->rec - 1 >= 63) continue;
+            pe->rec = 0;
+            nvh_flush(t->pool, pe, sizeof *pe);
+        }
+        nvh_drain(t->pool);
+    }
     return r;
 }
 
