@@ -147,7 +147,7 @@ int kv_sorted_close(kv_sorted *t)
     if (!t) return NVH_OK;
     int rc = NVH_OK;
     pthread_mutex_lock(&t->smo);
-    if (KVS_LOADR(&t->pend_ready)) {
+    if (!t->readonly && KVS_LOADR(&t->built)) {
         nvh_protect_internal_begin(t->pool);
         rc = kvs_pend_flush(t);
         nvh_protect_internal_end(t->pool);
@@ -232,7 +232,10 @@ static kvs_cleaf *kvs_companion(kv_sorted *t, kvs_leaf *l, int *err)
     for (unsigned i = 0; i < KVS_CAP; i++) {
         const kvs_slot *s = &l->slot[i];
         uint64_t r = s->rec;
-        if (kvs_slot_free(r)) continue;
+        if (kvs_slot_free(r)) {
+            c->was[i] = (uint8_t)r;
+            continue;
+        }
         if ((r & 63) || r >= size || s->klen == 0 || s->klen > KVS_KEY_MAX) {
             free(c);
             *err = kvs_corrupt(t, nvh_off(t->pool, &l->slot[i]), "leaf slot (record offset)");
@@ -240,6 +243,7 @@ static kvs_cleaf *kvs_companion(kv_sorted *t, kvs_leaf *l, int *err)
         }
         c->hash[i] = s->hash;
         c->klen[i] = (uint16_t)s->klen;
+        c->pfx[i] = s->prefix;
         c->rec[i] = r;
         c->live++;
     }
@@ -373,14 +377,20 @@ void kvs_perm_change(const kv_sorted *t, kvs_cleaf *c, int add, int del)
         m--;
     }
     if (add >= 0) {
-        const kvs_rec *ra = kvs_rec_get(t, KVS_LOADR(&c->rec[add]));
-        if (!ra || m >= KVS_CAP) { KVS_STORE(&c->ptag, 0); return; }
+        const kvs_rec *ra = NULL;
+        if (m >= KVS_CAP) { KVS_STORE(&c->ptag, 0); return; }
         unsigned lo = 0, hi = m;   /* first entry above the new key */
         while (lo < hi) {
-            unsigned mid = (lo + hi) / 2;
-            const kvs_rec *rm = kvs_rec_get(t, KVS_LOADR(&c->rec[perm[mid]]));
-            if (!rm) { KVS_STORE(&c->ptag, 0); return; }
-            if (kvs_cmp(t, rm->data, rm->klen, ra->data, ra->klen) < 0) lo = mid + 1;
+            unsigned mid = (lo + hi) / 2, s = perm[mid];
+            /* bytewise: the summaries decide unless they tie */
+            int d = t->cmp ? 2 : kvs_sum_cmp(c->pfx[s], c->klen[s], c->pfx[add], c->klen[add]);
+            if (d == 2) {
+                const kvs_rec *rm = kvs_rec_get(t, KVS_LOADR(&c->rec[s]));
+                if (!ra) ra = kvs_rec_get(t, KVS_LOADR(&c->rec[add]));
+                if (!rm || !ra) { KVS_STORE(&c->ptag, 0); return; }
+                d = kvs_cmp(t, rm->data, rm->klen, ra->data, ra->klen);
+            }
+            if (d < 0) lo = mid + 1;
             else hi = mid;
         }
         memmove(perm + lo + 1, perm + lo, m - lo);
@@ -409,6 +419,28 @@ static int kvs_leaf_read(const kv_sorted *t, kvs_cleaf *c, kvs_ent *out, unsigne
     return rc;
 }
 
+/* Drop from companion c (of leaf l, being built) the records leaf n holds
+ * too; tombstone their slots in l when the pool is writable (no fence of
+ * its own: the build drains; the open retired every record whose
+ * activation could re-apply a link). */
+static void kvs_moved_drop(kv_sorted *t, kvs_cleaf *c, const kvs_leaf *n)
+{
+    for (unsigned i = 0; i < KVS_CAP; i++) {
+        uint64_t r = c->rec[i];
+        if (kvs_slot_free(r)) continue;
+        unsigned s = 0;
+        while (s < KVS_CAP && n->slot[s].rec != r) s++;
+        if (s == KVS_CAP) continue;
+        c->rec[i] = 0;
+        c->live--;
+        c->was[i] = 1;
+        if (!t->readonly) {
+            c->p->slot[i].rec = 1;
+            nvh_flush(t->pool, &c->p->slot[i].rec, 8);
+        }
+    }
+}
+
 /* Walk the leaf chain once: finish or undo an interrupted split, drop empty
  * leaves, build the companions and the index. Under smo. */
 static int kvs_build(kv_sorted *t)
@@ -422,7 +454,7 @@ static int kvs_build(kv_sorted *t)
     unsigned npend = 0;
     for (unsigned j = 0; w && j < KVS_PENDING; j++) {
         pend_rec[j] = h->pend[j].rec;
-        npend += pend_rec[j] != 0;
+        npend += !kvs_slot_free(pend_rec[j]);
     }
     size_t n = 0, cap = 64;
     kvs_cleaf **v = malloc(cap * sizeof *v);
@@ -477,6 +509,13 @@ static int kvs_build(kv_sorted *t)
         }
         kvs_cleaf *c = kvs_companion(t, l, &rc);
         if (!c) break;
+        /* a split's moved entries belong to the leaf split off l (the
+         * tombstones in l may not have been durable) */
+        if (n && kvs_moved_of(v[n - 1]->p, l, cur)) kvs_moved_drop(t, c, v[n - 1]->p);
+        if (l->next) {
+            kvs_leaf *nx = kvs_leaf_get(t, l->next);
+            if (nx && kvs_moved_of(nx, l, cur)) kvs_moved_drop(t, c, nx);
+        }
         for (unsigned i = 0; npend && i < KVS_CAP; i++) {
             if (kvs_slot_free(c->rec[i])) continue;
             for (unsigned j = 0; j < KVS_PENDING; j++)

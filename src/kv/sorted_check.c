@@ -66,12 +66,18 @@ static int chk_run(kv_sorted *t)
                 rc = kvs_corrupt(t, off_s, "leaf slot (differs from its companion)");
                 break;
             }
-            if (kvs_slot_free(s->rec)) continue;
+            if (kvs_slot_free(s->rec)) {
+                if (w && c->was[i] != s->rec) {
+                    rc = kvs_corrupt(t, off_s, "leaf slot (free value differs from its companion)");
+                    break;
+                }
+                continue;
+            }
             const kvs_rec *r = kvs_rec_get(t, s->rec);
             if (!r) { rc = kvs_corrupt(t, s->rec, "record"); break; }
             if (r->klen != s->klen || kvs_prefix(r->data, r->klen) != s->prefix ||
                 kvs_hash(r->data, r->klen) != s->hash || c->klen[i] != s->klen ||
-                c->hash[i] != s->hash) {
+                c->hash[i] != s->hash || c->pfx[i] != s->prefix) {
                 rc = kvs_corrupt(t, off_s, "leaf slot (summary does not match its record)");
                 break;
             }
@@ -112,9 +118,12 @@ static int chk_run(kv_sorted *t)
         rc = nvh_fail(NVH_E_CORRUPT, "sorted tree (header at offset %llu): %llu entries, the "
                       "count says %llu", (unsigned long long)t->hdr_off,
                       (unsigned long long)count, (unsigned long long)t->count);
+    /* entries whose clear a split still owes stay in use until it is
+     * durable: complete those first */
+    if (!t->readonly) kvs_owed_settle(t);
     for (unsigned j = 0; rc == NVH_OK && !t->readonly && j < KVS_PENDING; j++) {
         bool used = (KVS_LOAD(&t->pend_used) >> j) & 1;
-        if (used != (t->hdr->pend[j].rec != 0))
+        if (used != !kvs_slot_free(t->hdr->pend[j].rec))
             rc = kvs_corrupt(t, nvh_off(pool, &t->hdr->pend[j]), "queued free (differs from DRAM)");
     }
     free(last);

@@ -88,11 +88,32 @@ typedef struct kvs_leaf {
     uint64_t next;                  /* next leaf in key order (0: last)      */
     uint64_t left;                  /* split in progress: the new lower half */
     uint64_t split_of;              /* upper half of a split of that leaf,
-                                       until the split completes             */
-    uint64_t reserved[3];
+                                       until the split completes (written by
+                                       the four-step split of format 3's first
+                                       library; read for recovery only)      */
+    uint64_t moved_from;            /* this leaf was split off that leaf: while
+                                       the two are neighbours in the chain and
+                                       that leaf's split_tag is moved_tag,
+                                       records both hold belong here (the
+                                       source's tombstones may not be durable
+                                       yet). A hint: never cleared           */
+    uint64_t moved_tag;             /* the source's split_tag at the split   */
+    uint64_t split_tag;             /* random, nonzero, new at each split of
+                                       this leaf (0: never split). A hint
+                                       whose tag differs is stale: the source
+                                       split again, or its space is another
+                                       leaf now                               */
     kvs_slot slot[KVS_CAP];         /* unsorted: append in node              */
 } kvs_leaf;
 static_assert(offsetof(kvs_leaf, next) == 16, "kvs_leaf.next");
+static_assert(offsetof(kvs_leaf, moved_from) == 40, "kvs_leaf.moved_from");
+static_assert(offsetof(kvs_leaf, split_tag) == 56, "kvs_leaf.split_tag");
+
+/* Does leaf n's moved_from hint hold for leaf src at offset src_off? */
+static inline bool kvs_moved_of(const kvs_leaf *n, const kvs_leaf *src, uint64_t src_off)
+{
+    return n->moved_from == src_off && n->moved_tag != 0 && n->moved_tag == src->split_tag;
+}
 static_assert(offsetof(kvs_leaf, slot) == 64, "kvs_leaf.slot");
 static_assert(sizeof(kvs_leaf) == 64 + 24 * KVS_CAP, "kvs_leaf size");
 
@@ -118,10 +139,11 @@ typedef struct kvs_skey {
 } kvs_skey;
 
 /* DRAM companion of a persistent leaf: what readers search (they never read
- * persistent leaves, so a split may free a leaf at once). rec[] words are
- * published with release stores after the summary words of their slot.
- * No key prefixes: ordering reads the records, which lookups and scans
- * read anyway (568 B per leaf, ~25 MiB at 1 M keys). */
+ * persistent leaves, so a split may change or free a leaf at once). rec[]
+ * words are published with release stores after the summary words of their
+ * slot. Readers order entries by their records, which lookups and scans
+ * read anyway; writers keep key prefixes too (pfx), so that keeping the
+ * cached order and splitting read no record (824 B per leaf). */
 typedef struct kvs_cleaf {
     kvs_leaf *p;                    /* the persistent leaf                    */
     struct kvs_cleaf *prev;         /* key order (writers only)               */
@@ -138,8 +160,9 @@ typedef struct kvs_cleaf {
     uint32_t hash[KVS_CAP];         /* a lookup reads hash, klen, one rec:    */
     uint16_t klen[KVS_CAP];         /* lines 0-4, asked for at once           */
     uint64_t rec[KVS_CAP];          /* atomic                                 */
-    uint8_t was[KVS_CAP];           /* under lock: the slot's free value before its
-                                       record's activation (kvs_tomb_after)   */
+    uint8_t was[KVS_CAP];           /* under lock: a free slot's free value, a
+                                       live slot's before its record's
+                                       activation (kvs_tomb_after)            */
     /* Readers' cache of the live slots in key order, so a scan or seek does
      * not sort the leaf on every visit: perm holds slot numbers (byte i of
      * the array: the i-th live slot), valid for the seqlock value in ptag
@@ -148,6 +171,10 @@ typedef struct kvs_cleaf {
      * check ptag before and after reading perm (a seqlock of its own). */
     uint64_t ptag;                  /* atomic                                 */
     uint64_t perm[KVS_CAP / 8];     /* atomic words                           */
+    /* Writers only (under lock): each live slot's key prefix, so carrying
+     * the cached order over an insert compares summaries instead of
+     * reading records (each a cache miss) */
+    uint64_t pfx[KVS_CAP];
 } kvs_cleaf;
 
 /* ptag: bit 40 set when valid, live-slot count in bits 32-39, the leaf's
@@ -185,6 +212,23 @@ typedef struct kvs_retired {
     uint32_t kind;
 } kvs_retired;
 
+/* What a split leaves to a later fence (sorted_write.c, kvs_split_insert):
+ * the tombstones of the slots it moved out of the split leaf (bit i of
+ * lines: line i of leaf, flushed but not fenced) and the clear of the
+ * queue entry that held the new record while the split was in flight
+ * (hdr->pend[pend], kept in use until that clear is durable). Whoever
+ * fences next re-flushes the lines another thread flushed, so they are
+ * durable before any write that could depend on them (a write to either
+ * half, a further split, a drop). */
+#define KVS_OWED 16
+typedef struct kvs_owed {
+    kvs_leaf *leaf;
+    uint32_t lines;
+    uint32_t pend;
+    uint64_t tid;                   /* kvs_tid() of the thread that flushed  */
+    uint64_t id;                    /* increasing: what a fence covered      */
+} kvs_owed;
+
 struct kv_sorted {
     nvh_pool *pool;
     kvs_hdr *hdr;
@@ -210,6 +254,13 @@ struct kv_sorted {
      * fence frees it (kvs_data_fence) */
     _Alignas(64) uint64_t pend_used;
     uint64_t pend_ready;
+    /* Splits' stores that ride on later fences (kvs_owed, sorted_write.c),
+     * under the spin lock owed_lock */
+    _Alignas(64) uint32_t owed_lock;
+    uint32_t nowed;                 /* atomic: entries in owed[]             */
+    uint64_t owed_id;               /* last id handed out                    */
+    uint64_t tag_rng;               /* smo: state of the split tags' PRNG    */
+    kvs_owed owed[KVS_OWED];
 };
 
 /* ==========================================================================
@@ -333,11 +384,10 @@ int kvs_retire(kv_sorted *t, uint32_t kind, void *p);
 void kvs_reclaim(kv_sorted *t, int wait);
 void kvs_cleaf_free(kvs_cleaf *c);
 
-static inline void kvs_lock(kvs_cleaf *c)
+static inline void kvs_spin_lock(uint32_t *l)
 {
     for (unsigned n = 0;; n++) {
-        if (!__atomic_load_n(&c->lock, __ATOMIC_RELAXED) &&
-            !__atomic_exchange_n(&c->lock, 1, __ATOMIC_ACQUIRE))
+        if (!__atomic_load_n(l, __ATOMIC_RELAXED) && !__atomic_exchange_n(l, 1, __ATOMIC_ACQUIRE))
             return;
         /* the holder may be between its fences, or preempted on a busy
          * machine: spin briefly, then give the core away */
@@ -347,7 +397,9 @@ static inline void kvs_lock(kvs_cleaf *c)
 #endif
     }
 }
-static inline void kvs_unlock(kvs_cleaf *c) { __atomic_store_n(&c->lock, 0, __ATOMIC_RELEASE); }
+static inline void kvs_spin_unlock(uint32_t *l) { __atomic_store_n(l, 0, __ATOMIC_RELEASE); }
+static inline void kvs_lock(kvs_cleaf *c) { kvs_spin_lock(&c->lock); }
+static inline void kvs_unlock(kvs_cleaf *c) { kvs_spin_unlock(&c->lock); }
 
 /* Writers (under the leaf lock) around the DRAM stores that add or remove
  * an entry of c: readers that sort a leaf (seek, scan) retry when it moved
@@ -425,7 +477,10 @@ int kvs_leaf_find(const kv_sorted *t, const kvs_cleaf *c, const void *k, size_t 
 /* Apply the queued frees found in the header at the build (under smo): bit
  * j of live set if pend[j]'s record is referenced by a live slot. */
 int kvs_pending_recover(kv_sorted *t, uint64_t live);
-/* Free every queued record still owed its free (close, destroy). */
+/* Free every queued record still owed its free, and make the stores
+ * splits owe durable (close, destroy). */
 int kvs_pend_flush(kv_sorted *t);
+/* Make the stores splits owe durable (kvs_owed). */
+void kvs_owed_settle(kv_sorted *t);
 
 #endif /* NVH_KV_SORTED_INT_H */

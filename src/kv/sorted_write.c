@@ -1,6 +1,7 @@
 /* sorted_write.c — the sorted engine's write path: put (insert, overwrite),
- * remove, leaf splits, removal of empty leaves, and the queued record
- * frees (hdr->pend) with their recovery. Writers lock the leaf they change
+ * remove, leaf splits, removal of empty leaves, the queued record frees
+ * (hdr->pend) with their recovery, and the stores splits owe to the next
+ * fence (kvs_owed). Writers lock the leaf they change
  * (writers of different leaves run in parallel); splits and leaf removals
  * also take t->smo. Every store into the pool is made durable before the
  * call returns. The rules ([Moraru11] §6, docs/KV-SORTED.md):
@@ -8,13 +9,19 @@
  *     word is the activation's link: written by nvh_activate after its
  *     fence, so an insert is 2 fences: record + summary, then activation);
  *   - append in node: an insert writes a free slot, nothing shifts;
- *   - a split builds two new leaves and retires the old one only after the
- *     new ones are linked, each step one failure-atomic allocator call;
+ *   - a split moves half of a full leaf to a new leaf, inserting the key
+ *     that did not fit, in the insert's two fences: the record activated
+ *     with a queue entry as its link, then the new leaf activated into the
+ *     chain; the moved slots become free in the old leaf afterwards, and
+ *     recovery drops from the old leaf what the new one (its moved_from)
+ *     also holds;
  *   - a removal writes a free value into the slot that differs from the
  *     one its record's activation replaced (kvs_tomb_after, sorted_int.h);
  *   - a replaced or removed record is freed once no reader can hold it,
  *     through hdr->pend, so a crash before the free leaks nothing. */
 #include "sorted_int.h"
+
+#include <time.h>
 
 static inline nvh_off_t *kvs_link_of(kv_sorted *t, const kvs_cleaf *c)
 {
@@ -55,20 +62,126 @@ static int kvs_pend_free_one(kv_sorted *t)
     return 1;
 }
 
-/* The fence that makes what this thread flushed durable: a queued free's,
- * if one is owed, else a plain drain. */
+static void kvs_pend_release(kv_sorted *t, unsigned j)
+{
+    __atomic_and_fetch(&t->pend_used, ~(UINT64_C(1) << j), __ATOMIC_RELEASE);
+}
+
+/* ==========================================================================
+ * Stores owed to a later fence (kvs_owed, sorted_int.h)
+ * ==========================================================================
+ * A split's last stores (tombstones in the split leaf, the clear of its
+ * queue entry) are flushed but not fenced: the put that split returns after
+ * its two fences. They must be durable before anything that could depend
+ * on them, and every such thing is a write that fences first: a write to
+ * either half of the split locks one of their companions (published after
+ * the owed entry), and its data fence (or the split's, or the drop's)
+ * comes through kvs_owed_pre/post. A fence covers the issuing thread's
+ * flushes only, so the lines another thread flushed are flushed again. */
+static uint64_t kvs_tid_next;
+static _Thread_local uint64_t kvs_tid_mine;
+static inline uint64_t kvs_tid(void)
+{
+    if (__builtin_expect(!kvs_tid_mine, 0))
+        kvs_tid_mine = __atomic_add_fetch(&kvs_tid_next, 1, __ATOMIC_RELAXED);
+    return kvs_tid_mine;
+}
+
+static inline void kvs_owed_lock(kv_sorted *t) { kvs_spin_lock(&t->owed_lock); }
+static inline void kvs_owed_unlock(kv_sorted *t) { kvs_spin_unlock(&t->owed_lock); }
+
+/* Before a fence: flush again what other threads owe; returns the newest
+ * entry the fence will cover (0: none). */
+static uint64_t kvs_owed_pre(kv_sorted *t)
+{
+    if (__builtin_expect(!__atomic_load_n(&t->nowed, __ATOMIC_ACQUIRE), 1)) return 0;
+    uint64_t me = kvs_tid(), top = 0;
+    kvs_owed_lock(t);
+    for (uint32_t i = 0; i < t->nowed; i++) {
+        const kvs_owed *o = &t->owed[i];
+        if (o->tid != me) {
+            for (uint32_t m = o->lines; m; m &= m - 1)
+                nvh_flush(t->pool, (char *)o->leaf + 64 * __builtin_ctz(m), 64);
+            nvh_flush(t->pool, &t->hdr->pend[o->pend], sizeof(kvs_pfree));
+        }
+        top = o->id;
+    }
+    kvs_owed_unlock(t);
+    return top;
+}
+
+/* After the fence: drop the entries up to top (their stores are durable)
+ * and release their queue entries. */
+static void kvs_owed_post(kv_sorted *t, uint64_t top)
+{
+    if (!top) return;
+    kvs_owed_lock(t);
+    uint32_t k = 0;
+    for (uint32_t i = 0; i < t->nowed; i++) {
+        if (t->owed[i].id <= top) kvs_pend_release(t, t->owed[i].pend);
+        else t->owed[k++] = t->owed[i];
+    }
+    __atomic_store_n(&t->nowed, k, __ATOMIC_RELEASE);
+    kvs_owed_unlock(t);
+}
+
+/* Make every owed store durable now. */
+void kvs_owed_settle(kv_sorted *t)
+{
+    uint64_t top = kvs_owed_pre(t);
+    if (!top) return;
+    nvh_drain(t->pool);
+    kvs_owed_post(t, top);
+}
+
+static void kvs_owed_add(kv_sorted *t, kvs_leaf *leaf, uint32_t lines, unsigned pend)
+{
+    for (;;) {
+        kvs_owed_lock(t);
+        if (t->nowed < KVS_OWED) break;
+        kvs_owed_unlock(t);
+        kvs_owed_settle(t);
+    }
+    kvs_owed *o = &t->owed[t->nowed];
+    o->leaf = leaf;
+    o->lines = lines;
+    o->pend = pend;
+    o->tid = kvs_tid();
+    o->id = ++t->owed_id;
+    __atomic_store_n(&t->nowed, t->nowed + 1, __ATOMIC_RELEASE);
+    kvs_owed_unlock(t);
+}
+
+/* The fence that makes what this thread flushed durable (and what other
+ * threads owe): a queued free's, if one is owed, else a plain drain. */
 static int kvs_data_fence(kv_sorted *t)
 {
+    uint64_t top = kvs_owed_pre(t);
     int r = kvs_pend_free_one(t);
-    if (r == 1) return NVH_OK;
-    nvh_drain(t->pool);
-    return r;
+    if (r != 1) nvh_drain(t->pool);
+    kvs_owed_post(t, top);
+    return r == 1 ? NVH_OK : r;
 }
 
 int kvs_pend_flush(kv_sorted *t)
 {
     int r;
     while ((r = kvs_pend_free_one(t)) == 1) {}
+    kvs_owed_settle(t);
+    /* entries a split emptied hold 1 or 2: back to 0, which libraries
+     * without splits in two fences read as empty too; after the rings are
+     * retired, so that no activation that replaced 0 there is replayed */
+    bool any = false;
+    for (unsigned j = 0; j < KVS_PENDING; j++) any |= t->hdr->pend[j].rec - 1 < 63;
+    if (r == NVH_OK && any && !KVS_LOAD(&t->pend_used) && (r = nvh_heap_sync(t->pool)) == NVH_OK) {
+        for (unsigned j = 0; j < KVS_PENDING; j++) {
+            kvs_pfree *pe = &t->hdr->pend[j];
+            if (pe->rec - 1 >= 63) continue;
+            pe->rec = 0;
+            nvh_flush(t->pool, pe, sizeof *pe);
+        }
+        nvh_drain(t->pool);
+    }
     return r;
 }
 
@@ -82,7 +195,8 @@ static int kvs_pend_take(kv_sorted *t, unsigned *j)
              * writers that hold the others to finish) */
             int r = kvs_pend_free_one(t);
             if (r < 0) return r;
-            if (r == 0) sched_yield();
+            if (r == 0 && __atomic_load_n(&t->nowed, __ATOMIC_ACQUIRE)) kvs_owed_settle(t);
+            else if (r == 0) sched_yield();
             continue;
         }
         unsigned i = (unsigned)__builtin_ctzll(avail);
@@ -92,11 +206,6 @@ static int kvs_pend_take(kv_sorted *t, unsigned *j)
             return NVH_OK;
         }
     }
-}
-
-static void kvs_pend_release(kv_sorted *t, unsigned j)
-{
-    __atomic_and_fetch(&t->pend_used, ~(UINT64_C(1) << j), __ATOMIC_RELEASE);
 }
 
 /* The record in pend[j] is unlinked: its free is owed. */
@@ -129,7 +238,7 @@ int kvs_pending_recover(kv_sorted *t, uint64_t live)
     int rc = NVH_OK;
     for (unsigned j = 0; j < KVS_PENDING && rc == NVH_OK; j++) {
         kvs_pfree *pe = &t->hdr->pend[j];
-        if (pe->rec == 0) continue;
+        if (kvs_slot_free(pe->rec)) continue;
         if ((live >> j) & 1) {
             /* the operation that queued it did not complete: still live */
             pe->rec = 0;
@@ -204,6 +313,7 @@ static kvs_cleaf *kvs_cleaf_of(kvs_leaf *l, const kvs_ent *e, unsigned n)
     for (unsigned i = 0; i < n; i++) {
         c->hash[i] = e[i].hash;
         c->klen[i] = (uint16_t)e[i].klen;
+        c->pfx[i] = e[i].prefix;
         c->rec[i] = e[i].rec;
         ((uint8_t *)c->perm)[i] = (uint8_t)i;   /* e is in key order */
     }
@@ -240,83 +350,233 @@ static int kvs_first_leaf(kv_sorted *t)
     return kvs_retire(t, KVS_R_MEM, old);
 }
 
-/* Split full leaf c ([Moraru11] §6, Fig. 3, in a leaf chain):
- *   1. L1 <- the lower half of c's entries, L2 <- the upper half (both new,
- *      sorted; L1.next = L2, L2.next = c.next, L2.split_of = c); fence;
- *   2. activate L2 with link c.next: the chain is c, L2 (L2's entries are
- *      copies of c's; open drops L2 again: split_of names its predecessor);
- *   3. activate L1 with link c.left: open finishes the split from here;
- *   4. L2.split_of = 0 (flushed), free c with its link redirected to L1.
- * Records are shared, never copied. Readers never read persistent leaves
- * (they use the companions), so c's memory may go at once. */
-static int kvs_split(kv_sorted *t, kvs_cleaf *c)
+/* e's record, read (and validated) on first use. */
+static const kvs_rec *kvs_ent_rec(const kv_sorted *t, kvs_ent *e, int *err)
+{
+    if (!e->r && !(e->r = kvs_rec_get(t, e->rec))) *err = kvs_corrupt(t, e->rec, "record");
+    return e->r;
+}
+
+/* key (k, kl, prefix kp) against entry e: <0, 0, >0 (0 and *err set if
+ * e's record is corrupt). */
+static int kvs_key_vs(const kv_sorted *t, const void *k, size_t kl, uint64_t kp, kvs_ent *e,
+                      int *err)
+{
+    if (!t->cmp) {
+        int c = kvs_sum_cmp(kp, kl, e->prefix, e->klen);
+        if (c != 2) return c;
+    }
+    const kvs_rec *r = kvs_ent_rec(t, e, err);
+    return r ? kvs_cmp(t, k, kl, r->data, e->klen) : 0;
+}
+
+/* The entries of locked companion c in key order. Its cached order is kept
+ * by writers, so it is usually valid: then the summaries come from the
+ * companion and no record is read (e->r NULL: kvs_ent_rec). A reader
+ * fills the cache only when it is not valid for the version, and the
+ * version does not move while c is locked; the tag is checked again after
+ * the order was read all the same. Else the records are read and sorted. */
+static int kvs_ents_of(const kv_sorted *t, const kvs_cleaf *c, kvs_ent *e, unsigned *n)
+{
+    uint64_t tag = KVS_LOAD(&c->ptag);
+    if (kvs_ptag_valid_for(tag, KVS_LOADR(&c->ver))) {
+        unsigned m = (unsigned)(tag >> 32) & 0xff;
+        uint8_t perm[KVS_CAP];
+        for (unsigned w = 0; w < KVS_CAP / 8; w++) {
+            uint64_t x = KVS_LOADR(&c->perm[w]);
+            memcpy(perm + 8 * w, &x, 8);
+        }
+        bool ok = m <= KVS_CAP && KVS_LOAD(&c->ptag) == tag;
+        for (unsigned i = 0; ok && i < m; i++) {
+            unsigned s = perm[i];
+            ok = s < KVS_CAP && !kvs_slot_free(c->rec[s]);
+            if (!ok) break;
+            e[i] = (kvs_ent){.rec = c->rec[s], .prefix = c->pfx[s], .hash = c->hash[s],
+                             .klen = c->klen[s], .r = NULL, .slot = s};
+        }
+        if (ok && m == c->live) {
+            *n = m;
+            return NVH_OK;
+        }
+    }
+    return kvs_leaf_sorted(t, c, e, n);
+}
+
+/* A new split tag (under smo): random, so that a stale moved_from hint
+ * (its source split again, or freed and its space a leaf again) does not
+ * match. */
+static uint64_t kvs_split_tag(kv_sorted *t)
+{
+    if (!t->tag_rng)
+        t->tag_rng = (uint64_t)(uintptr_t)t ^ nvh_mix64((uint64_t)time(NULL) ^ t->hdr_off) ^
+                     ((uint64_t)clock() << 32);
+    uint64_t x;
+    do x = nvh_mix64(t->tag_rng += 0x9E3779B97F4A7C15ull); while (!x);
+    return x;
+}
+
+/* Companion of c's persistent leaf keeping only the entries e[0..n) (in
+ * key order, in their slots). */
+static kvs_cleaf *kvs_cleaf_keep(const kvs_cleaf *c, const kvs_ent *e, unsigned n)
+{
+    kvs_cleaf *d = calloc(1, sizeof *d);
+    if (!d) return NULL;
+    d->p = c->p;
+    for (unsigned i = 0; i < n; i++) {
+        unsigned s = e[i].slot;
+        d->hash[s] = c->hash[s];
+        d->klen[s] = c->klen[s];
+        d->pfx[s] = c->pfx[s];
+        d->rec[s] = c->rec[s];
+        d->was[s] = c->was[s];
+        ((uint8_t *)d->perm)[i] = (uint8_t)s;
+    }
+    d->live = n;
+    d->ptag = kvs_ptag_make(0, n);
+    return d;
+}
+
+/* Insert k into full leaf c by splitting it, in the put's two fences
+ * ([Moraru11] §6: validation after durable data; docs/KV-SORTED.md):
+ *   the entries of c and k, in key order, are cut in two halves; the half
+ *   that holds k moves to a new leaf N (written with k's slot naming the
+ *   new record R, N.moved_from = c's leaf L), the other half stays in L.
+ *   0. R, N and queue entry pend[j] (R's slot, for diagnostics) flushed;
+ *   1. nvh_activate(R, link pend[j].rec) — fence: R, N are durable, and R
+ *      is allocated but referenced only by the queue entry (a crash frees
+ *      it: no live slot names it);
+ *   2. nvh_activate(N, link L.next for the upper half, the link to L for
+ *      the lower one) — fence: N is in the chain, with k. L still holds
+ *      copies of the moved entries; N.moved_from says they belong to N;
+ *   3. tombstones into L's moved slots, pend[j].rec cleared (flushed, owed
+ *      to the next fence: kvs_owed).
+ * L is changed in place but its companion is replaced (a companion's key
+ * range never shrinks while it lives: writers that reached c retry). */
+static int kvs_split_insert(kv_sorted *t, kvs_cleaf *c, const void *k, size_t kl, uint64_t kp,
+                            uint32_t kh, const void *v, size_t vl)
 {
     nvh_pool *pool = t->pool;
-    kvs_ent e[KVS_CAP];
+    kvs_leaf *old = c->p;
+    kvs_ent e[KVS_CAP + 1];
     unsigned n;
-    int rc = kvs_leaf_sorted(t, c, e, &n);
+    int rc = kvs_ents_of(t, c, e, &n);
     if (rc) return rc;
+    if (n < 2) return kvs_corrupt(t, nvh_off(pool, old), "leaf (full, but fewer than 2 entries)");
+    unsigned p = 0;     /* entries below k */
+    for (unsigned hi = n; p < hi;) {
+        unsigned m = (p + hi) / 2;
+        int d = kvs_key_vs(t, k, kl, kp, &e[m], &rc);
+        if (rc) return rc;
+        if (d > 0) p = m + 1;
+        else hi = m;
+    }
     unsigned mid = n / 2;
-    void *m1 = nvh_reserve(pool, sizeof(kvs_leaf));
-    void *m2 = m1 ? nvh_reserve(pool, sizeof(kvs_leaf)) : NULL;
-    if (!m2) {
-        rc = nvh_fail_context(nvh_errcode(), "sorted tree: no space to split a leaf");
-        if (m1) nvh_cancel(pool, m1);
+    bool upper = p >= mid;
+    /* the upper leaf's lower bound: k or e[mid] (its key is copied) */
+    if (!kvs_ent_rec(t, &e[mid], &rc)) return rc;
+    /* N: e[mid..n) + k (upper) or e[0..mid) + k (lower), in key order */
+    unsigned nb = upper ? mid : 0, ne = upper ? n : mid;
+    kvs_ent ne_[KVS_CAP + 1];
+    unsigned nn = 0, kpos = 0;
+    for (unsigned i = nb; i < ne; i++) {
+        if (i == p) kpos = nn++;
+        ne_[nn++] = e[i];
+    }
+    if (p == ne) kpos = nn++;
+    /* L's new split tag must not be durable before the tombstones of its
+     * last split (whose hint it voids): those are owed, if anything is */
+    if (__atomic_load_n(&t->nowed, __ATOMIC_ACQUIRE)) kvs_owed_settle(t);
+    unsigned j;
+    if ((rc = kvs_pend_take(t, &j))) return rc;
+    kvs_rec *r = kvs_rec_make(t, k, kl, v, vl);
+    void *mem = r ? nvh_reserve(pool, sizeof(kvs_leaf)) : NULL;
+    if (!mem) {
+        rc = r ? nvh_fail_context(nvh_errcode(), "sorted tree: no space to split a leaf") : nvh_errcode();
+        if (r) nvh_cancel(pool, r);
+        kvs_pend_release(t, j);
         return rc;
     }
-    kvs_leaf *l1 = kvs_leaf_init(t, m1), *l2 = kvs_leaf_init(t, m2), *old = c->p;
-    for (unsigned i = 0; i < mid; i++) kvs_slot_set(&l1->slot[i], &e[i]);
-    for (unsigned i = mid; i < n; i++) kvs_slot_set(&l2->slot[i - mid], &e[i]);
-    l1->next = nvh_off(pool, l2);
-    l2->next = old->next;
-    l2->split_of = nvh_off(pool, old);
-    kvs_cleaf *c1 = kvs_cleaf_of(l1, e, mid), *c2 = kvs_cleaf_of(l2, e + mid, n - mid);
-    kvs_skey *s2 = kvs_skey_new(e[mid].r->data, e[mid].klen);
-    if (!c1 || !c2 || !s2) {
-        free(c1); free(c2); free(s2);
-        nvh_cancel(pool, m1);
-        nvh_cancel(pool, m2);
+    kvs_ent *ke = &ne_[kpos];
+    ke->rec = nvh_off(pool, r);
+    ke->prefix = kp;
+    ke->hash = kh;
+    ke->klen = (uint32_t)kl;
+    ke->r = r;
+    kvs_leaf *nl = kvs_leaf_init(t, mem);
+    for (unsigned i = 0; i < nn; i++) kvs_slot_set(&nl->slot[i], &ne_[i]);
+    nl->next = upper ? old->next : nvh_off(pool, old);
+    nl->moved_from = nvh_off(pool, old);
+    nl->moved_tag = kvs_split_tag(t);
+    /* DRAM first (nothing persistent to undo if it fails): the kept half
+     * of L, N, and the lower bound of the upper leaf */
+    const kvs_ent *keep = upper ? e : e + mid;
+    unsigned nkeep = upper ? mid : n - mid;
+    kvs_cleaf *cl = kvs_cleaf_keep(c, keep, nkeep), *cn = kvs_cleaf_of(nl, ne_, nn);
+    const kvs_ent *lb = upper ? &ne_[0] : &e[mid];
+    kvs_skey *sep = kvs_skey_new(lb->r->data, lb->klen);
+    if (!cl || !cn || !sep) {
+        free(cl); free(cn); free(sep);
+        nvh_cancel(pool, mem);
+        nvh_cancel(pool, r);
+        kvs_pend_release(t, j);
         return nvh_fail(NVH_E_NOMEM, "sorted tree: out of memory for a split");
     }
-    nvh_flush(pool, l1, sizeof *l1);
-    nvh_flush(pool, l2, sizeof *l2);
-    nvh_drain(pool);
-    rc = kvs_activate(t, l2, &old->next);
-    if (rc) goto undo2;
-    rc = kvs_activate(t, l1, &old->left);
-    if (rc) goto undo1;
-    l2->split_of = 0;
-    nvh_flush(pool, &l2->split_of, 8);
-    nvh_link lk = {kvs_link_of(t, c), nvh_off(pool, l1)};
-    rc = nvh_free(pool, old, &lk, 1);
-    if (rc) return rc;   /* persistent state finishes at the next open */
+    kvs_pfree *pe = &t->hdr->pend[j];
+    uint64_t pold = pe->rec;
+    pe->slot = nvh_off(pool, &nl->slot[kpos].rec);
+    nvh_flush(pool, pe, sizeof *pe);
+    nvh_flush(pool, nl, sizeof *nl);
+    old->split_tag = nl->moved_tag;
+    nvh_flush(pool, &old->split_tag, 8);
+    /* 1. (what other threads owe rides on this fence too) */
+    uint64_t top = kvs_owed_pre(t);
+    rc = kvs_activate(t, r, &pe->rec);
+    if (rc) {
+        nvh_cancel(pool, r);
+        kvs_pend_drop(t, j);
+        goto fail;
+    }
+    kvs_owed_post(t, top);
+    /* 2. */
+    rc = kvs_activate(t, nl, upper ? &old->next : kvs_link_of(t, c));
+    if (rc) {
+        kvs_pend_ready(t, j);       /* R's free is owed (its link: pend[j]) */
+        goto fail;
+    }
+    /* 3. the moved slots leave L: free values that differ from the one each
+     * held before its record's activation (kvs_tomb_after) */
+    uint32_t lines = 0;
+    for (unsigned i = upper ? mid : 0; i < (upper ? n : mid); i++) {
+        kvs_slot *s = &old->slot[e[i].slot];
+        s->rec = kvs_tomb_after(c->was[e[i].slot]);
+        cl->was[e[i].slot] = (uint8_t)s->rec;
+        lines |= 1u << ((nvh_off(pool, &s->rec) - nvh_off(pool, old)) / 64);
+    }
+    for (uint32_t m = lines; m; m &= m - 1) nvh_flush(pool, (char *)old + 64 * __builtin_ctz(m), 64);
+    pe->rec = kvs_tomb_after((uint8_t)(pold < 64 ? pold : 0));
+    nvh_flush(pool, &pe->rec, 8);
+    kvs_owed_add(t, old, lines, j);
 
-    /* DRAM: the companions replace c in the chain and the index */
-    c1->sep = c->sep;          /* c's reference passes to c1 */
-    c2->sep = s2;
-    c1->prev = c->prev;
-    c1->next = c2;
-    c2->prev = c1;
-    c2->next = c->next;
-    rc = kvs_ix_replace(t, c, c1, c2, s2);   /* finds c by its separator */
+    /* DRAM: the two companions replace c in the chain and the index */
+    kvs_cleaf *lo = upper ? cl : cn, *hi = upper ? cn : cl;
+    lo->sep = c->sep;           /* c's reference passes on */
+    hi->sep = sep;
+    lo->prev = c->prev;
+    lo->next = hi;
+    hi->prev = lo;
+    hi->next = c->next;
+    rc = kvs_ix_replace(t, c, lo, hi, sep);   /* finds c by its separator */
     c->sep = NULL;
-    if (c->next) c->next->prev = c2;
-    if (c->prev) KVS_STORE(&c->prev->next, c1);
-    else t->head = c1;
+    if (c->next) c->next->prev = hi;
+    if (c->prev) KVS_STORE(&c->prev->next, lo);
+    else t->head = lo;
     KVS_STORE(&c->dead, 1);
+    __atomic_add_fetch(&t->count, 1, __ATOMIC_RELAXED);
     int rc2 = kvs_retire(t, KVS_R_CLEAF, c);
     return rc ? rc : rc2;
-undo1: {
-        nvh_cancel(pool, m1);
-        nvh_link lk2 = {&old->next, l2->next};
-        nvh_free(pool, l2, &lk2, 1);
-        free(c1); free(c2); free(s2);
-        return rc;
-    }
-undo2:
-    nvh_cancel(pool, m1);
-    nvh_cancel(pool, m2);
-    free(c1); free(c2); free(s2);
+fail:
+    nvh_cancel(pool, mem);
+    free(cl); free(cn); free(sep);
     return rc;
 }
 
@@ -324,6 +584,7 @@ undo2:
  * link past it) and from the index. Not the only leaf. */
 static int kvs_leaf_drop(kv_sorted *t, kvs_cleaf *c)
 {
+    kvs_owed_settle(t);     /* the leaf may be one a split still owes stores */
     nvh_link lk = {kvs_link_of(t, c), c->p->next};
     int rc = nvh_free(t->pool, c->p, &lk, 1);
     if (rc) return rc;
@@ -372,12 +633,13 @@ static int kvs_smo_first_leaf(kv_sorted *t)
     return rc;
 }
 
-/* Split or drop locked companion c; c's lock is released before the
- * retired objects (c itself among them) may be freed. */
-static int kvs_smo_split(kv_sorted *t, kvs_cleaf *c)
+/* Split (inserting k) or drop locked companion c; c's lock is released
+ * before the retired objects (c itself among them) may be freed. */
+static int kvs_smo_split_insert(kv_sorted *t, kvs_cleaf *c, const void *k, size_t kl,
+                                uint64_t kp, uint32_t kh, const void *v, size_t vl)
 {
     pthread_mutex_lock(&t->smo);
-    int rc = kvs_split(t, c);
+    int rc = kvs_split_insert(t, c, k, kl, kp, kh, v, vl);
     kvs_unlock(c);
     kvs_reclaim(t, 0);
     pthread_mutex_unlock(&t->smo);
@@ -428,12 +690,15 @@ static int kvs_insert(kv_sorted *t, kvs_cleaf *c, int i, const void *k, size_t k
 {
     nvh_pool *pool = t->pool;
     kvs_slot *s = &c->p->slot[i];
-    uint8_t was = (uint8_t)s->rec;
-    kvs_rec *r = kvs_rec_make(t, k, kl, v, vl);
-    if (!r) return nvh_errcode();
+    uint8_t was = c->was[i];
+    /* the summary first: its line (written back and evicted by its last
+     * flush) is fetched while the record is written; a free slot's summary
+     * means nothing, so a failed insert leaves nothing to undo */
     s->prefix = kp;
     s->hash = kh;
     s->klen = (uint32_t)kl;
+    kvs_rec *r = kvs_rec_make(t, k, kl, v, vl);
+    if (!r) return nvh_errcode();
     nvh_flush(pool, &s->prefix, 16);
     int rc = kvs_data_fence(t);
     if (rc == NVH_OK) rc = kvs_activate(t, r, &s->rec);
@@ -444,6 +709,7 @@ static int kvs_insert(kv_sorted *t, kvs_cleaf *c, int i, const void *k, size_t k
     kvs_ver_begin(c);
     KVS_STORER(&c->hash[i], kh);
     KVS_STORER(&c->klen[i], (uint16_t)kl);
+    c->pfx[i] = kp;
     KVS_STORE(&c->rec[i], nvh_off(pool, r));
     kvs_perm_change(t, c, i, -1);
     kvs_ver_end(c);
@@ -471,11 +737,8 @@ static int kvs_put_one(kv_sorted *t, const void *k, size_t kl, const void *v, si
         else if (i >= 0) rc = kvs_overwrite(t, c, i, old, k, kl, v, vl);
         else {
             for (i = 0; i < (int)KVS_CAP && !kvs_slot_free(c->rec[i]); i++) {}
-            if (i == (int)KVS_CAP) {
-                rc = kvs_smo_split(t, c);   /* c dies: retry in its halves */
-                if (rc) return rc;
-                continue;
-            }
+            if (i == (int)KVS_CAP)   /* c dies; unlocks it */
+                return kvs_smo_split_insert(t, c, k, kl, kp, kh, v, vl);
             rc = kvs_insert(t, c, i, k, kl, kp, kh, v, vl);
         }
         kvs_unlock(c);
@@ -530,6 +793,7 @@ static int kvs_remove_one(kv_sorted *t, const void *k, size_t kl)
     rc = kvs_data_fence(t);
     if (rc) { kvs_pend_drop(t, j); kvs_unlock(c); return rc; }
     s->rec = kvs_tomb_after(c->was[i]);
+    c->was[i] = (uint8_t)s->rec;
     nvh_flush(pool, &s->rec, 8);
     nvh_drain(pool);
     kvs_ver_begin(c);

@@ -469,6 +469,62 @@ static void corrupt_offsets(void **state)
 
 /* Flushes and fences per operation (pmem-domain counts are the same in the
  * process domain: the counters count calls). */
+/* A split's recovery hint (moved_from) is checked against its source's
+ * split tag: here leaf X was split off its successor Y (valid hint: X keeps
+ * what both hold, Y's tombstone "not durable"), and Y carries a stale hint
+ * naming X (as when X's space was a leaf Y split off once). Trusting the
+ * stale hint by offset alone would drop the shared record from X (its
+ * smallest key, which then sits in Y below Y's other keys). */
+static void split_hint_stale(void **state)
+{
+    (void)state;
+    tenv e;
+    env_new(&e, "kvs-hint", 16 << 20, NULL, NULL);
+    char k[16];
+    for (int i = 0; i < 40; i++) {
+        snprintf(k, sizeof k, "k%03d", i);
+        assert_int_equal(put_s(e.t, k, k), NVH_OK);
+    }
+    env_close(&e);
+    e.pool = nvh_pool_open(e.path, LAYOUT, NVH_DOMAIN_PROCESS);
+    assert_non_null(e.pool);
+    e.link = nvh_root(e.pool, NULL);
+    kvs_hdr *h = nvh_ptr(e.pool, e.link[0]);
+    uint64_t xo = h->first;
+    kvs_leaf *x = nvh_ptr(e.pool, xo);
+    uint64_t yo = x->next;
+    assert_true(yo != 0);
+    kvs_leaf *y = nvh_ptr(e.pool, yo);
+    /* X's smallest key */
+    int lo = -1;
+    for (int i = 0; i < (int)KVS_CAP; i++) {
+        if (kvs_slot_free(x->slot[i].rec)) continue;
+        const kvs_rec *r = nvh_ptr(e.pool, x->slot[i].rec);
+        const kvs_rec *b = lo < 0 ? NULL : nvh_ptr(e.pool, x->slot[lo].rec);
+        if (!b || kvs_bytes_cmp(r->data, r->klen, b->data, b->klen) < 0) lo = i;
+    }
+    int fy = 0;
+    while (fy < (int)KVS_CAP && !kvs_slot_free(y->slot[fy].rec)) fy++;
+    assert_true(lo >= 0 && fy < (int)KVS_CAP);
+    y->slot[fy] = x->slot[lo];
+    x->moved_from = yo;
+    x->moved_tag = 77;
+    y->split_tag = 77;
+    y->moved_from = xo;
+    y->moved_tag = 78;
+    x->split_tag = 0;
+    e.t = kv_sorted_open(e.pool, e.link[0], NULL, NULL);
+    assert_non_null(e.t);
+    if (kv_sorted_check(e.t)) fail_msg("check: %s", nvh_errormsg());
+    uint64_t n = 0;
+    assert_int_equal(kv_sorted_count(e.t, NULL, 0, 0, NULL, 0, 0, &n), NVH_OK);
+    assert_int_equal(n, 40);
+    expect_get(e.t, "k000", "k000");
+    expect_seek(e.t, KV_SEEK_FIRST, NULL, "k000");
+    env_close(&e);
+    env_remove(&e);
+}
+
 static void flush_fence_counts(void **state)
 {
     (void)state;
@@ -510,7 +566,9 @@ static void flush_fence_counts(void **state)
     double fr = (double)(s1.fences - s0.fences) / n, lr = (double)(s1.lines_flushed - s0.lines_flushed) / n;
     printf("per op (16 B keys, 100 B values, %d ops): insert %.3f fences %.2f lines; "
            "overwrite %.3f / %.2f; remove %.3f / %.2f\n", n, fi, li, fo, lo, fr, lr);
-    assert_true(fi <= 2.3);
+    /* an insert: 2 fences, a split too (it rides on its insert's two),
+     * + the allocator's retires (~0.02) */
+    assert_true(fi <= 2.04);
     /* an overwrite and a removal: 2 fences (the queued free of the record they
      * unlink rides on the next write's data fence), + the allocator's retires */
     assert_true(fo <= 2.1);
@@ -526,6 +584,7 @@ int main(void)
         cmocka_unit_test(custom_order),
         cmocka_unit_test(destroy_frees_all),
         cmocka_unit_test(corrupt_offsets),
+        cmocka_unit_test(split_hint_stale),
         cmocka_unit_test(flush_fence_counts),
         cmocka_unit_test(random_model),
     };

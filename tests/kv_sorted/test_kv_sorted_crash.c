@@ -4,6 +4,8 @@
  *     of which many are 4096 bytes long (leaf splits with long keys, leaf
  *     removals), in line mode (2 images per fence) and in adversarial word
  *     mode (1);
+ *   - a crash at every fence of runs of inserts that split leaves (into
+ *     their upper and their lower half, long keys too), lines and words;
  *   - a crash at every fence of overwrites and removes of a few keys (the
  *     queued frees and their recovery at every step);
  *   - sampled crashes over a long random run (the operation-log oracle);
@@ -309,6 +311,23 @@ static void every_fence_words(void **state)
     run((run_cfg){12, 90, 200, 30, 2}, NVH_CRASH_WORDS, 0, 1);
 }
 
+/* inserts of new keys in random order (every third 4096 bytes long): a
+ * split every ~16 inserts, into the upper and the lower half, each done in
+ * the insert's two fences (record activated with the queue entry as its
+ * link, then the new leaf; the split leaf's tombstones owed to the next
+ * fence) */
+static void every_fence_splits(void **state)
+{
+    (void)state;
+    run((run_cfg){16, 400, 170, 0, 3}, NVH_CRASH_LINES, 0, 2);
+}
+
+static void every_fence_splits_words(void **state)
+{
+    (void)state;
+    run((run_cfg){17, 400, 170, 5, 3}, NVH_CRASH_WORDS, 0, 1);
+}
+
 /* overwrites and removes of a few keys: queued frees at every step */
 static void every_fence_updates(void **state)
 {
@@ -337,6 +356,7 @@ int main(void)
     if (g_complaints == MAP_FAILED || g_points == MAP_FAILED) return 1;
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(every_fence_lines), cmocka_unit_test(every_fence_words),
+        cmocka_unit_test(every_fence_splits), cmocka_unit_test(every_fence_splits_words),
         cmocka_unit_test(every_fence_updates), cmocka_unit_test(sampled_long),
         cmocka_unit_test(sampled_long_words),
     };
