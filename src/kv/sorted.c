@@ -222,7 +222,7 @@ int kv_sorted_destroy(kv_sorted *t, nvh_off_t *link)
  * use it, so the build reads no record unless the order needs its key). */
 static kvs_cleaf *kvs_companion(kv_sorted *t, kvs_leaf *l, int *err)
 {
-    kvs_cleaf *c = calloc(1, sizeof *c);
+    kvs_cleaf *c = kvs_cleaf_new();
     if (!c) {
         *err = nvh_fail(NVH_E_NOMEM, "sorted tree: out of memory for leaf companions");
         return NULL;
@@ -238,6 +238,7 @@ static kvs_cleaf *kvs_companion(kv_sorted *t, kvs_leaf *l, int *err)
             *err = kvs_corrupt(t, nvh_off(t->pool, &l->slot[i]), "leaf slot (record offset)");
             return NULL;
         }
+        kvs_fp_set(c, i, s->hash);
         c->hash[i] = s->hash;
         c->klen[i] = (uint16_t)s->klen;
         c->rec[i] = r;
@@ -561,12 +562,35 @@ static int kvs_key_ok(const void *k, size_t kl, const char *fn)
     return NVH_OK;
 }
 
+/* Slots of c whose fingerprint is f: bit i set for slot i. Exact byte
+ * matches per fingerprint word (no false positives from the bit trick:
+ * each byte's high bit is tested apart from the carry of the others). */
+static inline uint32_t kvs_fp_match(const kvs_cleaf *c, uint8_t f)
+{
+    const uint64_t lo7 = UINT64_C(0x7f7f7f7f7f7f7f7f), ones = UINT64_C(0x0101010101010101);
+    uint32_t m = 0;
+    for (unsigned w = 0; w < KVS_CAP / 8; w++) {
+        uint64_t x = KVS_LOADR(&c->fp[w]) ^ (ones * f);
+        uint64_t z = ~(((x & lo7) + lo7) | x | lo7);     /* 0x80 where a byte is 0 */
+        /* gather the 8 high bits into one byte (bit j: byte j) */
+        uint64_t b = ((z >> 7) * UINT64_C(0x0102040810204080)) >> 56;
+        m |= (uint32_t)b << (8 * w);
+    }
+    return m;
+}
+
 int kvs_leaf_find(const kv_sorted *t, const kvs_cleaf *c, const void *k, size_t kl,
                   uint64_t kp, uint32_t kh, uint64_t *rec, int *err)
 {
     (void)kp;
-    for (unsigned i = 0; i < KVS_CAP; i++) {
-        if (!t->cmp && (KVS_LOAD(&c->hash[i]) != kh || KVS_LOADR(&c->klen[i]) != kl)) continue;
+    /* bytewise: only the slots whose fingerprint matches, then the key in
+     * their record (read anyway for the value: checking the slot's hash
+     * first would cost a line of the companion on every lookup to save a
+     * record read on one in ~8); a custom comparator decides equality
+     * itself, so every slot is a candidate */
+    uint32_t m = t->cmp ? UINT32_MAX : kvs_fp_match(c, kvs_fp(kh));
+    for (; m; m &= m - 1) {
+        unsigned i = (unsigned)__builtin_ctz(m);
         uint64_t r = KVS_LOAD(&c->rec[i]);
         if (kvs_slot_free(r)) continue;
         const kvs_rec *rp = kvs_rec_get(t, r);

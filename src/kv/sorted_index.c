@@ -47,6 +47,27 @@ static inline unsigned ix_pick(const kv_sorted *t, const kvs_inode *n, const voi
     return lo - 1;
 }
 
+/* ix_pick(..., strict 0) for bytewise order: a branch-free search of the
+ * node's prefixes (a random key's path through a binary search mispredicts
+ * half its branches), then the separators themselves only if the key's
+ * prefix equals the one picked (keys sharing their first 8 bytes). */
+static inline unsigned ix_pick_bytes(const kv_sorted *t, const kvs_inode *n, const void *k,
+                                     size_t kl, uint64_t kp)
+{
+    /* count of pfx[1..n) <= kp: base advances past runs known <= kp */
+    const uint64_t *a = n->pfx + 1, *b = a;
+    unsigned len = n->n - 1;
+    if (len == 0) return 0;
+    while (len > 1) {
+        unsigned half = len / 2;
+        b += (b[half] <= kp) ? half : 0;
+        len -= half;
+    }
+    unsigned i = (unsigned)(b - a) + (*b <= kp);   /* last i with pfx[i] <= kp, or 0 */
+    if (i == 0 || n->pfx[i] != kp) return i;
+    return ix_pick(t, n, k, kl, kp, 0);             /* prefixes tie */
+}
+
 kvs_cleaf *kvs_ix_find(const kv_sorted *t, const kvs_inode *root, const void *k, size_t kl,
                        uint64_t kp, const kvs_skey **lo)
 {
@@ -54,11 +75,11 @@ kvs_cleaf *kvs_ix_find(const kv_sorted *t, const kvs_inode *root, const void *k,
     const kvs_skey *bound = NULL;
     if (!n || n->n == 0) return NULL;
     for (;;) {
-        unsigned i = ix_pick(t, n, k, kl, kp, 0);
+        unsigned i = t->cmp ? ix_pick(t, n, k, kl, kp, 0) : ix_pick_bytes(t, n, k, kl, kp);
         if (i > 0) bound = n->sep[i];
         if (n->level == 0) {
             if (lo) *lo = bound;
-            kvs_prefetch(n->child[i], 8);       /* the companion: hash, klen, rec */
+            kvs_prefetch(n->child[i], KVS_CLEAF_LOOKUP_LINES);
             return n->child[i];
         }
         n = n->child[i];

@@ -119,25 +119,33 @@ typedef struct kvs_skey {
 
 /* DRAM companion of a persistent leaf: what readers search (they never read
  * persistent leaves, so a split may free a leaf at once). rec[] words are
- * published with release stores after the summary words of their slot.
- * No key prefixes: ordering reads the records, which lookups and scans
- * read anyway (568 B per leaf, ~25 MiB at 1 M keys). */
+ * published with release stores after the summary words of their slot
+ * (fingerprint, hash, length). No key prefixes: ordering reads the
+ * records, which lookups and scans read anyway. 64-byte aligned
+ * (kvs_cleaf_new): a lookup reads line 0 (fingerprints, dead), the rec[]
+ * word of each slot whose fingerprint matches, and its record. */
 typedef struct kvs_cleaf {
-    kvs_leaf *p;                    /* the persistent leaf                    */
-    struct kvs_cleaf *prev;         /* key order (writers only)               */
-    struct kvs_cleaf *next;         /* key order (atomic: readers' scans)     */
-    kvs_skey *sep;                  /* lower bound it entered the index with
-                                       (NULL: the first leaf)                 */
+    /* line 0: what every lookup reads */
+    uint64_t fp[KVS_CAP / 8];       /* atomic: byte i (kvs_fp_at) is slot i's
+                                       key fingerprint (kvs_fp); meaningless
+                                       for a free slot                        */
     uint32_t dead;                  /* atomic: replaced or removed (set under
                                        lock, after the replacement is public) */
-    uint32_t lock;                  /* atomic: the leaf's writer lock         */
     uint32_t ver;                   /* atomic seqlock: odd while a writer adds
                                        or removes an entry (DRAM stores only,
                                        never across a flush)                  */
-    uint32_t live;                  /* live slots (under lock)                */
-    uint32_t hash[KVS_CAP];         /* a lookup reads hash, klen, one rec:    */
-    uint16_t klen[KVS_CAP];         /* lines 0-4, asked for at once           */
+    struct kvs_cleaf *next;         /* key order (atomic: readers' scans)     */
+    kvs_leaf *p;                    /* the persistent leaf                    */
+    kvs_skey *sep;                  /* lower bound it entered the index with
+                                       (NULL: the first leaf)                 */
+    /* lines 1-4 */
     uint64_t rec[KVS_CAP];          /* atomic                                 */
+    /* writers' fields, the other summaries, the cached order */
+    struct kvs_cleaf *prev;         /* key order (writers only)               */
+    uint32_t lock;                  /* atomic: the leaf's writer lock         */
+    uint32_t live;                  /* live slots (under lock)                */
+    uint32_t hash[KVS_CAP];
+    uint16_t klen[KVS_CAP];
     uint8_t was[KVS_CAP];           /* under lock: the slot's free value before its
                                        record's activation (kvs_tomb_after)   */
     /* Readers' cache of the live slots in key order, so a scan or seek does
@@ -149,6 +157,38 @@ typedef struct kvs_cleaf {
     uint64_t ptag;                  /* atomic                                 */
     uint64_t perm[KVS_CAP / 8];     /* atomic words                           */
 } kvs_cleaf;
+static_assert(offsetof(kvs_cleaf, rec) == 64, "kvs_cleaf: line 0, then rec[] on lines 1-4");
+/* The lines a lookup may read: asked for at once when the index yields
+ * the companion (their misses overlap). */
+#define KVS_CLEAF_LOOKUP_LINES 5u
+
+/* A zeroed companion, 64-byte aligned (free() releases it); NULL if out of
+ * memory. */
+static inline kvs_cleaf *kvs_cleaf_new(void)
+{
+    size_t sz = (sizeof(kvs_cleaf) + 63) & ~(size_t)63;
+    kvs_cleaf *c = aligned_alloc(64, sz);
+    if (c) memset(c, 0, sz);
+    return c;
+}
+
+/* A key's one-byte fingerprint (from its hash: no second pass over the
+ * key). A lookup compares the key only in slots whose fingerprint matches:
+ * one in 256 of the others, on average. */
+static inline uint8_t kvs_fp(uint32_t kh) { return (uint8_t)(kh >> 24); }
+static inline uint8_t kvs_fp_at(const kvs_cleaf *c, unsigned i)
+{
+    return (uint8_t)(__atomic_load_n(&c->fp[i / 8], __ATOMIC_RELAXED) >> (8 * (i % 8)));
+}
+/* Writers (under the leaf lock, before the release store of c->rec[i]). */
+static inline void kvs_fp_set(kvs_cleaf *c, unsigned i, uint32_t kh)
+{
+    uint64_t *w = &c->fp[i / 8];
+    unsigned sh = 8 * (i % 8);
+    uint64_t x = __atomic_load_n(w, __ATOMIC_RELAXED);
+    x = (x & ~((uint64_t)0xff << sh)) | ((uint64_t)kvs_fp(kh) << sh);
+    __atomic_store_n(w, x, __ATOMIC_RELAXED);
+}
 
 /* ptag: bit 40 set when valid, live-slot count in bits 32-39, the leaf's
  * version (kvs_cleaf.ver) in bits 0-31; 0: nothing cached. */

@@ -198,10 +198,11 @@ static void kvs_slot_set(kvs_slot *s, const kvs_ent *e)
 
 static kvs_cleaf *kvs_cleaf_of(kvs_leaf *l, const kvs_ent *e, unsigned n)
 {
-    kvs_cleaf *c = calloc(1, sizeof *c);
+    kvs_cleaf *c = kvs_cleaf_new();
     if (!c) return NULL;
     c->p = l;
     for (unsigned i = 0; i < n; i++) {
+        kvs_fp_set(c, i, e[i].hash);
         c->hash[i] = e[i].hash;
         c->klen[i] = (uint16_t)e[i].klen;
         c->rec[i] = e[i].rec;
@@ -442,6 +443,7 @@ static int kvs_insert(kv_sorted *t, kvs_cleaf *c, int i, const void *k, size_t k
         return rc;
     }
     kvs_ver_begin(c);
+    kvs_fp_set(c, (unsigned)i, kh);
     KVS_STORER(&c->hash[i], kh);
     KVS_STORER(&c->klen[i], (uint16_t)kl);
     KVS_STORE(&c->rec[i], nvh_off(pool, r));
