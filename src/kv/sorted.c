@@ -579,6 +579,9 @@ static inline uint32_t kvs_fp_match(const kvs_cleaf *c, uint8_t f)
     return m;
 }
 
+/* Record lines a lookup asks for at once (header, key, the value's start). */
+#define KVS_REC_LOOKUP_LINES 3u
+
 int kvs_leaf_find(const kv_sorted *t, const kvs_cleaf *c, const void *k, size_t kl,
                   uint64_t kp, uint32_t kh, uint64_t *rec, int *err)
 {
@@ -589,17 +592,21 @@ int kvs_leaf_find(const kv_sorted *t, const kvs_cleaf *c, const void *k, size_t 
      * record read on one in ~8); a custom comparator decides equality
      * itself, so every slot is a candidate */
     uint32_t m = t->cmp ? UINT32_MAX : kvs_fp_match(c, kvs_fp(kh));
+    uint64_t size = nvh_pool_size(t->pool);
     for (; m; m &= m - 1) {
         unsigned i = (unsigned)__builtin_ctz(m);
         uint64_t r = KVS_LOAD(&c->rec[i]);
         if (kvs_slot_free(r)) continue;
-        const kvs_rec *rp = kvs_rec_get(t, r);
+        /* the record's first lines at once: its header and key decide, and
+         * the caller reads the value next */
+        if (r < size) kvs_prefetch(nvh_ptr(t->pool, r), KVS_REC_LOOKUP_LINES);
+        const kvs_rec *rp = kvs_rec_get_in(t, r, size);
         if (!rp) {
             *err = kvs_corrupt(t, r, "record");
             return -1;
         }
         if (t->cmp ? kvs_cmp(t, k, kl, rp->data, rp->klen) == 0
-                   : (rp->klen == kl && memcmp(rp->data, k, kl) == 0)) {
+                   : (rp->klen == kl && kvs_key_eq(rp->data, k, kl))) {
             *rec = r;
             return (int)i;
         }

@@ -257,6 +257,11 @@ struct kv_sorted {
  * ========================================================================== */
 static inline uint64_t kvs_prefix(const void *k, size_t kl)
 {
+    if (kl >= 8) {
+        uint64_t v;
+        memcpy(&v, k, 8);
+        return __builtin_bswap64(v);
+    }
     uint8_t b[8] = {0};
     memcpy(b, k, kl < 8 ? kl : 8);
     uint64_t v;
@@ -280,6 +285,21 @@ static inline uint32_t kvs_hash(const void *k, size_t kl)
         h = nvh_mix64(h ^ w ^ 0x5bd1e995u);
     }
     return (uint32_t)(h >> 32);
+}
+
+/* Equal keys of kl bytes (short keys without a call: two overlapping
+ * words cover 8..16 bytes). */
+static inline bool kvs_key_eq(const void *a, const void *b, size_t kl)
+{
+    if (kl >= 8 && kl <= 16) {
+        uint64_t a0, a1, b0, b1;
+        memcpy(&a0, a, 8);
+        memcpy(&b0, b, 8);
+        memcpy(&a1, (const uint8_t *)a + kl - 8, 8);
+        memcpy(&b1, (const uint8_t *)b + kl - 8, 8);
+        return ((a0 ^ b0) | (a1 ^ b1)) == 0;
+    }
+    return memcmp(a, b, kl) == 0;
 }
 
 static inline int kvs_bytes_cmp(const void *a, size_t al, const void *b, size_t bl)
@@ -346,6 +366,7 @@ static inline kvs_leaf *kvs_leaf_get(const kv_sorted *t, uint64_t off)
  * instead of following one another). */
 static inline void kvs_prefetch(const void *p, unsigned lines)
 {
+#pragma GCC unroll 16
     for (unsigned i = 0; i < lines; i++) __builtin_prefetch((const char *)p + 64 * i);
 }
 
