@@ -25,6 +25,9 @@ int kvs_corrupt(const kv_sorted *t, uint64_t off, const char *what)
  * holds freed space back from readers by the same epochs. */
 int kvs_retire(kv_sorted *t, uint32_t kind, void *p)
 {
+    /* before the stamp: iterators validate a companion they kept by this
+     * count (kv_sorted_step) */
+    if (kind == KVS_R_CLEAF) KVS_STORE(&t->cgen, t->cgen + 1);
     if (t->nret == t->capret) {
         size_t cap = t->capret ? t->capret * 2 : 64;
         kvs_retired *r = realloc(t->ret, cap * sizeof *r);
@@ -332,6 +335,46 @@ static int kvs_leaf_cached(const kv_sorted *t, const kvs_cleaf *c, uint64_t tag,
     return NVH_OK;
 }
 
+/* Entry i of c's cached order at version v (tag: c->ptag as loaded; a
+ * walk in direction dir prefetches the records of the next entries): 1
+ * and *r if the cache was valid for v and the leaf still is at v with i
+ * one of its entries; 0 if not (the caller reads the whole leaf); -1 on a
+ * corrupt record (nvh_errcode()). */
+#define KVS_STEP_AHEAD 8u
+static int kvs_leaf_cached_one(const kv_sorted *t, const kvs_cleaf *c, uint64_t tag, uint32_t v,
+                               unsigned i, int dir, const kvs_rec **r)
+{
+    unsigned m = (unsigned)(tag >> 32) & 0xff;
+    if (!kvs_ptag_valid_for(tag, v) || i >= m) return 0;
+    uint8_t perm[KVS_CAP];
+    for (unsigned w = 0; w < KVS_CAP / 8; w++) {
+        uint64_t x = KVS_LOAD(&c->perm[w]);     /* acquire: the tag load below stays after */
+        memcpy(perm + 8 * w, &x, 8);
+    }
+    if (KVS_LOAD(&c->ptag) != tag) return 0;
+    unsigned s = perm[i] % KVS_CAP;
+    /* the records the next steps in this direction read: asked for now, so
+     * that a walk's misses overlap as a scan's do (only prefetched, never
+     * dereferenced: the perm bytes may be torn, the check below is for
+     * entry i alone) */
+    uint64_t size = nvh_pool_size(t->pool);
+    for (unsigned j = 1; j <= KVS_STEP_AHEAD; j++) {
+        if (dir < 0 ? i < j : i + j >= m) break;
+        uint64_t ro = KVS_LOADR(&c->rec[perm[dir < 0 ? i - j : i + j] % KVS_CAP]);
+        if (!kvs_slot_free(ro) && ro < size) kvs_prefetch(nvh_ptr(t->pool, ro), 2);
+    }
+    uint64_t off = KVS_LOAD(&c->rec[s]);
+    if (kvs_slot_free(off)) return 0;
+    const kvs_rec *rp = kvs_rec_get_in(t, off, size);
+    if (!rp) {
+        kvs_corrupt(t, off, "record");
+        return -1;
+    }
+    if (KVS_LOAD(&c->ver) != v || KVS_LOAD(&c->dead)) return 0;
+    *r = rp;
+    return 1;
+}
+
 /* Publish the order of a leaf sorted at version v (out: its entries, each
  * found among c's slots by its record). Best effort: skipped when another
  * reader is filling the cache or has filled it for v already. */
@@ -396,9 +439,14 @@ void kvs_perm_change(const kv_sorted *t, kvs_cleaf *c, int add, int del)
     KVS_STORE(&c->ptag, kvs_ptag_make(v + 2, m));
 }
 
-static int kvs_leaf_read(const kv_sorted *t, kvs_cleaf *c, kvs_ent *out, unsigned *n)
+/* The live entries of c in key order (cached or sorted), consistent at
+ * seqlock version *ver (NULL: not wanted), c not dead after the reads; or
+ * KVS_RETRY. */
+static int kvs_leaf_read(const kv_sorted *t, kvs_cleaf *c, kvs_ent *out, unsigned *n,
+                         uint32_t *ver)
 {
     uint32_t v = KVS_LOAD(&c->ver);
+    if (ver) *ver = v;
     if (v & 1) return KVS_RETRY;
     uint64_t tag = KVS_LOAD(&c->ptag);
     int rc;
@@ -664,11 +712,13 @@ static inline int kvs_ent_vs(const kv_sorted *t, const kvs_ent *e, const void *k
     return kvs_cmp(t, e->r->data, e->r->klen, k, kl);
 }
 
-int kv_sorted_seek(kv_sorted *t, enum kv_seek how, const void *k, size_t kl,
-                   kv_entry_fn fn, void *arg)
+/* kv_sorted_seek; pos (not NULL) receives where the entry found stands,
+ * for kv_sorted_step (pos->c NULL: nowhere to step from). KV_SEEK_EQ with
+ * a position searches like GE and requires equality. */
+static int kvs_seek(kv_sorted *t, enum kv_seek how, const void *k, size_t kl, kv_entry_fn fn,
+                    void *arg, kv_sorted_pos *pos)
 {
-    if (!t) return nvh_fail(NVH_E_INVAL, "kv_sorted_seek: NULL tree");
-    if (how == KV_SEEK_EQ) return kv_sorted_get(t, k, kl, fn, arg);
+    if (pos) pos->c = NULL;
     int rc;
     if (how != KV_SEEK_FIRST && how != KV_SEEK_LAST) {
         if ((rc = kvs_key_ok(k, kl, "kv_sorted_seek"))) return rc;
@@ -679,11 +729,12 @@ int kv_sorted_seek(kv_sorted *t, enum kv_seek how, const void *k, size_t kl,
     if ((unsigned)how > KV_SEEK_LAST) return nvh_fail(NVH_E_INVAL, "kv_sorted_seek: bad mode %d", (int)how);
     if ((rc = kvs_ensure_built(t))) return rc;
     uint64_t kp = k ? kvs_prefix(k, kl) : 0;
-    bool up = how == KV_SEEK_GT || how == KV_SEEK_GE || how == KV_SEEK_FIRST;
+    bool up = how == KV_SEEK_GT || how == KV_SEEK_GE || how == KV_SEEK_FIRST || how == KV_SEEK_EQ;
     kvs_ent ents[KVS_CAP];
     nvh_epoch_enter_();
 retry:
     for (;;) {
+        uint64_t gen = KVS_LOAD(&t->cgen);
         const kvs_inode *root = KVS_LOAD(&t->root);
         const kvs_skey *lo = NULL;
         kvs_cleaf *c;
@@ -692,7 +743,8 @@ retry:
         else c = kvs_ix_find(t, root, k, kl, kp, &lo);
         while (c) {
             unsigned n;
-            rc = kvs_leaf_read(t, c, ents, &n);
+            uint32_t ver;
+            rc = kvs_leaf_read(t, c, ents, &n, &ver);
             if (rc == KVS_RETRY) goto retry;
             if (rc) goto out;
             int hit = -1;
@@ -701,7 +753,8 @@ retry:
                     if (!k) hit = (int)i;
                     else {
                         int d = kvs_ent_vs(t, &ents[i], k, kl, kp);
-                        if (d > 0 || (d == 0 && how == KV_SEEK_GE)) hit = (int)i;
+                        if (d > 0 || (d == 0 && how != KV_SEEK_GT)) hit = (int)i;
+                        if (hit >= 0 && how == KV_SEEK_EQ && d != 0) { rc = NVH_E_NOTFOUND; goto out; }
                     }
                 }
             } else {
@@ -714,6 +767,7 @@ retry:
                 }
             }
             if (hit >= 0) {
+                if (pos) *pos = (kv_sorted_pos){c, gen, ver, (uint32_t)hit};
                 rc = kvs_emit(ents[hit].r, fn, arg);
                 goto out;
             }
@@ -732,6 +786,102 @@ retry:
 out:
     nvh_epoch_exit_();
     return rc;
+}
+
+int kv_sorted_seek(kv_sorted *t, enum kv_seek how, const void *k, size_t kl,
+                   kv_entry_fn fn, void *arg)
+{
+    if (!t) return nvh_fail(NVH_E_INVAL, "kv_sorted_seek: NULL tree");
+    if (how == KV_SEEK_EQ) return kv_sorted_get(t, k, kl, fn, arg);
+    return kvs_seek(t, how, k, kl, fn, arg, NULL);
+}
+
+int kv_sorted_seek_pos(kv_sorted *t, enum kv_seek how, const void *k, size_t kl,
+                       kv_entry_fn fn, void *arg, kv_sorted_pos *pos)
+{
+    if (!t || !pos) return nvh_fail(NVH_E_INVAL, "kv_sorted_seek_pos: NULL argument");
+    return kvs_seek(t, how, k, kl, fn, arg, pos);
+}
+
+/* A step from pos without a descent, when its companion is still as the
+ * last call left it: no companion was retired since (t->cgen unchanged:
+ * read inside this call's epoch, so a companion retired later is not
+ * freed before the epoch ends; and the companion was live after the
+ * count was read at the last call, so it was not retired before) and its
+ * seqlock has not moved (the same entries in the same order). Anything
+ * else is KVS_RETRY: the caller seeks from its key. */
+static int kvs_step(kv_sorted *t, int dir, kv_entry_fn fn, void *arg, kv_sorted_pos *pos)
+{
+    kvs_ent ents[KVS_CAP];
+    kvs_cleaf *c = pos->c;
+    uint64_t gen = KVS_LOAD(&t->cgen);
+    if (!c || gen != pos->gen || KVS_LOAD(&c->ver) != pos->ver) return KVS_RETRY;
+    unsigned n;
+    uint32_t ver;
+    const kvs_rec *r = NULL;
+    int e;
+    /* the cached order: one entry of it, or past its end the next leaf */
+    uint64_t tag = KVS_LOAD(&c->ptag);
+    if (kvs_ptag_valid_for(tag, pos->ver)) {
+        n = (unsigned)(tag >> 32) & 0xff;
+        if (dir < 0 ? pos->idx > 0 : pos->idx + 1 < n) {
+            unsigned to = dir < 0 ? pos->idx - 1 : pos->idx + 1;
+            if ((e = kvs_leaf_cached_one(t, c, tag, pos->ver, to, dir, &r)) < 0) return nvh_errcode();
+            if (e == 1) {
+                pos->idx = to;
+                return kvs_emit(r, fn, arg);
+            }
+        } else if (dir > 0 && pos->idx + 1 == n) {
+            goto next_leaf;
+        }
+    }
+    int rc = kvs_leaf_read(t, c, ents, &n, &ver);
+    if (rc) return rc;
+    if (ver != pos->ver || pos->idx >= n) return KVS_RETRY;
+    if (dir < 0) {
+        if (pos->idx == 0) return KVS_RETRY;     /* companions link forward only */
+        pos->idx--;
+        return kvs_emit(ents[pos->idx].r, fn, arg);
+    }
+    if (pos->idx + 1 < n) {
+        pos->idx++;
+        return kvs_emit(ents[pos->idx].r, fn, arg);
+    }
+next_leaf: {
+        /* its keys are all above c's while c is live (and at the version
+         * whose last entry pos names) */
+        kvs_cleaf *nx = KVS_LOAD(&c->next);
+        if (KVS_LOAD(&c->ver) != pos->ver || kvs_dead(c)) return KVS_RETRY;
+        if (!nx) {
+            pos->c = NULL;
+            return NVH_E_NOTFOUND;
+        }
+        ver = KVS_LOAD(&nx->ver);
+        if ((e = kvs_leaf_cached_one(t, nx, KVS_LOAD(&nx->ptag), ver, 0, 1, &r)) < 0)
+            return nvh_errcode();
+        if (e == 0) {
+            rc = kvs_leaf_read(t, nx, ents, &n, &ver);
+            if (rc) return rc;
+            if (n == 0) return KVS_RETRY;
+            r = ents[0].r;
+        }
+        *pos = (kv_sorted_pos){nx, gen, ver, 0};
+        return kvs_emit(r, fn, arg);
+    }
+}
+
+int kv_sorted_step(kv_sorted *t, int dir, const void *k, size_t kl, kv_entry_fn fn, void *arg,
+                   kv_sorted_pos *pos)
+{
+    if (!t || !pos) return nvh_fail(NVH_E_INVAL, "kv_sorted_step: NULL argument");
+    int rc = KVS_RETRY;
+    if (pos->c) {
+        nvh_epoch_enter_();
+        rc = kvs_step(t, dir, fn, arg, pos);
+        nvh_epoch_exit_();
+    }
+    if (rc != KVS_RETRY) return rc;
+    return kvs_seek(t, dir < 0 ? KV_SEEK_LT : KV_SEEK_GT, k, kl, fn, arg, pos);
 }
 
 /* Scan: a cursor (the last key passed to fn) makes each key appear once
@@ -764,7 +914,7 @@ static int kvs_scan(kv_sorted *t, kvs_bound lo, kvs_bound hi, kv_entry_fn fn, vo
     bool filter = c0.k != NULL;   /* after a descent: skip keys up to the cursor */
     while (c) {
         unsigned n;
-        rc = kvs_leaf_read(t, c, ents, &n);
+        rc = kvs_leaf_read(t, c, ents, &n, NULL);
         if (rc == KVS_RETRY) {
             rc = NVH_OK;
             goto redescend;

@@ -240,6 +240,7 @@ struct kv_sorted {
     pthread_mutex_t smo;
     uint32_t built;                 /* atomic: index built                    */
     kvs_inode *root;                /* atomic (acquire/release); under smo    */
+    uint64_t cgen;                  /* atomic: companions retired (smo)       */
     kvs_cleaf *head;                /* first companion (smo)                  */
     kvs_retired *ret;               /* smo                                    */
     size_t nret, capret;
