@@ -1010,3 +1010,47 @@ int kv_sorted_count(kv_sorted *t, const void *lo, size_t lol, int lo_incl,
     }
     return kvs_scan(t, a, b, NULL, NULL, count);
 }
+
+/* ==========================================================================
+ * Key and value bytes
+ * ========================================================================== */
+static int kvs_bytes_fn(const void *k, size_t kl, const void *v, size_t vl, void *arg)
+{
+    (void)k, (void)v;
+    int64_t *s = arg;
+    s[0] += (int64_t)kl;
+    s[1] += (int64_t)vl;
+    return 0;
+}
+
+int kv_sorted_bytes_known(kv_sorted *t)
+{
+    return t && KVS_LOAD(&t->bytes_known);
+}
+
+int kv_sorted_bytes(kv_sorted *t, uint64_t *key_bytes, uint64_t *value_bytes)
+{
+    if (!t || !key_bytes || !value_bytes) return nvh_fail(NVH_E_INVAL, "kv_sorted_bytes: NULL argument");
+    int rc = kvs_ensure_built(t);
+    if (rc) return rc;
+    if (!KVS_LOAD(&t->bytes_known)) {
+        /* once per open: the entries as they are (no writer runs: the
+         * caller's promise), less what writers changed since the open */
+        pthread_mutex_lock(&t->smo);
+        if (!t->bytes_known) {
+            int64_t s[2] = {0, 0};
+            kvs_bound none = {NULL, 0, 0, 0};
+            rc = kvs_scan(t, none, none, kvs_bytes_fn, s, NULL);
+            if (rc == NVH_OK) {
+                t->kbase = s[0] - KVS_LOADR(&t->dkbytes);
+                t->vbase = s[1] - KVS_LOADR(&t->dvbytes);
+                KVS_STORE(&t->bytes_known, 1);
+            }
+        }
+        pthread_mutex_unlock(&t->smo);
+        if (rc) return rc;
+    }
+    *key_bytes = (uint64_t)(t->kbase + KVS_LOADR(&t->dkbytes));
+    *value_bytes = (uint64_t)(t->vbase + KVS_LOADR(&t->dvbytes));
+    return NVH_OK;
+}

@@ -52,5 +52,11 @@ int kv_sorted_scan(kv_sorted *t, const void *lo, size_t lol, int lo_incl,
 int kv_sorted_count(kv_sorted *t, const void *lo, size_t lol, int lo_incl,
                     const void *hi, size_t hil, int hi_incl, uint64_t *count);
 int kv_sorted_check(kv_sorted *t);
+/* Total key and value bytes of the entries: O(1) from counters the writers
+ * keep, except the first call after an open, which walks the entries once
+ * (O(entries)) — no writer may run during that call; kv_sorted_bytes_known
+ * tells whether the next call is O(1). */
+int kv_sorted_bytes(kv_sorted *t, uint64_t *key_bytes, uint64_t *value_bytes);
+int kv_sorted_bytes_known(kv_sorted *t);
 
 #endif /* NVH_KV_SORTED_H */

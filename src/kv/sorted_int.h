@@ -246,6 +246,13 @@ struct kv_sorted {
     size_t nret, capret;
 
     _Alignas(64) uint64_t count;    /* atomic: live entries once built        */
+    /* Key and value bytes (nvh_kv_stats): writers add their changes since
+     * the open (same line as count, which they write anyway); the first
+     * kv_sorted_bytes after an open walks the entries once, with writers
+     * kept out, and sets the base (base + change = the total from then) */
+    int64_t dkbytes, dvbytes;       /* atomic                                 */
+    int64_t kbase, vbase;
+    uint32_t bytes_known;           /* atomic                                 */
     /* hdr->pend[j] in use (atomic bitmaps): taken by the writer that queues
      * a record; ready once the record is unlinked: the next writer's data
      * fence frees it (kvs_data_fence) */
@@ -434,6 +441,13 @@ static inline void kvs_ver_end(kvs_cleaf *c)
  * removed from slot del (-1: none), so readers need not sort the leaf
  * again; drops the cache if it cannot. */
 void kvs_perm_change(const kv_sorted *t, kvs_cleaf *c, int add, int del);
+
+/* Writers: entries' key and value bytes changed by dk, dv. */
+static inline void kvs_bytes_add(kv_sorted *t, int64_t dk, int64_t dv)
+{
+    if (dk) __atomic_add_fetch(&t->dkbytes, dk, __ATOMIC_RELAXED);
+    if (dv) __atomic_add_fetch(&t->dvbytes, dv, __ATOMIC_RELAXED);
+}
 
 /* Build the DRAM state (index, companions) on first use; repairs
  * interrupted splits and queued frees when the pool is writable. */

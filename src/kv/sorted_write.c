@@ -419,6 +419,7 @@ static int kvs_overwrite(kv_sorted *t, kvs_cleaf *c, int i, uint64_t old, const 
     }
     KVS_STORE(&c->rec[i], nvh_off(pool, r));
     c->was[i] = 0;
+    kvs_bytes_add(t, 0, (int64_t)vl - (int64_t)((const kvs_rec *)nvh_ptr(pool, old))->vlen);
     kvs_pend_ready(t, j);
     return NVH_OK;
 }
@@ -452,6 +453,7 @@ static int kvs_insert(kv_sorted *t, kvs_cleaf *c, int i, const void *k, size_t k
     c->was[i] = was;
     c->live++;
     __atomic_add_fetch(&t->count, 1, __ATOMIC_RELAXED);
+    kvs_bytes_add(t, (int64_t)kl, (int64_t)vl);
     return NVH_OK;
 }
 
@@ -540,6 +542,10 @@ static int kvs_remove_one(kv_sorted *t, const void *k, size_t kl)
     kvs_ver_end(c);
     c->live--;
     __atomic_sub_fetch(&t->count, 1, __ATOMIC_RELAXED);
+    {
+        const kvs_rec *ro = nvh_ptr(pool, old);
+        kvs_bytes_add(t, -(int64_t)ro->klen, -(int64_t)ro->vlen);
+    }
     kvs_pend_ready(t, j);
     if (c->live == 0) return kvs_smo_drop(t, c);
     kvs_unlock(c);
