@@ -447,11 +447,21 @@ int nvh_kv_stats_get(nvh_kv *kv, nvh_kv_stats *s)
     memset(s, 0, sizeof *s);
     int rc = nvh_kv_count_all(kv, &s->count);
     if (rc != NVH_OK) return rc;
-    /* key and value bytes by a walk of the entries (O(entries), lock-free
-     * like any scan): keeping them as counters would cost every overwrite
-     * and removal a read of the old record's lengths */
-    rc = nvh_kv_get_all(kv, kv_bytes_fn, s);
-    if (rc != NVH_OK) return rc;
+    /* key and value bytes: the sorted engine keeps them as counters (its
+     * writers read the old record's lengths, in cache from their lookup),
+     * after one walk per open that no writer may overlap (the write lock,
+     * once); the hash engine by a walk of the entries (O(entries),
+     * lock-free like any scan) */
+    if (kv->st) {
+        bool walk = !kv_sorted_bytes_known(kv->st);
+        if (walk) pthread_rwlock_wrlock(&kv->wlock);
+        rc = kv_sorted_bytes(kv->st, &s->key_bytes, &s->value_bytes);
+        if (walk) pthread_rwlock_unlock(&kv->wlock);
+        if (rc != NVH_OK) return nvh_fail_context(rc, "nvh_kv_stats_get: store '%s'", kv->name);
+    } else {
+        rc = nvh_kv_get_all(kv, kv_bytes_fn, s);
+        if (rc != NVH_OK) return rc;
+    }
     s->pool_size = nvh_pool_size(kv->pool);
     nvh_heap_stats hs;
     if (nvh_heap_stats_get(kv->pool, &hs) == NVH_OK) s->pool_used = hs.live_bytes;

@@ -1,11 +1,14 @@
 /* kv_iter.c — iterators of the key-value store (sorted engine). An
- * iterator holds no position inside the tree: it keeps a copy of its
- * current key and value, and every move is one seek of the sorted engine
- * relative to that key (next = least key > current, prev = greatest key <
- * current). So it never pins a node or an epoch between calls, writers are
- * never held up by it, and it sees each key at most once in either
- * direction; it is not a snapshot (keys put or removed meanwhile appear or
- * not). The hash engine has no order: nvh_kv_iter_new fails NVH_E_NOTSUP. */
+ * iterator keeps a copy of its current key and value and the engine's
+ * record of where that entry stood (kv_sorted_pos: a leaf and the version
+ * of it the entry was read at). next/prev step within that leaf's cached
+ * key order when the engine finds the leaf unchanged, else they seek
+ * relative to the key (next = least key > current, prev = greatest key <
+ * current). The position is no reference: the iterator never pins a node
+ * or an epoch between calls, writers are never held up by it, and it sees
+ * each key at most once in either direction; it is not a snapshot (keys
+ * put or removed meanwhile appear or not). The hash engine has no order:
+ * nvh_kv_iter_new fails NVH_E_NOTSUP. */
 #include "kv.h"
 
 #include <stdlib.h>
@@ -16,6 +19,7 @@ struct nvh_kv_iter {
     uint8_t *key, *val;        /* copies of the current entry                 */
     size_t klen, vlen, kcap, vcap;
     int err;                   /* set by the copy callback (NVH_E_NOMEM)      */
+    kv_sorted_pos pos;         /* where the current entry stood               */
 };
 
 nvh_kv_iter *nvh_kv_iter_new(nvh_kv *kv)
@@ -71,19 +75,15 @@ static int iter_copy(const void *k, size_t kl, const void *v, size_t vl, void *a
     return 0;
 }
 
-/* One seek of the sorted engine; the entry found is copied into the
+/* One seek of the sorted engine (dir 0), or a step from the current entry
+ * (dir +1/-1: k is the current key); the entry found is copied into the
  * iterator, which is positioned on it (or unpositioned if none). */
-static int iter_seek(nvh_kv_iter *it, const char *fn, enum kv_seek how, const void *k,
+static int iter_move(nvh_kv_iter *it, const char *fn, enum kv_seek how, int dir, const void *k,
                      size_t kl)
 {
-    if (!it) return nvh_fail(NVH_E_INVAL, "%s: NULL iterator", fn);
     nvh_kv *kv = it->kv;
-    if (how != KV_SEEK_FIRST && how != KV_SEEK_LAST) {
-        int rc = nvh_kv_check_key_(kv, fn, k, kl);
-        if (rc != NVH_OK) return rc;
-    }
     /* the engine's key argument must not be the buffer its callback
-     * rewrites: next/prev seek from a copy */
+     * rewrites: steps seek from a copy */
     uint8_t small[256], *cur = NULL;
     if (k && k == it->key) {
         cur = kl <= sizeof small ? small : malloc(kl);
@@ -92,14 +92,27 @@ static int iter_seek(nvh_kv_iter *it, const char *fn, enum kv_seek how, const vo
         k = cur;
     }
     it->err = NVH_OK;
-    int rc = kv_sorted_seek(kv->st, how, k, kl, iter_copy, it);
+    int rc = dir ? kv_sorted_step(kv->st, dir, k, kl, iter_copy, it, &it->pos)
+                 : kv_sorted_seek_pos(kv->st, how, k, kl, iter_copy, it, &it->pos);
     if (cur && cur != small) free(cur);
     if (rc == NVH_OK && it->err != NVH_OK) rc = nvh_fail(it->err, "%s: store '%s': out of "
                                                           "memory for a copy", fn, kv->name);
     it->valid = rc == NVH_OK;
+    if (!it->valid) it->pos.c = NULL;
     if (rc == NVH_E_NOTFOUND) return nvh_fail(rc, "%s: store '%s': no such entry", fn, kv->name);
     if (rc != NVH_OK) return nvh_fail_context(rc, "%s: store '%s'", fn, kv->name);
     return NVH_OK;
+}
+
+static int iter_seek(nvh_kv_iter *it, const char *fn, enum kv_seek how, const void *k,
+                     size_t kl)
+{
+    if (!it) return nvh_fail(NVH_E_INVAL, "%s: NULL iterator", fn);
+    if (how != KV_SEEK_FIRST && how != KV_SEEK_LAST) {
+        int rc = nvh_kv_check_key_(it->kv, fn, k, kl);
+        if (rc != NVH_OK) return rc;
+    }
+    return iter_move(it, fn, how, 0, k, kl);
 }
 
 int nvh_kv_iter_seek(nvh_kv_iter *it, const void *k, size_t kl)
@@ -137,17 +150,17 @@ int nvh_kv_iter_last(nvh_kv_iter *it)
     return iter_seek(it, "nvh_kv_iter_last", KV_SEEK_LAST, NULL, 0);
 }
 
-static int iter_step(nvh_kv_iter *it, const char *fn, enum kv_seek how)
+static int iter_step(nvh_kv_iter *it, const char *fn, int dir)
 {
     if (!it) return nvh_fail(NVH_E_INVAL, "%s: NULL iterator", fn);
     if (!it->valid) return nvh_fail(NVH_E_NOTFOUND, "%s: store '%s': the iterator is not on "
                                     "an entry", fn, it->kv->name);
-    return iter_seek(it, fn, how, it->key, it->klen);
+    return iter_move(it, fn, dir > 0 ? KV_SEEK_GT : KV_SEEK_LT, dir, it->key, it->klen);
 }
 
-int nvh_kv_iter_next(nvh_kv_iter *it) { return iter_step(it, "nvh_kv_iter_next", KV_SEEK_GT); }
+int nvh_kv_iter_next(nvh_kv_iter *it) { return iter_step(it, "nvh_kv_iter_next", 1); }
 
-int nvh_kv_iter_prev(nvh_kv_iter *it) { return iter_step(it, "nvh_kv_iter_prev", KV_SEEK_LT); }
+int nvh_kv_iter_prev(nvh_kv_iter *it) { return iter_step(it, "nvh_kv_iter_prev", -1); }
 
 int nvh_kv_iter_key(nvh_kv_iter *it, const void **key, size_t *klen)
 {

@@ -25,6 +25,9 @@ int kvs_corrupt(const kv_sorted *t, uint64_t off, const char *what)
  * holds freed space back from readers by the same epochs. */
 int kvs_retire(kv_sorted *t, uint32_t kind, void *p)
 {
+    /* before the stamp: iterators validate a companion they kept by this
+     * count (kv_sorted_step) */
+    if (kind == KVS_R_CLEAF) KVS_STORE(&t->cgen, t->cgen + 1);
     if (t->nret == t->capret) {
         size_t cap = t->capret ? t->capret * 2 : 64;
         kvs_retired *r = realloc(t->ret, cap * sizeof *r);
@@ -222,7 +225,7 @@ int kv_sorted_destroy(kv_sorted *t, nvh_off_t *link)
  * use it, so the build reads no record unless the order needs its key). */
 static kvs_cleaf *kvs_companion(kv_sorted *t, kvs_leaf *l, int *err)
 {
-    kvs_cleaf *c = calloc(1, sizeof *c);
+    kvs_cleaf *c = kvs_cleaf_new();
     if (!c) {
         *err = nvh_fail(NVH_E_NOMEM, "sorted tree: out of memory for leaf companions");
         return NULL;
@@ -241,6 +244,7 @@ static kvs_cleaf *kvs_companion(kv_sorted *t, kvs_leaf *l, int *err)
             *err = kvs_corrupt(t, nvh_off(t->pool, &l->slot[i]), "leaf slot (record offset)");
             return NULL;
         }
+        kvs_fp_set(c, i, s->hash);
         c->hash[i] = s->hash;
         c->klen[i] = (uint16_t)s->klen;
         c->pfx[i] = s->prefix;
@@ -335,6 +339,46 @@ static int kvs_leaf_cached(const kv_sorted *t, const kvs_cleaf *c, uint64_t tag,
     return NVH_OK;
 }
 
+/* Entry i of c's cached order at version v (tag: c->ptag as loaded; a
+ * walk in direction dir prefetches the records of the next entries): 1
+ * and *r if the cache was valid for v and the leaf still is at v with i
+ * one of its entries; 0 if not (the caller reads the whole leaf); -1 on a
+ * corrupt record (nvh_errcode()). */
+#define KVS_STEP_AHEAD 8u
+static int kvs_leaf_cached_one(const kv_sorted *t, const kvs_cleaf *c, uint64_t tag, uint32_t v,
+                               unsigned i, int dir, const kvs_rec **r)
+{
+    unsigned m = (unsigned)(tag >> 32) & 0xff;
+    if (!kvs_ptag_valid_for(tag, v) || i >= m) return 0;
+    uint8_t perm[KVS_CAP];
+    for (unsigned w = 0; w < KVS_CAP / 8; w++) {
+        uint64_t x = KVS_LOAD(&c->perm[w]);     /* acquire: the tag load below stays after */
+        memcpy(perm + 8 * w, &x, 8);
+    }
+    if (KVS_LOAD(&c->ptag) != tag) return 0;
+    unsigned s = perm[i] % KVS_CAP;
+    /* the records the next steps in this direction read: asked for now, so
+     * that a walk's misses overlap as a scan's do (only prefetched, never
+     * dereferenced: the perm bytes may be torn, the check below is for
+     * entry i alone) */
+    uint64_t size = nvh_pool_size(t->pool);
+    for (unsigned j = 1; j <= KVS_STEP_AHEAD; j++) {
+        if (dir < 0 ? i < j : i + j >= m) break;
+        uint64_t ro = KVS_LOADR(&c->rec[perm[dir < 0 ? i - j : i + j] % KVS_CAP]);
+        if (!kvs_slot_free(ro) && ro < size) kvs_prefetch(nvh_ptr(t->pool, ro), 2);
+    }
+    uint64_t off = KVS_LOAD(&c->rec[s]);
+    if (kvs_slot_free(off)) return 0;
+    const kvs_rec *rp = kvs_rec_get_in(t, off, size);
+    if (!rp) {
+        kvs_corrupt(t, off, "record");
+        return -1;
+    }
+    if (KVS_LOAD(&c->ver) != v || KVS_LOAD(&c->dead)) return 0;
+    *r = rp;
+    return 1;
+}
+
 /* Publish the order of a leaf sorted at version v (out: its entries, each
  * found among c's slots by its record). Best effort: skipped when another
  * reader is filling the cache or has filled it for v already. */
@@ -405,9 +449,14 @@ void kvs_perm_change(const kv_sorted *t, kvs_cleaf *c, int add, int del)
     KVS_STORE(&c->ptag, kvs_ptag_make(v + 2, m));
 }
 
-static int kvs_leaf_read(const kv_sorted *t, kvs_cleaf *c, kvs_ent *out, unsigned *n)
+/* The live entries of c in key order (cached or sorted), consistent at
+ * seqlock version *ver (NULL: not wanted), c not dead after the reads; or
+ * KVS_RETRY. */
+static int kvs_leaf_read(const kv_sorted *t, kvs_cleaf *c, kvs_ent *out, unsigned *n,
+                         uint32_t *ver)
 {
     uint32_t v = KVS_LOAD(&c->ver);
+    if (ver) *ver = v;
     if (v & 1) return KVS_RETRY;
     uint64_t tag = KVS_LOAD(&c->ptag);
     int rc;
@@ -600,21 +649,51 @@ static int kvs_key_ok(const void *k, size_t kl, const char *fn)
     return NVH_OK;
 }
 
+/* Slots of c whose fingerprint is f: bit i set for slot i. Exact byte
+ * matches per fingerprint word (no false positives from the bit trick:
+ * each byte's high bit is tested apart from the carry of the others). */
+static inline uint32_t kvs_fp_match(const kvs_cleaf *c, uint8_t f)
+{
+    const uint64_t lo7 = UINT64_C(0x7f7f7f7f7f7f7f7f), ones = UINT64_C(0x0101010101010101);
+    uint32_t m = 0;
+    for (unsigned w = 0; w < KVS_CAP / 8; w++) {
+        uint64_t x = KVS_LOADR(&c->fp[w]) ^ (ones * f);
+        uint64_t z = ~(((x & lo7) + lo7) | x | lo7);     /* 0x80 where a byte is 0 */
+        /* gather the 8 high bits into one byte (bit j: byte j) */
+        uint64_t b = ((z >> 7) * UINT64_C(0x0102040810204080)) >> 56;
+        m |= (uint32_t)b << (8 * w);
+    }
+    return m;
+}
+
+/* Record lines a lookup asks for at once (header, key, the value's start). */
+#define KVS_REC_LOOKUP_LINES 3u
+
 int kvs_leaf_find(const kv_sorted *t, const kvs_cleaf *c, const void *k, size_t kl,
                   uint64_t kp, uint32_t kh, uint64_t *rec, int *err)
 {
     (void)kp;
-    for (unsigned i = 0; i < KVS_CAP; i++) {
-        if (!t->cmp && (KVS_LOAD(&c->hash[i]) != kh || KVS_LOADR(&c->klen[i]) != kl)) continue;
+    /* bytewise: only the slots whose fingerprint matches, then the key in
+     * their record (read anyway for the value: checking the slot's hash
+     * first would cost a line of the companion on every lookup to save a
+     * record read on one in ~8); a custom comparator decides equality
+     * itself, so every slot is a candidate */
+    uint32_t m = t->cmp ? UINT32_MAX : kvs_fp_match(c, kvs_fp(kh));
+    uint64_t size = nvh_pool_size(t->pool);
+    for (; m; m &= m - 1) {
+        unsigned i = (unsigned)__builtin_ctz(m);
         uint64_t r = KVS_LOAD(&c->rec[i]);
         if (kvs_slot_free(r)) continue;
-        const kvs_rec *rp = kvs_rec_get(t, r);
+        /* the record's first lines at once: its header and key decide, and
+         * the caller reads the value next */
+        if (r < size) kvs_prefetch(nvh_ptr(t->pool, r), KVS_REC_LOOKUP_LINES);
+        const kvs_rec *rp = kvs_rec_get_in(t, r, size);
         if (!rp) {
             *err = kvs_corrupt(t, r, "record");
             return -1;
         }
         if (t->cmp ? kvs_cmp(t, k, kl, rp->data, rp->klen) == 0
-                   : (rp->klen == kl && memcmp(rp->data, k, kl) == 0)) {
+                   : (rp->klen == kl && kvs_key_eq(rp->data, k, kl))) {
             *rec = r;
             return (int)i;
         }
@@ -672,11 +751,13 @@ static inline int kvs_ent_vs(const kv_sorted *t, const kvs_ent *e, const void *k
     return kvs_cmp(t, e->r->data, e->r->klen, k, kl);
 }
 
-int kv_sorted_seek(kv_sorted *t, enum kv_seek how, const void *k, size_t kl,
-                   kv_entry_fn fn, void *arg)
+/* kv_sorted_seek; pos (not NULL) receives where the entry found stands,
+ * for kv_sorted_step (pos->c NULL: nowhere to step from). KV_SEEK_EQ with
+ * a position searches like GE and requires equality. */
+static int kvs_seek(kv_sorted *t, enum kv_seek how, const void *k, size_t kl, kv_entry_fn fn,
+                    void *arg, kv_sorted_pos *pos)
 {
-    if (!t) return nvh_fail(NVH_E_INVAL, "kv_sorted_seek: NULL tree");
-    if (how == KV_SEEK_EQ) return kv_sorted_get(t, k, kl, fn, arg);
+    if (pos) pos->c = NULL;
     int rc;
     if (how != KV_SEEK_FIRST && how != KV_SEEK_LAST) {
         if ((rc = kvs_key_ok(k, kl, "kv_sorted_seek"))) return rc;
@@ -687,11 +768,12 @@ int kv_sorted_seek(kv_sorted *t, enum kv_seek how, const void *k, size_t kl,
     if ((unsigned)how > KV_SEEK_LAST) return nvh_fail(NVH_E_INVAL, "kv_sorted_seek: bad mode %d", (int)how);
     if ((rc = kvs_ensure_built(t))) return rc;
     uint64_t kp = k ? kvs_prefix(k, kl) : 0;
-    bool up = how == KV_SEEK_GT || how == KV_SEEK_GE || how == KV_SEEK_FIRST;
+    bool up = how == KV_SEEK_GT || how == KV_SEEK_GE || how == KV_SEEK_FIRST || how == KV_SEEK_EQ;
     kvs_ent ents[KVS_CAP];
     nvh_epoch_enter_();
 retry:
     for (;;) {
+        uint64_t gen = KVS_LOAD(&t->cgen);
         const kvs_inode *root = KVS_LOAD(&t->root);
         const kvs_skey *lo = NULL;
         kvs_cleaf *c;
@@ -700,7 +782,8 @@ retry:
         else c = kvs_ix_find(t, root, k, kl, kp, &lo);
         while (c) {
             unsigned n;
-            rc = kvs_leaf_read(t, c, ents, &n);
+            uint32_t ver;
+            rc = kvs_leaf_read(t, c, ents, &n, &ver);
             if (rc == KVS_RETRY) goto retry;
             if (rc) goto out;
             int hit = -1;
@@ -709,7 +792,8 @@ retry:
                     if (!k) hit = (int)i;
                     else {
                         int d = kvs_ent_vs(t, &ents[i], k, kl, kp);
-                        if (d > 0 || (d == 0 && how == KV_SEEK_GE)) hit = (int)i;
+                        if (d > 0 || (d == 0 && how != KV_SEEK_GT)) hit = (int)i;
+                        if (hit >= 0 && how == KV_SEEK_EQ && d != 0) { rc = NVH_E_NOTFOUND; goto out; }
                     }
                 }
             } else {
@@ -722,6 +806,7 @@ retry:
                 }
             }
             if (hit >= 0) {
+                if (pos) *pos = (kv_sorted_pos){c, gen, ver, (uint32_t)hit};
                 rc = kvs_emit(ents[hit].r, fn, arg);
                 goto out;
             }
@@ -740,6 +825,102 @@ retry:
 out:
     nvh_epoch_exit_();
     return rc;
+}
+
+int kv_sorted_seek(kv_sorted *t, enum kv_seek how, const void *k, size_t kl,
+                   kv_entry_fn fn, void *arg)
+{
+    if (!t) return nvh_fail(NVH_E_INVAL, "kv_sorted_seek: NULL tree");
+    if (how == KV_SEEK_EQ) return kv_sorted_get(t, k, kl, fn, arg);
+    return kvs_seek(t, how, k, kl, fn, arg, NULL);
+}
+
+int kv_sorted_seek_pos(kv_sorted *t, enum kv_seek how, const void *k, size_t kl,
+                       kv_entry_fn fn, void *arg, kv_sorted_pos *pos)
+{
+    if (!t || !pos) return nvh_fail(NVH_E_INVAL, "kv_sorted_seek_pos: NULL argument");
+    return kvs_seek(t, how, k, kl, fn, arg, pos);
+}
+
+/* A step from pos without a descent, when its companion is still as the
+ * last call left it: no companion was retired since (t->cgen unchanged:
+ * read inside this call's epoch, so a companion retired later is not
+ * freed before the epoch ends; and the companion was live after the
+ * count was read at the last call, so it was not retired before) and its
+ * seqlock has not moved (the same entries in the same order). Anything
+ * else is KVS_RETRY: the caller seeks from its key. */
+static int kvs_step(kv_sorted *t, int dir, kv_entry_fn fn, void *arg, kv_sorted_pos *pos)
+{
+    kvs_ent ents[KVS_CAP];
+    kvs_cleaf *c = pos->c;
+    uint64_t gen = KVS_LOAD(&t->cgen);
+    if (!c || gen != pos->gen || KVS_LOAD(&c->ver) != pos->ver) return KVS_RETRY;
+    unsigned n;
+    uint32_t ver;
+    const kvs_rec *r = NULL;
+    int e;
+    /* the cached order: one entry of it, or past its end the next leaf */
+    uint64_t tag = KVS_LOAD(&c->ptag);
+    if (kvs_ptag_valid_for(tag, pos->ver)) {
+        n = (unsigned)(tag >> 32) & 0xff;
+        if (dir < 0 ? pos->idx > 0 : pos->idx + 1 < n) {
+            unsigned to = dir < 0 ? pos->idx - 1 : pos->idx + 1;
+            if ((e = kvs_leaf_cached_one(t, c, tag, pos->ver, to, dir, &r)) < 0) return nvh_errcode();
+            if (e == 1) {
+                pos->idx = to;
+                return kvs_emit(r, fn, arg);
+            }
+        } else if (dir > 0 && pos->idx + 1 == n) {
+            goto next_leaf;
+        }
+    }
+    int rc = kvs_leaf_read(t, c, ents, &n, &ver);
+    if (rc) return rc;
+    if (ver != pos->ver || pos->idx >= n) return KVS_RETRY;
+    if (dir < 0) {
+        if (pos->idx == 0) return KVS_RETRY;     /* companions link forward only */
+        pos->idx--;
+        return kvs_emit(ents[pos->idx].r, fn, arg);
+    }
+    if (pos->idx + 1 < n) {
+        pos->idx++;
+        return kvs_emit(ents[pos->idx].r, fn, arg);
+    }
+next_leaf: {
+        /* its keys are all above c's while c is live (and at the version
+         * whose last entry pos names) */
+        kvs_cleaf *nx = KVS_LOAD(&c->next);
+        if (KVS_LOAD(&c->ver) != pos->ver || kvs_dead(c)) return KVS_RETRY;
+        if (!nx) {
+            pos->c = NULL;
+            return NVH_E_NOTFOUND;
+        }
+        ver = KVS_LOAD(&nx->ver);
+        if ((e = kvs_leaf_cached_one(t, nx, KVS_LOAD(&nx->ptag), ver, 0, 1, &r)) < 0)
+            return nvh_errcode();
+        if (e == 0) {
+            rc = kvs_leaf_read(t, nx, ents, &n, &ver);
+            if (rc) return rc;
+            if (n == 0) return KVS_RETRY;
+            r = ents[0].r;
+        }
+        *pos = (kv_sorted_pos){nx, gen, ver, 0};
+        return kvs_emit(r, fn, arg);
+    }
+}
+
+int kv_sorted_step(kv_sorted *t, int dir, const void *k, size_t kl, kv_entry_fn fn, void *arg,
+                   kv_sorted_pos *pos)
+{
+    if (!t || !pos) return nvh_fail(NVH_E_INVAL, "kv_sorted_step: NULL argument");
+    int rc = KVS_RETRY;
+    if (pos->c) {
+        nvh_epoch_enter_();
+        rc = kvs_step(t, dir, fn, arg, pos);
+        nvh_epoch_exit_();
+    }
+    if (rc != KVS_RETRY) return rc;
+    return kvs_seek(t, dir < 0 ? KV_SEEK_LT : KV_SEEK_GT, k, kl, fn, arg, pos);
 }
 
 /* Scan: a cursor (the last key passed to fn) makes each key appear once
@@ -772,7 +953,7 @@ static int kvs_scan(kv_sorted *t, kvs_bound lo, kvs_bound hi, kv_entry_fn fn, vo
     bool filter = c0.k != NULL;   /* after a descent: skip keys up to the cursor */
     while (c) {
         unsigned n;
-        rc = kvs_leaf_read(t, c, ents, &n);
+        rc = kvs_leaf_read(t, c, ents, &n, NULL);
         if (rc == KVS_RETRY) {
             rc = NVH_OK;
             goto redescend;
@@ -867,4 +1048,48 @@ int kv_sorted_count(kv_sorted *t, const void *lo, size_t lol, int lo_incl,
         return NVH_OK;
     }
     return kvs_scan(t, a, b, NULL, NULL, count);
+}
+
+/* ==========================================================================
+ * Key and value bytes
+ * ========================================================================== */
+static int kvs_bytes_fn(const void *k, size_t kl, const void *v, size_t vl, void *arg)
+{
+    (void)k, (void)v;
+    int64_t *s = arg;
+    s[0] += (int64_t)kl;
+    s[1] += (int64_t)vl;
+    return 0;
+}
+
+int kv_sorted_bytes_known(kv_sorted *t)
+{
+    return t && KVS_LOAD(&t->bytes_known);
+}
+
+int kv_sorted_bytes(kv_sorted *t, uint64_t *key_bytes, uint64_t *value_bytes)
+{
+    if (!t || !key_bytes || !value_bytes) return nvh_fail(NVH_E_INVAL, "kv_sorted_bytes: NULL argument");
+    int rc = kvs_ensure_built(t);
+    if (rc) return rc;
+    if (!KVS_LOAD(&t->bytes_known)) {
+        /* once per open: the entries as they are (no writer runs: the
+         * caller's promise), less what writers changed since the open */
+        pthread_mutex_lock(&t->smo);
+        if (!t->bytes_known) {
+            int64_t s[2] = {0, 0};
+            kvs_bound none = {NULL, 0, 0, 0};
+            rc = kvs_scan(t, none, none, kvs_bytes_fn, s, NULL);
+            if (rc == NVH_OK) {
+                t->kbase = s[0] - KVS_LOADR(&t->dkbytes);
+                t->vbase = s[1] - KVS_LOADR(&t->dvbytes);
+                KVS_STORE(&t->bytes_known, 1);
+            }
+        }
+        pthread_mutex_unlock(&t->smo);
+        if (rc) return rc;
+    }
+    *key_bytes = (uint64_t)(t->kbase + KVS_LOADR(&t->dkbytes));
+    *value_bytes = (uint64_t)(t->vbase + KVS_LOADR(&t->dvbytes));
+    return NVH_OK;
 }

@@ -28,6 +28,23 @@ enum kv_seek { KV_SEEK_EQ, KV_SEEK_LT, KV_SEEK_LE, KV_SEEK_GT, KV_SEEK_GE,
 /* fn once for the entry found (k ignored for FIRST/LAST); NVH_E_NOTFOUND if none. */
 int kv_sorted_seek(kv_sorted *t, enum kv_seek how, const void *k, size_t kl,
                    kv_entry_fn fn, void *arg);
+/* Where a seek left an iterator, so that next/prev step within the leaf's
+ * cached key order instead of descending again. Opaque to the caller; it
+ * holds no reference (the engine validates it at each step). */
+typedef struct kv_sorted_pos {
+    void *c;
+    uint64_t gen;
+    uint32_t ver, idx;
+} kv_sorted_pos;
+/* kv_sorted_seek that also records the entry's position in *pos
+ * (KV_SEEK_EQ too). */
+int kv_sorted_seek_pos(kv_sorted *t, enum kv_seek how, const void *k, size_t kl,
+                       kv_entry_fn fn, void *arg, kv_sorted_pos *pos);
+/* The entry after (dir > 0) or before (dir < 0) the one at *pos, whose key
+ * is (k, kl): a step within its leaf when nothing changed there, else a
+ * seek GT/LT from k. fn once for it; NVH_E_NOTFOUND at the end. */
+int kv_sorted_step(kv_sorted *t, int dir, const void *k, size_t kl, kv_entry_fn fn, void *arg,
+                   kv_sorted_pos *pos);
 /* Ascending scan of lo..hi; lo/hi NULL = unbounded; *_incl: bound included.
  * Stops when fn returns non-zero (returned). */
 int kv_sorted_scan(kv_sorted *t, const void *lo, size_t lol, int lo_incl,
@@ -35,5 +52,11 @@ int kv_sorted_scan(kv_sorted *t, const void *lo, size_t lol, int lo_incl,
 int kv_sorted_count(kv_sorted *t, const void *lo, size_t lol, int lo_incl,
                     const void *hi, size_t hil, int hi_incl, uint64_t *count);
 int kv_sorted_check(kv_sorted *t);
+/* Total key and value bytes of the entries: O(1) from counters the writers
+ * keep, except the first call after an open, which walks the entries once
+ * (O(entries)) — no writer may run during that call; kv_sorted_bytes_known
+ * tells whether the next call is O(1). */
+int kv_sorted_bytes(kv_sorted *t, uint64_t *key_bytes, uint64_t *value_bytes);
+int kv_sorted_bytes_known(kv_sorted *t);
 
 #endif /* NVH_KV_SORTED_H */

@@ -77,7 +77,8 @@ static int chk_run(kv_sorted *t)
             if (!r) { rc = kvs_corrupt(t, s->rec, "record"); break; }
             if (r->klen != s->klen || kvs_prefix(r->data, r->klen) != s->prefix ||
                 kvs_hash(r->data, r->klen) != s->hash || c->klen[i] != s->klen ||
-                c->hash[i] != s->hash || c->pfx[i] != s->prefix) {
+                c->hash[i] != s->hash || c->pfx[i] != s->prefix ||
+                kvs_fp_at(c, i) != kvs_fp(s->hash)) {
                 rc = kvs_corrupt(t, off_s, "leaf slot (summary does not match its record)");
                 break;
             }

@@ -47,6 +47,29 @@ static inline unsigned ix_pick(const kv_sorted *t, const kvs_inode *n, const voi
     return lo - 1;
 }
 
+/* ix_pick(..., strict 0) for bytewise order: a branch-free search of the
+ * node's prefixes (a random key's path through a binary search mispredicts
+ * half its branches) in six fixed steps, since pfx[] holds UINT64_MAX
+ * beyond n (ix_trim) and pfx[0] is 0; then the separators themselves only
+ * if the key's prefix equals the one picked (keys sharing their first 8
+ * bytes). */
+static inline unsigned ix_pick_bytes(const kv_sorted *t, const kvs_inode *n, const void *k,
+                                     size_t kl, uint64_t kp)
+{
+    static_assert(KVS_FAN == 64, "six steps");
+    const uint64_t *a = n->pfx;
+    unsigned i = 0;                 /* last i with a[i] <= kp */
+    i += a[i + 32] <= kp ? 32 : 0;
+    i += a[i + 16] <= kp ? 16 : 0;
+    i += a[i + 8] <= kp ? 8 : 0;
+    i += a[i + 4] <= kp ? 4 : 0;
+    i += a[i + 2] <= kp ? 2 : 0;
+    i += a[i + 1] <= kp ? 1 : 0;
+    if (i >= n->n) i = n->n - 1;    /* kp == UINT64_MAX: the padding matched */
+    if (i == 0 || a[i] != kp) return i;
+    return ix_pick(t, n, k, kl, kp, 0);             /* prefixes tie */
+}
+
 kvs_cleaf *kvs_ix_find(const kv_sorted *t, const kvs_inode *root, const void *k, size_t kl,
                        uint64_t kp, const kvs_skey **lo)
 {
@@ -54,11 +77,11 @@ kvs_cleaf *kvs_ix_find(const kv_sorted *t, const kvs_inode *root, const void *k,
     const kvs_skey *bound = NULL;
     if (!n || n->n == 0) return NULL;
     for (;;) {
-        unsigned i = ix_pick(t, n, k, kl, kp, 0);
+        unsigned i = t->cmp ? ix_pick(t, n, k, kl, kp, 0) : ix_pick_bytes(t, n, k, kl, kp);
         if (i > 0) bound = n->sep[i];
         if (n->level == 0) {
             if (lo) *lo = bound;
-            kvs_prefetch(n->child[i], 8);       /* the companion: hash, klen, rec */
+            kvs_prefetch(n->child[i], KVS_CLEAF_LOOKUP_LINES);
             return n->child[i];
         }
         n = n->child[i];
@@ -108,10 +131,19 @@ kvs_cleaf *kvs_ix_last(const kvs_inode *root, const kvs_skey **lo)
     }
 }
 
+/* pfx[] past the last entry reads UINT64_MAX (ix_pick_bytes). */
+static inline void ix_trim(kvs_inode *n)
+{
+    for (unsigned i = n->n ? n->n : 1; i < KVS_FAN; i++) n->pfx[i] = UINT64_MAX;
+}
+
 static kvs_inode *ix_node(uint32_t level)
 {
     kvs_inode *n = calloc(1, sizeof *n);
-    if (n) n->level = level;
+    if (n) {
+        n->level = level;
+        ix_trim(n);
+    }
     return n;
 }
 
@@ -236,6 +268,7 @@ static void ix_delete_at(kvs_inode *x, unsigned i)
     memmove(&x->child[i], &x->child[i + 1], (x->n - i - 1) * sizeof x->child[0]);
     x->n--;
     if (x->n) { x->sep[0] = NULL; x->pfx[0] = 0; }
+    ix_trim(x);
 }
 
 /* Publish root r; retire the replaced path nodes. */
@@ -286,6 +319,7 @@ int kvs_ix_replace(kv_sorted *t, kvs_cleaf *old, kvs_cleaf *a, kvs_cleaf *b, kvs
                 y->sep[0] = NULL;
                 y->pfx[0] = 0;
                 x->n = h;
+                ix_trim(x);
                 if (at <= h) ix_insert_at(x, at, sins, ins);
                 else ix_insert_at(y, at - h, sins, ins);
                 if (at == h) {

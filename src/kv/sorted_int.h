@@ -141,25 +141,33 @@ typedef struct kvs_skey {
 /* DRAM companion of a persistent leaf: what readers search (they never read
  * persistent leaves, so a split may change or free a leaf at once). rec[]
  * words are published with release stores after the summary words of their
- * slot. Readers order entries by their records, which lookups and scans
- * read anyway; writers keep key prefixes too (pfx), so that keeping the
- * cached order and splitting read no record (824 B per leaf). */
+ * slot (fingerprint, hash, length). Readers order entries by their records,
+ * which lookups and scans read anyway; writers keep key prefixes too (pfx),
+ * so that keeping the cached order and splitting read no record. 64-byte
+ * aligned (kvs_cleaf_new): a lookup reads line 0 (fingerprints, dead), the
+ * rec[] word of each slot whose fingerprint matches, and its record. */
 typedef struct kvs_cleaf {
-    kvs_leaf *p;                    /* the persistent leaf                    */
-    struct kvs_cleaf *prev;         /* key order (writers only)               */
-    struct kvs_cleaf *next;         /* key order (atomic: readers' scans)     */
-    kvs_skey *sep;                  /* lower bound it entered the index with
-                                       (NULL: the first leaf)                 */
+    /* line 0: what every lookup reads */
+    uint64_t fp[KVS_CAP / 8];       /* atomic: byte i (kvs_fp_at) is slot i's
+                                       key fingerprint (kvs_fp); meaningless
+                                       for a free slot                        */
     uint32_t dead;                  /* atomic: replaced or removed (set under
                                        lock, after the replacement is public) */
-    uint32_t lock;                  /* atomic: the leaf's writer lock         */
     uint32_t ver;                   /* atomic seqlock: odd while a writer adds
                                        or removes an entry (DRAM stores only,
                                        never across a flush)                  */
-    uint32_t live;                  /* live slots (under lock)                */
-    uint32_t hash[KVS_CAP];         /* a lookup reads hash, klen, one rec:    */
-    uint16_t klen[KVS_CAP];         /* lines 0-4, asked for at once           */
+    struct kvs_cleaf *next;         /* key order (atomic: readers' scans)     */
+    kvs_leaf *p;                    /* the persistent leaf                    */
+    kvs_skey *sep;                  /* lower bound it entered the index with
+                                       (NULL: the first leaf)                 */
+    /* lines 1-4 */
     uint64_t rec[KVS_CAP];          /* atomic                                 */
+    /* writers' fields, the other summaries, the cached order */
+    struct kvs_cleaf *prev;         /* key order (writers only)               */
+    uint32_t lock;                  /* atomic: the leaf's writer lock         */
+    uint32_t live;                  /* live slots (under lock)                */
+    uint32_t hash[KVS_CAP];
+    uint16_t klen[KVS_CAP];
     uint8_t was[KVS_CAP];           /* under lock: a free slot's free value, a
                                        live slot's before its record's
                                        activation (kvs_tomb_after)            */
@@ -176,6 +184,38 @@ typedef struct kvs_cleaf {
      * reading records (each a cache miss) */
     uint64_t pfx[KVS_CAP];
 } kvs_cleaf;
+static_assert(offsetof(kvs_cleaf, rec) == 64, "kvs_cleaf: line 0, then rec[] on lines 1-4");
+/* The lines a lookup may read: asked for at once when the index yields
+ * the companion (their misses overlap). */
+#define KVS_CLEAF_LOOKUP_LINES 5u
+
+/* A zeroed companion, 64-byte aligned (free() releases it); NULL if out of
+ * memory. */
+static inline kvs_cleaf *kvs_cleaf_new(void)
+{
+    size_t sz = (sizeof(kvs_cleaf) + 63) & ~(size_t)63;
+    kvs_cleaf *c = aligned_alloc(64, sz);
+    if (c) memset(c, 0, sz);
+    return c;
+}
+
+/* A key's one-byte fingerprint (from its hash: no second pass over the
+ * key). A lookup compares the key only in slots whose fingerprint matches:
+ * one in 256 of the others, on average. */
+static inline uint8_t kvs_fp(uint32_t kh) { return (uint8_t)(kh >> 24); }
+static inline uint8_t kvs_fp_at(const kvs_cleaf *c, unsigned i)
+{
+    return (uint8_t)(__atomic_load_n(&c->fp[i / 8], __ATOMIC_RELAXED) >> (8 * (i % 8)));
+}
+/* Writers (under the leaf lock, before the release store of c->rec[i]). */
+static inline void kvs_fp_set(kvs_cleaf *c, unsigned i, uint32_t kh)
+{
+    uint64_t *w = &c->fp[i / 8];
+    unsigned sh = 8 * (i % 8);
+    uint64_t x = __atomic_load_n(w, __ATOMIC_RELAXED);
+    x = (x & ~((uint64_t)0xff << sh)) | ((uint64_t)kvs_fp(kh) << sh);
+    __atomic_store_n(w, x, __ATOMIC_RELAXED);
+}
 
 /* ptag: bit 40 set when valid, live-slot count in bits 32-39, the leaf's
  * version (kvs_cleaf.ver) in bits 0-31; 0: nothing cached. */
@@ -244,11 +284,19 @@ struct kv_sorted {
     pthread_mutex_t smo;
     uint32_t built;                 /* atomic: index built                    */
     kvs_inode *root;                /* atomic (acquire/release); under smo    */
+    uint64_t cgen;                  /* atomic: companions retired (smo)       */
     kvs_cleaf *head;                /* first companion (smo)                  */
     kvs_retired *ret;               /* smo                                    */
     size_t nret, capret;
 
     _Alignas(64) uint64_t count;    /* atomic: live entries once built        */
+    /* Key and value bytes (nvh_kv_stats): writers add their changes since
+     * the open (same line as count, which they write anyway); the first
+     * kv_sorted_bytes after an open walks the entries once, with writers
+     * kept out, and sets the base (base + change = the total from then) */
+    int64_t dkbytes, dvbytes;       /* atomic                                 */
+    int64_t kbase, vbase;
+    uint32_t bytes_known;           /* atomic                                 */
     /* hdr->pend[j] in use (atomic bitmaps): taken by the writer that queues
      * a record; ready once the record is unlinked: the next writer's data
      * fence frees it (kvs_data_fence) */
@@ -268,6 +316,11 @@ struct kv_sorted {
  * ========================================================================== */
 static inline uint64_t kvs_prefix(const void *k, size_t kl)
 {
+    if (kl >= 8) {
+        uint64_t v;
+        memcpy(&v, k, 8);
+        return __builtin_bswap64(v);
+    }
     uint8_t b[8] = {0};
     memcpy(b, k, kl < 8 ? kl : 8);
     uint64_t v;
@@ -291,6 +344,21 @@ static inline uint32_t kvs_hash(const void *k, size_t kl)
         h = nvh_mix64(h ^ w ^ 0x5bd1e995u);
     }
     return (uint32_t)(h >> 32);
+}
+
+/* Equal keys of kl bytes (short keys without a call: two overlapping
+ * words cover 8..16 bytes). */
+static inline bool kvs_key_eq(const void *a, const void *b, size_t kl)
+{
+    if (kl >= 8 && kl <= 16) {
+        uint64_t a0, a1, b0, b1;
+        memcpy(&a0, a, 8);
+        memcpy(&b0, b, 8);
+        memcpy(&a1, (const uint8_t *)a + kl - 8, 8);
+        memcpy(&b1, (const uint8_t *)b + kl - 8, 8);
+        return ((a0 ^ b0) | (a1 ^ b1)) == 0;
+    }
+    return memcmp(a, b, kl) == 0;
 }
 
 static inline int kvs_bytes_cmp(const void *a, size_t al, const void *b, size_t bl)
@@ -357,6 +425,7 @@ static inline kvs_leaf *kvs_leaf_get(const kv_sorted *t, uint64_t off)
  * instead of following one another). */
 static inline void kvs_prefetch(const void *p, unsigned lines)
 {
+#pragma GCC unroll 16
     for (unsigned i = 0; i < lines; i++) __builtin_prefetch((const char *)p + 64 * i);
 }
 
@@ -424,6 +493,13 @@ static inline void kvs_ver_end(kvs_cleaf *c)
  * removed from slot del (-1: none), so readers need not sort the leaf
  * again; drops the cache if it cannot. */
 void kvs_perm_change(const kv_sorted *t, kvs_cleaf *c, int add, int del);
+
+/* Writers: entries' key and value bytes changed by dk, dv. */
+static inline void kvs_bytes_add(kv_sorted *t, int64_t dk, int64_t dv)
+{
+    if (dk) __atomic_add_fetch(&t->dkbytes, dk, __ATOMIC_RELAXED);
+    if (dv) __atomic_add_fetch(&t->dvbytes, dv, __ATOMIC_RELAXED);
+}
 
 /* Build the DRAM state (index, companions) on first use; repairs
  * interrupted splits and queued frees when the pool is writable. */

@@ -307,10 +307,11 @@ static void kvs_slot_set(kvs_slot *s, const kvs_ent *e)
 
 static kvs_cleaf *kvs_cleaf_of(kvs_leaf *l, const kvs_ent *e, unsigned n)
 {
-    kvs_cleaf *c = calloc(1, sizeof *c);
+    kvs_cleaf *c = kvs_cleaf_new();
     if (!c) return NULL;
     c->p = l;
     for (unsigned i = 0; i < n; i++) {
+        kvs_fp_set(c, i, e[i].hash);
         c->hash[i] = e[i].hash;
         c->klen[i] = (uint16_t)e[i].klen;
         c->pfx[i] = e[i].prefix;
@@ -419,11 +420,12 @@ static uint64_t kvs_split_tag(kv_sorted *t)
  * key order, in their slots). */
 static kvs_cleaf *kvs_cleaf_keep(const kvs_cleaf *c, const kvs_ent *e, unsigned n)
 {
-    kvs_cleaf *d = calloc(1, sizeof *d);
+    kvs_cleaf *d = kvs_cleaf_new();
     if (!d) return NULL;
     d->p = c->p;
     for (unsigned i = 0; i < n; i++) {
         unsigned s = e[i].slot;
+        kvs_fp_set(d, s, c->hash[s]);
         d->hash[s] = c->hash[s];
         d->klen[s] = c->klen[s];
         d->pfx[s] = c->pfx[s];
@@ -680,6 +682,7 @@ static int kvs_overwrite(kv_sorted *t, kvs_cleaf *c, int i, uint64_t old, const 
     }
     KVS_STORE(&c->rec[i], nvh_off(pool, r));
     c->was[i] = 0;
+    kvs_bytes_add(t, 0, (int64_t)vl - (int64_t)((const kvs_rec *)nvh_ptr(pool, old))->vlen);
     kvs_pend_ready(t, j);
     return NVH_OK;
 }
@@ -707,6 +710,7 @@ static int kvs_insert(kv_sorted *t, kvs_cleaf *c, int i, const void *k, size_t k
         return rc;
     }
     kvs_ver_begin(c);
+    kvs_fp_set(c, (unsigned)i, kh);
     KVS_STORER(&c->hash[i], kh);
     KVS_STORER(&c->klen[i], (uint16_t)kl);
     c->pfx[i] = kp;
@@ -716,6 +720,7 @@ static int kvs_insert(kv_sorted *t, kvs_cleaf *c, int i, const void *k, size_t k
     c->was[i] = was;
     c->live++;
     __atomic_add_fetch(&t->count, 1, __ATOMIC_RELAXED);
+    kvs_bytes_add(t, (int64_t)kl, (int64_t)vl);
     return NVH_OK;
 }
 
@@ -802,6 +807,10 @@ static int kvs_remove_one(kv_sorted *t, const void *k, size_t kl)
     kvs_ver_end(c);
     c->live--;
     __atomic_sub_fetch(&t->count, 1, __ATOMIC_RELAXED);
+    {
+        const kvs_rec *ro = nvh_ptr(pool, old);
+        kvs_bytes_add(t, -(int64_t)ro->klen, -(int64_t)ro->vlen);
+    }
     kvs_pend_ready(t, j);
     if (c->live == 0) return kvs_smo_drop(t, c);
     kvs_unlock(c);

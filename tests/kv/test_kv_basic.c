@@ -715,6 +715,74 @@ static void test_costs(void **state)
     unlink(path);
 }
 
+/* nvh_kv_stats' key and value bytes (sorted engine: counters the writers
+ * keep, set by one walk after each open) equal a walk of the entries after
+ * inserts, overwrites with longer and shorter values, removals and a batch,
+ * and again after a reopen, both when stats come first after the open and
+ * when writes do. */
+static void stats_match_walk(nvh_kv *kv)
+{
+    nvh_kv_stats st;
+    walk w = {0};
+    must(nvh_kv_stats_get(kv, &st));
+    must(nvh_kv_get_all(kv, walk_cb, &w));
+    assert_int_equal(st.count, w.n);
+    assert_int_equal(st.key_bytes, w.kbytes);
+    assert_int_equal(st.value_bytes, w.vbytes);
+}
+
+static void stats_writes(nvh_kv *kv, unsigned round)
+{
+    char k[32], v[300];
+    memset(v, 'v', sizeof v);
+    for (unsigned i = 0; i < 400; i++) {
+        size_t kl = (size_t)sprintf(k, "key-%u", (i * 7919u + round) % 300u);
+        unsigned op = (i + round) % 5;
+        if (op == 4) {
+            int rc = nvh_kv_remove(kv, k, kl);
+            assert_true(rc == NVH_OK || rc == NVH_E_NOTFOUND);
+        } else {
+            must(nvh_kv_put(kv, k, kl, v, (i * 31u + round) % 300u));
+        }
+    }
+    nvh_kv_batch *b = nvh_kv_batch_new(kv);
+    assert_non_null(b);
+    must(nvh_kv_batch_put(b, "batch-a", 7, v, 100));
+    must(nvh_kv_batch_put(b, "key-1", 5, v, 3));
+    must(nvh_kv_batch_remove(b, "key-2", 5));
+    must(nvh_kv_batch_commit(b));
+}
+
+static void test_stats_bytes(void **state)
+{
+    (void)state;
+    const char *path = test_path("kv-stats");
+    unlink(path);
+    nvh_kv_config c = {.path = path, .size = 32 << 20, .create = NVH_KV_CREATE_IF_MISSING};
+    nvh_kv *kv = nvh_kv_open(&c);
+    assert_non_null(kv);
+    stats_match_walk(kv);                /* empty */
+    stats_writes(kv, 0);
+    stats_match_walk(kv);                /* the first stats: the walk */
+    stats_writes(kv, 1);
+    stats_match_walk(kv);                /* counters */
+    must(nvh_kv_close(kv));
+    kv = nvh_kv_open(&c);                /* reopen: stats first */
+    assert_non_null(kv);
+    stats_match_walk(kv);
+    stats_writes(kv, 2);
+    stats_match_walk(kv);
+    must(nvh_kv_close(kv));
+    kv = nvh_kv_open(&c);                /* reopen: writes first */
+    assert_non_null(kv);
+    stats_writes(kv, 3);
+    stats_match_walk(kv);
+    stats_writes(kv, 4);
+    stats_match_walk(kv);
+    must(nvh_kv_close(kv));
+    unlink(path);
+}
+
 int main(void)
 {
     setenv("NVHEAP_DOMAIN", "process", 0);
@@ -725,7 +793,7 @@ int main(void)
         cmocka_unit_test(test_limits),      cmocka_unit_test(test_big_value),
         cmocka_unit_test(test_full_pool),   cmocka_unit_test(test_list_drop),
         cmocka_unit_test(test_corrupt_descriptor), cmocka_unit_test(test_readonly),
-        cmocka_unit_test(test_costs),
+        cmocka_unit_test(test_costs),       cmocka_unit_test(test_stats_bytes),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

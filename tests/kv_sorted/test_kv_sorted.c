@@ -209,6 +209,62 @@ static void big_values(void **state)
     env_remove(&e);
 }
 
+/* Keys whose 8-byte prefix is all 0xff (the index pads its prefixes with
+ * UINT64_MAX: such a key matches the padding, and the search must settle
+ * it by the node's separators) and keys sharing other prefixes,
+ * in a tree with several index levels: every key found, each neighbour
+ * found by seek, before and after a reopen (the bulk-built index). */
+static size_t edge_key(unsigned i, uint8_t *k)
+{
+    if (i % 3 == 0) {                       /* ff ff ff ff ff ff ff ff + 4 bytes */
+        memset(k, 0xff, 8);
+        memcpy(k + 8, &i, 4);
+        return i % 2 ? 12 : 8 + (i % 5);
+    }
+    if (i % 3 == 1) {                       /* shared prefix "prefix:!" + 4 bytes */
+        memcpy(k, "prefix:!", 8);
+        uint32_t be = __builtin_bswap32(i);
+        memcpy(k + 8, &be, 4);
+        return 12;
+    }
+    uint64_t x = i * 0x9E3779B97F4A7C15ull;
+    memcpy(k, &x, 8);
+    return 8;
+}
+
+static void index_prefix_edges(void **state)
+{
+    (void)state;
+    tenv e;
+    env_new(&e, "kvs-edges", 64 << 20, NULL, NULL);
+    enum { N = 60000 };
+    uint8_t k[16];
+    for (int pass = 0; pass < 2; pass++) {
+        for (unsigned i = 0; pass == 0 && i < N; i++) {
+            size_t kl = edge_key(i, k);
+            assert_int_equal(kv_sorted_put(e.t, k, kl, k, kl), NVH_OK);
+        }
+        uint64_t n;
+        assert_int_equal(kv_sorted_count(e.t, NULL, 0, 0, NULL, 0, 0, &n), NVH_OK);
+        for (unsigned i = 0; i < N; i++) {
+            size_t kl = edge_key(i, k);
+            km_hit h = {0};
+            int rc = kv_sorted_get(e.t, k, kl, km_hit_fn, &h);
+            assert_int_equal(rc, NVH_OK);
+            assert_true(h.kl == kl && memcmp(h.key, k, kl) == 0 && h.vl == kl);
+            assert_int_equal(kv_sorted_seek(e.t, KV_SEEK_GE, k, kl, km_hit_fn, &h), NVH_OK);
+            assert_true(h.kl == kl && memcmp(h.key, k, kl) == 0);
+        }
+        memset(k, 0xff, 16);
+        km_hit h = {0};
+        assert_int_equal(kv_sorted_seek(e.t, KV_SEEK_LE, k, 16, km_hit_fn, &h), NVH_OK);
+        assert_int_equal(kv_sorted_check(e.t), NVH_OK);
+        env_close(&e);
+        env_open(&e, NULL, NULL);
+    }
+    env_remove(&e);
+}
+
 /* The randomized run against the model. */
 static void check_against_model(kv_sorted *t, km_model *m, uint64_t *rng, uint8_t *kb, uint8_t *vb)
 {
@@ -587,6 +643,7 @@ int main(void)
         cmocka_unit_test(split_hint_stale),
         cmocka_unit_test(flush_fence_counts),
         cmocka_unit_test(random_model),
+        cmocka_unit_test(index_prefix_edges),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -319,12 +319,127 @@ static void parallel_writers(void **state)
     unlink(path);
 }
 
+/* fingerprint_race: the keys of one leaf share a fingerprint (kvs_fp), so a
+ * lookup's fingerprint matches several slots, and a writer keeps reusing
+ * slots (removing and inserting keys with that fingerprint and with
+ * others, overwriting the stable keys) while readers get every key: a
+ * stable key must always be found with a whole value of its own, a
+ * churned key found with its own value or not at all. A lookup that
+ * trusted a fingerprint match (or a stale fingerprint) would return
+ * another key's value or miss a stable key. */
+#define FP_STABLE 10
+#define FP_CHURN 14
+#define FP_KEYS (FP_STABLE + FP_CHURN)
+static uint8_t g_fpk[FP_KEYS][16];
+static bool g_fp_in[FP_KEYS];           /* the writer's model: present */
+
+static void fp_keys(void)
+{
+    /* 16-byte keys "fprace--" + 8 bytes, all in one leaf's range; the
+     * stable keys and half the churned ones share fingerprint 0x5a */
+    unsigned same = 0, other = 0;
+    for (uint64_t x = 0; same + other < FP_KEYS; x++) {
+        uint8_t k[16];
+        memcpy(k, "fprace--", 8);
+        memcpy(k + 8, &x, 8);
+        if (kvs_fp(kvs_hash(k, 16)) == 0x5a) {
+            if (same < FP_STABLE + FP_CHURN / 2) memcpy(g_fpk[same++], k, 16);
+        } else if (other < FP_CHURN / 2) {
+            memcpy(g_fpk[FP_STABLE + FP_CHURN / 2 + other++], k, 16);
+        }
+    }
+}
+
+typedef struct fp_rs { uint32_t id; int bad; } fp_rs;
+
+static int fp_get_fn(const void *k, size_t kl, const void *v, size_t vl, void *arg)
+{
+    fp_rs *s = arg;
+    if (kl != 16 || memcmp(k, g_fpk[s->id], 16) || !tval_ok(v, vl, s->id)) s->bad = 1;
+    return 0;
+}
+
+static void *fp_writer(void *arg)
+{
+    unsigned ops = *(unsigned *)arg;
+    uint64_t rng = 77;
+    uint8_t vb[320];
+    bool *in = g_fp_in;
+    for (unsigned i = 0; i < ops && !__atomic_load_n(&g_bad, __ATOMIC_RELAXED); i++) {
+        uint32_t id = (uint32_t)(km_rng(&rng) % FP_KEYS);
+        int rc;
+        if (id >= FP_STABLE && in[id]) {
+            rc = kv_sorted_remove(g_t, g_fpk[id], 16);
+            in[id] = false;
+        } else {
+            size_t vl = tval(id, i + 1, vb);
+            rc = kv_sorted_put(g_t, g_fpk[id], 16, vb, vl);
+            in[id] = true;
+        }
+        if (rc) __atomic_store_n(&g_bad, 10, __ATOMIC_RELAXED);
+    }
+    return NULL;
+}
+
+static void *fp_reader(void *arg)
+{
+    uint64_t rng = 3000 + (uintptr_t)arg;
+    while (!__atomic_load_n(&g_stop, __ATOMIC_RELAXED)) {
+        fp_rs st = {(uint32_t)(km_rng(&rng) % FP_KEYS), 0};
+        int rc = kv_sorted_get(g_t, g_fpk[st.id], 16, fp_get_fn, &st);
+        if (st.bad || (rc && rc != NVH_E_NOTFOUND) || (rc && st.id < FP_STABLE)) {
+            __atomic_store_n(&g_bad, 11 + st.bad, __ATOMIC_RELAXED);
+            break;
+        }
+    }
+    return NULL;
+}
+
+static void fingerprint_race(void **state)
+{
+    (void)state;
+    const char *path = test_path("kvs-fprace");
+    nvh_pool *pool = open_tree(path, NVH_DOMAIN_PROCESS, NULL);
+    fp_keys();
+    uint8_t vb[320];
+    memset(g_fp_in, 0, sizeof g_fp_in);
+    for (uint32_t id = 0; id < FP_STABLE; id++) {
+        assert_int_equal(kv_sorted_put(g_t, g_fpk[id], 16, vb, tval(id, 0, vb)), NVH_OK);
+        g_fp_in[id] = true;
+    }
+    g_stop = 0;
+    g_bad = 0;
+    unsigned ops = 60000;
+#if defined(__SANITIZE_THREAD__)
+    ops = 6000;
+#endif
+    pthread_t w, r[2];
+    for (uintptr_t i = 0; i < 2; i++) pthread_create(&r[i], NULL, fp_reader, (void *)i);
+    pthread_create(&w, NULL, fp_writer, &ops);
+    pthread_join(w, NULL);
+    __atomic_store_n(&g_stop, 1, __ATOMIC_RELAXED);
+    for (int i = 0; i < 2; i++) pthread_join(r[i], NULL);
+    assert_int_equal(g_bad, 0);
+    for (uint32_t id = 0; id < FP_KEYS; id++) {
+        fp_rs st = {id, 0};
+        assert_int_equal(kv_sorted_get(g_t, g_fpk[id], 16, fp_get_fn, &st),
+                         g_fp_in[id] ? NVH_OK : NVH_E_NOTFOUND);
+        assert_int_equal(st.bad, 0);
+    }
+    assert_int_equal(kv_sorted_check(g_t), NVH_OK);
+    assert_int_equal(kv_sorted_close(g_t), NVH_OK);
+    nvh_pool_close(pool);
+    km_free(g_m);
+    unlink(path);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(two_writers_two_readers),
         cmocka_unit_test(four_writers_shared_leaves),
         cmocka_unit_test(parallel_writers),
+        cmocka_unit_test(fingerprint_race),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
