@@ -1,19 +1,35 @@
 /* otm.c — concurrent object transactions (NVTM, [Coburn09] §4.3): a volatile
  * table of ownership records hashed by object offset, eager write locking
  * at open-for-write, versioned reads validated at commit (and whenever the
- * read version has to be extended), abort and retry under a contention
- * policy, and the durable commit of deferred object writes.
+ * global clock moved since the last validation), abort and retry under a
+ * contention policy, and the durable commit of deferred object writes.
  *
  * Why deferred writes (the caller modifies a private copy, applied at
- * commit) rather than NVTM's in-place writes: readers never see a
- * half-written object (no torn read even in a transaction that will abort),
- * all shared accesses by the library are atomic (TSan-clean), and the undo
- * and redo images are both known at commit, so the whole write set is logged
- * under ONE fence instead of one per opened object.
+ * commit) rather than NVTM's in-place writes: nothing changes in place
+ * before the commit, all shared stores by the library are atomic, and the
+ * undo and redo images are both known at commit, so the whole write set is
+ * logged under ONE fence instead of one per opened object.
  *
- * Reads follow TL2: a global version clock; a transaction's snapshot is
- * consistent at its read version rv; an object newer than rv triggers a
- * revalidation of the read set and an extension of rv. */
+ * Reads are NVTM's: open-for-read records the object's ownership-record
+ * word and hands out the object itself; the caller reads it in place, and
+ * the read set is validated at commit (the values read were those of the
+ * recorded versions iff no record changed). A read-only transaction thus
+ * copies nothing, writes no shared line and takes no persistence fence.
+ * What a reader may observe before that validation (docs/TX.md, "Reading
+ * in place"): each aligned 8-byte word holds a value some committed
+ * transaction wrote, but words of one object, or of two objects, may come
+ * from different commits. Two rules bound what such a doomed reader can do:
+ *   - every open first validates the read set if the global clock moved
+ *     since the last validation (TL2's extension of the read version): a
+ *     pointer read from an object that changed since it was opened aborts
+ *     at the next open instead of being followed, and so does a loop that
+ *     goes through opens;
+ *   - an object transaction is an epoch reader (common/epoch.c) from its
+ *     first open to its end, so space freed meanwhile (by any thread) is not
+ *     reused under it: a stale pointer leads to the old bytes, never to
+ *     someone else's new object.
+ * A caller that must never see such values opens with
+ * nvh_tx_open_read_copy: a private copy, consistent when it is returned. */
 #include "tx.h"
 
 #include <sched.h>
@@ -146,17 +162,40 @@ static int orecs_ensure(nvh_txstate *st)
     return NVH_OK;
 }
 
+int nvh_tx_test_otm_no_validate_ = 0;
+
+/* Is the read set still current? Only when the global clock moved since
+ * the read version (every commit that changes an object takes a write
+ * version before it changes anything in place); moves the read version on. */
+static bool reads_current(nvh_tx *tx)
+{
+    uint64_t now = atomic_load_explicit(&tx->st->gclock, memory_order_acquire);
+    if (now == tx->rv || nvh_tx_test_otm_no_validate_) return true;
+    if (!validate(tx)) return false;
+    tx->rv = now;
+    return true;
+}
+
 static nvh_tx *otm_tx(nvh_pool *pool, const void *obj, size_t size, const char *what)
 {
     nvh_tx *tx = nvh_tx_cur_(pool, true);
     if (!tx) return NULL;
     if (orecs_ensure(tx->st) != NVH_OK) return NULL;
-    /* the read version: sampled now, before the first object read (any
-     * moment up to then is as good a snapshot as the begin; gclock >= 1) */
-    if (!tx->rv) tx->rv = atomic_load_explicit(&tx->st->gclock, memory_order_acquire);
     if (tx->status == NVH_TXS_ABORTED) { nvh_tx_fail_aborted_(tx, what); return NULL; }
-    if (!obj || size == 0) { nvh_fail(NVH_E_INVAL, "%s: NULL object or size 0", what); return NULL; }
-    if (!nvh_contains(pool, obj, size) || nvh_off(pool, obj) < NVH_PAGE) {
+    if (!tx->rv) {
+        /* the first open: announce an epoch reader before any object is
+         * read (nothing freed from now on is reused until the end), then
+         * sample the read version (any moment up to the first object read
+         * is as good a snapshot as the begin; gclock >= 1) */
+        nvh_epoch_enter_();
+        tx->epoch_in = true;
+        tx->rv = atomic_load_explicit(&tx->st->gclock, memory_order_acquire);
+    }
+    if (!obj || size == 0 || !nvh_contains(pool, obj, size) || nvh_off(pool, obj) < NVH_PAGE) {
+        /* a pointer read from an object that changed since it was opened:
+         * a conflict (retried), not the caller's error */
+        if (tx->nr && !reads_current(tx)) { conflict(tx, what); return NULL; }
+        if (!obj || size == 0) { nvh_fail(NVH_E_INVAL, "%s: NULL object or size 0", what); return NULL; }
         nvh_tx_failed_(tx, nvh_fail(NVH_E_BADPTR, "%s: [%p, +%zu) is not inside the pool's "
                                     "data", what, obj, size));
         return NULL;
@@ -167,13 +206,52 @@ static nvh_tx *otm_tx(nvh_pool *pool, const void *obj, size_t size, const char *
 /* ==========================================================================
  * Open for read / write
  * ========================================================================== */
+/* The object in place, its record word logged in the read set (NVTM's
+ * open-for-read; validation: reads_current at every open, check_reads at
+ * commit). */
 const void *nvh_tx_open_read(nvh_pool *pool, const void *obj, size_t size)
 {
     nvh_tx *tx = otm_tx(pool, obj, size, "nvh_tx_open_read");
     if (!tx) return NULL;
-    nvh_wentry *we = wfind(tx, obj);
+    nvh_wentry *we = tx->nw ? wfind(tx, obj) : NULL;
     if (we) {
         if (we->size < size) { nvh_fail(NVH_E_INVAL, "nvh_tx_open_read: size grew"); return NULL; }
+        return we->copy;
+    }
+    _Atomic uint64_t *orec = nvh_orec_for(tx->st, nvh_off(pool, obj));
+    unsigned spin = atomic_load_explicit(&tx->st->spin, memory_order_relaxed);
+    for (unsigned tries = 0;; tries++) {
+        uint64_t w = atomic_load_explicit(orec, memory_order_acquire);
+        if (OREC_LOCKED(w)) {
+            /* ours (another object hashed here): stable while we hold it */
+            if (locked_by_me(tx, w)) return obj;
+            if (tries < spin) { cpu_relax(); continue; }
+            conflict(tx, "nvh_tx_open_read");
+            return NULL;
+        }
+        /* after the record: a commit that changes the object after this
+         * load moves the clock, so check_reads sees it; and the pointer the
+         * caller passed was read from objects still current */
+        if (!reads_current(tx)) {
+            conflict(tx, "nvh_tx_open_read");
+            return NULL;
+        }
+        if (push_r(tx, orec, w) != NVH_OK) return NULL;
+        return obj;
+    }
+}
+
+/* A private copy, consistent with everything read so far when returned:
+ * copied with acquire loads between two reads of the ownership record (a
+ * seqlock; acquire loads rather than a fence because TSan does not model
+ * atomic_thread_fence). */
+const void *nvh_tx_open_read_copy(nvh_pool *pool, const void *obj, size_t size)
+{
+    nvh_tx *tx = otm_tx(pool, obj, size, "nvh_tx_open_read_copy");
+    if (!tx) return NULL;
+    nvh_wentry *we = tx->nw ? wfind(tx, obj) : NULL;
+    if (we) {
+        if (we->size < size) { nvh_fail(NVH_E_INVAL, "nvh_tx_open_read_copy: size grew"); return NULL; }
         return we->copy;
     }
     char *copy = nvh_tx_arena_(tx, size);
@@ -184,24 +262,24 @@ const void *nvh_tx_open_read(nvh_pool *pool, const void *obj, size_t size)
         uint64_t w1 = atomic_load_explicit(orec, memory_order_acquire);
         if (OREC_LOCKED(w1)) {
             if (locked_by_me(tx, w1)) {
-                /* the stripe is ours (another object hashed here): the bytes
-                 * in place are stable while we hold it */
                 atomic_copy_in(copy, obj, size);
                 return copy;
             }
             if (tries < spin) { cpu_relax(); continue; }
-            conflict(tx, "nvh_tx_open_read");
+            conflict(tx, "nvh_tx_open_read_copy");
             return NULL;
         }
-        if (OREC_VER(w1) > tx->rv && !extend(tx)) {
-            conflict(tx, "nvh_tx_open_read");
+        /* the copy must agree with the objects read before it (those read
+         * in place included): a newer object, or a moved clock, revalidates */
+        if (!reads_current(tx)) {
+            conflict(tx, "nvh_tx_open_read_copy");
             return NULL;
         }
         atomic_copy_in(copy, obj, size);
         uint64_t w2 = atomic_load_explicit(orec, memory_order_relaxed);
         if (w1 != w2) {
             if (tries < spin) continue;
-            conflict(tx, "nvh_tx_open_read");
+            conflict(tx, "nvh_tx_open_read_copy");
             return NULL;
         }
         if (push_r(tx, orec, w1) != NVH_OK) return NULL;
@@ -238,13 +316,6 @@ void *nvh_tx_open_write(nvh_pool *pool, void *obj, size_t size)
             break;
         }
     }
-    /* the object may have changed after our snapshot: reads of it (or of
-     * anything) must still be valid at the newer version */
-    if (OREC_VER(prev) > tx->rv && !extend(tx)) {
-        if (owns) atomic_store_explicit(orec, prev, memory_order_release);
-        conflict(tx, "nvh_tx_open_write");
-        return NULL;
-    }
     we = push_w(tx);
     char *copy = we ? nvh_tx_arena_(tx, size) : NULL;
     if (!copy) {
@@ -253,6 +324,14 @@ void *nvh_tx_open_write(nvh_pool *pool, void *obj, size_t size)
         return NULL;
     }
     *we = (nvh_wentry){(char *)obj, size, copy, orec, prev, owns};
+    /* the object may have changed after our snapshot, and the pointer may
+     * come from objects that did: every read must still be current (the
+     * entry is in the write set first, so a read of this very object is
+     * recognised as ours; a conflict releases the lock with the rest) */
+    if (atomic_load_explicit(&tx->st->gclock, memory_order_acquire) != tx->rv && !extend(tx)) {
+        conflict(tx, "nvh_tx_open_write");
+        return NULL;
+    }
     atomic_copy_in(copy, obj, size);
     return copy;
 }
@@ -263,7 +342,7 @@ void *nvh_tx_open_write(nvh_pool *pool, void *obj, size_t size)
 int nvh_tx_otm_prepare_(nvh_tx *tx, uint64_t *wv_out)
 {
     *wv_out = 0;
-    if (!tx->nw) return NVH_OK;                 /* read-only: snapshot is consistent */
+    if (!tx->nw) return nvh_tx_otm_check_reads_(tx);   /* read-only */
     uint64_t wv;
     int vrc = nvh_tx_otm_validate_(tx, &wv);
     if (vrc != NVH_OK) return vrc;
@@ -347,6 +426,19 @@ int nvh_tx_otm_validate_(nvh_tx *tx, uint64_t *wv_out)
     return NVH_OK;
 }
 
+int nvh_tx_otm_check_reads_(nvh_tx *tx)
+{
+    if (!tx->nr) return NVH_OK;
+    /* the caller's reads in place come before this (they happened before
+     * the call; x86 does not reorder loads; the fence keeps the compiler
+     * honest): an unchanged clock means no object changed since rv */
+    atomic_thread_fence(memory_order_acquire);
+    if (reads_current(tx)) return NVH_OK;
+    tx->conflict = true;
+    tx->conflicts++;
+    return nvh_fail(NVH_E_ABORTED, "an object read was changed by a concurrent commit");
+}
+
 void nvh_tx_otm_release_(nvh_tx *tx, uint64_t wv, bool committed)
 {
     for (size_t i = 0; i < tx->nw; i++) {
@@ -357,6 +449,10 @@ void nvh_tx_otm_release_(nvh_tx *tx, uint64_t wv, bool committed)
     }
     tx->nw = 0;
     tx->nr = 0;
+    if (tx->epoch_in) {                         /* after the last in-place read */
+        tx->epoch_in = false;
+        nvh_epoch_exit_();
+    }
 }
 
 /* ==========================================================================
@@ -411,6 +507,13 @@ int nvh_tx_run(nvh_pool *pool, nvh_tx_fn fn, void *arg)
             rc = nvh_tx_commit(pool);
             conflicted = rc == NVH_E_ABORTED && tx->conflict;
         } else {
+            /* an error from a transaction whose reads are no longer current
+             * (a value read in place changed under it) is a conflict: the
+             * caller acted on an inconsistent view */
+            if (!tx->conflict && tx->status == NVH_TXS_ACTIVE && tx->nr && !reads_current(tx)) {
+                tx->conflict = true;
+                tx->conflicts++;
+            }
             conflicted = tx->conflict;
             nvh_err_saved err;
             nvh_err_save(&err);

@@ -231,7 +231,8 @@ static int commit_one_fence(nvh_tx *tx)
     }
     if (tx->nw && !nvh_tx_otm_words_(tx, offs, vals, &n, NVH_REDO_MAX)) return NVH_TX_NOT_TAKEN;
     uint64_t wv = 0;
-    int rc = tx->nw ? nvh_tx_otm_validate_(tx, &wv) : NVH_OK;   /* conflicts abort */
+    int rc = tx->nw ? nvh_tx_otm_validate_(tx, &wv)           /* conflicts abort */
+                    : nvh_tx_otm_check_reads_(tx);
     if (rc == NVH_OK && n) rc = nvh_txlog_redo_commit(tx->lg, tx->lane, offs, vals, n, wv);
     if (rc != NVH_OK) {
         int code = nvh_errcode();

@@ -77,7 +77,10 @@ typedef struct nvh_tx {
     nvh_talloc *allocs; size_t nallocs, allocs_cap;
     nvh_recref *frees; size_t nfrees, frees_cap;
     /* object transactions */
-    uint64_t rv;                  /* read version (global clock at begin)    */
+    uint64_t rv;                  /* read version (0: no object opened yet)  */
+    bool epoch_in;                /* an epoch reader (common/epoch.c) from the
+                                     first object open to the end: objects
+                                     read in place are not reused under it */
     nvh_rentry *rset; size_t nr, rcap;
     nvh_wentry *wset; size_t nw, wcap;
     char *arena; size_t arena_used, arena_cap;  /* snapshots and copies */
@@ -133,6 +136,12 @@ void nvh_tx_alloc_abort_(nvh_tx *tx);
 /* otm.c */
 int nvh_tx_otm_prepare_(nvh_tx *tx, uint64_t *wv_out); /* validate, log, fence 1, apply */
 int nvh_tx_otm_validate_(nvh_tx *tx, uint64_t *wv_out); /* write version, read-set check */
+/* A commit without object writes: are the objects read in place still at
+ * the versions opened? NVH_OK, or NVH_E_ABORTED (a conflict) */
+int nvh_tx_otm_check_reads_(nvh_tx *tx);
+/* test hook (negative control of test_tx_otm_inplace): reads are never
+ * validated, neither at an open nor at commit */
+extern int nvh_tx_test_otm_no_validate_;
 bool nvh_tx_otm_words_(nvh_tx *tx, uint64_t *offs, uint64_t *vals, unsigned *n, unsigned max);
 /* test hook (negative control of test_tx_proto): an abort's retirement is
  * left to the next fence */
