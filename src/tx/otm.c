@@ -176,6 +176,34 @@ static bool reads_current(nvh_tx *tx)
     return true;
 }
 
+/* The calling thread's open object transaction and its pool, from its
+ * first open to its end (release): the opens after the first skip the
+ * descriptor lookup. Cleared at the end, so it never outlives the
+ * transaction (nvh_tx_otm_forget_: also when the pool closes). */
+static _Thread_local struct {
+    const nvh_pool *pool;
+    nvh_tx *tx;
+} otm_cur __attribute__((tls_model("initial-exec")));
+
+static inline nvh_tx *otm_fast(nvh_pool *pool, const void *obj, size_t size)
+{
+    nvh_tx *tx = otm_cur.tx;
+    if (__builtin_expect(tx != NULL && otm_cur.pool == pool, 1) && size &&
+        nvh_contains(pool, obj, size) && nvh_off(pool, obj) >= NVH_PAGE)
+        return tx;
+    return NULL;
+}
+
+void nvh_tx_otm_forget_(nvh_pool *pool)
+{
+    if (otm_cur.pool != pool || !otm_cur.tx) return;
+    if (otm_cur.tx->epoch_in) {
+        otm_cur.tx->epoch_in = false;
+        nvh_epoch_exit_();
+    }
+    otm_cur.tx = NULL;
+}
+
 static nvh_tx *otm_tx(nvh_pool *pool, const void *obj, size_t size, const char *what)
 {
     nvh_tx *tx = nvh_tx_cur_(pool, true);
@@ -200,6 +228,8 @@ static nvh_tx *otm_tx(nvh_pool *pool, const void *obj, size_t size, const char *
                                     "data", what, obj, size));
         return NULL;
     }
+    otm_cur.pool = pool;
+    otm_cur.tx = tx;
     return tx;
 }
 
@@ -211,8 +241,8 @@ static nvh_tx *otm_tx(nvh_pool *pool, const void *obj, size_t size, const char *
  * commit). */
 const void *nvh_tx_open_read(nvh_pool *pool, const void *obj, size_t size)
 {
-    nvh_tx *tx = otm_tx(pool, obj, size, "nvh_tx_open_read");
-    if (!tx) return NULL;
+    nvh_tx *tx = otm_fast(pool, obj, size);
+    if (!tx && !(tx = otm_tx(pool, obj, size, "nvh_tx_open_read"))) return NULL;
     nvh_wentry *we = tx->nw ? wfind(tx, obj) : NULL;
     if (we) {
         if (we->size < size) { nvh_fail(NVH_E_INVAL, "nvh_tx_open_read: size grew"); return NULL; }
@@ -289,8 +319,8 @@ const void *nvh_tx_open_read_copy(nvh_pool *pool, const void *obj, size_t size)
 
 void *nvh_tx_open_write(nvh_pool *pool, void *obj, size_t size)
 {
-    nvh_tx *tx = otm_tx(pool, obj, size, "nvh_tx_open_write");
-    if (!tx) return NULL;
+    nvh_tx *tx = otm_fast(pool, obj, size);
+    if (!tx && !(tx = otm_tx(pool, obj, size, "nvh_tx_open_write"))) return NULL;
     nvh_wentry *we = wfind(tx, obj);
     if (we) {
         if (we->size < size) { nvh_fail(NVH_E_INVAL, "nvh_tx_open_write: size grew"); return NULL; }
@@ -449,6 +479,7 @@ void nvh_tx_otm_release_(nvh_tx *tx, uint64_t wv, bool committed)
     }
     tx->nw = 0;
     tx->nr = 0;
+    if (otm_cur.tx == tx) otm_cur.tx = NULL;
     if (tx->epoch_in) {                         /* after the last in-place read */
         tx->epoch_in = false;
         nvh_epoch_exit_();

@@ -718,6 +718,7 @@ void nvh_tx_close_(nvh_pool *pool)
     nvh_txlog *lg = NULL;
     nvh_refcount_forget_(pool);
     if (pool->readonly) return;
+    nvh_tx_otm_forget_(pool);
     lg = nvh_txlog_get(pool);
     if (!lg) return;
     if (lg->dir) nvh_txlog_quiesce_all(lg, NULL);
