@@ -85,15 +85,19 @@ static int conflict(nvh_tx *tx, const char *what)
     return nvh_fail(NVH_E_ABORTED, "%s: conflict with another transaction (aborted)", what);
 }
 
-static int push_r(nvh_tx *tx, _Atomic uint64_t *orec, uint64_t word)
+static __attribute__((noinline)) int push_r_grow(nvh_tx *tx)
 {
-    if (tx->nr == tx->rcap) {
-        size_t cap = tx->rcap ? tx->rcap * 2 : 32;
-        nvh_rentry *g = realloc(tx->rset, cap * sizeof *g);
-        if (!g) return nvh_fail(NVH_E_NOMEM, "out of memory");
-        tx->rset = g;
-        tx->rcap = cap;
-    }
+    size_t cap = tx->rcap ? tx->rcap * 2 : 32;
+    nvh_rentry *g = realloc(tx->rset, cap * sizeof *g);
+    if (!g) return nvh_fail(NVH_E_NOMEM, "out of memory");
+    tx->rset = g;
+    tx->rcap = cap;
+    return NVH_OK;
+}
+
+static inline int push_r(nvh_tx *tx, _Atomic uint64_t *orec, uint64_t word)
+{
+    if (__builtin_expect(tx->nr == tx->rcap, 0) && push_r_grow(tx) != NVH_OK) return NVH_E_NOMEM;
     tx->rset[tx->nr++] = (nvh_rentry){orec, word};
     return NVH_OK;
 }
@@ -185,13 +189,33 @@ static _Thread_local struct {
     nvh_tx *tx;
 } otm_cur __attribute__((tls_model("initial-exec")));
 
+static void otm_first(nvh_tx *tx);
+
+/* The cached descriptor, if obj is a plain case (inside the pool's data);
+ * NULL: otm_tx decides (and reports). */
 static inline nvh_tx *otm_fast(nvh_pool *pool, const void *obj, size_t size)
 {
     nvh_tx *tx = otm_cur.tx;
     if (__builtin_expect(tx != NULL && otm_cur.pool == pool, 1) && size &&
-        nvh_contains(pool, obj, size) && nvh_off(pool, obj) >= NVH_PAGE)
+        nvh_contains(pool, obj, size) && nvh_off(pool, obj) >= NVH_PAGE) {
+        if (__builtin_expect(!tx->rv, 0)) {
+            if (!__atomic_load_n(&tx->st->orecs, __ATOMIC_ACQUIRE)) return NULL;
+            otm_first(tx);
+        }
         return tx;
+    }
     return NULL;
+}
+
+/* The transaction's first object open: announce an epoch reader before any
+ * object is read (nothing freed from now on is reused until the end), then
+ * sample the read version (any moment up to the first object read is as
+ * good a snapshot as the begin; gclock >= 1). */
+static void otm_first(nvh_tx *tx)
+{
+    nvh_epoch_enter_();
+    tx->epoch_in = true;
+    tx->rv = atomic_load_explicit(&tx->st->gclock, memory_order_acquire);
 }
 
 void nvh_tx_otm_forget_(nvh_pool *pool)
@@ -210,15 +234,7 @@ static nvh_tx *otm_tx(nvh_pool *pool, const void *obj, size_t size, const char *
     if (!tx) return NULL;
     if (orecs_ensure(tx->st) != NVH_OK) return NULL;
     if (tx->status == NVH_TXS_ABORTED) { nvh_tx_fail_aborted_(tx, what); return NULL; }
-    if (!tx->rv) {
-        /* the first open: announce an epoch reader before any object is
-         * read (nothing freed from now on is reused until the end), then
-         * sample the read version (any moment up to the first object read
-         * is as good a snapshot as the begin; gclock >= 1) */
-        nvh_epoch_enter_();
-        tx->epoch_in = true;
-        tx->rv = atomic_load_explicit(&tx->st->gclock, memory_order_acquire);
-    }
+    if (!tx->rv) otm_first(tx);
     if (!obj || size == 0 || !nvh_contains(pool, obj, size) || nvh_off(pool, obj) < NVH_PAGE) {
         /* a pointer read from an object that changed since it was opened:
          * a conflict (retried), not the caller's error */
@@ -249,13 +265,15 @@ const void *nvh_tx_open_read(nvh_pool *pool, const void *obj, size_t size)
         return we->copy;
     }
     _Atomic uint64_t *orec = nvh_orec_for(tx->st, nvh_off(pool, obj));
-    unsigned spin = atomic_load_explicit(&tx->st->spin, memory_order_relaxed);
     for (unsigned tries = 0;; tries++) {
         uint64_t w = atomic_load_explicit(orec, memory_order_acquire);
-        if (OREC_LOCKED(w)) {
+        if (__builtin_expect(OREC_LOCKED(w), 0)) {
             /* ours (another object hashed here): stable while we hold it */
             if (locked_by_me(tx, w)) return obj;
-            if (tries < spin) { cpu_relax(); continue; }
+            if (tries < atomic_load_explicit(&tx->st->spin, memory_order_relaxed)) {
+                cpu_relax();
+                continue;
+            }
             conflict(tx, "nvh_tx_open_read");
             return NULL;
         }
@@ -529,13 +547,16 @@ int nvh_tx_run(nvh_pool *pool, nvh_tx_fn fn, void *arg)
     }
     unsigned max = atomic_load_explicit(&tx->st->max_retries, memory_order_relaxed);
     for (unsigned attempt = 0;; attempt++) {
-        int rc = nvh_tx_begin(pool);
+        int rc = nvh_tx_begin_tx_(tx);
         if (rc != NVH_OK) return rc;
         tx->conflict = false;
+        /* the opens find the descriptor without a lookup (release clears it) */
+        otm_cur.pool = pool;
+        otm_cur.tx = tx;
         rc = fn(pool, arg);
         bool conflicted;
         if (rc == NVH_OK) {
-            rc = nvh_tx_commit(pool);
+            rc = nvh_tx_commit_tx_(tx);
             conflicted = rc == NVH_E_ABORTED && tx->conflict;
         } else {
             /* an error from a transaction whose reads are no longer current

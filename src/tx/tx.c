@@ -162,6 +162,11 @@ int nvh_tx_begin(nvh_pool *pool)
 {
     nvh_tx *tx = tx_of(pool);
     if (!tx) return nvh_errcode();
+    return nvh_tx_begin_tx_(tx);
+}
+
+int nvh_tx_begin_tx_(nvh_tx *tx)
+{
     if (tx->status != NVH_TXS_NONE) {
         tx->depth++;
         return tx->status == NVH_TXS_ABORTED ? nvh_tx_fail_aborted_(tx, "nvh_tx_begin") : NVH_OK;
@@ -251,6 +256,13 @@ int nvh_tx_commit(nvh_pool *pool)
 {
     nvh_tx *tx = nvh_tx_cur_(pool, true);
     if (!tx) return nvh_errcode();
+    return nvh_tx_commit_tx_(tx);
+}
+
+int nvh_tx_commit_tx_(nvh_tx *tx)
+{
+    if (tx->status == NVH_TXS_NONE)
+        return nvh_fail(NVH_E_INVAL, "no transaction is open on this thread");
     if (tx->depth > 1) {
         tx->depth--;
         return tx->status == NVH_TXS_ABORTED ? nvh_tx_fail_aborted_(tx, "nvh_tx_commit") : NVH_OK;

@@ -111,6 +111,9 @@ typedef struct nvh_txstate {
 
 /* tx.c */
 nvh_tx *nvh_tx_cur_(nvh_pool *pool, bool need_active);
+/* nvh_tx_begin / nvh_tx_commit of a descriptor already looked up (nvh_tx_run) */
+int nvh_tx_begin_tx_(nvh_tx *tx);
+int nvh_tx_commit_tx_(nvh_tx *tx);
 int nvh_tx_fail_aborted_(nvh_tx *tx, const char *what);
 /* A call failed with rc (error state set): roll back unless rc is
  * NVH_E_INVAL; returns rc. */
