@@ -252,10 +252,36 @@ static nvh_tx *otm_tx(nvh_pool *pool, const void *obj, size_t size, const char *
 /* ==========================================================================
  * Open for read / write
  * ========================================================================== */
+static __attribute__((noinline)) const void *open_read_slow(nvh_pool *pool, const void *obj,
+                                                            size_t size);
+
 /* The object in place, its record word logged in the read set (NVTM's
  * open-for-read; validation: reads_current at every open, check_reads at
- * commit). */
+ * commit). The fast path is the common case of a read-only transaction:
+ * its descriptor known, no write set, the record unlocked, the clock
+ * unchanged since the read version and room in the read set; it needs few
+ * registers, so it saves none. */
 const void *nvh_tx_open_read(nvh_pool *pool, const void *obj, size_t size)
+{
+    nvh_tx *tx = otm_cur.tx;
+    if (__builtin_expect(tx != NULL && otm_cur.pool == pool, 1) && tx->rv && !tx->nw && size &&
+        nvh_contains(pool, obj, size)) {
+        uint64_t off = nvh_off(pool, obj);
+        if (off >= NVH_PAGE) {
+            _Atomic uint64_t *orec = nvh_orec_for(tx->st, off);
+            uint64_t w = atomic_load_explicit(orec, memory_order_acquire);
+            if (__builtin_expect(!OREC_LOCKED(w), 1) &&
+                atomic_load_explicit(&tx->st->gclock, memory_order_acquire) == tx->rv &&
+                tx->nr < tx->rcap) {
+                tx->rset[tx->nr++] = (nvh_rentry){orec, w};
+                return obj;
+            }
+        }
+    }
+    return open_read_slow(pool, obj, size);
+}
+
+static const void *open_read_slow(nvh_pool *pool, const void *obj, size_t size)
 {
     nvh_tx *tx = otm_fast(pool, obj, size);
     if (!tx && !(tx = otm_tx(pool, obj, size, "nvh_tx_open_read"))) return NULL;
