@@ -984,15 +984,16 @@ int nvh_tx_depth(nvh_pool *pool);
  * the transaction got before must not be used any more.
  *
  * nvh_tx_open_read returns obj itself (no copy; NVTM): the object is read
- * in place and validated at every later open and at commit, so a
- * transaction that commits saw one consistent snapshot. Before that
- * validation a read may see a concurrent commit's values: each aligned
- * 8-byte word holds a value some commit wrote, but words may come from
- * different commits (a torn object). Such a transaction is doomed (it
- * aborts at its next open or commit; an error it returns is turned into
- * a retried conflict by nvh_tx_run), and memory freed meanwhile is not
- * reused under it; keep loops over an object's contents bounded by its
- * size and follow pointers only through the open calls. Concurrently
+ * in place and validated at commit (and when a later open meets an object
+ * newer than the transaction's snapshot), so a transaction that commits
+ * saw one consistent snapshot. Before that a read may see a concurrent
+ * commit's values: each aligned 8-byte word holds a value some commit
+ * wrote, but words may come from different commits (a torn object). Such
+ * a transaction is doomed (it aborts at commit at the latest; an error it
+ * returns, or a NULL or out-of-pool pointer it opens, is turned into a
+ * retried conflict), and memory freed meanwhile is not reused under it;
+ * keep loops over an object's contents bounded by its size and follow
+ * pointers only through the open calls. Concurrently
  * written words read in place are data races in C11 terms: read them with
  * __atomic_load_n(p, __ATOMIC_RELAXED) to keep a race detector quiet.
  * nvh_tx_open_read_copy returns a private copy that is consistent with

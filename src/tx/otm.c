@@ -18,12 +18,13 @@
  * What a reader may observe before that validation (docs/TX.md, "Reading
  * in place"): each aligned 8-byte word holds a value some committed
  * transaction wrote, but words of one object, or of two objects, may come
- * from different commits. Two rules bound what such a doomed reader can do:
- *   - every open first validates the read set if the global clock moved
- *     since the last validation (TL2's extension of the read version): a
- *     pointer read from an object that changed since it was opened aborts
- *     at the next open instead of being followed, and so does a loop that
- *     goes through opens;
+ * from different commits. Three rules bound what such a doomed reader can
+ * do:
+ *   - an open of an object newer than the read version validates the read
+ *     set (TL2's extension): a walk that comes back to an object changed
+ *     since it was opened aborts there, so loops through opens end;
+ *   - a NULL or out-of-pool pointer, and an error the caller returns, are
+ *     conflicts (retried) when the read set is no longer current;
  *   - an object transaction is an epoch reader (common/epoch.c) from its
  *     first open to its end, so space freed meanwhile (by any thread) is not
  *     reused under it: a stale pointer leads to the old bytes, never to
@@ -270,8 +271,7 @@ const void *nvh_tx_open_read(nvh_pool *pool, const void *obj, size_t size)
         if (off >= NVH_PAGE) {
             _Atomic uint64_t *orec = nvh_orec_for(tx->st, off);
             uint64_t w = atomic_load_explicit(orec, memory_order_acquire);
-            if (__builtin_expect(!OREC_LOCKED(w), 1) &&
-                atomic_load_explicit(&tx->st->gclock, memory_order_acquire) == tx->rv &&
+            if (__builtin_expect(!OREC_LOCKED(w), 1) && OREC_VER(w) <= tx->rv &&
                 tx->nr < tx->rcap) {
                 tx->rset[tx->nr++] = (nvh_rentry){orec, w};
                 return obj;
@@ -303,10 +303,10 @@ static const void *open_read_slow(nvh_pool *pool, const void *obj, size_t size)
             conflict(tx, "nvh_tx_open_read");
             return NULL;
         }
-        /* after the record: a commit that changes the object after this
-         * load moves the clock, so check_reads sees it; and the pointer the
-         * caller passed was read from objects still current */
-        if (!reads_current(tx)) {
+        /* TL2: an object newer than the read version revalidates the read
+         * set and moves the read version on (a commit that changes the
+         * object after this load moves the clock: check_reads sees it) */
+        if (OREC_VER(w) > tx->rv && !nvh_tx_test_otm_no_validate_ && !extend(tx)) {
             conflict(tx, "nvh_tx_open_read");
             return NULL;
         }
@@ -343,9 +343,9 @@ const void *nvh_tx_open_read_copy(nvh_pool *pool, const void *obj, size_t size)
             conflict(tx, "nvh_tx_open_read_copy");
             return NULL;
         }
-        /* the copy must agree with the objects read before it (those read
-         * in place included): a newer object, or a moved clock, revalidates */
-        if (!reads_current(tx)) {
+        /* the copy must agree with the objects read before it: a newer
+         * object revalidates */
+        if (OREC_VER(w1) > tx->rv && !nvh_tx_test_otm_no_validate_ && !extend(tx)) {
             conflict(tx, "nvh_tx_open_read_copy");
             return NULL;
         }
