@@ -1,5 +1,6 @@
 /* test_tx_otm_inplace.c — object reads in place (nvh_tx_open_read hands out
- * the object itself; validation at every open and at commit, src/tx/otm.c):
+ * the object itself; validated at an open of a newer object and at commit,
+ * src/tx/otm.c):
  *   - costs: no copy (the pointer is the object), a read-only transaction
  *     takes no fence and flushes nothing; read-after-write still sees the
  *     private copy; nvh_tx_open_read_copy copies;
