@@ -94,10 +94,28 @@ static inline uint64_t app_rand(uint64_t *s)
     return *s = x;
 }
 
-/* ---- nvheap's backend: object transactions ---------------------------- */
+/* ---- nvheap's backend: object transactions ----------------------------
+ * rd() reads in place (nvh_tx_open_read): the applications' loops over an
+ * object are bounded by its size and they follow references only through
+ * rd()/wr(), which is what a transaction that will abort may rely on.
+ * Under ThreadSanitizer rd() takes a private copy instead: the apps read
+ * with plain loads, which are data races (harmless, validated) against
+ * concurrent commits; the in-place path's TSan test reads atomically
+ * (tests/tx/test_tx_otm_inplace.c). */
+#if defined(__SANITIZE_THREAD__)
+#define APP_NVH_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define APP_NVH_TSAN 1
+#endif
+#endif
 static inline const void *app_nvh_rd(app_be *be, const void *obj, size_t size)
 {
+#ifdef APP_NVH_TSAN
+    return nvh_tx_open_read_copy(be->ctx, obj, size);
+#else
     return nvh_tx_open_read(be->ctx, obj, size);
+#endif
 }
 static inline void *app_nvh_wr(app_be *be, void *obj, size_t size)
 {

@@ -875,12 +875,13 @@ void nvh_group_stats_reset(nvh_group_ctx *ctx);       /* keeps pending     */
  *     nvh_tx_commit(pool);                         // durable when it returns
  *
  *   Objects (NVTM style, isolated: threads may share objects):
- *     const struct a *r = nvh_tx_open_read(pool, x, sizeof *x);  // snapshot
+ *     const struct a *r = nvh_tx_open_read(pool, x, sizeof *x);  // in place
  *     struct a *w = nvh_tx_open_write(pool, y, sizeof *y);       // private copy
  *     w->balance = r->balance + 1;                // applied to y at commit
  *   Conflicts abort the transaction (NULL + NVH_E_ABORTED); nvh_tx_run()
  *   retries it under the contention policy. Eager write locks, commit-time
- *   validation of read versions: no lost update, no torn or inconsistent read.
+ *   validation of read versions: no lost update; a transaction that commits
+ *   saw no torn or inconsistent read (one that will abort may: see below).
  *
  * Cost (pmem domain; the library picks the protocol per transaction,
  * docs/TX.md): an empty or read-only transaction costs no fence; one whose
@@ -988,10 +989,29 @@ nvh_tx_stage nvh_tx_stage_get(nvh_pool *pool);
 int nvh_tx_depth(nvh_pool *pool);
 
 /* Object transactions. obj must lie inside the pool; size > 0. The returned
- * pointers are valid until the transaction ends. Opening the same object
- * again returns the same pointer (a read after a write sees the write).
- * On a conflict: NULL, NVH_E_ABORTED, transaction rolled back. */
+ * pointers are valid until the transaction ends. Opening an object for
+ * write after opening it returns a private copy; from then on every open
+ * of it returns that copy (a read after a write sees the write).
+ * On a conflict: NULL, NVH_E_ABORTED, transaction rolled back; pointers
+ * the transaction got before must not be used any more.
+ *
+ * nvh_tx_open_read returns obj itself (no copy; NVTM): the object is read
+ * in place and validated at commit (and when a later open meets an object
+ * newer than the transaction's snapshot), so a transaction that commits
+ * saw one consistent snapshot. Before that a read may see a concurrent
+ * commit's values: each aligned 8-byte word holds a value some commit
+ * wrote, but words may come from different commits (a torn object). Such
+ * a transaction is doomed (it aborts at commit at the latest; an error it
+ * returns, or a NULL or out-of-pool pointer it opens, is turned into a
+ * retried conflict), and memory freed meanwhile is not reused under it;
+ * keep loops over an object's contents bounded by its size and follow
+ * pointers only through the open calls. Concurrently
+ * written words read in place are data races in C11 terms: read them with
+ * __atomic_load_n(p, __ATOMIC_RELAXED) to keep a race detector quiet.
+ * nvh_tx_open_read_copy returns a private copy that is consistent with
+ * everything read before when it is returned (it costs the copy). */
 const void *nvh_tx_open_read(nvh_pool *pool, const void *obj, size_t size);
+const void *nvh_tx_open_read_copy(nvh_pool *pool, const void *obj, size_t size);
 void *nvh_tx_open_write(nvh_pool *pool, void *obj, size_t size);
 
 /* Run fn in a transaction, retrying on conflicts (fn returns NVH_OK to

@@ -49,7 +49,7 @@ static _Atomic uint32_t slots_hw;          /* slots ever claimed: scan bound */
 static _Thread_local struct {
     int idx;                       /* -1: no slot yet                        */
     unsigned depth;                /* nesting of enter/exit                   */
-} self = {-1, 0};
+} self __attribute__((tls_model("initial-exec"))) = {-1, 0};  /* no __tls_get_addr call */
 
 static pthread_key_t release_key;
 static pthread_once_t release_once = PTHREAD_ONCE_INIT;

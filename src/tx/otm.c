@@ -1,19 +1,36 @@
 /* otm.c — concurrent object transactions (NVTM, [Coburn09] §4.3): a volatile
  * table of ownership records hashed by object offset, eager write locking
  * at open-for-write, versioned reads validated at commit (and whenever the
- * read version has to be extended), abort and retry under a contention
- * policy, and the durable commit of deferred object writes.
+ * global clock moved since the last validation), abort and retry under a
+ * contention policy, and the durable commit of deferred object writes.
  *
  * Why deferred writes (the caller modifies a private copy, applied at
- * commit) rather than NVTM's in-place writes: readers never see a
- * half-written object (no torn read even in a transaction that will abort),
- * all shared accesses by the library are atomic (TSan-clean), and the undo
- * and redo images are both known at commit, so the whole write set is logged
- * under ONE fence instead of one per opened object.
+ * commit) rather than NVTM's in-place writes: nothing changes in place
+ * before the commit, all shared stores by the library are atomic, and the
+ * undo and redo images are both known at commit, so the whole write set is
+ * logged under ONE fence instead of one per opened object.
  *
- * Reads follow TL2: a global version clock; a transaction's snapshot is
- * consistent at its read version rv; an object newer than rv triggers a
- * revalidation of the read set and an extension of rv. */
+ * Reads are NVTM's: open-for-read records the object's ownership-record
+ * word and hands out the object itself; the caller reads it in place, and
+ * the read set is validated at commit (the values read were those of the
+ * recorded versions iff no record changed). A read-only transaction thus
+ * copies nothing, writes no shared line and takes no persistence fence.
+ * What a reader may observe before that validation (docs/TX.md, "Reading
+ * in place"): each aligned 8-byte word holds a value some committed
+ * transaction wrote, but words of one object, or of two objects, may come
+ * from different commits. Three rules bound what such a doomed reader can
+ * do:
+ *   - an open of an object newer than the read version validates the read
+ *     set (TL2's extension): a walk that comes back to an object changed
+ *     since it was opened aborts there, so loops through opens end;
+ *   - a NULL or out-of-pool pointer, and an error the caller returns, are
+ *     conflicts (retried) when the read set is no longer current;
+ *   - an object transaction is an epoch reader (common/epoch.c) from its
+ *     first open to its end, so space freed meanwhile (by any thread) is not
+ *     reused under it: a stale pointer leads to the old bytes, never to
+ *     someone else's new object.
+ * A caller that must never see such values opens with
+ * nvh_tx_open_read_copy: a private copy, consistent when it is returned. */
 #include "tx.h"
 
 #include <sched.h>
@@ -69,15 +86,19 @@ static int conflict(nvh_tx *tx, const char *what)
     return nvh_fail(NVH_E_ABORTED, "%s: conflict with another transaction (aborted)", what);
 }
 
-static int push_r(nvh_tx *tx, _Atomic uint64_t *orec, uint64_t word)
+static __attribute__((noinline)) int push_r_grow(nvh_tx *tx)
 {
-    if (tx->nr == tx->rcap) {
-        size_t cap = tx->rcap ? tx->rcap * 2 : 32;
-        nvh_rentry *g = realloc(tx->rset, cap * sizeof *g);
-        if (!g) return nvh_fail(NVH_E_NOMEM, "out of memory");
-        tx->rset = g;
-        tx->rcap = cap;
-    }
+    size_t cap = tx->rcap ? tx->rcap * 2 : 32;
+    nvh_rentry *g = realloc(tx->rset, cap * sizeof *g);
+    if (!g) return nvh_fail(NVH_E_NOMEM, "out of memory");
+    tx->rset = g;
+    tx->rcap = cap;
+    return NVH_OK;
+}
+
+static inline int push_r(nvh_tx *tx, _Atomic uint64_t *orec, uint64_t word)
+{
+    if (__builtin_expect(tx->nr == tx->rcap, 0) && push_r_grow(tx) != NVH_OK) return NVH_E_NOMEM;
     tx->rset[tx->nr++] = (nvh_rentry){orec, word};
     return NVH_OK;
 }
@@ -146,34 +167,165 @@ static int orecs_ensure(nvh_txstate *st)
     return NVH_OK;
 }
 
+int nvh_tx_test_otm_no_validate_ = 0;
+
+/* Is the read set still current? Only when the global clock moved since
+ * the read version (every commit that changes an object takes a write
+ * version before it changes anything in place); moves the read version on. */
+static bool reads_current(nvh_tx *tx)
+{
+    uint64_t now = atomic_load_explicit(&tx->st->gclock, memory_order_acquire);
+    if (now == tx->rv || nvh_tx_test_otm_no_validate_) return true;
+    if (!validate(tx)) return false;
+    tx->rv = now;
+    return true;
+}
+
+/* The calling thread's open object transaction and its pool, from its
+ * first open to its end (release): the opens after the first skip the
+ * descriptor lookup. Cleared at the end, so it never outlives the
+ * transaction (nvh_tx_otm_forget_: also when the pool closes). */
+static _Thread_local struct {
+    const nvh_pool *pool;
+    nvh_tx *tx;
+} otm_cur __attribute__((tls_model("initial-exec")));
+
+static void otm_first(nvh_tx *tx);
+
+/* The cached descriptor, if obj is a plain case (inside the pool's data);
+ * NULL: otm_tx decides (and reports). */
+static inline nvh_tx *otm_fast(nvh_pool *pool, const void *obj, size_t size)
+{
+    nvh_tx *tx = otm_cur.tx;
+    if (__builtin_expect(tx != NULL && otm_cur.pool == pool, 1) && size &&
+        nvh_contains(pool, obj, size) && nvh_off(pool, obj) >= NVH_PAGE) {
+        if (__builtin_expect(!tx->rv, 0)) {
+            if (!__atomic_load_n(&tx->st->orecs, __ATOMIC_ACQUIRE)) return NULL;
+            otm_first(tx);
+        }
+        return tx;
+    }
+    return NULL;
+}
+
+/* The transaction's first object open: announce an epoch reader before any
+ * object is read (nothing freed from now on is reused until the end), then
+ * sample the read version (any moment up to the first object read is as
+ * good a snapshot as the begin; gclock >= 1). */
+static void otm_first(nvh_tx *tx)
+{
+    nvh_epoch_enter_();
+    tx->epoch_in = true;
+    tx->rv = atomic_load_explicit(&tx->st->gclock, memory_order_acquire);
+}
+
+void nvh_tx_otm_forget_(nvh_pool *pool)
+{
+    if (otm_cur.pool != pool || !otm_cur.tx) return;
+    if (otm_cur.tx->epoch_in) {
+        otm_cur.tx->epoch_in = false;
+        nvh_epoch_exit_();
+    }
+    otm_cur.tx = NULL;
+}
+
 static nvh_tx *otm_tx(nvh_pool *pool, const void *obj, size_t size, const char *what)
 {
     nvh_tx *tx = nvh_tx_cur_(pool, true);
     if (!tx) return NULL;
     if (orecs_ensure(tx->st) != NVH_OK) return NULL;
-    /* the read version: sampled now, before the first object read (any
-     * moment up to then is as good a snapshot as the begin; gclock >= 1) */
-    if (!tx->rv) tx->rv = atomic_load_explicit(&tx->st->gclock, memory_order_acquire);
     if (tx->status == NVH_TXS_ABORTED) { nvh_tx_fail_aborted_(tx, what); return NULL; }
-    if (!obj || size == 0) { nvh_fail(NVH_E_INVAL, "%s: NULL object or size 0", what); return NULL; }
-    if (!nvh_contains(pool, obj, size) || nvh_off(pool, obj) < NVH_PAGE) {
+    if (!tx->rv) otm_first(tx);
+    if (!obj || size == 0 || !nvh_contains(pool, obj, size) || nvh_off(pool, obj) < NVH_PAGE) {
+        /* a pointer read from an object that changed since it was opened:
+         * a conflict (retried), not the caller's error */
+        if (tx->nr && !reads_current(tx)) { conflict(tx, what); return NULL; }
+        if (!obj || size == 0) { nvh_fail(NVH_E_INVAL, "%s: NULL object or size 0", what); return NULL; }
         nvh_tx_failed_(tx, nvh_fail(NVH_E_BADPTR, "%s: [%p, +%zu) is not inside the pool's "
                                     "data", what, obj, size));
         return NULL;
     }
+    otm_cur.pool = pool;
+    otm_cur.tx = tx;
     return tx;
 }
 
 /* ==========================================================================
  * Open for read / write
  * ========================================================================== */
+static __attribute__((noinline)) const void *open_read_slow(nvh_pool *pool, const void *obj,
+                                                            size_t size);
+
+/* The object in place, its record word logged in the read set (NVTM's
+ * open-for-read; validation: reads_current at every open, check_reads at
+ * commit). The fast path is the common case of a read-only transaction:
+ * its descriptor known, no write set, the record unlocked, the clock
+ * unchanged since the read version and room in the read set; it needs few
+ * registers, so it saves none. */
 const void *nvh_tx_open_read(nvh_pool *pool, const void *obj, size_t size)
 {
-    nvh_tx *tx = otm_tx(pool, obj, size, "nvh_tx_open_read");
-    if (!tx) return NULL;
-    nvh_wentry *we = wfind(tx, obj);
+    nvh_tx *tx = otm_cur.tx;
+    if (__builtin_expect(tx != NULL && otm_cur.pool == pool, 1) && tx->rv && !tx->nw && size &&
+        nvh_contains(pool, obj, size)) {
+        uint64_t off = nvh_off(pool, obj);
+        if (off >= NVH_PAGE) {
+            _Atomic uint64_t *orec = nvh_orec_for(tx->st, off);
+            uint64_t w = atomic_load_explicit(orec, memory_order_acquire);
+            if (__builtin_expect(!OREC_LOCKED(w), 1) && OREC_VER(w) <= tx->rv &&
+                tx->nr < tx->rcap) {
+                tx->rset[tx->nr++] = (nvh_rentry){orec, w};
+                return obj;
+            }
+        }
+    }
+    return open_read_slow(pool, obj, size);
+}
+
+static const void *open_read_slow(nvh_pool *pool, const void *obj, size_t size)
+{
+    nvh_tx *tx = otm_fast(pool, obj, size);
+    if (!tx && !(tx = otm_tx(pool, obj, size, "nvh_tx_open_read"))) return NULL;
+    nvh_wentry *we = tx->nw ? wfind(tx, obj) : NULL;
     if (we) {
         if (we->size < size) { nvh_fail(NVH_E_INVAL, "nvh_tx_open_read: size grew"); return NULL; }
+        return we->copy;
+    }
+    _Atomic uint64_t *orec = nvh_orec_for(tx->st, nvh_off(pool, obj));
+    for (unsigned tries = 0;; tries++) {
+        uint64_t w = atomic_load_explicit(orec, memory_order_acquire);
+        if (__builtin_expect(OREC_LOCKED(w), 0)) {
+            /* ours (another object hashed here): stable while we hold it */
+            if (locked_by_me(tx, w)) return obj;
+            if (tries < atomic_load_explicit(&tx->st->spin, memory_order_relaxed)) {
+                cpu_relax();
+                continue;
+            }
+            conflict(tx, "nvh_tx_open_read");
+            return NULL;
+        }
+        /* TL2: an object newer than the read version revalidates the read
+         * set and moves the read version on (a commit that changes the
+         * object after this load moves the clock: check_reads sees it) */
+        if (OREC_VER(w) > tx->rv && !nvh_tx_test_otm_no_validate_ && !extend(tx)) {
+            conflict(tx, "nvh_tx_open_read");
+            return NULL;
+        }
+        if (push_r(tx, orec, w) != NVH_OK) return NULL;
+        return obj;
+    }
+}
+
+/* A private copy, consistent with everything read so far when returned:
+ * copied with acquire loads between two reads of the ownership record (a
+ * seqlock; acquire loads rather than a fence because TSan does not model
+ * atomic_thread_fence). */
+const void *nvh_tx_open_read_copy(nvh_pool *pool, const void *obj, size_t size)
+{
+    nvh_tx *tx = otm_tx(pool, obj, size, "nvh_tx_open_read_copy");
+    if (!tx) return NULL;
+    nvh_wentry *we = tx->nw ? wfind(tx, obj) : NULL;
+    if (we) {
+        if (we->size < size) { nvh_fail(NVH_E_INVAL, "nvh_tx_open_read_copy: size grew"); return NULL; }
         return we->copy;
     }
     char *copy = nvh_tx_arena_(tx, size);
@@ -184,24 +336,24 @@ const void *nvh_tx_open_read(nvh_pool *pool, const void *obj, size_t size)
         uint64_t w1 = atomic_load_explicit(orec, memory_order_acquire);
         if (OREC_LOCKED(w1)) {
             if (locked_by_me(tx, w1)) {
-                /* the stripe is ours (another object hashed here): the bytes
-                 * in place are stable while we hold it */
                 atomic_copy_in(copy, obj, size);
                 return copy;
             }
             if (tries < spin) { cpu_relax(); continue; }
-            conflict(tx, "nvh_tx_open_read");
+            conflict(tx, "nvh_tx_open_read_copy");
             return NULL;
         }
-        if (OREC_VER(w1) > tx->rv && !extend(tx)) {
-            conflict(tx, "nvh_tx_open_read");
+        /* the copy must agree with the objects read before it: a newer
+         * object revalidates */
+        if (OREC_VER(w1) > tx->rv && !nvh_tx_test_otm_no_validate_ && !extend(tx)) {
+            conflict(tx, "nvh_tx_open_read_copy");
             return NULL;
         }
         atomic_copy_in(copy, obj, size);
         uint64_t w2 = atomic_load_explicit(orec, memory_order_relaxed);
         if (w1 != w2) {
             if (tries < spin) continue;
-            conflict(tx, "nvh_tx_open_read");
+            conflict(tx, "nvh_tx_open_read_copy");
             return NULL;
         }
         if (push_r(tx, orec, w1) != NVH_OK) return NULL;
@@ -211,8 +363,8 @@ const void *nvh_tx_open_read(nvh_pool *pool, const void *obj, size_t size)
 
 void *nvh_tx_open_write(nvh_pool *pool, void *obj, size_t size)
 {
-    nvh_tx *tx = otm_tx(pool, obj, size, "nvh_tx_open_write");
-    if (!tx) return NULL;
+    nvh_tx *tx = otm_fast(pool, obj, size);
+    if (!tx && !(tx = otm_tx(pool, obj, size, "nvh_tx_open_write"))) return NULL;
     nvh_wentry *we = wfind(tx, obj);
     if (we) {
         if (we->size < size) { nvh_fail(NVH_E_INVAL, "nvh_tx_open_write: size grew"); return NULL; }
@@ -238,13 +390,6 @@ void *nvh_tx_open_write(nvh_pool *pool, void *obj, size_t size)
             break;
         }
     }
-    /* the object may have changed after our snapshot: reads of it (or of
-     * anything) must still be valid at the newer version */
-    if (OREC_VER(prev) > tx->rv && !extend(tx)) {
-        if (owns) atomic_store_explicit(orec, prev, memory_order_release);
-        conflict(tx, "nvh_tx_open_write");
-        return NULL;
-    }
     we = push_w(tx);
     char *copy = we ? nvh_tx_arena_(tx, size) : NULL;
     if (!copy) {
@@ -253,6 +398,14 @@ void *nvh_tx_open_write(nvh_pool *pool, void *obj, size_t size)
         return NULL;
     }
     *we = (nvh_wentry){(char *)obj, size, copy, orec, prev, owns};
+    /* the object may have changed after our snapshot, and the pointer may
+     * come from objects that did: every read must still be current (the
+     * entry is in the write set first, so a read of this very object is
+     * recognised as ours; a conflict releases the lock with the rest) */
+    if (atomic_load_explicit(&tx->st->gclock, memory_order_acquire) != tx->rv && !extend(tx)) {
+        conflict(tx, "nvh_tx_open_write");
+        return NULL;
+    }
     atomic_copy_in(copy, obj, size);
     return copy;
 }
@@ -263,7 +416,7 @@ void *nvh_tx_open_write(nvh_pool *pool, void *obj, size_t size)
 int nvh_tx_otm_prepare_(nvh_tx *tx, uint64_t *wv_out)
 {
     *wv_out = 0;
-    if (!tx->nw) return NVH_OK;                 /* read-only: snapshot is consistent */
+    if (!tx->nw) return nvh_tx_otm_check_reads_(tx);   /* read-only */
     uint64_t wv;
     int vrc = nvh_tx_otm_validate_(tx, &wv);
     if (vrc != NVH_OK) return vrc;
@@ -347,6 +500,19 @@ int nvh_tx_otm_validate_(nvh_tx *tx, uint64_t *wv_out)
     return NVH_OK;
 }
 
+int nvh_tx_otm_check_reads_(nvh_tx *tx)
+{
+    if (!tx->nr) return NVH_OK;
+    /* the caller's reads in place come before this (they happened before
+     * the call; x86 does not reorder loads; the fence keeps the compiler
+     * honest): an unchanged clock means no object changed since rv */
+    atomic_thread_fence(memory_order_acquire);
+    if (reads_current(tx)) return NVH_OK;
+    tx->conflict = true;
+    tx->conflicts++;
+    return nvh_fail(NVH_E_ABORTED, "an object read was changed by a concurrent commit");
+}
+
 void nvh_tx_otm_release_(nvh_tx *tx, uint64_t wv, bool committed)
 {
     for (size_t i = 0; i < tx->nw; i++) {
@@ -357,6 +523,11 @@ void nvh_tx_otm_release_(nvh_tx *tx, uint64_t wv, bool committed)
     }
     tx->nw = 0;
     tx->nr = 0;
+    if (otm_cur.tx == tx) otm_cur.tx = NULL;
+    if (tx->epoch_in) {                         /* after the last in-place read */
+        tx->epoch_in = false;
+        nvh_epoch_exit_();
+    }
 }
 
 /* ==========================================================================
@@ -402,15 +573,25 @@ int nvh_tx_run(nvh_pool *pool, nvh_tx_fn fn, void *arg)
     }
     unsigned max = atomic_load_explicit(&tx->st->max_retries, memory_order_relaxed);
     for (unsigned attempt = 0;; attempt++) {
-        int rc = nvh_tx_begin(pool);
+        int rc = nvh_tx_begin_tx_(tx);
         if (rc != NVH_OK) return rc;
         tx->conflict = false;
+        /* the opens find the descriptor without a lookup (release clears it) */
+        otm_cur.pool = pool;
+        otm_cur.tx = tx;
         rc = fn(pool, arg);
         bool conflicted;
         if (rc == NVH_OK) {
-            rc = nvh_tx_commit(pool);
+            rc = nvh_tx_commit_tx_(tx);
             conflicted = rc == NVH_E_ABORTED && tx->conflict;
         } else {
+            /* an error from a transaction whose reads are no longer current
+             * (a value read in place changed under it) is a conflict: the
+             * caller acted on an inconsistent view */
+            if (!tx->conflict && tx->status == NVH_TXS_ACTIVE && tx->nr && !reads_current(tx)) {
+                tx->conflict = true;
+                tx->conflicts++;
+            }
             conflicted = tx->conflict;
             nvh_err_saved err;
             nvh_err_save(&err);

@@ -162,6 +162,11 @@ int nvh_tx_begin(nvh_pool *pool)
 {
     nvh_tx *tx = tx_of(pool);
     if (!tx) return nvh_errcode();
+    return nvh_tx_begin_tx_(tx);
+}
+
+int nvh_tx_begin_tx_(nvh_tx *tx)
+{
     if (tx->status != NVH_TXS_NONE) {
         tx->depth++;
         return tx->status == NVH_TXS_ABORTED ? nvh_tx_fail_aborted_(tx, "nvh_tx_begin") : NVH_OK;
@@ -231,7 +236,8 @@ static int commit_one_fence(nvh_tx *tx)
     }
     if (tx->nw && !nvh_tx_otm_words_(tx, offs, vals, &n, NVH_REDO_MAX)) return NVH_TX_NOT_TAKEN;
     uint64_t wv = 0;
-    int rc = tx->nw ? nvh_tx_otm_validate_(tx, &wv) : NVH_OK;   /* conflicts abort */
+    int rc = tx->nw ? nvh_tx_otm_validate_(tx, &wv)           /* conflicts abort */
+                    : nvh_tx_otm_check_reads_(tx);
     if (rc == NVH_OK && n) rc = nvh_txlog_redo_commit(tx->lg, tx->lane, offs, vals, n, wv);
     if (rc != NVH_OK) {
         int code = nvh_errcode();
@@ -250,6 +256,13 @@ int nvh_tx_commit(nvh_pool *pool)
 {
     nvh_tx *tx = nvh_tx_cur_(pool, true);
     if (!tx) return nvh_errcode();
+    return nvh_tx_commit_tx_(tx);
+}
+
+int nvh_tx_commit_tx_(nvh_tx *tx)
+{
+    if (tx->status == NVH_TXS_NONE)
+        return nvh_fail(NVH_E_INVAL, "no transaction is open on this thread");
     if (tx->depth > 1) {
         tx->depth--;
         return tx->status == NVH_TXS_ABORTED ? nvh_tx_fail_aborted_(tx, "nvh_tx_commit") : NVH_OK;
@@ -717,6 +730,7 @@ void nvh_tx_close_(nvh_pool *pool)
     nvh_txlog *lg = NULL;
     nvh_refcount_forget_(pool);
     if (pool->readonly) return;
+    nvh_tx_otm_forget_(pool);
     lg = nvh_txlog_get(pool);
     if (!lg) return;
     if (lg->dir) nvh_txlog_quiesce_all(lg, NULL);

@@ -77,7 +77,10 @@ typedef struct nvh_tx {
     nvh_talloc *allocs; size_t nallocs, allocs_cap;
     nvh_recref *frees; size_t nfrees, frees_cap;
     /* object transactions */
-    uint64_t rv;                  /* read version (global clock at begin)    */
+    uint64_t rv;                  /* read version (0: no object opened yet)  */
+    bool epoch_in;                /* an epoch reader (common/epoch.c) from the
+                                     first object open to the end: objects
+                                     read in place are not reused under it */
     nvh_rentry *rset; size_t nr, rcap;
     nvh_wentry *wset; size_t nw, wcap;
     char *arena; size_t arena_used, arena_cap;  /* snapshots and copies */
@@ -108,6 +111,9 @@ typedef struct nvh_txstate {
 
 /* tx.c */
 nvh_tx *nvh_tx_cur_(nvh_pool *pool, bool need_active);
+/* nvh_tx_begin / nvh_tx_commit of a descriptor already looked up (nvh_tx_run) */
+int nvh_tx_begin_tx_(nvh_tx *tx);
+int nvh_tx_commit_tx_(nvh_tx *tx);
 int nvh_tx_fail_aborted_(nvh_tx *tx, const char *what);
 /* A call failed with rc (error state set): roll back unless rc is
  * NVH_E_INVAL; returns rc. */
@@ -133,6 +139,12 @@ void nvh_tx_alloc_abort_(nvh_tx *tx);
 /* otm.c */
 int nvh_tx_otm_prepare_(nvh_tx *tx, uint64_t *wv_out); /* validate, log, fence 1, apply */
 int nvh_tx_otm_validate_(nvh_tx *tx, uint64_t *wv_out); /* write version, read-set check */
+/* A commit without object writes: are the objects read in place still at
+ * the versions opened? NVH_OK, or NVH_E_ABORTED (a conflict) */
+int nvh_tx_otm_check_reads_(nvh_tx *tx);
+/* test hook (negative control of test_tx_otm_inplace): reads are never
+ * validated, neither at an open nor at commit */
+extern int nvh_tx_test_otm_no_validate_;
 bool nvh_tx_otm_words_(nvh_tx *tx, uint64_t *offs, uint64_t *vals, unsigned *n, unsigned max);
 /* test hook (negative control of test_tx_proto): an abort's retirement is
  * left to the next fence */
@@ -141,6 +153,9 @@ extern int nvh_tx_test_abort_no_fence_;
  * commit helps no other lane at its first fence */
 extern int nvh_tx_test_otm_no_help_;
 void nvh_tx_otm_release_(nvh_tx *tx, uint64_t wv, bool committed);
+/* Pool close: the calling thread forgets an object transaction of it that
+ * is still open (leaves its epoch). */
+void nvh_tx_otm_forget_(nvh_pool *pool);
 
 static inline _Atomic uint64_t *nvh_orec_for(nvh_txstate *st, uint64_t off)
 {

@@ -101,7 +101,7 @@ static int sum_all(nvh_pool *pool, void *arg)
     for (unsigned i = 0; i < NACCT; i++) {
         const uint64_t *a = nvh_tx_open_read(pool, &s->b->acct[i * 8], 8);
         if (!a) return nvh_errcode();
-        s->sum += *a;
+        s->sum += __atomic_load_n(a, __ATOMIC_RELAXED);   /* read in place */
     }
     return NVH_OK;
 }

@@ -1,0 +1,470 @@
+/* test_tx_otm_inplace.c — object reads in place (nvh_tx_open_read hands out
+ * the object itself; validated at an open of a newer object and at commit,
+ * src/tx/otm.c):
+ *   - costs: no copy (the pointer is the object), a read-only transaction
+ *     takes no fence and flushes nothing; read-after-write still sees the
+ *     private copy; nvh_tx_open_read_copy copies;
+ *   - a writer commits between two reads of one transaction, at a chosen
+ *     point (between two opens; after the last open, before commit): the
+ *     committed read-only transaction saw the state before or after the
+ *     writer, never a mix; the negative control with validation disabled
+ *     commits a mix;
+ *   - a doomed reader follows a pointer that a concurrent commit changed to
+ *     one outside the pool, or returns an error it derived from a torn
+ *     view: nvh_tx_run retries it as a conflict, it is not the caller's
+ *     error;
+ *   - space freed while a reader is in is not reused under it (epochs);
+ *   - stress for TSan: writers move amounts between objects whose 8 words
+ *     all hold the balance, readers sum every object in place with atomic
+ *     loads: every committed read-only transaction saw whole objects whose
+ *     sum is the total (model check).
+ * Reads of concurrently written words use __atomic_load_n (relaxed): they
+ * are data races in C11 terms otherwise (include/nvheap.h, §9). */
+#include "test_util.h"
+
+#include "tx/tx.h"
+
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+
+#define LAYOUT "txinplace"
+#define MIB ((uint64_t)1 << 20)
+#define NOBJ 16
+#define INIT 1000u
+
+typedef struct obj { uint64_t w[8]; } obj;       /* every word: the balance */
+typedef struct bank { obj o[NOBJ]; uint64_t link; uint64_t pad[7]; } bank;
+
+static uint64_t ld(const uint64_t *p) { return __atomic_load_n(p, __ATOMIC_RELAXED); }
+
+/* The balance of an object read in place, or UINT64_MAX if its words differ
+ * (a torn read). */
+static uint64_t balance(const obj *o)
+{
+    uint64_t v = ld(&o->w[0]);
+    for (unsigned i = 1; i < 8; i++)
+        if (ld(&o->w[i]) != v) return UINT64_MAX;
+    return v;
+}
+
+static bank *bank_setup(nvh_pool *pool)
+{
+    nvh_off_t *root = nvh_root(pool, NULL);
+    bank *b = nvh_alloc(pool, sizeof *b, NULL, NULL, &root[0]);
+    assert_non_null(b);
+    for (unsigned i = 0; i < NOBJ; i++)
+        for (unsigned k = 0; k < 8; k++) b->o[i].w[k] = INIT;
+    nvh_persist(pool, b, sizeof *b);
+    return b;
+}
+
+typedef struct xfer { bank *b; unsigned from, to; uint64_t amount; } xfer;
+static int transfer(nvh_pool *pool, void *arg)
+{
+    xfer *x = arg;
+    obj *f = nvh_tx_open_write(pool, &x->b->o[x->from], sizeof(obj));
+    obj *t = f ? nvh_tx_open_write(pool, &x->b->o[x->to], sizeof(obj)) : NULL;
+    if (!t) return nvh_errcode();
+    uint64_t a = x->amount <= f->w[0] ? x->amount : f->w[0];
+    for (unsigned k = 0; k < 8; k++) { f->w[k] -= a; t->w[k] += a; }
+    return NVH_OK;
+}
+
+/* ---------------------------------------------------------------------------
+ * Costs and pointers
+ * ------------------------------------------------------------------------- */
+static int read_two(nvh_pool *pool, void *arg)
+{
+    bank *b = arg;
+    const obj *a = nvh_tx_open_read(pool, &b->o[0], sizeof(obj));
+    const obj *c = a ? nvh_tx_open_read(pool, &b->o[1], sizeof(obj)) : NULL;
+    if (!c) return nvh_errcode();
+    assert_ptr_equal(a, &b->o[0]);                 /* in place: no copy */
+    assert_ptr_equal(c, &b->o[1]);
+    return balance(a) + balance(c) == 2 * INIT ? NVH_OK : NVH_E_INVAL;
+}
+
+static void costs(void **state)
+{
+    (void)state;
+    const char *path = test_path("txinplace");
+    nvh_pool *pool = nvh_pool_create(path, LAYOUT, 16 * MIB, NVH_DOMAIN_PMEM);
+    assert_non_null(pool);
+    bank *b = bank_setup(pool);
+    xfer x = {b, 2, 3, 1};
+    for (int i = 0; i < 3; i++) assert_int_equal(nvh_tx_run(pool, transfer, &x), NVH_OK);
+    nvh_stats_reset(pool);
+    for (int i = 0; i < 100; i++) assert_int_equal(nvh_tx_run(pool, read_two, b), NVH_OK);
+    nvh_stats s;
+    nvh_stats_get(pool, &s);
+    assert_int_equal(s.fences, 0);
+    assert_int_equal(s.lines_flushed, 0);
+
+    /* read after write: the private copy; the copying read: a copy */
+    assert_int_equal(nvh_tx_begin(pool), NVH_OK);
+    const obj *r = nvh_tx_open_read(pool, &b->o[4], sizeof(obj));
+    assert_ptr_equal(r, &b->o[4]);
+    obj *w = nvh_tx_open_write(pool, &b->o[4], sizeof(obj));
+    assert_non_null(w);
+    assert_ptr_not_equal(w, &b->o[4]);
+    w->w[0] = 7;
+    assert_ptr_equal(nvh_tx_open_read(pool, &b->o[4], sizeof(obj)), w);
+    const obj *c = nvh_tx_open_read_copy(pool, &b->o[5], sizeof(obj));
+    assert_non_null(c);
+    assert_ptr_not_equal(c, &b->o[5]);
+    assert_int_equal(balance(c), INIT);
+    assert_int_equal(nvh_tx_abort(pool), NVH_OK);
+    assert_int_equal(b->o[4].w[0], INIT);
+    /* the errors are the caller's when nothing changed under it */
+    assert_int_equal(nvh_tx_begin(pool), NVH_OK);
+    assert_non_null(nvh_tx_open_read(pool, &b->o[0], sizeof(obj)));
+    assert_null(nvh_tx_open_read(pool, NULL, 8));
+    assert_int_equal(nvh_errcode(), NVH_E_INVAL);
+    assert_null(nvh_tx_open_read(pool, (char *)b + 64 * MIB, 8));
+    assert_int_equal(nvh_errcode(), NVH_E_BADPTR);
+    assert_int_equal(nvh_tx_commit(pool), NVH_E_ABORTED);
+    assert_int_equal(nvh_pool_close(pool), NVH_OK);
+    unlink(path);
+}
+
+/* ---------------------------------------------------------------------------
+ * A writer commits at a chosen point of a reader's transaction
+ * ------------------------------------------------------------------------- */
+enum { AT_BETWEEN_OPENS, AT_BEFORE_COMMIT, AT_POINTER };
+typedef struct hs {
+    nvh_pool *pool;
+    bank *b;
+    int at;
+    _Atomic int phase;          /* 0 idle, 1 writer may go, 2 writer done, 3 quit */
+    unsigned attempts;
+    uint64_t a, c;              /* balances the reader saw */
+} hs;
+
+static void let_writer_commit(hs *h)
+{
+    if (h->attempts++) return;                     /* once: the first attempt */
+    atomic_store(&h->phase, 1);
+    while (atomic_load(&h->phase) != 2) sched_yield();
+}
+
+static int hs_read(nvh_pool *pool, void *arg)
+{
+    hs *h = arg;
+    bank *b = h->b;
+    if (h->at == AT_POINTER) {
+        /* the link names the object to read next; the writer points it
+         * outside the pool (and moves an amount) after we read it */
+        const bank *l = nvh_tx_open_read(pool, b, sizeof *b);
+        if (!l) return nvh_errcode();
+        h->a = balance(&l->o[0]);
+        let_writer_commit(h);
+        const obj *c = nvh_tx_open_read(pool, (char *)b + ld(&l->link), sizeof(obj));
+        if (!c) return nvh_errcode();
+        h->c = balance(c);
+        return NVH_OK;
+    }
+    const obj *a = nvh_tx_open_read(pool, &b->o[0], sizeof(obj));
+    if (!a) return nvh_errcode();
+    h->a = balance(a);
+    if (h->at == AT_BETWEEN_OPENS) let_writer_commit(h);
+    const obj *c = nvh_tx_open_read(pool, &b->o[1], sizeof(obj));
+    if (!c) return nvh_errcode();
+    if (h->at == AT_BEFORE_COMMIT) let_writer_commit(h);
+    h->c = balance(c);
+    return NVH_OK;
+}
+
+static int set_link(nvh_pool *pool, void *arg)
+{
+    bank *b = arg;
+    uint64_t *l = nvh_tx_open_write(pool, &b->link, 8);
+    if (!l) return nvh_errcode();
+    *l = 1ull << 40;                               /* outside any test pool */
+    return NVH_OK;
+}
+
+static void *hs_writer(void *p)
+{
+    hs *h = p;
+    int ph;
+    while ((ph = atomic_load(&h->phase)) != 1 && ph != 3) sched_yield();
+    if (ph == 3) return NULL;
+    xfer x = {h->b, 0, 1, 100};
+    int rc = nvh_tx_run(h->pool, transfer, &x);
+    if (rc == NVH_OK && h->at == AT_POINTER) rc = nvh_tx_run(h->pool, set_link, h->b);
+    assert_int_equal(rc, NVH_OK);
+    atomic_store(&h->phase, 2);
+    return NULL;
+}
+
+/* Runs one reader transaction with the writer committing at h->at; returns
+ * nvh_tx_run's code. */
+static int handshake(int at, bool validate, hs *h)
+{
+    const char *path = test_path("txinplace-hs");
+    nvh_pool *pool = nvh_pool_create(path, LAYOUT, 16 * MIB, NVH_DOMAIN_PROCESS);
+    assert_non_null(pool);
+    *h = (hs){pool, bank_setup(pool), at, 0, 0, 0, 0};
+    h->b->link = (uint64_t)((char *)&h->b->o[1] - (char *)h->b);
+    pthread_t t;
+    pthread_create(&t, NULL, hs_writer, h);
+    nvh_tx_test_otm_no_validate_ = !validate;
+    int rc = nvh_tx_run(pool, hs_read, h);
+    nvh_tx_test_otm_no_validate_ = 0;
+    if (atomic_load(&h->phase) == 0) atomic_store(&h->phase, 3);
+    pthread_join(t, NULL);
+    assert_int_equal(nvh_pool_close(pool), NVH_OK);
+    unlink(path);
+    return rc;
+}
+
+static void writer_between_opens(void **state)
+{
+    (void)state;
+    hs h;
+    assert_int_equal(handshake(AT_BETWEEN_OPENS, true, &h), NVH_OK);
+    assert_int_equal(h.attempts, 2);               /* the first one aborted */
+    assert_int_equal(h.a + h.c, 2 * INIT);
+    assert_int_equal(h.a, INIT - 100);             /* the retry saw the writer */
+}
+
+static void writer_before_commit(void **state)
+{
+    (void)state;
+    hs h;
+    assert_int_equal(handshake(AT_BEFORE_COMMIT, true, &h), NVH_OK);
+    assert_int_equal(h.attempts, 2);
+    assert_int_equal(h.a + h.c, 2 * INIT);
+}
+
+/* Negative control: without validation the reader commits a mix. */
+static void no_validation_commits_a_mix(void **state)
+{
+    (void)state;
+    hs h;
+    assert_int_equal(handshake(AT_BETWEEN_OPENS, false, &h), NVH_OK);
+    assert_int_equal(h.attempts, 1);
+    assert_int_not_equal(h.a + h.c, 2 * INIT);
+    assert_int_equal(handshake(AT_BEFORE_COMMIT, false, &h), NVH_OK);
+    assert_int_equal(h.attempts, 1);
+    assert_int_not_equal(h.a + h.c, 2 * INIT);
+}
+
+/* A pointer from a changed object is a conflict, retried; the retry reads
+ * the new link (outside the pool): the caller's error at last. */
+static void doomed_pointer_retried(void **state)
+{
+    (void)state;
+    hs h;
+    assert_int_equal(handshake(AT_POINTER, true, &h), NVH_E_BADPTR);
+    assert_int_equal(h.attempts, 2);
+    /* without validation at the open, the first attempt fails at once */
+    assert_int_equal(handshake(AT_POINTER, false, &h), NVH_E_BADPTR);
+    assert_int_equal(h.attempts, 1);
+}
+
+/* An error the transaction derived from a torn view is retried too. */
+typedef struct torn { hs h; bool errored; } torn;
+static int torn_read(nvh_pool *pool, void *arg)
+{
+    torn *t = arg;
+    const obj *a = nvh_tx_open_read(pool, &t->h.b->o[0], sizeof(obj));
+    const obj *c = a ? nvh_tx_open_read(pool, &t->h.b->o[1], sizeof(obj)) : NULL;
+    if (!c) return nvh_errcode();
+    uint64_t x = balance(a);
+    let_writer_commit(&t->h);
+    if (x + balance(c) != 2 * INIT) { t->errored = true; return NVH_E_INVAL; }
+    return NVH_OK;
+}
+
+static void doomed_error_retried(void **state)
+{
+    (void)state;
+    const char *path = test_path("txinplace-torn");
+    nvh_pool *pool = nvh_pool_create(path, LAYOUT, 16 * MIB, NVH_DOMAIN_PROCESS);
+    assert_non_null(pool);
+    torn t = {{pool, bank_setup(pool), AT_BEFORE_COMMIT, 0, 0, 0, 0}, false};
+    pthread_t th;
+    pthread_create(&th, NULL, hs_writer, &t.h);
+    assert_int_equal(nvh_tx_run(pool, torn_read, &t), NVH_OK);
+    pthread_join(th, NULL);
+    assert_true(t.errored);
+    assert_int_equal(t.h.attempts, 2);
+    assert_int_equal(nvh_pool_close(pool), NVH_OK);
+    unlink(path);
+}
+
+/* ---------------------------------------------------------------------------
+ * No reuse under a reader
+ * ------------------------------------------------------------------------- */
+typedef struct reuse { nvh_pool *pool; void *victim; _Atomic int step; int reused; } reuse;
+static int free_victim(nvh_pool *pool, void *arg)
+{
+    return nvh_tx_free(pool, arg);
+}
+static void *reuse_thread(void *p)
+{
+    reuse *r = p;
+    while (atomic_load(&r->step) != 1) sched_yield();
+    assert_int_equal(nvh_tx_run(r->pool, free_victim, r->victim), NVH_OK);
+    /* allocate the size again and again: the victim's slot must not come back */
+    void *got[2000];
+    for (unsigned i = 0; i < 2000; i++) {
+        got[i] = nvh_alloc(r->pool, sizeof(obj), NULL, NULL, NULL);
+        assert_non_null(got[i]);
+        if (got[i] == r->victim) r->reused++;
+    }
+    for (unsigned i = 0; i < 2000; i++) nvh_free(r->pool, got[i], NULL, 0);
+    atomic_store(&r->step, 2);
+    return NULL;
+}
+
+static int hold_victim(nvh_pool *pool, void *arg)
+{
+    reuse *r = arg;
+    const obj *v = nvh_tx_open_read(pool, r->victim, sizeof(obj));
+    if (!v) return nvh_errcode();
+    atomic_store(&r->step, 1);
+    while (atomic_load(&r->step) != 2) sched_yield();
+    return NVH_OK;
+}
+
+static void no_reuse_under_reader(void **state)
+{
+    (void)state;
+    const char *path = test_path("txinplace-reuse");
+    nvh_pool *pool = nvh_pool_create(path, LAYOUT, 16 * MIB, NVH_DOMAIN_PROCESS);
+    assert_non_null(pool);
+    nvh_heap_config hc;
+    assert_int_equal(nvh_heap_config_get(pool, &hc), NVH_OK);
+    hc.fifo_delay_ns = 0;                          /* reuse at once when allowed */
+    hc.fifo_max_bytes = 0;
+    assert_int_equal(nvh_heap_config_set(pool, &hc), NVH_OK);
+    reuse r = {pool, nvh_alloc(pool, sizeof(obj), NULL, NULL, NULL), 0, 0};
+    assert_non_null(r.victim);
+    pthread_t t;
+    pthread_create(&t, NULL, reuse_thread, &r);
+    assert_int_equal(nvh_tx_run(pool, hold_victim, &r), NVH_OK);
+    pthread_join(t, NULL);
+    assert_int_equal(r.reused, 0);
+    assert_int_equal(nvh_pool_close(pool), NVH_OK);
+    unlink(path);
+}
+
+/* ---------------------------------------------------------------------------
+ * Stress (TSan): readers in place, writers committing to the same objects
+ * ------------------------------------------------------------------------- */
+#if defined(__SANITIZE_THREAD__)
+#define ITERS 1500u
+#else
+#define ITERS 20000u
+#endif
+
+typedef struct sw { nvh_pool *pool; bank *b; uint64_t rng; unsigned id; int fails; } sw;
+static uint64_t mix(uint64_t *s)
+{
+    uint64_t x = *s += 0x9E3779B97F4A7C15ull;
+    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+    return x ^ (x >> 31);
+}
+static void *stress_writer(void *p)
+{
+    sw *w = p;
+    for (unsigned i = 0; i < ITERS; i++) {
+        xfer x = {w->b, (unsigned)(mix(&w->rng) % NOBJ), 0, 1 + mix(&w->rng) % 50};
+        do x.to = (unsigned)(mix(&w->rng) % NOBJ); while (x.to == x.from);
+        if (nvh_tx_run(w->pool, transfer, &x) != NVH_OK) w->fails++;
+    }
+    return NULL;
+}
+
+typedef struct sr { nvh_pool *pool; bank *b; _Atomic int *stop; uint64_t ok, bad, runs; } sr;
+typedef struct sum { bank *b; uint64_t total; bool torn; } sum;
+static int sum_inplace(nvh_pool *pool, void *arg)
+{
+    sum *s = arg;
+    s->total = 0;
+    s->torn = false;
+    for (unsigned i = 0; i < NOBJ; i++) {
+        const obj *o = nvh_tx_open_read(pool, &s->b->o[i], sizeof(obj));
+        if (!o) return nvh_errcode();
+        uint64_t v = balance(o);
+        if (v == UINT64_MAX) s->torn = true;
+        else s->total += v;
+    }
+    return NVH_OK;
+}
+static void *stress_reader(void *p)
+{
+    sr *r = p;
+    while (!atomic_load(r->stop)) {
+        sum s = {r->b, 0, false};
+        r->runs++;
+        if (nvh_tx_run(r->pool, sum_inplace, &s) != NVH_OK) { r->bad++; continue; }
+        if (s.torn || s.total != (uint64_t)NOBJ * INIT) r->bad++;
+        else r->ok++;
+    }
+    return NULL;
+}
+
+static void stress(void **state)
+{
+    (void)state;
+    const char *path = test_path("txinplace-stress");
+    nvh_pool *pool = nvh_pool_create(path, LAYOUT, 16 * MIB, NVH_DOMAIN_PROCESS);
+    assert_non_null(pool);
+    bank *b = bank_setup(pool);
+    enum { W = 2, R = 2 };
+    _Atomic int stop = 0;
+    sw w[W];
+    sr r[R];
+    pthread_t tw[W], tr[R];
+    for (unsigned i = 0; i < W; i++) {
+        w[i] = (sw){pool, b, 11 + i, i, 0};
+        pthread_create(&tw[i], NULL, stress_writer, &w[i]);
+    }
+    for (unsigned i = 0; i < R; i++) {
+        r[i] = (sr){pool, b, &stop, 0, 0, 0};
+        pthread_create(&tr[i], NULL, stress_reader, &r[i]);
+    }
+    for (unsigned i = 0; i < W; i++) pthread_join(tw[i], NULL);
+    atomic_store(&stop, 1);
+    uint64_t ok = 0;
+    for (unsigned i = 0; i < R; i++) {
+        pthread_join(tr[i], NULL);
+        assert_int_equal(r[i].bad, 0);
+        ok += r[i].ok;
+    }
+    for (unsigned i = 0; i < W; i++) assert_int_equal(w[i].fails, 0);
+    uint64_t t = 0;
+    for (unsigned i = 0; i < NOBJ; i++) {
+        assert_int_not_equal(balance(&b->o[i]), UINT64_MAX);
+        t += balance(&b->o[i]);
+    }
+    assert_int_equal(t, (uint64_t)NOBJ * INIT);
+    nvh_tx_stats st;
+    nvh_tx_stats_get(pool, &st);
+    print_message("  %llu consistent read-only commits, %llu conflicts, %llu retries\n",
+                  (unsigned long long)ok, (unsigned long long)st.conflicts,
+                  (unsigned long long)st.retries);
+    assert_true(ok > 0);
+    assert_int_equal(nvh_pool_close(pool), NVH_OK);
+    unlink(path);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(costs),
+        cmocka_unit_test(writer_between_opens),
+        cmocka_unit_test(writer_before_commit),
+        cmocka_unit_test(no_validation_commits_a_mix),
+        cmocka_unit_test(doomed_pointer_retried),
+        cmocka_unit_test(doomed_error_retried),
+        cmocka_unit_test(no_reuse_under_reader),
+        cmocka_unit_test(stress),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
