@@ -574,6 +574,7 @@ static int kvs_split_insert(kv_sorted *t, kvs_cleaf *c, const void *k, size_t kl
     else t->head = lo;
     KVS_STORE(&c->dead, 1);
     __atomic_add_fetch(&t->count, 1, __ATOMIC_RELAXED);
+    kvs_bytes_add(t, (int64_t)kl, (int64_t)vl);
     int rc2 = kvs_retire(t, KVS_R_CLEAF, c);
     return rc ? rc : rc2;
 fail:
