@@ -399,7 +399,7 @@ static uint64_t hm_fresh_seed(nvh_pool *pool, const void *where)
 
 static unsigned hm_nstripes(unsigned base_log2)
 {
-    return base_log2 >= 6 ? HM_STRIPES_MAX : 1u << base_log2;
+    return base_log2 >= 5 ? HM_STRIPES_MAX : 1u << base_log2;
 }
 
 /* Segment 0 of a new map: dummies 0..nstripes-1 linked in split order and

@@ -2,7 +2,7 @@
  * §7): four writer threads, each with keys of its own and a random stream of
  * puts, inserts, updates and deletes checked against its own DRAM model at
  * every step, while a reader checks with nvh_hmap_get_fn that every value it
- * meets is whole. Maps of 64 stripes (base 2^6: mostly different stripes)
+ * meets is whole. Maps of 32 stripes (base 2^6: mostly different stripes)
  * and of 2 (base 2^1: writers contend for stripes, the three pending slots
  * and resizes from 2 buckets up). Afterwards the map equals the union of the
  * models (every key, foreach, count), checks clean, holds no leaked object,
