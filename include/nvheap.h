@@ -1451,7 +1451,7 @@ typedef struct nvh_hmap_stats {
     double load_factor;        /* count / buckets                               */
     uint64_t resizes;          /* doublings done by this handle                 */
     uint64_t buckets_inited;   /* buckets linked by this handle                 */
-    uint64_t recovered_pending;/* 1 if open finished an interrupted replacement */
+    uint64_t recovered_pending;/* interrupted replacements open finished (0..3) */
     /* filled by nvh_hmap_check only (they need a walk): */
     uint64_t buckets_linked, buckets_marked, buckets_unmarked;
     uint64_t max_chain;        /* most entries between two linked buckets        */

@@ -214,7 +214,7 @@ static void cmd_get(nvc_conn *c, tok *t, int nt, bool cas, bool touch, bool end)
             hit = nvc_store_read(nvc_srv.store, t[i].s, t[i].n, now, true, get_line_fn, &g);
             goto counted;
         }
-        nvc_store_lock(nvc_srv.store);
+        nvc_store_lock(nvc_srv.store, t[i].s, t[i].n);
         hit = nvc_store_find(nvc_srv.store, t[i].s, t[i].n, now, true, &v);
         if (hit && touch) {
             nvc_hdr h = v.hdr;
@@ -228,7 +228,7 @@ static void cmd_get(nvc_conn *c, tok *t, int nt, bool cas, bool touch, bool end)
         }
         if (hit)
             value_line(c, t[i].s, t[i].n, &v, cas);
-        nvc_store_unlock(nvc_srv.store);
+        nvc_store_unlock(nvc_srv.store, t[i].s, t[i].n);
     counted:
         if (touch) {
             NVC_COUNT(k, cmd_touch, 1);
@@ -280,9 +280,9 @@ static void cmd_update(nvc_conn *c, tok *t, int nt, int cmd)
             OUTS(c, "SERVER_ERROR object too large for cache\r\n");
         /* As memcached: a failed set must not leave the old value behind. */
         if (cmd == CMD_SET) {
-            nvc_store_lock(nvc_srv.store);
+            nvc_store_lock(nvc_srv.store, p->key, p->klen);
             nvc_store_delete(nvc_srv.store, p->key, p->klen);
-            nvc_store_unlock(nvc_srv.store);
+            nvc_store_unlock(nvc_srv.store, p->key, p->klen);
         }
         c->swallow = p->bytes + 2;
         c->state = CONN_SWALLOW;
@@ -306,7 +306,7 @@ static void complete_update(nvc_conn *c, const char *data)
     uint64_t cas = 0;
     int rc = NVC_OK;
     NVC_COUNT(&c->w->cnt, cmd_set, 1);
-    nvc_store_lock(s);
+    nvc_store_lock(s, p->key, p->klen);
     nvc_hdr h = { .flags = p->flags, .exptime = p->exptime, .time = now };
     bool hit = nvc_store_find(s, p->key, p->klen, now, false, &v);
     bool cas_given = p->cmd == CMD_CAS || (p->meta && p->cas != 0);
@@ -344,7 +344,7 @@ static void complete_update(nvc_conn *c, const char *data)
         }
         reply = "STORED\r\n", mcode = "HD";
     }
-    nvc_store_unlock(s);
+    nvc_store_unlock(s, p->key, p->klen);
     if (rc != NVC_OK) {
         if (!p->noreply || p->meta)
             reply_put_error(c, rc);
@@ -383,11 +383,11 @@ static void cmd_delete(nvc_conn *c, tok *t, int nt)
         return;
     }
     nvc_view v;
-    nvc_store_lock(nvc_srv.store);
+    nvc_store_lock(nvc_srv.store, t[1].s, t[1].n);
     int hit = nvc_store_find(nvc_srv.store, t[1].s, t[1].n, time(NULL), false, &v);
     /* An expired or flushed item is a miss, but its space is reclaimed. */
     int gone = nvc_store_delete(nvc_srv.store, t[1].s, t[1].n);
-    nvc_store_unlock(nvc_srv.store);
+    nvc_store_unlock(nvc_srv.store, t[1].s, t[1].n);
     hit = hit && gone;
     if (hit)
         NVC_COUNT(&c->w->cnt, delete_hits, 1);
@@ -476,9 +476,9 @@ static void cmd_arith(nvc_conn *c, tok *t, int nt, bool incr)
         return;
     }
     int putrc = NVC_OK;
-    nvc_store_lock(nvc_srv.store);
+    nvc_store_lock(nvc_srv.store, t[1].s, t[1].n);
     int rc = do_arith(c, t[1].s, t[1].n, incr, delta, 0, NULL, &result, &cas, NULL, &putrc);
-    nvc_store_unlock(nvc_srv.store);
+    nvc_store_unlock(nvc_srv.store, t[1].s, t[1].n);
     nvc_counters *k = &c->w->cnt;
     if (rc == ARITH_MISS) {
         if (incr)
@@ -524,14 +524,14 @@ static void cmd_touch(nvc_conn *c, tok *t, int nt)
     }
     nvc_view v;
     int rc = NVC_OK;
-    nvc_store_lock(nvc_srv.store);
+    nvc_store_lock(nvc_srv.store, t[1].s, t[1].n);
     int hit = nvc_store_find(nvc_srv.store, t[1].s, t[1].n, now, true, &v);
     if (hit) {
         nvc_hdr h = v.hdr;
         h.exptime = abs_time(exptime, now);
         rc = put_item(c, t[1].s, t[1].n, &h, v.data, v.len, NULL, 0, true, NULL);
     }
-    nvc_store_unlock(nvc_srv.store);
+    nvc_store_unlock(nvc_srv.store, t[1].s, t[1].n);
     NVC_COUNT(&c->w->cnt, cmd_touch, 1);
     if (hit)
         NVC_COUNT(&c->w->cnt, touch_hits, 1);
@@ -564,9 +564,7 @@ static void cmd_flush(nvc_conn *c, tok *t, int nt)
         }
     }
     int64_t when = delay > 0 ? abs_time(delay, now) : now;
-    nvc_store_lock(nvc_srv.store);
     nvc_store_flush(nvc_srv.store, now, when);
-    nvc_store_unlock(nvc_srv.store);
     NVC_COUNT(&c->w->cnt, cmd_flush, 1);
     if (!noreply)
         OUTS(c, "OK\r\n");
@@ -839,7 +837,7 @@ static void cmd_mg(nvc_conn *c, tok *t, int nt)
     const char *win = "";
     int rc = NVC_OK;
     nvc_store *s = nvc_srv.store;
-    nvc_store_lock(s);
+    nvc_store_lock(s, key, klen);
     int hit = nvc_store_find(s, key, klen, now, !mf_has(&f, 'u'), &v);
     if (!hit && mf_has(&f, 'N')) {
         /* Vivify: an empty item that tells this client it won the recache. */
@@ -871,12 +869,12 @@ static void cmd_mg(nvc_conn *c, tok *t, int nt)
     else
         NVC_COUNT(&c->w->cnt, get_misses, 1);
     if (rc != NVC_OK) {
-        nvc_store_unlock(s);
+        nvc_store_unlock(s, key, klen);
         reply_put_error(c, rc);
         return;
     }
     if (!hit) {
-        nvc_store_unlock(s);
+        nvc_store_unlock(s, key, klen);
         if (!mf_has(&f, 'q'))
             OUTS(c, "EN\r\n");
         return;
@@ -895,7 +893,7 @@ static void cmd_mg(nvc_conn *c, tok *t, int nt)
         out(c, v.data, v.len);
         OUTS(c, "\r\n");
     }
-    nvc_store_unlock(s);
+    nvc_store_unlock(s, key, klen);
 }
 
 static void cmd_ms(nvc_conn *c, tok *t, int nt)
@@ -980,7 +978,7 @@ static void cmd_md(nvc_conn *c, tok *t, int nt)
     NVC_COUNT(&c->w->cnt, cmd_meta, 1);
     nvc_view v;
     const char *code;
-    nvc_store_lock(nvc_srv.store);
+    nvc_store_lock(nvc_srv.store, t[1].s, t[1].n);
     int hit = nvc_store_find(nvc_srv.store, t[1].s, t[1].n, time(NULL), false, &v);
     if (!hit) {
         nvc_store_delete(nvc_srv.store, t[1].s, t[1].n);   /* reclaim a dead one */
@@ -991,7 +989,7 @@ static void cmd_md(nvc_conn *c, tok *t, int nt)
         nvc_store_delete(nvc_srv.store, t[1].s, t[1].n);
         code = "HD";
     }
-    nvc_store_unlock(nvc_srv.store);
+    nvc_store_unlock(nvc_srv.store, t[1].s, t[1].n);
     if (code[0] == 'H')
         NVC_COUNT(&c->w->cnt, delete_hits, 1);
     else
@@ -1038,7 +1036,7 @@ static void cmd_ma(nvc_conn *c, tok *t, int nt)
     uint64_t result = 0, cas = 0;
     nvc_hdr h = { 0 };
     int putrc = NVC_OK;
-    nvc_store_lock(nvc_srv.store);
+    nvc_store_lock(nvc_srv.store, t[1].s, t[1].n);
     int rc = do_arith(c, t[1].s, t[1].n, incr, delta, cas_in,
                       mf_has(&f, 'T') ? &newexp : NULL, &result, &cas, &h, &putrc);
     if (rc == ARITH_MISS && mf_has(&f, 'N')) {
@@ -1050,7 +1048,7 @@ static void cmd_ma(nvc_conn *c, tok *t, int nt)
         result = initial;
         rc = putrc == NVC_OK ? ARITH_OK : ARITH_ERR;
     }
-    nvc_store_unlock(nvc_srv.store);
+    nvc_store_unlock(nvc_srv.store, t[1].s, t[1].n);
     switch (rc) {
     case ARITH_NONNUM:
         OUTS(c, "CLIENT_ERROR cannot increment or decrement non-numeric value\r\n");
@@ -1100,9 +1098,9 @@ static void cmd_me(nvc_conn *c, tok *t, int nt)
         return;
     nvc_view v;
     int64_t now = time(NULL);
-    nvc_store_lock(nvc_srv.store);
+    nvc_store_lock(nvc_srv.store, t[1].s, t[1].n);
     int hit = nvc_store_find(nvc_srv.store, t[1].s, t[1].n, now, false, &v);
-    nvc_store_unlock(nvc_srv.store);
+    nvc_store_unlock(nvc_srv.store, t[1].s, t[1].n);
     NVC_COUNT(&c->w->cnt, cmd_meta, 1);
     if (!hit) {
         OUTS(c, "EN\r\n");

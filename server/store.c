@@ -19,9 +19,17 @@
  * one step's indexing; it starts only when the memory in use reaches half
  * the limit, so a restart under the limit never scans at all.
  *
- * Gets take no store lock (nvc_store_read: the map's lock-free lookup,
- * the value copied out while the map holds back its reuse); changes are
- * serialised by the store lock. */
+ * Locks. Gets take none (nvc_store_read: the map's lock-free lookup, the
+ * value copied out while the map holds back its reuse). A change holds its
+ * key's lock (one of NVC_KEY_LOCKS stripes, nvc_store_lock) for the whole
+ * read-modify-write, so changes of different keys run in parallel, down to
+ * the map, whose writers are striped too (docs/HASHMAP.md §7): the durable
+ * map operation, a value's copy and its flushes, hold no lock shared by
+ * every writer. The DRAM bookkeeping (eviction index, CAS counter,
+ * counters, the bytes hints) is under `meta`, held for a few hundred
+ * instructions and never across a fence except when evicting. Lock order:
+ * key lock, then meta, then the map's locks; an evictor holding meta takes
+ * a victim's key lock only with trylock. */
 #include "store.h"
 #include "lru.h"
 
@@ -61,13 +69,20 @@ _Static_assert(offsetof(struct nvc_root, oldest_live) == 48, "nvc_root.oldest_li
 _Static_assert(offsetof(struct nvc_root, bytes_hint) == 56, "nvc_root.bytes_hint offset");
 _Static_assert(offsetof(struct nvc_root, items_hint) == 64, "nvc_root.items_hint offset");
 
+#define NVC_KEY_LOCKS 64u
+
+struct key_lock {
+    pthread_mutex_t m;
+} __attribute__((aligned(64)));
+
 struct nvc_store {
-    pthread_mutex_t lock;
+    pthread_mutex_t lock;        /* meta: the DRAM bookkeeping (above)       */
+    struct key_lock keys[NVC_KEY_LOCKS];
     /* Lock-free readers (nvc_store_read) do not touch the eviction index:
      * each thread queues the hashes of the keys it read in a ring of its
      * own, and whoever holds the store lock applies the queued reference
      * bits (eviction drains every ring before the CLOCK hand moves). */
-    struct bump_ring *rings;     /* list, grows under the lock; freed at close */
+    struct bump_ring *rings;     /* list, grows under meta; freed at close   */
     nvh_pool *pool;
     nvh_hmap *map;
     struct nvc_root *root;
@@ -134,7 +149,7 @@ struct bump_ring {
 static _Thread_local struct bump_ring *my_ring;
 static _Thread_local const nvc_store *my_ring_store;
 
-/* With the store lock held. */
+/* With meta held. */
 static void bumps_drain(nvc_store *s)
 {
     for (struct bump_ring *r = s->rings; r; r = r->next) {
@@ -153,10 +168,10 @@ static void bump_later(nvc_store *s, const char *key, size_t klen)
         r = calloc(1, sizeof *r);
         if (!r)
             return;
-        nvc_store_lock(s);
+        pthread_mutex_lock(&s->lock);
         r->next = s->rings;
         s->rings = r;
-        nvc_store_unlock(s);
+        pthread_mutex_unlock(&s->lock);
         my_ring = r;
         my_ring_store = s;
     }
@@ -164,7 +179,7 @@ static void bump_later(nvc_store *s, const char *key, size_t klen)
     if (head - __atomic_load_n(&r->tail, __ATOMIC_ACQUIRE) >= BUMP_RING / 2 &&
         pthread_mutex_trylock(&s->lock) == 0) {
         bumps_drain(s);
-        nvc_store_unlock(s);
+        pthread_mutex_unlock(&s->lock);
     }
     if (head - __atomic_load_n(&r->tail, __ATOMIC_ACQUIRE) >= BUMP_RING)
         return;
@@ -173,8 +188,35 @@ static void bump_later(nvc_store *s, const char *key, size_t klen)
 }
 
 
-void nvc_store_lock(nvc_store *s) { pthread_mutex_lock(&s->lock); }
-void nvc_store_unlock(nvc_store *s) { pthread_mutex_unlock(&s->lock); }
+static unsigned key_stripe(const char *key, size_t klen)
+{
+    return (unsigned)(lru_hash(key, klen) >> 32) & (NVC_KEY_LOCKS - 1);
+}
+
+void nvc_store_lock(nvc_store *s, const char *key, size_t klen)
+{
+    pthread_mutex_lock(&s->keys[key_stripe(key, klen)].m);
+}
+
+void nvc_store_unlock(nvc_store *s, const char *key, size_t klen)
+{
+    pthread_mutex_unlock(&s->keys[key_stripe(key, klen)].m);
+}
+
+static void meta_lock(nvc_store *s) { pthread_mutex_lock(&s->lock); }
+static void meta_unlock(nvc_store *s) { pthread_mutex_unlock(&s->lock); }
+
+/* The value length of key's entry, read inside the map's reader epoch (a
+ * pointer from nvh_hmap_get is not safe to read once a concurrent change
+ * may have freed the entry). */
+static int vlen_fn(const void *key, size_t klen, const void *v, size_t vlen, void *arg)
+{
+    (void)key;
+    (void)klen;
+    (void)v;
+    *(size_t *)arg = vlen;
+    return 1;
+}
 
 /* Item bytes in use: exact once the index is complete, else the index
  * plus what the earlier run left (an over-estimate if keys were rewritten). */
@@ -255,29 +297,28 @@ static void *scan_main(void *arg)
         walk += now_us() - w0;
         if (rc < 0)
             fprintf(stderr, "nvcached: index rebuild: %s\n", nvh_errormsg());
-        nvc_store_lock(s);
+        meta_lock(s);
         for (size_t off = 0; off < b.len;) {
             size_t klen = (uint8_t)b.p[off];
             const char *key = b.p + off + 9;
             off += 9 + klen;
             if (lru_contains(s->lru, key, klen))
                 continue;
-            const void *v;
             size_t vlen;
-            if (nvh_hmap_get(s->map, key, klen, &v, &vlen) != 0)
+            if (nvh_hmap_get_fn(s->map, key, klen, vlen_fn, &vlen) != 1)
                 continue;
             lru_set(s->lru, key, klen, item_size(klen, vlen), true);
         }
-        nvc_store_unlock(s);
+        meta_unlock(s);
     }
     free(b.p);
     __atomic_store_n(&s->walk_us, walk, __ATOMIC_RELAXED);
     __atomic_store_n(&s->scan_us, now_us() - t0, __ATOMIC_RELAXED);
     /* Under the lock: mem_used switches from "index + hint" to "index"
      * between two changes, never in the middle of one. */
-    nvc_store_lock(s);
+    meta_lock(s);
     __atomic_store_n(&s->scan_done, 1, __ATOMIC_RELEASE);
-    nvc_store_unlock(s);
+    meta_unlock(s);
     return NULL;
 }
 
@@ -298,6 +339,8 @@ nvc_store *nvc_store_open(const nvc_store_config *cfg, char *err, size_t errlen)
     pthread_mutexattr_init(&ma);
     pthread_mutexattr_settype(&ma, PTHREAD_MUTEX_ADAPTIVE_NP);
     pthread_mutex_init(&s->lock, &ma);
+    for (unsigned k = 0; k < NVC_KEY_LOCKS; k++)
+        pthread_mutex_init(&s->keys[k].m, &ma);
     pthread_mutexattr_destroy(&ma);
     s->lru = lru_new();
     if (!s->path || !s->lru) {
@@ -376,6 +419,8 @@ void nvc_store_close(nvc_store *s)
         nvh_pool_close(s->pool);
     lru_free(s->lru);
     pthread_mutex_destroy(&s->lock);
+    for (unsigned k = 0; k < NVC_KEY_LOCKS; k++)
+        pthread_mutex_destroy(&s->keys[k].m);
     while (s->rings) {
         struct bump_ring *r = s->rings;
         s->rings = r->next;
@@ -400,7 +445,7 @@ int nvc_store_find(nvc_store *s, const char *key, size_t klen, int64_t now, bool
     view->data = (const char *)v + sizeof(nvc_hdr);
     view->len = vlen - sizeof(nvc_hdr);
     if (bump)
-        lru_bump(s->lru, key, klen);
+        bump_later(s, key, klen);      /* the index is under meta */
     return 1;
 }
 
@@ -451,26 +496,39 @@ static void maybe_start_scan(nvc_store *s, uint64_t need)
 
 int nvc_store_index_rebuild(nvc_store *s)
 {
-    nvc_store_lock(s);
+    meta_lock(s);
     if (!s->scan_started && !__atomic_load_n(&s->scan_done, __ATOMIC_ACQUIRE) &&
         pthread_create(&s->scan_thread, NULL, scan_main, s) == 0)
         s->scan_started = true;
-    nvc_store_unlock(s);
+    meta_unlock(s);
     return 0;
 }
 
-static int evict_one(nvc_store *s)
+/* With meta and the key lock of stripe `own` held: evict the CLOCK hand's
+ * next victim. Its key lock is needed too (a holder of it may be reading
+ * the item in place), taken with trylock (lock order): a victim whose lock
+ * is busy is passed over for the next. Returns 1 if one was evicted, 0 if
+ * the index is empty or every candidate was busy. */
+static int evict_one(nvc_store *s, unsigned own)
 {
     char victim[NVC_KEY_MAX + 1];
     bumps_drain(s);              /* recent reads count before the hand moves */
-    int vk = lru_victim(s->lru, victim);
-    if (vk < 0)
-        return 0;
-    if (nvh_hmap_delete(s->map, victim, (size_t)vk) == 0)
-        s->evictions++;
-    lru_remove(s->lru, victim, (size_t)vk);
-    note_change(s);
-    return 1;
+    for (int tries = 0; tries < 8; tries++) {
+        int vk = lru_victim(s->lru, victim);
+        if (vk < 0)
+            return 0;
+        unsigned vs = key_stripe(victim, (size_t)vk);
+        if (vs != own && pthread_mutex_trylock(&s->keys[vs].m) != 0)
+            continue;
+        if (nvh_hmap_delete(s->map, victim, (size_t)vk) == 0)
+            s->evictions++;
+        lru_remove(s->lru, victim, (size_t)vk);
+        if (vs != own)
+            pthread_mutex_unlock(&s->keys[vs].m);
+        note_change(s);
+        return 1;
+    }
+    return 0;
 }
 
 int nvc_store_put(nvc_store *s, const char *key, size_t klen, void *value, size_t vlen,
@@ -480,20 +538,26 @@ int nvc_store_put(nvc_store *s, const char *key, size_t klen, void *value, size_
     uint64_t limit = s->cfg.limit_bytes;
     if (size > limit)
         return NVC_TOOLARGE;
+    unsigned own = key_stripe(key, klen);
+    meta_lock(s);
     /* Make room first: the old item of this key (if indexed) is replaced. */
     int64_t known = lru_size(s->lru, key, klen);
     uint64_t oldsize = known > 0 ? (uint64_t)known : 0;
     maybe_start_scan(s, size);
     bool indexed = __atomic_load_n(&s->scan_done, __ATOMIC_ACQUIRE);
     while (mem_used(s) - oldsize + size > limit) {
-        if (s->cfg.no_evict)
+        if (s->cfg.no_evict) {
+            meta_unlock(s);
             return NVC_NOMEM;
-        if (!evict_one(s)) {
+        }
+        if (!evict_one(s, own)) {
             /* Only the earlier run's items are left and the index of them
-             * is still being built: store over the limit for that time
-             * rather than fail. */
-            if (!indexed)
+             * is still being built (or every victim's key is being changed
+             * right now): store over the limit for that time rather than
+             * fail. */
+            if (!indexed || lru_count(s->lru) > 0)
                 break;
+            meta_unlock(s);
             return NVC_NOMEM;
         }
         if (!lru_contains(s->lru, key, klen))
@@ -507,10 +571,17 @@ int nvc_store_put(nvc_store *s, const char *key, size_t klen, void *value, size_
         }
         h->cas = s->next_cas++;
     }
+    meta_unlock(s);
+    /* The durable write under the key lock only. */
     int rc;
     for (int tries = 0;; tries++) {
         rc = nvh_hmap_put(s->map, key, klen, value, vlen);
-        if (rc != NVH_E_NOSPACE || tries >= 64 || s->cfg.no_evict || !evict_one(s))
+        if (rc != NVH_E_NOSPACE || tries >= 64 || s->cfg.no_evict)
+            break;
+        meta_lock(s);
+        int evicted = evict_one(s, own);
+        meta_unlock(s);
+        if (!evicted)
             break;
     }
     if (rc == NVH_E_NOSPACE || rc == NVH_E_NOMEM)
@@ -519,9 +590,11 @@ int nvc_store_put(nvc_store *s, const char *key, size_t klen, void *value, size_
         fprintf(stderr, "nvcached: storing an item: %s\n", nvh_errormsg());
         return NVC_ERR;
     }
+    meta_lock(s);
     lru_set(s->lru, key, klen, size, false);
     s->total_items++;
     note_change(s);
+    meta_unlock(s);
     if (cas)
         *cas = h->cas;
     return NVC_OK;
@@ -530,8 +603,10 @@ int nvc_store_put(nvc_store *s, const char *key, size_t klen, void *value, size_
 int nvc_store_delete(nvc_store *s, const char *key, size_t klen)
 {
     int rc = nvh_hmap_delete(s->map, key, klen);
+    meta_lock(s);
     lru_remove(s->lru, key, klen);
     note_change(s);
+    meta_unlock(s);
     if (rc == 0)
         return 1;
     if (rc != NVH_E_NOTFOUND)
@@ -545,6 +620,7 @@ int nvc_store_flush(nvc_store *s, int64_t now, int64_t when)
      * an immediate flush also kills every CAS value handed out so far, so
      * items stored later in the same second survive. */
     struct nvc_root *r = s->root;
+    meta_lock(s);
     __atomic_store_n(&r->oldest_live, when - 1, __ATOMIC_RELAXED);
     if (when - 1 <= now) {
         uint64_t fc = s->next_cas - 1;
@@ -553,13 +629,14 @@ int nvc_store_flush(nvc_store *s, int64_t now, int64_t when)
         __atomic_store_n(&r->flush_cas, fc, __ATOMIC_RELAXED);
     }
     nvh_persist(s->pool, &r->flush_cas, 16);   /* flush_cas and oldest_live */
+    meta_unlock(s);
     return 0;
 }
 
 void nvc_store_stats_get(nvc_store *s, nvc_store_stats *st)
 {
     memset(st, 0, sizeof *st);
-    nvc_store_lock(s);
+    meta_lock(s);
     st->scan_done = __atomic_load_n(&s->scan_done, __ATOMIC_ACQUIRE);
     st->curr_items = items_used(s);
     st->bytes = mem_used(s);
@@ -570,7 +647,7 @@ void nvc_store_stats_get(nvc_store *s, nvc_store_stats *st)
     st->generation = s->root->generation;
     st->next_cas = s->next_cas;
     st->pool_size = nvh_pool_size(s->pool);
-    nvc_store_unlock(s);
+    meta_unlock(s);
     st->epoch = nvh_pool_epoch(s->pool);
     nvh_stats ps;
     nvh_stats_get(s->pool, &ps);
@@ -585,8 +662,8 @@ void nvc_store_stats_get(nvc_store *s, nvc_store_stats *st)
 
 void nvc_store_stats_reset(nvc_store *s)
 {
-    nvc_store_lock(s);
+    meta_lock(s);
     s->evictions = s->reclaimed = s->total_items = 0;
-    nvc_store_unlock(s);
+    meta_unlock(s);
     nvh_stats_reset(s->pool);
 }

@@ -7,9 +7,10 @@
  * An item is one map entry: key -> nvc_hdr followed by the data bytes.
  * Every call that changes an item is durable when it returns (the map's
  * operations are), so the protocol layer may acknowledge as soon as it
- * returns. Callers hold the store lock (nvc_store_lock) around a sequence
- * of calls: a read-modify-write (incr, append, cas) is then atomic, and a
- * pointer returned by nvc_store_find stays valid until the next change.
+ * returns. Callers hold the key's lock (nvc_store_lock) around a sequence
+ * of calls on that key: a read-modify-write (incr, append, cas) is then
+ * atomic, and a pointer returned by nvc_store_find stays valid until the
+ * next change. Changes of keys under different locks run in parallel.
  * A plain lookup needs no lock (nvc_store_read). */
 #ifndef NVCACHED_STORE_H
 #define NVCACHED_STORE_H
@@ -75,10 +76,11 @@ typedef struct nvc_store_stats {
 nvc_store *nvc_store_open(const nvc_store_config *config, char *err, size_t errlen);
 void nvc_store_close(nvc_store *s);
 
-void nvc_store_lock(nvc_store *s);
-void nvc_store_unlock(nvc_store *s);
+/* The lock of key's stripe (the same key always maps to the same lock). */
+void nvc_store_lock(nvc_store *s, const char *key, size_t klen);
+void nvc_store_unlock(nvc_store *s, const char *key, size_t klen);
 
-/* With the lock held: 1 and *view if the key holds a live item (not
+/* With the key's lock held: 1 and *view if the key holds a live item (not
  * expired, not flushed), else 0. `bump` marks it recently used. */
 int nvc_store_find(nvc_store *s, const char *key, size_t klen, int64_t now, bool bump,
                    nvc_view *view);
@@ -89,16 +91,16 @@ int nvc_store_find(nvc_store *s, const char *key, size_t klen, int64_t now, bool
 typedef void (*nvc_read_fn)(const nvc_view *view, void *arg);
 int nvc_store_read(nvc_store *s, const char *key, size_t klen, int64_t now, bool bump,
                    nvc_read_fn fn, void *arg);
-/* With the lock held: store key -> value, where value starts with an
+/* With the key's lock held: store key -> value, where value starts with an
  * nvc_hdr whose cas this call fills in (returned in *cas too) unless
  * keep_cas (a touch keeps the item's CAS, as memcached's does). Evicts at
  * the limit. Durable on return. */
 int nvc_store_put(nvc_store *s, const char *key, size_t klen, void *value, size_t vlen,
                   bool keep_cas, uint64_t *cas);
-/* With the lock held: remove the key; 1 if it was there, 0 if not. */
+/* With the key's lock held: remove the key; 1 if it was there, 0 if not. */
 int nvc_store_delete(nvc_store *s, const char *key, size_t klen);
-/* flush_all: every item stored so far is invalid now (delay 0) or at
- * now + delay; durable on return. */
+/* flush_all (no lock needed): every item stored so far is invalid now
+ * (delay 0) or at now + delay; durable on return. */
 int nvc_store_flush(nvc_store *s, int64_t now, int64_t delay);
 
 /* Start indexing the earlier run's items now (normally started when the

@@ -7,6 +7,7 @@
 #include "hashmap.h"
 #include "../protect/protect.h"
 
+#include <sched.h>
 #include <stdlib.h>
 
 /* ==========================================================================
@@ -28,8 +29,6 @@
 /* ==========================================================================
  * Helpers
  * ========================================================================== */
-static inline void hm_lock(struct nvh_hmap *m) { pthread_mutex_lock(&m->lock); }
-static inline void hm_unlock(struct nvh_hmap *m) { pthread_mutex_unlock(&m->lock); }
 
 /* Recompute the DRAM view of the directory (nsegs, nbuckets, pointers). */
 static int hm_load_directory(struct nvh_hmap *m)
@@ -69,16 +68,21 @@ static int hm_load_directory(struct nvh_hmap *m)
  * nvh_hmap_check recounts and repairs it. */
 void nvh_hm_count_changed_(struct nvh_hmap *m, int64_t delta, bool force)
 {
-    hm_st(&m->count, (uint64_t)((int64_t)m->count + delta));
-    if (delta) m->count_dirty++;
-    if (force || m->count_dirty >= 64) {
-        if (m->root->count_hint != m->count) {
+    /* Writers of several stripes: atomic updates; whoever passes 64 dirty
+     * changes stores the hint (two such stores may land in either order:
+     * it is a hint). */
+    uint64_t c = __atomic_add_fetch(&m->count, (uint64_t)delta, __ATOMIC_RELAXED);
+    bool due = force;
+    if (delta && __atomic_add_fetch(&m->count_dirty, 1, __ATOMIC_RELAXED) >= 64)
+        due = __atomic_exchange_n(&m->count_dirty, 0, __ATOMIC_RELAXED) >= 64;
+    if (due) {
+        if (force) __atomic_store_n(&m->count_dirty, 0, __ATOMIC_RELAXED);
+        if (__atomic_load_n(&m->root->count_hint, __ATOMIC_RELAXED) != c) {
             nvh_protect_open_(m->pool, &m->root->count_hint, 8);
-            m->root->count_hint = m->count;
+            __atomic_store_n(&m->root->count_hint, c, __ATOMIC_RELAXED);
             nvh_flush(m->pool, &m->root->count_hint, 8);
             nvh_protect_close_(m->pool, &m->root->count_hint, 8);
         }
-        m->count_dirty = 0;
     }
 }
 
@@ -89,16 +93,17 @@ void nvh_hm_count_changed_(struct nvh_hmap *m, int64_t delta, bool force)
 /* Step 3 of linking dummy d of `bucket`: its mark is kept in m->marks until
  * the caller's next fence has made the link durable (nvh_hm_settle_ writes
  * it then); a full list settles first. */
-static void hm_mark_later(struct nvh_hmap *m, struct nvh_hm_dummy *d, uint64_t bucket)
+static void hm_mark_later(struct nvh_hmap *m, struct hm_stripe *st, struct nvh_hm_dummy *d,
+                          uint64_t bucket)
 {
-    if (m->nmarks == sizeof m->marks / sizeof m->marks[0]) nvh_hm_settle_(m, true);
+    if (st->nmarks == sizeof st->marks / sizeof st->marks[0]) nvh_hm_settle_(m, st, true);
     unsigned s;
     uint64_t i;
     hm_locate(m->base_log2, bucket, &s, &i);
-    m->marks[m->nmarks].d = d;
-    m->marks[m->nmarks].check = hm_dummy_check(m->seed, bucket, m->root->seg[s]);
-    m->nmarks++;
-    m->buckets_inited++;
+    st->marks[st->nmarks].d = d;
+    st->marks[st->nmarks].check = hm_dummy_check(m->seed, bucket, m->seg_off[s]);
+    st->nmarks++;
+    st->buckets_inited++;
 }
 
 /* Link dummy `bucket` after its parent's position. One fence of its own:
@@ -123,12 +128,13 @@ static void hm_mark_later(struct nvh_hmap *m, struct nvh_hm_dummy *d, uint64_t b
  * was never in the list before), so link replay at recovery cannot undo it
  * (docs/ALLOC.md, the A-B-A caveat). Cost: 1 fence + 3 lines per bucket,
  * once per bucket (about 1/load-factor of the puts). */
-static struct nvh_hm_dummy *hm_init_bucket(struct nvh_hmap *m, uint64_t bucket)
+static struct nvh_hm_dummy *hm_init_bucket(struct nvh_hmap *m, struct hm_stripe *st,
+                                           uint64_t bucket)
 {
     struct nvh_hm_dummy *d = hm_dummy(m, bucket);
     if (hm_dummy_ready(m, bucket, d)) return d;
     NVH_ASSERT(bucket != 0);                    /* bucket 0 is made at create */
-    struct nvh_hm_dummy *parent = hm_init_bucket(m, hm_parent(bucket));
+    struct nvh_hm_dummy *parent = hm_init_bucket(m, st, hm_parent(bucket));
     if (!parent) return NULL;
 
     uint64_t so = hm_dummy_so(bucket);
@@ -153,8 +159,8 @@ static struct nvh_hm_dummy *hm_init_bucket(struct nvh_hmap *m, uint64_t bucket)
          * its mark still waiting for the fence (then it is in m->marks:
          * adding it twice would only write the mark twice, but count the
          * bucket twice in the statistics). */
-        for (unsigned k = 0; k < m->nmarks; k++)
-            if (m->marks[k].d == d) return d;
+        for (unsigned k = 0; k < st->nmarks; k++)
+            if (st->marks[k].d == d) return d;
     } else {
         nvh_protect_open_(m->pool, d, sizeof *d);
         d->next = *prev;
@@ -167,31 +173,43 @@ static struct nvh_hm_dummy *hm_init_bucket(struct nvh_hmap *m, uint64_t bucket)
         hm_st(prev, d_off);                     /* published to readers */
         nvh_flush(m->pool, prev, 8);
         nvh_protect_close_(m->pool, prev, 8);
-        m->link_unfenced = true;
+        st->link_unfenced = true;
     }
-    hm_mark_later(m, d, bucket);
+    hm_mark_later(m, st, d, bucket);
     return d;
 }
 
-void nvh_hm_settle_(struct nvh_hmap *m, bool drain)
+void nvh_hm_settle_(struct nvh_hmap *m, struct hm_stripe *st, bool drain)
 {
-    if (drain && m->link_unfenced) nvh_drain(m->pool);
-    m->link_unfenced = false;
-    for (unsigned k = 0; k < m->nmarks; k++) {
-        nvh_protect_open_(m->pool, &m->marks[k].d->check, 8);
-        hm_st(&m->marks[k].d->check, m->marks[k].check);
-        nvh_flush(m->pool, &m->marks[k].d->check, 8);
-        nvh_protect_close_(m->pool, &m->marks[k].d->check, 8);
+    if (drain && st->link_unfenced) nvh_drain(m->pool);
+    st->link_unfenced = false;
+    for (unsigned k = 0; k < st->nmarks; k++) {
+        nvh_protect_open_(m->pool, &st->marks[k].d->check, 8);
+        hm_st(&st->marks[k].d->check, st->marks[k].check);
+        nvh_flush(m->pool, &st->marks[k].d->check, 8);
+        nvh_protect_close_(m->pool, &st->marks[k].d->check, 8);
     }
-    m->nmarks = 0;
+    st->nmarks = 0;
 }
 
-struct nvh_hm_dummy *nvh_hm_bucket_(struct nvh_hmap *m, uint64_t h63)
+struct nvh_hm_dummy *nvh_hm_bucket_(struct nvh_hmap *m, struct hm_stripe *st, uint64_t h63)
 {
-    uint64_t bucket = h63 & (m->nbuckets - 1);
+    uint64_t bucket = h63 & (hm_ld(&m->nbuckets) - 1);
     struct nvh_hm_dummy *d = hm_dummy(m, bucket);
     if (__builtin_expect(hm_dummy_ready(m, bucket, d), 1)) return d;
-    return hm_init_bucket(m, bucket);
+    return hm_init_bucket(m, st, bucket);
+}
+
+/* Buckets 1..nstripes-1 linked (and marked), so that every later link
+ * stays inside its stripe (hashmap.h). A map made by create has them;
+ * one made by an older library gets them at its first writable open,
+ * before any writer runs: one fence per bucket, once. */
+static int hm_link_stripe_roots(struct nvh_hmap *m)
+{
+    for (uint64_t b = 1; b < m->nstripes; b++)
+        if (!hm_init_bucket(m, &m->stripes[b], b)) return nvh_errcode();
+    for (unsigned k = 0; k < m->nstripes; k++) nvh_hm_settle_(m, &m->stripes[k], true);
+    return NVH_OK;      /* the marks: durable with the next fence (or linked again) */
 }
 
 /* Eager linking, in batches: up to HM_LINK_BATCH unlinked buckets of the
@@ -206,16 +224,25 @@ struct nvh_hm_dummy *nvh_hm_bucket_(struct nvh_hmap *m, uint64_t h63)
  * such a bucket. Returns false if the batch stopped at a bucket whose
  * parent is not linked (only nvh_hm_link_ahead_ links a parent: its own
  * fence). */
-static bool hm_link_collect(struct nvh_hmap *m, const uint64_t *avoid)
+static bool hm_link_collect(struct nvh_hmap *m, struct hm_stripe *st, const uint64_t *avoid)
 {
-    m->ahead_n = 0;
-    for (unsigned looked = 0; looked < 4 * HM_LINK_BATCH && m->ahead_n < HM_LINK_BATCH &&
-                              m->link_cursor < m->nbuckets; looked++) {
-        unsigned n = m->ahead_n;
-        uint64_t b = m->link_cursor;
+    /* A stripe links only its own buckets (b = its index mod nstripes) of
+     * the newest segment; a resize by another stripe moves it on to the
+     * new one. */
+    uint64_t nb = hm_ld(&m->nbuckets);
+    if (st->cursor_nb != nb) {
+        st->cursor_nb = nb;
+        st->link_cursor = (nb > (UINT64_C(1) << m->base_log2) ? nb / 2 : 0) +
+                          (uint64_t)(st - m->stripes);
+    }
+    st->ahead_n = 0;
+    for (unsigned looked = 0; looked < 4 * HM_LINK_BATCH && st->ahead_n < HM_LINK_BATCH &&
+                              st->link_cursor < nb; looked++) {
+        unsigned n = st->ahead_n;
+        uint64_t b = st->link_cursor;
         struct nvh_hm_dummy *d = hm_dummy(m, b);
         if (hm_dummy_ready(m, b, d)) {
-            m->link_cursor++;
+            st->link_cursor += m->nstripes;
             continue;
         }
         uint64_t pb = hm_parent(b);
@@ -231,20 +258,20 @@ static bool hm_link_collect(struct nvh_hmap *m, const uint64_t *avoid)
             prev = &hm_at(m, cur)->next;
         }
         bool clash = prev == avoid;
-        for (unsigned k = 0; k < n; k++) clash |= m->ahead[k].pred == prev;
+        for (unsigned k = 0; k < n; k++) clash |= st->ahead[k].pred == prev;
         if (clash) break;                      /* a later batch links it */
-        m->link_cursor++;
-        m->ahead[n].d = d, m->ahead[n].bucket = b;
-        m->ahead_n = n + 1;
+        st->link_cursor += m->nstripes;
+        st->ahead[n].d = d, st->ahead[n].bucket = b;
+        st->ahead_n = n + 1;
         if (linked) {        /* a crash left it linked, unmarked; or this handle
                                 linked it with its mark still waiting */
             bool waiting = false;
-            for (unsigned k = 0; k < m->nmarks; k++) waiting |= m->marks[k].d == d;
-            if (waiting) m->ahead_n = n;
-            else m->ahead[n].pred = NULL;
+            for (unsigned k = 0; k < st->nmarks; k++) waiting |= st->marks[k].d == d;
+            if (waiting) st->ahead_n = n;
+            else st->ahead[n].pred = NULL;
             continue;
         }
-        m->ahead[n].pred = prev;
+        st->ahead[n].pred = prev;
         nvh_protect_open_(m->pool, d, sizeof *d);
         d->next = *prev;
         d->so_key = so;
@@ -256,37 +283,60 @@ static bool hm_link_collect(struct nvh_hmap *m, const uint64_t *avoid)
     return true;
 }
 
-bool nvh_hm_link_prepare_(struct nvh_hmap *m, const uint64_t *avoid)
+bool nvh_hm_link_prepare_(struct nvh_hmap *m, struct hm_stripe *st, const uint64_t *avoid)
 {
-    return hm_link_collect(m, avoid);
+    return hm_link_collect(m, st, avoid);
 }
 
-void nvh_hm_link_publish_(struct nvh_hmap *m)
+void nvh_hm_link_publish_(struct nvh_hmap *m, struct hm_stripe *st)
 {
-    for (unsigned k = 0; k < m->ahead_n; k++) {
-        uint64_t *pred = m->ahead[k].pred;
+    for (unsigned k = 0; k < st->ahead_n; k++) {
+        uint64_t *pred = st->ahead[k].pred;
         if (pred) {
             nvh_protect_open_(m->pool, pred, 8);
-            hm_st(pred, nvh_off(m->pool, m->ahead[k].d));   /* published */
+            hm_st(pred, nvh_off(m->pool, st->ahead[k].d));   /* published */
             nvh_flush(m->pool, pred, 8);
             nvh_protect_close_(m->pool, pred, 8);
-            m->link_unfenced = true;
+            st->link_unfenced = true;
         }
-        hm_mark_later(m, m->ahead[k].d, m->ahead[k].bucket);
+        hm_mark_later(m, st, st->ahead[k].d, st->ahead[k].bucket);
     }
-    m->ahead_n = 0;
+    st->ahead_n = 0;
 }
 
-void nvh_hm_link_ahead_(struct nvh_hmap *m)
+void nvh_hm_link_ahead_(struct nvh_hmap *m, struct hm_stripe *st)
 {
-    if (!hm_link_collect(m, NULL) && m->ahead_n == 0) {
+    if (!hm_link_collect(m, st, NULL) && st->ahead_n == 0) {
         /* rare (after a crash): link the parent first, its own fence */
-        if (!hm_init_bucket(m, hm_parent(m->link_cursor))) return;
-        hm_link_collect(m, NULL);
+        if (!hm_init_bucket(m, st, hm_parent(st->link_cursor))) return;
+        hm_link_collect(m, st, NULL);
     }
-    if (m->ahead_n == 0) return;
+    if (st->ahead_n == 0) return;
     nvh_drain(m->pool);                        /* every dummy complete */
-    nvh_hm_link_publish_(m);
+    nvh_hm_link_publish_(m, st);
+}
+
+/* ==========================================================================
+ * Pending slots (updates in flight)
+ * ========================================================================== */
+void (*nvh_hm_test_hook_)(void);
+
+unsigned nvh_hm_slot_get_(struct nvh_hmap *m)
+{
+    for (unsigned spins = 0;; spins++) {
+        unsigned busy = __atomic_load_n(&m->slots_busy, __ATOMIC_RELAXED);
+        unsigned want = (unsigned)__builtin_ctz(~busy);
+        if (want < HM_SLOTS &&
+            __atomic_compare_exchange_n(&m->slots_busy, &busy, busy | (1u << want), false,
+                                        __ATOMIC_ACQUIRE, __ATOMIC_RELAXED))
+            return want;
+        if (spins > 64) sched_yield();      /* every slot held for two fences */
+    }
+}
+
+void nvh_hm_slot_put_(struct nvh_hmap *m, unsigned k)
+{
+    __atomic_fetch_and(&m->slots_busy, ~(1u << k), __ATOMIC_RELEASE);
 }
 
 /* ==========================================================================
@@ -299,25 +349,34 @@ void nvh_hm_link_ahead_(struct nvh_hmap *m)
  * dummy once it is linked (after b's, in split order). */
 int nvh_hm_maybe_grow_(struct nvh_hmap *m)
 {
-    uint64_t limit = m->nbuckets * m->root->max_load_pct / 100;
-    if (m->count <= limit) return NVH_OK;
+    uint64_t limit = hm_ld(&m->nbuckets) * m->root->max_load_pct / 100;
+    if (__atomic_load_n(&m->count, __ATOMIC_RELAXED) <= limit) return NVH_OK;
+    /* One resize at a time; a writer that finds one under way goes on (the
+     * next insert looks again). Writers of other stripes keep working: a
+     * new segment only adds buckets, each below its parent's stripe. */
+    if (pthread_mutex_trylock(&m->lock) != 0) return NVH_OK;
+    int rc = NVH_OK;
     unsigned k = m->nsegs;
-    if (k >= NVH_HM_SEGS || m->base_log2 + k > NVH_HM_MAX_BUCKETS_LOG2) return NVH_OK;
+    limit = m->nbuckets * m->root->max_load_pct / 100;
+    if (__atomic_load_n(&m->count, __ATOMIC_RELAXED) <= limit || k >= NVH_HM_SEGS ||
+        m->base_log2 + k > NVH_HM_MAX_BUCKETS_LOG2)
+        goto out;
     uint64_t bytes = hm_seg_buckets(m->base_log2, k) * sizeof(struct nvh_hm_dummy);
     void *seg = hm_reserve(m->pool, bytes);
-    if (!seg) return NVH_OK;   /* no space to grow: keep working with longer chains */
-    int rc = hm_activate(m->pool, seg, &m->root->seg[k]);
+    if (!seg) goto out;        /* no space to grow: keep working with longer chains */
+    rc = hm_activate(m->pool, seg, &m->root->seg[k]);
     if (rc != NVH_OK) {
         hm_cancel(m->pool, seg);
-        return rc;
+        goto out;
     }
     m->seg_ptr[k] = seg;
     m->seg_off[k] = nvh_off(m->pool, seg);
     m->nsegs = k + 1;
-    m->link_cursor = m->nbuckets;  /* the new segment's first bucket */
     hm_st(&m->nbuckets, m->nbuckets * 2);   /* readers see the segment first */
     m->resizes++;
-    return NVH_OK;
+out:
+    pthread_mutex_unlock(&m->lock);
+    return rc;
 }
 
 /* ==========================================================================
@@ -336,6 +395,31 @@ static uint64_t hm_fresh_seed(nvh_pool *pool, const void *where)
     static _Atomic uint64_t counter;
     s ^= hm_mix(atomic_fetch_add(&counter, 1) + nvh_off(pool, where));
     return hm_mix(s) | 1u;
+}
+
+static unsigned hm_nstripes(unsigned base_log2)
+{
+    return base_log2 >= 5 ? HM_STRIPES_MAX : 1u << base_log2;
+}
+
+/* Segment 0 of a new map: dummies 0..nstripes-1 linked in split order and
+ * marked (each stripe's root bucket: hashmap.h), persisted. The segment
+ * is reachable only once activated, so no order among these stores
+ * matters. */
+static void hm_seg0_init(nvh_pool *pool, struct nvh_hm_dummy *seg0, uint64_t seed,
+                         unsigned base_log2)
+{
+    unsigned n = hm_nstripes(base_log2), bits = (unsigned)__builtin_ctz(n);
+    uint64_t seg_off = nvh_off(pool, seg0), prev = UINT64_MAX;
+    memset(seg0, 0, n * sizeof seg0[0]);
+    for (unsigned i = 0; i < n; i++) {          /* i-th in split order */
+        uint64_t b = bits ? hm_bitrev64(i) >> (64 - bits) : 0;
+        seg0[b].so_key = hm_dummy_so(b);
+        seg0[b].check = hm_dummy_check(seed, b, seg_off);
+        if (prev != UINT64_MAX) seg0[prev].next = nvh_off(pool, &seg0[b]);
+        prev = b;
+    }
+    nvh_persist(pool, seg0, n * sizeof seg0[0]);
 }
 
 static int hm_create(nvh_pool *pool, nvh_off_t *link, const nvh_hmap_options *options)
@@ -368,11 +452,10 @@ static int hm_create(nvh_pool *pool, nvh_off_t *link, const nvh_hmap_options *op
     r->base_log2 = base;
     r->seed = options && options->seed ? options->seed : hm_fresh_seed(pool, r);
     r->max_load_pct = pct;
-    /* Bucket 0's dummy is the list head: made here, marked, never unlinked. */
-    memset(seg0, 0, sizeof seg0[0]);
-    seg0[0].check = hm_dummy_check(r->seed, 0, nvh_off(pool, seg0));
+    /* Bucket 0's dummy is the list head: made here, marked, never unlinked;
+     * the other stripes' root buckets follow it. */
+    hm_seg0_init(pool, seg0, r->seed, base);
     r->magic = NVH_HM_MAGIC;
-    nvh_flush(pool, seg0, sizeof seg0[0]);
     nvh_persist(pool, r, sizeof *r);
     /* Activation 1: the root, linked from the caller's word; activation 2:
      * segment 0, linked from the root's directory. The other order would
@@ -404,9 +487,7 @@ static int hm_finish_create(struct nvh_hmap *m)
     uint64_t seg_bytes = hm_seg_buckets(r->base_log2, 0) * sizeof(struct nvh_hm_dummy);
     struct nvh_hm_dummy *seg0 = nvh_reserve(m->pool, seg_bytes);
     if (!seg0) return nvh_errcode();
-    memset(seg0, 0, sizeof seg0[0]);
-    seg0[0].check = hm_dummy_check(r->seed, 0, nvh_off(m->pool, seg0));
-    nvh_persist(m->pool, seg0, sizeof seg0[0]);
+    hm_seg0_init(m->pool, seg0, r->seed, r->base_log2);
     nvh_off_t *seg_links[1] = {&r->seg[0]};
     int rc = nvh_activate(m->pool, seg0, seg_links, 1);
     if (rc != NVH_OK) nvh_cancel(m->pool, seg0);
@@ -422,10 +503,9 @@ static int hm_finish_create(struct nvh_hmap *m)
  * pending set: if the old entry is still in the list (the activation did not
  * happen) the update is void and pending is cleared; otherwise the old entry
  * is unreachable and is freed now. Cost: one bucket search. */
-static int hm_recover_pending(struct nvh_hmap *m)
+static int hm_recover_pending(struct nvh_hmap *m, uint64_t *slot)
 {
-    struct nvh_hm_root *r = m->root;
-    uint64_t off = r->pending;
+    uint64_t off = *slot;
     if (off == 0) return NVH_OK;
     struct nvh_hm_node *old = nvh_ptr(m->pool, off);
     if (!nvh_contains(m->pool, old, sizeof *old) || off % NVH_ALLOC_ALIGN ||
@@ -433,7 +513,8 @@ static int hm_recover_pending(struct nvh_hmap *m)
         return nvh_fail(NVH_E_CORRUPT, "hash map: pending entry at %llu is not an entry",
                         (unsigned long long)off);
     uint64_t h63 = hm_bitrev64(old->so_key & ~UINT64_C(1));
-    struct nvh_hm_dummy *d = nvh_hm_bucket_(m, h63);
+    struct hm_stripe *st = hm_stripe_of(m, h63);
+    struct nvh_hm_dummy *d = nvh_hm_bucket_(m, st, h63);
     if (!d) return nvh_errcode();
     /* Is `old` itself reachable? Walk the run of equal split-order keys. */
     uint64_t *prev = &d->next;
@@ -448,16 +529,50 @@ static int hm_recover_pending(struct nvh_hmap *m)
         if (n->so_key > old->so_key) break;
         prev = &n->next;
     }
-    m->recovered_pending = 1;
+    m->recovered_pending++;
     if (reachable) {
-        nvh_hm_settle_(m, true);
-        r->pending = 0;
-        nvh_persist(m->pool, &r->pending, 8);
+        nvh_hm_settle_(m, st, true);
+        *slot = 0;
+        nvh_persist(m->pool, slot, 8);
         return NVH_OK;
     }
-    nvh_hm_settle_(m, true);
-    nvh_link l = {&r->pending, 0};
+    nvh_hm_settle_(m, st, true);
+    nvh_link l = {slot, 0};
     return nvh_free(m->pool, old, &l, 1);
+}
+
+/* Every slot (updates in flight at a crash are in different stripes, so
+ * each is resolved on its own). */
+static int hm_recover_slots(struct nvh_hmap *m)
+{
+    for (unsigned k = 0; k < HM_SLOTS; k++) {
+        int rc = hm_recover_pending(m, hm_slot_word(m->root, k));
+        if (rc != NVH_OK) return rc;
+    }
+    return NVH_OK;
+}
+
+static struct nvh_hmap *hm_handle_new(void)
+{
+    struct nvh_hmap *m = calloc(1, sizeof *m);
+    if (!m) return NULL;
+    m->stripes = aligned_alloc(64, HM_STRIPES_MAX * sizeof *m->stripes);
+    if (!m->stripes) {
+        free(m);
+        return NULL;
+    }
+    memset(m->stripes, 0, HM_STRIPES_MAX * sizeof *m->stripes);
+    pthread_mutex_init(&m->lock, NULL);
+    for (unsigned k = 0; k < HM_STRIPES_MAX; k++) pthread_mutex_init(&m->stripes[k].lock, NULL);
+    return m;
+}
+
+static void hm_handle_free(struct nvh_hmap *m)
+{
+    pthread_mutex_destroy(&m->lock);
+    for (unsigned k = 0; k < HM_STRIPES_MAX; k++) pthread_mutex_destroy(&m->stripes[k].lock);
+    free(m->stripes);
+    free(m);
 }
 
 static int hm_hook_close(nvh_pool_hook *hook, int check_only);
@@ -495,7 +610,7 @@ static nvh_hmap *hm_open(nvh_pool *pool, nvh_off_t root_off)
      * is returned again, with a reference more. */
     nvh_pool_hook *open = nvh_pool_hook_get_(pool, r);
     if (open) return (struct nvh_hmap *)(void *)((char *)open - offsetof(struct nvh_hmap, hook));
-    struct nvh_hmap *m = calloc(1, sizeof *m);
+    struct nvh_hmap *m = hm_handle_new();
     if (!m) {
         nvh_fail(NVH_E_NOMEM, "nvh_hmap_open: out of memory");
         return NULL;
@@ -505,7 +620,7 @@ static nvh_hmap *hm_open(nvh_pool *pool, nvh_off_t root_off)
     m->root_off = root_off;
     m->base_log2 = r->base_log2;
     m->seed = r->seed;
-    pthread_mutex_init(&m->lock, NULL);
+    m->nstripes = hm_nstripes(m->base_log2);
     int rc = NVH_OK;
     /* A read-only open cannot repair: an interrupted create reads as a
      * corrupt map, and a pending update is left for the next writable open
@@ -513,21 +628,19 @@ static nvh_hmap *hm_open(nvh_pool *pool, nvh_off_t root_off)
      * list, or unreachable). */
     if (r->seg[0] == 0 && !pool->readonly) rc = hm_finish_create(m);
     if (rc == NVH_OK) rc = hm_load_directory(m);
-    if (rc == NVH_OK && !pool->readonly) rc = hm_recover_pending(m);
+    if (rc == NVH_OK && !pool->readonly) rc = hm_link_stripe_roots(m);
+    if (rc == NVH_OK && !pool->readonly) rc = hm_recover_slots(m);
     if (rc != NVH_OK) {
-        pthread_mutex_destroy(&m->lock);
-        free(m);
+        hm_handle_free(m);
         return NULL;
     }
     hm_st(&m->count, r->count_hint);
-    m->link_cursor = m->nsegs > 1 ? m->nbuckets / 2 : 1;
     m->hook.key = r;
     m->hook.close = hm_hook_close;
     nvh_pool_hook *got = nvh_pool_hook_add_(pool, &m->hook);
     if (got != &m->hook) {
         /* another thread opened it meanwhile: use that handle */
-        pthread_mutex_destroy(&m->lock);
-        free(m);
+        hm_handle_free(m);
         return (struct nvh_hmap *)(void *)((char *)got - offsetof(struct nvh_hmap, hook));
     }
     return m;
@@ -536,15 +649,14 @@ static nvh_hmap *hm_open(nvh_pool *pool, nvh_off_t root_off)
 static int hm_close(nvh_hmap *m)
 {
     if (!m) return NVH_OK;
-    hm_lock(m);
+    hm_lock_all(m);
     if (!m->pool->readonly) {
-        nvh_hm_settle_(m, true);
+        for (unsigned k = 0; k < m->nstripes; k++) nvh_hm_settle_(m, &m->stripes[k], true);
         nvh_hm_count_changed_(m, 0, true);
         nvh_drain(m->pool);
     }
-    hm_unlock(m);
-    pthread_mutex_destroy(&m->lock);
-    free(m);
+    hm_unlock_all(m);
+    hm_handle_free(m);
     return NVH_OK;
 }
 
@@ -576,9 +688,9 @@ static int hm_destroy(nvh_hmap *m, nvh_off_t *link)
         return nvh_fail(NVH_E_BUSY, "nvh_hmap_destroy: the map is open more than once "
                         "(close the other handles first)");
     }
-    hm_lock(m);
+    hm_lock_all(m);
     int rc = NVH_OK;
-    nvh_hm_settle_(m, true);
+    for (unsigned k = 0; k < m->nstripes; k++) nvh_hm_settle_(m, &m->stripes[k], true);
     /* Walk from bucket 0's dummy, unlinking each entry from its predecessor. */
     uint64_t *prev = &m->seg_ptr[0][0].next;
     while (rc == NVH_OK && *prev) {
@@ -620,13 +732,12 @@ static int hm_destroy(nvh_hmap *m, nvh_off_t *link)
         nvh_link l = {link, 0};
         rc = nvh_free(m->pool, m->root, &l, 1);
     }
-    hm_unlock(m);
+    hm_unlock_all(m);
     if (rc != NVH_OK) {
         nvh_pool_hook_add_(m->pool, &m->hook);      /* still open */
         return rc;
     }
-    pthread_mutex_destroy(&m->lock);
-    free(m);
+    hm_handle_free(m);
     return NVH_OK;
 }
 

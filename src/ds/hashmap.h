@@ -45,11 +45,14 @@ struct nvh_hm_root {
     uint32_t base_log2;      /* 12  log2(buckets of segment 0)               */
     uint64_t seed;           /* 16  hash seed and dummy check seed            */
     uint64_t count_hint;     /* 24  entries, flushed every 64 changes: a hint */
-    uint64_t pending;        /* 32  entry being replaced by an update (0: none);
-                                    cleared by the free that retires it        */
+    uint64_t pending;        /* 32  pending slot 0: entry being replaced by an
+                                    update (0: none); cleared by the free that
+                                    retires it                                 */
     uint32_t max_load_pct;   /* 40  resize when count > buckets * pct / 100  */
     uint32_t flags;          /* 44  reserved, 0                              */
-    uint64_t reserved[2];    /* 48                                           */
+    uint64_t pending2[2];    /* 48  pending slots 1 and 2, as `pending`: one
+                                    per update in flight (HM_SLOTS); read as
+                                    reserved zeros by older libraries          */
     uint64_t seg[NVH_HM_SEGS]; /* 64 directory: offsets of bucket segments; a
                                     prefix is non-zero. seg[0] holds 2^base
                                     buckets, seg[k>=1] holds 2^(base+k-1)      */
@@ -58,6 +61,16 @@ static_assert(sizeof(struct nvh_hm_root) == 448, "hm root size");
 static_assert(offsetof(struct nvh_hm_root, count_hint) == 24, "hm root count");
 static_assert(offsetof(struct nvh_hm_root, pending) == 32, "hm root pending");
 static_assert(offsetof(struct nvh_hm_root, seg) == 64, "hm root directory");
+static_assert(offsetof(struct nvh_hm_root, pending2) == 48, "hm root pending slots");
+
+/* Pending slots: updates in flight at once. An update needs one from its
+ * content fence to the free of the old entry; more writers than slots wait
+ * for one (a few instructions: a slot is held for two fences). */
+#define HM_SLOTS 3u
+static inline uint64_t *hm_slot_word(struct nvh_hm_root *r, unsigned k)
+{
+    return k == 0 ? &r->pending : &r->pending2[k - 1];
+}
 
 /* A list node header. Dummies (buckets) and entries share the first 16
  * bytes so a traversal reads one shape: so_key's low bit tells them apart
@@ -99,37 +112,76 @@ static_assert(offsetof(struct nvh_hm_dummy, so_key) == offsetof(struct nvh_hm_li
 
 /* ==========================================================================
  * DRAM handle (nothing here is needed by recovery: all derived at open)
- * ========================================================================== */
+ * ==========================================================================
+ * Writers are striped: a key's stripe is h63 mod nstripes (nstripes a
+ * power of two <= the buckets of segment 0). Every link word a write
+ * changes belongs to a node of the key's stripe: bucket b's run of the
+ * list (from its dummy to the next linked one) holds only nodes whose
+ * bucket is congruent to b mod nstripes once buckets 0..nstripes-1 are
+ * linked (they are, from create or open: hm_link_stripe_roots), because
+ * a bucket and its parent agree in their low bits and split order sorts
+ * by the low bits first. So writers of different stripes never store the
+ * same word, and each stripe keeps its own deferred marks and eager-link
+ * batch. docs/HASHMAP.md §7. */
+#define HM_STRIPES_MAX 32u     /* hm_lock_all holds them all: under TSan's 64 */
+
+struct hm_stripe {
+    pthread_mutex_t lock;    /* writers of this stripe, one at a time        */
+    bool link_unfenced;      /* a dummy's predecessor link is flushed but not
+                                yet fenced: fence before the next free        */
+    unsigned nmarks;         /* dummies linked whose mark waits for that fence */
+    struct { struct nvh_hm_dummy *d; uint64_t check; } marks[64];
+    uint64_t link_cursor;    /* next bucket the eager linker looks at        */
+    uint64_t cursor_nb;      /* the bucket count link_cursor was set for     */
+    unsigned ahead_n;        /* dummies of the eager batch being linked      */
+    struct { struct nvh_hm_dummy *d; uint64_t *pred; uint64_t bucket; } ahead[HM_LINK_BATCH];
+    uint64_t buckets_inited; /* dummies linked by this stripe's writers      */
+} __attribute__((aligned(64)));
+
 struct nvh_hmap {
     nvh_pool *pool;
     nvh_pool_hook hook;      /* registered with the pool while open (key: root) */
     struct nvh_hm_root *root;
     nvh_off_t root_off;
-    pthread_mutex_t lock;    /* writers, one at a time; readers take no lock
+    pthread_mutex_t lock;    /* resizing; with every stripe lock: check,
+                                close, destroy, salvage. Readers take no lock
                                 (docs/HASHMAP.md §7: epochs)                   */
+    unsigned nstripes;       /* power of two, <= 2^base_log2, <= HM_STRIPES_MAX */
+    unsigned slots_busy;     /* atomic: bit k = pending slot k is held        */
     unsigned base_log2;
     unsigned nsegs;          /* non-zero prefix of root->seg                 */
     uint64_t nbuckets;       /* 2^(base_log2 + nsegs - 1); hm_ld/hm_st: a
                                 reader loads it, then the segment pointers
                                 stored before it                              */
     uint64_t count;          /* exact while open (from the hint at open);
-                                hm_ld/hm_st                                   */
-    uint64_t count_dirty;    /* changes since the hint was last flushed      */
+                                atomic                                        */
+    uint64_t count_dirty;    /* atomic: changes since the hint was flushed   */
     uint64_t seed;
     struct nvh_hm_dummy *seg_ptr[NVH_HM_SEGS];
     uint64_t seg_off[NVH_HM_SEGS]; /* root->seg as loaded (readers never read
                                 the root's directory: the allocator writes it) */
-    bool link_unfenced;      /* a dummy's predecessor link is flushed but not
-                                yet fenced: fence before the next free        */
-    unsigned nmarks;         /* dummies linked whose mark waits for that fence */
-    struct { struct nvh_hm_dummy *d; uint64_t check; } marks[64];
-    uint64_t link_cursor;    /* next bucket the eager linker looks at        */
-    unsigned ahead_n;        /* dummies of the eager batch being linked      */
-    struct { struct nvh_hm_dummy *d; uint64_t *pred; uint64_t bucket; } ahead[HM_LINK_BATCH];
     uint64_t resizes;        /* segments added by this handle                */
-    uint64_t buckets_inited; /* dummies linked by this handle                */
-    uint64_t recovered_pending; /* 1 if open retired/cleared a pending update */
+    uint64_t recovered_pending; /* updates open retired or cleared            */
+    struct hm_stripe *stripes; /* nstripes of them                           */
 };
+
+static inline struct hm_stripe *hm_stripe_of(const struct nvh_hmap *m, uint64_t h63)
+{
+    return &m->stripes[h63 & (m->nstripes - 1)];
+}
+
+/* Every stripe lock (in index order), then the map lock: nothing writes. */
+static inline void hm_lock_all(struct nvh_hmap *m)
+{
+    for (unsigned k = 0; k < m->nstripes; k++) pthread_mutex_lock(&m->stripes[k].lock);
+    pthread_mutex_lock(&m->lock);
+}
+
+static inline void hm_unlock_all(struct nvh_hmap *m)
+{
+    pthread_mutex_unlock(&m->lock);
+    for (unsigned k = m->nstripes; k-- > 0;) pthread_mutex_unlock(&m->stripes[k].lock);
+}
 
 /* ==========================================================================
  * Words that lock-free readers load while a writer may store them (list
@@ -325,7 +377,7 @@ static inline int hm_activate(nvh_pool *pool, void *p, nvh_off_t *link)
  * ========================================================================== */
 /* Dummy of the bucket of h63, linked into the list first if needed. NULL on
  * error (allocation-free; only fails on corruption). */
-struct nvh_hm_dummy *nvh_hm_bucket_(struct nvh_hmap *m, uint64_t h63);
+struct nvh_hm_dummy *nvh_hm_bucket_(struct nvh_hmap *m, struct hm_stripe *st, uint64_t h63);
 
 /* Search the list from `start` for (so, key). Returns the node or NULL;
  * *prev_out gets the word that points at the node (or, if not found, at the
@@ -338,19 +390,19 @@ struct nvh_hm_node *nvh_hm_find_(struct nvh_hmap *m, struct nvh_hm_link *start, 
 /* After a fence (or with drain = true: after one it issues if a dummy link
  * is unfenced), write the marks of the dummies linked since (flushed; they
  * become durable with the next fence). */
-void nvh_hm_settle_(struct nvh_hmap *m, bool drain);
+void nvh_hm_settle_(struct nvh_hmap *m, struct hm_stripe *st, bool drain);
 
 /* Link one not-yet-linked bucket of the newest segment (after an insert),
  * so that by the next doubling every bucket is linked and reads never start
  * at a parent. Progress lives in DRAM only (restarts at open: idempotent). */
-void nvh_hm_link_ahead_(struct nvh_hmap *m);
+void nvh_hm_link_ahead_(struct nvh_hmap *m, struct hm_stripe *st);
 /* The same folded into a put's fences: prepare writes the next batch's
  * dummies (flushed, not fenced; none takes the word `avoid`, the put's own
  * link) before the put's content fence; publish stores their predecessor
  * links after that fence (durable with the put's activation fence). */
-bool nvh_hm_link_prepare_(struct nvh_hmap *m, const uint64_t *avoid); /* false: blocked
+bool nvh_hm_link_prepare_(struct nvh_hmap *m, struct hm_stripe *st, const uint64_t *avoid); /* false: blocked
                                                                          by an unlinked parent */
-void nvh_hm_link_publish_(struct nvh_hmap *m);
+void nvh_hm_link_publish_(struct nvh_hmap *m, struct hm_stripe *st);
 
 /* Salvage a damaged list in place (nvheap check --repair): each link to
  * something a walk must not follow (hm_node_at, key order, a cycle), to an
@@ -373,8 +425,18 @@ typedef int (*nvh_hm_entry_fn)(const void *key, size_t klen, const void *value, 
 int nvh_hm_get_fn_(struct nvh_hmap *m, const void *key, size_t klen, nvh_hm_entry_fn fn,
                    void *arg);
 
-/* Add a segment if the load factor calls for it (after an insert). */
+/* Add a segment if the load factor calls for it (after an insert; the
+ * caller holds a stripe lock; a resize already under way elsewhere makes
+ * it return at once). */
 int nvh_hm_maybe_grow_(struct nvh_hmap *m);
+/* Take a free pending slot (waiting if all are held) / give it back. */
+unsigned nvh_hm_slot_get_(struct nvh_hmap *m);
+void nvh_hm_slot_put_(struct nvh_hmap *m, unsigned k);
+/* Tests only (NULL otherwise): called by an update after its activation
+ * fence, with its stripe lock and pending slot held, so a single-threaded
+ * crash workload can run updates of other stripes inside it: several
+ * updates in flight, each with its own slot, at deterministic fences. */
+extern void (*nvh_hm_test_hook_)(void);
 /* Store and flush the count hint (no fence) every 64 changes, or now. */
 void nvh_hm_count_changed_(struct nvh_hmap *m, int64_t delta, bool force);
 

@@ -10,8 +10,15 @@
 /* ==========================================================================
  * Helpers
  * ========================================================================== */
-static inline void hm_lock(struct nvh_hmap *m) { pthread_mutex_lock(&m->lock); }
-static inline void hm_unlock(struct nvh_hmap *m) { pthread_mutex_unlock(&m->lock); }
+static inline void hm_lock(struct nvh_hmap *m) { hm_lock_all(m); }
+static inline void hm_unlock(struct nvh_hmap *m) { hm_unlock_all(m); }
+
+static uint64_t hm_buckets_inited(const struct nvh_hmap *m)
+{
+    uint64_t n = 0;
+    for (unsigned k = 0; k < m->nstripes; k++) n += m->stripes[k].buckets_inited;
+    return n;
+}
 
 /* Bucket index of a dummy pointer, or UINT64_MAX if it is not a dummy slot
  * of a current segment. */
@@ -64,7 +71,9 @@ int nvh_hmap_check(nvh_hmap *m, nvh_hmap_stats *stats)
     if (r->magic != NVH_HM_MAGIC || r->version != NVH_HM_VERSION) HM_BAD("hm: bad root magic");
     for (unsigned k = 0; k < NVH_HM_SEGS; k++)
         if ((k < m->nsegs) != (r->seg[k] != 0)) HM_BAD("hm: directory slot %u", k);
-    if (r->pending != 0 && !m->pool->readonly) HM_BAD("hm: update pending after open");
+    for (unsigned k = 0; k < HM_SLOTS; k++)
+        if (*hm_slot_word(r, k) != 0 && !m->pool->readonly)
+            HM_BAD("hm: update pending in slot %u with no writer", k);
 
     seen = calloc((size_t)(m->nbuckets + 7) / 8, 1);
     if (!seen) {
@@ -169,7 +178,7 @@ out:
     st.buckets = m->nbuckets;
     st.segments = m->nsegs;
     st.resizes = m->resizes;
-    st.buckets_inited = m->buckets_inited;
+    st.buckets_inited = hm_buckets_inited(m);
     st.recovered_pending = m->recovered_pending;
     st.load_factor = m->nbuckets ? (double)m->count / (double)m->nbuckets : 0;
     hm_unlock(m);
@@ -189,7 +198,7 @@ int nvh_hmap_stats_get(nvh_hmap *m, nvh_hmap_stats *stats)
     stats->buckets = m->nbuckets;
     stats->segments = m->nsegs;
     stats->resizes = m->resizes;
-    stats->buckets_inited = m->buckets_inited;
+    stats->buckets_inited = hm_buckets_inited(m);
     stats->recovered_pending = m->recovered_pending;
     stats->load_factor = m->nbuckets ? (double)m->count / (double)m->nbuckets : 0;
     hm_unlock(m);

@@ -10,8 +10,10 @@
 /* ==========================================================================
  * Helpers
  * ========================================================================== */
-static inline void hm_lock(struct nvh_hmap *m) { pthread_mutex_lock(&m->lock); }
-static inline void hm_unlock(struct nvh_hmap *m) { pthread_mutex_unlock(&m->lock); }
+/* A writer holds its key's stripe lock (hashmap.h: writers of different
+ * stripes never store the same word). */
+static inline void hm_lock(struct hm_stripe *st) { pthread_mutex_lock(&st->lock); }
+static inline void hm_unlock(struct hm_stripe *st) { pthread_mutex_unlock(&st->lock); }
 
 enum hm_mode { HM_PUT, HM_INSERT, HM_UPDATE };
 
@@ -104,14 +106,16 @@ struct nvh_hm_node *nvh_hm_find_(struct nvh_hmap *m, struct nvh_hm_link *start, 
  * ========================================================================== */
 /* Fill and persist a new entry, then publish it with ONE activation whose
  * link is `*prev` (the predecessor's next, or a dummy's):
- *   fence 1  entry content (+ root->pending for an update) durable: a redo
+ *   fence 1  entry content (+ a pending slot for an update) durable: a redo
  *            record must never reach the media before what it publishes
  *            (its line can be evicted before its own fence);
  *   fence 2  nvh_activate: allocation + link, failure-atomic;
- *   fence 3  (update only) nvh_free of the old entry with root->pending as
- *            its link, so the free and the clearing of pending are atomic.
- * A crash between 2 and 3 leaves pending naming the unreachable old entry:
- * open frees it (hashmap.c, hm_recover_pending). Nothing is ever reachable
+ *   fence 3  (update only) nvh_free of the old entry with the slot as its
+ *            link, so the free and the clearing of the slot are atomic.
+ * A crash between 2 and 3 leaves the slot naming the unreachable old entry:
+ * open frees it (hashmap.c, hm_recover_pending). Each update in flight has
+ * a slot of its own (root->pending, pending2[0..1]: HM_SLOTS), so writers
+ * of different stripes update in parallel. Nothing is ever reachable
  * half-written, and a reader never sees the old and new entry both. */
 static int hm_write(struct nvh_hmap *m, const void *key, size_t klen, const void *val,
                     size_t vlen, enum hm_mode mode, const char *fn)
@@ -128,33 +132,40 @@ static int hm_write(struct nvh_hmap *m, const void *key, size_t klen, const void
     uint64_t h63 = hm_h63(hm_hash(m->seed, key, klen));
     uint64_t so = hm_entry_so(h63);
 
-    hm_lock(m);
-    struct nvh_hm_dummy *d = nvh_hm_bucket_(m, h63);
+    struct hm_stripe *st = hm_stripe_of(m, h63);
+    hm_lock(st);
+    struct nvh_hm_dummy *d = nvh_hm_bucket_(m, st, h63);
     if (!d) {
-        hm_unlock(m);
+        hm_unlock(st);
         return nvh_errcode();
     }
     uint64_t *prev;
     struct nvh_hm_node *old = nvh_hm_find_(m, (struct nvh_hm_link *)d, so, key, (uint32_t)klen,
                                            &prev);
     if (!prev) {                                  /* damaged list */
-        hm_unlock(m);
+        hm_unlock(st);
         return NVH_E_CORRUPT;
     }
     if (old && mode == HM_INSERT) {
-        hm_unlock(m);
+        hm_unlock(st);
         return nvh_fail(NVH_E_EXISTS, "%s: key exists", fn);
     }
     if (!old && mode == HM_UPDATE) {
-        hm_unlock(m);
+        hm_unlock(st);
         return nvh_fail(NVH_E_NOTFOUND, "%s: key not present", fn);
     }
 
     size_t size = sizeof(struct nvh_hm_node) + klen + vlen;
     struct nvh_hm_node *e = hm_reserve(pool, size);
     if (!e) {
-        hm_unlock(m);
+        hm_unlock(st);
         return nvh_errcode();
+    }
+    unsigned slot = 0;
+    uint64_t *pend = NULL;
+    if (old) {
+        slot = nvh_hm_slot_get_(m);
+        pend = hm_slot_word(m->root, slot);
     }
     /* windows: the new entry and (update) root->pending, closed after
      * fence 1 made them durable */
@@ -169,46 +180,50 @@ static int hm_write(struct nvh_hmap *m, const void *key, size_t klen, const void
     nvh_flush(pool, e, sizeof *e + klen);
     if (vlen) nvh_memcpy_nodrain(pool, e->data + klen, val, vlen);
     if (old) {
-        NVH_ASSERT(m->root->pending == 0);
-        nvh_protect_open_(pool, &m->root->pending, 8);
-        m->root->pending = nvh_off(pool, old);
-        nvh_flush(pool, &m->root->pending, 8);
+        NVH_ASSERT(*pend == 0);
+        nvh_protect_open_(pool, pend, 8);
+        __atomic_store_n(pend, nvh_off(pool, old), __ATOMIC_RELAXED);  /* line shared */
+        nvh_flush(pool, pend, 8);
     }
     bool blocked = false;          /* eager bucket links ride on fences 1 and 2 */
-    if (!old) blocked = !nvh_hm_link_prepare_(m, prev) && m->ahead_n == 0;
+    if (!old) blocked = !nvh_hm_link_prepare_(m, st, prev) && st->ahead_n == 0;
     nvh_drain(pool);                                        /* fence 1 */
     nvh_protect_close_(pool, e, size);
-    if (old) nvh_protect_close_(pool, &m->root->pending, 8);
-    nvh_hm_settle_(m, false);      /* fence 1 also made new dummies' links durable */
-    nvh_hm_link_publish_(m);       /* their links: durable with fence 2 */
+    if (old) nvh_protect_close_(pool, pend, 8);
+    nvh_hm_settle_(m, st, false);  /* fence 1 also made new dummies' links durable */
+    nvh_hm_link_publish_(m, st);   /* their links: durable with fence 2 */
 
     rc = hm_activate(pool, e, prev);                        /* fence 2 */
     if (rc != NVH_OK) {
         hm_cancel(pool, e);
         if (old) {
-            nvh_protect_open_(pool, &m->root->pending, 8);
-            m->root->pending = 0;
-            nvh_persist(pool, &m->root->pending, 8);
-            nvh_protect_close_(pool, &m->root->pending, 8);
+            nvh_protect_open_(pool, pend, 8);
+            __atomic_store_n(pend, 0, __ATOMIC_RELAXED);
+            nvh_persist(pool, pend, 8);
+            nvh_protect_close_(pool, pend, 8);
+            nvh_hm_slot_put_(m, slot);
         }
-        hm_unlock(m);
+        hm_unlock(st);
         return rc;
     }
     if (old) {
-        rc = hm_free(pool, old, &m->root->pending, 0);     /* fence 3 */
-        /* A failure here (a corrupt header) leaves pending set: the next
-         * open retries the free. The update itself is durable. */
+        if (__builtin_expect(nvh_hm_test_hook_ != NULL, 0)) nvh_hm_test_hook_();
+        rc = hm_free(pool, old, pend, 0);                  /* fence 3 */
+        /* A failure here (a corrupt header) leaves the slot set: the next
+         * open retries the free, and this handle never hands it out again.
+         * The update itself is durable. */
+        if (rc == NVH_OK) nvh_hm_slot_put_(m, slot);
         nvh_hm_count_changed_(m, 0, false);
     } else {
-        nvh_hm_settle_(m, false);  /* fence 2 made the eager links durable: marks */
+        nvh_hm_settle_(m, st, false);  /* fence 2 made the eager links durable: marks */
         nvh_hm_count_changed_(m, 1, false);
         int grc = nvh_hm_maybe_grow_(m);
         (void)grc;   /* a failed grow only leaves the chains longer */
         /* a batch blocked by an unlinked parent (after a crash): the
          * standalone linker links it, with a fence of its own */
-        if (blocked) nvh_hm_link_ahead_(m);
+        if (blocked) nvh_hm_link_ahead_(m, st);
     }
-    hm_unlock(m);
+    hm_unlock(st);
     return rc;
 }
 
@@ -237,26 +252,27 @@ int nvh_hmap_delete(nvh_hmap *m, const void *key, size_t klen)
     if (rc != NVH_OK) return rc;
     if (m->pool->readonly) return nvh_fail(NVH_E_READONLY, "nvh_hmap_delete: pool is read-only");
     uint64_t h63 = hm_h63(hm_hash(m->seed, key, klen));
-    hm_lock(m);
+    struct hm_stripe *st = hm_stripe_of(m, h63);
+    hm_lock(st);
     /* Searching from the bucket's own dummy (linking it if needed) keeps the
      * predecessor of a first entry a dummy of this bucket. */
-    struct nvh_hm_dummy *d = nvh_hm_bucket_(m, h63);
+    struct nvh_hm_dummy *d = nvh_hm_bucket_(m, st, h63);
     if (!d) {
-        hm_unlock(m);
+        hm_unlock(st);
         return nvh_errcode();
     }
     uint64_t *prev;
     struct nvh_hm_node *e =
         nvh_hm_find_(m, (struct nvh_hm_link *)d, hm_entry_so(h63), key, (uint32_t)klen, &prev);
     if (!e) {
-        hm_unlock(m);
+        hm_unlock(st);
         if (!prev) return NVH_E_CORRUPT;          /* damaged list */
         return nvh_fail(NVH_E_NOTFOUND, "nvh_hmap_delete: key not present");
     }
-    nvh_hm_settle_(m, true);       /* a dummy linked by this call or an earlier one */
+    nvh_hm_settle_(m, st, true);   /* a dummy linked by this call or an earlier one */
     rc = hm_free(m->pool, e, prev, e->next);
     if (rc == NVH_OK) nvh_hm_count_changed_(m, -1, false);
-    hm_unlock(m);
+    hm_unlock(st);
     return rc;
 }
 

@@ -15,6 +15,7 @@
  * and across the crash points of one run (monotonicity): a point taken after
  * a later acknowledgement never recovers a shorter prefix. */
 #include "hm_model.h"
+#include "ds/hashmap.h"        /* white-box: a key's writer stripe, the test hook */
 
 #include <sys/mman.h>
 
@@ -65,6 +66,89 @@ static int hm_workload(nvh_pool *pool, void *arg)
     return nvh_hmap_close(m);
 }
 
+/* ---------------------------------------------------------------------------
+ * Several updates in flight (writers of different stripes), single-threaded
+ * so every fence is deterministic: each update, after its activation fence
+ * and before the free that retires its old entry (nvh_hm_test_hook_), runs
+ * the stream's next operation inside it when that key's stripe is above
+ * the enclosing updates' stripes, up to 3 deep — so crashes find 1, 2
+ * or 3 pending slots set at once. The enclosing update is durable at its
+ * hook (its activation was fenced), so it counts as acknowledged there:
+ * stream order = the order the operations took effect.
+ * ------------------------------------------------------------------------- */
+static struct {
+    nvh_hmap *m;
+    uint32_t *ver, clock;
+    uint64_t rng;
+    unsigned next;                /* index of the stream's next operation */
+    unsigned depth, max_depth;
+    uint64_t held[4];             /* stripes of the enclosing updates */
+    int bad;
+} g_nest;
+
+static uint64_t key_stripe(nvh_hmap *m, uint32_t id)
+{
+    uint8_t k[HM_KEYBUF];
+    size_t kl = hm_key(id, k);
+    return hm_h63(hm_hash(m->seed, k, kl)) & (m->nstripes - 1);
+}
+
+static void nest_op(void)
+{
+    unsigned i = g_nest.next++;
+    hm_op op = hm_next_op(&g_nest.rng, g_run.nkeys, g_run.del_pct);
+    g_nest.held[g_nest.depth++] = key_stripe(g_nest.m, op.id);
+    if (g_nest.depth > g_nest.max_depth) g_nest.max_depth = g_nest.depth;
+    int want = hm_model_apply(g_nest.ver, &g_nest.clock, op);
+    int got = hm_map_apply(g_nest.m, op, g_nest.ver[op.id]);
+    g_nest.depth--;
+    if (got != want) {
+        fprintf(stderr, "nested workload: op %u rc %d, model %d: %s\n", i, got, want,
+                nvh_errormsg());
+        g_nest.bad = 1;
+    }
+    if (g_acked < i + 1) g_acked = i + 1;
+}
+
+static void nest_hook(void)
+{
+    if (g_acked < g_nest.next) g_acked = g_nest.next;     /* the enclosing update is durable */
+    if (g_nest.depth >= 3 || g_nest.next >= g_run.ops || g_nest.bad) return;
+    /* peek: the next operation's key must be of a stripe above every one
+     * the enclosing updates hold (stripe locks nest in one order, as TSan's
+     * lock-order check demands even of a single thread) */
+    uint64_t rng = g_nest.rng;
+    hm_op op = hm_next_op(&rng, g_run.nkeys, g_run.del_pct);
+    uint64_t s = key_stripe(g_nest.m, op.id);
+    for (unsigned d = 0; d < g_nest.depth; d++)
+        if (g_nest.held[d] >= s) return;
+    nest_op();
+}
+
+static int hm_workload_nested(nvh_pool *pool, void *arg)
+{
+    (void)arg;
+    nvh_off_t *slot = nvh_root(pool, NULL);
+    g_nest.m = nvh_hmap_open(pool, slot[0]);
+    if (!g_nest.m) return 1;
+    g_nest.ver = calloc(g_run.nkeys, sizeof *g_nest.ver);
+    g_nest.clock = 0;
+    g_nest.rng = g_run.seed;
+    g_nest.next = g_nest.depth = g_nest.max_depth = 0;
+    g_nest.bad = 0;
+    g_acked = 0;
+    nvh_hm_test_hook_ = nest_hook;
+    while (g_nest.next < g_run.ops && !g_nest.bad) nest_op();
+    nvh_hm_test_hook_ = NULL;
+    free(g_nest.ver);
+    /* the run must have had 3 updates in flight at once (slots 0, 1, 2) */
+    if (g_nest.max_depth < 3) {
+        fprintf(stderr, "nested workload: at most %u operations in flight\n", g_nest.max_depth);
+        return 1;
+    }
+    return g_nest.bad ? 1 : nvh_hmap_close(g_nest.m);
+}
+
 /* Model after the first n operations. */
 static void model_prefix(unsigned n, uint32_t *ver)
 {
@@ -89,6 +173,7 @@ static int complain(const nvh_crash_point *pt, int rc, const char *what, long a,
 static int hm_check_image(const char *image, const nvh_crash_point *pt, void *arg)
 {
     (void)arg;
+    nvh_hm_test_hook_ = NULL;            /* forked from the nested workload */
     unsigned acked = g_acked;
     nvh_pool *pool = nvh_pool_open(image, LAYOUT, NVH_DOMAIN_PROCESS);
     if (!pool) return complain(pt, 2, "pool open failed", 0, 0);
@@ -156,6 +241,8 @@ static const char *fresh_pool(unsigned base, unsigned pct)
     return path;
 }
 
+static nvh_crash_workload_fn g_workload = hm_workload;
+
 static void run(run_cfg rc, unsigned base, unsigned pct, nvh_crash_mode mode, uint64_t budget,
                 unsigned images)
 {
@@ -166,7 +253,7 @@ static void run(run_cfg rc, unsigned base, unsigned pct, nvh_crash_mode mode, ui
     const char *deep = getenv("NVHEAP_TEST_DEEP");
     if (deep && budget) budget *= (uint64_t)strtoull(deep, NULL, 0);
     nvh_crash_config cfg = {
-        .pool_path = path, .layout = LAYOUT, .workload = hm_workload, .check = hm_check_image,
+        .pool_path = path, .layout = LAYOUT, .workload = g_workload, .check = hm_check_image,
         .seed = rc.seed, .mode = mode, .budget = budget, .images_per_point = images,
     };
     nvh_crash_report rep;
@@ -213,6 +300,18 @@ static void test_every_fence_updates(void **state)
     run((run_cfg){13, 6, 60, 20}, 1, 50, NVH_CRASH_LINES, 0, 2);
 }
 
+/* several updates in flight at once, each in its own pending slot (writers
+ * of different stripes: 4 stripes of a 4-bucket map), crash at every fence,
+ * both modes */
+static void test_every_fence_nested(void **state)
+{
+    (void)state;
+    g_workload = hm_workload_nested;
+    run((run_cfg){16, 12, 80, 15}, 2, 100, NVH_CRASH_LINES, 0, 2);
+    run((run_cfg){16, 12, 80, 15}, 2, 100, NVH_CRASH_WORDS, 0, 2);
+    g_workload = hm_workload;
+}
+
 static void test_sampled_long(void **state)
 {
     (void)state;
@@ -233,7 +332,8 @@ int main(void)
     if (g_complaints == MAP_FAILED || g_points == MAP_FAILED) return 1;
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_every_fence_lines), cmocka_unit_test(test_every_fence_words),
-        cmocka_unit_test(test_every_fence_updates), cmocka_unit_test(test_sampled_long),
+        cmocka_unit_test(test_every_fence_updates), cmocka_unit_test(test_every_fence_nested),
+        cmocka_unit_test(test_sampled_long),
         cmocka_unit_test(test_sampled_long_words),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
