@@ -157,4 +157,19 @@ static inline uint64_t hm_heap_objects(nvh_pool *pool)
     return n;
 }
 
+/* An nvh_hmap_get_fn callback: 1 if the value is the bytes of one version
+ * (1 .. *(uint32_t *)max_ver) of its key, below 0 if not. */
+static inline int hm_whole_fn(const void *key, size_t klen, const void *val, size_t vlen,
+                              void *max_ver)
+{
+    unsigned id;
+    char tmp[16] = {0};
+    memcpy(tmp, key, klen < 15 ? klen : 15);
+    if (sscanf(tmp, "k%u-", &id) != 1) return -1;
+    uint8_t v[HM_VALBUF];
+    for (uint32_t ver = 1; ver <= *(const uint32_t *)max_ver; ver++)
+        if (hm_val(id, ver, v) == vlen && memcmp(v, val, vlen) == 0) return 1;
+    return -2;
+}
+
 #endif

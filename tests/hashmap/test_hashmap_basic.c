@@ -531,28 +531,15 @@ static void *conc_writer(void *p)
     return NULL;
 }
 
-/* A value is whole if it is the bytes of one version of its key. */
-static int whole_fn(const void *key, size_t klen, const void *val, size_t vlen, void *arg)
-{
-    (void)arg;
-    unsigned id;
-    char tmp[16] = {0};
-    memcpy(tmp, key, klen < 15 ? klen : 15);
-    if (sscanf(tmp, "k%u-", &id) != 1) return -1;
-    uint8_t v[HM_VALBUF];
-    for (uint32_t ver = 1; ver < 8; ver++)
-        if (hm_val(id, ver, v) == vlen && memcmp(v, val, vlen) == 0) return 1;
-    return -2;
-}
-
 static void *conc_reader(void *p)
 {
     conc_arg *a = p;
     uint8_t k[HM_KEYBUF];
     uint64_t rng = 7;
+    uint32_t max_ver = 7;   /* versions the writers write */
     while (!atomic_load(a->stop) && !a->rc) {
         uint32_t id = (uint32_t)(hm_rng(&rng) % (a->n));
-        int rc = nvh_hmap_get_fn(a->m, k, hm_key(id, k), whole_fn, NULL);
+        int rc = nvh_hmap_get_fn(a->m, k, hm_key(id, k), hm_whole_fn, &max_ver);
         if (rc != 1 && rc != NVH_E_NOTFOUND) a->rc = rc ? rc : -3;
         if (id < CONC_STABLE && rc != 1) a->rc = -4;           /* never absent */
     }

@@ -46,28 +46,15 @@ typedef struct reader {
     uint64_t hits;
 } reader;
 
-/* Whole: the bytes of some version of the key (versions stay below 2^13). */
-static int whole_fn(const void *key, size_t klen, const void *val, size_t vlen, void *arg)
-{
-    (void)arg;
-    unsigned id;
-    char tmp[16] = {0};
-    memcpy(tmp, key, klen < 15 ? klen : 15);
-    if (sscanf(tmp, "k%u-", &id) != 1) return -1;
-    uint8_t v[HM_VALBUF];
-    for (uint32_t ver = 1; ver <= STEPS; ver++)
-        if (hm_val(id, ver, v) == vlen && memcmp(v, val, vlen) == 0) return 1;
-    return -2;
-}
-
 static void *reader_main(void *p)
 {
     reader *r = p;
     uint8_t k[HM_KEYBUF];
     uint64_t rng = 77;
+    uint32_t max_ver = STEPS;   /* versions the writers write */
     while (!atomic_load(r->stop) && !r->rc) {
         uint32_t id = (uint32_t)(hm_rng(&rng) % (WRITERS * KEYS));
-        int rc = nvh_hmap_get_fn(r->m, k, hm_key(id, k), whole_fn, NULL);
+        int rc = nvh_hmap_get_fn(r->m, k, hm_key(id, k), hm_whole_fn, &max_ver);
         if (rc == 1) r->hits++;
         else if (rc != NVH_E_NOTFOUND) r->rc = rc ? rc : -3;
     }

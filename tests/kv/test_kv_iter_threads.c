@@ -7,6 +7,7 @@
  * (a step from a stale position — a leaf changed since the iterator's last
  * call — would skip or repeat keys). */
 #include "test_util.h"
+#include "kv_values.h"
 
 #include "kv/kv.h"
 
@@ -22,26 +23,6 @@ static atomic_bool g_stop;
 static atomic_long g_bad;
 
 static size_t key_of(uint32_t u, char *k) { return (size_t)sprintf(k, "k%06u", u); }
-
-static size_t make_value(uint32_t u, uint32_t ver, char *v)
-{
-    size_t n = (size_t)sprintf(v, "%u|%u|", u, ver);
-    size_t len = n + (u * 13 + ver * 7) % 150;
-    memset(v + n, 'a' + (int)((u + ver) % 26), len - n);
-    return len;
-}
-
-static bool value_ok(uint32_t u, const char *v, size_t vl)
-{
-    unsigned k, ver;
-    char tmp[200];
-    if (vl >= sizeof tmp) return false;
-    memcpy(tmp, v, vl);
-    tmp[vl] = 0;
-    if (sscanf(tmp, "%u|%u|", &k, &ver) != 2 || k != u) return false;
-    char want[200];
-    return make_value(u, ver, want) == vl && memcmp(want, v, vl) == 0;
-}
 
 static uint64_t rng(uint64_t *s)
 {

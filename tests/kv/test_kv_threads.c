@@ -5,6 +5,7 @@
  * reader that keeps running while a writer is stuck inside the map (its
  * lock held), which fails if gets take the writers' lock. */
 #include "test_util.h"
+#include "kv_values.h"
 
 #include "kv/kv.h"
 
@@ -19,28 +20,6 @@
 static nvh_kv *g_kv;
 static atomic_bool g_stop;
 static atomic_long g_bad;
-
-/* A value names its key and version and is filled with one byte, so a
- * torn or reused value is recognised: "<key>|<ver>|" + fill. */
-static size_t make_value(uint32_t key, uint32_t ver, char *v)
-{
-    size_t n = (size_t)sprintf(v, "%u|%u|", key, ver);
-    size_t len = n + (key * 13 + ver * 7) % 200;
-    memset(v + n, 'a' + (int)((key + ver) % 26), len - n);
-    return len;
-}
-
-static bool value_ok(uint32_t key, const char *v, size_t vl)
-{
-    unsigned k, ver;
-    char tmp[300];
-    if (vl >= sizeof tmp) return false;
-    memcpy(tmp, v, vl);
-    tmp[vl] = 0;
-    if (sscanf(tmp, "%u|%u|", &k, &ver) != 2 || k != key) return false;
-    char want[300];
-    return make_value(key, ver, want) == vl && memcmp(want, v, vl) == 0;
-}
 
 typedef struct wr_arg {
     uint32_t base;
