@@ -3,6 +3,7 @@
  * rare), every block checked before it is freed. Linked against the core
  * directly (not the preload library), so it runs under TSan as well. */
 #include "test_util.h"
+#include "cap_sizes.h"
 
 #include "cap/cap.h"
 
@@ -31,28 +32,8 @@ struct hdr {
         }                                                                     \
     } while (0)
 
-static uint64_t rnd(uint64_t *s)
-{
-    *s ^= *s << 13;
-    *s ^= *s >> 7;
-    *s ^= *s << 17;
-    return *s;
-}
-
-static size_t pick_size(uint64_t *s)
-{
-    uint64_t r = rnd(s);
-    unsigned bits = (unsigned)(r % 1000);
-    unsigned lg;
-    if (bits < 990)
-        lg = (unsigned)(r >> 10) % 17;          /* up to 64 KiB */
-    else if (bits < 999)
-        lg = 17 + (unsigned)(r >> 10) % 5;      /* up to 2 MiB */
-    else
-        lg = 22 + (unsigned)(r >> 10) % 5;      /* up to 64 MiB */
-    size_t base = (size_t)1 << lg;
-    return base + (size_t)(rnd(s) % base);
-}
+/* sizes: up to 64 KiB mostly, rarely to 128 MiB */
+static size_t pick_size(uint64_t *s) { return cap_pick_size(s, 990, 999, 0, 26); }
 
 static void check_and_free(void *p)
 {
@@ -74,10 +55,10 @@ static void *worker(void *arg)
     uint64_t seed = (uintptr_t)arg * 0x2545F4914F6CDD1Dull + 1;
     struct cap_heap *h = nvh_cap_heap_(&cap);
     for (unsigned i = 0; i < ops_per_thread; i++) {
-        size_t sz = pick_size(&seed) >> (rnd(&seed) % 4 ? 4 : 0);
+        size_t sz = pick_size(&seed) >> (cap_rnd(&seed) % 4 ? 4 : 0);
         if (!sz)
             sz = 1;
-        unsigned char *p = rnd(&seed) % 8 == 0 ? nvh_cap_alloc_aligned_(h, sz, (size_t)64 << (rnd(&seed) % 8))
+        unsigned char *p = cap_rnd(&seed) % 8 == 0 ? nvh_cap_alloc_aligned_(h, sz, (size_t)64 << (cap_rnd(&seed) % 8))
                                                : nvh_cap_alloc_(h, sz);
         CHECK(p != NULL);
         if (sz >= sizeof(struct hdr)) {
@@ -95,7 +76,7 @@ static void *worker(void *arg)
             CHECK(nvh_cap_free_(&cap, p) == CAP_OK);
             continue;
         }
-        uintptr_t old = atomic_exchange(&slot[rnd(&seed) % SLOTS], (uintptr_t)p);
+        uintptr_t old = atomic_exchange(&slot[cap_rnd(&seed) % SLOTS], (uintptr_t)p);
         if (old)
             check_and_free((void *)old);
     }

@@ -9,6 +9,7 @@
  * its frees are pushed one block at a time). Linked against the core
  * directly, so it runs under TSan as well. */
 #include "test_util.h"
+#include "cap_sizes.h"
 
 #include "cap/cap.h"
 
@@ -42,28 +43,8 @@ struct hdr {
     uint64_t tag;
 };
 
-static uint64_t rnd(uint64_t *s)
-{
-    *s ^= *s << 13;
-    *s ^= *s >> 7;
-    *s ^= *s << 17;
-    return *s;
-}
-
-static size_t pick_size(uint64_t *s)
-{
-    uint64_t r = rnd(s);
-    unsigned bits = (unsigned)(r % 1000);
-    unsigned lg;
-    if (bits < 985)
-        lg = 5 + (unsigned)(r >> 10) % 12;      /* 32 B .. 64 KiB (room for the header) */
-    else if (bits < 998)
-        lg = 17 + (unsigned)(r >> 10) % 5;      /* .. 2 MiB */
-    else
-        lg = 22 + (unsigned)(r >> 10) % 4;      /* .. 64 MiB */
-    size_t base = (size_t)1 << lg;
-    return base + (size_t)(rnd(s) % base);
-}
+/* sizes: 32 B .. 64 KiB mostly (room for the header), rarely to 64 MiB */
+static size_t pick_size(uint64_t *s) { return cap_pick_size(s, 985, 998, 5, 25); }
 
 static void put(void *p)
 {
@@ -118,7 +99,7 @@ static void *producer(void *arg)
         unsigned char *p = nvh_cap_alloc_(h, sz);
         CHECK(p != NULL);
         stamp(p, sz);
-        if (rnd(&seed) % 4 == 0) {      /* a few stay local: mixed owners */
+        if (cap_rnd(&seed) % 4 == 0) {      /* a few stay local: mixed owners */
             check(p);
             CHECK(nvh_cap_free_(&cap, p) == CAP_OK);
             continue;
@@ -141,7 +122,7 @@ static void *consumer(void *arg)
     void *p;
     while ((p = get()) != NULL) {
         check(p);
-        if (h && rnd(&seed) % 8 == 0) {
+        if (h && cap_rnd(&seed) % 8 == 0) {
             /* grow it (a block of another thread's heap) by realloc */
             size_t old = ((struct hdr *)p)->size;
             size_t sz = old + old / 2 + 1;
