@@ -623,30 +623,8 @@ static inline unsigned nvh_rec_nlines(unsigned nlinks)
 /* CRC32C on the allocator's hot paths (record and region-header checksums):
  * nvh_crc32c's result, inlined, with unrolled 64 B and 52 B variants
  * (src/common/crc32c.h). */
-#if defined(__x86_64__)
-/* 64 B with the crc32 instruction, unrolled and without a copy: nvh_crc_fast
- * checksums a record head on every activate and free. */
-__attribute__((target("sse4.2"))) static inline uint32_t nvh_crc_line_(uint32_t crc,
-                                                                        const void *p)
-{
-    const unsigned char *b = p;
-    uint64_t c = crc, w0, w1, w2, w3, w4, w5, w6, w7;
-    memcpy(&w0, b, 8); memcpy(&w1, b + 8, 8); memcpy(&w2, b + 16, 8); memcpy(&w3, b + 24, 8);
-    memcpy(&w4, b + 32, 8); memcpy(&w5, b + 40, 8); memcpy(&w6, b + 48, 8); memcpy(&w7, b + 56, 8);
-    c = __builtin_ia32_crc32di(c, w0); c = __builtin_ia32_crc32di(c, w1);
-    c = __builtin_ia32_crc32di(c, w2); c = __builtin_ia32_crc32di(c, w3);
-    c = __builtin_ia32_crc32di(c, w4); c = __builtin_ia32_crc32di(c, w5);
-    c = __builtin_ia32_crc32di(c, w6); c = __builtin_ia32_crc32di(c, w7);
-    return (uint32_t)c;
-}
-#endif
 static inline uint32_t nvh_crc_fast(uint32_t seed, const void *data, size_t len)
 {
-#if defined(__x86_64__)
-    if (__builtin_constant_p(len) && len == 64 &&
-        __builtin_expect(atomic_load_explicit(&nvh_crc32c_hw_, memory_order_relaxed) > 0, 1))
-        return ~nvh_crc_line_(~seed, data);
-#endif
     return nvh_crc32c_inline(seed, data, len);
 }
 

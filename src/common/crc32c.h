@@ -51,10 +51,15 @@ nvh_crc32c_sse42_(uint32_t crc, const unsigned char *p, size_t len)
 __attribute__((target("sse4.2"))) static inline uint32_t
 nvh_crc32c_sse42_64_(uint32_t crc, const unsigned char *p)
 {
-    uint64_t w[8];
-    memcpy(w, p, 64);
-    uint64_t c = crc;
-    for (int i = 0; i < 8; i++) c = __builtin_ia32_crc32di(c, w[i]);
+    /* written out, not a loop over a copied array: the compiler keeps a
+     * loop (and the copy) at -O2 */
+    uint64_t c = crc, w0, w1, w2, w3, w4, w5, w6, w7;
+    memcpy(&w0, p, 8); memcpy(&w1, p + 8, 8); memcpy(&w2, p + 16, 8); memcpy(&w3, p + 24, 8);
+    memcpy(&w4, p + 32, 8); memcpy(&w5, p + 40, 8); memcpy(&w6, p + 48, 8); memcpy(&w7, p + 56, 8);
+    c = __builtin_ia32_crc32di(c, w0); c = __builtin_ia32_crc32di(c, w1);
+    c = __builtin_ia32_crc32di(c, w2); c = __builtin_ia32_crc32di(c, w3);
+    c = __builtin_ia32_crc32di(c, w4); c = __builtin_ia32_crc32di(c, w5);
+    c = __builtin_ia32_crc32di(c, w6); c = __builtin_ia32_crc32di(c, w7);
     return (uint32_t)c;
 }
 __attribute__((target("sse4.2"))) static inline uint32_t
