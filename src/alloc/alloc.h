@@ -385,6 +385,9 @@ typedef struct nvh_arena {
     nvh_run *bins[NVH_SMALL_CLASSES + 1];
     uint32_t nruns[NVH_SMALL_CLASSES + 1]; /* runs of each class it holds (the
                                    size of its next run, nvh_run_blocks_for) */
+    uint8_t early[NVH_SMALL_CLASSES + 1]; /* classes of one slot per block:
+                                   objects served as one-block large regions
+                                   before the first run (reserve.c)         */
     nvh_extent *ext; size_t next, ext_cap;  /* sorted free extents           */
     nvh_resv *resv; size_t nresv, resv_cap;
     nvh_fifo_entry *fifo; size_t fifo_head, fifo_len, fifo_cap;
@@ -546,6 +549,13 @@ static inline unsigned nvh_run_slots(unsigned cls, unsigned blocks)
  * to 4032 B the geometry wastes 2.5 %. A table filled on first use
  * (constant values: no state). */
 #define NVH_RUN_LEVELS 5u                 /* limits 1, 2, 4, 8, 16 blocks        */
+/* A class that fits one slot per block (above 2016 B) starts its first run
+ * in an arena only after this many of its objects: until then each is a
+ * one-block large region, as in format 3, whose space any size reuses when
+ * it is freed (runs are never given back: a heap holding a few objects of
+ * many such classes would keep a run of two or more blocks per class). */
+#define NVH_RUN_EARLY 8u
+extern unsigned nvh_run_early_;           /* NVH_RUN_EARLY; tests set 0       */
 static_assert(1u << (NVH_RUN_LEVELS - 1) == NVH_RUN_BLOCKS_MAX, "run size levels");
 unsigned nvh_run_blocks_for_(unsigned level, unsigned cls);
 extern uint8_t nvh_run_blocks_tab_[NVH_RUN_LEVELS][NVH_SMALL_CLASSES + 1];

@@ -183,11 +183,14 @@ void nvh_bin_add(nvh_arena *a, nvh_run *run)
 uint8_t nvh_run_blocks_tab_[NVH_RUN_LEVELS][NVH_SMALL_CLASSES + 1];
 unsigned nvh_run_blocks_for_(unsigned level, unsigned cls)
 {
-    unsigned best = 0;
+    unsigned best = 0, lim = 1u << level;
     uint64_t best_waste = 0;
-    for (unsigned b = 1; b <= 1u << level; b++) {
+    /* at least two slots (a run of one slot is a block that only its class
+     * can reuse): classes above 2016 B need two blocks even at level 0 */
+    while (nvh_run_slots(cls, lim) < 2) lim++;
+    for (unsigned b = 1; b <= lim; b++) {
         unsigned n = nvh_run_slots(cls, b);
-        if (n == 0) continue;
+        if (n < 2) continue;
         uint64_t waste = (uint64_t)b * NVH_BLOCK - (uint64_t)n * nvh_cls_size(cls);
         /* waste / b below best_waste / best (cross-multiplied) */
         if (!best || waste * best < best_waste * b) {

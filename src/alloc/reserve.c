@@ -226,12 +226,19 @@ static int reserve_huge(nvh_heap *h, nvh_arena *a, size_t size, uint64_t *off)
     return NVH_OK;
 }
 
+unsigned nvh_run_early_ = NVH_RUN_EARLY;
+
 /* A small slot (cls > 0; into the thread's cache if it has one) or a large
  * region of `need` blocks from arena a. Caller holds a->lock. */
 static int reserve_in(nvh_heap *h, nvh_arena *a, nvh_tcache *tc, unsigned cls, uint64_t need,
                       uint64_t *off)
 {
     int rc;
+    if (cls && !a->nruns[cls] && a->early[cls] < nvh_run_early_ && nvh_run_slots(cls, 1) < 2) {
+        a->early[cls]++;        /* a one-block large region (alloc.h) */
+        cls = 0;
+        need = 1;
+    }
     if (cls) {
         rc = tc ? nvh_tcache_refill(h, a, tc, cls, off) : nvh_reserve_small(h, a, cls, off);
     } else {

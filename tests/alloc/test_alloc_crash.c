@@ -351,6 +351,7 @@ static int multirun_workload(nvh_pool *pool, void *arg)
 /* Every class's run at its largest size from the first run on. */
 static void multirun_force(bool on)
 {
+    nvh_run_early_ = on ? 0 : NVH_RUN_EARLY;
     for (unsigned lv = 0; lv < NVH_RUN_LEVELS; lv++)
         for (unsigned c = 1; c <= NVH_SMALL_CLASSES; c++)
             nvh_run_blocks_tab_[lv][c] =
