@@ -89,7 +89,7 @@ activate_off(nvh_heap *h, uint64_t off, const struct nvh_link_entry *links, unsi
             goto out;
         }
         rec.cls_flags = (uint8_t)((run->cls & 0x1F) | (NVH_RK_RUN << NVH_RECF_KIND_SHIFT));
-        rec.blocks = nvh_rec_run_word(run->blocks, (unsigned)delta, run->cls);
+        rec.blocks = run->recword | (uint32_t)delta << 8;
         if (!run->persisted) {
             rec.cls_flags |= NVH_RECF_NEWRUN;
             rc = plan_split(h, b, run->blocks, false, &rec);

@@ -300,6 +300,8 @@ typedef struct nvh_run {
                                    cancelled (counts as reserved)            */
     uint8_t cls, nslots, cursor;
     uint8_t blocks;             /* blocks of the run (1 .. NVH_RUN_BLOCKS_MAX) */
+    uint32_t recword;           /* nvh_rec_run_word(blocks, 0, cls)           */
+    uint64_t off;               /* pool offset of the run's first byte        */
     bool persisted;             /* run header written (by an activation)      */
     bool in_bin;
     bool quarantined;
@@ -674,10 +676,11 @@ static inline bool nvh_slot_of(uint64_t in, unsigned cls, unsigned *slot)
         1821, 1772, 1725, 1681, 1639, 1599, 1561, 1525, 1490, 1457, 1425, 1395,
         1366, 1338, 1311, 1286, 1261, 1237, 1214, 1192, 1171, 1150, 1130, 1111,
         1093, 1075, 1058, 1041};
+    /* y of any slot is below 1024; a larger y (no slot of any run) may get
+     * a wrong quotient, which the product test below refuses (s < 2^16,
+     * so s * cls cannot wrap) */
     static_assert(NVH_RUN_BLOCKS_MAX * NVH_BLOCK / 64 <= 1024, "reciprocals exact below 1024");
-    if (in < NVH_HDR || in >= NVH_RUN_BLOCKS_MAX * NVH_BLOCK || (in & 63) || cls == 0 ||
-        cls > NVH_SMALL_CLASSES)
-        return false;
+    if (in < NVH_HDR || (in & 63) || cls == 0 || cls > NVH_SMALL_CLASSES) return false;
     unsigned y = (unsigned)((in - NVH_HDR) >> 6);
     unsigned s = cls == 1 ? y : (y * recip[cls]) >> 16;
     if (s * cls != y) return false;
@@ -730,12 +733,14 @@ static inline nvh_run *nvh_run_lookup(const nvh_heap *h, uint64_t block)
 static inline bool nvh_run_slot_at(const nvh_heap *h, const nvh_run *run, uint64_t off,
                                    unsigned *slot)
 {
-    return nvh_slot_of(off - nvh_block_off(h, run->block), run->cls, slot) && *slot < run->nslots;
+    (void)h;
+    return nvh_slot_of(off - run->off, run->cls, slot) && *slot < run->nslots;
 }
 /* Pool offset of slot `slot` of run. */
 static inline uint64_t nvh_run_slot_off(const nvh_heap *h, const nvh_run *run, unsigned slot)
 {
-    return nvh_block_off(h, run->block) + NVH_HDR + (uint64_t)slot * nvh_cls_size(run->cls);
+    (void)h;
+    return run->off + NVH_HDR + (uint64_t)slot * nvh_cls_size(run->cls);
 }
 
 /* Region-header checksum: bytes 8..59, i.e. everything but the bitmap
@@ -1086,6 +1091,12 @@ bool nvh_extent_take(nvh_heap *h, nvh_arena *a, uint64_t n, uint64_t *block_out)
 void nvh_bin_add(nvh_arena *a, nvh_run *run);
 nvh_run *nvh_run_new(nvh_heap *h, nvh_arena *a, uint64_t block, unsigned cls, unsigned blocks);
 void nvh_run_publish(nvh_heap *h, nvh_chunk *ch, nvh_run *run);
+/* The descriptor's fields derived from block, cls and blocks. */
+static inline void nvh_run_derive(const nvh_heap *h, nvh_run *run)
+{
+    run->recword = nvh_rec_run_word(run->blocks, 0, run->cls);
+    run->off = nvh_block_off(h, run->block);
+}
 unsigned nvh_run_pick(nvh_run *run);
 void nvh_arena_exclude(nvh_heap *h, uint64_t block, uint64_t n);
 

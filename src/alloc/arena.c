@@ -222,6 +222,7 @@ nvh_run *nvh_run_new(nvh_heap *h, nvh_arena *a, uint64_t block, unsigned cls, un
     run->cls = (uint8_t)cls;
     run->blocks = (uint8_t)blocks;
     run->nslots = (uint8_t)nvh_run_slots(cls, blocks);
+    nvh_run_derive(h, run);
     run->avail = run->nslots == 64 ? ~0ull : (1ull << run->nslots) - 1;
     /* runs are carved from the front of free extents: map 64 KiB ahead at
      * once instead of faulting page by page (heap.c: nvh_prefault) */

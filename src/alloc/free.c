@@ -150,7 +150,7 @@ free_classify(nvh_heap *h, uint64_t off, uint64_t c, free_target *t)
          * unless the header was rewritten under a stale descriptor) */
         unsigned slot = dram_slot;
         bool ok = dram_slot_ok && t->run->cls == hd->cls ? true : nvh_slot_of(in, hd->cls, &slot);
-        if (!ok || slot >= hd->nslots || in >= (uint64_t)hd->blocks * NVH_BLOCK)
+        if (!ok || slot >= hd->nslots)
             return nvh_fail(NVH_E_BADPTR, "offset %llu is not a slot of its run",
                             (unsigned long long)off);
         /* the run's DRAM view when it has one: its media bitmap is only
@@ -168,7 +168,9 @@ free_classify(nvh_heap *h, uint64_t off, uint64_t c, free_target *t)
         t->kind = NVH_RK_RUN;
         t->cls = hd->cls;
         t->slot = slot;
-        t->blocks = nvh_rec_run_word(hd->blocks, (unsigned)t->delta, hd->cls);
+        t->blocks = (dram_slot_ok && t->run->cls == hd->cls
+                         ? t->run->recword : nvh_rec_run_word(hd->blocks, 0, hd->cls)) |
+                    (uint32_t)t->delta << 8;
         return NVH_OK;
     }
     if (hd->kind == NVH_RK_LARGE || hd->kind == NVH_RK_HUGE) {

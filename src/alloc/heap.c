@@ -659,6 +659,7 @@ static nvh_run *scan_run(nvh_heap *h, nvh_arena *a, nvh_chunk *ch, uint64_t b,
     run->cls = r->cls;
     run->nslots = r->nslots;
     run->blocks = (uint8_t)r->blocks;
+    nvh_run_derive(h, run);
     run->pbits = atomic_load_explicit(&((struct nvh_rhdr *)r)->bitmap, memory_order_relaxed) & mask;
     run->avail = ~run->pbits & mask;
     run->persisted = true;
