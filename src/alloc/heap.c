@@ -158,9 +158,14 @@ static void heap_free(nvh_heap *h)
         for (uint64_t c = 0; c < h->max_chunks; c++) {
             nvh_chunk *ch = &h->chunks[c];
             if (ch->runs) {
-                /* every block of a run points at it: free it at its first */
-                for (uint64_t b = 0; b < h->bpc; b++)
-                    if (ch->runs[b] && ch->runs[b]->block == c * h->bpc + b) free(ch->runs[b]);
+                /* every block of a run points at it: free it at its first
+                 * block and skip the others (they point at freed memory) */
+                for (uint64_t b = 0; b < h->bpc;) {
+                    nvh_run *run = ch->runs[b];
+                    bool first = run && run->block == c * h->bpc + b;
+                    b += first ? run->blocks : 1;
+                    if (first) free(run);
+                }
                 free(ch->runs);
             }
         }
