@@ -43,6 +43,12 @@
  *                   nvheap-cap: every free span below the top (top -
  *                   span_bytes) / heap, an upper bound (the largest free
  *                   span is not subtracted)
+ *   page_frag_pct   (live_pages x 4 KiB - requested) / (live_pages x 4 KiB),
+ *                   live_pages = the distinct 4 KiB pages that hold a byte
+ *                   of a live block at the end: the figure an allocator that
+ *                   returned (punched) every page without a live byte, and
+ *                   moved nothing, would reach (the lower bound of
+ *                   total_frag for it; at 1/1 the heap is set by the peak)
  *   faults_per_kop  page faults of the sequence per 1000 ops (getrusage: pages
  *                   populated by MADV_POPULATE_WRITE count too); trap_faults_per_kop
  *                   only the faults the thread trapped on (perf software event)
@@ -90,6 +96,7 @@ typedef struct outcome {
     double faults, traps;       /* page faults of the sequence (traps < 0: unknown) */
     uint64_t heap_bytes, requested, free_bytes, hole_bytes, live;
     uint64_t span_bytes, span_peak, held_bytes; /* nvheap-cap only        */
+    uint64_t live_pages;        /* distinct 4 KiB pages holding live bytes    */
 } outcome;
 
 /* ==========================================================================
@@ -209,6 +216,32 @@ static int run_sequence(subject_id sub, nvh_pool *pool, nvh_cap *cap, const rati
     return 0;
 }
 
+static int cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Distinct 4 KiB pages holding a byte of a live block (scratch mmapped, so
+ * that it is no part of glibc's heap). */
+static uint64_t live_pages(const live_block *live, uint64_t n)
+{
+    uint64_t cap = 2 * n + 1, k = 0;
+    uint64_t *pg = mmap(NULL, cap * sizeof *pg, PROT_READ | PROT_WRITE,
+                        MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (pg == MAP_FAILED) return 0;
+    for (uint64_t i = 0; i < n; i++) {
+        uint64_t a = (uint64_t)(uintptr_t)live[i].ptr >> 12;
+        uint64_t b = ((uint64_t)(uintptr_t)live[i].ptr + live[i].size - 1) >> 12;
+        for (uint64_t x = a; x <= b && k < cap; x++) pg[k++] = x;
+    }
+    qsort(pg, k, sizeof *pg, cmp_u64);
+    uint64_t u = 0;
+    for (uint64_t i = 0; i < k; i++) u += i == 0 || pg[i] != pg[i - 1];
+    munmap(pg, cap * sizeof *pg);
+    return u;
+}
+
 static void measure(subject_id sub, const ratio *rt, uint64_t ops, const char *path,
                     outcome *out)
 {
@@ -278,6 +311,7 @@ static void measure(subject_id sub, const ratio *rt, uint64_t ops, const char *p
             return;
         }
     }
+    out->live_pages = live_pages(live, out->live);
     out->ok = 1;
 }
 
@@ -419,6 +453,11 @@ int main(int argc, char **argv)
                        bench_exact(100.0 * (heap - (double)o->requested) / heap), "%");
             bench_emit(&opts, name, subject_names[s], "external_frag_pct",
                        bench_exact(100.0 * (double)o->hole_bytes / heap), "%");
+            if (o->live_pages)
+                bench_emit(&opts, name, subject_names[s], "page_frag_pct",
+                           bench_exact(100.0 * (1.0 - (double)o->requested /
+                                                          ((double)o->live_pages * 4096.0))),
+                           "%");
             bench_emit(&opts, name, subject_names[s], "heap_mib",
                        bench_exact(heap / (double)MIB), "MiB");
             bench_emit(&opts, name, subject_names[s], "requested_mib",

@@ -725,7 +725,7 @@ typedef struct nvh_heap_stats {
     uint64_t fifo_entries, fifo_bytes, fifo_oldest_ns; /* don't-allocate list   */
     uint64_t fifo_delay_ns, fifo_max_bytes;
     uint64_t records_replayed;       /* by the last open                         */
-    nvh_heap_class_stats cls[32];    /* index = class (size = 64 * index), 1..31 */
+    nvh_heap_class_stats cls[64];    /* index = class (size = 64 * index), 1..63 */
 } nvh_heap_stats;
 int nvh_heap_stats_get(nvh_pool *pool, nvh_heap_stats *stats);
 

@@ -73,8 +73,12 @@ activate_off(nvh_heap *h, uint64_t off, const struct nvh_link_entry *links, unsi
     nvh_run *run = nvh_run_lookup(h, b);
     nvh_resv *rv = NULL;
     unsigned slot = 0;
-    if (run && nvh_slot_of(in, run->cls, &slot) && slot < run->nslots &&
-        ((run->resv | run->tcached) & (1ull << slot)) && !nvh_tcache_holds(h, off, run->cls)) {
+    bool slot_ok = run && nvh_run_slot_at(h, run, off, &slot);
+    if (slot_ok && ((run->resv | run->tcached) & (1ull << slot)) &&
+        !nvh_tcache_holds(h, off, run->cls)) {
+        /* from here on b is the run's first block (where its header is) */
+        uint64_t delta = b - run->block;
+        b = run->block;
         if (run->persisted && !nvh_run_hdr_valid(h, run, b)) {
             nvh_corrupt_report(h, nvh_block_off(h, b), "run header corrupt at activation");
             run->quarantined = true;
@@ -84,11 +88,11 @@ activate_off(nvh_heap *h, uint64_t off, const struct nvh_link_entry *links, unsi
                           "the run is quarantined", (unsigned long long)nvh_block_off(h, b));
             goto out;
         }
-        rec.cls_flags = (uint8_t)(run->cls | (NVH_RK_RUN << NVH_RECF_KIND_SHIFT));
-        rec.blocks = 1;
+        rec.cls_flags = (uint8_t)((run->cls & 0x1F) | (NVH_RK_RUN << NVH_RECF_KIND_SHIFT));
+        rec.blocks = run->recword | (uint32_t)delta << 8;
         if (!run->persisted) {
             rec.cls_flags |= NVH_RECF_NEWRUN;
-            rc = plan_split(h, b, 1, false, &rec);
+            rc = plan_split(h, b, run->blocks, false, &rec);
             if (rc != NVH_OK) goto out;
         }
     } else if (in == 0 && (rv = nvh_resv_find(a, b))) {
@@ -101,7 +105,7 @@ activate_off(nvh_heap *h, uint64_t off, const struct nvh_link_entry *links, unsi
         rc = plan_split(h, b, rv->blocks, huge, &rec);
         if (rc != NVH_OK) goto out;
     } else {
-        bool active = run ? (in >= NVH_HDR && (run->pbits & (1ull << slot)))
+        bool active = run ? (slot_ok && (run->pbits & (1ull << slot)))
                           : (nvh_rhdr_valid(h, b) && nvh_rhdr_at(h, b)->state == NVH_RS_USED);
         rc = nvh_fail(active ? NVH_E_INVAL : NVH_E_BADPTR, "offset %llu is %s",
                       (unsigned long long)off, active ? "already active" : "not a reservation");
@@ -125,7 +129,7 @@ activate_off(nvh_heap *h, uint64_t off, const struct nvh_link_entry *links, unsi
         nvh_rec_apply_links(h, &rec, links, a, false);
     }
     if (run && !rv) {
-        if (!run->persisted) pview_after(h, &rec, b, 1, false);
+        if (!run->persisted) pview_after(h, &rec, b, run->blocks, false);
         run->resv &= ~(1ull << slot);
         run->tcached &= ~(1ull << slot);
         run->pbits |= 1ull << slot;

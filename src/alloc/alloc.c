@@ -57,9 +57,10 @@ int nvh_heap_usable(nvh_heap *h, uint64_t off, uint64_t *usable)
         nvh_alock_lock(&a->lock);
         nvh_run *run = nvh_run_lookup(h, b);
         unsigned slot = 0;
-        if (run && nvh_slot_of(in, run->cls, &slot)) {
+        if (run) {
             /* the DRAM view is the truth (the media bitmap lags until retire) */
-            found = slot < run->nslots && ((run->resv | run->tcached | run->pbits) & (1ull << slot))
+            found = nvh_run_slot_at(h, run, off, &slot) &&
+                            ((run->resv | run->tcached | run->pbits) & (1ull << slot))
                         ? 1 : -1;
             if (found > 0) *usable = nvh_cls_size(run->cls);
         } else if (in == 0) {
@@ -74,14 +75,18 @@ int nvh_heap_usable(nvh_heap *h, uint64_t off, uint64_t *usable)
         if (found < 0)
             return nvh_fail(NVH_E_BADPTR, "offset %llu is not an object", (unsigned long long)off);
     }
+    /* a slot in a later block of a run: the run's header is at its first */
+    uint64_t s = nvh_region_start_media(h, b);
+    if (s != UINT64_MAX && s != b && nvh_rhdr_at(h, s)->kind == NVH_RK_RUN) {
+        in += (b - s) * NVH_BLOCK;
+        b = s;
+    }
     if (nvh_rhdr_valid(h, b)) {
         const struct nvh_rhdr *r = nvh_rhdr_at(h, b);
+        unsigned slot = 0;
         if (r->state == NVH_RS_USED && r->kind == NVH_RK_RUN && r->cls &&
-            r->cls <= NVH_SMALL_CLASSES && in >= NVH_HDR &&
-            (in - NVH_HDR) % nvh_cls_size(r->cls) == 0 &&
-            (in - NVH_HDR) / nvh_cls_size(r->cls) < r->nslots &&
-            (atomic_load(&((struct nvh_rhdr *)r)->bitmap) &
-             (1ull << ((in - NVH_HDR) / nvh_cls_size(r->cls))))) {
+            r->cls <= NVH_SMALL_CLASSES && nvh_slot_of(in, r->cls, &slot) && slot < r->nslots &&
+            (atomic_load(&((struct nvh_rhdr *)r)->bitmap) & (1ull << slot))) {
             *usable = nvh_cls_size(r->cls);
             return NVH_OK;
         }

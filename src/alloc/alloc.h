@@ -46,9 +46,11 @@
 #define NVH_CHUNK_DEFAULT ((uint64_t)4 << 20)
 #define NVH_CHUNK_MIN ((uint64_t)64 << 10)
 #define NVH_CHUNK_MAX ((uint64_t)64 << 20) /* blocks per chunk fit in 16 bits    */
-#define NVH_SMALL_CLASSES 31u             /* 64 .. 1984 in 64 B steps            */
+#define NVH_SMALL_CLASSES 63u             /* 64 .. 4032 in 64 B steps            */
 #define NVH_SMALL_MAX (NVH_SMALL_CLASSES * 64u)
-#define NVH_RUN_SLOTS_BYTES (NVH_BLOCK - NVH_HDR)
+#define NVH_SMALL_CLASSES_F3 31u          /* the classes format 3 knew           */
+#define NVH_RUN_BLOCKS_MAX 16u            /* blocks of the largest run           */
+#define NVH_RUN_SLOTS_MAX 64u             /* slots per run: one bitmap word      */
 #define NVH_RINGS 16u                     /* persistent rings = max arenas       */
 #define NVH_RING_LINES 128u               /* 64 B lines per ring                 */
 #define NVH_NAMED_CAP 1024u               /* entries of object table 0 (power of 2) */
@@ -135,8 +137,8 @@ struct nvh_rhdr {
     uint32_t blocks;            /* 12 region size in 4 KiB blocks            */
     uint8_t state;              /* 16 NVH_RS_*                               */
     uint8_t kind;               /* 17 NVH_RK_* (kept when a region is freed) */
-    uint8_t cls;                /* 18 runs: size class 1..31                 */
-    uint8_t nslots;             /* 19 runs: slots in the run                 */
+    uint8_t cls;                /* 18 runs: size class 1..63 (64 B steps)    */
+    uint8_t nslots;             /* 19 runs: slots, nvh_run_slots(cls, blocks) */
     uint32_t reserved0;         /* 20                                        */
     uint64_t seq;               /* 24 record that last wrote the header      */
     uint8_t reserved1[28];      /* 32 .. 59                                  */
@@ -180,6 +182,17 @@ enum { NVH_REC_ACT = 1, NVH_REC_FREE = 2, NVH_REC_ACT_NAMED = 3, NVH_REC_FREE_NA
                                            reservation spans (reserve.c: span_merge);
                                            replayed like any free (one FREE header) */
 #define NVH_RECF_KIND_SHIFT 6           /* cls_flags bits 6..7: region kind      */
+/* A record of a run slot (kind RUN) uses `blocks` for the run's geometry,
+ * in bits format 3 always wrote as blocks = 1:
+ *   bits 0..7   blocks of the run (1 .. NVH_RUN_BLOCKS_MAX)
+ *   bits 8..15  the slot's block minus the run's first block, so replay
+ *               finds the run's header from the slot's offset
+ *   bits 16..18 the class's bits 5..7 (bits 0..4 are in cls_flags)
+ * A format-3 record reads as a one-block run of class cls_flags & 31. */
+static inline uint32_t nvh_rec_run_word(unsigned rblocks, unsigned delta, unsigned cls)
+{
+    return (uint32_t)rblocks | (uint32_t)delta << 8 | (uint32_t)(cls >> 5) << 16;
+}
 struct nvh_link_entry {
     uint64_t addr;              /* offset of the link word                     */
     uint64_t value;             /* ACT: old value (replay only if unchanged);
@@ -194,12 +207,18 @@ struct nvh_rec {
     uint32_t checksum;          /* 56 CRC32C of the record, this field 0      */
     uint16_t prefix;            /* 60 blocks from containing free region start */
     uint8_t kind_links;         /* 62                                          */
-    uint8_t cls_flags;          /* 63 cls (5 bits) | NEWRUN | region kind      */
+    uint8_t cls_flags;          /* 63 cls bits 0..4 | NEWRUN | region kind     */
 };
 static_assert(sizeof(struct nvh_rec) == 64, "record head is one line");
 static_assert(offsetof(struct nvh_rec, link) == 24, "record layout");
 static_assert(offsetof(struct nvh_rec, checksum) == 56, "record layout");
 #define NVH_REC_MAX_LINES 4u
+static inline unsigned nvh_rec_cls(const struct nvh_rec *r)
+{
+    return (r->cls_flags & 0x1Fu) | ((r->blocks >> 16) & 0x7u) << 5;
+}
+static inline unsigned nvh_rec_run_blocks(const struct nvh_rec *r) { return r->blocks & 0xFFu; }
+static inline unsigned nvh_rec_run_delta(const struct nvh_rec *r) { return (r->blocks >> 8) & 0xFFu; }
 #define NVH_LINKS_MAX_ (2u + 4u * (NVH_REC_MAX_LINES - 1u))
 
 /* Object-table entry: committed by the 8-byte store of `off` after the name is
@@ -280,6 +299,9 @@ typedef struct nvh_run {
                                    handed out by it and not yet activated or
                                    cancelled (counts as reserved)            */
     uint8_t cls, nslots, cursor;
+    uint8_t blocks;             /* blocks of the run (1 .. NVH_RUN_BLOCKS_MAX) */
+    uint32_t recword;           /* nvh_rec_run_word(blocks, 0, cls)           */
+    uint64_t off;               /* pool offset of the run's first byte        */
     bool persisted;             /* run header written (by an activation)      */
     bool in_bin;
     bool quarantined;
@@ -291,7 +313,8 @@ typedef struct nvh_run {
 } nvh_run;
 
 typedef struct nvh_chunk {
-    nvh_run **runs;             /* run descriptor per block (or NULL)         */
+    nvh_run **runs;             /* per block: the descriptor of the run that
+                                   covers it (every block of a run), or NULL */
     bool scanned;               /* DRAM state built from the media            */
     bool arena_chunk;           /* formatted for arena use (vs huge)          */
     /* newest free record into this chunk while it was unscanned (0: none);
@@ -362,6 +385,11 @@ typedef struct nvh_arena {
     nvh_alock lock;
     unsigned index;
     nvh_run *bins[NVH_SMALL_CLASSES + 1];
+    uint32_t nruns[NVH_SMALL_CLASSES + 1]; /* runs of each class it holds (the
+                                   size of its next run, nvh_run_blocks_for) */
+    uint8_t early[NVH_SMALL_CLASSES + 1]; /* classes of one slot per block:
+                                   objects served as one-block large regions
+                                   before the first run (reserve.c)         */
     nvh_extent *ext; size_t next, ext_cap;  /* sorted free extents           */
     nvh_resv *resv; size_t nresv, resv_cap;
     nvh_fifo_entry *fifo; size_t fifo_head, fifo_len, fifo_cap;
@@ -496,13 +524,49 @@ typedef struct nvh_heap nvh_heap;
  * Helpers
  * ========================================================================== */
 /* nvh_now_ns: common/internal.h */
-static inline unsigned nvh_cls_of(size_t size)  /* 1..31, 0 = not small */
+static inline unsigned nvh_cls_of(size_t size)  /* 1..63, 0 = not small */
 {
     if (size == 0) size = 1;
     return size <= NVH_SMALL_MAX ? (unsigned)((size + 63) / 64) : 0;
 }
 static inline unsigned nvh_cls_size(unsigned cls) { return cls * 64u; }
-static inline unsigned nvh_cls_slots(unsigned cls) { return NVH_RUN_SLOTS_BYTES / nvh_cls_size(cls); }
+/* Run geometry (docs/ALLOC.md §1): a run of `blocks` blocks keeps its first
+ * 64 B unused and holds equal slots after it, at most 64 (one bitmap word).
+ * A header is valid only with nslots == nvh_run_slots(cls, blocks); the
+ * one-block runs of format 3 (classes 1..31) satisfy the same rule. */
+static inline unsigned nvh_run_slots(unsigned cls, unsigned blocks)
+{
+    unsigned n = (blocks * NVH_BLOCK - NVH_HDR) / nvh_cls_size(cls);
+    return n > NVH_RUN_SLOTS_MAX ? NVH_RUN_SLOTS_MAX : n;
+}
+/* Blocks of a new run of class cls when its arena holds `nruns` runs of
+ * the class already: the size up to a limit that wastes the smallest share
+ * of the run (the 64 B line, the tail after the last slot), the smaller one
+ * on a tie. The limit starts at one block and doubles with each run of the
+ * class up to NVH_RUN_BLOCKS_MAX (16 blocks, 64 KiB): a heap that holds a
+ * few objects of many classes does not pay a mostly empty 64 KiB run per
+ * class, and a heap with many objects of a class soon gets the large runs.
+ * With one-block runs and classes up to 1984 B, sizes uniform in 10 B ..
+ * 4 KiB wasted 24 % ([Moraru11] Table 2); with 16-block runs and classes up
+ * to 4032 B the geometry wastes 2.5 %. A table filled on first use
+ * (constant values: no state). */
+#define NVH_RUN_LEVELS 5u                 /* limits 1, 2, 4, 8, 16 blocks        */
+/* A class that fits one slot per block (above 2016 B) starts its first run
+ * in an arena only after this many of its objects: until then each is a
+ * one-block large region, as in format 3, whose space any size reuses when
+ * it is freed (runs are never given back: a heap holding a few objects of
+ * many such classes would keep a run of two or more blocks per class). */
+#define NVH_RUN_EARLY 8u
+extern unsigned nvh_run_early_;           /* NVH_RUN_EARLY; tests set 0       */
+static_assert(1u << (NVH_RUN_LEVELS - 1) == NVH_RUN_BLOCKS_MAX, "run size levels");
+unsigned nvh_run_blocks_for_(unsigned level, unsigned cls);
+extern uint8_t nvh_run_blocks_tab_[NVH_RUN_LEVELS][NVH_SMALL_CLASSES + 1];
+static inline unsigned nvh_run_blocks_for(unsigned cls, uint64_t nruns)
+{
+    unsigned level = nruns >= NVH_RUN_LEVELS - 1 ? NVH_RUN_LEVELS - 1 : (unsigned)nruns;
+    unsigned b = __atomic_load_n(&nvh_run_blocks_tab_[level][cls], __ATOMIC_RELAXED);
+    return b ? b : nvh_run_blocks_for_(level, cls);
+}
 static inline uint64_t nvh_block_off(const nvh_heap *h, uint64_t block)
 {
     return h->chunks_off + block * NVH_BLOCK;
@@ -597,17 +661,25 @@ static inline struct nvh_rhdr *nvh_rhdr_at(const nvh_heap *h, uint64_t block)
 {
     return (struct nvh_rhdr *)(h->base + nvh_rhdr_off(h, block));
 }
-/* Slot of the byte at `in` (offset inside its run's block) in class cls:
- * true and *slot if `in` is the start of a slot. A multiply by a 16-bit
- * reciprocal of the class instead of a divide (a div costs 25-40 cycles and
- * the hot paths did several): y = (in - 64) / 64 < 63 and cls <= 31, so
- * (y * ceil(65536 / cls)) >> 16 is exact. */
+/* Slot of the byte at `in` (offset from its run's first byte) in class cls:
+ * true and *slot if `in` is the start of a slot (the caller checks it
+ * against the run's nslots). A multiply by a 16-bit reciprocal of the class
+ * instead of a divide (a div costs 25-40 cycles and the hot paths did
+ * several): y = (in - 64) / 64 < 1024 (16 blocks) and cls <= 63, so
+ * (y * ceil(65536 / cls)) >> 16 is exact (checked for every pair). */
 static inline bool nvh_slot_of(uint64_t in, unsigned cls, unsigned *slot)
 {
     static const uint16_t recip[NVH_SMALL_CLASSES + 1] = {
         0, 65535, 32768, 21846, 16384, 13108, 10923, 9363, 8192, 7282, 6554, 5958,
         5462, 5042, 4682, 4370, 4096, 3856, 3641, 3450, 3277, 3121, 2979, 2850,
-        2731, 2622, 2521, 2428, 2341, 2260, 2185, 2115};
+        2731, 2622, 2521, 2428, 2341, 2260, 2185, 2115, 2048, 1986, 1928, 1873,
+        1821, 1772, 1725, 1681, 1639, 1599, 1561, 1525, 1490, 1457, 1425, 1395,
+        1366, 1338, 1311, 1286, 1261, 1237, 1214, 1192, 1171, 1150, 1130, 1111,
+        1093, 1075, 1058, 1041};
+    /* y of any slot is below 1024; a larger y (no slot of any run) may get
+     * a wrong quotient, which the product test below refuses (s < 2^16,
+     * so s * cls cannot wrap) */
+    static_assert(NVH_RUN_BLOCKS_MAX * NVH_BLOCK / 64 <= 1024, "reciprocals exact below 1024");
     if (in < NVH_HDR || (in & 63) || cls == 0 || cls > NVH_SMALL_CLASSES) return false;
     unsigned y = (unsigned)((in - NVH_HDR) >> 6);
     unsigned s = cls == 1 ? y : (y * recip[cls]) >> 16;
@@ -653,6 +725,22 @@ static inline nvh_run *nvh_run_lookup(const nvh_heap *h, uint64_t block)
     if (c >= h->max_chunks) return NULL;
     nvh_run **runs = __atomic_load_n(&h->chunks[c].runs, __ATOMIC_ACQUIRE);
     return runs ? __atomic_load_n(&runs[block & (h->bpc - 1)], __ATOMIC_ACQUIRE) : NULL;
+}
+
+/* Slot of the object at pool offset off in run (any block of it): true
+ * and *slot if off is the start of one of the run's slots; a pointer into
+ * the run's first line, inside a slot or past its last slot is none. */
+static inline bool nvh_run_slot_at(const nvh_heap *h, const nvh_run *run, uint64_t off,
+                                   unsigned *slot)
+{
+    (void)h;
+    return nvh_slot_of(off - run->off, run->cls, slot) && *slot < run->nslots;
+}
+/* Pool offset of slot `slot` of run. */
+static inline uint64_t nvh_run_slot_off(const nvh_heap *h, const nvh_run *run, unsigned slot)
+{
+    (void)h;
+    return run->off + NVH_HDR + (uint64_t)slot * nvh_cls_size(run->cls);
 }
 
 /* Region-header checksum: bytes 8..59, i.e. everything but the bitmap
@@ -721,6 +809,7 @@ nvh_run_hdr_valid(const nvh_heap *h, nvh_run *run, uint64_t block)
 }
 
 /* check.c */
+uint64_t nvh_region_start_media(nvh_heap *h, uint64_t block);
 uint32_t nvh_rhdr_checksum(const struct nvh_rhdr *r, uint64_t off);
 bool nvh_rhdr_valid(const nvh_heap *h, uint64_t block);
 void nvh_rhdr_write(nvh_heap *h, uint64_t block, uint32_t blocks, uint8_t state, uint8_t kind,
@@ -1000,7 +1089,14 @@ void nvh_arena_fini(nvh_arena *a);
 void nvh_extent_put(nvh_arena *a, uint64_t block, uint64_t nblocks);
 bool nvh_extent_take(nvh_heap *h, nvh_arena *a, uint64_t n, uint64_t *block_out);
 void nvh_bin_add(nvh_arena *a, nvh_run *run);
-nvh_run *nvh_run_new(nvh_heap *h, nvh_arena *a, uint64_t block, unsigned cls);
+nvh_run *nvh_run_new(nvh_heap *h, nvh_arena *a, uint64_t block, unsigned cls, unsigned blocks);
+void nvh_run_publish(nvh_heap *h, nvh_chunk *ch, nvh_run *run);
+/* The descriptor's fields derived from block, cls and blocks. */
+static inline void nvh_run_derive(const nvh_heap *h, nvh_run *run)
+{
+    run->recword = nvh_rec_run_word(run->blocks, 0, run->cls);
+    run->off = nvh_block_off(h, run->block);
+}
 unsigned nvh_run_pick(nvh_run *run);
 void nvh_arena_exclude(nvh_heap *h, uint64_t block, uint64_t n);
 

@@ -177,21 +177,60 @@ void nvh_bin_add(nvh_arena *a, nvh_run *run)
     a->bins[run->cls] = run;
 }
 
-/* A new run of class cls at block (taken from a's free extents), in a's bin. */
-nvh_run *nvh_run_new(nvh_heap *h, nvh_arena *a, uint64_t block, unsigned cls)
+/* Preferred run sizes per class (alloc.h: nvh_run_blocks_for), filled on
+ * first use; every thread computes the same values, so the racing stores
+ * are benign (relaxed atomics for the sanitizers). */
+uint8_t nvh_run_blocks_tab_[NVH_RUN_LEVELS][NVH_SMALL_CLASSES + 1];
+unsigned nvh_run_blocks_for_(unsigned level, unsigned cls)
+{
+    unsigned best = 0, lim = 1u << level;
+    uint64_t best_waste = 0;
+    /* at least two slots (a run of one slot is a block that only its class
+     * can reuse): classes above 2016 B need two blocks even at level 0 */
+    while (nvh_run_slots(cls, lim) < 2) lim++;
+    for (unsigned b = 1; b <= lim; b++) {
+        unsigned n = nvh_run_slots(cls, b);
+        if (n < 2) continue;
+        uint64_t waste = (uint64_t)b * NVH_BLOCK - (uint64_t)n * nvh_cls_size(cls);
+        /* waste / b below best_waste / best (cross-multiplied) */
+        if (!best || waste * best < best_waste * b) {
+            best = b;
+            best_waste = waste;
+        }
+    }
+    __atomic_store_n(&nvh_run_blocks_tab_[level][cls], (uint8_t)best, __ATOMIC_RELAXED);
+    return best;
+}
+
+/* Make every block of run point at its descriptor (a pointer into any block
+ * of the run finds the run). Release stores: frees read them unlocked. */
+void nvh_run_publish(nvh_heap *h, nvh_chunk *ch, nvh_run *run)
+{
+    uint64_t first = run->block & (h->bpc - 1);
+    for (unsigned i = 0; i < run->blocks; i++)
+        __atomic_store_n(&ch->runs[first + i], run, __ATOMIC_RELEASE);
+}
+
+/* A new run of class cls on [block, block + blocks) (taken from a's free
+ * extents), in a's bin. */
+nvh_run *nvh_run_new(nvh_heap *h, nvh_arena *a, uint64_t block, unsigned cls, unsigned blocks)
 {
     nvh_chunk *ch = nvh_chunk_get(h, nvh_chunk_of_block(h, block));
     nvh_run *run = ch ? calloc(1, sizeof *run) : NULL;
     if (!run) return NULL;
     run->block = block;
     run->cls = (uint8_t)cls;
-    run->nslots = (uint8_t)nvh_cls_slots(cls);
+    run->blocks = (uint8_t)blocks;
+    run->nslots = (uint8_t)nvh_run_slots(cls, blocks);
+    nvh_run_derive(h, run);
     run->avail = run->nslots == 64 ? ~0ull : (1ull << run->nslots) - 1;
     /* runs are carved from the front of free extents: map 64 KiB ahead at
      * once instead of faulting page by page (heap.c: nvh_prefault) */
-    if ((block & 15) == 0 && !nvh_run_lookup(h, block + 1)) nvh_prefault(h, block, 16);
-    __atomic_store_n(&ch->runs[block % h->bpc], run, __ATOMIC_RELEASE);
+    for (uint64_t x = block; x < block + blocks; x++)
+        if ((x & 15) == 0 && !nvh_run_lookup(h, x + 1)) nvh_prefault(h, x, 16);
+    nvh_run_publish(h, ch, run);
     nvh_bin_add(a, run);
+    a->nruns[cls]++;
     return run;
 }
 

@@ -25,6 +25,27 @@ bool nvh_rhdr_valid(const nvh_heap *h, uint64_t block)
     return nvh_rhdr_valid_(h, block);
 }
 
+/* The first block of the region that holds block b, from the media alone
+ * (a chunk without DRAM state): b when its header is valid and not free
+ * (a used or quarantined header is never stale: runs are never freed, and
+ * a freed region's header turns FREE), else the region that the chain from
+ * the chunk's first header reaches b in — the later blocks of a run have
+ * no header of their own, and their slots may hold stale free headers.
+ * UINT64_MAX if the chain is broken before b or b is in a huge region. */
+uint64_t nvh_region_start_media(nvh_heap *h, uint64_t b)
+{
+    if (nvh_rhdr_valid(h, b) && nvh_rhdr_at(h, b)->state != NVH_RS_FREE) return b;
+    uint64_t x = nvh_chunk_of_block(h, b) * h->bpc;
+    while (x <= b) {
+        if (!nvh_rhdr_valid(h, x)) return UINT64_MAX;
+        const struct nvh_rhdr *r = nvh_rhdr_at(h, x);
+        if (r->kind == NVH_RK_HUGE) return UINT64_MAX;
+        if (b < x + r->blocks) return x;
+        x += r->blocks;
+    }
+    return UINT64_MAX;
+}
+
 void nvh_rhdr_write(nvh_heap *h, uint64_t block, uint32_t blocks, uint8_t state, uint8_t kind,
                     uint8_t cls, uint64_t bitmap, uint64_t seq)
 {
@@ -36,7 +57,7 @@ void nvh_rhdr_write(nvh_heap *h, uint64_t block, uint32_t blocks, uint8_t state,
     n.state = state;
     n.kind = kind;
     n.cls = cls;
-    n.nslots = cls ? (uint8_t)nvh_cls_slots(cls) : 0;
+    n.nslots = cls ? (uint8_t)nvh_run_slots(cls, blocks) : 0;
     n.seq = seq;
     n.checksum = nvh_rhdr_checksum(&n, off);
     struct nvh_rhdr *r = nvh_rhdr_at(h, block);

@@ -32,14 +32,15 @@ typedef struct free_target {
     nvh_arena *arena;           /* owner of the chunk, locked                 */
     nvh_chunk *chunk;
     bool scanned;               /* the chunk's DRAM state is built            */
-    uint64_t block;             /* block of the object: its run, or the first
-                                   block of its large/huge region            */
+    uint64_t block;             /* block of the object: its run's first block,
+                                   or the first block of its large/huge region */
+    uint64_t delta;             /* runs: the object's block - block          */
     struct nvh_rhdr *hdr;       /* that block's region header (validated)     */
     nvh_run *run;               /* the run's DRAM descriptor, or NULL         */
     uint8_t kind;               /* NVH_RK_RUN, NVH_RK_LARGE or NVH_RK_HUGE    */
     uint8_t cls;                /* runs: the class in the media header        */
     unsigned slot;              /* runs: the slot                             */
-    uint32_t blocks;            /* region size: 1 for a run                   */
+    uint32_t blocks;            /* region size (runs: the record's run word) */
 } free_target;
 
 /* The owner arena of chunk c, locked. The owner may change while we wait
@@ -84,8 +85,7 @@ is_reservation(nvh_heap *h, const free_target *t, uint64_t off, uint64_t in,
 {
     const nvh_run *run = t->run;
     if (dram_slot_ok)
-        return dram_slot < run->nslots &&
-               ((run->resv & (1ull << dram_slot)) ||
+        return ((run->resv & (1ull << dram_slot)) ||
                 ((run->tcached & (1ull << dram_slot)) && !nvh_tcache_holds(h, off, run->cls)));
     return in == 0 && nvh_resv_find(t->arena, t->block) != NULL;
 }
@@ -113,17 +113,29 @@ static int refuse_bad_header(nvh_heap *h, uint64_t b, nvh_run *run, bool scanned
 static inline __attribute__((always_inline)) int
 free_classify(nvh_heap *h, uint64_t off, uint64_t c, free_target *t)
 {
-    uint64_t in = (off - h->chunks_off) % NVH_BLOCK;    /* offset inside the block */
     uint64_t b = t->block;
     t->chunk = &h->chunks[c];
     t->scanned = __atomic_load_n(&t->chunk->scanned, __ATOMIC_ACQUIRE);
-    t->hdr = nvh_rhdr_at(h, b);
     /* The run descriptor, looked up once for all the checks below: under
      * the owner's lock it cannot change (a lookup per check would cost ~40
-     * instructions per free). */
+     * instructions per free). Every block of a run points at it. */
     t->run = nvh_run_lookup(h, b);
+    if (t->run) {
+        b = t->run->block;
+    } else if (!t->scanned && !(nvh_rhdr_valid_(h, b) &&
+                                nvh_rhdr_at(h, b)->state != NVH_RS_FREE)) {
+        /* no DRAM state: a slot in a later block of a run has no header
+         * of its own (its slot may hold a stale free header); the chain
+         * from the chunk's start says which region holds the block */
+        uint64_t s = nvh_region_start_media(h, b);
+        if (s != UINT64_MAX && s != b && nvh_rhdr_at(h, s)->kind == NVH_RK_RUN) b = s;
+    }
+    t->delta = t->block - b;
+    t->block = b;
+    t->hdr = nvh_rhdr_at(h, b);
+    uint64_t in = off - nvh_block_off(h, b);        /* offset inside the region */
     unsigned dram_slot = 0;
-    bool dram_slot_ok = t->run && nvh_slot_of(in, t->run->cls, &dram_slot);
+    bool dram_slot_ok = t->run && nvh_run_slot_at(h, t->run, off, &dram_slot);
     if (is_reservation(h, t, off, in, dram_slot_ok, dram_slot))
         return nvh_fail(NVH_E_BADPTR, "offset %llu is reserved, not activated (use nvh_cancel)",
                         (unsigned long long)off);
@@ -156,7 +168,9 @@ free_classify(nvh_heap *h, uint64_t off, uint64_t c, free_target *t)
         t->kind = NVH_RK_RUN;
         t->cls = hd->cls;
         t->slot = slot;
-        t->blocks = 1;
+        t->blocks = (dram_slot_ok && t->run->cls == hd->cls
+                         ? t->run->recword : nvh_rec_run_word(hd->blocks, 0, hd->cls)) |
+                    (uint32_t)t->delta << 8;
         return NVH_OK;
     }
     if (hd->kind == NVH_RK_LARGE || hd->kind == NVH_RK_HUGE) {
@@ -187,7 +201,7 @@ static inline __attribute__((always_inline)) uint64_t
 free_log(nvh_heap *h, const free_target *t, const struct nvh_link_entry *links,
          unsigned nlinks, struct nvh_rec *rec)
 {
-    rec->cls_flags = (uint8_t)(t->cls | (t->kind << NVH_RECF_KIND_SHIFT));
+    rec->cls_flags = (uint8_t)((t->cls & 0x1F) | (t->kind << NVH_RECF_KIND_SHIFT));
     rec->blocks = t->blocks;
     return nvh_redo_append1(h, t->arena, rec, links, nlinks);
 }

@@ -158,7 +158,14 @@ static void heap_free(nvh_heap *h)
         for (uint64_t c = 0; c < h->max_chunks; c++) {
             nvh_chunk *ch = &h->chunks[c];
             if (ch->runs) {
-                for (uint64_t b = 0; b < h->bpc; b++) free(ch->runs[b]);
+                /* every block of a run points at it: free it at its first
+                 * block and skip the others (they point at freed memory) */
+                for (uint64_t b = 0; b < h->bpc;) {
+                    nvh_run *run = ch->runs[b];
+                    bool first = run && run->block == c * h->bpc + b;
+                    b += first ? run->blocks : 1;
+                    if (first) free(run);
+                }
                 free(ch->runs);
             }
         }
@@ -635,6 +642,38 @@ static uint64_t next_valid_nonfree(nvh_heap *h, uint64_t b, uint64_t end)
 
 static void fullmap_set(nvh_heap *h, uint64_t c);
 
+/* A run's header is sound: class and blocks in range, the slots its
+ * geometry gives, and the run inside the chunk (end = the chunk's end). */
+static bool run_hdr_sound(const struct nvh_rhdr *r, uint64_t b, uint64_t end)
+{
+    return r->cls != 0 && r->cls <= NVH_SMALL_CLASSES && r->blocks >= 1 &&
+           r->blocks <= NVH_RUN_BLOCKS_MAX && r->nslots == nvh_run_slots(r->cls, r->blocks) &&
+           b + r->blocks <= end;
+}
+
+/* The DRAM descriptor of the run at b (header r, sound), published for
+ * every block of it and put in a's bin if a slot is free; NULL if out of
+ * memory. */
+static nvh_run *scan_run(nvh_heap *h, nvh_arena *a, nvh_chunk *ch, uint64_t b,
+                         const struct nvh_rhdr *r)
+{
+    nvh_run *run = calloc(1, sizeof *run);
+    if (!run) return NULL;
+    uint64_t mask = r->nslots == 64 ? ~0ull : (1ull << r->nslots) - 1;
+    run->block = b;
+    run->cls = r->cls;
+    run->nslots = r->nslots;
+    run->blocks = (uint8_t)r->blocks;
+    nvh_run_derive(h, run);
+    run->pbits = atomic_load_explicit(&((struct nvh_rhdr *)r)->bitmap, memory_order_relaxed) & mask;
+    run->avail = ~run->pbits & mask;
+    run->persisted = true;
+    nvh_run_publish(h, ch, run);
+    if (run->avail) nvh_bin_add(a, run);
+    a->nruns[run->cls]++;
+    return run;
+}
+
 static void scan_arena_chunk(nvh_heap *h, nvh_arena *a, uint64_t c)
 {
     nvh_chunk *ch = nvh_chunk_get(h, c);
@@ -661,30 +700,13 @@ static void scan_arena_chunk(nvh_heap *h, nvh_arena *a, uint64_t c)
             nvh_quarantine_add(h, b, r->blocks);
             full = false;
         } else if (r->kind == NVH_RK_RUN) {
-            if (r->cls == 0 || r->cls > NVH_SMALL_CLASSES || r->nslots != nvh_cls_slots(r->cls) ||
-                r->blocks != 1) {
+            if (!run_hdr_sound(r, b, end)) {
                 nvh_corrupt_report(h, nvh_block_off(h, b), "run header with a bad class");
                 full = false;
-                nvh_quarantine_add(h, b, 1);
+                nvh_quarantine_add(h, b, r->blocks);
             } else {
-                nvh_run *run = calloc(1, sizeof *run);
-                if (run) {
-                    uint64_t mask = r->nslots == 64 ? ~0ull : (1ull << r->nslots) - 1;
-                    run->block = b;
-                    run->cls = r->cls;
-                    run->nslots = r->nslots;
-                    run->pbits = atomic_load_explicit(&((struct nvh_rhdr *)r)->bitmap,
-                                                      memory_order_relaxed) & mask;
-                    run->avail = ~run->pbits & mask;
-                    run->persisted = true;
-                    __atomic_store_n(&ch->runs[b - c * h->bpc], run, __ATOMIC_RELEASE);
-                    if (run->avail) {
-                        nvh_bin_add(a, run);
-                        full = false;
-                    }
-                } else {
-                    full = false;
-                }
+                nvh_run *run = scan_run(h, a, ch, b, r);
+                if (!run || run->avail) full = false;
             }
         }
         b += r->blocks;
@@ -757,20 +779,8 @@ static int scan_step(nvh_heap *h, nvh_arena *a)
             }
             nvh_pview_set(h, bb, x->blocks);
             if (x->state == NVH_RS_FREE) nvh_extent_put(a, bb, x->blocks);
-            else if (x->kind == NVH_RK_RUN && x->cls && x->cls <= NVH_SMALL_CLASSES &&
-                     x->state == NVH_RS_USED) {
-                nvh_run *run = calloc(1, sizeof *run);
-                if (run) {
-                    uint64_t mask = (1ull << x->nslots) - 1;
-                    run->block = bb; run->cls = x->cls; run->nslots = x->nslots;
-                    run->pbits = atomic_load_explicit(&((struct nvh_rhdr *)x)->bitmap,
-                                                      memory_order_relaxed) & mask;
-                    run->avail = ~run->pbits & mask;
-                    run->persisted = true;
-                    __atomic_store_n(&ch->runs[bb - c * h->bpc], run, __ATOMIC_RELEASE);
-                    if (run->avail) nvh_bin_add(a, run);
-                }
-            }
+            else if (x->kind == NVH_RK_RUN && x->state == NVH_RS_USED && run_hdr_sound(x, bb, end))
+                (void)scan_run(h, a, ch, bb, x);
             bb += x->blocks;
         }
         __atomic_store_n(&ch->scanned, true, __ATOMIC_RELEASE);

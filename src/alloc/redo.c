@@ -240,25 +240,34 @@ static inline void touch(nvh_heap *h, nvh_arena *a, const void *addr, bool repla
 
 /* Region layout effects of an activation: prefix header, region header,
  * remainder header; all fully determined by the record. */
+/* A run record's run: its first block, and the slot (rec_sane or the
+ * caller checked both). */
+static inline uint64_t rec_run(nvh_heap *h, const struct nvh_rec *r, unsigned *slot)
+{
+    uint64_t rel = r->obj - h->chunks_off;
+    uint64_t b = rel / NVH_BLOCK - nvh_rec_run_delta(r);
+    *slot = 0;
+    nvh_slot_of(rel - b * NVH_BLOCK, nvh_rec_cls(r), slot);
+    return b;
+}
+
 static void apply_region(nvh_heap *h, const struct nvh_rec *r, nvh_arena *a, bool replay)
 {
     unsigned rk = r->cls_flags >> NVH_RECF_KIND_SHIFT;
-    unsigned cls = r->cls_flags & 0x1F;
-    uint64_t rel = r->obj - h->chunks_off;
-    uint64_t b = rel / NVH_BLOCK;
+    uint64_t b;
     if (rk == NVH_RK_RUN) {
-        unsigned slot = 0;
-        nvh_slot_of(rel - b * NVH_BLOCK, cls, &slot);   /* rec_sane / caller checked */
+        unsigned slot = 0, cls = nvh_rec_cls(r), nb = nvh_rec_run_blocks(r);
+        b = rec_run(h, r, &slot);
         if (r->cls_flags & NVH_RECF_NEWRUN) {
             if (r->prefix) {
                 nvh_rhdr_write(h, b - r->prefix, r->prefix, NVH_RS_FREE, NVH_RK_NONE, 0, 0, r->seq);
                 touch(h, a, nvh_rhdr_at(h, b - r->prefix), replay);
             }
-            nvh_rhdr_write(h, b, 1, NVH_RS_USED, NVH_RK_RUN, (uint8_t)cls, 1ull << slot, r->seq);
+            nvh_rhdr_write(h, b, nb, NVH_RS_USED, NVH_RK_RUN, (uint8_t)cls, 1ull << slot, r->seq);
             touch(h, a, nvh_rhdr_at(h, b), replay);
             if (r->remainder) {
-                nvh_rhdr_write(h, b + 1, r->remainder, NVH_RS_FREE, NVH_RK_NONE, 0, 0, r->seq);
-                touch(h, a, nvh_rhdr_at(h, b + 1), replay);
+                nvh_rhdr_write(h, b + nb, r->remainder, NVH_RS_FREE, NVH_RK_NONE, 0, 0, r->seq);
+                touch(h, a, nvh_rhdr_at(h, b + nb), replay);
             }
         } else {
             struct nvh_rhdr *hd = nvh_rhdr_at(h, b);
@@ -309,12 +318,10 @@ static void apply_region(nvh_heap *h, const struct nvh_rec *r, nvh_arena *a, boo
 static void free_region(nvh_heap *h, const struct nvh_rec *r, nvh_arena *a, bool replay)
 {
     unsigned rk = r->cls_flags >> NVH_RECF_KIND_SHIFT;
-    unsigned cls = r->cls_flags & 0x1F;
     uint64_t rel = r->obj - h->chunks_off;
     if (rk == NVH_RK_RUN) {
-        uint64_t b = rel / NVH_BLOCK;
         unsigned slot = 0;
-        nvh_slot_of(rel - b * NVH_BLOCK, cls, &slot);   /* rec_sane / caller checked */
+        uint64_t b = rec_run(h, r, &slot);
         struct nvh_rhdr *hd = nvh_rhdr_at(h, b);
         /* owner arena's lock held (or replay): load + store, see apply_region */
         /* a run with a DRAM view (its chunk is scanned): deferred to the
@@ -455,15 +462,23 @@ static int cmp_found(const void *x, const void *y)
 static bool rec_sane(nvh_heap *h, const struct nvh_rec *r, const struct nvh_link_entry *links)
 {
     unsigned kind = r->kind_links & 0x0F, n = r->kind_links >> 4;
-    unsigned rk = r->cls_flags >> NVH_RECF_KIND_SHIFT, cls = r->cls_flags & 0x1F;
+    unsigned rk = r->cls_flags >> NVH_RECF_KIND_SHIFT;
     uint64_t size = nvh_pool_size(h->pool);
     if (kind < NVH_REC_ACT || kind > NVH_REC_FREE_NAMED || rk == 0) return false;
     if (!obj_in_heap(h, r->obj)) return false;
     if (rk == NVH_RK_RUN) {
-        if (cls == 0 || cls > NVH_SMALL_CLASSES) return false;
-        uint64_t rel = r->obj - h->chunks_off, in = rel % NVH_BLOCK;
-        if (in < NVH_HDR || (in - NVH_HDR) % nvh_cls_size(cls) ||
-            (in - NVH_HDR) / nvh_cls_size(cls) >= nvh_cls_slots(cls))
+        /* the run (first block, blocks, class) lies in the slot's chunk and
+         * the object is one of its slots */
+        unsigned cls = nvh_rec_cls(r), nb = nvh_rec_run_blocks(r), d = nvh_rec_run_delta(r);
+        if (cls == 0 || cls > NVH_SMALL_CLASSES || nb == 0 || nb > NVH_RUN_BLOCKS_MAX ||
+            d >= nb || (r->blocks >> 19) != 0)
+            return false;
+        uint64_t rel = r->obj - h->chunks_off, ob = rel / NVH_BLOCK;
+        uint64_t b = ob - d, lo = (ob >> h->bpc_shift) << h->bpc_shift;
+        if (ob < d || b < lo || b + nb + r->remainder > lo + h->bpc || b - lo < r->prefix)
+            return false;
+        unsigned slot;
+        if (!nvh_slot_of(rel - b * NVH_BLOCK, cls, &slot) || slot >= nvh_run_slots(cls, nb))
             return false;
     } else {
         if ((r->obj - h->chunks_off) % NVH_BLOCK || r->blocks == 0) return false;
@@ -647,10 +662,14 @@ uint64_t *nvh_redo_pending_blocks(nvh_heap *h, size_t *n_out)
             unsigned rk = r->cls_flags >> NVH_RECF_KIND_SHIFT;
             uint64_t rel = r->obj - h->chunks_off;
             uint64_t b = rel / NVH_BLOCK;
+            /* a run slot's record rewrites its run's header */
+            if (rk == NVH_RK_RUN) b -= nvh_rec_run_delta(r) <= b ? nvh_rec_run_delta(r) : 0;
             uint64_t pre = rk == NVH_RK_HUGE ? (uint64_t)r->prefix * h->bpc : r->prefix;
             bool ok = push_block(&v, &n, &cap, b);
             if (pre && pre <= b) ok = ok && push_block(&v, &n, &cap, b - pre);
-            if (r->remainder) ok = ok && push_block(&v, &n, &cap, b + (rk == NVH_RK_RUN ? 1 : r->blocks));
+            if (r->remainder)
+                ok = ok && push_block(&v, &n, &cap,
+                                      b + (rk == NVH_RK_RUN ? nvh_rec_run_blocks(r) : r->blocks));
             /* a huge record rewrites the headers of regions spanning chunks:
              * the chunk starts inside them may read as zero until it does */
             if (rk == NVH_RK_HUGE && pre <= b) {

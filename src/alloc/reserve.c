@@ -3,7 +3,7 @@
  * reservation spans several persistent free regions, which are merged on
  * the media first (span_merge, docs/ALLOC.md §5a).
  *
- *   small (<= 1984 B): a slot of a run, from the thread's cache (tcache.c)
+ *   small (<= 4032 B): a slot of a run, from the thread's cache (tcache.c)
  *                      or the arena's bins; a new run from a free extent
  *   large (<= half a chunk): blocks from the arena's free extents
  *   huge: whole chunks from the heap's free-chunk list
@@ -71,19 +71,32 @@ int nvh_reserve_small(nvh_heap *h, nvh_arena *a, unsigned cls, uint64_t *off)
         nvh_run *run = nvh_bin_first(a, cls);
         if (run) {
             unsigned slot = nvh_run_pick(run);
-            *off = nvh_block_off(h, run->block) + NVH_HDR + (uint64_t)slot * nvh_cls_size(cls);
+            *off = nvh_run_slot_off(h, run, slot);
             return NVH_OK;
         }
         uint64_t b;
-        if (nvh_extent_take(h, a, 1, &b)) {
-            if (!nvh_run_new(h, a, b, cls)) {
-                nvh_extent_put(a, b, 1);
-                return nvh_fail(NVH_E_NOMEM, "out of memory for a run descriptor");
+        unsigned nb = nvh_run_blocks_for(cls, a->nruns[cls]);
+        bool got = nvh_extent_take(h, a, nb, &b);
+        if (!got) {
+            int rc = refill(h, a);
+            if (rc == NVH_OK) continue;
+            if (rc != NVH_E_NOSPACE || !a->no_grow) return rc;
+            /* Nothing left to scan and the pool would grow: a smaller run
+             * in the free space there is (holes between runs of other
+             * sizes) before the other arenas are asked and the pool grows */
+            for (unsigned lv = NVH_RUN_LEVELS; !got && lv-- > 0;) {
+                unsigned n2 = nvh_run_blocks_for(cls, lv);
+                if (n2 < nb && nvh_extent_take(h, a, n2, &b)) {
+                    nb = n2;
+                    got = true;
+                }
             }
-            continue;
+            if (!got) return rc;
         }
-        int rc = refill(h, a);
-        if (rc != NVH_OK) return rc;
+        if (!nvh_run_new(h, a, b, cls, nb)) {
+            nvh_extent_put(a, b, nb);
+            return nvh_fail(NVH_E_NOMEM, "out of memory for a run descriptor");
+        }
     }
 }
 
@@ -213,12 +226,19 @@ static int reserve_huge(nvh_heap *h, nvh_arena *a, size_t size, uint64_t *off)
     return NVH_OK;
 }
 
+unsigned nvh_run_early_ = NVH_RUN_EARLY;
+
 /* A small slot (cls > 0; into the thread's cache if it has one) or a large
  * region of `need` blocks from arena a. Caller holds a->lock. */
 static int reserve_in(nvh_heap *h, nvh_arena *a, nvh_tcache *tc, unsigned cls, uint64_t need,
                       uint64_t *off)
 {
     int rc;
+    if (cls && !a->nruns[cls] && a->early[cls] < nvh_run_early_ && nvh_run_slots(cls, 1) < 2) {
+        a->early[cls]++;        /* a one-block large region (alloc.h) */
+        cls = 0;
+        need = 1;
+    }
     if (cls) {
         rc = tc ? nvh_tcache_refill(h, a, tc, cls, off) : nvh_reserve_small(h, a, cls, off);
     } else {
@@ -317,8 +337,8 @@ int nvh_cancel(nvh_pool *pool, void *ptr)
     nvh_run *run = nvh_run_lookup(h, b);
     nvh_resv *r;
     unsigned slot = 0;
-    if (run && nvh_slot_of(rel % NVH_BLOCK, run->cls, &slot)) {
-        if (slot < run->nslots && ((run->resv | run->tcached) & (1ull << slot)) &&
+    if (run && nvh_run_slot_at(h, run, off, &slot)) {
+        if (((run->resv | run->tcached) & (1ull << slot)) &&
             !nvh_tcache_holds(h, off, run->cls)) {
             run->resv &= ~(1ull << slot);
             run->tcached &= ~(1ull << slot);

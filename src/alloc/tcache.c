@@ -35,7 +35,7 @@ static void tc_return(nvh_heap *h, nvh_tcache *tc)
             nvh_alock_lock(&a->lock);
             nvh_run *run = nvh_run_lookup(h, b);
             unsigned slot = 0;
-            bool ok = nvh_slot_of(rel % NVH_BLOCK, cls, &slot);
+            bool ok = run && nvh_run_slot_at(h, run, off, &slot);
             NVH_ASSERT(ok && run && (run->tcached & (1ull << slot)));
             if (ok && run) {
                 run->tcached &= ~(1ull << slot);
@@ -134,7 +134,7 @@ nvh_tcache *nvh_tcache_attach(nvh_heap *h)
 /* Slots taken per refill: fewer for big classes, whose runs hold few. */
 static inline unsigned tc_batch(unsigned cls)
 {
-    unsigned n = nvh_cls_slots(cls) / 4;
+    unsigned n = nvh_run_slots(cls, nvh_run_blocks_for(cls, NVH_RUN_LEVELS)) / 4;
     return n < 1 ? 1 : n > NVH_TC_SLOTS ? NVH_TC_SLOTS : n;
 }
 
@@ -150,7 +150,7 @@ int nvh_tcache_refill(nvh_heap *h, nvh_arena *a, nvh_tcache *tc, unsigned cls, u
         uint64_t rel = got[0] - h->chunks_off;
         nvh_run *run = nvh_run_lookup(h, rel / NVH_BLOCK);
         unsigned slot = 0;
-        nvh_slot_of(rel % NVH_BLOCK, cls, &slot);
+        nvh_run_slot_at(h, run, got[0], &slot);
         run->resv &= ~(1ull << slot);
         run->tcached |= 1ull << slot;
     }
@@ -163,7 +163,7 @@ int nvh_tcache_refill(nvh_heap *h, nvh_arena *a, nvh_tcache *tc, unsigned cls, u
         unsigned slot = nvh_run_pick(run);
         run->resv &= ~(1ull << slot);
         run->tcached |= 1ull << slot;
-        got[n++] = nvh_block_off(h, run->block) + NVH_HDR + (uint64_t)slot * nvh_cls_size(cls);
+        got[n++] = nvh_run_slot_off(h, run, slot);
     }
     *off = got[0];
     /* the cache is a stack: push in reverse so pops follow the cursor */

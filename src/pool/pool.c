@@ -304,13 +304,28 @@ static int validate(int fd, const char *path, const char *layout,
     if (sb->header.format_version > NVH_FORMAT_VERSION)
         return nvh_fail(NVH_E_VERSION, "%s has format version %u; this library reads up to %u",
                         path, sb->header.format_version, NVH_FORMAT_VERSION);
-    if (sb->header.format_version >= 1 && sb->header.format_version < NVH_FORMAT_VERSION)
-        return nvh_fail(NVH_E_VERSION, "%s has format version %u; this library reads format %u "
-                        "only (format 3 keeps the allocator's region headers outside the objects, "
-                        "in header chunks). To migrate, open it with the nvheap release that "
-                        "wrote it and copy its objects into a pool created by this one (for "
+    if (sb->header.checksum != nvh_sb_header_checksum(&sb->header)) {
+        /* An upgrade torn by a crash (format_upgrade): it stores only the
+         * version word and the checksum, so a header that checks out with
+         * the old version is that pool, not upgraded yet */
+        struct nvh_superblock_header old = sb->header;
+        old.format_version = NVH_FORMAT_UPGRADE_FROM;
+        uint32_t c = nvh_sb_header_checksum(&old);
+        old.format_version = NVH_FORMAT_VERSION;
+        if (sb->header.format_version >= NVH_FORMAT_UPGRADE_FROM &&
+            sb->header.format_version <= NVH_FORMAT_VERSION &&
+            (sb->header.checksum == c || sb->header.checksum == nvh_sb_header_checksum(&old))) {
+            sb->header.format_version = NVH_FORMAT_UPGRADE_FROM;
+            sb->header.checksum = c;
+        }
+    }
+    if (sb->header.format_version >= 1 && sb->header.format_version < NVH_FORMAT_UPGRADE_FROM)
+        return nvh_fail(NVH_E_VERSION, "%s has format version %u; this library reads formats "
+                        "%u to %u (format 3 keeps the allocator's region headers outside the "
+                        "objects, in header chunks). To migrate, open it with the nvheap release "
+                        "that wrote it and copy its objects into a pool created by this one (for "
                         "key-value stores: nvheap dump with that release, nvheap load with "
-                        "this one)", path, sb->header.format_version,
+                        "this one)", path, sb->header.format_version, NVH_FORMAT_UPGRADE_FROM,
                         NVH_FORMAT_VERSION);
     if (sb->header.checksum != nvh_sb_header_checksum(&sb->header))
         return nvh_fail(NVH_E_CHECKSUM, "%s: superblock header checksum mismatch "
@@ -361,6 +376,27 @@ void nvh_pool_file_close_(nvh_pool *pool)
     pthread_mutex_destroy(&pool->hooks_lock);
     free(pool->path);
     free(pool);
+}
+
+/* Raise an older pool's version word at its first read-write open, before
+ * anything of the newer format can be written into it (this runs before
+ * the heap opens). Two 4-byte stores, version and checksum, made durable
+ * by one fence: a crash before it leaves either header, or a mix of the
+ * two, which validate() reads as the old header (its checksum is that of
+ * the old or the new version); the next read-write open upgrades it again.
+ * An older library refuses the upgraded pool (newer version) and a torn
+ * one (checksum). hdr: the header as validate() read it. */
+static void format_upgrade(nvh_pool *pool, const struct nvh_superblock_header *hdr)
+{
+    struct nvh_superblock_header n = *hdr;
+    n.format_version = NVH_FORMAT_VERSION;
+    n.checksum = nvh_sb_header_checksum(&n);
+    struct nvh_superblock_header *m = &pool->sb->header;
+    m->format_version = n.format_version;
+    m->checksum = n.checksum;
+    nvh_flush(pool, &m->format_version, sizeof m->format_version);
+    nvh_flush(pool, &m->checksum, sizeof m->checksum);
+    nvh_drain(pool);
 }
 
 static nvh_pool *pool_attach(int fd, const char *path, unsigned flags,
@@ -431,6 +467,8 @@ static nvh_pool *pool_attach(int fd, const char *path, unsigned flags,
 
     if (domain == NVH_DOMAIN_MSYNC && nvh_msync_init(pool) != NVH_OK) goto fail;
     if (domain == NVH_DOMAIN_SIM && nvh_sim_attach(pool) != NVH_OK) goto fail;
+    if (!pool->readonly && sb_copy->header.format_version < NVH_FORMAT_VERSION)
+        format_upgrade(pool, &sb_copy->header);
 
     return pool;
 fail:

@@ -13,7 +13,7 @@
 #define LAYOUT "corrupt"
 #define NOBJ 300
 
-typedef struct obj { uint64_t off, size, hdr; uint8_t tag; } obj;   /* hdr: its region
+typedef struct obj { uint64_t off, size, hdr, reg, reg_end; uint8_t tag; } obj;   /* hdr: its region
                                                    header, in a header chunk */
 static obj objs[NOBJ];
 
@@ -58,7 +58,12 @@ static const char *make_pool(void)
         nvh_off_t *l[1] = {&root[i]};
         assert_int_equal(nvh_activate(pool, p, l, 1), NVH_OK);
         uint64_t off = nvh_off(pool, p), b = (off - pool->heap->chunks_off) / 4096;
-        objs[i] = (obj){off, size, nvh_rhdr_off(pool->heap, b), (uint8_t)(i + 1)};
+        /* a slot's region is its run, which may span several blocks */
+        nvh_run *run = nvh_run_lookup(pool->heap, b);
+        uint64_t rb = run ? run->block : b, nb = run ? run->blocks : 1;
+        uint64_t reg = nvh_block_off(pool->heap, rb);
+        objs[i] = (obj){off, size, nvh_rhdr_off(pool->heap, rb), reg, reg + nb * 4096,
+                        (uint8_t)(i + 1)};
     }
     assert_int_equal(nvh_pool_close(pool), NVH_OK);
     return path;
@@ -116,7 +121,7 @@ static void header_flips_contained(int victim, uint64_t hdr_off, unsigned byte)
     uint64_t corrupt = 0;
     assert_int_equal(nvh_heap_check(pool, on_check, NULL, 0, &corrupt), NVH_E_CORRUPT);
     assert_true(corrupt >= 1);
-    uint64_t region = objs[victim].off & ~(uint64_t)4095;  /* reports name the region */
+    uint64_t region = objs[victim].reg;                /* reports name the region */
     assert_int_equal(found_off[0], region);
     assert_true(cb_calls >= 1);
     uint64_t before = nvh_heap_corruptions(pool);
@@ -128,11 +133,11 @@ static void header_flips_contained(int victim, uint64_t hdr_off, unsigned byte)
     assert_int_equal(root[victim], objs[victim].off);     /* nothing changed */
     /* every other object is intact and can be freed */
     for (int i = 0; i < NOBJ; i++) {
-        if (i == victim || objs[i].off / 4096 == objs[victim].off / 4096) continue;
+        if (i == victim || objs[i].reg == objs[victim].reg) continue;
         assert_true(intact(pool, i));
     }
     /* new allocations never land in the damaged region */
-    uint64_t lo = region, hi = region + 4096;
+    uint64_t lo = region, hi = objs[victim].reg_end;
     if (objs[victim].size > 4000) hi = objs[victim].off + objs[victim].size;
     for (int k = 0; k < 400; k++) {
         size_t size = 64 + (size_t)(k % 7) * 700;
@@ -144,7 +149,7 @@ static void header_flips_contained(int victim, uint64_t hdr_off, unsigned byte)
         assert_int_equal(nvh_activate(pool, p, NULL, 0), NVH_OK);
     }
     for (int i = 0; i < NOBJ; i++) {
-        if (i == victim || objs[i].off / 4096 == objs[victim].off / 4096) continue;
+        if (i == victim || objs[i].reg == objs[victim].reg) continue;
         assert_true(intact(pool, i));
         nvh_link fl = {&root[i], 0};
         assert_int_equal(nvh_free(pool, nvh_ptr(pool, objs[i].off), &fl, 1), NVH_OK);

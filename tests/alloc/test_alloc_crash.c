@@ -13,6 +13,7 @@
  *   - object contents are intact; no corrupt header;
  *   - free space is reusable: new allocations succeed and disturb nothing. */
 #include "test_util.h"
+#include "alloc/alloc.h"      /* white-box: the run geometry table */
 
 #include <stdbool.h>
 #include <pthread.h>
@@ -319,6 +320,44 @@ static int seq_workload(nvh_pool *pool, void *arg)
     return 0;
 }
 
+/* Runs of several blocks (docs/ALLOC.md §1): every class gets its largest
+ * run from the first one (multirun_force), and the objects land in the
+ * later blocks of their runs, where a slot's block has no header of its
+ * own: new runs of 16, 12 and 5 blocks, activations and frees with 0-2
+ * links in later blocks, a named object in one, classes above 31 (the
+ * record's class bits beyond the 5 of format 3), reuse after the frees. */
+static int multirun_workload(nvh_pool *pool, void *arg)
+{
+    (void)arg;
+    uint64_t rng = 4343;
+    g_nobj = 0;
+    memset(slot_used, 0, sizeof slot_used);
+    /* class 16 (1024 B): 16 blocks, 63 slots; class 40 (2560 B): 12
+     * blocks, 19 slots; class 6 (384 B): 5 blocks, 53 slots */
+    for (int i = 0; i < 24; i++)
+        if (op_alloc(pool, &rng, 1000 + (uint32_t)(i % 3), (unsigned)(i % 3), -1)) return 1;
+    for (int i = 0; i < 6; i++)
+        if (op_alloc(pool, &rng, 2500, (unsigned)(i % 3), -1)) return 1;
+    if (op_alloc(pool, &rng, 2000, 0, 3)) return 1;         /* named, class 32 */
+    for (int i = 0; i < 14; i++)
+        if (op_alloc(pool, &rng, 380, 1, -1)) return 1;
+    for (int i = 0; i < 10; i++)
+        if (op_free(pool, &rng)) return 1;
+    for (int i = 0; i < 6; i++)
+        if (op_alloc(pool, &rng, 1020, 1, -1)) return 1;
+    return 0;
+}
+
+/* Every class's run at its largest size from the first run on. */
+static void multirun_force(bool on)
+{
+    nvh_run_early_ = on ? 0 : NVH_RUN_EARLY;
+    for (unsigned lv = 0; lv < NVH_RUN_LEVELS; lv++)
+        for (unsigned c = 1; c <= NVH_SMALL_CLASSES; c++)
+            nvh_run_blocks_tab_[lv][c] =
+                on ? (uint8_t)nvh_run_blocks_for_(NVH_RUN_LEVELS - 1, c) : 0;
+}
+
 /* Power-of-two large objects (256 KiB chunks here): four 64 KiB objects
  * fill one chunk edge to edge, their headers in the zone's header chunk
  * (alloc.h); frees, a reuse of the freed space by a 128 KiB pair, and a
@@ -562,6 +601,15 @@ static void pow2_every_fence(void **state)
     run(pow2_workload, NULL, NVH_CRASH_WORDS, EVERY_FENCE_BUDGET, IMAGES);
 }
 
+static void multirun_every_fence(void **state)
+{
+    (void)state;
+    multirun_force(true);
+    run(multirun_workload, NULL, NVH_CRASH_LINES, EVERY_FENCE_BUDGET, IMAGES);
+    run(multirun_workload, NULL, NVH_CRASH_WORDS, EVERY_FENCE_BUDGET, IMAGES);
+    multirun_force(false);
+}
+
 static void ring_order_every_fence(void **state)
 {
     (void)state;
@@ -589,6 +637,7 @@ int main(void)
         cmocka_unit_test(two_arenas_sampled),
         cmocka_unit_test(ring_order_every_fence),
         cmocka_unit_test(pow2_every_fence),
+        cmocka_unit_test(multirun_every_fence),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     rmdir(scratch);

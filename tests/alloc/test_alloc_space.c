@@ -191,24 +191,27 @@ static void span_every_fence_words(void **state)
  * recovered pool must hand out every free slot before it grows (a mark that
  * survived a free would hide the slot).
  * ------------------------------------------------------------------------- */
-#define FULL_OBJ 1984u          /* the largest small class: 2 slots a run   */
+#define FULL_OBJ 1344u          /* class 21: runs of one block, 3 slots     */
+#define FULL_CLS 21u
+#define FULL_PER_RUN 3u
+#define FULL_PER_CHUNK 48       /* 64 KiB chunks: 16 runs                   */
 #define FULL_SLOTS 96
 
 static int full_workload(nvh_pool *pool, void *arg)
 {
     (void)arg;
     nvh_off_t *root = nvh_root(pool, NULL);
-    /* 64 KiB chunks: 16 runs, 32 objects each; fill two and start a third */
-    for (int i = 0; i < 70; i++)
+    /* fill two chunks and start a third */
+    for (int i = 0; i < 2 * FULL_PER_CHUNK + 6; i++)
         if (!nvh_alloc(pool, FULL_OBJ, NULL, NULL, &root[i])) return 1;
     /* room in the two full chunks again */
-    static const int victims[] = {3, 40, 41, 10};
+    static const int victims[] = {3, FULL_PER_CHUNK + 8, FULL_PER_CHUNK + 9, 10};
     for (unsigned k = 0; k < sizeof victims / sizeof *victims; k++) {
         nvh_link l = {&root[victims[k]], 0};
         if (nvh_free(pool, nvh_ptr(pool, root[victims[k]]), &l, 1) != NVH_OK) return 1;
         if (k == 1 && nvh_heap_sync(pool) != NVH_OK) return 1;   /* retired */
     }
-    for (int i = 70; i < 74; i++)
+    for (int i = 2 * FULL_PER_CHUNK + 6; i < 2 * FULL_PER_CHUNK + 10; i++)
         if (!nvh_alloc(pool, FULL_OBJ, NULL, NULL, &root[i])) return 1;
     return 0;
 }
@@ -228,9 +231,10 @@ static int full_check(const char *image, const nvh_crash_point *pt, void *arg)
         nvh_pool_close(pool);
         return rc;
     }
-    /* every free slot of the class and every free block (a new run of 2) */
+    /* every free slot of the class and every free block (a new run) */
     uint64_t chunks = st.chunks;
-    uint64_t expect = st.cls[31].slots_total - st.cls[31].slots_used + 2 * (st.free_bytes / 4096);
+    uint64_t expect = st.cls[FULL_CLS].slots_total - st.cls[FULL_CLS].slots_used +
+                      FULL_PER_RUN * (st.free_bytes / 4096);
     uint64_t got = 0;
     for (;;) {
         if (!nvh_alloc(pool, FULL_OBJ, NULL, NULL, NULL)) {
@@ -510,7 +514,7 @@ static void first_alloc_after_crash(void **state)
         nvh_pool *p = nvh_pool_open(path, LAYOUT, NVH_DOMAIN_PROCESS);
         if (!p) _exit(2);
         nvh_off_t *root = nvh_root(p, NULL);
-        for (int i = 0; i < 6 * 32 + 3; i++)
+        for (int i = 0; i < 6 * FULL_PER_CHUNK + 3; i++)
             if (!nvh_alloc(p, FULL_OBJ, NULL, NULL, &root[i])) _exit(3);
         _exit(0);
     }

@@ -127,7 +127,7 @@ static void newer_format_version(void **state)
 static void older_format_version(void **state)
 {
     (void)state;
-    for (uint32_t v = 1; v < NVH_FORMAT_VERSION; v++) {
+    for (uint32_t v = 1; v < NVH_FORMAT_UPGRADE_FROM; v++) {
         const char *path = make_pool("oldversion", LAYOUT, MiB, NVH_DOMAIN_PROCESS);
         struct nvh_superblock sb;
         read_superblock(path, &sb);
