@@ -268,9 +268,9 @@ static void lcache_evict(struct cap_inst *cap, struct cap_span *s);
  * touched: one that writes a few pages of each large block (a header, a
  * tail) has a file far smaller than its spans, and punching its free spans
  * would only make it fault them in again. So while the heap is in use the
- * file itself is asked (fstat) before punching: if it holds at most `bound`
- * bytes, nothing is punched, and the free spans may grow by the difference
- * before it is asked again. */
+ * file itself is asked (fstat) before punching: if it holds no more than the
+ * spans in use (`bound`), the free spans hold (next to) no pages and nothing
+ * is punched; they may grow by the difference before it is asked again. */
 static bool file_within(struct cap_inst *cap, size_t held, size_t bound)
 {
     if (held <= cap->file_slack)
@@ -301,7 +301,7 @@ static void decay_(struct cap_inst *cap, bool settle)
     size_t held = cap->dirty_bytes + cap->lc_bytes;
     if (held <= allow)
         return;
-    if (!settle && in_use > floor && file_within(cap, held, in_use + allow / 2))
+    if (!settle && in_use > floor && file_within(cap, held, in_use))
         return;
     cap->file_slack = 0;
     while (cap->dirty_bytes + cap->lc_bytes > allow / 2) {
