@@ -41,7 +41,9 @@
 #define NVH_CAP_INSTANCES 8u                   /* instances alive at once       */
 #define NVH_CAP_EMPTY_PAGES 4u                 /* empty small pages per thread  */
 #define NVH_CAP_LCACHE 4u                      /* freed large spans per thread  */
-#define NVH_CAP_LCLASSES 80u                   /* large classes (heap.c), 17 .. 16384 blocks */
+#define NVH_CAP_LCLASSES 80u                   /* large classes, 17 .. 16384 blocks */
+#define NVH_CAP_LCACHE_REACH 8u   /* a kept large block serves requests of its
+                                     class and the 7 below it (up to 2x)       */
 #define NVH_CAP_LCACHE_BYTES ((size_t)4 << 20)
 #define NVH_CAP_RBATCH 62u                     /* cross-thread frees per push   */
 #define NVH_CAP_RSPARE 16u                     /* spare batch nodes per thread  */

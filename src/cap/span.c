@@ -520,9 +520,6 @@ void nvh_cap_span_free_(struct cap_inst *cap, struct cap_span *s)
  * never touched (a shared-memory fault and a fresh file page each; with
  * sizes that vary, most of them). Kept blocks count as dirty for the
  * allowance, which evicts the oldest (decay_). */
-#ifndef LCACHE_REACH
-#define LCACHE_REACH 8u
-#endif
 static bool lcache_fits(const struct cap_span *s)
 {
     return s->blocks > 16 && s->blocks <= NVH_CAP_LARGE_ROUND_MAX &&
@@ -588,7 +585,7 @@ struct cap_span *nvh_cap_span_reuse_(struct cap_inst *cap, uint32_t n)
         return NULL;
     unsigned c = nvh_cap_large_class_(n);
     struct cap_span *s = NULL;
-    for (unsigned k = c; !s && k < c + LCACHE_REACH && k < NVH_CAP_LCLASSES; k++)
+    for (unsigned k = c; !s && k < c + NVH_CAP_LCACHE_REACH && k < NVH_CAP_LCLASSES; k++)
         s = cap->lc[k];
     if (!s)
         return NULL;
