@@ -595,8 +595,29 @@ static NVH_CAP_NOINLINE void *alloc_slow(struct cap_heap *h, unsigned c)
     remote_flush(h);
     heap_drain(h, false);
     struct cap_span *p = h->cur[c];
+    if (p->free)
+        return take(p);
+    if (p != &cap_sentinel && p->bump < p->end && p->used) {
+        /* Freed blocks of the class's other pages before never-used ones:
+         * carving touches new pages, and the file would then hold more than
+         * the most blocks the class ever had live (measured: the small
+         * loop's file 1.78 -> 1.57 times its live bytes, medium's 1.62 ->
+         * 1.29). The current page waits in the avail list with its
+         * never-used blocks (an avail page has free or never-used blocks;
+         * one that empties is retired as any avail page). */
+        struct cap_span *q = h->avail[c];
+        for (unsigned k = 0; q && !q->free && k < 4; k++)
+            q = q->next;
+        if (q && q->free) {
+            avail_remove(h, q);
+            avail_push(h, p);
+            q->pstate = CAP_PG_CUR;
+            h->cur[c] = q;
+            return take(q);
+        }
+    }
     if (p != &cap_sentinel) {
-        if (p->free || page_extend(cap, p))
+        if (page_extend(cap, p))
             return take(p);
         p->pstate = CAP_PG_FULL;
     }

@@ -430,6 +430,35 @@ static void test_empty_heap_returns_file(void **state)
     nvh_cap_destroy_(&c2);
 }
 
+/* A class's blocks freed in its other pages are handed out before its
+ * current page carves never-used ones (carving touches new pages of the
+ * file). A fresh instance, so the pages are exactly these. */
+static void test_freed_before_carved(void **state)
+{
+    (void)state;
+    static struct cap_inst c3;
+    assert_int_equal(nvh_cap_init_file_(&c3, "/dev/shm", (size_t)1 << 30), 0);
+    struct cap_heap *h = nvh_cap_heap_(&c3);
+    assert_non_null(h);
+    enum { PER_PAGE = 64, N = PER_PAGE + 4, FREED = 10 };   /* 1 KiB blocks, 64 KiB pages */
+    static void *p[N];
+    for (unsigned i = 0; i < N; i++)
+        assert_non_null(p[i] = nvh_cap_alloc_(h, 1024));
+    /* the first page is full; the second has handed out its first 4 KiB */
+    struct cap_span *first = nvh_cap_span_of_(&c3, p[0]);
+    assert_ptr_equal(nvh_cap_span_of_(&c3, p[PER_PAGE - 1]), first);
+    assert_ptr_not_equal(nvh_cap_span_of_(&c3, p[PER_PAGE]), first);
+    for (unsigned i = 0; i < FREED; i++)
+        assert_int_equal(nvh_cap_free_(&c3, p[3 * i]), CAP_OK);
+    for (unsigned i = 0; i < FREED; i++) {
+        p[3 * i] = nvh_cap_alloc_(h, 1024);
+        assert_ptr_equal(nvh_cap_span_of_(&c3, p[3 * i]), first);
+    }
+    for (unsigned i = 0; i < N; i++)
+        assert_int_equal(nvh_cap_free_(&c3, p[i]), CAP_OK);
+    nvh_cap_destroy_(&c3);
+}
+
 /* A batch freed and allocated again within the window refills the pages
  * it had: no punching, no new file space per round. */
 static void test_batch_no_punch(void **state)
@@ -527,6 +556,7 @@ int main(void)
         cmocka_unit_test(test_batch_no_punch),
         cmocka_unit_test(test_large_kept_resident),
         cmocka_unit_test(test_empty_heap_returns_file),
+        cmocka_unit_test(test_freed_before_carved),
         cmocka_unit_test(test_populate),
         cmocka_unit_test(test_file_is_anonymous),
     };
