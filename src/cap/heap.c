@@ -600,9 +600,8 @@ static NVH_CAP_NOINLINE void *alloc_slow(struct cap_heap *h, unsigned c)
     if (p != &cap_sentinel && p->bump < p->end && p->used) {
         /* Freed blocks of the class's other pages before never-used ones:
          * carving touches new pages, and the file would then hold more than
-         * the most blocks the class ever had live (measured: the small
-         * loop's file 1.78 -> 1.57 times its live bytes, medium's 1.62 ->
-         * 1.29). The current page waits in the avail list with its
+         * the most blocks the class ever had live (docs/CAP.md, file space
+         * of small heaps). The current page waits in the avail list with its
          * never-used blocks (an avail page has free or never-used blocks;
          * one that empties is retired as any avail page). */
         struct cap_span *q = h->avail[c];
