@@ -41,10 +41,12 @@
 #define NVH_CAP_INSTANCES 8u                   /* instances alive at once       */
 #define NVH_CAP_EMPTY_PAGES 4u                 /* empty small pages per thread  */
 #define NVH_CAP_LCACHE 4u                      /* freed large spans per thread  */
+#define NVH_CAP_LCLASSES 80u                   /* large classes, 17 .. 16384 blocks */
+#define NVH_CAP_LCACHE_REACH 8u   /* a kept large block serves requests of its
+                                     class and the 7 below it (up to 2x)       */
 #define NVH_CAP_LCACHE_BYTES ((size_t)4 << 20)
 #define NVH_CAP_RBATCH 62u                     /* cross-thread frees per push   */
 #define NVH_CAP_RSPARE 16u                     /* spare batch nodes per thread  */
-#define NVH_CAP_DECAY_SMALL ((size_t)8 << 20) /* dirty bytes a small heap keeps */
 #define NVH_CAP_DECAY_MS 100u             /* window of the recent peak (ms)  */
 #define NVH_CAP_GROW_STEP ((size_t)64 << 20)   /* device free-space check step  */
 
@@ -98,11 +100,14 @@ struct cap_span {
     uint8_t hole;              /* free: holds punched pages (refill them)      */
     uint8_t pstate;            /* page: CAP_PG_* (owner only)                  */
     uint8_t cached;            /* large: freed, in the freeing thread's cache
-                                  (its kind stays LARGE: the lock holder reads
-                                  kinds of neighbours, this thread writes this) */
+                                  (1) or the instance's (2); its kind stays
+                                  LARGE (the lock holder reads kinds of
+                                  neighbours, this thread writes this) */
     uint8_t roomy;             /* large: a block grown by realloc, with headroom */
-    struct cap_span *next, *prev;   /* free: bin list; page: avail list        */
-    struct cap_span *dnext, *dprev; /* free + dirty: punch queue (oldest first) */
+    struct cap_span *next, *prev;   /* free: bin list; page: avail list;
+                                       instance-cached large: class list      */
+    struct cap_span *dnext, *dprev; /* free + dirty: punch queue (oldest first);
+                                       instance-cached large: age queue       */
     size_t dbytes;             /* free + dirty: bytes that may hold pages      */
     /* page */
     struct cap_heap *heap;     /* owner; fixed while the page has live blocks  */
@@ -131,6 +136,7 @@ struct cap_heap {
     size_t page_bytes;               /* bytes of the pages it holds           */
     _Atomic(uintptr_t) remote;       /* batches (and lone blocks, tagged)    */
     _Atomic int orphan;
+    uint64_t decay_ms;               /* last time it gave idle memory back    */
     struct cap_span *empty[NVH_CAP_EMPTY_PAGES];
     unsigned nempty;
     struct cap_span *lcache[NVH_CAP_LCACHE];
@@ -150,7 +156,7 @@ struct nvh_cap_counters {
     size_t reserved;         /* bytes of address range                          */
     size_t span_bytes;       /* bytes of spans in use (pages, large objects)    */
     size_t span_peak;
-    size_t dirty_bytes;      /* free, not yet punched                           */
+    size_t dirty_bytes;      /* free, not yet punched (cached large blocks too) */
     size_t top;              /* high-water mark of the range                    */
     size_t file_bytes;       /* blocks the file holds now (fstat), 0 if no file */
     uint64_t punches;
@@ -177,6 +183,12 @@ struct cap_inst {
     uint64_t binmap[NVH_CAP_BINS / 64];
     struct cap_span *dhead, *dtail;
     size_t dirty_bytes, decay_min;
+    /* freed large blocks kept whole, mapped and resident, per large class
+     * (newest first), and in age order for eviction (span.c lcache_*) */
+    struct cap_span *lc[NVH_CAP_LCLASSES];
+    struct cap_span *lc_old, *lc_new;
+    size_t lc_bytes;
+    size_t file_slack;       /* free bytes up to which the file was found small */
     uint64_t win_start;      /* recent-peak window (span.c decay_): its start */
     size_t win_cur, win_prev; /* peak of span_bytes in this and the last one */
     size_t span_bytes;       /* bytes of spans in use (under the lock)          */
@@ -190,6 +202,29 @@ struct cap_inst {
     char dir[256];           /* where fork creates the child's file            */
     int fork_fd;
 };
+
+/* ---- large classes ------------------------------------------------------- */
+/* Blocks over NVH_CAP_CLASS_MAX are rounded up to large classes, eight per
+ * doubling of their 4 KiB blocks, up to NVH_CAP_LARGE_ROUND_MAX blocks
+ * (64 MiB; bigger ones are not rounded). A freed block then serves the next
+ * request of its class whole, on pages that are still mapped (span.c). */
+#define NVH_CAP_LARGE_ROUND_MAX 16384u
+static inline uint32_t nvh_cap_large_round_(uint32_t n)
+{
+    if (n <= 16 || n > NVH_CAP_LARGE_ROUND_MAX)
+        return n;
+    uint32_t w = n - 1;
+    unsigned b = 31u - (unsigned)__builtin_clz(w);   /* >= 4 */
+    uint32_t step = (uint32_t)1 << (b - 3u);
+    return (w | (step - 1)) + 1;
+}
+/* The large class of a rounded block count in 17 .. 16384 (0 .. 79). */
+static inline unsigned nvh_cap_large_class_(uint32_t n)
+{
+    uint32_t w = n - 1;
+    unsigned b = 31u - (unsigned)__builtin_clz(w);
+    return (b - 4u) * 8u + ((w >> (b - 3u)) & 7u);
+}
 
 /* ---- span.c: instances and the span allocator ---------------------------- */
 /* A file-backed instance: an unlinked file in dir, the range reserved at
@@ -206,6 +241,18 @@ struct cap_span *nvh_cap_span_alloc_(struct cap_inst *cap, uint32_t n, int kind,
 struct cap_span *nvh_cap_span_alloc_top_(struct cap_inst *cap, uint32_t n, int kind, bool *zero);
 /* Under cap->lock: give a span back (coalesce, maybe punch). */
 void nvh_cap_span_free_(struct cap_inst *cap, struct cap_span *s);
+/* Under cap->lock: keep a freed large block of a large class whole for
+ * reuse (its pages stay mapped); it counts as dirty, and the allowance
+ * evicts the oldest ones. A block of another size is freed as by
+ * nvh_cap_span_free_. */
+void nvh_cap_span_cache_(struct cap_inst *cap, struct cap_span *s);
+/* Under cap->lock: a kept block of n blocks' class or the next one (NULL:
+ * none); it is in use again. */
+struct cap_span *nvh_cap_span_reuse_(struct cap_inst *cap, uint32_t n);
+/* Under cap->lock: apply the allowance now (a heap's periodic decay). */
+void nvh_cap_span_decay_(struct cap_inst *cap);
+/* Milliseconds of a coarse monotonic clock (vDSO, no system call). */
+uint64_t nvh_cap_now_ms_(void);
 /* Under cap->lock: grow a large span in place to n blocks; false if the
  * neighbour is not free or too small. */
 bool nvh_cap_span_grow_(struct cap_inst *cap, struct cap_span *s, uint32_t n);

@@ -186,6 +186,7 @@ static NVH_CAP_NOINLINE struct cap_heap *heap_create(struct cap_inst *cap)
         atomic_store(&h->orphan, 0);
     } else if ((h = nvh_cap_heap_new_(cap))) {
         h->gen = cap->gen;
+        h->decay_ms = nvh_cap_now_ms_();
         for (unsigned c = 0; c < NVH_CAP_CLASSES; c++)
             h->cur[c] = &cap_sentinel;
     }
@@ -549,14 +550,73 @@ NVH_CAP_INLINE void *take(struct cap_span *p)
     return b;
 }
 
+/* Idle memory goes back every NVH_CAP_DECAY_MS, checked on the slow paths
+ * (a page running dry, a block over NVH_CAP_CLASS_MAX): empty current pages,
+ * the kept empty pages and large blocks go to the instance, which keeps
+ * them mapped within its allowance (span.c decay_). So a program that freed
+ * everything holds less than a tenth of its peak in the file at its first
+ * slow path two windows later, and one that keeps allocating keeps its
+ * pages. */
+static void heap_release_caches(struct cap_heap *h, bool locked);
+
+static NVH_CAP_NOINLINE void heap_decay_now(struct cap_heap *h, uint64_t t)
+{
+    struct cap_inst *cap = h->cap;
+    h->decay_ms = t;
+    remote_flush(h);
+    heap_drain(h, false);
+    unsigned keep = h->nempty;
+    h->nempty = NVH_CAP_EMPTY_PAGES;   /* list full: page_retire frees to the instance */
+    for (unsigned c = 0; c < NVH_CAP_CLASSES; c++) {
+        struct cap_span *p = h->cur[c];
+        if (p != &cap_sentinel && p->used == 0) {
+            h->cur[c] = &cap_sentinel;
+            page_retire(h, p, false);
+        }
+    }
+    h->nempty = keep;
+    heap_release_caches(h, false);
+    pthread_mutex_lock(&cap->lock);
+    nvh_cap_span_decay_(cap);
+    pthread_mutex_unlock(&cap->lock);
+}
+
+NVH_CAP_INLINE void heap_decay(struct cap_heap *h)
+{
+    uint64_t t = nvh_cap_now_ms_();
+    if (nvh_cap_unlikely(t - h->decay_ms >= NVH_CAP_DECAY_MS))
+        heap_decay_now(h, t);
+}
+
 static NVH_CAP_NOINLINE void *alloc_slow(struct cap_heap *h, unsigned c)
 {
     struct cap_inst *cap = h->cap;
+    heap_decay(h);
     remote_flush(h);
     heap_drain(h, false);
     struct cap_span *p = h->cur[c];
+    if (p->free)
+        return take(p);
+    if (p != &cap_sentinel && p->bump < p->end && p->used) {
+        /* Freed blocks of the class's other pages before never-used ones:
+         * carving touches new pages, and the file would then hold more than
+         * the most blocks the class ever had live (docs/CAP.md, file space
+         * of small heaps). The current page waits in the avail list with its
+         * never-used blocks (an avail page has free or never-used blocks;
+         * one that empties is retired as any avail page). */
+        struct cap_span *q = h->avail[c];
+        for (unsigned k = 0; q && !q->free && k < 4; k++)
+            q = q->next;
+        if (q && q->free) {
+            avail_remove(h, q);
+            avail_push(h, p);
+            q->pstate = CAP_PG_CUR;
+            h->cur[c] = q;
+            return take(q);
+        }
+    }
     if (p != &cap_sentinel) {
-        if (p->free || page_extend(cap, p))
+        if (page_extend(cap, p))
             return take(p);
         p->pstate = CAP_PG_FULL;
     }
@@ -605,25 +665,9 @@ static void *large_alloc_top(struct cap_heap *h, size_t size)
     return (void *)s->start;
 }
 
-/* Large blocks are rounded up to large classes, eight per doubling of their
- * 4 KiB blocks (at most 12.5 % more address space; pages never touched cost
- * no file space). Freed blocks then come back in a few sizes, so a block
- * freed (to a thread's cache or the span allocator) is carved again as it
- * was: its pages are still mapped, where a block carved at a new offset out
- * of coalesced free space lands its first and last page on pages the
- * process never touched (a shared-memory fault each, a fresh file page). */
-#define LARGE_ROUND_MAX 16384u   /* blocks (64 MiB); bigger ones are not rounded */
-
-static inline uint32_t large_round(uint32_t n)
-{
-    if (n <= 16 || n > LARGE_ROUND_MAX)
-        return n;
-    uint32_t w = n - 1;
-    unsigned b = 31u - (unsigned)__builtin_clz(w);   /* >= 4 */
-    uint32_t step = (uint32_t)1 << (b - 3u);
-    return (w | (step - 1)) + 1;
-}
-
+/* Large blocks are rounded up to large classes (cap.h), so that a freed
+ * block, kept whole in a thread's cache or the instance's (span.c), serves
+ * the next request of its class on pages that are still mapped. */
 static void *large_alloc(struct cap_heap *h, size_t size, size_t align, bool *zero_out)
 {
     struct cap_inst *cap = h->cap;
@@ -632,22 +676,29 @@ static void *large_alloc(struct cap_heap *h, size_t size, size_t align, bool *ze
         errno = ENOMEM;
         return NULL;
     }
-    uint32_t n = large_round((uint32_t)((size + pad + NVH_CAP_BLOCK - 1) >> NVH_CAP_BLOCK_SHIFT));
+    uint32_t n = nvh_cap_large_round_((uint32_t)((size + pad + NVH_CAP_BLOCK - 1) >> NVH_CAP_BLOCK_SHIFT));
     struct cap_span *s = NULL;
     bool zero = false;
+    heap_decay(h);
+    /* the thread's cache: a block of the same size, else the smallest one
+     * up to a quarter bigger */
+    unsigned pick = h->nlcache;
     for (unsigned i = 0; i < h->nlcache; i++) {
-        struct cap_span *c = h->lcache[i];
-        if (c->blocks >= n && c->blocks <= n + n / 4) {
-            s = c;
-            h->lcache[i] = h->lcache[--h->nlcache];
-            h->lcache_bytes -= (size_t)s->blocks << NVH_CAP_BLOCK_SHIFT;
-            s->cached = 0;
-            break;
-        }
+        uint32_t b = h->lcache[i]->blocks;
+        if (b >= n && b <= n + n / 4 && (pick == h->nlcache || b < h->lcache[pick]->blocks))
+            pick = i;
+    }
+    if (pick < h->nlcache) {
+        s = h->lcache[pick];
+        h->lcache[pick] = h->lcache[--h->nlcache];
+        h->lcache_bytes -= (size_t)s->blocks << NVH_CAP_BLOCK_SHIFT;
+        s->cached = 0;
     }
     if (!s) {
         pthread_mutex_lock(&cap->lock);
-        s = nvh_cap_span_alloc_(cap, n, CAP_SPAN_LARGE, &zero);
+        s = nvh_cap_span_reuse_(cap, n);
+        if (!s)
+            s = nvh_cap_span_alloc_(cap, n, CAP_SPAN_LARGE, &zero);
         pthread_mutex_unlock(&cap->lock);
         if (!s) {
             errno = ENOMEM;
@@ -681,7 +732,7 @@ static void large_free(struct cap_inst *cap, struct cap_heap *h, struct cap_span
             h->lcache[0] = h->lcache[--h->nlcache];
             h->lcache_bytes -= (size_t)old->blocks << NVH_CAP_BLOCK_SHIFT;
             pthread_mutex_lock(&cap->lock);
-            nvh_cap_span_free_(cap, old);
+            nvh_cap_span_cache_(cap, old);
             pthread_mutex_unlock(&cap->lock);
         }
         h->lcache[h->nlcache++] = s;
@@ -689,7 +740,10 @@ static void large_free(struct cap_inst *cap, struct cap_heap *h, struct cap_span
         return;
     }
     pthread_mutex_lock(&cap->lock);
-    nvh_cap_span_free_(cap, s);
+    if (at_top || s->roomy)
+        nvh_cap_span_free_(cap, s);
+    else
+        nvh_cap_span_cache_(cap, s);
     pthread_mutex_unlock(&cap->lock);
 }
 
@@ -755,7 +809,11 @@ static NVH_CAP_NOINLINE int free_other(struct cap_inst *cap, struct cap_span *s,
         large_free(cap, nvh_cap_heap_peek_(cap), s);
         return CAP_OK;
     case CAP_SPAN_FREE:
-        return (uintptr_t)p == s->start ? CAP_DOUBLE : CAP_INVALID;
+        /* the start of a block that coalesced into this free span */
+        return ((uintptr_t)p - s->start) % NVH_CAP_BLOCK == 0 &&
+                       (uintptr_t)p - s->start < ((uintptr_t)s->blocks << NVH_CAP_BLOCK_SHIFT)
+                   ? CAP_DOUBLE
+                   : CAP_INVALID;
     default:
         return CAP_INVALID;
     }
@@ -816,7 +874,8 @@ static struct cap_span *live_span(struct cap_inst *cap, const void *p, int *bad)
             return s;
         *bad = CAP_DOUBLE;
     }
-    if (s->kind == CAP_SPAN_FREE && (uintptr_t)p == s->start)
+    if (s->kind == CAP_SPAN_FREE && ((uintptr_t)p - s->start) % NVH_CAP_BLOCK == 0 &&
+        (uintptr_t)p - s->start < ((uintptr_t)s->blocks << NVH_CAP_BLOCK_SHIFT))
         *bad = CAP_DOUBLE;
     return NULL;
 }
@@ -892,7 +951,7 @@ static void heap_release_caches(struct cap_heap *h, bool locked)
         pthread_mutex_lock(&cap->lock);
     while (h->nlcache) {
         struct cap_span *s = h->lcache[--h->nlcache];
-        nvh_cap_span_free_(cap, s);
+        nvh_cap_span_cache_(cap, s);
     }
     h->lcache_bytes = 0;
     while (h->nempty) {

@@ -222,8 +222,7 @@ static bool raise_top(struct cap_inst *cap, size_t bytes)
     return true;
 }
 
-/* Milliseconds of a coarse monotonic clock (vDSO, no system call). */
-static uint64_t now_ms(void)
+uint64_t nvh_cap_now_ms_(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
@@ -232,22 +231,22 @@ static uint64_t now_ms(void)
 
 /* The recent peak of the bytes in use: the largest value seen in this
  * window of NVH_CAP_DECAY_MS or the one before it. Under cap->lock. */
-static size_t recent_peak(struct cap_inst *cap, size_t in_use)
+static size_t recent_peak(struct cap_inst *cap)
 {
-    uint64_t t = now_ms();
+    uint64_t t = nvh_cap_now_ms_();
     if (t - cap->win_start >= NVH_CAP_DECAY_MS) {
         /* a window with no activity at all ends the older one too */
         cap->win_prev = t - cap->win_start >= 2u * NVH_CAP_DECAY_MS ? 0 : cap->win_cur;
         cap->win_cur = 0;
         cap->win_start = t;
     }
-    if (in_use > cap->win_cur)
-        cap->win_cur = in_use;
+    /* (the peak is recorded where bytes come into use, account(): pages a
+     * heap gives back after a quiet spell must not count as a fresh peak) */
     return cap->win_cur > cap->win_prev ? cap->win_cur : cap->win_prev;
 }
 
 /* The dirty allowance. Two bounds on the spans the file holds (in use plus
- * dirty):
+ * dirty, kept large blocks included):
  *  - 1.5 times the bytes in use (dirty <= in use / 2): churn at a steady
  *    live size does not punch, and at a peak the file stays within 1.5 times
  *    what is in use;
@@ -256,33 +255,71 @@ static size_t recent_peak(struct cap_inst *cap, size_t in_use)
  *    (a request, a phase) refills pages it already has instead of punching
  *    and faulting them in again on every round. Once the batch has not come
  *    back for a window, the bound falls to the first one.
- * Both at least min(decay_min, max(8 MiB, a tenth of the all-time peak)), so
- * a small heap does not punch and refault on every free. A heap that empties
- * keeps at most that floor once the window passed, or at once when a thread
- * exits (`settle`: a thread's exit is where a program sheds a working set).
- * Punching goes to half the allowance, so it runs in batches. */
+ * Both at least min(decay_min, a twentieth of the all-time peak of the bytes
+ * in use), so a heap that empties keeps less than a tenth of its peak file
+ * once the window passed (or at
+ * once when a thread exits: `settle`, a thread's exit is where a program
+ * sheds a working set). Punching goes to half the allowance, so it runs in
+ * batches: coalesced free spans first (oldest first), then kept large blocks
+ * (oldest first), which are likelier to be asked for again whole. */
+static void lcache_evict(struct cap_inst *cap, struct cap_span *s);
+
+/* Spans count address space, but the file holds only the pages the program
+ * touched: one that writes a few pages of each large block (a header, a
+ * tail) has a file far smaller than its spans, and punching its free spans
+ * would only make it fault them in again. So while the heap is in use the
+ * file itself is asked (fstat) before punching: if it holds no more than the
+ * spans in use (`bound`), the free spans hold (next to) no pages and nothing
+ * is punched; they may grow by the difference before it is asked again. */
+static bool file_within(struct cap_inst *cap, size_t held, size_t bound)
+{
+    if (held <= cap->file_slack)
+        return true;
+    struct stat st;
+    if (cap->fd < 0 || fstat(cap->fd, &st) != 0)
+        return false;
+    size_t file = (size_t)st.st_blocks * 512;
+    if (file > bound)
+        return false;
+    cap->file_slack = held + (bound - file);
+    return true;
+}
+
 static void decay_(struct cap_inst *cap, bool settle)
 {
     size_t in_use = cap->span_bytes;
     size_t allow = in_use / 2;
-    size_t recent = settle ? 0 : recent_peak(cap, in_use);
+    size_t recent = settle ? 0 : recent_peak(cap);
     recent += recent / 2;
     if (recent > in_use && recent - in_use > allow)
         allow = recent - in_use;
-    size_t floor = cap->span_peak / 10;
-    if (floor < NVH_CAP_DECAY_SMALL)
-        floor = NVH_CAP_DECAY_SMALL;
+    size_t floor = cap->span_peak / 20;
     if (floor > cap->decay_min)
         floor = cap->decay_min;
     if (allow < floor)
         allow = floor;
-    if (cap->dirty_bytes <= allow)
+    size_t held = cap->dirty_bytes + cap->lc_bytes;
+    if (held <= allow)
         return;
-    while (cap->dhead && cap->dirty_bytes > allow / 2)
-        punch(cap, cap->dhead);
+    if (!settle && in_use > floor && file_within(cap, held, in_use))
+        return;
+    cap->file_slack = 0;
+    while (cap->dirty_bytes + cap->lc_bytes > allow / 2) {
+        if (cap->dhead)
+            punch(cap, cap->dhead);
+        else if (cap->lc_old)
+            lcache_evict(cap, cap->lc_old);   /* into the punch queue */
+        else
+            break;
+    }
 }
 
 static void decay(struct cap_inst *cap)
+{
+    decay_(cap, false);
+}
+
+void nvh_cap_span_decay_(struct cap_inst *cap)
 {
     decay_(cap, false);
 }
@@ -420,10 +457,9 @@ struct cap_span *nvh_cap_span_alloc_top_(struct cap_inst *cap, uint32_t n, int k
     return s ? finish(cap, s, kind) : NULL;
 }
 
-void nvh_cap_span_free_(struct cap_inst *cap, struct cap_span *s)
+/* Make s free: coalesce with free neighbours, queue its pages for punching. */
+static void release(struct cap_inst *cap, struct cap_span *s)
 {
-    if (s->kind != CAP_SPAN_FREE)
-        account(cap, s, false);
     bool hole = s->hole;
     size_t d = (size_t)s->blocks << NVH_CAP_BLOCK_SHIFT;   /* its own pages */
     s->kind = CAP_SPAN_FREE;
@@ -443,6 +479,8 @@ void nvh_cap_span_free_(struct cap_inst *cap, struct cap_span *s)
             hole |= l->hole;
             l->blocks += s->blocks;
             desc_put(cap, s);
+            /* a second free of the block finds the span it went into */
+            map_set(cap, i, l);
             s = l;
         }
     }
@@ -456,6 +494,7 @@ void nvh_cap_span_free_(struct cap_inst *cap, struct cap_span *s)
             hole |= r->hole;
             s->blocks += r->blocks;
             desc_put(cap, r);
+            map_set(cap, blk_index(cap, end), s);
         }
     }
     s->kind = CAP_SPAN_FREE;
@@ -463,7 +502,96 @@ void nvh_cap_span_free_(struct cap_inst *cap, struct cap_span *s)
     map_span(cap, s);
     bin_insert(cap, s);
     dirty_push(cap, s, d);
+}
+
+void nvh_cap_span_free_(struct cap_inst *cap, struct cap_span *s)
+{
+    if (s->kind != CAP_SPAN_FREE)
+        account(cap, s, false);
+    release(cap, s);
     decay(cap);
+}
+
+/* ---- kept large blocks ------------------------------------------------------ */
+/* A freed large block is kept whole, in use by nobody, until a request of
+ * its class takes it again: its pages are mapped and resident, so the next
+ * block of that class costs no page fault, where a block carved out of
+ * coalesced free space at a new offset lands its pages on ones the process
+ * never touched (a shared-memory fault and a fresh file page each; with
+ * sizes that vary, most of them). Kept blocks count as dirty for the
+ * allowance, which evicts the oldest (decay_). */
+static bool lcache_fits(const struct cap_span *s)
+{
+    return s->blocks > 16 && s->blocks <= NVH_CAP_LARGE_ROUND_MAX &&
+           nvh_cap_large_round_(s->blocks) == s->blocks;
+}
+
+static void lcache_unlink(struct cap_inst *cap, struct cap_span *s)
+{
+    unsigned c = nvh_cap_large_class_(s->blocks);
+    if (s->prev)
+        s->prev->next = s->next;
+    else
+        cap->lc[c] = s->next;
+    if (s->next)
+        s->next->prev = s->prev;
+    if (s->dprev)
+        s->dprev->dnext = s->dnext;
+    else
+        cap->lc_old = s->dnext;
+    if (s->dnext)
+        s->dnext->dprev = s->dprev;
+    else
+        cap->lc_new = s->dprev;
+    s->next = s->prev = s->dnext = s->dprev = NULL;
+    s->cached = 0;
+    cap->lc_bytes -= (size_t)s->blocks << NVH_CAP_BLOCK_SHIFT;
+}
+
+static void lcache_evict(struct cap_inst *cap, struct cap_span *s)
+{
+    lcache_unlink(cap, s);
+    release(cap, s);   /* accounted as not in use when kept */
+}
+
+void nvh_cap_span_cache_(struct cap_inst *cap, struct cap_span *s)
+{
+    if (!lcache_fits(s) || s->roomy) {
+        nvh_cap_span_free_(cap, s);
+        return;
+    }
+    account(cap, s, false);
+    unsigned c = nvh_cap_large_class_(s->blocks);
+    s->cached = 2;
+    s->prev = NULL;
+    s->next = cap->lc[c];
+    if (s->next)
+        s->next->prev = s;
+    cap->lc[c] = s;
+    s->dnext = NULL;
+    s->dprev = cap->lc_new;
+    if (cap->lc_new)
+        cap->lc_new->dnext = s;
+    else
+        cap->lc_old = s;
+    cap->lc_new = s;
+    cap->lc_bytes += (size_t)s->blocks << NVH_CAP_BLOCK_SHIFT;
+    decay(cap);
+}
+
+struct cap_span *nvh_cap_span_reuse_(struct cap_inst *cap, uint32_t n)
+{
+    if (n <= 16 || n > NVH_CAP_LARGE_ROUND_MAX)
+        return NULL;
+    unsigned c = nvh_cap_large_class_(n);
+    struct cap_span *s = NULL;
+    for (unsigned k = c; !s && k < c + NVH_CAP_LCACHE_REACH && k < NVH_CAP_LCLASSES; k++)
+        s = cap->lc[k];
+    if (!s)
+        return NULL;
+    lcache_unlink(cap, s);
+    account(cap, s, true);
+    return s;
 }
 
 bool nvh_cap_span_grow_(struct cap_inst *cap, struct cap_span *s, uint32_t n)
@@ -526,6 +654,8 @@ void nvh_cap_span_set_user_(struct cap_inst *cap, struct cap_span *s, uintptr_t 
 
 void nvh_cap_span_purge_(struct cap_inst *cap)
 {
+    while (cap->lc_old)
+        lcache_evict(cap, cap->lc_old);
     while (cap->dhead)
         punch(cap, cap->dhead);
 }
@@ -569,7 +699,7 @@ void nvh_cap_counters_(struct cap_inst *cap, struct nvh_cap_counters *out)
     out->reserved = cap->size;
     out->span_bytes = cap->span_bytes;
     out->span_peak = cap->span_peak;
-    out->dirty_bytes = cap->dirty_bytes;
+    out->dirty_bytes = cap->dirty_bytes + cap->lc_bytes;
     out->top = cap->top;
     out->punches = cap->punches;
     struct stat st;

@@ -351,6 +351,114 @@ static void test_file_shrinks(void **state)
     assert_true(end.punches > 0);
 }
 
+static uint64_t minor_faults(void)
+{
+    struct rusage ru;
+    getrusage(RUSAGE_THREAD, &ru);
+    return (uint64_t)ru.ru_minflt;
+}
+
+/* Freed large blocks are kept whole, mapped and resident: blocks of the
+ * same sizes allocated again land on them, and a program that writes their
+ * first and last bytes takes no page fault (carved out of coalesced free
+ * space at new offsets, or punched, most would fault). */
+static void test_large_kept_resident(void **state)
+{
+    (void)state;
+    struct cap_heap *h = heap();
+    enum { N = 40 };
+    static unsigned char *p[N];
+    static size_t sz[N];
+    nvh_cap_trim_(&cap);
+    for (unsigned i = 0; i < N; i++) {
+        sz[i] = (size_t)(i * 37 % 11 + 1) * 90000;
+        p[i] = nvh_cap_alloc_(h, sz[i]);
+        assert_non_null(p[i]);
+        p[i][0] = p[i][sz[i] - 1] = 1;
+    }
+    void *guard = nvh_cap_alloc_(h, 100000);   /* none of them at the top */
+    struct nvh_cap_counters c0, c1;
+    for (unsigned i = 0; i < N; i++)
+        assert_int_equal(nvh_cap_free_(&cap, p[i]), CAP_OK);
+    nvh_cap_counters_(&cap, &c0);
+    uint64_t f0 = minor_faults();
+    for (unsigned i = N; i-- > 0;) {
+        p[i] = nvh_cap_alloc_(h, sz[i]);
+        assert_non_null(p[i]);
+        p[i][0] = p[i][sz[i] - 1] = 2;
+    }
+    uint64_t faults = minor_faults() - f0;
+    nvh_cap_counters_(&cap, &c1);
+    assert_int_equal(c1.punches, c0.punches);
+    assert_true(faults <= 2);   /* (a map page at most) */
+    for (unsigned i = 0; i < N; i++)
+        assert_int_equal(nvh_cap_free_(&cap, p[i]), CAP_OK);
+    assert_int_equal(nvh_cap_free_(&cap, guard), CAP_OK);
+}
+
+/* A heap that frees everything gives the file back below a tenth of its
+ * peak at its first slow path two windows later: free spans, kept large
+ * blocks, and the empty current pages of every class (a small heap too:
+ * no fixed floor of kept bytes). An instance of its own: the allowance
+ * follows the instance's peak. */
+static void test_empty_heap_returns_file(void **state)
+{
+    (void)state;
+    static struct cap_inst c2;
+    assert_int_equal(nvh_cap_init_file_(&c2, "/dev/shm", (size_t)1 << 30), 0);
+    struct cap_heap *h = nvh_cap_heap_(&c2);
+    assert_non_null(h);
+    enum { NS = 3000, NM = 300, NL = 40 };
+    static void *p[NS + NM + NL];
+    unsigned n = 0;
+    struct nvh_cap_counters peak, end;
+    for (unsigned i = 0; i < NS + NM + NL; i++) {
+        size_t sz = i < NS ? 16 + i * 7 % 1000 : i < NS + NM ? 1024 + i * 331 % 30000 : 100000 + i * 7919 % 500000;
+        p[n] = nvh_cap_alloc_(h, sz);
+        assert_non_null(p[n]);
+        memset(p[n++], 1, sz);
+    }
+    nvh_cap_counters_(&c2, &peak);
+    assert_true(peak.file_bytes > ((size_t)16 << 20));
+    for (unsigned i = 0; i < n; i++)
+        assert_int_equal(nvh_cap_free_(&c2, p[i]), CAP_OK);
+    usleep(3 * NVH_CAP_DECAY_MS * 1000);
+    void *q = nvh_cap_alloc_(h, 200000);      /* a slow path */
+    nvh_cap_counters_(&c2, &end);
+    assert_true(end.file_bytes < peak.file_bytes / 10);
+    assert_int_equal(nvh_cap_free_(&c2, q), CAP_OK);
+    nvh_cap_destroy_(&c2);
+}
+
+/* A class's blocks freed in its other pages are handed out before its
+ * current page carves never-used ones (carving touches new pages of the
+ * file). A fresh instance, so the pages are exactly these. */
+static void test_freed_before_carved(void **state)
+{
+    (void)state;
+    static struct cap_inst c3;
+    assert_int_equal(nvh_cap_init_file_(&c3, "/dev/shm", (size_t)1 << 30), 0);
+    struct cap_heap *h = nvh_cap_heap_(&c3);
+    assert_non_null(h);
+    enum { PER_PAGE = 64, N = PER_PAGE + 4, FREED = 10 };   /* 1 KiB blocks, 64 KiB pages */
+    static void *p[N];
+    for (unsigned i = 0; i < N; i++)
+        assert_non_null(p[i] = nvh_cap_alloc_(h, 1024));
+    /* the first page is full; the second has handed out its first 4 KiB */
+    struct cap_span *first = nvh_cap_span_of_(&c3, p[0]);
+    assert_ptr_equal(nvh_cap_span_of_(&c3, p[PER_PAGE - 1]), first);
+    assert_ptr_not_equal(nvh_cap_span_of_(&c3, p[PER_PAGE]), first);
+    for (unsigned i = 0; i < FREED; i++)
+        assert_int_equal(nvh_cap_free_(&c3, p[3 * i]), CAP_OK);
+    for (unsigned i = 0; i < FREED; i++) {
+        p[3 * i] = nvh_cap_alloc_(h, 1024);
+        assert_ptr_equal(nvh_cap_span_of_(&c3, p[3 * i]), first);
+    }
+    for (unsigned i = 0; i < N; i++)
+        assert_int_equal(nvh_cap_free_(&c3, p[i]), CAP_OK);
+    nvh_cap_destroy_(&c3);
+}
+
 /* A batch freed and allocated again within the window refills the pages
  * it had: no punching, no new file space per round. */
 static void test_batch_no_punch(void **state)
@@ -446,6 +554,9 @@ int main(void)
         cmocka_unit_test(test_cross_thread_and_orphans),
         cmocka_unit_test(test_file_shrinks),
         cmocka_unit_test(test_batch_no_punch),
+        cmocka_unit_test(test_large_kept_resident),
+        cmocka_unit_test(test_empty_heap_returns_file),
+        cmocka_unit_test(test_freed_before_carved),
         cmocka_unit_test(test_populate),
         cmocka_unit_test(test_file_is_anonymous),
     };
