@@ -282,15 +282,20 @@ static nvh_pool *open_held(const char *path)
     return pool;
 }
 
+/* A closed pool holding the names 0..LAZY-1 (generation 0). */
+static void make_lazy(const char *path)
+{
+    nvh_pool *pool = make(path, (size_t)32 << 20);
+    for (int i = 0; i < LAZY; i++) assert_int_equal(create(pool, i, 0), NVH_OK);
+    assert_int_equal(nvh_pool_close(pool), NVH_OK);
+}
+
 static void lazy_single(void **state)
 {
     (void)state;
     const char *path = test_path("named_lazy");
-    nvh_pool *pool = make(path, (size_t)32 << 20);
-    for (int i = 0; i < LAZY; i++) assert_int_equal(create(pool, i, 0), NVH_OK);
-    assert_int_equal(nvh_pool_close(pool), NVH_OK);
-
-    pool = open_held(path);
+    make_lazy(path);
+    nvh_pool *pool = open_held(path);
     /* open indexed table 0 only */
     assert_false(index_ready(pool));
     assert_true(heap_of(pool)->nidx_n <= NVH_NAMED_CAP);
@@ -427,11 +432,8 @@ static void lazy_pending(void **state)
 {
     (void)state;
     const char *path = test_path("named_lazy_pending");
-    nvh_pool *pool = make(path, (size_t)32 << 20);
-    for (int i = 0; i < LAZY; i++) assert_int_equal(create(pool, i, 0), NVH_OK);
-    assert_int_equal(nvh_pool_close(pool), NVH_OK);
-
-    pool = open_held(path);
+    make_lazy(path);
+    nvh_pool *pool = open_held(path);
     unsigned last = heap_of(pool)->ntables - 1;
     assert_true(last >= 2);
     char a[32], b[32], c[32];
@@ -490,9 +492,8 @@ static void lazy_threads(void **state)
 {
     (void)state;
     const char *path = test_path("named_lazy_mt");
-    nvh_pool *pool = make(path, (size_t)32 << 20);
-    for (int i = 0; i < LAZY; i++) assert_int_equal(create(pool, i, 0), NVH_OK);
-    assert_int_equal(nvh_pool_close(pool), NVH_OK);
+    make_lazy(path);
+    nvh_pool *pool;
 
     for (int round = 0; round < 2; round++) {
         if (round == 1) {       /* the names back at generation 0 */
@@ -548,10 +549,7 @@ static void lazy_threads(void **state)
 /* Two names with the same home slot: A reserved (pending), B placed after
  * it and activated, A given back. A's slot must not be left empty inside
  * B's chain: after reopen, B is found before the index is built. */
-static uint32_t home_of(const char *name)
-{
-    return nvh_crc32c(0x4E414D45u, name, strlen(name)) & (NVH_NAMED_CAP - 1);
-}
+static uint32_t home_of(const char *name) { return home_in(name, 0); }
 
 static void chain_hole(void **state)
 {
