@@ -34,9 +34,11 @@
  * (nvh_get_named) and checked. Named mode adds, each right after the first
  * allocation: first_named_us, nvh_get_named of a present name (open builds
  * the DRAM name index in the background: this lookup walks the tables'
- * chains), first_miss_us, nvh_get_named of an absent name, and
- * first_free_us, nvh_free of the first allocation's object (it must know
- * every name, so it waits for the rest of the index build), wall time.
+ * chains), first_miss_us, nvh_get_named of an absent name,
+ * first_create_us, nvh_reserve_named + nvh_activate_named of a new name
+ * (freed again, untimed, after the next), and first_free_us, nvh_free of
+ * the first allocation's object (it must know every name: it scans the
+ * entries the build has not indexed yet), wall time.
  *
  * Options: --counts LIST (object counts, default 1000,10000,100000,1000000,
  * 10000000; quick 1000,10000,100000); --named LIST (named-object counts; then
@@ -154,7 +156,7 @@ done:
  * ========================================================================== */
 typedef struct open_result {
     double open_ns, first_alloc_ns;     /* wall time                          */
-    double first_named_ns, first_miss_ns, first_free_ns; /* named mode, wall */
+    double first_named_ns, first_miss_ns, first_create_ns, first_free_ns; /* named, wall */
     double open_cpu_ns, first_alloc_cpu_ns; /* this thread's CPU time          */
 } open_result;
 
@@ -224,16 +226,21 @@ static int timed_open(const bench_opts *opts, const char *path, uint64_t n, uint
         uint64_t t4 = bench_now_ns();
         void *miss = nvh_get_named(pool, "no-such-object", NULL);
         uint64_t t5 = bench_now_ns();
-        rc = nvh_free(pool, obj, NULL, 0);
+        void *made = nvh_reserve_named(pool, "new-object", OBJECT_SIZE);
+        int crc = made ? nvh_activate_named(pool, "new-object") : -1;
         uint64_t t6 = bench_now_ns();
-        if (!hit || miss || rc != NVH_OK) {
+        rc = nvh_free(pool, obj, NULL, 0);
+        uint64_t t7 = bench_now_ns();
+        if (crc == NVH_OK) crc = nvh_free_named(pool, "new-object");
+        if (!hit || miss || rc != NVH_OK || crc != NVH_OK) {
             bench_error(opts, "named lookups after open: %s", nvh_errormsg());
             nvh_pool_close(pool);
             return -1;
         }
         r->first_named_ns = (double)(t4 - t3);
         r->first_miss_ns = (double)(t5 - t4);
-        r->first_free_ns = (double)(t6 - t5);
+        r->first_create_ns = (double)(t6 - t5);
+        r->first_free_ns = (double)(t7 - t6);
         kept = 0;
     }
     rc = check_pool(opts, pool, n, extra + kept);
@@ -265,7 +272,7 @@ static void run_count(const bench_opts *opts, uint64_t n, double *crash_open_med
     double crash_open[MAX_RUNS], crash_first[MAX_RUNS], clean_open[MAX_RUNS],
         clean_first[MAX_RUNS], crash_open_cpu[MAX_RUNS], crash_first_cpu[MAX_RUNS],
         clean_open_cpu[MAX_RUNS], clean_first_cpu[MAX_RUNS], crash_named[MAX_RUNS],
-        crash_miss[MAX_RUNS], crash_free[MAX_RUNS];
+        crash_miss[MAX_RUNS], crash_create[MAX_RUNS], crash_free[MAX_RUNS];
     uint64_t t0 = bench_now_ns();
     if (!image || !work || build_crashed(opts, image, n) != 0) goto out;
     struct stat st;
@@ -284,6 +291,7 @@ static void run_count(const bench_opts *opts, uint64_t n, double *crash_open_med
             goto out;
         crash_named[r] = a.first_named_ns;
         crash_miss[r] = a.first_miss_ns;
+        crash_create[r] = a.first_create_ns;
         crash_free[r] = a.first_free_ns;
         crash_open[r] = a.open_ns;
         crash_first[r] = a.first_alloc_ns;
@@ -308,6 +316,7 @@ static void run_count(const bench_opts *opts, uint64_t n, double *crash_open_med
     if (g_named) {
         emit_us(opts, name, "nvheap-crash", "first_named_us", crash_named, runs);
         emit_us(opts, name, "nvheap-crash", "first_miss_us", crash_miss, runs);
+        emit_us(opts, name, "nvheap-crash", "first_create_us", crash_create, runs);
         emit_us(opts, name, "nvheap-crash", "first_free_us", crash_free, runs);
     }
     crash_open_median[0] = bench_median(crash_open, runs);

@@ -1310,7 +1310,7 @@ extern _Atomic unsigned nvh_named_build_hold_;
 bool nvh_named_set_has_(nvh_heap *h, uint64_t off);
 /* Is the object at off named? (nvh_free refuses named objects.) One load
  * when the pool has no named object; while the index is being built after
- * open (NVH_NAMED_BUILDING in named_n), finishes it first. */
+ * open (NVH_NAMED_BUILDING in named_n), completes the set first. */
 #define NVH_NAMED_BUILDING 0x80000000u
 static inline bool nvh_named_has(nvh_heap *h, uint64_t off)
 {

@@ -7,9 +7,12 @@
  * Until it is done a lookup walks the name's probe chain in each table on
  * the media: a hit there is certain, and so is a miss when the chains are
  * sound (no empty slot before a committed entry of the chain: activations
- * seal them, the chains word records it); anything else — an uncertain
- * miss, a create, nvh_free's "is this object named?" — completes the index
- * first. An entry commits with the 8-byte store of its offset (inside the
+ * seal them, the chains word records it); an uncertain miss completes the
+ * index first. A create needs a proven miss and a slot: in a table the
+ * build has counted, else on its chain in the last table (table_insert_slot).
+ * nvh_free's "is this object named?" completes the set of named objects'
+ * offsets only, ahead of the index (set_complete).
+ * An entry commits with the 8-byte store of its offset (inside the
  * activation's redo record) after its name was flushed ahead of the
  * record's fence. Deleted entries become tombstones (offset 1). Each
  * committed entry's offset word carries a check of the entry (alloc.h,
@@ -20,6 +23,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+
+/* Probes a walk of one chain on the media takes before it gives up (lookups
+ * and placement before the index is complete). */
+#define NVH_NAMED_WALK_MAX 64u
 
 /* named_lock for an API call: counted while it waits, so that the
  * background build steps aside (build_main). */
@@ -240,50 +247,61 @@ static bool nset_lookup(nvh_heap *h, uint64_t off)
     return false;
 }
 
+static void set_complete(nvh_heap *h);
+
+/* The set holds every named object once NVH_NAMED_BUILDING is clear in
+ * named_n: from the first call that needs it on, it is completed ahead of
+ * the index (set_complete) and kept by every change. */
 bool nvh_named_set_has_(nvh_heap *h, uint64_t off)
 {
     if (atomic_load_explicit(&h->named_n, memory_order_acquire) & NVH_NAMED_BUILDING) {
-        /* only the whole set can say "not named" */
         named_lock(h);
-        build_finish(h);
+        set_complete(h);
         pthread_mutex_unlock(&h->named_lock);
     }
     return nset_lookup(h, off);
 }
 
-static void nset_put(struct nvh_nset *s, uint64_t off)
+/* Insert off; false if it was there. */
+static bool nset_put(struct nvh_nset *s, uint64_t off)
 {
     uint32_t m = s->cap - 1;
     for (uint32_t i = nset_home(off, s->cap);; i = (i + 1) & m) {
         uint64_t v = atomic_load_explicit(&s->v[i], memory_order_relaxed);
-        if (v == off) return;
+        if (v == off) return false;
         if (v == 0) {
             atomic_store_explicit(&s->v[i], off, memory_order_relaxed);
-            return;
+            return true;
         }
     }
 }
 
-static int nset_add(nvh_heap *h, uint64_t off)
+/* Room for `more` offsets beyond those in the set (at most half full). */
+static int nset_reserve(nvh_heap *h, uint32_t more)
 {
     struct nvh_nset *s = atomic_load_explicit(&h->named_set, memory_order_relaxed);
-    uint32_t n = atomic_load_explicit(&h->named_n, memory_order_relaxed) & ~NVH_NAMED_BUILDING;
-    if (!s || (n + 1) * 2 > s->cap) {
-        uint32_t cap = s ? s->cap * 2 : 2048;
-        struct nvh_nset *g = calloc(1, sizeof *g + (size_t)cap * sizeof g->v[0]);
-        if (!g) return nvh_fail(NVH_E_NOMEM, "out of memory (named object set)");
-        g->cap = cap;
-        for (uint32_t i = 0; s && i < s->cap; i++) {
-            uint64_t v = atomic_load_explicit(&s->v[i], memory_order_relaxed);
-            if (v) nset_put(g, v);
-        }
-        if (s) { s->next = h->nset_old; h->nset_old = s; }
-        atomic_store_explicit(&h->named_set, g, memory_order_release);
-        s = g;
+    uint64_t n = atomic_load_explicit(&h->named_n, memory_order_relaxed) & ~NVH_NAMED_BUILDING;
+    if (s && (n + more) * 2 <= s->cap) return NVH_OK;
+    uint64_t cap = s ? s->cap * 2 : 2048;
+    while ((n + more) * 2 > cap) cap *= 2;
+    if (cap > UINT32_MAX) return nvh_fail(NVH_E_NOMEM, "out of memory (named object set)");
+    struct nvh_nset *g = calloc(1, sizeof *g + (size_t)cap * sizeof g->v[0]);
+    if (!g) return nvh_fail(NVH_E_NOMEM, "out of memory (named object set)");
+    g->cap = (uint32_t)cap;
+    for (uint32_t i = 0; s && i < s->cap; i++) {
+        uint64_t v = atomic_load_explicit(&s->v[i], memory_order_relaxed);
+        if (v) nset_put(g, v);
     }
-    if (nset_lookup(h, off)) return NVH_OK;
-    nset_put(s, off);
-    atomic_fetch_add_explicit(&h->named_n, 1, memory_order_release);
+    if (s) { s->next = h->nset_old; h->nset_old = s; }
+    atomic_store_explicit(&h->named_set, g, memory_order_release);
+    return NVH_OK;
+}
+
+static int nset_add(nvh_heap *h, uint64_t off)
+{
+    if (nset_reserve(h, 1) != NVH_OK) return NVH_E_NOMEM;
+    if (nset_put(atomic_load_explicit(&h->named_set, memory_order_relaxed), off))
+        atomic_fetch_add_explicit(&h->named_n, 1, memory_order_release);
     return NVH_OK;
 }
 
@@ -379,28 +397,58 @@ static int table_grow(nvh_heap *h)
     return NVH_OK;
 }
 
+static bool slot_indexed(const nvh_heap *h, uint32_t slot);
+static bool table_built(const nvh_heap *h, unsigned k)
+{
+    return slot_indexed(h, nvh_named_table_first(k)) &&
+           slot_indexed(h, nvh_named_table_first(k + 1) - 1);
+}
+
+/* A free slot on the name's chain in table k, within `lim` probes, or -1. */
+static int64_t chain_free_slot(nvh_heap *h, unsigned k, uint32_t hash, uint32_t lim)
+{
+    uint32_t cap = NVH_NAMED_CAP << k, mask = cap - 1, first = nvh_named_table_first(k);
+    for (uint32_t n = 0, i = hash & mask; n < cap && n < lim; n++, i = (i + 1) & mask)
+        if (slot_free(nvh_named_entry_at(h, first + i)) && !slot_pending(h, first + i))
+            return first + i;
+    return -1;
+}
+
 /* A free slot on the name's chain in the first table with room (empty or a
  * tombstone; a damaged entry is kept: lookups of the name it held must keep
- * reporting it). Counts it in nused. */
+ * reporting it). Counts it in nused if the build has indexed it (else the
+ * build counts it when it gets there: build_step). Before the build is
+ * complete only the indexed tables' fill is known: the first of them with
+ * room, else the last table's chain within NVH_NAMED_WALK_MAX probes (it is
+ * the newest, the one with room unless names were deleted, and any table
+ * is correct for a name: lookups walk them all); -2 if neither has a slot,
+ * then the caller completes the index and asks again. */
 static int64_t table_insert_slot(nvh_heap *h, const char *name)
 {
     uint32_t hash = name_hash(name);
+    bool ready = atomic_load_explicit(&h->named_ready, memory_order_relaxed);
     for (unsigned k = 0;; k++) {
+        if (!ready && (k == h->ntables || !table_built(h, k))) {
+            int64_t s = chain_free_slot(h, h->ntables - 1, hash, NVH_NAMED_WALK_MAX);
+            if (s >= 0 && slot_indexed(h, (uint32_t)s)) h->nused[h->ntables - 1]++;
+            return s < 0 ? -2 : s;
+        }
         if (k == h->ntables && table_grow(h) != NVH_OK) return -1;
-        uint32_t cap = NVH_NAMED_CAP << k, mask = cap - 1, first = nvh_named_table_first(k);
+        uint32_t cap = NVH_NAMED_CAP << k;
         if ((uint64_t)h->nused[k] * 4 >= (uint64_t)cap * 3) continue;
-        for (uint32_t n = 0, i = hash & mask; n < cap; n++, i = (i + 1) & mask) {
-            if (slot_free(nvh_named_entry_at(h, first + i)) && !slot_pending(h, first + i)) {
-                h->nused[k]++;
-                return first + i;
-            }
+        int64_t s = chain_free_slot(h, k, hash, cap);
+        if (s >= 0) {
+            h->nused[k]++;
+            return s;
         }
     }
 }
 
+/* A slot given back (cancel, delete): uncount it if the build has counted
+ * it (build_step counts what it finds pending or committed). */
 static void slot_release(nvh_heap *h, uint32_t slot)
 {
-    h->nused[nvh_named_table_of(slot)]--;
+    if (slot_indexed(h, slot)) h->nused[nvh_named_table_of(slot)]--;
 }
 
 /* Does a damaged entry lie on the name's chain in some table? */
@@ -426,7 +474,6 @@ static int64_t chain_damage(nvh_heap *h, const char *name)
  * empty slot, past no damaged entry, in a pool whose chains are sound
  * (alloc.h, the chains word). A walk gives up after NVH_NAMED_WALK_MAX
  * probes (no proof: the caller completes the index instead). */
-#define NVH_NAMED_WALK_MAX 64u
 static int64_t chain_find(nvh_heap *h, const char *name, uint32_t hash, uint64_t *obj_out,
                           bool *proof)
 {
@@ -481,9 +528,9 @@ static void chain_seal(nvh_heap *h, const char *name, uint32_t slot)
  * caller that needs the whole index, which finishes it (build_finish).
  * Slots below build_next are indexed and kept by every change; the others
  * are read as the media has them when the build reaches them, so a delete
- * there changes only the media (slot_indexed). Creates, the only other
- * change, wait for the whole index (their name must be proven absent), and
- * so do new tables.
+ * there changes only the media, and a create there is indexed and counted
+ * by the build, not by the create (slot_indexed). New tables wait for the
+ * whole index (only then is every table's fill known).
  * ========================================================================== */
 #define NVH_NAMED_BUILD_STEP 512u
 
@@ -510,8 +557,13 @@ static int build_step(nvh_heap *h, uint32_t n)
     for (uint32_t i = h->build_next; i < end; i++) {
         struct nvh_named_entry *e = nvh_named_entry_at(h, i);
         uint64_t w = atomic_load_explicit(&e->off, memory_order_relaxed), obj;
-        if (w == 0 && e->name[0] == '\0') continue;
-        if (w == NVH_NAMED_TOMB) continue;
+        if ((w == 0 && e->name[0] == '\0') || w == NVH_NAMED_TOMB) {
+            /* free, or a reservation made before the build got here (its
+             * slot empty, or a tombstone if another activation sealed it):
+             * counted now, uncounted by its cancel (slot_release) */
+            if (h->npending && slot_pending(h, i)) h->nused[nvh_named_table_of(i)]++;
+            continue;
+        }
         h->nused[nvh_named_table_of(i)]++;
         if (w > NVH_NAMED_TOMB && entry_ok(h, e, i, w, &obj)) {
             if (nset_add(h, obj) != NVH_OK || nidx_put(h, i + 1, name_hash(e->name)) != NVH_OK) {
@@ -539,6 +591,48 @@ static int build_step(nvh_heap *h, uint32_t n)
         atomic_fetch_and_explicit(&h->named_n, ~NVH_NAMED_BUILDING, memory_order_release);
     }
     return NVH_OK;
+}
+
+/* Complete the set of named objects' offsets before the index (caller holds
+ * named_lock): nvh_free must know every named object, and reading one word
+ * and the check of each entry the build has not reached, without the name
+ * index's inserts, is a fraction of the build. From then on activations and
+ * deletes keep the set whatever the slot (the build's adds find their
+ * objects there). Out of memory: the whole build instead. */
+static void set_complete(nvh_heap *h)
+{
+    if (!(atomic_load_explicit(&h->named_n, memory_order_relaxed) & NVH_NAMED_BUILDING)) return;
+    /* gathered first, so that the set grows once: at 10^6 names its
+     * growth by doubling costs as much as the inserts */
+    uint64_t *objs = NULL;
+    size_t n = 0, cap = 0;
+    for (unsigned k = 0; k < h->ntables; k++) {
+        uint32_t first = nvh_named_table_first(k), end = nvh_named_table_first(k + 1);
+        uint32_t lo = first > h->build_next ? first : h->build_next;
+        uint32_t hi = end < h->build_end ? end : h->build_end;
+        struct nvh_named_entry *t = lo < hi ? nvh_named_entry_at(h, first) : NULL;
+        for (uint32_t i = lo; i < hi; i++) {
+            uint64_t w = atomic_load_explicit(&t[i - first].off, memory_order_relaxed), obj;
+            if (w <= NVH_NAMED_TOMB || !entry_ok(h, &t[i - first], i, w, &obj)) continue;
+            if (n == cap) {
+                uint64_t *g = realloc(objs, (cap = cap ? cap * 2 : 4096) * sizeof *objs);
+                if (!g) goto nomem;
+                objs = g;
+            }
+            objs[n++] = obj;
+        }
+    }
+    if (n > UINT32_MAX / 4 || nset_reserve(h, (uint32_t)n) != NVH_OK) goto nomem;
+    struct nvh_nset *s = atomic_load_explicit(&h->named_set, memory_order_relaxed);
+    uint32_t added = 0;
+    for (size_t i = 0; i < n; i++) added += nset_put(s, objs[i]);
+    free(objs);
+    atomic_fetch_add_explicit(&h->named_n, added, memory_order_release);
+    atomic_fetch_and_explicit(&h->named_n, ~NVH_NAMED_BUILDING, memory_order_release);
+    return;
+nomem:
+    free(objs);
+    build_finish(h);
 }
 
 /* The rest of the index, now (caller holds named_lock). Out of memory ends
@@ -686,8 +780,9 @@ void *nvh_reserve_named(nvh_pool *pool, const char *name, size_t size)
     named_lock(h);
     void *p = NULL;
     uint64_t obj;
-    /* placement needs every table's fill (nused): the whole index */
-    if (!h->named_dir_bad) build_finish(h);
+    /* before the index is complete: absent as a lookup proves it (table_find
+     * completes the index when the chains cannot), placed without it where
+     * that can be done (table_insert_slot) */
     int64_t found = table_find(h, name, &obj);
     if (found == -2) goto out;
     if (found >= 0 || pending_find(h, name)) {
@@ -695,6 +790,10 @@ void *nvh_reserve_named(nvh_pool *pool, const char *name, size_t size)
         goto out;
     }
     int64_t slot = table_insert_slot(h, name);
+    if (slot == -2) {
+        build_finish(h);
+        slot = table_insert_slot(h, name);
+    }
     if (slot < 0) goto out;
     nvh_named_pending *pe = NULL;
     for (size_t i = 0; i < h->npending; i++)
@@ -740,9 +839,10 @@ int nvh_activate_named(nvh_pool *pool, const char *name)
     if (rc == NVH_OK) {
         pe->used = false;
         /* committed: a failure here leaves only a lookup miss until the
-         * next open, which rebuilds both from the tables */
+         * next open, which rebuilds both from the tables. A slot the build
+         * has not reached yet is indexed when it gets there. */
         nset_add(h, pe->obj);
-        nidx_put(h, pe->slot + 1, name_hash(pe->name));
+        if (slot_indexed(h, pe->slot)) nidx_put(h, pe->slot + 1, name_hash(pe->name));
     }
 out:
     pthread_mutex_unlock(&h->named_lock);
@@ -781,8 +881,8 @@ int nvh_free_named(nvh_pool *pool, const char *name)
     else if (slot < 0) rc = nvh_fail(NVH_E_NOTFOUND, "no object named '%s'", name);
     else {
         rc = nvh_free_off_(h, off, NULL, 0, slot);
+        if (rc == NVH_OK) nset_del(h, off);
         if (rc == NVH_OK && slot_indexed(h, (uint32_t)slot)) {
-            nset_del(h, off);
             nidx_del(h, (uint32_t)slot + 1, name_hash(name));
             slot_release(h, (uint32_t)slot);     /* now a tombstone: free */
         }

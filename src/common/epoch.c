@@ -21,10 +21,16 @@
  * So frees touch no shared line at all (the stamp is the drain's, once per
  * batch, and only while some reader is in), and the global epoch moves on
  * only when the drain finds a stamped entry held back (nvh_epoch_advance_).
- * Readers cost one fenced store in and one store out. Why process-wide and not per pool: a
- * reader is in one container at a time and only for the length of one
- * call, so a shared registry costs nothing measurable and needs no per-pool
- * thread slots.
+ * Readers cost one fenced store in and one store out.
+ *
+ * Process-wide, not per pool: the callers (the hash map, the sorted store,
+ * object transactions, the allocator's drain) pass no pool, and a thread may
+ * be a reader of one pool while it calls into another (a transaction using
+ * a store), which one slot per thread and pool could not express. The cost:
+ * a reader holds back reuse of space freed after it entered in every pool.
+ * Container readers are in for one call; an object transaction is in from
+ * its first open to its end, so a long one holds back every pool's reuse
+ * (docs/TX.md, "Freed memory", states the rule for callers).
  *
  * Slots are per thread (NVH_EPOCH_SLOTS, cache-line padded), claimed at a
  * thread's first read and released when it exits. */

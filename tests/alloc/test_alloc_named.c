@@ -282,15 +282,20 @@ static nvh_pool *open_held(const char *path)
     return pool;
 }
 
+/* A closed pool holding the names 0..LAZY-1 (generation 0). */
+static void make_lazy(const char *path)
+{
+    nvh_pool *pool = make(path, (size_t)32 << 20);
+    for (int i = 0; i < LAZY; i++) assert_int_equal(create(pool, i, 0), NVH_OK);
+    assert_int_equal(nvh_pool_close(pool), NVH_OK);
+}
+
 static void lazy_single(void **state)
 {
     (void)state;
     const char *path = test_path("named_lazy");
-    nvh_pool *pool = make(path, (size_t)32 << 20);
-    for (int i = 0; i < LAZY; i++) assert_int_equal(create(pool, i, 0), NVH_OK);
-    assert_int_equal(nvh_pool_close(pool), NVH_OK);
-
-    pool = open_held(path);
+    make_lazy(path);
+    nvh_pool *pool = open_held(path);
     /* open indexed table 0 only */
     assert_false(index_ready(pool));
     assert_true(heap_of(pool)->nidx_n <= NVH_NAMED_CAP);
@@ -309,12 +314,42 @@ static void lazy_single(void **state)
         live--;
     }
     assert_false(index_ready(pool));
-    /* nvh_free must know every name: it completes the index */
-    name_of(name, sizeof name, 1);
+    /* nvh_free must know every named object: the first completes the set
+     * of their offsets, not the index (a named object not indexed yet is
+     * refused, an unnamed one freed) */
+    name_of(name, sizeof name, LAZY - 1);
     void *p = nvh_get_named(pool, name, NULL);
     assert_non_null(p);
     assert_int_equal(nvh_free(pool, p, NULL, 0), NVH_E_INVAL);
-    assert_true(index_ready(pool));
+    assert_false(index_ready(pool));
+    for (int i = 0; i < 8; i++) {
+        void *q = nvh_reserve(pool, 16);
+        assert_non_null(q);
+        assert_int_equal(nvh_activate(pool, q, NULL, 0), NVH_OK);
+        assert_int_equal(nvh_free(pool, q, NULL, 0), NVH_OK);
+    }
+    assert_false(index_ready(pool));
+    /* the set is kept by deletes and creates in slots not indexed yet */
+    name_of(name, sizeof name, LAZY - 2);
+    void *p2 = nvh_get_named(pool, name, NULL);
+    assert_non_null(p2);
+    assert_int_equal(nvh_free_named(pool, name), NVH_OK);
+    live--;
+    assert_int_equal(create(pool, LAZY + 100, 0), NVH_OK);
+    live++;
+    name_of(name, sizeof name, LAZY + 100);
+    void *p3 = nvh_get_named(pool, name, NULL);
+    assert_int_equal(nvh_free(pool, p3, NULL, 0), NVH_E_INVAL);
+    assert_false(index_ready(pool));
+    atomic_store(&nvh_named_build_hold_, 0);
+    while (!index_ready(pool)) usleep(1000);
+    assert_int_equal(nvh_free(pool, p, NULL, 0), NVH_E_INVAL);
+    check_dram(pool, live);
+    assert_int_equal(nvh_free_named(pool, name), NVH_OK);
+    live--;
+    name_of(name, sizeof name, LAZY - 2);
+    assert_int_equal(create(pool, LAZY - 2, 0), NVH_OK);
+    live++;
     check_dram(pool, live);
     name_of(name, sizeof name, 3);
     assert_null(nvh_reserve_named(pool, name, 8));
@@ -325,11 +360,37 @@ static void lazy_single(void **state)
     atomic_store(&nvh_named_build_hold_, 0);
     assert_int_equal(nvh_pool_close(pool), NVH_OK);
 
-    /* a create right after open completes the index, then goes on */
+    /* creates right after open do not wait for the index: a miss proven on
+     * the chains, a slot on the chain in the last table; then found before
+     * and after the build, counted by it */
     pool = open_held(path);
     assert_false(index_ready(pool));
+    for (int i = LAZY; i < LAZY + 50; i++) assert_int_equal(create(pool, i, 0), NVH_OK);
+    assert_false(index_ready(pool));
+    for (int i = LAZY; i < LAZY + 50; i++) assert_true(found(pool, i, 0));
+    name_of(name, sizeof name, LAZY + 7);
+    assert_null(nvh_reserve_named(pool, name, 8));
+    assert_int_equal(nvh_errcode(), NVH_E_EXISTS);
+    name_of(name, sizeof name, LAZY + 9);
+    assert_int_equal(nvh_free_named(pool, name), NVH_OK);
+    assert_false(index_ready(pool));
+    atomic_store(&nvh_named_build_hold_, 0);
+    while (!index_ready(pool)) usleep(1000);
+    check_dram(pool, LAZY + 49);
+    assert_int_equal(create(pool, LAZY + 9, 0), NVH_OK);
+    check_dram(pool, LAZY + 50);
+    assert_int_equal(nvh_pool_close(pool), NVH_OK);
+    pool = open_held(path);
+    for (int i = LAZY; i < LAZY + 50; i++) assert_true(found(pool, i, 0));
+    for (int i = LAZY; i < LAZY + 49; i++) {
+        name_of(name, sizeof name, i);
+        assert_int_equal(nvh_free_named(pool, name), NVH_OK);
+    }
+    name_of(name, sizeof name, LAZY + 49);
+    assert_int_equal(nvh_free_named(pool, name), NVH_OK);
     assert_int_equal(create(pool, LAZY, 0), NVH_OK);
-    assert_true(index_ready(pool));
+    atomic_store(&nvh_named_build_hold_, 0);
+    while (!index_ready(pool)) usleep(1000);
     check_dram(pool, LAZY + 1);
     atomic_store(&nvh_named_build_hold_, 0);
     assert_int_equal(nvh_pool_close(pool), NVH_OK);
@@ -354,6 +415,48 @@ static void lazy_single(void **state)
     assert_false(index_ready(pool));
     assert_true(found(pool, LAZY - 1, 0));
     atomic_store(&nvh_named_build_hold_, 0);
+    assert_int_equal(nvh_pool_close(pool), NVH_OK);
+    unlink(path);
+}
+
+/* Reservations made before the build reaches their slots (creates right
+ * after open place on the last table's chain), activated or cancelled after
+ * it passed them, one of them sealed into a tombstone by the activation of
+ * a later name on its chain: the fill counts still equal a full build's. */
+static uint32_t home_in(const char *name, unsigned k)
+{
+    return nvh_crc32c(0x4E414D45u, name, strlen(name)) & ((NVH_NAMED_CAP << k) - 1);
+}
+
+static void lazy_pending(void **state)
+{
+    (void)state;
+    const char *path = test_path("named_lazy_pending");
+    make_lazy(path);
+    nvh_pool *pool = open_held(path);
+    unsigned last = heap_of(pool)->ntables - 1;
+    assert_true(last >= 2);
+    char a[32], b[32], c[32];
+    snprintf(a, sizeof a, "pending-a");
+    snprintf(c, sizeof c, "pending-c");
+    int j = 0;
+    do snprintf(b, sizeof b, "pending-b-%d", j++); while (home_in(b, last) != home_in(a, last));
+    void *pa = nvh_reserve_named(pool, a, 16);
+    void *pb = nvh_reserve_named(pool, b, 16);
+    void *pc = nvh_reserve_named(pool, c, 16);
+    assert_non_null(pa);
+    assert_non_null(pb);
+    assert_non_null(pc);
+    assert_int_equal(nvh_activate_named(pool, b), NVH_OK);   /* seals a's slot */
+    assert_false(index_ready(pool));
+    atomic_store(&nvh_named_build_hold_, 0);
+    while (!index_ready(pool)) usleep(1000);
+    assert_int_equal(nvh_activate_named(pool, a), NVH_OK);
+    assert_int_equal(nvh_cancel(pool, pc), NVH_OK);
+    check_dram(pool, LAZY + 2);
+    assert_non_null(nvh_get_named(pool, a, NULL));
+    assert_non_null(nvh_get_named(pool, b, NULL));
+    assert_null(nvh_get_named(pool, c, NULL));
     assert_int_equal(nvh_pool_close(pool), NVH_OK);
     unlink(path);
 }
@@ -389,9 +492,8 @@ static void lazy_threads(void **state)
 {
     (void)state;
     const char *path = test_path("named_lazy_mt");
-    nvh_pool *pool = make(path, (size_t)32 << 20);
-    for (int i = 0; i < LAZY; i++) assert_int_equal(create(pool, i, 0), NVH_OK);
-    assert_int_equal(nvh_pool_close(pool), NVH_OK);
+    make_lazy(path);
+    nvh_pool *pool;
 
     for (int round = 0; round < 2; round++) {
         if (round == 1) {       /* the names back at generation 0 */
@@ -447,10 +549,7 @@ static void lazy_threads(void **state)
 /* Two names with the same home slot: A reserved (pending), B placed after
  * it and activated, A given back. A's slot must not be left empty inside
  * B's chain: after reopen, B is found before the index is built. */
-static uint32_t home_of(const char *name)
-{
-    return nvh_crc32c(0x4E414D45u, name, strlen(name)) & (NVH_NAMED_CAP - 1);
-}
+static uint32_t home_of(const char *name) { return home_in(name, 0); }
 
 static void chain_hole(void **state)
 {
@@ -518,6 +617,7 @@ int main(void)
         cmocka_unit_test(grow_crash),
         cmocka_unit_test(damaged_directory),
         cmocka_unit_test(lazy_single),
+        cmocka_unit_test(lazy_pending),
         cmocka_unit_test(lazy_threads),
         cmocka_unit_test(chain_hole),
     };

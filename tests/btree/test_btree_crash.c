@@ -19,8 +19,11 @@
  * grows — what was once acknowledged stays recoverable — and the number of
  * recovered ops is recorded per fence to show the state advancing.
  *
- * Every fence for small trees (groups, flush, NT variants; line and word
- * granularity), sampled crash points over 10^5 operations.
+ * Every fence for small trees in the default mode (groups, durable on
+ * return, line granularity) and in the negative controls; the variants
+ * (word granularity, flush and NT modes, big values) at VARIANT_SAMPLE
+ * sampled fences each, every fence with NVHEAP_TEST_DEEP set (the longer
+ * run: docs/BTREE.md); sampled crash points over 10^5 operations.
  */
 #include "btree_test.h"
 
@@ -364,14 +367,24 @@ static void report_progress(const char *what, const nvh_crash_report *rep, uint6
 
 static int g_on_return;   /* run_every_fence*: the default durability */
 
+/* Crash points of a variant run in the default suite: a sample keeps the
+ * suite's time bounded on a loaded machine (every fence of all variants
+ * takes ~8x the default mode's); NVHEAP_TEST_DEEP (any value) runs every
+ * fence of each. */
+#define VARIANT_SAMPLE 64u
+static uint64_t variant_budget(void)
+{
+    return getenv("NVHEAP_TEST_DEEP") ? 0 : VARIANT_SAMPLE;
+}
+
 static void run_every_fence_len(nvh_btree_mode mode, nvh_crash_mode cmode, const char *what,
                                 uint64_t inserts, uint64_t updates, uint64_t deletes,
-                                unsigned images, unsigned maxlen)
+                                unsigned images, unsigned maxlen, uint64_t budget)
 {
     cfg c = {.mode = mode, .nkeys = inserts, .maxlen = maxlen, .sync_every = 50,
              .on_return = g_on_return};
     c.ops = make_ops(c.nkeys, inserts, updates, deletes, 17, &c.nops);
-    nvh_crash_report rep = explore(&c, cmode, 0, images, maxlen > MAXLEN ? 16u << 20 : 4u << 20);
+    nvh_crash_report rep = explore(&c, cmode, budget, images, maxlen > MAXLEN ? 16u << 20 : 4u << 20);
     report_progress(what, &rep, c.nops);
     printf("  %-28s splits %llu (root %llu), leaves removed %llu, slabs %llu (freed %llu)\n", "",
            (unsigned long long)g_stats.splits, (unsigned long long)g_stats.root_splits,
@@ -392,56 +405,61 @@ static void run_every_fence_len(nvh_btree_mode mode, nvh_crash_mode cmode, const
 }
 
 static void run_every_fence(nvh_btree_mode mode, nvh_crash_mode cmode, const char *what,
-                            uint64_t inserts, uint64_t updates, uint64_t deletes, unsigned images)
+                            uint64_t inserts, uint64_t updates, uint64_t deletes, unsigned images,
+                            uint64_t budget)
 {
-    run_every_fence_len(mode, cmode, what, inserts, updates, deletes, images, MAXLEN);
+    run_every_fence_len(mode, cmode, what, inserts, updates, deletes, images, MAXLEN, budget);
 }
 
 static void every_fence_groups_lines(void **s)
 {
     (void)s;
     /* 150 keys: leaves split, the root splits; 60 deletes empty leaves */
-    run_every_fence(NVH_BTREE_GROUPS, NVH_CRASH_LINES, "groups, lines", 150, 30, 100, 2);
+    run_every_fence(NVH_BTREE_GROUPS, NVH_CRASH_LINES, "groups, lines", 150, 30, 100, 2, 0);
 }
 static void every_fence_groups_words(void **s)
 {
     (void)s;
-    run_every_fence(NVH_BTREE_GROUPS, NVH_CRASH_WORDS, "groups, words", 150, 30, 100, 1);
+    run_every_fence(NVH_BTREE_GROUPS, NVH_CRASH_WORDS, "groups, words", 150, 30, 100, 1,
+                    variant_budget());
 }
 /* The default: every put and delete durable when it returns. The checker
  * demands every op that returned (the durable watermark advances at each
  * return) and sees at most the one op in flight. No explicit syncs. */
-static void every_fence_durable(nvh_crash_mode cmode, const char *what, unsigned maxlen)
+static void every_fence_durable(nvh_crash_mode cmode, const char *what, unsigned maxlen,
+                                uint64_t budget)
 {
     g_on_return = 1;
-    run_every_fence_len(NVH_BTREE_GROUPS, cmode, what, 150, 30, 100, 1, maxlen);
+    run_every_fence_len(NVH_BTREE_GROUPS, cmode, what, 150, 30, 100, 1, maxlen, budget);
     g_on_return = 0;
 }
 static void every_fence_durable_lines(void **s)
 {
     (void)s;
-    every_fence_durable(NVH_CRASH_LINES, "durable (default), lines", MAXLEN);
+    every_fence_durable(NVH_CRASH_LINES, "durable (default), lines", MAXLEN, 0);
 }
 static void every_fence_durable_words(void **s)
 {
     (void)s;
-    every_fence_durable(NVH_CRASH_WORDS, "durable (default), words", MAXLEN);
+    every_fence_durable(NVH_CRASH_WORDS, "durable (default), words", MAXLEN, variant_budget());
 }
 static void every_fence_durable_big(void **s)
 {
     (void)s;
-    every_fence_durable(NVH_CRASH_LINES, "durable (default), big", BIGLEN);
+    every_fence_durable(NVH_CRASH_LINES, "durable (default), big", BIGLEN, variant_budget());
 }
 
 static void every_fence_flush(void **s)
 {
     (void)s;
-    run_every_fence(NVH_BTREE_FLUSH, NVH_CRASH_LINES, "flush, lines", 150, 10, 100, 1);
+    run_every_fence(NVH_BTREE_FLUSH, NVH_CRASH_LINES, "flush, lines", 150, 10, 100, 1,
+                    variant_budget());
 }
 static void every_fence_nt(void **s)
 {
     (void)s;
-    run_every_fence(NVH_BTREE_NT, NVH_CRASH_LINES, "nt, lines", 150, 10, 100, 1);
+    run_every_fence(NVH_BTREE_NT, NVH_CRASH_LINES, "nt, lines", 150, 10, 100, 1,
+                    variant_budget());
 }
 
 static void every_fence_big_values(void **s)
@@ -449,7 +467,8 @@ static void every_fence_big_values(void **s)
     (void)s;
     /* values up to 20 000 B: a fifth get a slab of their own, which the
      * update or delete of the key frees (nvh_free unlinking the slab list) */
-    run_every_fence_len(NVH_BTREE_GROUPS, NVH_CRASH_LINES, "groups, big values", 150, 30, 100, 1, BIGLEN);
+    run_every_fence_len(NVH_BTREE_GROUPS, NVH_CRASH_LINES, "groups, big values", 150, 30, 100, 1,
+                        BIGLEN, variant_budget());
 }
 
 static void sampled_1e5(void **s)

@@ -18,7 +18,12 @@
  *   - every leaf page is used far more often than once per interval, so
  *     after its first fault it must never be protected again: faults and
  *     mprotect calls are bounded by the pages and slabs used, plus a few per
- *     service pass (a descheduled thread can miss an interval)
+ *     service pass, plus what a stall may cost: the thread times every
+ *     operation, and a gap of an interval or more (it was descheduled: a
+ *     loaded machine) may hold a whole interval between two passes in which
+ *     no leaf was used, so every leaf page may be protected and fault once
+ *     more (once per gap: the second chance protects a page only after a
+ *     whole interval unused, and then it stays read-only until its fault)
  *   - once the thread stops, every page is read-only again within a few
  *     intervals (exposure stays bounded), with no nvh_protect_sync
  * Both with the per-thread window cache (the default) and without
@@ -53,6 +58,7 @@ static int wait_writable(const void *p, int want, unsigned ms)
 
 typedef struct churn_result {
     uint64_t ops, slabs, passes;
+    uint64_t stalls;           /* gaps of an interval or more between two ops */
     nvh_protect_stats s;
 } churn_result;
 
@@ -77,7 +83,12 @@ static churn_result churn_run(uint64_t interval_ns, unsigned flags)
     nvh_protect_hold hold;
     nvh_protect_hold_open_(pool, &hold, cur, SLAB_PAGES * PAGE);
     r.slabs = 1;
-    while ((r.ops & 255) != 0 || now_ns() < end) {
+    uint64_t last = start;
+    for (;;) {
+        uint64_t t = now_ns();
+        if (t - last >= interval_ns) r.stalls++;
+        last = t;
+        if ((r.ops & 255) == 0 && t >= end) break;
         seed ^= seed << 13; seed ^= seed >> 7; seed ^= seed << 17;
         /* the record, in the held slab (a new slab when full; slabs are
          * reused round-robin: the held window moves on like the tree's) */
@@ -109,19 +120,20 @@ static churn_result churn_run(uint64_t interval_ns, unsigned flags)
     assert_int_equal(r.s.unbalanced, 0);
     /* idle from now on: every page read-only again within a few intervals,
      * by the service alone (no nvh_protect_sync) */
-    unsigned wait_ms = (unsigned)(interval_ns / 1000000u) * 4u + 2000u;
+    unsigned wait_ms = (unsigned)(interval_ns / 1000000u) * 4u + 10000u;  /* loaded machine */
     for (unsigned i = 0; i < LEAVES; i += 7)
         assert_true(wait_writable(leaf0 + i * 2 * PAGE, 0, wait_ms));
     assert_true(wait_writable(cur, 0, wait_ms));
     assert_int_equal(pt_stats(pool).strays, 0);
     nvh_pool_close(pool);
-    fprintf(stderr, "  churn %s interval %llu ms: %llu ops, %llu slabs, %llu passes: "
-            "%llu mprotect, %llu faults (%.5f per op), %llu deferred\n",
+    fprintf(stderr, "  churn %s interval %llu ms: %llu ops, %llu slabs, %llu passes, "
+            "%llu stalled: %llu mprotect, %llu faults (%.5f per op), %llu deferred\n",
             flags & NVH_PROTECT_STRICT     ? "strict"
             : flags & NVH_PROTECT_NO_CACHE ? "no cache"
                                            : "cache",
             (unsigned long long)(interval_ns / 1000000u), (unsigned long long)r.ops,
             (unsigned long long)r.slabs, (unsigned long long)r.passes,
+            (unsigned long long)r.stalls,
             (unsigned long long)r.s.mprotect_calls, (unsigned long long)r.s.faults_resolved,
             (double)(r.s.mprotect_calls + r.s.faults_resolved) / (double)r.ops,
             (unsigned long long)r.s.deferred);
@@ -131,13 +143,14 @@ static churn_result churn_run(uint64_t interval_ns, unsigned flags)
 /* What a policy that keeps hot pages writable may spend: the first fault and
  * the final protect of every leaf page, a fault and a protect or two per
  * distinct slab (the slabs are reused round-robin, each one well within an
- * interval), and per service pass up to half the leaves again (a loaded
- * machine can deschedule the thread for a whole interval). A policy that
- * re-protects hot pages spends ~2 calls per leaf per pass. */
+ * interval), per service pass up to half the leaves again, and for each
+ * stall every leaf and the slab again (a protect and a fault each). A
+ * policy that re-protects hot pages spends ~2 calls per leaf per pass,
+ * stalled or not. */
 static uint64_t churn_bound(const churn_result *r)
 {
     uint64_t distinct = r->slabs < 64 ? r->slabs : 64;
-    return 2 * LEAVES + 3 * distinct + (LEAVES / 2) * r->passes;
+    return 2 * LEAVES + 3 * distinct + (LEAVES / 2) * r->passes + (2 * LEAVES + 4) * r->stalls;
 }
 
 static void check_no_churn(uint64_t interval_ns, unsigned flags)
@@ -178,12 +191,18 @@ static void test_no_churn_80ms(void **state)
 
 /* The bound must be able to fail: with NVH_PROTECT_STRICT every pass
  * protects every leaf page (no window is open on it at that instant), and
- * each one faults again at its next use. */
+ * each one faults again at its next use. Compared with the bound less its
+ * stall allowance: strict churns in every pass the service makes, stalled
+ * or not, while on a loaded machine the service itself makes fewer passes
+ * than the run's length allows (passes is that length over the interval),
+ * so strict's excess over the allowance per pass is not large enough to
+ * also cover the stalls. */
 static void test_strict_churns(void **state)
 {
     (void)state;
     churn_result r = churn_run(20000000, NVH_PROTECT_STRICT);
     uint64_t calls = r.s.mprotect_calls + r.s.faults_resolved;
+    r.stalls = 0;
     assert_true(calls > churn_bound(&r));
 }
 
