@@ -319,7 +319,9 @@ void nvh_hm_link_ahead_(struct nvh_hmap *m, struct hm_stripe *st)
 /* ==========================================================================
  * Pending slots (updates in flight)
  * ========================================================================== */
+#ifdef NVH_TEST_HOOKS
 void (*nvh_hm_test_hook_)(void);
+#endif
 
 unsigned nvh_hm_slot_get_(struct nvh_hmap *m)
 {

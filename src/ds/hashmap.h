@@ -432,11 +432,22 @@ int nvh_hm_maybe_grow_(struct nvh_hmap *m);
 /* Take a free pending slot (waiting if all are held) / give it back. */
 unsigned nvh_hm_slot_get_(struct nvh_hmap *m);
 void nvh_hm_slot_put_(struct nvh_hmap *m, unsigned k);
-/* Tests only (NULL otherwise): called by an update after its activation
- * fence, with its stripe lock and pending slot held, so a single-threaded
- * crash workload can run updates of other stripes inside it: several
- * updates in flight, each with its own slot, at deterministic fences. */
+/* Tests only: called by an update after its activation fence, with its
+ * stripe lock and pending slot held, so a single-threaded crash workload
+ * can run updates of other stripes inside it: several updates in flight,
+ * each with its own slot, at deterministic fences. It exists only in the
+ * in-tree library the tests link (libnvheap_internal, compiled with
+ * NVH_TEST_HOOKS: CMakeLists.txt); the installed libraries, and so
+ * nvcached, have neither the pointer nor the branch. */
+#ifdef NVH_TEST_HOOKS
 extern void (*nvh_hm_test_hook_)(void);
+#define HM_TEST_HOOK()                                                    \
+    do {                                                                  \
+        if (__builtin_expect(nvh_hm_test_hook_ != NULL, 0)) nvh_hm_test_hook_(); \
+    } while (0)
+#else
+#define HM_TEST_HOOK() ((void)0)
+#endif
 /* Store and flush the count hint (no fence) every 64 changes, or now. */
 void nvh_hm_count_changed_(struct nvh_hmap *m, int64_t delta, bool force);
 

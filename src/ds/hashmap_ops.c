@@ -207,7 +207,7 @@ static int hm_write(struct nvh_hmap *m, const void *key, size_t klen, const void
         return rc;
     }
     if (old) {
-        if (__builtin_expect(nvh_hm_test_hook_ != NULL, 0)) nvh_hm_test_hook_();
+        HM_TEST_HOOK();
         rc = hm_free(pool, old, pend, 0);                  /* fence 3 */
         /* A failure here (a corrupt header) leaves the slot set: the next
          * open retries the free, and this handle never hands it out again.

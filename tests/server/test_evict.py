@@ -5,7 +5,7 @@ import time
 
 import pytest
 
-from conftest import Server
+from conftest import Server, nvcached_path
 
 VAL = b"v" * 10000
 
@@ -110,4 +110,35 @@ def test_restart_under_half_the_limit_never_scans(tmpdir_nv):
     st = c.stats()
     assert st["nvheap_index_rebuilt"] == "0" and int(st["curr_items"]) == 150
     assert int(st["bytes"]) >= 150 * 10000
+    s.stop()
+
+
+def minflt(pid):
+    with open("/proc/%d/stat" % pid) as f:
+        return int(f.read().rsplit(")", 1)[1].split()[7])
+
+
+@pytest.mark.parametrize("populate", [True, False])
+def test_pool_space_is_populated(tmpdir_nv, populate):
+    """Items filling fresh pool space take no page fault per 4 KiB of data:
+    the pool is opened with NVH_POOL_POPULATE (unless --no-populate), so the
+    space the allocator claims is faulted in 2 MiB at a time."""
+    with open(nvcached_path(), "rb") as f:
+        if b"__tsan_init" in f.read():
+            pytest.skip("ThreadSanitizer's shadow memory takes page faults of its own")
+    args = ["-m", "512", "-t", "1"] + ([] if populate else ["--no-populate"])
+    s = Server(tmpdir_nv, args=args).start()
+    c = s.client()
+    val = b"p" * 4096
+    for i in range(50):                  # warm up the connection's buffers
+        assert c.set("warm%d" % i, val) == b"STORED"
+    before = minflt(s.proc.pid)
+    n = 2000                             # 16 MB of pool: fresh chunks
+    for i in range(n):
+        assert c.set("k%d" % i, val) == b"STORED"
+    faults = minflt(s.proc.pid) - before
+    if populate:
+        assert faults < n // 4, faults
+    else:
+        assert faults >= n, faults       # the check has teeth: a fault per page
     s.stop()
