@@ -133,7 +133,11 @@ static struct nvh_hm_dummy *hm_init_bucket(struct nvh_hmap *m, struct hm_stripe 
 {
     struct nvh_hm_dummy *d = hm_dummy(m, bucket);
     if (hm_dummy_ready(m, bucket, d)) return d;
-    NVH_ASSERT(bucket != 0);                    /* bucket 0 is made at create */
+    /* Bucket 0 is made at create and never linked later: a mark that does
+     * not match is damage (nvh_hmap_check reports it). Its dummy is still
+     * the list head, as lookups take it; recursing to its "parent" would
+     * never end. */
+    if (bucket == 0) return d;
     struct nvh_hm_dummy *parent = hm_init_bucket(m, st, hm_parent(bucket));
     if (!parent) return NULL;
 
