@@ -16,8 +16,9 @@
  *   - the recovered tree equals the model after a prefix of the operation
  *     stream at least as long as the acknowledged prefix (the op in flight
  *     happened entirely or not at all; nothing acknowledged is lost);
- *   - no leak: the heap holds exactly the header, the leaves and one record
- *     per entry;
+ *   - no leak: the heap holds exactly the header, the leaves, the record
+ *     slabs, each naming at least one live record, and one allocator object
+ *     per entry whose record is not in a slab (a version-1 tree's);
  *   - the tree keeps working (more operations, then check again);
  * and across the crash points of one run, monotonicity: a point taken after
  * a later acknowledgement never recovers a shorter prefix. */
@@ -33,6 +34,9 @@ typedef struct run_cfg {
     unsigned ops;
     unsigned del_pct;
     unsigned long_every;
+    uint64_t rec_max, slab_max;     /* kv_sorted_set_slabs_ (0, 0: defaults) */
+    unsigned v1_ops;                /* the first ops write allocator records
+                                       only, as a version-1 tree holds them */
 } run_cfg;
 
 static run_cfg g_run;
@@ -82,11 +86,22 @@ static int workload(nvh_pool *pool, void *arg)
     nvh_off_t *link = nvh_root(pool, NULL);
     kv_sorted *t = kv_sorted_open(pool, link[0], NULL, NULL);
     if (!t) return 1;
+    if (g_run.v1_ops && kv_sorted_set_slabs_(t, 0, 64 << 10) != NVH_OK) return 1;
+    else if (!g_run.v1_ops && g_run.slab_max &&
+             kv_sorted_set_slabs_(t, g_run.rec_max, g_run.slab_max) != NVH_OK)
+        return 1;
     uint32_t *ver = calloc(g_run.nkeys, sizeof *ver), clock = 0;
     uint8_t *vb = malloc(KM_VALMAX);
     uint64_t rng = g_run.seed;
     g_acked = 0;
     for (unsigned i = 0; i < g_run.ops; i++) {
+        if (g_run.v1_ops && i == g_run.v1_ops) {
+            const kvs_hdr *h = nvh_ptr(pool, link[0]);
+            if (h->version != KVS_VERSION || h->slabs) return 1;    /* a version-1 tree */
+            uint64_t rm = g_run.slab_max ? g_run.rec_max : KVS_SLAB_REC_MAX;
+            uint64_t sm = g_run.slab_max ? g_run.slab_max : KVS_SLAB_MAX;
+            if (kv_sorted_set_slabs_(t, rm, sm) != NVH_OK) return 1;
+        }
         op o = next_op(&rng);
         int want = model_apply(ver, &clock, o);
         int got = tree_apply(t, g_model, o, ver[o.id], vb);
@@ -134,6 +149,8 @@ static int leak_fn(void *ptr, size_t usable, void *arg)
     uint64_t off = nvh_off(lc->pool, ptr);
     if (off == lc->hdr) return 0;
     const kvs_hdr *h = nvh_ptr(lc->pool, lc->hdr);
+    for (uint64_t o = h->slabs; o; o = ((const kvs_slab *)nvh_ptr(lc->pool, o))->next)
+        if (o == off) return 0;
     for (uint64_t l = h->first; l; l = ((const kvs_leaf *)nvh_ptr(lc->pool, l))->next) {
         if (l == off) return 0;
         const kvs_leaf *lf = nvh_ptr(lc->pool, l);
@@ -152,6 +169,35 @@ static uint64_t chain_leaves(nvh_pool *pool, nvh_off_t hdr)
     uint64_t n = 0;
     for (uint64_t off = h->first; off && n < 1000000; off = ((const kvs_leaf *)nvh_ptr(pool, off))->next) n++;
     return n;
+}
+
+/* The objects the tree accounts for besides header and leaves: its record
+ * slabs (*slabs; *empty: those no live slot names a record in) and the
+ * live records that are allocator objects (returned). */
+static uint64_t tree_records(nvh_pool *pool, nvh_off_t hdr, uint64_t *slabs, uint64_t *empty)
+{
+    const kvs_hdr *h = nvh_ptr(pool, hdr);
+    uint64_t lo[4096], hi[4096], live[4096], n = 0, objs = 0;
+    for (uint64_t o = h->slabs; o && n < 4096; o = ((const kvs_slab *)nvh_ptr(pool, o))->next) {
+        lo[n] = o;
+        hi[n] = o + ((const kvs_slab *)nvh_ptr(pool, o))->size;
+        live[n++] = 0;
+    }
+    for (uint64_t l = h->first; l; l = ((const kvs_leaf *)nvh_ptr(pool, l))->next) {
+        const kvs_leaf *lf = nvh_ptr(pool, l);
+        for (unsigned i = 0; i < KVS_CAP; i++) {
+            uint64_t r = lf->slot[i].rec;
+            if (kvs_slot_free(r)) continue;
+            uint64_t k = 0;
+            while (k < n && !(r >= lo[k] && r < hi[k])) k++;
+            if (k < n) live[k]++;
+            else objs++;
+        }
+    }
+    *slabs = n;
+    *empty = 0;
+    for (uint64_t k = 0; k < n; k++) *empty += live[k] == 0;
+    return objs;
 }
 
 /* Which prefix (acked or acked + 1) does the tree hold? -1: neither. */
@@ -203,14 +249,21 @@ static int check_image(const char *image, const nvh_crash_point *pt, void *arg)
     if (!rc) {
         nvh_heap_foreach(pool, count_objects, &objs);
         kv_sorted_count(t, NULL, 0, 0, NULL, 0, 0, &live);
-        uint64_t leaves = chain_leaves(pool, link[0]);
-        if (objs != 1 + leaves + live && __atomic_load_n(g_complaints, __ATOMIC_RELAXED) < 5) {
+        uint64_t leaves = chain_leaves(pool, link[0]), slabs, empty;
+        uint64_t recs = tree_records(pool, link[0], &slabs, &empty);
+        (void)live;
+        if (objs != 1 + leaves + slabs + recs && __atomic_load_n(g_complaints, __ATOMIC_RELAXED) < 5) {
             leak_ctx lc = {pool, link[0]};
+            const kvs_hdr *hh = nvh_ptr(pool, link[0]);
+            fprintf(stderr, "    header: version %u slabs %llu first %llu\n", hh->version,
+                    (unsigned long long)hh->slabs, (unsigned long long)hh->first);
             nvh_heap_foreach(pool, leak_fn, &lc);
         }
-        if (objs != 1 + leaves + live)
-            rc = complain(pt, 7, "leak or loss: heap objects != header + leaves + entries", (long)objs,
-                          (long)(1 + leaves + live));
+        if (objs != 1 + leaves + slabs + recs)
+            rc = complain(pt, 7, "leak or loss: heap objects != header + leaves + slabs + records",
+                          (long)objs, (long)(1 + leaves + slabs + recs));
+        else if (empty)
+            rc = complain(pt, 7, "leak: record slabs with no live record", (long)empty, (long)slabs);
     }
     if (!rc) {
         /* the recovered tree keeps working */
@@ -302,13 +355,13 @@ static void run(run_cfg rc, nvh_crash_mode mode, uint64_t budget, unsigned image
 static void every_fence_lines(void **state)
 {
     (void)state;
-    run((run_cfg){11, 90, 200, 30, 2}, NVH_CRASH_LINES, 0, 2);
+    run((run_cfg){11, 90, 200, 30, 2, 0, 0, 0}, NVH_CRASH_LINES, 0, 2);
 }
 
 static void every_fence_words(void **state)
 {
     (void)state;
-    run((run_cfg){12, 90, 200, 30, 2}, NVH_CRASH_WORDS, 0, 1);
+    run((run_cfg){12, 90, 200, 30, 2, 0, 0, 0}, NVH_CRASH_WORDS, 0, 1);
 }
 
 /* inserts of new keys in random order (every third 4096 bytes long): a
@@ -319,33 +372,65 @@ static void every_fence_words(void **state)
 static void every_fence_splits(void **state)
 {
     (void)state;
-    run((run_cfg){16, 400, 170, 0, 3}, NVH_CRASH_LINES, 0, 2);
+    run((run_cfg){16, 400, 170, 0, 3, 0, 0, 0}, NVH_CRASH_LINES, 0, 2);
 }
 
 static void every_fence_splits_words(void **state)
 {
     (void)state;
-    run((run_cfg){17, 400, 170, 5, 3}, NVH_CRASH_WORDS, 0, 1);
+    run((run_cfg){17, 400, 170, 5, 3, 0, 0, 0}, NVH_CRASH_WORDS, 0, 1);
 }
 
 /* overwrites and removes of a few keys: queued frees at every step */
 static void every_fence_updates(void **state)
 {
     (void)state;
-    run((run_cfg){13, 6, 80, 35, 3}, NVH_CRASH_LINES, 0, 1);
+    run((run_cfg){13, 6, 80, 35, 3, 0, 0, 0}, NVH_CRASH_LINES, 0, 1);
+}
+
+/* records in small slabs (1 KiB; records above 960 B, the 4096-byte keys,
+ * stay allocator objects): inserts, overwrites and removes of few keys
+ * empty slabs often, so their frees (owed to a later data fence) and the
+ * build's count and free of empty slabs are crashed at every fence */
+static void every_fence_slab_frees(void **state)
+{
+    (void)state;
+    run((run_cfg){21, 24, 160, 35, 4, 960, 1024, 0}, NVH_CRASH_LINES, 0, 2);
+}
+
+static void every_fence_slab_frees_words(void **state)
+{
+    (void)state;
+    run((run_cfg){22, 24, 160, 35, 4, 960, 1024, 0}, NVH_CRASH_WORDS, 0, 1);
+}
+
+/* a version-1 tree (every record an allocator object, as format 3's
+ * library wrote it) goes on with slab records: its first slab raises the
+ * header's version, overwrites and removes of its allocator records (the
+ * queued frees) mix with slab records, splits and leaf removals */
+static void every_fence_v1_upgrade(void **state)
+{
+    (void)state;
+    run((run_cfg){23, 60, 150, 30, 4, 960, 2048, 70}, NVH_CRASH_LINES, 0, 2);
+}
+
+static void every_fence_v1_upgrade_words(void **state)
+{
+    (void)state;
+    run((run_cfg){24, 60, 150, 30, 4, 960, 2048, 70}, NVH_CRASH_WORDS, 0, 1);
 }
 
 /* a long random run: sampled crash points */
 static void sampled_long(void **state)
 {
     (void)state;
-    run((run_cfg){14, 1500, 6000, 30, 0}, NVH_CRASH_LINES, 150, 1);
+    run((run_cfg){14, 1500, 6000, 30, 0, 0, 0, 0}, NVH_CRASH_LINES, 150, 1);
 }
 
 static void sampled_long_words(void **state)
 {
     (void)state;
-    run((run_cfg){15, 400, 3000, 40, 5}, NVH_CRASH_WORDS, 100, 1);
+    run((run_cfg){15, 400, 3000, 40, 5, 0, 0, 0}, NVH_CRASH_WORDS, 100, 1);
 }
 
 int main(void)
@@ -359,6 +444,8 @@ int main(void)
         cmocka_unit_test(every_fence_splits), cmocka_unit_test(every_fence_splits_words),
         cmocka_unit_test(every_fence_updates), cmocka_unit_test(sampled_long),
         cmocka_unit_test(sampled_long_words),
+        cmocka_unit_test(every_fence_slab_frees), cmocka_unit_test(every_fence_slab_frees_words),
+        cmocka_unit_test(every_fence_v1_upgrade), cmocka_unit_test(every_fence_v1_upgrade_words),
     };
     if (getenv("KVS_TEST_FILTER")) cmocka_set_test_filter(getenv("KVS_TEST_FILTER"));
     return cmocka_run_group_tests(tests, NULL, NULL);
