@@ -128,6 +128,21 @@ static void kvs_owed_post(kv_sorted *t, uint64_t top)
     kvs_owed_unlock(t);
 }
 
+/* Does a split of leaf l depend on stores still owed: l's own (a new split
+ * tag voids the hint of its last split), or those of the leaf l was split
+ * off (moving l's entries on would leave that leaf's stale copies of them
+ * with no hint to drop them)? */
+static bool kvs_owed_has(kv_sorted *t, const kvs_leaf *l)
+{
+    if (__builtin_expect(!__atomic_load_n(&t->nowed, __ATOMIC_ACQUIRE), 1)) return false;
+    bool r = false;
+    kvs_owed_lock(t);
+    for (uint32_t i = 0; i < t->nowed && !r; i++)
+        r = t->owed[i].leaf == l || (l->moved_from && nvh_off(t->pool, t->owed[i].leaf) == l->moved_from);
+    kvs_owed_unlock(t);
+    return r;
+}
+
 /* Make every owed store durable now. */
 void kvs_owed_settle(kv_sorted *t)
 {
@@ -533,8 +548,10 @@ static int kvs_split_insert(kv_sorted *t, kvs_cleaf *c, const void *k, size_t kl
     }
     if (p == ne) kpos = nn++;
     /* L's new split tag must not be durable before the tombstones of its
-     * last split (whose hint it voids): those are owed, if anything is */
-    if (__atomic_load_n(&t->nowed, __ATOMIC_ACQUIRE)) kvs_owed_settle(t);
+     * last split (whose hint it voids), nor may L's entries move on while
+     * the leaf L was split off still holds stale copies of them: settle
+     * those first; what other leaves owe rides on this split's first fence */
+    if (kvs_owed_has(t, old)) kvs_owed_settle(t);
     /* R: carved from a slab (the common case: no queue entry, its fence is
      * step 1's), or an allocator object activated with a queue entry as its
      * link at step 1 */
