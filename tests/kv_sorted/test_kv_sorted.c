@@ -621,10 +621,10 @@ static void version1_tree(void **state)
     env_new(&e, "kvs-v1", 64 << 20, NULL, NULL);
     assert_int_equal(kv_sorted_set_slabs_(e.t, 0, 64 << 10), NVH_OK);
     km_long_every = 0;
-    km_model *m = km_new(3000);
+    km_model *m = km_new(1500);
     uint8_t vb[KM_VALMAX];
     uint64_t rng = 7;
-    for (uint32_t id = 0; id < 2000; id++) {
+    for (uint32_t id = 0; id < 1000; id++) {
         m->ver[id] = 1;
         size_t vl = km_val(id, 1, vb);
         assert_int_equal(kv_sorted_put(e.t, m->keys[id], m->klen[id], vb, vl), NVH_OK);
@@ -636,14 +636,14 @@ static void version1_tree(void **state)
     assert_int_equal(h->version, 1);
     assert_int_equal(h->slabs, 0);
     tree_objects(&e, &leaves, &slabs, &arecs, &srecs);
-    assert_int_equal(arecs, 2000);
+    assert_int_equal(arecs, 1000);
     assert_int_equal(srecs, 0);
     assert_int_equal(nvh_heap_foreach(e.pool, count_objects, &objs), NVH_OK);
-    assert_int_equal(objs, 1 + leaves + 2000);
+    assert_int_equal(objs, 1 + leaves + 1000);
     /* this library: reads, then updates with slab records */
     assert_true(km_equals(e.t, m));
-    for (int i = 0; i < 4000; i++) {
-        uint32_t id = (uint32_t)(km_rng(&rng) % 3000);
+    for (int i = 0; i < 2500; i++) {
+        uint32_t id = (uint32_t)(km_rng(&rng) % 1500);
         if (km_rng(&rng) % 3 == 0) {
             int want = m->ver[id] ? NVH_OK : NVH_E_NOTFOUND;
             assert_int_equal(kv_sorted_remove(e.t, m->keys[id], m->klen[id]), want);
@@ -663,7 +663,7 @@ static void version1_tree(void **state)
     assert_true(km_equals(e.t, m));
     h = nvh_ptr(e.pool, e.link[0]);
     tree_objects(&e, &leaves, &slabs, &arecs, &srecs);
-    assert_true(arecs > 0 && arecs < 2000);     /* some old records remain */
+    assert_true(arecs > 0 && arecs < 1000);     /* some old records remain */
     assert_true(srecs > 0 && slabs > 0);
     objs = 0;
     assert_int_equal(nvh_heap_foreach(e.pool, count_objects, &objs), NVH_OK);
@@ -689,21 +689,21 @@ static void slabs_freed(void **state)
     assert_int_equal(kv_sorted_set_slabs_(e.t, 960, 4096), NVH_OK);
     char k[32], v[200];
     memset(v, 'v', sizeof v);
-    for (int round = 0; round < 20; round++)
-        for (int i = 0; i < 500; i++) {
-            snprintf(k, sizeof k, "key%05d", (i * 37) % 500);
+    for (int round = 0; round < 12; round++)
+        for (int i = 0; i < 400; i++) {
+            snprintf(k, sizeof k, "key%05d", (i * 37) % 400);
             assert_int_equal(kv_sorted_put(e.t, k, strlen(k), v, 100 + round), NVH_OK);
         }
     assert_int_equal(kv_sorted_check(e.t), NVH_OK);
     uint64_t leaves, slabs, arecs, srecs, objs = 0;
     tree_objects(&e, &leaves, &slabs, &arecs, &srecs);
-    /* 500 live records of 192 B in slabs of at most 4 KiB: about 30 slabs
-     * hold them; 10000 were written */
-    assert_int_equal(srecs, 500);
+    /* 400 live records of 192 B in slabs of at most 4 KiB: about 20 slabs
+     * hold them; 4800 were written */
+    assert_int_equal(srecs, 400);
     assert_true(slabs < 60);
     assert_int_equal(nvh_heap_foreach(e.pool, count_objects, &objs), NVH_OK);
     assert_int_equal(objs, 1 + leaves + slabs);
-    for (int i = 0; i < 500; i++) {
+    for (int i = 0; i < 400; i++) {
         snprintf(k, sizeof k, "key%05d", i);
         assert_int_equal(kv_sorted_remove(e.t, k, strlen(k)), NVH_OK);
     }
