@@ -159,43 +159,6 @@ static int leak_fn(void *ptr, size_t usable, void *arg)
     return 0;
 }
 
-static uint64_t chain_leaves(nvh_pool *pool, nvh_off_t hdr)
-{
-    const kvs_hdr *h = nvh_ptr(pool, hdr);
-    uint64_t n = 0;
-    for (uint64_t off = h->first; off && n < 1000000; off = ((const kvs_leaf *)nvh_ptr(pool, off))->next) n++;
-    return n;
-}
-
-/* The objects the tree accounts for besides header and leaves: its record
- * slabs (*slabs; *empty: those no live slot names a record in) and the
- * live records that are allocator objects (returned). */
-static uint64_t tree_records(nvh_pool *pool, nvh_off_t hdr, uint64_t *slabs, uint64_t *empty)
-{
-    const kvs_hdr *h = nvh_ptr(pool, hdr);
-    uint64_t lo[4096], hi[4096], live[4096], n = 0, objs = 0;
-    for (uint64_t o = h->slabs; o && n < 4096; o = ((const kvs_slab *)nvh_ptr(pool, o))->next) {
-        lo[n] = o;
-        hi[n] = o + ((const kvs_slab *)nvh_ptr(pool, o))->size;
-        live[n++] = 0;
-    }
-    for (uint64_t l = h->first; l; l = ((const kvs_leaf *)nvh_ptr(pool, l))->next) {
-        const kvs_leaf *lf = nvh_ptr(pool, l);
-        for (unsigned i = 0; i < KVS_CAP; i++) {
-            uint64_t r = lf->slot[i].rec;
-            if (kvs_slot_free(r)) continue;
-            uint64_t k = 0;
-            while (k < n && !(r >= lo[k] && r < hi[k])) k++;
-            if (k < n) live[k]++;
-            else objs++;
-        }
-    }
-    *slabs = n;
-    *empty = 0;
-    for (uint64_t k = 0; k < n; k++) *empty += live[k] == 0;
-    return objs;
-}
-
 /* Which prefix (acked or acked + 1) does the tree hold? -1: neither. */
 static int64_t match_prefix(kv_sorted *t, unsigned acked, uint32_t *ver)
 {
@@ -245,8 +208,8 @@ static int check_image(const char *image, const nvh_crash_point *pt, void *arg)
     if (!rc) {
         nvh_heap_foreach(pool, count_objects, &objs);
         kv_sorted_count(t, NULL, 0, 0, NULL, 0, 0, &live);
-        uint64_t leaves = chain_leaves(pool, link[0]), slabs, empty;
-        uint64_t recs = tree_records(pool, link[0], &slabs, &empty);
+        km_objs to = km_tree_objects(pool, link[0]);
+        uint64_t leaves = to.leaves, slabs = to.slabs, empty = to.empty, recs = to.arecs;
         (void)live;
         if (objs != 1 + leaves + slabs + recs && __atomic_load_n(g_complaints, __ATOMIC_RELAXED) < 5) {
             leak_ctx lc = {pool, link[0]};

@@ -583,30 +583,14 @@ static void split_hint_stale(void **state)
     env_remove(&e);
 }
 
-/* Heap objects besides the header: leaves, slabs, and live records that
- * are allocator objects. */
 static void tree_objects(tenv *e, uint64_t *leaves, uint64_t *slabs, uint64_t *arecs,
                          uint64_t *srecs)
 {
-    const kvs_hdr *h = nvh_ptr(e->pool, e->link[0]);
-    *leaves = *slabs = *arecs = *srecs = 0;
-    uint64_t lo[1024], hi[1024];
-    for (uint64_t o = h->slabs; o; o = ((const kvs_slab *)nvh_ptr(e->pool, o))->next) {
-        assert_true(*slabs < 1024);
-        lo[*slabs] = o;
-        hi[(*slabs)++] = o + ((const kvs_slab *)nvh_ptr(e->pool, o))->size;
-    }
-    for (uint64_t l = h->first; l; l = ((const kvs_leaf *)nvh_ptr(e->pool, l))->next) {
-        const kvs_leaf *lf = nvh_ptr(e->pool, l);
-        (*leaves)++;
-        for (unsigned i = 0; i < KVS_CAP; i++) {
-            uint64_t r = lf->slot[i].rec, k = 0;
-            if (kvs_slot_free(r)) continue;
-            while (k < *slabs && !(r >= lo[k] && r < hi[k])) k++;
-            if (k < *slabs) (*srecs)++;
-            else (*arecs)++;
-        }
-    }
+    km_objs o = km_tree_objects(e->pool, e->link[0]);
+    *leaves = o.leaves;
+    *slabs = o.slabs;
+    *arecs = o.arecs;
+    *srecs = o.srecs;
 }
 
 /* A tree written with every record an allocator object — what format 3's
