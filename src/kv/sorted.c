@@ -108,9 +108,10 @@ kv_sorted *kv_sorted_open(nvh_pool *pool, nvh_off_t root, kv_cmp_fn cmp, void *c
                  (unsigned long long)root);
         return NULL;
     }
-    if (h->version != KVS_VERSION) {
+    if (h->version != KVS_VERSION && h->version != KVS_HDR_VERSION_SLABS) {
         nvh_fail(NVH_E_VERSION, "sorted tree at offset %llu: format version %u, this library "
-                 "reads %u", (unsigned long long)root, h->version, KVS_VERSION);
+                 "reads %u and %u", (unsigned long long)root, h->version, KVS_VERSION,
+                 KVS_HDR_VERSION_SLABS);
         return NULL;
     }
     kv_sorted *t = aligned_alloc(64, NVH_ALIGN_UP(sizeof *t, (size_t)64));
@@ -125,8 +126,20 @@ kv_sorted *kv_sorted_open(nvh_pool *pool, nvh_off_t root, kv_cmp_fn cmp, void *c
     t->cmp = cmp;
     t->cmp_arg = cmp_arg;
     t->readonly = pool->readonly;
+    t->slab_rec_max = KVS_SLAB_REC_MAX;
+    t->slab_max = KVS_SLAB_MAX;
     pthread_mutex_init(&t->smo, NULL);
+    pthread_mutex_init(&t->slab_mu, NULL);
     return t;
+}
+
+int kv_sorted_set_slabs_(kv_sorted *t, uint64_t rec_max, uint64_t slab_max)
+{
+    if (!t || slab_max < KVS_SLAB_MIN || rec_max > slab_max - sizeof(kvs_slab))
+        return nvh_fail(NVH_E_INVAL, "kv_sorted_set_slabs_: bad sizes");
+    t->slab_rec_max = rec_max;
+    t->slab_max = slab_max;
+    return NVH_OK;
 }
 
 static void kvs_free_dram(kv_sorted *t)
@@ -143,6 +156,7 @@ static void kvs_free_dram(kv_sorted *t)
     free(t->ret);
     t->ret = NULL;
     t->nret = t->capret = 0;
+    kvs_slab_fini(t);
 }
 
 int kv_sorted_close(kv_sorted *t)
@@ -158,6 +172,7 @@ int kv_sorted_close(kv_sorted *t)
     kvs_free_dram(t);
     pthread_mutex_unlock(&t->smo);
     pthread_mutex_destroy(&t->smo);
+    pthread_mutex_destroy(&t->slab_mu);
     free(t);
     return rc;
 }
@@ -182,7 +197,7 @@ int kv_sorted_destroy(kv_sorted *t, nvh_off_t *link)
         kvs_cleaf *c = t->head;
         for (unsigned i = 0; i < KVS_CAP && rc == NVH_OK; i++) {
             uint64_t r = c->p->slot[i].rec;
-            if (kvs_slot_free(r)) continue;
+            if (kvs_slot_free(r) || kvs_slab_find(t, r) >= 0) continue;  /* slabs: below */
             nvh_link lk = {&c->p->slot[i].rec, 0};
             rc = nvh_free(pool, nvh_ptr(pool, r), &lk, 1);
         }
@@ -198,6 +213,7 @@ int kv_sorted_destroy(kv_sorted *t, nvh_off_t *link)
         if (t->head) t->head->prev = NULL;
         kvs_cleaf_free(c);
     }
+    if (rc == NVH_OK) rc = kvs_slab_destroy(t);
     if (rc == NVH_OK) {
         t->head = NULL;
         kvs_ix_free(t, t->root);
@@ -213,6 +229,7 @@ int kv_sorted_destroy(kv_sorted *t, nvh_off_t *link)
     kvs_free_dram(t);
     pthread_mutex_unlock(&t->smo);
     pthread_mutex_destroy(&t->smo);
+    pthread_mutex_destroy(&t->slab_mu);
     free(t);
     return NVH_OK;
 }
@@ -505,6 +522,9 @@ static int kvs_build(kv_sorted *t)
         pend_rec[j] = h->pend[j].rec;
         npend += !kvs_slot_free(pend_rec[j]);
     }
+    /* record slabs: listed now, their live records counted below (the walk
+     * reads every slot anyway), the empty ones freed at the end */
+    if (w && (rc = kvs_slab_load(t)) != NVH_OK) return rc;
     size_t n = 0, cap = 64;
     kvs_cleaf **v = malloc(cap * sizeof *v);
     if (!v) return nvh_fail(NVH_E_NOMEM, "sorted tree: out of memory");
@@ -603,6 +623,12 @@ static int kvs_build(kv_sorted *t)
         cur = next;
     }
     if (w && rc == NVH_OK && npend) rc = kvs_pending_recover(t, pend_live);
+    if (w && rc == NVH_OK && t->nsl) {
+        for (size_t i = 0; i < n; i++)
+            for (unsigned s = 0; s < KVS_CAP; s++)
+                if (!kvs_slot_free(v[i]->rec[s])) kvs_slab_count(t, v[i]->rec[s]);
+        rc = kvs_slab_loaded(t);
+    }
     if (w) nvh_drain(pool);     /* the repairs' flushed words */
     if (rc == NVH_OK) {
         kvs_inode *r = kvs_ix_build(v, n);
@@ -618,6 +644,7 @@ static int kvs_build(kv_sorted *t)
             kvs_skey_unref(t, v[i]->sep, 1);
             free(v[i]);
         }
+        kvs_slab_fini(t);
     }
     free(v);
     return rc;

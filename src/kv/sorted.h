@@ -59,4 +59,9 @@ int kv_sorted_check(kv_sorted *t);
 int kv_sorted_bytes(kv_sorted *t, uint64_t *key_bytes, uint64_t *value_bytes);
 int kv_sorted_bytes_known(kv_sorted *t);
 
+/* Tests only: records of at most rec_max bytes (header, key and value) are
+ * carved from slabs of at most slab_max bytes; larger ones are allocator
+ * objects (rec_max 0: every record, as a version-1 tree holds them). */
+int kv_sorted_set_slabs_(kv_sorted *t, uint64_t rec_max, uint64_t slab_max);
+
 #endif /* NVH_KV_SORTED_H */

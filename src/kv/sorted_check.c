@@ -39,7 +39,14 @@ static int chk_run(kv_sorted *t)
     uint8_t *last = malloc(KVS_KEY_MAX);
     size_t lastlen = 0;
     int have_last = 0, rc = NVH_OK;
-    if (!last) return nvh_fail(NVH_E_NOMEM, "kv_sorted_check: out of memory");
+    /* live records found in each slab (writable trees: the table is built) */
+    bool w = !t->readonly;
+    uint64_t *scount = w && t->nsl ? calloc(t->nsl, sizeof *scount) : NULL;
+    if (!last || (w && t->nsl && !scount)) {
+        free(last);
+        free(scount);
+        return nvh_fail(NVH_E_NOMEM, "kv_sorted_check: out of memory");
+    }
     const kvs_inode *root = t->root;
     if (root && root->n) {
         kvs_cleaf *x = t->head;
@@ -49,7 +56,6 @@ static int chk_run(kv_sorted *t)
     /* A writable tree's chain is exactly its companions (the build repaired
      * it); a read-only one is checked through its companions only (the
      * build read interrupted splits and empty leaves past them). */
-    bool w = !t->readonly;
     if (!w) cur = c ? nvh_off(pool, c->p) : 0;
     while (rc == NVH_OK && cur) {
         if (++steps > max_steps) { rc = kvs_corrupt(t, cur, "leaf chain (a cycle)"); break; }
@@ -75,6 +81,14 @@ static int chk_run(kv_sorted *t)
             }
             const kvs_rec *r = kvs_rec_get(t, s->rec);
             if (!r) { rc = kvs_corrupt(t, s->rec, "record"); break; }
+            if (scount) {
+                long si = kvs_slab_find(t, s->rec);
+                if (si >= 0 && s->rec + sizeof *r + r->klen + r->vlen > t->sl[si]->end) {
+                    rc = kvs_corrupt(t, s->rec, "record (crosses its slab's end)");
+                    break;
+                }
+                if (si >= 0) scount[si]++;
+            }
             if (r->klen != s->klen || kvs_prefix(r->data, r->klen) != s->prefix ||
                 kvs_hash(r->data, r->klen) != s->hash || c->klen[i] != s->klen ||
                 c->hash[i] != s->hash || c->pfx[i] != s->prefix ||
@@ -127,6 +141,12 @@ static int chk_run(kv_sorted *t)
         if (used != !kvs_slot_free(t->hdr->pend[j].rec))
             rc = kvs_corrupt(t, nvh_off(pool, &t->hdr->pend[j]), "queued free (differs from DRAM)");
     }
+    if (rc == NVH_OK && w) {
+        kvs_spin_lock(&t->slab_lock);
+        rc = kvs_slab_check(t, scount);
+        kvs_spin_unlock(&t->slab_lock);
+    }
+    free(scount);
     free(last);
     return rc;
 }

@@ -29,7 +29,12 @@
 #define KVS_HDR_MAGIC 0x4853564bu   /* "KVSH" */
 #define KVS_LEAF_MAGIC 0x4c53564bu  /* "KVSL" */
 #define KVS_REC_MAGIC 0x5253564bu   /* "KVSR" */
-#define KVS_VERSION 1u
+#define KVS_SLAB_MAGIC 0x4253564bu  /* "KVSB" */
+#define KVS_VERSION 1u              /* leaves, slabs; the header of a tree
+                                       whose records are all allocator objects */
+#define KVS_HDR_VERSION_SLABS 2u    /* header: records may live in slabs
+                                       (hdr->slabs); a library that reads only
+                                       version 1 refuses the tree            */
 
 #define KVS_CAP 32u                 /* slots per leaf                         */
 #define KVS_PENDING 60u             /* deferred record frees in the header    */
@@ -55,12 +60,36 @@ typedef struct kvs_hdr {
     uint16_t version;               /* KVS_VERSION                           */
     uint16_t order;                 /* KVS_ORDER_*                           */
     uint64_t first;                 /* first leaf in key order (0: empty)    */
-    uint64_t reserved[6];
+    uint64_t slabs;                 /* newest record slab (0: none; a
+                                       version-1 header has 0 here)           */
+    uint64_t reserved[5];
     kvs_pfree pend[KVS_PENDING];    /* records waiting for their free        */
 } kvs_hdr;
 static_assert(sizeof(kvs_hdr) == 1024, "kvs_hdr size");
 static_assert(offsetof(kvs_hdr, first) == 8, "kvs_hdr.first");
+static_assert(offsetof(kvs_hdr, slabs) == 16, "kvs_hdr.slabs");
 static_assert(offsetof(kvs_hdr, pend) == 64, "kvs_hdr.pend");
+
+/* A record slab (sorted_slab.c): one allocator object from which records
+ * are carved by a DRAM bump pointer, 64 B aligned, from offset 64 on. What
+ * makes a record in it live is a slot naming it, written after the record
+ * is durable; so a record costs no allocator activation, and a crash leaves
+ * at worst records no slot names (garbage inside a slab). Slabs form a list
+ * from kvs_hdr.slabs, newest first, pushed by the slab's activation (link
+ * hdr->slabs, the slab's `next` written before). Space inside a slab is
+ * never reused; a slab is freed whole (unlinked by its free) once no slot
+ * names a record in it. */
+typedef struct kvs_slab {
+    uint32_t magic;                 /* KVS_SLAB_MAGIC                        */
+    uint16_t version;               /* KVS_VERSION                           */
+    uint16_t pad;
+    uint64_t tree;                  /* offset of the kvs_hdr                 */
+    uint64_t next;                  /* older slab (0: last)                  */
+    uint64_t size;                  /* bytes, this header included           */
+    uint64_t reserved[4];
+} kvs_slab;
+static_assert(sizeof(kvs_slab) == 64, "kvs_slab is one line");
+static_assert(offsetof(kvs_slab, next) == 16 && offsetof(kvs_slab, size) == 24, "kvs_slab");
 
 /* Slot rec values: below 64 the slot is free (0: never used; 1 or 2: a
  * removed entry), otherwise the offset of a durable record (records are 64 B
@@ -269,6 +298,40 @@ typedef struct kvs_owed {
     uint64_t id;                    /* increasing: what a fence covered      */
 } kvs_owed;
 
+/* DRAM accounting of one record slab (sorted_slab.c), under t->slab_lock. */
+typedef struct kvs_slabi {
+    uint64_t off, end;              /* the slab: [off, end) of the pool      */
+    int64_t live;                   /* slots naming its records; while it is
+                                       a carver's current slab, minus what
+                                       that carver carved (added at retire)  */
+    struct kvs_slabi *newer, *older;/* the persistent list's order          */
+    struct kvs_slabi *qnext;        /* queued for its free                   */
+    uint32_t cur;                   /* a carver's current slab               */
+    uint32_t queued;                /* empty: waiting for its free           */
+} kvs_slabi;
+
+/* A bump allocator over one slab. Writers pick one by thread (kvs_tid),
+ * so concurrent writers rarely share one; the lock is held to carve, and
+ * across the activation of a slab it made (kvs_carve.fresh). */
+#define KVS_CARVERS 8
+typedef struct kvs_carver {
+    _Alignas(64) uint32_t lock;
+    kvs_slabi *si;                  /* current slab (NULL: none)             */
+    char *base;                     /* its memory                            */
+    uint64_t used, size;            /* bytes carved (header included), size  */
+    int64_t carved;                 /* records carved from it                */
+    uint64_t next_size;             /* size of the next slab it makes        */
+} kvs_carver;
+
+/* A record being written: from a slab (si) or an allocator object. */
+typedef struct kvs_carve {
+    kvs_carver *cv;                 /* locked while fresh is set             */
+    void *fresh;                    /* a slab reserved for this record,
+                                       activated after the data fence (the
+                                       carver and slab_mu held till then)     */
+    kvs_slabi *si;                  /* the record's slab (NULL: allocator)   */
+} kvs_carve;
+
 struct kv_sorted {
     nvh_pool *pool;
     kvs_hdr *hdr;
@@ -309,6 +372,25 @@ struct kv_sorted {
     uint64_t owed_id;               /* last id handed out                    */
     uint64_t tag_rng;               /* smo: state of the split tags' PRNG    */
     kvs_owed owed[KVS_OWED];
+
+    /* Record slabs (sorted_slab.c). slab_mu serialises the changes of the
+     * persistent slab list (an activation, a free: held across their
+     * fence); slab_lock, a spin lock never held across a fence, guards the
+     * DRAM table, the queue and every kvs_slabi (the DRAM list changes
+     * under both). Order: a carver's lock, slab_mu, slab_lock. */
+    pthread_mutex_t slab_mu;
+    _Alignas(64) uint32_t slab_lock;
+    uint32_t slab_acts;             /* a record activation named a slot word
+                                       since the rings were last retired     */
+    kvs_slabi *slab_newest;         /* = hdr->slabs                          */
+    kvs_slabi **sl;                 /* by offset (range lookups)             */
+    size_t nsl, capsl;
+    kvs_slabi *sq;                  /* empty slabs owed their free           */
+    uint32_t nsq;                   /* atomic: entries in sq                 */
+    uint64_t slab_rec_max;          /* larger records are allocator objects
+                                       (0: all, as a version-1 tree's)       */
+    uint64_t slab_max;              /* largest slab a carver makes           */
+    kvs_carver carv[KVS_CARVERS];
 };
 
 /* ==========================================================================
@@ -558,5 +640,44 @@ int kvs_pending_recover(kv_sorted *t, uint64_t live);
 int kvs_pend_flush(kv_sorted *t);
 /* Make the stores splits owe durable (kvs_owed). */
 void kvs_owed_settle(kv_sorted *t);
+/* This thread's small number (1, 2, ...). */
+uint64_t kvs_tid(void);
+
+/* ==========================================================================
+ * Record slabs (sorted_slab.c)
+ * ========================================================================== */
+#define KVS_SLAB_MIN 1024u          /* a carver's first slab; each next one
+                                       twice as large, up to slab_max        */
+#define KVS_SLAB_MAX (256u * 1024u)
+#define KVS_SLAB_REC_MAX (16u * 1024u) /* larger records: allocator objects */
+/* Memory for a record of `size` bytes (64 B multiple) from this thread's
+ * carver: *cr says where from; NULL with the error set. If cr->fresh is
+ * set the carver stays locked until kvs_slab_activate or kvs_slab_abort. */
+void *kvs_slab_carve(kv_sorted *t, size_t size, kvs_carve *cr);
+/* After the data fence of a record carved from a fresh slab: activates the
+ * slab (a fence), before any slot may name the record. */
+int kvs_slab_activate(kv_sorted *t, kvs_carve *cr);
+/* A carved record that no slot will name (a failed write). */
+void kvs_slab_abort(kv_sorted *t, kvs_carve *cr);
+/* The slab holding record rec, NULL if rec is an allocator object. Stays
+ * valid while a durable slot names rec. */
+kvs_slabi *kvs_slab_of(kv_sorted *t, uint64_t rec);
+/* No durable slot names that record of si any more. */
+void kvs_slab_release(kv_sorted *t, kvs_slabi *si);
+/* Free one empty slab (a fence) if one is owed: 1, 0 if none, < 0 error. */
+int kvs_slab_free_one(kv_sorted *t);
+/* Build: read the slab list (writable pools); count each live record;
+ * then free the slabs nobody references. */
+int kvs_slab_load(kv_sorted *t);
+void kvs_slab_count(kv_sorted *t, uint64_t rec);
+int kvs_slab_loaded(kv_sorted *t);
+/* Close: drop the DRAM state. Destroy: free every slab. */
+void kvs_slab_fini(kv_sorted *t);
+int kvs_slab_destroy(kv_sorted *t);
+/* Check: every live record of a slab lies in a listed slab, and the counts
+ * match (counts[i]: live records found in t->sl[i]). */
+int kvs_slab_check(kv_sorted *t, const uint64_t *counts);
+/* Index into t->sl of the slab holding rec, -1 if none (no lock). */
+long kvs_slab_find(const kv_sorted *t, uint64_t rec);
 
 #endif /* NVH_KV_SORTED_INT_H */

@@ -80,7 +80,7 @@ static void kvs_pend_release(kv_sorted *t, unsigned j)
  * flushes only, so the lines another thread flushed are flushed again. */
 static uint64_t kvs_tid_next;
 static _Thread_local uint64_t kvs_tid_mine;
-static inline uint64_t kvs_tid(void)
+uint64_t kvs_tid(void)
 {
     if (__builtin_expect(!kvs_tid_mine, 0))
         kvs_tid_mine = __atomic_add_fetch(&kvs_tid_next, 1, __ATOMIC_RELAXED);
@@ -102,7 +102,8 @@ static uint64_t kvs_owed_pre(kv_sorted *t)
         if (o->tid != me) {
             for (uint32_t m = o->lines; m; m &= m - 1)
                 nvh_flush(t->pool, (char *)o->leaf + 64 * __builtin_ctz(m), 64);
-            nvh_flush(t->pool, &t->hdr->pend[o->pend], sizeof(kvs_pfree));
+            if (o->pend < KVS_PENDING)
+                nvh_flush(t->pool, &t->hdr->pend[o->pend], sizeof(kvs_pfree));
         }
         top = o->id;
     }
@@ -118,11 +119,28 @@ static void kvs_owed_post(kv_sorted *t, uint64_t top)
     kvs_owed_lock(t);
     uint32_t k = 0;
     for (uint32_t i = 0; i < t->nowed; i++) {
-        if (t->owed[i].id <= top) kvs_pend_release(t, t->owed[i].pend);
+        if (t->owed[i].id <= top) {
+            if (t->owed[i].pend < KVS_PENDING) kvs_pend_release(t, t->owed[i].pend);
+        }
         else t->owed[k++] = t->owed[i];
     }
     __atomic_store_n(&t->nowed, k, __ATOMIC_RELEASE);
     kvs_owed_unlock(t);
+}
+
+/* Does a split of leaf l depend on stores still owed: l's own (a new split
+ * tag voids the hint of its last split), or those of the leaf l was split
+ * off (moving l's entries on would leave that leaf's stale copies of them
+ * with no hint to drop them)? */
+static bool kvs_owed_has(kv_sorted *t, const kvs_leaf *l)
+{
+    if (__builtin_expect(!__atomic_load_n(&t->nowed, __ATOMIC_ACQUIRE), 1)) return false;
+    bool r = false;
+    kvs_owed_lock(t);
+    for (uint32_t i = 0; i < t->nowed && !r; i++)
+        r = t->owed[i].leaf == l || (l->moved_from && nvh_off(t->pool, t->owed[i].leaf) == l->moved_from);
+    kvs_owed_unlock(t);
+    return r;
 }
 
 /* Make every owed store durable now. */
@@ -153,20 +171,31 @@ static void kvs_owed_add(kv_sorted *t, kvs_leaf *leaf, uint32_t lines, unsigned 
 }
 
 /* The fence that makes what this thread flushed durable (and what other
- * threads owe): a queued free's, if one is owed, else a plain drain. */
-static int kvs_data_fence(kv_sorted *t)
+ * threads owe): a queued record's free or an empty slab's if one is owed,
+ * else a plain drain. cr: the record being written (or NULL); if its slab
+ * is new, the slab's activation follows (a fence of its own: its header and
+ * the list head it links over must be durable first), once per slab. */
+static int kvs_data_fence(kv_sorted *t, kvs_carve *cr)
 {
     uint64_t top = kvs_owed_pre(t);
-    int r = kvs_pend_free_one(t);
-    if (r != 1) nvh_drain(t->pool);
+    int r;
+    if (cr && cr->fresh) {
+        /* (this thread holds the slab list: no slab free here) */
+        if ((r = kvs_pend_free_one(t)) == 0) nvh_drain(t->pool);
+        if (r >= 0) r = kvs_slab_activate(t, cr);
+        else kvs_slab_abort(t, cr);
+    } else if ((r = kvs_pend_free_one(t)) == 0 && (r = kvs_slab_free_one(t)) == 0) {
+        nvh_drain(t->pool);
+    }
     kvs_owed_post(t, top);
-    return r == 1 ? NVH_OK : r;
+    return r >= 0 ? NVH_OK : r;
 }
 
 int kvs_pend_flush(kv_sorted *t)
 {
     int r;
     while ((r = kvs_pend_free_one(t)) == 1) {}
+    if (r == NVH_OK) while ((r = kvs_slab_free_one(t)) == 1) {}
     kvs_owed_settle(t);
     /* entries a split emptied hold 1 or 2: back to 0, which libraries
      * without splits in two fences read as empty too; after the rings are
@@ -258,13 +287,22 @@ int kvs_pending_recover(kv_sorted *t, uint64_t live)
 /* ==========================================================================
  * Records
  * ========================================================================== */
-/* A reserved record holding (k, v), flushed (durable at the next fence). */
-static kvs_rec *kvs_rec_make(kv_sorted *t, const void *k, size_t kl, const void *v, size_t vl)
+/* A record holding (k, v), written and flushed (durable at the next
+ * fence): carved from a slab (cr->si set; cr->fresh if its slab is new and
+ * owes its activation, which kvs_data_fence does) or, above slab_rec_max,
+ * a reserved allocator object (activated with the slot word as its link). */
+static kvs_rec *kvs_rec_make(kv_sorted *t, const void *k, size_t kl, const void *v, size_t vl,
+                             kvs_carve *cr)
 {
-    kvs_rec *r = nvh_reserve(t->pool, sizeof *r + kl + vl);
+    size_t need = sizeof(kvs_rec) + kl + vl;
+    kvs_rec *r;
+    cr->cv = NULL;
+    cr->si = NULL;
+    cr->fresh = NULL;
+    if (need <= t->slab_rec_max) r = kvs_slab_carve(t, (need + 63) & ~(size_t)63, cr);
+    else r = nvh_reserve(t->pool, need);
     if (!r) {
-        nvh_fail_context(nvh_errcode(), "sorted tree: no space for a record of %zu bytes",
-                         sizeof *r + kl + vl);
+        nvh_fail_context(nvh_errcode(), "sorted tree: no space for a record of %zu bytes", need);
         return NULL;
     }
     r->magic = KVS_REC_MAGIC;
@@ -276,11 +314,35 @@ static kvs_rec *kvs_rec_make(kv_sorted *t, const void *k, size_t kl, const void 
     return r;
 }
 
+/* A record written by kvs_rec_make that no slot will name. */
+static void kvs_rec_drop(kv_sorted *t, kvs_rec *r, kvs_carve *cr)
+{
+    if (cr->cv) kvs_slab_abort(t, cr);
+    else nvh_cancel(t->pool, r);
+}
+
 /* nvh_activate(r, link = *word). */
 static int kvs_activate(kv_sorted *t, void *r, uint64_t *word)
 {
     nvh_off_t *const links[1] = {word};
     return nvh_activate(t->pool, r, links, 1);
+}
+
+/* Make record r (durable: after the data fence) the value of slot word
+ * *word: a carved record by one 8-byte store and a fence, an allocator
+ * object by its activation (link *word). */
+static int kvs_rec_link(kv_sorted *t, kvs_rec *r, const kvs_carve *cr, uint64_t *word)
+{
+    if (cr->cv) {
+        *word = nvh_off(t->pool, r);
+        nvh_flush(t->pool, word, 8);
+        nvh_drain(t->pool);
+        return NVH_OK;
+    }
+    /* a later plain store into this word must not repeat the activation's
+     * old value while the activation can be replayed (kvs_slab_activate) */
+    __atomic_store_n(&t->slab_acts, 1, __ATOMIC_RELEASE);
+    return kvs_activate(t, r, word);
 }
 
 /* ==========================================================================
@@ -486,16 +548,23 @@ static int kvs_split_insert(kv_sorted *t, kvs_cleaf *c, const void *k, size_t kl
     }
     if (p == ne) kpos = nn++;
     /* L's new split tag must not be durable before the tombstones of its
-     * last split (whose hint it voids): those are owed, if anything is */
-    if (__atomic_load_n(&t->nowed, __ATOMIC_ACQUIRE)) kvs_owed_settle(t);
-    unsigned j;
-    if ((rc = kvs_pend_take(t, &j))) return rc;
-    kvs_rec *r = kvs_rec_make(t, k, kl, v, vl);
+     * last split (whose hint it voids), nor may L's entries move on while
+     * the leaf L was split off still holds stale copies of them: settle
+     * those first; what other leaves owe rides on this split's first fence */
+    if (kvs_owed_has(t, old)) kvs_owed_settle(t);
+    /* R: carved from a slab (the common case: no queue entry, its fence is
+     * step 1's), or an allocator object activated with a queue entry as its
+     * link at step 1 */
+    unsigned j = KVS_PENDING;
+    bool big = sizeof(kvs_rec) + kl + vl > t->slab_rec_max;
+    if (big && (rc = kvs_pend_take(t, &j))) return rc;
+    kvs_carve cr;
+    kvs_rec *r = kvs_rec_make(t, k, kl, v, vl, &cr);
     void *mem = r ? nvh_reserve(pool, sizeof(kvs_leaf)) : NULL;
     if (!mem) {
         rc = r ? nvh_fail_context(nvh_errcode(), "sorted tree: no space to split a leaf") : nvh_errcode();
-        if (r) nvh_cancel(pool, r);
-        kvs_pend_release(t, j);
+        if (r) kvs_rec_drop(t, r, &cr);
+        if (big) kvs_pend_release(t, j);
         return rc;
     }
     kvs_ent *ke = &ne_[kpos];
@@ -519,30 +588,38 @@ static int kvs_split_insert(kv_sorted *t, kvs_cleaf *c, const void *k, size_t kl
     if (!cl || !cn || !sep) {
         free(cl); free(cn); free(sep);
         nvh_cancel(pool, mem);
-        nvh_cancel(pool, r);
-        kvs_pend_release(t, j);
+        kvs_rec_drop(t, r, &cr);
+        if (big) kvs_pend_release(t, j);
         return nvh_fail(NVH_E_NOMEM, "sorted tree: out of memory for a split");
     }
-    kvs_pfree *pe = &t->hdr->pend[j];
-    uint64_t pold = pe->rec;
-    pe->slot = nvh_off(pool, &nl->slot[kpos].rec);
-    nvh_flush(pool, pe, sizeof *pe);
+    kvs_pfree *pe = big ? &t->hdr->pend[j] : NULL;
+    uint64_t pold = big ? pe->rec : 0;
+    if (big) {
+        pe->slot = nvh_off(pool, &nl->slot[kpos].rec);
+        nvh_flush(pool, pe, sizeof *pe);
+    }
     nvh_flush(pool, nl, sizeof *nl);
     old->split_tag = nl->moved_tag;
     nvh_flush(pool, &old->split_tag, 8);
     /* 1. (what other threads owe rides on this fence too) */
-    uint64_t top = kvs_owed_pre(t);
-    rc = kvs_activate(t, r, &pe->rec);
-    if (rc) {
-        nvh_cancel(pool, r);
-        kvs_pend_drop(t, j);
+    if (big) {
+        uint64_t top = kvs_owed_pre(t);
+        rc = kvs_activate(t, r, &pe->rec);
+        if (rc) {
+            nvh_cancel(pool, r);
+            kvs_pend_drop(t, j);
+            goto fail;
+        }
+        kvs_owed_post(t, top);
+    } else if ((rc = kvs_data_fence(t, &cr)) != NVH_OK) {
+        kvs_rec_drop(t, r, &cr);
         goto fail;
     }
-    kvs_owed_post(t, top);
     /* 2. */
     rc = kvs_activate(t, nl, upper ? &old->next : kvs_link_of(t, c));
     if (rc) {
-        kvs_pend_ready(t, j);       /* R's free is owed (its link: pend[j]) */
+        if (big) kvs_pend_ready(t, j);  /* R's free is owed (its link: pend[j]) */
+        else kvs_rec_drop(t, r, &cr);   /* garbage in its slab */
         goto fail;
     }
     /* 3. the moved slots leave L: free values that differ from the one each
@@ -555,9 +632,11 @@ static int kvs_split_insert(kv_sorted *t, kvs_cleaf *c, const void *k, size_t kl
         lines |= 1u << ((nvh_off(pool, &s->rec) - nvh_off(pool, old)) / 64);
     }
     for (uint32_t m = lines; m; m &= m - 1) nvh_flush(pool, (char *)old + 64 * __builtin_ctz(m), 64);
-    pe->rec = kvs_tomb_after((uint8_t)(pold < 64 ? pold : 0));
-    nvh_flush(pool, &pe->rec, 8);
-    kvs_owed_add(t, old, lines, j);
+    if (big) {
+        pe->rec = kvs_tomb_after((uint8_t)(pold < 64 ? pold : 0));
+        nvh_flush(pool, &pe->rec, 8);
+    }
+    kvs_owed_add(t, old, lines, j);     /* j: KVS_PENDING if none */
 
     /* DRAM: the two companions replace c in the chain and the index */
     kvs_cleaf *lo = upper ? cl : cn, *hi = upper ? cn : cl;
@@ -659,32 +738,43 @@ static int kvs_smo_drop(kv_sorted *t, kvs_cleaf *c)
     return rc;
 }
 
-/* Overwrite slot i of locked companion c (old: its record): new record
- * durable, the old one queued (same fence), the activation switches the
- * slot; the old record's free is owed to the next write's fence. */
+/* Overwrite slot i of locked companion c (old: its record): the new
+ * record durable (the data fence), then the slot switched in one 8-byte
+ * store (a carved record) or by the record's activation, fenced. The old
+ * record: a carved one leaves its slab's live count at once (its slab is
+ * freed when that reaches 0, by a later data fence); an allocator object
+ * is queued in the same data fence and owed its free to the next write's. */
 static int kvs_overwrite(kv_sorted *t, kvs_cleaf *c, int i, uint64_t old, const void *k,
                          size_t kl, const void *v, size_t vl)
 {
     nvh_pool *pool = t->pool;
     kvs_slot *s = &c->p->slot[i];
     if (s->rec != old) return kvs_corrupt(t, nvh_off(pool, s), "leaf slot (differs from its companion)");
-    unsigned j;
-    int rc = kvs_pend_take(t, &j);
-    if (rc) return rc;
-    kvs_rec *r = kvs_rec_make(t, k, kl, v, vl);
-    if (!r) { rc = nvh_errcode(); kvs_pend_release(t, j); return rc; }
-    kvs_pend_write(t, j, old, &s->rec);
-    rc = kvs_data_fence(t);
-    if (rc == NVH_OK) rc = kvs_activate(t, r, &s->rec);
-    if (rc) {
-        nvh_cancel(pool, r);
-        kvs_pend_drop(t, j);
+    kvs_slabi *osi = kvs_slab_of(t, old);
+    unsigned j = 0;
+    int rc;
+    if (!osi && (rc = kvs_pend_take(t, &j))) return rc;
+    kvs_carve cr;
+    kvs_rec *r = kvs_rec_make(t, k, kl, v, vl, &cr);
+    if (!r) {
+        rc = nvh_errcode();
+        if (!osi) kvs_pend_release(t, j);
         return rc;
     }
+    if (!osi) kvs_pend_write(t, j, old, &s->rec);
+    rc = kvs_data_fence(t, &cr);
+    if (rc == NVH_OK) rc = kvs_rec_link(t, r, &cr, &s->rec);
+    if (rc) {
+        kvs_rec_drop(t, r, &cr);
+        if (!osi) kvs_pend_drop(t, j);
+        return rc;
+    }
+    int64_t dv = (int64_t)vl - (int64_t)((const kvs_rec *)nvh_ptr(pool, old))->vlen;
     KVS_STORE(&c->rec[i], nvh_off(pool, r));
     c->was[i] = 0;
-    kvs_bytes_add(t, 0, (int64_t)vl - (int64_t)((const kvs_rec *)nvh_ptr(pool, old))->vlen);
-    kvs_pend_ready(t, j);
+    kvs_bytes_add(t, 0, dv);
+    if (osi) kvs_slab_release(t, osi);
+    else kvs_pend_ready(t, j);
     return NVH_OK;
 }
 
@@ -701,13 +791,14 @@ static int kvs_insert(kv_sorted *t, kvs_cleaf *c, int i, const void *k, size_t k
     s->prefix = kp;
     s->hash = kh;
     s->klen = (uint32_t)kl;
-    kvs_rec *r = kvs_rec_make(t, k, kl, v, vl);
+    kvs_carve cr;
+    kvs_rec *r = kvs_rec_make(t, k, kl, v, vl, &cr);
     if (!r) return nvh_errcode();
     nvh_flush(pool, &s->prefix, 16);
-    int rc = kvs_data_fence(t);
-    if (rc == NVH_OK) rc = kvs_activate(t, r, &s->rec);
+    int rc = kvs_data_fence(t, &cr);
+    if (rc == NVH_OK) rc = kvs_rec_link(t, r, &cr, &s->rec);
     if (rc) {
-        nvh_cancel(pool, r);
+        kvs_rec_drop(t, r, &cr);
         return rc;
     }
     kvs_ver_begin(c);
@@ -788,20 +879,40 @@ static int kvs_remove_one(kv_sorted *t, const void *k, size_t kl)
     int i = kvs_leaf_find(t, c, k, kl, kp, kh, &old, &err);
     kvs_slot *s = i >= 0 ? &c->p->slot[i] : NULL;
     unsigned j = 0;
+    kvs_slabi *osi = NULL;
     if (err) rc = err;
     else if (i < 0) rc = NVH_E_NOTFOUND;
     else if (s->rec != old) rc = kvs_corrupt(t, nvh_off(pool, s), "leaf slot (differs from its companion)");
+    else if ((osi = kvs_slab_of(t, old))) rc = NVH_OK;
     else rc = kvs_pend_take(t, &j);
     if (rc) { kvs_unlock(c); return rc; }
-    /* the queued free must be durable before the slot changes (they are
-     * in different lines): the data fence, then the tombstone's */
-    kvs_pend_write(t, j, old, &s->rec);
-    rc = kvs_data_fence(t);
-    if (rc) { kvs_pend_drop(t, j); kvs_unlock(c); return rc; }
-    s->rec = kvs_tomb_after(c->was[i]);
-    c->was[i] = (uint8_t)s->rec;
-    nvh_flush(pool, &s->rec, 8);
-    nvh_drain(pool);
+    if (osi) {
+        /* a carved record: the tombstone and one fence (the data fence: it
+         * may free a queued record or an empty slab). Stores a split owes
+         * first: a removal must not be durable while the split leaf's stale
+         * copy of the entry is not yet tombstoned (the build would keep
+         * that copy, outside its leaf's range) */
+        if (__atomic_load_n(&t->nowed, __ATOMIC_ACQUIRE)) kvs_owed_settle(t);
+        s->rec = kvs_tomb_after(c->was[i]);
+        c->was[i] = (uint8_t)s->rec;
+        nvh_flush(pool, &s->rec, 8);
+        rc = kvs_data_fence(t, NULL);
+        if (rc) {
+            /* the free that was to be the fence failed: fence anyway */
+            nvh_drain(pool);
+        }
+        rc = NVH_OK;
+    } else {
+        /* the queued free must be durable before the slot changes (they
+         * are in different lines): the data fence, then the tombstone's */
+        kvs_pend_write(t, j, old, &s->rec);
+        rc = kvs_data_fence(t, NULL);
+        if (rc) { kvs_pend_drop(t, j); kvs_unlock(c); return rc; }
+        s->rec = kvs_tomb_after(c->was[i]);
+        c->was[i] = (uint8_t)s->rec;
+        nvh_flush(pool, &s->rec, 8);
+        nvh_drain(pool);
+    }
     kvs_ver_begin(c);
     KVS_STORE(&c->rec[i], 0);
     kvs_perm_change(t, c, -1, i);
@@ -812,7 +923,8 @@ static int kvs_remove_one(kv_sorted *t, const void *k, size_t kl)
         const kvs_rec *ro = nvh_ptr(pool, old);
         kvs_bytes_add(t, -(int64_t)ro->klen, -(int64_t)ro->vlen);
     }
-    kvs_pend_ready(t, j);
+    if (osi) kvs_slab_release(t, osi);
+    else kvs_pend_ready(t, j);
     if (c->live == 0) return kvs_smo_drop(t, c);
     kvs_unlock(c);
     return rc;

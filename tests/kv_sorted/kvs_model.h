@@ -245,4 +245,37 @@ static inline bool km_equals(kv_sorted *t, const km_model *m)
     return true;
 }
 
+/* What a tree's chain accounts for in the heap, read from the pool (the
+ * tests' leak checks): leaves, record slabs (empty: those no live slot
+ * names a record in), live records carved from a slab (srecs) and live
+ * records that are allocator objects (arecs). */
+typedef struct km_objs {
+    uint64_t leaves, slabs, empty, srecs, arecs;
+} km_objs;
+static inline km_objs km_tree_objects(nvh_pool *pool, nvh_off_t hdr)
+{
+    const kvs_hdr *h = nvh_ptr(pool, hdr);
+    km_objs o = {0};
+    enum { MAXS = 4096 };
+    static uint64_t lo[MAXS], hi[MAXS], live[MAXS];
+    for (uint64_t s = h->slabs; s && o.slabs < MAXS; s = ((const kvs_slab *)nvh_ptr(pool, s))->next) {
+        lo[o.slabs] = s;
+        hi[o.slabs] = s + ((const kvs_slab *)nvh_ptr(pool, s))->size;
+        live[o.slabs++] = 0;
+    }
+    for (uint64_t l = h->first; l && o.leaves < 1000000; l = ((const kvs_leaf *)nvh_ptr(pool, l))->next) {
+        const kvs_leaf *lf = nvh_ptr(pool, l);
+        o.leaves++;
+        for (unsigned i = 0; i < KVS_CAP; i++) {
+            uint64_t r = lf->slot[i].rec, k = 0;
+            if (kvs_slot_free(r)) continue;
+            while (k < o.slabs && !(r >= lo[k] && r < hi[k])) k++;
+            if (k < o.slabs) { live[k]++; o.srecs++; }
+            else o.arecs++;
+        }
+    }
+    for (uint64_t k = 0; k < o.slabs; k++) o.empty += live[k] == 0;
+    return o;
+}
+
 #endif /* NVH_TEST_KVS_MODEL_H */
