@@ -17,6 +17,10 @@
  *                 nvheap-undo: nvheap's calls with the two-fence protocol
  *                 forced (nvh_tx_protocol_set), the comparison the default's
  *                 choice of protocol rests on (docs/TX.md)
+ *                 floor-2f: the two-fence in-place transaction without any
+ *                 library code (undo lines, fence, stores, commit lines,
+ *                 fence, data written back for the next fence): the most
+ *                 an in-place two-fence design can gain over PMDK here
  *   gsps/1        swap two random elements per transaction (same subjects)
  *   gups-mt/1M-Tt GUPS with 1 update per transaction on the 1 M-element array
  *                 by T = 1, 2 threads, each on its own half (in-place
@@ -76,6 +80,8 @@ typedef struct env {
     uint64_t *parr;             /* GUPS_N words in the PMDK pool */
     uint64_t *carr, *pcarr;     /* Fig. 5: CONT_N elements 64 B apart (both pools) */
     PMEMmutex *plocks;          /* Fig. 5: PMDK's CONT_LOCKS mutexes  */
+    uint64_t *floor_log;        /* floor-2f: its two log areas (pool) */
+    uint64_t floor_tid;
 } env;
 
 static inline uint64_t xs(uint64_t *s)
@@ -333,6 +339,117 @@ static void gsps_pm(void *p, uint64_t iters)
     }
 }
 
+/* --------------------------------------------------------------------------
+ * floor-2f: the two-fence in-place transaction with no library code at all,
+ * on the same pool array, for the same case (docs/TX.md, "The 2-fence floor
+ * for in-place stores"). Per transaction of U words: the old words packed 3
+ * per non-temporal undo line {tid, n, (offset, old) x 3}, SFENCE (the undo
+ * image durable before any store in place), the stores, the new words
+ * packed 3 per non-temporal commit line, SFENCE (committed), CLWB of the
+ * data lines (durable at the next transaction's first fence, which the
+ * commit lines cover until then). Two log areas alternate, so no line is
+ * rewritten while its write-back may be in flight. No CRC, no filters, no
+ * bookkeeping: the least any two-fence design with undo images durable
+ * before the caller's stores can do, i.e. an upper bound for nvheap's
+ * in-place path against PMDK in the same run.
+ * -------------------------------------------------------------------------- */
+#define FLOOR_LINES 256u        /* per area: undo + commit lines, 256 words each */
+
+static inline void floor_nt_line(uint64_t *d, const uint64_t *s)
+{
+#if defined(__x86_64__)
+    for (int i = 0; i < 8; i++) __asm__ volatile("movnti %1, %0" : "=m"(d[i]) : "r"(s[i]));
+#else
+    memcpy(d, s, 64);
+#endif
+}
+
+static inline void floor_sfence(void)
+{
+#if defined(__x86_64__)
+    __asm__ volatile("sfence" ::: "memory");
+#endif
+}
+
+static inline void floor_clwb(const void *p)
+{
+#if defined(__x86_64__)
+    __asm__ volatile("clwb %0" : "+m"(*(volatile char *)p));
+#else
+    (void)p;
+#endif
+}
+
+static void floor_tx(loop_ctx *x, uint64_t *log, uint64_t **w, unsigned u, uint64_t tid,
+                     uint64_t i, int swap)
+{
+    uint64_t line[8];
+    unsigned nl = (u + 2) / 3;
+    uint64_t *area = log + (tid & 1) * FLOOR_LINES * 8;   /* alternate areas */
+    for (unsigned l = 0; l < nl; l++) {                     /* undo lines */
+        line[0] = tid << 1;
+        line[1] = u;
+        for (unsigned j = 0; j < 3; j++) {
+            unsigned k = l * 3 + j;
+            line[2 + 2 * j] = k < u ? (uint64_t)((char *)w[k] - (char *)x->arr) : 0;
+            line[3 + 2 * j] = k < u ? *w[k] : 0;
+        }
+        floor_nt_line(area + l * 8, line);
+    }
+    floor_sfence();                                         /* FENCE 1 */
+    if (swap) { uint64_t t = *w[0]; *w[0] = *w[1]; *w[1] = t; }
+    else for (unsigned k = 0; k < u; k++) *w[k] += i;
+    uint64_t *commit = area + (FLOOR_LINES / 2) * 8;
+    for (unsigned l = 0; l < nl; l++) {                     /* commit lines */
+        line[0] = tid << 1 | 1;
+        line[1] = u;
+        for (unsigned j = 0; j < 3; j++) {
+            unsigned k = l * 3 + j;
+            line[2 + 2 * j] = k < u ? (uint64_t)((char *)w[k] - (char *)x->arr) : 0;
+            line[3 + 2 * j] = k < u ? *w[k] : 0;
+        }
+        floor_nt_line(commit + l * 8, line);
+    }
+    floor_sfence();                                         /* FENCE 2 */
+    for (unsigned k = 0; k < u; k++) floor_clwb(w[k]);      /* data: next fence */
+}
+
+static void gups_floor(void *p, uint64_t iters)
+{
+    loop_ctx *x = p;
+    uint64_t *w[256];
+    for (uint64_t i = 0; i < iters; i++) {
+        for (unsigned k = 0; k < x->u; k++) w[k] = &x->arr[xs(&x->rng) & (x->n - 1)];
+        floor_tx(x, x->e->floor_log, w, x->u, ++x->e->floor_tid, i, 0);
+    }
+}
+
+static void gsps_floor(void *p, uint64_t iters)
+{
+    loop_ctx *x = p;
+    uint64_t *w[2];
+    for (uint64_t i = 0; i < iters; i++) {
+        w[0] = &x->arr[xs(&x->rng) & (x->n - 1)];
+        w[1] = &x->arr[xs(&x->rng) & (x->n - 1)];
+        floor_tx(x, x->e->floor_log, w, 2, ++x->e->floor_tid, i, 1);
+    }
+}
+
+static void measure_floor(env *e, const char *c, bench_body_fn body, loop_ctx *x, double scale)
+{
+    const bench_opts *o = e->opts;
+    if (!e->floor_log) return;
+    uint64_t iters = bench_calibrate(o, body, x, scale);
+    double ns[64];
+    for (unsigned r = 0; r < o->runs; r++) ns[r] = bench_time_ns(body, x, iters) / iters;
+    emit(o, c, "floor-2f", ns, o->runs);
+    /* exact, by construction: 2 fences; ceil(U/3) undo + ceil(U/3) commit
+     * lines + U data lines */
+    unsigned nl = (x->u + 2) / 3;
+    bench_emit(o, c, "floor-2f", "fences_per_op", bench_exact(2), "");
+    bench_emit(o, c, "floor-2f", "lines_per_op", bench_exact(2.0 * nl + x->u), "");
+}
+
 static void gups(env *e)
 {
     static const unsigned us[] = {1, 2, 4, 8, 16, 64, 256};
@@ -347,6 +464,7 @@ static void gups(env *e)
         measure_pm(e, c, gups_pm, &x, scale);
         measure_nv(e, c, "nvheap-redo", gups_redo, &x, scale);
         measure_nv(e, c, "nvheap-obj", gups_obj, &x, scale);
+        measure_floor(e, c, gups_floor, &x, scale);
         /* the default calls with the two-fence protocol forced */
         nvh_tx_protocol_set(e->pool, NVH_TX_PROTO_UNDO);
         measure_nv(e, c, "nvheap-undo", gups_nv, &x, scale);
@@ -358,6 +476,7 @@ static void gups(env *e)
         measure_pm(e, "gsps/1", gsps_pm, &x, 1.0 / 3);
         measure_nv(e, "gsps/1", "nvheap-redo", gsps_redo, &x, 1.0 / 3);
         measure_nv(e, "gsps/1", "nvheap-obj", gsps_obj, &x, 1.0 / 3);
+        measure_floor(e, "gsps/1", gsps_floor, &x, 1.0 / 3);
         nvh_tx_protocol_set(e->pool, NVH_TX_PROTO_UNDO);
         measure_nv(e, "gsps/1", "nvheap-undo", gsps_nv, &x, 1.0 / 3);
         nvh_tx_protocol_set(e->pool, NVH_TX_PROTO_AUTO);
@@ -695,6 +814,8 @@ int main(int argc, char **argv)
                     pmemobj_errormsg());
         return bench_finish(&opts);
     }
+    e.floor_log = nvh_alloc(e.pool, 2 * FLOOR_LINES * 64, NULL, NULL, NULL);
+    if (e.floor_log && ((uintptr_t)e.floor_log & 63)) e.floor_log = NULL;   /* lines only */
     e.pcarr = pmemobj_direct(coid);
     e.plocks = pmemobj_direct(loid);
     memset(e.carr, 0, (size_t)CONT_N * 64);
