@@ -140,14 +140,15 @@ static void measure_nv(env *e, const char *c, const char *subj, bench_body_fn bo
     emit_counts(o, c, subj, x->pool, iters, st.bytes_logged);
 }
 
-static void measure_pm(env *e, const char *c, bench_body_fn body, loop_ctx *x, double scale)
-{
-    const bench_opts *o = e->opts;
-    uint64_t iters = bench_calibrate(o, body, x, scale);
-    double ns[64];
-    for (unsigned r = 0; r < o->runs; r++) ns[r] = bench_time_ns(body, x, iters) / iters;
-    emit(o, c, "pmdk", ns, o->runs);
-}
+
+typedef struct subj {
+    const char *name;
+    bench_body_fn body;
+    int kind;                   /* 0 nvheap (counts), 1 pmdk, 2 floor-2f  */
+    nvh_tx_protocol proto;      /* nvheap subjects                         */
+} subj;
+static void measure_rounds(env *e, const char *c, const subj *sj, unsigned ns_, loop_ctx *x,
+                           double scale);
 
 /* ==========================================================================
  * Table 3: minimal object transactions
@@ -206,14 +207,17 @@ static void table3(env *e)
             snprintf(c, sizeof c, "latency/%s-%s", names[k], dur ? "dur" : "nodur");
             if (!bench_selected(e->opts, c)) continue;
             loop_ctx x = {e, dur ? e->pool : e->nodur, dur ? e->arr : e->arr_nodur, 0, 0, 1, k};
-            measure_nv(e, c, "nvheap", t3_nv, &x, 0.5);
-            if (dur) measure_pm(e, c, t3_pm, &x, 0.5);
-            if (dur && (k == K_WRITE || k == K_RW)) {
-                /* the same calls with the two-fence protocol forced */
-                nvh_tx_protocol_set(x.pool, NVH_TX_PROTO_UNDO);
-                measure_nv(e, c, "nvheap-undo", t3_nv, &x, 0.5);
-                nvh_tx_protocol_set(x.pool, NVH_TX_PROTO_AUTO);
+            if (!dur) {
+                measure_nv(e, c, "nvheap", t3_nv, &x, 0.5);
+                continue;
             }
+            /* nvheap-undo: the same calls with the two-fence protocol forced */
+            const subj sj[] = {
+                {"nvheap", t3_nv, 0, NVH_TX_PROTO_AUTO},
+                {"pmdk", t3_pm, 1, NVH_TX_PROTO_AUTO},
+                {"nvheap-undo", t3_nv, 0, NVH_TX_PROTO_UNDO},
+            };
+            measure_rounds(e, c, sj, k == K_WRITE || k == K_RW ? 3 : 2, &x, 0.25);
         }
 }
 
@@ -435,19 +439,78 @@ static void gsps_floor(void *p, uint64_t iters)
     }
 }
 
-static void measure_floor(env *e, const char *c, bench_body_fn body, loop_ctx *x, double scale)
+/* --------------------------------------------------------------------------
+ * Interleaved rounds (gups/U, gsps/1, latency/...-dur): each run times every
+ * subject once, one after the other, so that a change of the machine's load
+ * hits all subjects of a run alike. Besides the usual medians it emits, per
+ * subject, `pair_ratio` (median over runs of PMDK's ns ÷ the subject's ns in
+ * the same run: above 1 is faster than PMDK), `min_ns_per_op` (the least
+ * disturbed run) and `cpu_ns_per_op` (thread CPU time: preemption by other
+ * processes excluded).
+ * -------------------------------------------------------------------------- */
+
+static double cpu_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec * 1e9 + (double)ts.tv_nsec;
+}
+
+static void measure_rounds(env *e, const char *c, const subj *sj, unsigned ns_, loop_ctx *x,
+                           double scale)
 {
     const bench_opts *o = e->opts;
-    if (!e->floor_log) return;
-    uint64_t iters = bench_calibrate(o, body, x, scale);
-    double ns[64];
-    for (unsigned r = 0; r < o->runs; r++) ns[r] = bench_time_ns(body, x, iters) / iters;
-    emit(o, c, "floor-2f", ns, o->runs);
-    /* exact, by construction: 2 fences; ceil(U/3) undo + ceil(U/3) commit
-     * lines + U data lines */
-    unsigned nl = (x->u + 2) / 3;
-    bench_emit(o, c, "floor-2f", "fences_per_op", bench_exact(2), "");
-    bench_emit(o, c, "floor-2f", "lines_per_op", bench_exact(2.0 * nl + x->u), "");
+    enum { MAXS = 8 };
+    uint64_t iters[MAXS];
+    double wall[MAXS][64], cpu[MAXS][64];
+    unsigned runs = o->runs > 64 ? 64 : o->runs;
+    int pm = -1;
+    for (unsigned k = 0; k < ns_ && k < MAXS; k++) {
+        if (sj[k].kind == 1) pm = (int)k;
+        if (sj[k].kind == 2 && !e->floor_log) { iters[k] = 0; continue; }
+        if (sj[k].kind == 0) nvh_tx_protocol_set(x->pool, sj[k].proto);
+        iters[k] = bench_calibrate(o, sj[k].body, x, scale);
+        nvh_tx_protocol_set(x->pool, NVH_TX_PROTO_AUTO);
+    }
+    for (unsigned r = 0; r < runs; r++)
+        for (unsigned k = 0; k < ns_ && k < MAXS; k++) {
+            if (!iters[k]) continue;
+            if (sj[k].kind == 0) nvh_tx_protocol_set(x->pool, sj[k].proto);
+            double c0 = cpu_now_ns();
+            wall[k][r] = bench_time_ns(sj[k].body, x, iters[k]) / iters[k];
+            cpu[k][r] = (cpu_now_ns() - c0) / iters[k];
+            nvh_tx_protocol_set(x->pool, NVH_TX_PROTO_AUTO);
+        }
+    for (unsigned k = 0; k < ns_ && k < MAXS; k++) {
+        if (!iters[k]) continue;
+        emit(o, c, sj[k].name, wall[k], runs);
+        bench_summary w = bench_summarize(wall[k], runs);
+        bench_emit(o, c, sj[k].name, "min_ns_per_op", bench_exact(w.min), "ns");
+        bench_emit(o, c, sj[k].name, "cpu_ns_per_op", bench_summarize(cpu[k], runs), "ns");
+        if (pm >= 0 && (int)k != pm) {
+            double q[64];
+            for (unsigned r = 0; r < runs; r++) q[r] = wall[pm][r] / wall[k][r];
+            bench_emit(o, c, sj[k].name, "pair_ratio", bench_summarize(q, runs), "x");
+            for (unsigned r = 0; r < runs; r++) q[r] = cpu[pm][r] / cpu[k][r];
+            bench_emit(o, c, sj[k].name, "pair_ratio_cpu", bench_summarize(q, runs), "x");
+        }
+        if (sj[k].kind == 0) {
+            /* exact counts: one more pass */
+            nvh_tx_stats st;
+            nvh_tx_protocol_set(x->pool, sj[k].proto);
+            bench_counts_begin(x->pool);
+            nvh_tx_stats_get(x->pool, &st);
+            bench_time_ns(sj[k].body, x, iters[k]);
+            emit_counts(o, c, sj[k].name, x->pool, iters[k], st.bytes_logged);
+            nvh_tx_protocol_set(x->pool, NVH_TX_PROTO_AUTO);
+        } else if (sj[k].kind == 2) {
+            /* exact, by construction: 2 fences; ceil(U/3) undo + ceil(U/3)
+             * commit lines + U data lines */
+            unsigned nl = (x->u + 2) / 3;
+            bench_emit(o, c, sj[k].name, "fences_per_op", bench_exact(2), "fences");
+            bench_emit(o, c, sj[k].name, "lines_per_op", bench_exact(2.0 * nl + x->u), "lines");
+        }
+    }
 }
 
 static void gups(env *e)
@@ -458,28 +521,26 @@ static void gups(env *e)
         snprintf(c, sizeof c, "gups/%u", us[i]);
         if (!bench_selected(e->opts, c)) continue;
         loop_ctx x = {e, e->pool, e->arr, GUPS_N, us[i], 88172645463325252ull, 0};
-        double scale = 1.0 / 3;
-        /* alternate subjects, same iteration counts come from calibration */
-        measure_nv(e, c, "nvheap", gups_nv, &x, scale);
-        measure_pm(e, c, gups_pm, &x, scale);
-        measure_nv(e, c, "nvheap-redo", gups_redo, &x, scale);
-        measure_nv(e, c, "nvheap-obj", gups_obj, &x, scale);
-        measure_floor(e, c, gups_floor, &x, scale);
-        /* the default calls with the two-fence protocol forced */
-        nvh_tx_protocol_set(e->pool, NVH_TX_PROTO_UNDO);
-        measure_nv(e, c, "nvheap-undo", gups_nv, &x, scale);
-        nvh_tx_protocol_set(e->pool, NVH_TX_PROTO_AUTO);
+        /* nvheap-undo: the default calls with the two-fence protocol forced */
+        const subj sj[] = {
+            {"nvheap", gups_nv, 0, NVH_TX_PROTO_AUTO},   {"pmdk", gups_pm, 1, NVH_TX_PROTO_AUTO},
+            {"nvheap-redo", gups_redo, 0, NVH_TX_PROTO_AUTO},
+            {"nvheap-obj", gups_obj, 0, NVH_TX_PROTO_AUTO},
+            {"floor-2f", gups_floor, 2, NVH_TX_PROTO_AUTO},
+            {"nvheap-undo", gups_nv, 0, NVH_TX_PROTO_UNDO},
+        };
+        measure_rounds(e, c, sj, sizeof sj / sizeof sj[0], &x, 1.0 / 6);
     }
     if (bench_selected(e->opts, "gsps/1")) {
         loop_ctx x = {e, e->pool, e->arr, GUPS_N, 2, 88172645463325252ull, 0};
-        measure_nv(e, "gsps/1", "nvheap", gsps_nv, &x, 1.0 / 3);
-        measure_pm(e, "gsps/1", gsps_pm, &x, 1.0 / 3);
-        measure_nv(e, "gsps/1", "nvheap-redo", gsps_redo, &x, 1.0 / 3);
-        measure_nv(e, "gsps/1", "nvheap-obj", gsps_obj, &x, 1.0 / 3);
-        measure_floor(e, "gsps/1", gsps_floor, &x, 1.0 / 3);
-        nvh_tx_protocol_set(e->pool, NVH_TX_PROTO_UNDO);
-        measure_nv(e, "gsps/1", "nvheap-undo", gsps_nv, &x, 1.0 / 3);
-        nvh_tx_protocol_set(e->pool, NVH_TX_PROTO_AUTO);
+        const subj sj[] = {
+            {"nvheap", gsps_nv, 0, NVH_TX_PROTO_AUTO},   {"pmdk", gsps_pm, 1, NVH_TX_PROTO_AUTO},
+            {"nvheap-redo", gsps_redo, 0, NVH_TX_PROTO_AUTO},
+            {"nvheap-obj", gsps_obj, 0, NVH_TX_PROTO_AUTO},
+            {"floor-2f", gsps_floor, 2, NVH_TX_PROTO_AUTO},
+            {"nvheap-undo", gsps_nv, 0, NVH_TX_PROTO_UNDO},
+        };
+        measure_rounds(e, "gsps/1", sj, sizeof sj / sizeof sj[0], &x, 1.0 / 6);
     }
 }
 
