@@ -305,7 +305,7 @@ int nvh_txlog_word(nvh_txlog *lg, nvh_lane *lane, uint64_t off, unsigned len)
     if (len == 8) memcpy(&old, place, 8);     /* one load, no memcpy call */
     else memcpy(&old, place, len);
     r->old_word = old;
-    r->crc = nvh_txrec_crc(r, NULL);
+    r->crc = nvh_txrec_crc_fixed_(r);
     nvh_txlog_line_(lane, lg->pool, ref->rec, r);
     lane->unfenced = true;
     lane->bytes_logged += sizeof *r;
@@ -339,7 +339,7 @@ int nvh_txlog_intent(nvh_txlog *lg, nvh_lane *lane, unsigned kind, uint64_t obj,
     if (rc != NVH_OK) return rc;
     struct nvh_txrec *r = &ref->sh;
     r->link = kind == NVH_LR_FREE ? obj : 0;
-    r->crc = nvh_txrec_crc(r, NULL);
+    r->crc = nvh_txrec_crc_fixed_(r);
     nvh_txlog_line_(lane, lg->pool, ref->rec, r);
     lane->unfenced = true;
     lane->bytes_logged += sizeof *r;
@@ -658,19 +658,25 @@ bool nvh_txlog_commit_lazy(nvh_txlog *lg, nvh_lane *lane, uint64_t cseq)
         return false;
     uint64_t offs[NVH_REDO_MAX], vals[NVH_REDO_MAX];
     struct nvh_lane_hdr *h = &lane->sh;
+    /* the commit CRC's input in one buffer (nvh_txlog_commit's chain: tid,
+     * count, cseq, then every record's crc and new word), one CRC call */
+    unsigned char cin[24 + NVH_REDO_MAX * 12];
     uint64_t head[3] = {lane->tid, n, cseq};
-    uint32_t c = nvh_txlog_crc(0, head, sizeof head);
+    memcpy(cin, head, sizeof head);
+    unsigned char *cp = cin + sizeof head;
     for (size_t i = 0; i < n; i++) {
         struct nvh_txrec *r = &lane->recs[i].sh;
         uint64_t nw;
         memcpy(&nw, (char *)pool->ctx.base + r->off, 8);
         r->new_word = nw;
         nvh_txlog_line_(lane, pool, lane->recs[i].rec, r);
-        c = nvh_txlog_crc(c, &r->crc, sizeof r->crc);
-        c = nvh_txlog_crc(c, &nw, sizeof nw);
+        memcpy(cp, &r->crc, 4);
+        memcpy(cp + 4, &nw, 8);
+        cp += 12;
         offs[i] = r->off;
         vals[i] = nw;
     }
+    uint32_t c = nvh_txlog_crc(0, cin, (size_t)(cp - cin));
     h->nrecs = n;
     h->cseq = cseq;
     h->commit_crc = c;
