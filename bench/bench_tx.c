@@ -37,7 +37,11 @@
  *   hash/{insert,delete}-{word,object,hybrid}  [Kannan14] Fig. 18: a persistent
  *                 hash table; log bytes, lines and fences per operation with
  *                 word-only, object-only and hybrid (AUTO) logging hints
- * Metrics: ns_per_op, ops_per_s, lines_per_op, fences_per_op, log_bytes_per_op.
+ * Metrics: ns_per_op, ops_per_s, lines_per_op, fences_per_op, log_bytes_per_op;
+ * for latency/...-dur, gups/U and gsps/1, whose subjects run interleaved
+ * (each run times every subject once), also min_ns_per_op, cpu_ns_per_op,
+ * pair_ratio and pair_ratio_cpu (PMDK's ns ÷ the subject's in the same run,
+ * median over runs).
  * The ratio column divides ns_per_op by PMDK's in the same case (< 1: faster).
  * PMDK runs with PMEM_IS_PMEM_FORCE=1 on /dev/shm (the whole program re-runs
  * itself as a child with that environment, since libpmem reads it at load).
