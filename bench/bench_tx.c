@@ -17,6 +17,10 @@
  *                 nvheap-undo: nvheap's calls with the two-fence protocol
  *                 forced (nvh_tx_protocol_set), the comparison the default's
  *                 choice of protocol rests on (docs/TX.md)
+ *                 floor-2f: the two-fence in-place transaction without any
+ *                 library code (undo lines, fence, stores, commit lines,
+ *                 fence, data written back for the next fence): the most
+ *                 an in-place two-fence design can gain over PMDK here
  *   gsps/1        swap two random elements per transaction (same subjects)
  *   gups-mt/1M-Tt GUPS with 1 update per transaction on the 1 M-element array
  *                 by T = 1, 2 threads, each on its own half (in-place
@@ -33,7 +37,11 @@
  *   hash/{insert,delete}-{word,object,hybrid}  [Kannan14] Fig. 18: a persistent
  *                 hash table; log bytes, lines and fences per operation with
  *                 word-only, object-only and hybrid (AUTO) logging hints
- * Metrics: ns_per_op, ops_per_s, lines_per_op, fences_per_op, log_bytes_per_op.
+ * Metrics: ns_per_op, ops_per_s, lines_per_op, fences_per_op, log_bytes_per_op;
+ * for latency/...-dur, gups/U and gsps/1, whose subjects run interleaved
+ * (each run times every subject once), also min_ns_per_op, cpu_ns_per_op,
+ * pair_ratio and pair_ratio_cpu (PMDK's ns ÷ the subject's in the same run,
+ * median over runs).
  * The ratio column divides ns_per_op by PMDK's in the same case (< 1: faster).
  * PMDK runs with PMEM_IS_PMEM_FORCE=1 on /dev/shm (the whole program re-runs
  * itself as a child with that environment, since libpmem reads it at load).
@@ -76,6 +84,8 @@ typedef struct env {
     uint64_t *parr;             /* GUPS_N words in the PMDK pool */
     uint64_t *carr, *pcarr;     /* Fig. 5: CONT_N elements 64 B apart (both pools) */
     PMEMmutex *plocks;          /* Fig. 5: PMDK's CONT_LOCKS mutexes  */
+    uint64_t *floor_log;        /* floor-2f: its two log areas (pool) */
+    uint64_t floor_tid;
 } env;
 
 static inline uint64_t xs(uint64_t *s)
@@ -134,14 +144,15 @@ static void measure_nv(env *e, const char *c, const char *subj, bench_body_fn bo
     emit_counts(o, c, subj, x->pool, iters, st.bytes_logged);
 }
 
-static void measure_pm(env *e, const char *c, bench_body_fn body, loop_ctx *x, double scale)
-{
-    const bench_opts *o = e->opts;
-    uint64_t iters = bench_calibrate(o, body, x, scale);
-    double ns[64];
-    for (unsigned r = 0; r < o->runs; r++) ns[r] = bench_time_ns(body, x, iters) / iters;
-    emit(o, c, "pmdk", ns, o->runs);
-}
+
+typedef struct subj {
+    const char *name;
+    bench_body_fn body;
+    int kind;                   /* 0 nvheap (counts), 1 pmdk, 2 floor-2f  */
+    nvh_tx_protocol proto;      /* nvheap subjects                         */
+} subj;
+static void measure_rounds(env *e, const char *c, const subj *sj, unsigned ns_, loop_ctx *x,
+                           double scale);
 
 /* ==========================================================================
  * Table 3: minimal object transactions
@@ -200,14 +211,17 @@ static void table3(env *e)
             snprintf(c, sizeof c, "latency/%s-%s", names[k], dur ? "dur" : "nodur");
             if (!bench_selected(e->opts, c)) continue;
             loop_ctx x = {e, dur ? e->pool : e->nodur, dur ? e->arr : e->arr_nodur, 0, 0, 1, k};
-            measure_nv(e, c, "nvheap", t3_nv, &x, 0.5);
-            if (dur) measure_pm(e, c, t3_pm, &x, 0.5);
-            if (dur && (k == K_WRITE || k == K_RW)) {
-                /* the same calls with the two-fence protocol forced */
-                nvh_tx_protocol_set(x.pool, NVH_TX_PROTO_UNDO);
-                measure_nv(e, c, "nvheap-undo", t3_nv, &x, 0.5);
-                nvh_tx_protocol_set(x.pool, NVH_TX_PROTO_AUTO);
+            if (!dur) {
+                measure_nv(e, c, "nvheap", t3_nv, &x, 0.5);
+                continue;
             }
+            /* nvheap-undo: the same calls with the two-fence protocol forced */
+            const subj sj[] = {
+                {"nvheap", t3_nv, 0, NVH_TX_PROTO_AUTO},
+                {"pmdk", t3_pm, 1, NVH_TX_PROTO_AUTO},
+                {"nvheap-undo", t3_nv, 0, NVH_TX_PROTO_UNDO},
+            };
+            measure_rounds(e, c, sj, k == K_WRITE || k == K_RW ? 3 : 2, &x, 0.25);
         }
 }
 
@@ -333,6 +347,176 @@ static void gsps_pm(void *p, uint64_t iters)
     }
 }
 
+/* --------------------------------------------------------------------------
+ * floor-2f: the two-fence in-place transaction with no library code at all,
+ * on the same pool array, for the same case (docs/TX.md, "The 2-fence floor
+ * for in-place stores"). Per transaction of U words: the old words packed 3
+ * per non-temporal undo line {tid, n, (offset, old) x 3}, SFENCE (the undo
+ * image durable before any store in place), the stores, the new words
+ * packed 3 per non-temporal commit line, SFENCE (committed), CLWB of the
+ * data lines (durable at the next transaction's first fence, which the
+ * commit lines cover until then). Two log areas alternate, so no line is
+ * rewritten while its write-back may be in flight. No CRC, no filters, no
+ * bookkeeping: the least any two-fence design with undo images durable
+ * before the caller's stores can do, i.e. an upper bound for nvheap's
+ * in-place path against PMDK in the same run.
+ * -------------------------------------------------------------------------- */
+#define FLOOR_LINES 256u        /* per area: undo + commit lines, 256 words each */
+
+static inline void floor_nt_line(uint64_t *d, const uint64_t *s)
+{
+#if defined(__x86_64__)
+    for (int i = 0; i < 8; i++) __asm__ volatile("movnti %1, %0" : "=m"(d[i]) : "r"(s[i]));
+#else
+    memcpy(d, s, 64);
+#endif
+}
+
+static inline void floor_sfence(void)
+{
+#if defined(__x86_64__)
+    __asm__ volatile("sfence" ::: "memory");
+#endif
+}
+
+static inline void floor_clwb(const void *p)
+{
+#if defined(__x86_64__)
+    __asm__ volatile("clwb %0" : "+m"(*(volatile char *)p));
+#else
+    (void)p;
+#endif
+}
+
+static void floor_tx(loop_ctx *x, uint64_t *log, uint64_t **w, unsigned u, uint64_t tid,
+                     uint64_t i, int swap)
+{
+    uint64_t line[8];
+    unsigned nl = (u + 2) / 3;
+    uint64_t *area = log + (tid & 1) * FLOOR_LINES * 8;   /* alternate areas */
+    for (unsigned l = 0; l < nl; l++) {                     /* undo lines */
+        line[0] = tid << 1;
+        line[1] = u;
+        for (unsigned j = 0; j < 3; j++) {
+            unsigned k = l * 3 + j;
+            line[2 + 2 * j] = k < u ? (uint64_t)((char *)w[k] - (char *)x->arr) : 0;
+            line[3 + 2 * j] = k < u ? *w[k] : 0;
+        }
+        floor_nt_line(area + l * 8, line);
+    }
+    floor_sfence();                                         /* FENCE 1 */
+    if (swap) { uint64_t t = *w[0]; *w[0] = *w[1]; *w[1] = t; }
+    else for (unsigned k = 0; k < u; k++) *w[k] += i;
+    uint64_t *commit = area + (FLOOR_LINES / 2) * 8;
+    for (unsigned l = 0; l < nl; l++) {                     /* commit lines */
+        line[0] = tid << 1 | 1;
+        line[1] = u;
+        for (unsigned j = 0; j < 3; j++) {
+            unsigned k = l * 3 + j;
+            line[2 + 2 * j] = k < u ? (uint64_t)((char *)w[k] - (char *)x->arr) : 0;
+            line[3 + 2 * j] = k < u ? *w[k] : 0;
+        }
+        floor_nt_line(commit + l * 8, line);
+    }
+    floor_sfence();                                         /* FENCE 2 */
+    for (unsigned k = 0; k < u; k++) floor_clwb(w[k]);      /* data: next fence */
+}
+
+static void gups_floor(void *p, uint64_t iters)
+{
+    loop_ctx *x = p;
+    uint64_t *w[256];
+    for (uint64_t i = 0; i < iters; i++) {
+        for (unsigned k = 0; k < x->u; k++) w[k] = &x->arr[xs(&x->rng) & (x->n - 1)];
+        floor_tx(x, x->e->floor_log, w, x->u, ++x->e->floor_tid, i, 0);
+    }
+}
+
+static void gsps_floor(void *p, uint64_t iters)
+{
+    loop_ctx *x = p;
+    uint64_t *w[2];
+    for (uint64_t i = 0; i < iters; i++) {
+        w[0] = &x->arr[xs(&x->rng) & (x->n - 1)];
+        w[1] = &x->arr[xs(&x->rng) & (x->n - 1)];
+        floor_tx(x, x->e->floor_log, w, 2, ++x->e->floor_tid, i, 1);
+    }
+}
+
+/* --------------------------------------------------------------------------
+ * Interleaved rounds (gups/U, gsps/1, latency/...-dur): each run times every
+ * subject once, one after the other, so that a change of the machine's load
+ * hits all subjects of a run alike. Besides the usual medians it emits, per
+ * subject, `pair_ratio` (median over runs of PMDK's ns ÷ the subject's ns in
+ * the same run: above 1 is faster than PMDK), `min_ns_per_op` (the least
+ * disturbed run) and `cpu_ns_per_op` (thread CPU time: preemption by other
+ * processes excluded).
+ * -------------------------------------------------------------------------- */
+
+static double cpu_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec * 1e9 + (double)ts.tv_nsec;
+}
+
+static void measure_rounds(env *e, const char *c, const subj *sj, unsigned ns_, loop_ctx *x,
+                           double scale)
+{
+    const bench_opts *o = e->opts;
+    enum { MAXS = 8 };
+    uint64_t iters[MAXS];
+    double wall[MAXS][64], cpu[MAXS][64];
+    unsigned runs = o->runs > 64 ? 64 : o->runs;
+    int pm = -1;
+    for (unsigned k = 0; k < ns_ && k < MAXS; k++) {
+        if (sj[k].kind == 1) pm = (int)k;
+        if (sj[k].kind == 2 && !e->floor_log) { iters[k] = 0; continue; }
+        if (sj[k].kind == 0) nvh_tx_protocol_set(x->pool, sj[k].proto);
+        iters[k] = bench_calibrate(o, sj[k].body, x, scale);
+        nvh_tx_protocol_set(x->pool, NVH_TX_PROTO_AUTO);
+    }
+    for (unsigned r = 0; r < runs; r++)
+        for (unsigned k = 0; k < ns_ && k < MAXS; k++) {
+            if (!iters[k]) continue;
+            if (sj[k].kind == 0) nvh_tx_protocol_set(x->pool, sj[k].proto);
+            double c0 = cpu_now_ns();
+            wall[k][r] = bench_time_ns(sj[k].body, x, iters[k]) / iters[k];
+            cpu[k][r] = (cpu_now_ns() - c0) / iters[k];
+            nvh_tx_protocol_set(x->pool, NVH_TX_PROTO_AUTO);
+        }
+    for (unsigned k = 0; k < ns_ && k < MAXS; k++) {
+        if (!iters[k]) continue;
+        emit(o, c, sj[k].name, wall[k], runs);
+        bench_summary w = bench_summarize(wall[k], runs);
+        bench_emit(o, c, sj[k].name, "min_ns_per_op", bench_exact(w.min), "ns");
+        bench_emit(o, c, sj[k].name, "cpu_ns_per_op", bench_summarize(cpu[k], runs), "ns");
+        if (pm >= 0 && (int)k != pm) {
+            double q[64];
+            for (unsigned r = 0; r < runs; r++) q[r] = wall[pm][r] / wall[k][r];
+            bench_emit(o, c, sj[k].name, "pair_ratio", bench_summarize(q, runs), "x");
+            for (unsigned r = 0; r < runs; r++) q[r] = cpu[pm][r] / cpu[k][r];
+            bench_emit(o, c, sj[k].name, "pair_ratio_cpu", bench_summarize(q, runs), "x");
+        }
+        if (sj[k].kind == 0) {
+            /* exact counts: one more pass */
+            nvh_tx_stats st;
+            nvh_tx_protocol_set(x->pool, sj[k].proto);
+            bench_counts_begin(x->pool);
+            nvh_tx_stats_get(x->pool, &st);
+            bench_time_ns(sj[k].body, x, iters[k]);
+            emit_counts(o, c, sj[k].name, x->pool, iters[k], st.bytes_logged);
+            nvh_tx_protocol_set(x->pool, NVH_TX_PROTO_AUTO);
+        } else if (sj[k].kind == 2) {
+            /* exact, by construction: 2 fences; ceil(U/3) undo + ceil(U/3)
+             * commit lines + U data lines */
+            unsigned nl = (x->u + 2) / 3;
+            bench_emit(o, c, sj[k].name, "fences_per_op", bench_exact(2), "fences");
+            bench_emit(o, c, sj[k].name, "lines_per_op", bench_exact(2.0 * nl + x->u), "lines");
+        }
+    }
+}
+
 static void gups(env *e)
 {
     static const unsigned us[] = {1, 2, 4, 8, 16, 64, 256};
@@ -341,26 +525,26 @@ static void gups(env *e)
         snprintf(c, sizeof c, "gups/%u", us[i]);
         if (!bench_selected(e->opts, c)) continue;
         loop_ctx x = {e, e->pool, e->arr, GUPS_N, us[i], 88172645463325252ull, 0};
-        double scale = 1.0 / 3;
-        /* alternate subjects, same iteration counts come from calibration */
-        measure_nv(e, c, "nvheap", gups_nv, &x, scale);
-        measure_pm(e, c, gups_pm, &x, scale);
-        measure_nv(e, c, "nvheap-redo", gups_redo, &x, scale);
-        measure_nv(e, c, "nvheap-obj", gups_obj, &x, scale);
-        /* the default calls with the two-fence protocol forced */
-        nvh_tx_protocol_set(e->pool, NVH_TX_PROTO_UNDO);
-        measure_nv(e, c, "nvheap-undo", gups_nv, &x, scale);
-        nvh_tx_protocol_set(e->pool, NVH_TX_PROTO_AUTO);
+        /* nvheap-undo: the default calls with the two-fence protocol forced */
+        const subj sj[] = {
+            {"nvheap", gups_nv, 0, NVH_TX_PROTO_AUTO},   {"pmdk", gups_pm, 1, NVH_TX_PROTO_AUTO},
+            {"nvheap-redo", gups_redo, 0, NVH_TX_PROTO_AUTO},
+            {"nvheap-obj", gups_obj, 0, NVH_TX_PROTO_AUTO},
+            {"floor-2f", gups_floor, 2, NVH_TX_PROTO_AUTO},
+            {"nvheap-undo", gups_nv, 0, NVH_TX_PROTO_UNDO},
+        };
+        measure_rounds(e, c, sj, sizeof sj / sizeof sj[0], &x, 1.0 / 6);
     }
     if (bench_selected(e->opts, "gsps/1")) {
         loop_ctx x = {e, e->pool, e->arr, GUPS_N, 2, 88172645463325252ull, 0};
-        measure_nv(e, "gsps/1", "nvheap", gsps_nv, &x, 1.0 / 3);
-        measure_pm(e, "gsps/1", gsps_pm, &x, 1.0 / 3);
-        measure_nv(e, "gsps/1", "nvheap-redo", gsps_redo, &x, 1.0 / 3);
-        measure_nv(e, "gsps/1", "nvheap-obj", gsps_obj, &x, 1.0 / 3);
-        nvh_tx_protocol_set(e->pool, NVH_TX_PROTO_UNDO);
-        measure_nv(e, "gsps/1", "nvheap-undo", gsps_nv, &x, 1.0 / 3);
-        nvh_tx_protocol_set(e->pool, NVH_TX_PROTO_AUTO);
+        const subj sj[] = {
+            {"nvheap", gsps_nv, 0, NVH_TX_PROTO_AUTO},   {"pmdk", gsps_pm, 1, NVH_TX_PROTO_AUTO},
+            {"nvheap-redo", gsps_redo, 0, NVH_TX_PROTO_AUTO},
+            {"nvheap-obj", gsps_obj, 0, NVH_TX_PROTO_AUTO},
+            {"floor-2f", gsps_floor, 2, NVH_TX_PROTO_AUTO},
+            {"nvheap-undo", gsps_nv, 0, NVH_TX_PROTO_UNDO},
+        };
+        measure_rounds(e, "gsps/1", sj, sizeof sj / sizeof sj[0], &x, 1.0 / 6);
     }
 }
 
@@ -695,6 +879,8 @@ int main(int argc, char **argv)
                     pmemobj_errormsg());
         return bench_finish(&opts);
     }
+    e.floor_log = nvh_alloc(e.pool, 2 * FLOOR_LINES * 64, NULL, NULL, NULL);
+    if (e.floor_log && ((uintptr_t)e.floor_log & 63)) e.floor_log = NULL;   /* lines only */
     e.pcarr = pmemobj_direct(coid);
     e.plocks = pmemobj_direct(loid);
     memset(e.carr, 0, (size_t)CONT_N * 64);

@@ -110,7 +110,7 @@ static int first_record(nvh_txlog *lg, nvh_lane *lane)
     if (rc != NVH_OK) return rc;
     atomic_store_explicit(&lane->sh.state, NVH_LS_MAKE(lane->tid, lane->slot, NVH_LS_ACTIVE),
                           memory_order_relaxed);
-    nvh_txlog_line_(lg->pool, lane->hdr, &lane->sh);
+    nvh_txlog_line_(lane, lg->pool, lane->hdr, &lane->sh);
     lane->active_written = true;
     return NVH_OK;
 }
@@ -215,8 +215,30 @@ static inline uint64_t filter_lanes(nvh_txlog *lg, uint64_t mask, const uint64_t
  * has bits, every fine bit. */
 static inline void filter_record(nvh_lane *lane, uint64_t off, uint64_t len)
 {
-    uint64_t bits[4] = {0, 0, 0, 0};
     uint64_t last = off + (len ? len : 1) - 1;
+    bool publish = !nvh_txlog_test_no_filter_publish_;
+    if (__builtin_expect(last >> NVH_FILTER_FINE_SHIFT == off >> NVH_FILTER_FINE_SHIFT, 1)) {
+        /* one fine granule, hence one coarse one (a word record, most
+         * ranges): the same bits as below without the loops */
+        static_assert(NVH_FILTER_FINE_SHIFT <= 20, "fine granules nest in coarse ones");
+        unsigned c = (unsigned)(off >> 20) & 255u;
+        uint64_t cbit = 1ull << (c & 63u);
+        lane->tx_bits[c >> 6] |= cbit;
+        unsigned g = fine_granule(off);
+        if (publish) {
+            if (!(atomic_load_explicit(&lane->wfilter[c >> 6], memory_order_relaxed) & cbit))
+                atomic_fetch_or_explicit(&lane->wfilter[c >> 6], cbit, memory_order_seq_cst);
+            fine_publish(lane, g);
+        }
+        if (lane->tx_nfine > NVH_FILTER_TX_FINE) return;
+        unsigned k = 0;
+        while (k < lane->tx_nfine && lane->tx_fine[k] != g) k++;
+        if (k < lane->tx_nfine) return;
+        if (lane->tx_nfine == NVH_FILTER_TX_FINE) lane->tx_nfine++;   /* too many: coarse */
+        else lane->tx_fine[lane->tx_nfine++] = (uint16_t)g;
+        return;
+    }
+    uint64_t bits[4] = {0, 0, 0, 0};
     uint64_t g0 = off >> 20, g1 = last >> 20;
     if (g1 - g0 >= 64) {
         bits[0] = bits[1] = bits[2] = bits[3] = ~0ull;
@@ -224,7 +246,6 @@ static inline void filter_record(nvh_lane *lane, uint64_t off, uint64_t len)
         for (uint64_t g = g0; g <= g1; g++) bits[(g & 255) >> 6] |= 1ull << (g & 63);
     }
     for (unsigned w = 0; w < 4; w++) lane->tx_bits[w] |= bits[w];
-    bool publish = !nvh_txlog_test_no_filter_publish_;
     if (publish) filter_publish(lane, bits);
     uint64_t f0 = off >> NVH_FILTER_FINE_SHIFT, f1 = last >> NVH_FILTER_FINE_SHIFT;
     if (f1 - f0 >= NVH_FILTER_FINE_BITS) f1 = f0 + NVH_FILTER_FINE_BITS - 1;
@@ -284,8 +305,8 @@ int nvh_txlog_word(nvh_txlog *lg, nvh_lane *lane, uint64_t off, unsigned len)
     if (len == 8) memcpy(&old, place, 8);     /* one load, no memcpy call */
     else memcpy(&old, place, len);
     r->old_word = old;
-    r->crc = nvh_txrec_crc(r, NULL);
-    nvh_txlog_line_(lg->pool, ref->rec, r);
+    r->crc = nvh_txrec_crc_fixed_(r);
+    nvh_txlog_line_(lane, lg->pool, ref->rec, r);
     lane->unfenced = true;
     lane->bytes_logged += sizeof *r;
     return NVH_OK;
@@ -304,7 +325,7 @@ int nvh_txlog_range(nvh_txlog *lg, nvh_lane *lane, uint64_t off, uint64_t len, c
     /* old copy now; the new copy's space follows it and is filled at commit */
     nvh_memcpy_nodrain(lg->pool, data, old_src, len);
     r->crc = nvh_txrec_crc(r, old_src);
-    nvh_txlog_line_(lg->pool, ref->rec, r);
+    nvh_txlog_line_(lane, lg->pool, ref->rec, r);
     lane->unfenced = true;
     lane->bytes_logged += sizeof *r + len;
     return NVH_OK;
@@ -318,8 +339,8 @@ int nvh_txlog_intent(nvh_txlog *lg, nvh_lane *lane, unsigned kind, uint64_t obj,
     if (rc != NVH_OK) return rc;
     struct nvh_txrec *r = &ref->sh;
     r->link = kind == NVH_LR_FREE ? obj : 0;
-    r->crc = nvh_txrec_crc(r, NULL);
-    nvh_txlog_line_(lg->pool, ref->rec, r);
+    r->crc = nvh_txrec_crc_fixed_(r);
+    nvh_txlog_line_(lane, lg->pool, ref->rec, r);
     lane->unfenced = true;
     lane->bytes_logged += sizeof *r;
     if (out) *out = lane->recs[lane->nrecs - 1];
@@ -529,6 +550,7 @@ void nvh_txlog_fence(nvh_txlog *lg, nvh_lane *lane, uint64_t help_mask)
         nvh_txlog_help(lg, help_mask, lane->index);    /* after: see there */
     }
     flush_own_pending(lg, lane);
+    nvh_txlog_nt_count_(lg->pool, lane);
     nvh_drain(lg->pool);
     if (todo.n) help_pending_post(lg, lane, &todo);
     /* the retire line was written back (and, on CPUs whose CLWB evicts,
@@ -563,7 +585,7 @@ int nvh_txlog_commit(nvh_txlog *lg, nvh_lane *lane, uint64_t cseq)
             if (r->len == 8) memcpy(&nw, place, 8);
             else memcpy(&nw, place, r->len);
             r->new_word = nw;
-            nvh_txlog_line_(pool, lane->recs[i].rec, r);
+            nvh_txlog_line_(lane, pool, lane->recs[i].rec, r);
             nvh_flush(pool, place, r->len);
             c = nvh_txlog_crc(c, &nw, sizeof nw);
             lane->bytes_logged += 8;
@@ -580,7 +602,7 @@ int nvh_txlog_commit(nvh_txlog *lg, nvh_lane *lane, uint64_t cseq)
     h->commit_crc = c;
     atomic_store_explicit(&h->state, NVH_LS_MAKE(lane->tid, lane->slot, NVH_LS_COMMITTED),
                           memory_order_relaxed);
-    nvh_txlog_line_(pool, lane->hdr, h);
+    nvh_txlog_line_(lane, pool, lane->hdr, h);
     lane->bytes_logged += 64;
     nvh_txlog_fence(lg, lane, 0);      /* FENCE 2: the transaction is durable */
     return NVH_OK;
@@ -603,9 +625,9 @@ static inline void pend_publish(nvh_lane *lane, unsigned slot, uint64_t tid, uin
     lane->redo_slot = slot ^ 1u;
 }
 
-static void redo_lines_write(nvh_pool *pool, struct nvh_redo_line *dst, uint64_t tid,
-                             uint64_t cseq, const uint64_t *offs, const uint64_t *vals,
-                             unsigned n);
+static void redo_lines_write(nvh_lane *lane, nvh_pool *pool, struct nvh_redo_line *dst,
+                             uint64_t tid, uint64_t cseq, const uint64_t *offs,
+                             const uint64_t *vals, unsigned n);
 
 /* Why this is safe (docs/TX.md): the undo records were durable before the
  * caller stored (FENCE 1). A crash before FENCE 2 completes finds either a
@@ -636,27 +658,33 @@ bool nvh_txlog_commit_lazy(nvh_txlog *lg, nvh_lane *lane, uint64_t cseq)
         return false;
     uint64_t offs[NVH_REDO_MAX], vals[NVH_REDO_MAX];
     struct nvh_lane_hdr *h = &lane->sh;
+    /* the commit CRC's input in one buffer (nvh_txlog_commit's chain: tid,
+     * count, cseq, then every record's crc and new word), one CRC call */
+    unsigned char cin[24 + NVH_REDO_MAX * 12];
     uint64_t head[3] = {lane->tid, n, cseq};
-    uint32_t c = nvh_txlog_crc(0, head, sizeof head);
+    memcpy(cin, head, sizeof head);
+    unsigned char *cp = cin + sizeof head;
     for (size_t i = 0; i < n; i++) {
         struct nvh_txrec *r = &lane->recs[i].sh;
         uint64_t nw;
         memcpy(&nw, (char *)pool->ctx.base + r->off, 8);
         r->new_word = nw;
-        nvh_txlog_line_(pool, lane->recs[i].rec, r);
-        c = nvh_txlog_crc(c, &r->crc, sizeof r->crc);
-        c = nvh_txlog_crc(c, &nw, sizeof nw);
+        nvh_txlog_line_(lane, pool, lane->recs[i].rec, r);
+        memcpy(cp, &r->crc, 4);
+        memcpy(cp + 4, &nw, 8);
+        cp += 12;
         offs[i] = r->off;
         vals[i] = nw;
     }
+    uint32_t c = nvh_txlog_crc(0, cin, (size_t)(cp - cin));
     h->nrecs = n;
     h->cseq = cseq;
     h->commit_crc = c;
     atomic_store_explicit(&h->state, NVH_LS_MAKE(lane->tid, lane->slot, NVH_LS_COMMITTED),
                           memory_order_relaxed);
-    nvh_txlog_line_(pool, lane->hdr, h);
+    nvh_txlog_line_(lane, pool, lane->hdr, h);
     if (!nvh_txlog_test_no_lazy_redo_)
-        redo_lines_write(pool, dst, lane->tid, cseq, offs, vals, (unsigned)n);
+        redo_lines_write(lane, pool, dst, lane->tid, cseq, offs, vals, (unsigned)n);
     lane->bytes_logged += (n + 1 + nlines) * 64;
     nvh_txlog_fence(lg, lane, 0);      /* FENCE 2: the transaction is durable */
     /* the data: flushed, not fenced (durable at this lane's next fence) */
@@ -744,9 +772,9 @@ uint32_t nvh_redo_line_crc(const struct nvh_redo_line *l)
 }
 
 /* ceil(n/2) redo lines of transaction tid into dst, non-temporal */
-static void redo_lines_write(nvh_pool *pool, struct nvh_redo_line *dst, uint64_t tid,
-                             uint64_t cseq, const uint64_t *offs, const uint64_t *vals,
-                             unsigned n)
+static void redo_lines_write(nvh_lane *lane, nvh_pool *pool, struct nvh_redo_line *dst,
+                             uint64_t tid, uint64_t cseq, const uint64_t *offs,
+                             const uint64_t *vals, unsigned n)
 {
     unsigned nlines = (n + NVH_REDO_WORDS_PER_LINE - 1) / NVH_REDO_WORDS_PER_LINE;
     for (unsigned l = 0; l < nlines; l++) {
@@ -764,8 +792,9 @@ static void redo_lines_write(nvh_pool *pool, struct nvh_redo_line *dst, uint64_t
             line.w[j][0] = offs[first + j];
             line.w[j][1] = vals[first + j];
         }
-        line.crc = nvh_redo_line_crc(&line);
-        nvh_txlog_line_(pool, &dst[l], &line);
+        /* nvh_redo_line_crc's value: the line is built with crc 0 */
+        line.crc = nvh_txlog_crc(0, &line, sizeof line) ^ 0xa5a5a5a5u;
+        nvh_txlog_line_(lane, pool, &dst[l], &line);
     }
 }
 
@@ -805,9 +834,10 @@ int nvh_txlog_redo_commit(nvh_txlog *lg, nvh_lane *lane, const uint64_t *offs,
     uint64_t cseq = lane->clock + 1;
     if (min_cseq > cseq) cseq = min_cseq;
     lane->clock = cseq;
-    redo_lines_write(pool, dst, tid, cseq, offs, vals, n);
+    redo_lines_write(lane, pool, dst, tid, cseq, offs, vals, n);
     lane->bytes_logged += nlines * sizeof *dst;
     flush_own_pending(lg, lane);  /* the previous commits' words */
+    nvh_txlog_nt_count_(pool, lane);
     nvh_drain(pool);              /* THE fence: committed */
     if (todo.n) help_pending_post(lg, lane, &todo);
     if (atomic_load_explicit(&lane->retire_pending, memory_order_relaxed))
