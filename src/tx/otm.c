@@ -267,7 +267,7 @@ static inline nvh_tx *otm_fast(nvh_pool *pool, const void *obj, size_t size)
  * the reads go unrecorded (above). */
 static void otm_first(nvh_tx *tx)
 {
-    nvh_epoch_enter_();
+    nvh_epoch_enter_sticky_();
     tx->epoch_in = true;
     uint64_t g = atomic_load_explicit(&tx->st->gclock, memory_order_acquire);
     tx->rv = NVH_GC_VER(g);
@@ -284,7 +284,7 @@ void nvh_tx_otm_forget_(nvh_pool *pool)
     otm_cur.tx->unrec = false;
     if (otm_cur.tx->epoch_in) {
         otm_cur.tx->epoch_in = false;
-        nvh_epoch_exit_();
+        nvh_epoch_exit_sticky_();
     }
     otm_cur.tx = NULL;
 }
@@ -644,7 +644,7 @@ void nvh_tx_otm_release_(nvh_tx *tx, uint64_t wv, bool committed)
     if (otm_cur.tx == tx) otm_cur.tx = NULL;
     if (tx->epoch_in) {                         /* after the last in-place read */
         tx->epoch_in = false;
-        nvh_epoch_exit_();
+        nvh_epoch_exit_sticky_();
     }
 }
 
