@@ -244,6 +244,17 @@ static _Thread_local struct {
 
 static void otm_first(nvh_tx *tx);
 
+/* The calling thread's descriptor of the pool its last nvh_tx_run used:
+ * valid while no pool closed since (a thread keeps its lane until it exits
+ * or the pool closes), which otm_gen counts (nvh_tx_otm_forget_, at every
+ * close before the state is freed). Saves the registry lookup per run. */
+static _Atomic uint64_t otm_gen;
+static _Thread_local struct {
+    const nvh_pool *pool;
+    nvh_tx *tx;
+    uint64_t gen;
+} otm_last __attribute__((tls_model("initial-exec")));
+
 /* The cached descriptor, if obj is a plain case (inside the pool's data);
  * NULL: otm_tx decides (and reports). */
 static inline nvh_tx *otm_fast(nvh_pool *pool, const void *obj, size_t size)
@@ -280,6 +291,8 @@ static void otm_first(nvh_tx *tx)
 
 void nvh_tx_otm_forget_(nvh_pool *pool)
 {
+    atomic_fetch_add_explicit(&otm_gen, 1, memory_order_acq_rel);   /* every thread's otm_last */
+    otm_last.pool = NULL;
     if (otm_cur.pool != pool || !otm_cur.tx) return;
     otm_cur.tx->unrec = false;
     if (otm_cur.tx->epoch_in) {
@@ -680,8 +693,16 @@ static void backoff(nvh_tx *tx, unsigned attempt)
 int nvh_tx_run(nvh_pool *pool, nvh_tx_fn fn, void *arg)
 {
     if (!fn) return nvh_fail(NVH_E_INVAL, "nvh_tx_run: fn is NULL");
-    nvh_tx *tx = nvh_tx_cur_(pool, false);
-    if (!tx) return nvh_errcode();
+    nvh_tx *tx;
+    uint64_t gen = atomic_load_explicit(&otm_gen, memory_order_acquire);
+    if (__builtin_expect(otm_last.pool == pool && otm_last.gen == gen && pool, 1)) {
+        tx = otm_last.tx;
+    } else {
+        if (!(tx = nvh_tx_cur_(pool, false))) return nvh_errcode();
+        otm_last.pool = pool;
+        otm_last.tx = tx;
+        otm_last.gen = gen;               /* loaded before the lookup */
+    }
     if (tx->status != NVH_TXS_NONE) {
         /* nested: flattened into the enclosing transaction, no retry here */
         int rc = nvh_tx_begin(pool);

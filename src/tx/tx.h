@@ -191,8 +191,10 @@ extern int nvh_tx_test_abort_no_fence_;
  * commit helps no other lane at its first fence */
 extern int nvh_tx_test_otm_no_help_;
 void nvh_tx_otm_release_(nvh_tx *tx, uint64_t wv, bool committed);
-/* Pool close: the calling thread forgets an object transaction of it that
- * is still open (leaves its epoch). */
+/* Pool close, before the pool's transaction state is freed (every close of
+ * a writable pool): the calling thread forgets an object transaction of it
+ * that is still open (leaves its epoch), and every thread's descriptor
+ * cached by nvh_tx_run becomes stale. */
 void nvh_tx_otm_forget_(nvh_pool *pool);
 
 static inline _Atomic uint64_t *nvh_orec_for(nvh_txstate *st, uint64_t off)

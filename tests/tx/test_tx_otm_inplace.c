@@ -568,6 +568,42 @@ static void run_commits_every_write_kind(void **state)
     }
 }
 
+/* nvh_tx_run keeps the thread's descriptor between runs; a pool closed and
+ * another opened (the handle's memory reused) must not get the old one. */
+static int bump_first(nvh_pool *pool, void *arg)
+{
+    bank *b = arg;
+    obj *o = nvh_tx_open_write(pool, &b->o[0], sizeof(obj));
+    if (!o) return nvh_errcode();
+    for (unsigned k = 0; k < 8; k++) o->w[k]++;
+    return NVH_OK;
+}
+
+static void run_after_close(void **state)
+{
+    (void)state;
+    const char *p1 = test_path("txinplace-c1"), *p2 = test_path("txinplace-c2");
+    unsigned same = 0;
+    for (int round = 0; round < 8; round++) {
+        nvh_pool *a = nvh_pool_create(p1, LAYOUT, 16 * MIB, NVH_DOMAIN_PROCESS);
+        assert_non_null(a);
+        bank *ba = bank_setup(a);
+        assert_int_equal(nvh_tx_run(a, bump_first, ba), NVH_OK);
+        assert_int_equal(nvh_pool_close(a), NVH_OK);
+        nvh_pool *b = nvh_pool_create(p2, LAYOUT, 16 * MIB, NVH_DOMAIN_PROCESS);
+        assert_non_null(b);
+        same += b == a;
+        bank *bb = bank_setup(b);
+        assert_int_equal(nvh_tx_run(b, bump_first, bb), NVH_OK);
+        assert_int_equal(nvh_tx_run(b, read_two, bb), NVH_E_INVAL);   /* o[0] moved on */
+        assert_int_equal(balance(&bb->o[0]), INIT + 1);
+        assert_int_equal(nvh_pool_close(b), NVH_OK);
+        unlink(p1);
+        unlink(p2);
+    }
+    print_message("  %u of 8 rounds reused the closed pool's handle\n", same);
+}
+
 /* ---------------------------------------------------------------------------
  * No reuse under a reader
  * ------------------------------------------------------------------------- */
@@ -812,6 +848,7 @@ int main(void)
         cmocka_unit_test(abort_after_apply_retries_reader),
         cmocka_unit_test(abort_prev_commits_transient),
         cmocka_unit_test(run_commits_every_write_kind),
+        cmocka_unit_test(run_after_close),
         cmocka_unit_test(doomed_pointer_retried),
         cmocka_unit_test(doomed_error_retried),
         cmocka_unit_test(no_reuse_under_reader),
