@@ -112,6 +112,13 @@ int nvh_err_restore(const nvh_err_saved *s);
  * reused before the matching exit. */
 void nvh_epoch_enter_(void);
 void nvh_epoch_exit_(void);
+/* The same for a thread whose sections follow each other closely (object
+ * transactions): the slot stays announced between sections, so a section
+ * takes no fence; a scan revokes an idle one that fell behind (epoch.c). */
+void nvh_epoch_enter_sticky_(void);
+void nvh_epoch_exit_sticky_(void);
+/* test hook: scans never revoke sticky slots (negative control) */
+extern int nvh_epoch_test_no_revoke_;
 /* Stamp for objects whose unlink happened before the call (the allocator
  * stamps FIFO entries at the drain, and only when a reader is in). */
 uint64_t nvh_epoch_now_(void);

@@ -148,7 +148,7 @@ static bool validate(nvh_tx *tx)
 /* An object version newer than rv: revalidate and move rv forward. */
 static bool extend(nvh_tx *tx)
 {
-    uint64_t now = atomic_load_explicit(&tx->st->gclock, memory_order_acquire);
+    uint64_t now = NVH_GC_VER(atomic_load_explicit(&tx->st->gclock, memory_order_acquire));
     if (!validate(tx)) return false;
     tx->rv = now;
     return true;
@@ -168,17 +168,69 @@ static int orecs_ensure(nvh_txstate *st)
 }
 
 int nvh_tx_test_otm_no_validate_ = 0;
+int nvh_tx_test_otm_recorded_ = 0;
+int nvh_tx_test_otm_abort_prev_ = 0;
+int nvh_tx_test_otm_ignore_infl_ = 0;
 
 /* Is the read set still current? Only when the global clock moved since
  * the read version (every commit that changes an object takes a write
  * version before it changes anything in place); moves the read version on. */
 static bool reads_current(nvh_tx *tx)
 {
-    uint64_t now = atomic_load_explicit(&tx->st->gclock, memory_order_acquire);
+    uint64_t now = NVH_GC_VER(atomic_load_explicit(&tx->st->gclock, memory_order_acquire));
     if (now == tx->rv || nvh_tx_test_otm_no_validate_) return true;
     if (!validate(tx)) return false;
     tx->rv = now;
     return true;
+}
+
+/* Unrecorded reads. A transaction whose first open finds no object commit
+ * in flight (the clock word equals its version, tx.h) reads without
+ * ownership records: an open checks that the clock word is still the one
+ * sampled (a line every open reads and only commits write) and notes the
+ * object's address. Sound because a commit changes objects in place only
+ * between taking its write version and its end, and the clock word shows
+ * both: unchanged, no object changed since the sample. When the clock
+ * moves (or the transaction opens an object for write or copy), the
+ * addresses become a read set (record_reads), which validates them at the
+ * same time; the transaction goes on with recorded reads. What this saves
+ * per open: the record's hash and load (a line of a 512 KiB table) and the
+ * version checks. */
+
+/* Record (and validate) the read set: every object read so far unchanged
+ * since rv? An unrecorded object's record must be unlocked and not newer
+ * than rv: a commit that changed it after rv took a later write version
+ * and holds the lock until it ends, and an abort after taking one releases
+ * with it (release), so an old version means unchanged. Entries already
+ * recorded must still hold their word. False: a conflict. */
+static bool record_reads(nvh_tx *tx)
+{
+    nvh_pool *pool = tx->pool;
+    for (size_t i = 0; i < tx->nr; i++) {
+        nvh_rentry *e = &tx->rset[i];
+        if (e->orec) {
+            if (atomic_load_explicit(e->orec, memory_order_acquire) != e->word &&
+                !nvh_tx_test_otm_no_validate_)
+                return false;
+            continue;
+        }
+        const char *obj = (const char *)(uintptr_t)e->word;
+        _Atomic uint64_t *orec = nvh_orec_for(tx->st, nvh_off(pool, obj));
+        uint64_t w = atomic_load_explicit(orec, memory_order_acquire);
+        if ((OREC_LOCKED(w) || OREC_VER(w) > tx->rv) && !nvh_tx_test_otm_no_validate_) return false;
+        *e = (nvh_rentry){orec, w};
+    }
+    tx->unrec = false;
+    return true;
+}
+
+/* Are the reads so far still current (either kind)? */
+static bool reads_ok(nvh_tx *tx)
+{
+    if (tx->unrec)
+        return atomic_load_explicit(&tx->st->gclock, memory_order_acquire) == tx->rv ||
+               nvh_tx_test_otm_no_validate_ || record_reads(tx);
+    return reads_current(tx);
 }
 
 /* The calling thread's open object transaction and its pool, from its
@@ -191,6 +243,17 @@ static _Thread_local struct {
 } otm_cur __attribute__((tls_model("initial-exec")));
 
 static void otm_first(nvh_tx *tx);
+
+/* The calling thread's descriptor of the pool its last nvh_tx_run used:
+ * valid while no pool closed since (a thread keeps its lane until it exits
+ * or the pool closes), which otm_gen counts (nvh_tx_otm_forget_, at every
+ * close before the state is freed). Saves the registry lookup per run. */
+static _Atomic uint64_t otm_gen;
+static _Thread_local struct {
+    const nvh_pool *pool;
+    nvh_tx *tx;
+    uint64_t gen;
+} otm_last __attribute__((tls_model("initial-exec")));
 
 /* The cached descriptor, if obj is a plain case (inside the pool's data);
  * NULL: otm_tx decides (and reports). */
@@ -211,20 +274,30 @@ static inline nvh_tx *otm_fast(nvh_pool *pool, const void *obj, size_t size)
 /* The transaction's first object open: announce an epoch reader before any
  * object is read (nothing freed from now on is reused until the end), then
  * sample the read version (any moment up to the first object read is as
- * good a snapshot as the begin; gclock >= 1). */
+ * good a snapshot as the begin; gclock >= 1). No object commit in flight:
+ * the reads go unrecorded (above). */
 static void otm_first(nvh_tx *tx)
 {
-    nvh_epoch_enter_();
+    nvh_epoch_enter_sticky_();
     tx->epoch_in = true;
-    tx->rv = atomic_load_explicit(&tx->st->gclock, memory_order_acquire);
+    uint64_t g = atomic_load_explicit(&tx->st->gclock, memory_order_acquire);
+    tx->rv = NVH_GC_VER(g);
+    tx->unrec = g == tx->rv && !nvh_tx_test_otm_recorded_;
+    if (__builtin_expect(nvh_tx_test_otm_ignore_infl_, 0)) {
+        tx->rv = g;             /* negative control: the count taken as version bits */
+        tx->unrec = true;
+    }
 }
 
 void nvh_tx_otm_forget_(nvh_pool *pool)
 {
+    atomic_fetch_add_explicit(&otm_gen, 1, memory_order_acq_rel);   /* every thread's otm_last */
+    otm_last.pool = NULL;
     if (otm_cur.pool != pool || !otm_cur.tx) return;
+    otm_cur.tx->unrec = false;
     if (otm_cur.tx->epoch_in) {
         otm_cur.tx->epoch_in = false;
-        nvh_epoch_exit_();
+        nvh_epoch_exit_sticky_();
     }
     otm_cur.tx = NULL;
 }
@@ -239,7 +312,7 @@ static nvh_tx *otm_tx(nvh_pool *pool, const void *obj, size_t size, const char *
     if (!obj || size == 0 || !nvh_contains(pool, obj, size) || nvh_off(pool, obj) < NVH_PAGE) {
         /* a pointer read from an object that changed since it was opened:
          * a conflict (retried), not the caller's error */
-        if (tx->nr && !reads_current(tx)) { conflict(tx, what); return NULL; }
+        if (tx->nr && !reads_ok(tx)) { conflict(tx, what); return NULL; }
         if (!obj || size == 0) { nvh_fail(NVH_E_INVAL, "%s: NULL object or size 0", what); return NULL; }
         nvh_tx_failed_(tx, nvh_fail(NVH_E_BADPTR, "%s: [%p, +%zu) is not inside the pool's "
                                     "data", what, obj, size));
@@ -256,23 +329,30 @@ static nvh_tx *otm_tx(nvh_pool *pool, const void *obj, size_t size, const char *
 static __attribute__((noinline)) const void *open_read_slow(nvh_pool *pool, const void *obj,
                                                             size_t size);
 
-/* The object in place, its record word logged in the read set (NVTM's
- * open-for-read; validation: reads_current at every open, check_reads at
- * commit). The fast path is the common case of a read-only transaction:
- * its descriptor known, no write set, the record unlocked, the clock
- * unchanged since the read version and room in the read set; it needs few
- * registers, so it saves none. */
+/* The object in place, noted in the read set (NVTM's open-for-read;
+ * validation: at an open of a newer object or when the clock moved under
+ * unrecorded reads, and at commit). The fast paths are the common cases of
+ * a read-only transaction: its descriptor known, no write set, room in the
+ * read set, and either the clock unchanged since the sample (unrecorded:
+ * the address is noted) or the record unlocked and not newer than the read
+ * version (recorded: the record's word is noted). They need few registers,
+ * so they save none. */
 const void *nvh_tx_open_read(nvh_pool *pool, const void *obj, size_t size)
 {
     nvh_tx *tx = otm_cur.tx;
-    if (__builtin_expect(tx != NULL && otm_cur.pool == pool, 1) && tx->rv && !tx->nw && size &&
-        nvh_contains(pool, obj, size)) {
+    if (__builtin_expect(tx != NULL && otm_cur.pool == pool, 1) && size &&
+        nvh_contains(pool, obj, size) && tx->nr < tx->rcap) {
         uint64_t off = nvh_off(pool, obj);
-        if (off >= NVH_PAGE) {
+        if (__builtin_expect(tx->unrec, 1)) {
+            if (__builtin_expect(off >= NVH_PAGE, 1) &&
+                atomic_load_explicit(&tx->st->gclock, memory_order_acquire) == tx->rv) {
+                tx->rset[tx->nr++] = (nvh_rentry){NULL, (uint64_t)(uintptr_t)obj};
+                return obj;
+            }
+        } else if (off >= NVH_PAGE && tx->rv && !tx->nw) {
             _Atomic uint64_t *orec = nvh_orec_for(tx->st, off);
             uint64_t w = atomic_load_explicit(orec, memory_order_acquire);
-            if (__builtin_expect(!OREC_LOCKED(w), 1) && OREC_VER(w) <= tx->rv &&
-                tx->nr < tx->rcap) {
+            if (__builtin_expect(!OREC_LOCKED(w), 1) && OREC_VER(w) <= tx->rv) {
                 tx->rset[tx->nr++] = (nvh_rentry){orec, w};
                 return obj;
             }
@@ -285,6 +365,17 @@ static const void *open_read_slow(nvh_pool *pool, const void *obj, size_t size)
 {
     nvh_tx *tx = otm_fast(pool, obj, size);
     if (!tx && !(tx = otm_tx(pool, obj, size, "nvh_tx_open_read"))) return NULL;
+    if (tx->unrec) {
+        /* the clock unchanged (or reads not validated: the test hook) */
+        if (atomic_load_explicit(&tx->st->gclock, memory_order_acquire) == tx->rv ||
+            nvh_tx_test_otm_no_validate_)
+            return push_r(tx, NULL, (uint64_t)(uintptr_t)obj) == NVH_OK ? obj : NULL;
+        /* it moved: record (and validate) what was read, go on recorded */
+        if (!record_reads(tx)) {
+            conflict(tx, "nvh_tx_open_read");
+            return NULL;
+        }
+    }
     nvh_wentry *we = tx->nw ? wfind(tx, obj) : NULL;
     if (we) {
         if (we->size < size) { nvh_fail(NVH_E_INVAL, "nvh_tx_open_read: size grew"); return NULL; }
@@ -323,6 +414,12 @@ const void *nvh_tx_open_read_copy(nvh_pool *pool, const void *obj, size_t size)
 {
     nvh_tx *tx = otm_tx(pool, obj, size, "nvh_tx_open_read_copy");
     if (!tx) return NULL;
+    /* the copy's record is compared with the read version: the reads so
+     * far must be recorded first */
+    if (tx->unrec && !record_reads(tx)) {
+        conflict(tx, "nvh_tx_open_read_copy");
+        return NULL;
+    }
     nvh_wentry *we = tx->nw ? wfind(tx, obj) : NULL;
     if (we) {
         if (we->size < size) { nvh_fail(NVH_E_INVAL, "nvh_tx_open_read_copy: size grew"); return NULL; }
@@ -365,6 +462,11 @@ void *nvh_tx_open_write(nvh_pool *pool, void *obj, size_t size)
 {
     nvh_tx *tx = otm_fast(pool, obj, size);
     if (!tx && !(tx = otm_tx(pool, obj, size, "nvh_tx_open_write"))) return NULL;
+    /* a writer's reads are validated against its own locks (recorded) */
+    if (tx->unrec && !record_reads(tx)) {
+        conflict(tx, "nvh_tx_open_write");
+        return NULL;
+    }
     nvh_wentry *we = wfind(tx, obj);
     if (we) {
         if (we->size < size) { nvh_fail(NVH_E_INVAL, "nvh_tx_open_write: size grew"); return NULL; }
@@ -402,7 +504,8 @@ void *nvh_tx_open_write(nvh_pool *pool, void *obj, size_t size)
      * come from objects that did: every read must still be current (the
      * entry is in the write set first, so a read of this very object is
      * recognised as ours; a conflict releases the lock with the rest) */
-    if (atomic_load_explicit(&tx->st->gclock, memory_order_acquire) != tx->rv && !extend(tx)) {
+    if (NVH_GC_VER(atomic_load_explicit(&tx->st->gclock, memory_order_acquire)) != tx->rv &&
+        !extend(tx)) {
         conflict(tx, "nvh_tx_open_write");
         return NULL;
     }
@@ -449,11 +552,15 @@ int nvh_tx_otm_prepare_(nvh_tx *tx, uint64_t *wv_out)
     for (size_t i = 0; i < tx->nw; i++) {
         nvh_wentry *e = &tx->wset[i];
         atomic_copy_out(e->obj, e->copy, e->size);
+        if (__builtin_expect(nvh_tx_test_otm_applied_ != NULL, 0) &&
+            nvh_tx_test_otm_applied_((unsigned)i) != NVH_OK)
+            return nvh_fail(NVH_E_IO, "test hook: commit step failed after applying");
     }
     return NVH_OK;
 }
 
 int nvh_tx_test_otm_no_help_ = 0;
+int (*nvh_tx_test_otm_applied_)(unsigned i) = NULL;
 
 /* The one-fence commit of an object write set (tx.c, commit_one_fence):
  * append the changed 8-byte words of every written object to offs/vals
@@ -490,7 +597,16 @@ bool nvh_tx_otm_words_(nvh_tx *tx, uint64_t *offs, uint64_t *vals, unsigned *n, 
  * (both protocols): NVH_OK and *wv, or NVH_E_ABORTED on a conflict. */
 int nvh_tx_otm_validate_(nvh_tx *tx, uint64_t *wv_out)
 {
-    uint64_t wv = atomic_fetch_add_explicit(&tx->st->gclock, 1, memory_order_acq_rel) + 1;
+    if (tx->unrec && !record_reads(tx)) {       /* (open_write records them) */
+        tx->conflict = true;
+        tx->conflicts++;
+        return nvh_fail(NVH_E_ABORTED, "a value read was changed by a concurrent commit");
+    }
+    /* a new version, and one more commit in flight until release */
+    uint64_t g = atomic_fetch_add_explicit(&tx->st->gclock, 1 + NVH_GC_INFL_ONE,
+                                           memory_order_acq_rel);
+    uint64_t wv = NVH_GC_VER(g) + 1;
+    tx->wv_held = wv;
     if (wv != tx->rv + 1 && !validate(tx)) {
         tx->conflict = true;
         tx->conflicts++;
@@ -507,7 +623,7 @@ int nvh_tx_otm_check_reads_(nvh_tx *tx)
      * the call; x86 does not reorder loads; the fence keeps the compiler
      * honest): an unchanged clock means no object changed since rv */
     atomic_thread_fence(memory_order_acquire);
-    if (reads_current(tx)) return NVH_OK;
+    if (reads_ok(tx)) return NVH_OK;
     tx->conflict = true;
     tx->conflicts++;
     return nvh_fail(NVH_E_ABORTED, "an object read was changed by a concurrent commit");
@@ -515,18 +631,33 @@ int nvh_tx_otm_check_reads_(nvh_tx *tx)
 
 void nvh_tx_otm_release_(nvh_tx *tx, uint64_t wv, bool committed)
 {
+    uint64_t held = tx->wv_held;
     for (size_t i = 0; i < tx->nw; i++) {
         nvh_wentry *e = &tx->wset[i];
         if (!e->owns_lock) continue;
-        uint64_t w = committed ? OREC_MAKE(wv, tx->lane->index, 0) : e->prev;
+        /* an abort after taking a write version may have changed the object
+         * in place and restored it (the two-fence commit applies before its
+         * last steps): it releases with that version, so a reader that saw
+         * the transient bytes fails validation, whatever it recorded */
+        uint64_t w = committed ? OREC_MAKE(wv, tx->lane->index, 0)
+                   : held && !nvh_tx_test_otm_abort_prev_ ? OREC_MAKE(held, OREC_LANE(e->prev), 0)
+                   : e->prev;
         atomic_store_explicit(e->orec, w, memory_order_release);
+    }
+    if (held) {
+        /* after the objects' final bytes and records: the commit is no
+         * longer in flight (readers sampling the clock from now on read
+         * unrecorded) */
+        tx->wv_held = 0;
+        atomic_fetch_sub_explicit(&tx->st->gclock, NVH_GC_INFL_ONE, memory_order_release);
     }
     tx->nw = 0;
     tx->nr = 0;
+    tx->unrec = false;
     if (otm_cur.tx == tx) otm_cur.tx = NULL;
     if (tx->epoch_in) {                         /* after the last in-place read */
         tx->epoch_in = false;
-        nvh_epoch_exit_();
+        nvh_epoch_exit_sticky_();
     }
 }
 
@@ -562,8 +693,16 @@ static void backoff(nvh_tx *tx, unsigned attempt)
 int nvh_tx_run(nvh_pool *pool, nvh_tx_fn fn, void *arg)
 {
     if (!fn) return nvh_fail(NVH_E_INVAL, "nvh_tx_run: fn is NULL");
-    nvh_tx *tx = nvh_tx_cur_(pool, false);
-    if (!tx) return nvh_errcode();
+    nvh_tx *tx;
+    uint64_t gen = atomic_load_explicit(&otm_gen, memory_order_acquire);
+    if (__builtin_expect(otm_last.pool == pool && otm_last.gen == gen && pool, 1)) {
+        tx = otm_last.tx;
+    } else {
+        if (!(tx = nvh_tx_cur_(pool, false))) return nvh_errcode();
+        otm_last.pool = pool;
+        otm_last.tx = tx;
+        otm_last.gen = gen;               /* loaded before the lookup */
+    }
     if (tx->status != NVH_TXS_NONE) {
         /* nested: flattened into the enclosing transaction, no retry here */
         int rc = nvh_tx_begin(pool);
@@ -581,6 +720,19 @@ int nvh_tx_run(nvh_pool *pool, nvh_tx_fn fn, void *arg)
         otm_cur.tx = tx;
         rc = fn(pool, arg);
         bool conflicted;
+        if (rc == NVH_OK && nvh_tx_reads_only_(tx)) {
+            /* only object reads: the end is a validation, nothing to log,
+             * release or close (a failed validation takes the full path,
+             * which validates again and rolls back) */
+            atomic_thread_fence(memory_order_acquire);
+            if (!tx->nr || reads_ok(tx)) {
+                nvh_tx_otm_release_(tx, 0, true);
+                tx->status = NVH_TXS_NONE;
+                tx->depth = 0;
+                tx->commits++;
+                return NVH_OK;
+            }
+        }
         if (rc == NVH_OK) {
             rc = nvh_tx_commit_tx_(tx);
             conflicted = rc == NVH_E_ABORTED && tx->conflict;
@@ -588,7 +740,7 @@ int nvh_tx_run(nvh_pool *pool, nvh_tx_fn fn, void *arg)
             /* an error from a transaction whose reads are no longer current
              * (a value read in place changed under it) is a conflict: the
              * caller acted on an inconsistent view */
-            if (!tx->conflict && tx->status == NVH_TXS_ACTIVE && tx->nr && !reads_current(tx)) {
+            if (!tx->conflict && tx->status == NVH_TXS_ACTIVE && tx->nr && !reads_ok(tx)) {
                 tx->conflict = true;
                 tx->conflicts++;
             }

@@ -36,9 +36,21 @@
 #define OREC_VER(w) ((w) >> 8)
 #define OREC_MAKE(ver, lane, locked) (((uint64_t)(ver) << 8) | ((uint64_t)(lane) << 1) | (uint64_t)(locked))
 
+/* The global version clock (nvh_txstate.gclock): the version in the low 56
+ * bits (the TL2 clock; a commit's write version is the version after its
+ * increment), the number of object commits between taking their write
+ * version and their end ("in flight": they may be changing objects in
+ * place) in the high 8 (at most NVH_TX_LANES). A word with no commit in
+ * flight equals its version, so a reader that sampled such a word and
+ * finds the clock unchanged knows no object changed in between (otm.c,
+ * "unrecorded reads"). */
+#define NVH_GC_INFL_ONE (1ull << 56)
+#define NVH_GC_VER(g) ((g) & (NVH_GC_INFL_ONE - 1))
+
 typedef struct nvh_rentry {       /* read set */
-    _Atomic uint64_t *orec;
-    uint64_t word;                /* unlocked word seen                      */
+    _Atomic uint64_t *orec;       /* NULL: an unrecorded read (otm.c)        */
+    uint64_t word;                /* unlocked word seen; unrecorded: the
+                                     object's address                        */
 } nvh_rentry;
 
 typedef struct nvh_wentry {       /* write set (deferred object writes)      */
@@ -78,9 +90,13 @@ typedef struct nvh_tx {
     nvh_recref *frees; size_t nfrees, frees_cap;
     /* object transactions */
     uint64_t rv;                  /* read version (0: no object opened yet)  */
+    uint64_t wv_held;             /* write version taken, commit in flight in
+                                     the clock until released (0: none)      */
     bool epoch_in;                /* an epoch reader (common/epoch.c) from the
                                      first object open to the end: objects
                                      read in place are not reused under it */
+    bool unrec;                   /* reads unrecorded: the read set holds the
+                                     objects, valid while gclock == rv (otm.c) */
     nvh_rentry *rset; size_t nr, rcap;
     nvh_wentry *wset; size_t nw, wcap;
     char *arena; size_t arena_used, arena_cap;  /* snapshots and copies */
@@ -136,6 +152,18 @@ int nvh_tx_alloc_commit_(nvh_tx *tx);   /* activate before the commit point */
 void nvh_tx_alloc_finish_(nvh_tx *tx);  /* frees after it                    */
 void nvh_tx_alloc_abort_(nvh_tx *tx);
 
+/* Does the transaction hold nothing but object reads (no object write, no
+ * word given as a value, no logged range, allocation, free, open window or
+ * copy)? Then otm.c's nvh_tx_run ends it itself (validate, release) without
+ * nvh_tx_commit_tx_. Every kind of write state a transaction can hold must
+ * be tested here. */
+static inline bool nvh_tx_reads_only_(const nvh_tx *tx)
+{
+    return tx->status == NVH_TXS_ACTIVE && tx->depth == 1 && !tx->nw && !tx->wbn &&
+           !tx->nallocs && !tx->nfrees && !tx->dd_n && tx->arena_used <= 16 &&
+           !tx->lane->active_written && !tx->lane->nwins;
+}
+
 /* otm.c */
 int nvh_tx_otm_prepare_(nvh_tx *tx, uint64_t *wv_out); /* validate, log, fence 1, apply */
 int nvh_tx_otm_validate_(nvh_tx *tx, uint64_t *wv_out); /* write version, read-set check */
@@ -145,6 +173,16 @@ int nvh_tx_otm_check_reads_(nvh_tx *tx);
 /* test hook (negative control of test_tx_otm_inplace): reads are never
  * validated, neither at an open nor at commit */
 extern int nvh_tx_test_otm_no_validate_;
+/* test hooks (test_tx_otm_inplace): reads are always recorded (the path of
+ * a transaction that began with a commit in flight); an abort after taking
+ * a write version releases its records with their old words */
+extern int nvh_tx_test_otm_recorded_, nvh_tx_test_otm_abort_prev_;
+/* test hook: a transaction's first open reads unrecorded even with a commit
+ * in flight (negative control) */
+extern int nvh_tx_test_otm_ignore_infl_;
+/* test hook: called by the two-fence object commit after applying write-set
+ * entry i in place; non-zero fails the commit there (rolled back) */
+extern int (*nvh_tx_test_otm_applied_)(unsigned i);
 bool nvh_tx_otm_words_(nvh_tx *tx, uint64_t *offs, uint64_t *vals, unsigned *n, unsigned max);
 /* test hook (negative control of test_tx_proto): an abort's retirement is
  * left to the next fence */
@@ -153,8 +191,10 @@ extern int nvh_tx_test_abort_no_fence_;
  * commit helps no other lane at its first fence */
 extern int nvh_tx_test_otm_no_help_;
 void nvh_tx_otm_release_(nvh_tx *tx, uint64_t wv, bool committed);
-/* Pool close: the calling thread forgets an object transaction of it that
- * is still open (leaves its epoch). */
+/* Pool close, before the pool's transaction state is freed (every close of
+ * a writable pool): the calling thread forgets an object transaction of it
+ * that is still open (leaves its epoch), and every thread's descriptor
+ * cached by nvh_tx_run becomes stale. */
 void nvh_tx_otm_forget_(nvh_pool *pool);
 
 static inline _Atomic uint64_t *nvh_orec_for(nvh_txstate *st, uint64_t off)

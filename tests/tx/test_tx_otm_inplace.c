@@ -13,6 +13,16 @@
  *     one outside the pool, or returns an error it derived from a torn
  *     view: nvh_tx_run retries it as a conflict, it is not the caller's
  *     error;
+ *   - unrecorded reads (the clock sampled with no commit in flight): the
+ *     handshake tests run both ways; a reader whose first open finds a
+ *     two-fence commit half applied reads recorded and does not commit the
+ *     half (negative control: the in-flight count ignored); a commit that
+ *     fails after applying in place releases its records with its write
+ *     version, so a reader that saw the transient bytes retries, recorded
+ *     or not (negative control: released with the old words);
+ *   - nvh_tx_run ends a transaction that only read without the full commit:
+ *     one that also wrote a word, a range or an allocation is committed
+ *     (durable after a reopen);
  *   - space freed while a reader is in is not reused under it (epochs);
  *   - stress for TSan: writers move amounts between objects whose 8 words
  *     all hold the balance, readers sum every object in place with atomic
@@ -24,8 +34,11 @@
 
 #include "tx/tx.h"
 
+#include <linux/membarrier.h>
 #include <pthread.h>
 #include <sched.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 
@@ -239,6 +252,16 @@ static void writer_before_commit(void **state)
     assert_int_equal(h.a + h.c, 2 * INIT);
 }
 
+/* The same with every read recorded (the path of a transaction whose first
+ * open found a commit in flight). */
+static void writer_between_opens_recorded(void **state)
+{
+    nvh_tx_test_otm_recorded_ = 1;
+    writer_between_opens(state);
+    writer_before_commit(state);
+    nvh_tx_test_otm_recorded_ = 0;
+}
+
 /* Negative control: without validation the reader commits a mix. */
 static void no_validation_commits_a_mix(void **state)
 {
@@ -297,6 +320,291 @@ static void doomed_error_retried(void **state)
 }
 
 /* ---------------------------------------------------------------------------
+ * Commits in flight: a two-fence object commit paused (test hook) after it
+ * applied the first of its two objects in place
+ * ------------------------------------------------------------------------- */
+typedef struct fl {
+    nvh_pool *pool;
+    bank *b;
+    _Atomic int phase;
+    bool fail;                  /* the hook fails the commit after object 0 */
+    unsigned attempts;
+    uint64_t a, c;
+    int wrc;                    /* the writer's nvh_tx_run code */
+} fl;
+static fl *fl_cur;
+
+static void fl_wait(fl *f, int ph)
+{
+    while (atomic_load(&f->phase) < ph) sched_yield();
+}
+
+/* In the writer, after object i is in place: let the reader act, then
+ * continue (or fail). */
+static int fl_applied(unsigned i)
+{
+    fl *f = fl_cur;
+    if (i != 0) return NVH_OK;
+    atomic_store(&f->phase, 2);
+    fl_wait(f, 3);
+    return f->fail ? NVH_E_IO : NVH_OK;
+}
+
+/* 8 changed words per object, 16 in all: the two-fence commit */
+static int fl_transfer(nvh_pool *pool, void *arg)
+{
+    fl *f = arg;
+    obj *x = nvh_tx_open_write(pool, &f->b->o[0], sizeof(obj));
+    obj *y = x ? nvh_tx_open_write(pool, &f->b->o[1], sizeof(obj)) : NULL;
+    if (!y) return nvh_errcode();
+    for (unsigned k = 0; k < 8; k++) { x->w[k] -= 100; y->w[k] += 100; }
+    return NVH_OK;
+}
+
+static void *fl_writer(void *p)
+{
+    fl *f = p;
+    fl_wait(f, 1);
+    f->wrc = nvh_tx_run(f->pool, fl_transfer, f);
+    atomic_store(&f->phase, 4);
+    return NULL;
+}
+
+static nvh_pool *fl_setup(fl *f, bool fail, pthread_t *t)
+{
+    const char *path = test_path("txinplace-fl");
+    nvh_pool *pool = nvh_pool_create(path, LAYOUT, 16 * MIB, NVH_DOMAIN_PROCESS);
+    assert_non_null(pool);
+    *f = (fl){pool, bank_setup(pool), 0, fail, 0, 0, 0, 0};
+    fl_cur = f;
+    nvh_tx_test_otm_applied_ = fl_applied;
+    pthread_create(t, NULL, fl_writer, f);
+    return pool;
+}
+
+static void fl_done(fl *f, pthread_t t)
+{
+    pthread_join(t, NULL);
+    nvh_tx_test_otm_applied_ = NULL;
+    nvh_tx_test_otm_ignore_infl_ = 0;
+    nvh_tx_test_otm_recorded_ = 0;
+    nvh_tx_test_otm_abort_prev_ = 0;
+    assert_int_equal(nvh_pool_close(f->pool), NVH_OK);
+    unlink(test_path("txinplace-fl"));
+}
+
+static int fl_read_both(nvh_pool *pool, void *arg)
+{
+    fl *f = arg;
+    f->attempts++;
+    const obj *a = nvh_tx_open_read(pool, &f->b->o[0], sizeof(obj));
+    const obj *c = a ? nvh_tx_open_read(pool, &f->b->o[1], sizeof(obj)) : NULL;
+    if (!c) return nvh_errcode();
+    f->a = balance(a);
+    f->c = balance(c);
+    return NVH_OK;
+}
+
+/* The reader begins while the writer is half applied; it may give up (one
+ * attempt allowed) but must not commit the half. Returns its code. */
+static int in_flight_reader(fl *f)
+{
+    fl_wait(f, 2);
+    nvh_tx_config c;
+    assert_int_equal(nvh_tx_config_get(f->pool, &c), NVH_OK);
+    c.max_retries = 1;
+    assert_int_equal(nvh_tx_config_set(f->pool, &c), NVH_OK);
+    int rc = nvh_tx_run(f->pool, fl_read_both, f);
+    atomic_store(&f->phase, 3);
+    return rc;
+}
+
+static void in_flight_commit_recorded(void **state)
+{
+    (void)state;
+    fl f;
+    pthread_t t;
+    fl_setup(&f, false, &t);
+    atomic_store(&f.phase, 1);
+    int rc = in_flight_reader(&f);
+    fl_done(&f, t);
+    assert_int_equal(f.wrc, NVH_OK);
+    assert_true(rc == NVH_E_ABORTED || (rc == NVH_OK && f.a + f.c == 2 * INIT));
+}
+
+/* Negative control: a reader that ignores the commit in flight reads
+ * unrecorded, finds the clock unchanged and commits the half. */
+static void in_flight_ignored_commits_half(void **state)
+{
+    (void)state;
+    fl f;
+    pthread_t t;
+    fl_setup(&f, false, &t);
+    nvh_tx_test_otm_ignore_infl_ = 1;
+    atomic_store(&f.phase, 1);
+    int rc = in_flight_reader(&f);
+    fl_done(&f, t);
+    assert_int_equal(rc, NVH_OK);
+    assert_int_equal(f.a, INIT - 100);
+    assert_int_equal(f.c, INIT);
+}
+
+/* The reader opens object 0 first, reads it while the writer has it
+ * applied, and commits after the writer failed and restored it. */
+static int fl_read_transient(nvh_pool *pool, void *arg)
+{
+    fl *f = arg;
+    const obj *a = nvh_tx_open_read(pool, &f->b->o[0], sizeof(obj));
+    if (!a) return nvh_errcode();
+    if (f->attempts++ == 0) {
+        atomic_store(&f->phase, 1);                /* writer: go */
+        fl_wait(f, 2);                             /* object 0 applied */
+        f->a = balance(a);
+        atomic_store(&f->phase, 3);                /* writer: fail now */
+        fl_wait(f, 4);                             /* rolled back, released */
+        return NVH_OK;
+    }
+    f->a = balance(a);
+    return NVH_OK;
+}
+
+static void transient(bool recorded, bool abort_prev)
+{
+    fl f;
+    pthread_t t;
+    fl_setup(&f, true, &t);
+    nvh_tx_test_otm_recorded_ = recorded;
+    nvh_tx_test_otm_abort_prev_ = abort_prev;
+    int rc = nvh_tx_run(f.pool, fl_read_transient, &f);
+    fl_done(&f, t);
+    assert_int_equal(f.wrc, NVH_E_IO);                     /* the injected failure */
+    assert_int_equal(f.b ? rc : -1, NVH_OK);
+    if (abort_prev) {
+        assert_int_equal(f.attempts, 1);
+        assert_int_equal(f.a, INIT - 100);                 /* never committed */
+        return;
+    }
+    assert_int_equal(f.attempts, 2);
+    assert_int_equal(f.a, INIT);
+}
+
+static void abort_after_apply_retries_reader(void **state)
+{
+    (void)state;
+    transient(false, false);
+    transient(true, false);
+}
+
+/* Negative control: released with the old words, the reader commits bytes
+ * no transaction committed (both kinds of reads). */
+static void abort_prev_commits_transient(void **state)
+{
+    (void)state;
+    transient(false, true);
+    transient(true, true);
+}
+
+/* ---------------------------------------------------------------------------
+ * nvh_tx_run's end of a transaction that only read
+ * ------------------------------------------------------------------------- */
+typedef struct rw { bank *b; int kind; uint64_t *cell; } rw;
+static int read_then_write(nvh_pool *pool, void *arg)
+{
+    rw *x = arg;
+    const obj *a = nvh_tx_open_read(pool, &x->b->o[0], sizeof(obj));
+    if (!a) return nvh_errcode();
+    uint64_t v = balance(a) + 1 + (uint64_t)x->kind;
+    switch (x->kind) {
+    case 0: return nvh_tx_write_word(pool, &x->b->o[9].w[0], v);
+    case 1: {
+        int rc = nvh_tx_add_range(pool, &x->b->o[9].w[1], 8);
+        if (rc == NVH_OK) x->b->o[9].w[1] = v;
+        return rc;
+    }
+    default: {
+        uint64_t *n = nvh_tx_alloc(pool, 64);
+        if (!n) return nvh_errcode();
+        n[0] = v;
+        return nvh_tx_write_word(pool, &x->b->o[9].w[2], nvh_off(pool, n));
+    }
+    }
+}
+
+/* The word a kind writes, in place, or 0 for an allocation not made. */
+static uint64_t rw_value(nvh_pool *pool, const bank *b, int kind)
+{
+    if (kind < 2) return b->o[9].w[kind];
+    uint64_t off = b->o[9].w[2];
+    return off == INIT ? 0 : *(const uint64_t *)((const char *)nvh_pool_base(pool) + off);
+}
+
+static void run_commits_every_write_kind(void **state)
+{
+    (void)state;
+    const char *path = test_path("txinplace-rw");
+    for (int k = 0; k < 3; k++) {
+        nvh_pool *pool = nvh_pool_create(path, LAYOUT, 16 * MIB, NVH_DOMAIN_PMEM);
+        assert_non_null(pool);
+        bank *b = bank_setup(pool);
+        rw x = {b, k, NULL};
+        assert_int_equal(nvh_tx_run(pool, read_then_write, &x), NVH_OK);
+        /* committed when the call returns: in place, the descriptor ended */
+        assert_int_equal(nvh_tx_stage_get(pool), NVH_TX_NONE);
+        assert_int_equal(nvh_tx_depth(pool), 0);
+        assert_int_equal(rw_value(pool, b, k), INIT + 1 + (uint64_t)k);
+        assert_int_equal(nvh_pool_close(pool), NVH_OK);
+        /* and durable: nothing rolled back or freed at the reopen */
+        pool = nvh_pool_open(path, LAYOUT, 0);
+        assert_non_null(pool);
+        nvh_off_t *root = nvh_root(pool, NULL);
+        b = (bank *)((char *)nvh_pool_base(pool) + root[0]);
+        assert_int_equal(rw_value(pool, b, k), INIT + 1 + (uint64_t)k);
+        if (k == 2) assert_true(nvh_usable_size(pool, (char *)nvh_pool_base(pool) + b->o[9].w[2]) >= 64);
+        /* the read-only end leaves the descriptor ready for the next */
+        for (int i = 0; i < 3; i++) assert_int_equal(nvh_tx_run(pool, read_two, b), NVH_OK);
+        assert_int_equal(nvh_tx_stage_get(pool), NVH_TX_NONE);
+        assert_int_equal(nvh_pool_close(pool), NVH_OK);
+        unlink(path);
+    }
+}
+
+/* nvh_tx_run keeps the thread's descriptor between runs; a pool closed and
+ * another opened (the handle's memory reused) must not get the old one. */
+static int bump_first(nvh_pool *pool, void *arg)
+{
+    bank *b = arg;
+    obj *o = nvh_tx_open_write(pool, &b->o[0], sizeof(obj));
+    if (!o) return nvh_errcode();
+    for (unsigned k = 0; k < 8; k++) o->w[k]++;
+    return NVH_OK;
+}
+
+static void run_after_close(void **state)
+{
+    (void)state;
+    const char *p1 = test_path("txinplace-c1"), *p2 = test_path("txinplace-c2");
+    unsigned same = 0;
+    for (int round = 0; round < 8; round++) {
+        nvh_pool *a = nvh_pool_create(p1, LAYOUT, 16 * MIB, NVH_DOMAIN_PROCESS);
+        assert_non_null(a);
+        bank *ba = bank_setup(a);
+        assert_int_equal(nvh_tx_run(a, bump_first, ba), NVH_OK);
+        assert_int_equal(nvh_pool_close(a), NVH_OK);
+        nvh_pool *b = nvh_pool_create(p2, LAYOUT, 16 * MIB, NVH_DOMAIN_PROCESS);
+        assert_non_null(b);
+        same += b == a;
+        bank *bb = bank_setup(b);
+        assert_int_equal(nvh_tx_run(b, bump_first, bb), NVH_OK);
+        assert_int_equal(nvh_tx_run(b, read_two, bb), NVH_E_INVAL);   /* o[0] moved on */
+        assert_int_equal(balance(&bb->o[0]), INIT + 1);
+        assert_int_equal(nvh_pool_close(b), NVH_OK);
+        unlink(p1);
+        unlink(p2);
+    }
+    print_message("  %u of 8 rounds reused the closed pool's handle\n", same);
+}
+
+/* ---------------------------------------------------------------------------
  * No reuse under a reader
  * ------------------------------------------------------------------------- */
 typedef struct reuse { nvh_pool *pool; void *victim; _Atomic int step; int reused; } reuse;
@@ -351,6 +659,79 @@ static void no_reuse_under_reader(void **state)
     assert_int_equal(r.reused, 0);
     assert_int_equal(nvh_pool_close(pool), NVH_OK);
     unlink(path);
+}
+
+/* A reader thread that ran object transactions and then went idle (alive)
+ * keeps its epoch slot announced (sticky, common/epoch.c); space freed
+ * after it left must still come back: the scans revoke it. Returns how many
+ * allocations it took to get the victim's space back (0: never, in 20,000). */
+typedef struct idle { nvh_pool *pool; bank *b; _Atomic int step; } idle;
+static void *idle_reader(void *p)
+{
+    idle *r = p;
+    for (int i = 0; i < 3; i++) assert_int_equal(nvh_tx_run(r->pool, read_two, r->b), NVH_OK);
+    atomic_store(&r->step, 1);
+    while (atomic_load(&r->step) != 2) sched_yield();   /* idle, alive */
+    return NULL;
+}
+
+static unsigned reuse_after_idle_reader(void)
+{
+    const char *path = test_path("txinplace-idle");
+    nvh_pool *pool = nvh_pool_create(path, LAYOUT, 16 * MIB, NVH_DOMAIN_PROCESS);
+    assert_non_null(pool);
+    nvh_heap_config hc;
+    assert_int_equal(nvh_heap_config_get(pool, &hc), NVH_OK);
+    hc.fifo_delay_ns = 0;
+    hc.fifo_max_bytes = 0;                         /* every free drains */
+    assert_int_equal(nvh_heap_config_set(pool, &hc), NVH_OK);
+    idle r = {pool, bank_setup(pool), 0};
+    pthread_t t;
+    pthread_create(&t, NULL, idle_reader, &r);
+    while (atomic_load(&r.step) != 1) sched_yield();
+    void *victim = nvh_alloc(pool, sizeof(obj), NULL, NULL, NULL);
+    assert_non_null(victim);
+    nvh_free(pool, victim, NULL, 0);
+    unsigned found = 0;
+    for (unsigned i = 1; i <= 20000 && !found; i++) {
+        void *p = nvh_alloc(pool, sizeof(obj), NULL, NULL, NULL);
+        assert_non_null(p);
+        if (p == victim) found = i;
+        nvh_free(pool, p, NULL, 0);
+    }
+    atomic_store(&r.step, 2);
+    pthread_join(t, NULL);
+    assert_int_equal(nvh_pool_close(pool), NVH_OK);
+    unlink(path);
+    return found;
+}
+
+static bool have_membarrier(void)
+{
+    long q = syscall(SYS_membarrier, MEMBARRIER_CMD_QUERY, 0);
+    return q > 0 && (q & MEMBARRIER_CMD_PRIVATE_EXPEDITED);
+}
+
+static void idle_reader_revoked(void **state)
+{
+    (void)state;
+    unsigned n = reuse_after_idle_reader();
+    print_message("  the victim's space came back after %u allocations\n", n);
+    assert_true(n > 0);
+}
+
+/* Negative control: without revocation the idle reader holds it for good. */
+static void idle_reader_no_revoke_holds(void **state)
+{
+    (void)state;
+    if (!have_membarrier()) {                      /* readers are never sticky */
+        print_message("  membarrier not available: skipped\n");
+        return;
+    }
+    nvh_epoch_test_no_revoke_ = 1;
+    unsigned n = reuse_after_idle_reader();
+    nvh_epoch_test_no_revoke_ = 0;
+    assert_int_equal(n, 0);
 }
 
 /* ---------------------------------------------------------------------------
@@ -460,10 +841,19 @@ int main(void)
         cmocka_unit_test(costs),
         cmocka_unit_test(writer_between_opens),
         cmocka_unit_test(writer_before_commit),
+        cmocka_unit_test(writer_between_opens_recorded),
         cmocka_unit_test(no_validation_commits_a_mix),
+        cmocka_unit_test(in_flight_commit_recorded),
+        cmocka_unit_test(in_flight_ignored_commits_half),
+        cmocka_unit_test(abort_after_apply_retries_reader),
+        cmocka_unit_test(abort_prev_commits_transient),
+        cmocka_unit_test(run_commits_every_write_kind),
+        cmocka_unit_test(run_after_close),
         cmocka_unit_test(doomed_pointer_retried),
         cmocka_unit_test(doomed_error_retried),
         cmocka_unit_test(no_reuse_under_reader),
+        cmocka_unit_test(idle_reader_revoked),
+        cmocka_unit_test(idle_reader_no_revoke_holds),
         cmocka_unit_test(stress),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
