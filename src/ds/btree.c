@@ -42,16 +42,7 @@ void *bt_reserve(struct nvh_btree *t, size_t size)
 /* Pre-fault fresh pool memory in one call (btree.h says why and when). */
 void bt_prefault(struct nvh_btree *t, const void *p, size_t len)
 {
-#ifdef MADV_POPULATE_WRITE
-    if (!t->pool || nvh_protect_epoch_(t->pool)) return;
-    if (t->pool->flags & NVH_POOL_PREFAULT) return;   /* mapped at open already */
-    nvh_domain d = nvh_pool_domain(t->pool);
-    if (d != NVH_DOMAIN_PMEM && d != NVH_DOMAIN_PROCESS && d != NVH_DOMAIN_EADR) return;
-    uintptr_t pg = NVH_PAGE, a = (uintptr_t)p & ~(pg - 1), b = ((uintptr_t)p + len + pg - 1) & ~(pg - 1);
-    (void)madvise((void *)a, b - a, MADV_POPULATE_WRITE);
-#else
-    (void)t; (void)p; (void)len;
-#endif
+    if (t->pool) nvh_pool_populate_fresh_(t->pool, p, len);
 }
 
 /* Nodes are reserved BT_NODE_BATCH at a time and each gets its write window

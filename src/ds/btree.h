@@ -531,13 +531,9 @@ static inline void bt_note(struct nvh_btree *t, const void *addr, size_t len)
 }
 
 /* Pre-fault fresh pool memory the tree is about to fill (a record slab, a
- * batch of nodes) in one madvise(MADV_POPULATE_WRITE) instead of one page
- * fault per 4 KiB page on the insert path: on the dev VM a fault's trap and
- * shmem lookup cost more than the zeroing itself. Contents are unchanged
- * (the call only maps the pages writable), so this is a pure hint: skipped
- * in a protected pool (the pages may be read-only on purpose) and in the
- * domains where the mapping is not the media (sim) or where dirtying a page
- * costs a write-back (msync); errors are ignored. Defined in btree.c. */
+ * batch of nodes) in one call instead of one page fault per 4 KiB page on
+ * the insert path: nvh_pool_populate_fresh_ (pool.h says when it is
+ * skipped). Defined in btree.c. */
 void bt_prefault(struct nvh_btree *t, const void *p, size_t len);
 
 static inline void bt_flush(struct nvh_btree *t, const void *p, size_t len)

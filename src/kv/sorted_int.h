@@ -9,6 +9,7 @@
 #include "sorted.h"
 #include "../common/internal.h"
 #include "../protect/protect.h"
+#include "../pool/pool.h"
 
 #include <assert.h>
 #include <pthread.h>

@@ -157,16 +157,7 @@ int kvs_slab_free_one(kv_sorted *t)
  * where the mapping is ordinary memory the kernel populates. */
 static void kvs_slab_populate(kv_sorted *t, void *p, size_t len)
 {
-#ifdef MADV_POPULATE_WRITE
-    nvh_pool *pool = t->pool;
-    if (nvh_protect_epoch_(pool) || (pool->flags & NVH_POOL_PREFAULT) || len < 2 * NVH_PAGE) return;
-    nvh_domain d = nvh_pool_domain(pool);
-    if (d != NVH_DOMAIN_PMEM && d != NVH_DOMAIN_PROCESS && d != NVH_DOMAIN_EADR) return;
-    uintptr_t pg = NVH_PAGE, a = (uintptr_t)p & ~(pg - 1), b = ((uintptr_t)p + len + pg - 1) & ~(pg - 1);
-    (void)madvise((void *)a, b - a, MADV_POPULATE_WRITE);
-#else
-    (void)t; (void)p; (void)len;
-#endif
+    if (len >= 2 * NVH_PAGE) nvh_pool_populate_fresh_(t->pool, p, len);
 }
 
 /* The carver's slab is full: it stops being current; empty, it is owed its

@@ -224,6 +224,15 @@ static int map_range(nvh_pool *pool, uint64_t from, uint64_t to, bool dax)
     return NVH_OK;
 }
 
+void nvh_pool_populate_fresh_(nvh_pool *pool, const void *addr, size_t len)
+{
+    if (nvh_protect_epoch_(pool) || (pool->flags & NVH_POOL_PREFAULT) || pool->readonly) return;
+    nvh_domain d = (nvh_domain)pool->ctx.domain;
+    if (d != NVH_DOMAIN_PMEM && d != NVH_DOMAIN_PROCESS && d != NVH_DOMAIN_EADR) return;
+    uintptr_t pg = NVH_PAGE, a = (uintptr_t)addr & ~(pg - 1), b = ((uintptr_t)addr + len + pg - 1) & ~(pg - 1);
+    (void)madvise((void *)a, b - a, MADV_POPULATE_WRITE);
+}
+
 void nvh_pool_populate_(nvh_pool *pool, void *addr, uint64_t len)
 {
     if (!populate_domain(pool) || pool->readonly) return;

@@ -37,6 +37,15 @@ int nvh_pool_close_writeback_(nvh_pool *pool);
  * claims fresh. */
 void nvh_pool_populate_(nvh_pool *pool, void *addr, uint64_t len);
 
+/* Fault fresh pool memory a container is about to fill (a record slab, a
+ * batch of nodes) in one madvise(MADV_POPULATE_WRITE) instead of a fault per
+ * 4 KiB page, whatever the pool's flags. Contents are unchanged (the pages
+ * are only mapped writable), so it is a hint: skipped in a protected pool
+ * (its pages may be read-only on purpose), in a prefaulted one, and in the
+ * domains where the mapping is not the media (sim) or where dirtying a page
+ * costs a write-back (msync); errors are ignored. */
+void nvh_pool_populate_fresh_(nvh_pool *pool, const void *addr, size_t len);
+
 /* Write the next superblock state slot (size, epoch, clean) durably, in a
  * write window. */
 int nvh_pool_state_commit_(nvh_pool *pool, uint64_t size, uint64_t epoch, uint32_t clean);
