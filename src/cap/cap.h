@@ -91,35 +91,44 @@ struct cap_rbatch {
 };
 
 /* A span: a run of blocks of the range, free, a page of one size class, or
- * one large object. Descriptors live in DRAM (meta slabs), never in the file. */
+ * one large object. Descriptors live in DRAM (meta slabs, 64-byte aligned),
+ * never in the file. The first cache line holds what a free by any thread
+ * reads (where the block is, its size, its owner); the second what the
+ * owner writes on every malloc and free (the free list, the count). Kept
+ * apart, a cross-thread free does not take the line the owner is writing
+ * (false sharing). */
 struct cap_span {
+    /* line 0: read by every free; written when the span changes role */
     uintptr_t start;
     uint32_t blocks;
     uint8_t kind;              /* CAP_SPAN_*                                   */
     uint8_t dirty;             /* free: holds pages not yet punched            */
     uint8_t hole;              /* free: holds punched pages (refill them)      */
-    uint8_t pstate;            /* page: CAP_PG_* (owner only)                  */
     uint8_t cached;            /* large: freed, in the freeing thread's cache
                                   (1) or the instance's (2); its kind stays
                                   LARGE (the lock holder reads kinds of
                                   neighbours, this thread writes this) */
     uint8_t roomy;             /* large: a block grown by realloc, with headroom */
-    struct cap_span *next, *prev;   /* free: bin list; page: avail list;
-                                       instance-cached large: class list      */
+    uint8_t pad0_[3];
+    uint32_t bsize;            /* page: block size                             */
+    struct cap_heap *heap;     /* page: owner; fixed while it has live blocks  */
+    uint64_t inv;              /* page: ceil(2^40 / bsize): interior check     */
+    uintptr_t user;            /* large: the pointer handed out (aligned ones) */
+    struct cap_span *next, *prev; /* free: bin list; page: avail list;
+                                     instance-cached large: class list        */
+    /* line 1: the owner's (page) or the lock holder's (free, large) */
+    _Alignas(64) struct cap_block *free; /* page: owner-only free list         */
+    uint32_t used;             /* page: blocks handed out, not freed to owner  */
+    uint32_t cls;              /* page: size class                             */
+    uint8_t pstate;            /* page: CAP_PG_* (owner only)                  */
+    uint8_t pad1_[7];
+    uintptr_t bump, end;       /* page: never-used blocks [bump, end)          */
     struct cap_span *dnext, *dprev; /* free + dirty: punch queue (oldest first);
                                        instance-cached large: age queue       */
     size_t dbytes;             /* free + dirty: bytes that may hold pages      */
-    /* page */
-    struct cap_heap *heap;     /* owner; fixed while the page has live blocks  */
-    struct cap_block *free;    /* owner-only free list                         */
-    uintptr_t bump, end;       /* never-used blocks [bump, end)                */
-    uint32_t used;             /* blocks handed out and not yet freed to owner */
-    uint32_t bsize;
-    uint64_t inv;              /* ceil(2^40 / bsize): interior-pointer check   */
-    uint32_t cls;
-    /* large */
-    uintptr_t user;            /* the pointer handed out (aligned allocations) */
 };
+_Static_assert(offsetof(struct cap_span, free) == 64, "cap_span: owner line");
+_Static_assert(sizeof(struct cap_span) == 128, "cap_span: two lines");
 
 struct cap_inst;
 
@@ -173,6 +182,16 @@ struct cap_inst {
     uintptr_t secret;
     int abort_on_error;      /* for the preload front end                       */
     bool populate;           /* fault fresh pages in at once (heap.c populate) */
+    /* Cross-thread frees: with key_at_free the freeing thread checks and sets
+     * the block's key (a double free is reported by that free call: the pool
+     * part's error codes); else it only queues the address, never touching
+     * the block (last written by the owner, whose cache still holds it), and
+     * the owner checks and sets the key when it drains the queue: a double
+     * free found there is counted in late_doubles and passed to late_double
+     * (if set), and the block is not freed twice (heap.c heap_drain). */
+    bool key_at_free;
+    void (*late_double)(struct cap_inst *cap, void *p);
+    _Atomic uint64_t late_doubles;
     _Atomic(struct cap_span *) *map;  /* one entry per block                    */
     size_t map_bytes;
     pthread_mutex_t lock;    /* global span allocator, heaps list, orphans      */

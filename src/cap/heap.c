@@ -449,6 +449,15 @@ static void rbatch_keep(struct cap_heap *h, struct cap_rbatch *b, bool locked)
         pthread_mutex_unlock(&cap->lock);
 }
 
+/* A cross-thread double free found by the owner's drain: the block is
+ * already free (not freed again). */
+static NVH_CAP_NOINLINE void late_double(struct cap_inst *cap, struct cap_block *b)
+{
+    atomic_fetch_add_explicit(&cap->late_doubles, 1, memory_order_relaxed);
+    if (cap->late_double)
+        cap->late_double(cap, b);
+}
+
 /* Take the frees other threads pushed to h. */
 static void heap_drain(struct cap_heap *h, bool locked)
 {
@@ -467,12 +476,21 @@ static void heap_drain(struct cap_heap *h, bool locked)
         x = rb->next;
         uint32_t n = rb->n;
         /* the blocks sit in other cores' caches: ask for a few lines ahead */
-        for (uint32_t i = 0; i < n && i < 8; i++)
+        for (uint32_t i = 0; i < n && i < 16; i++)
             __builtin_prefetch(rb->blk[i], 1);
         for (uint32_t i = 0; i < n; i++) {
-            if (i + 8 < n)
-                __builtin_prefetch(rb->blk[i + 8], 1);
+            if (i + 16 < n)
+                __builtin_prefetch(rb->blk[i + 16], 1);
             struct cap_block *b = rb->blk[i];
+            if (!cap->key_at_free) {
+                /* the freeing thread left the block alone: check it here */
+                uintptr_t k = key_of(cap, b);
+                if (nvh_cap_unlikely(b->key == k)) {
+                    late_double(cap, b);
+                    continue;
+                }
+                b->key = k;
+            }
             local_free(h, nvh_cap_span_of_(cap, b), b, locked);
         }
         rbatch_keep(h, rb, locked);
@@ -516,13 +534,33 @@ static void remote_flush(struct cap_heap *h)
     }
 }
 
-static NVH_CAP_NOINLINE void remote_free(struct cap_inst *cap, struct cap_heap *h, struct cap_span *p, struct cap_block *b)
+/* Check and set a block's key: CAP_DOUBLE if it is already free. */
+NVH_CAP_INLINE int key_set(struct cap_inst *cap, struct cap_block *b)
 {
-    b->key = key_of(cap, b);
+    uintptr_t k = key_of(cap, b);
+    if (nvh_cap_unlikely(b->key == k))
+        return CAP_DOUBLE;
+    b->key = k;
+    return CAP_OK;
+}
+
+/* A free by a thread that does not own the block's page. By default it
+ * neither reads nor writes the block: the block was last written by the
+ * owner (malloc, and usually the program's own writes there), so its line
+ * is in the owner's cache, and a read here would take it across (a miss
+ * per free, the largest cost of a cross-thread free) and the owner's drain
+ * would take it back. The owner checks the key when it drains the batch
+ * (cap->key_at_free explains the other mode). Lone blocks are chained
+ * through their first word, so they are checked and keyed here. */
+static NVH_CAP_NOINLINE int remote_free(struct cap_inst *cap, struct cap_heap *h, struct cap_span *p, struct cap_block *b)
+{
     struct cap_heap *dest = p->heap;
+    bool keyed = cap->key_at_free || !h;
+    if (keyed && key_set(cap, b) != CAP_OK)
+        return CAP_DOUBLE;
     if (!h) {
         remote_push_lone(dest, b);
-        return;
+        return CAP_OK;
     }
     if (h->rdest != dest) {
         remote_flush(h);
@@ -531,13 +569,16 @@ static NVH_CAP_NOINLINE void remote_free(struct cap_inst *cap, struct cap_heap *
     struct cap_rbatch *rb = h->rout;
     if (nvh_cap_unlikely(!rb)) {
         if (!(rb = h->rout = rbatch_get(h))) {
+            if (!keyed && key_set(cap, b) != CAP_OK)
+                return CAP_DOUBLE;
             remote_push_lone(dest, b);
-            return;
+            return CAP_OK;
         }
     }
     rb->blk[rb->n++] = b;
     if (rb->n == NVH_CAP_RBATCH)
         remote_flush(h);
+    return CAP_OK;
 }
 
 /* ---- malloc ----------------------------------------------------------------- */
@@ -830,18 +871,17 @@ NVH_CAP_INLINE int cap_free(struct cap_inst *cap, void *p)
                              off >= ((uintptr_t)s->blocks << NVH_CAP_BLOCK_SHIFT)))
             return CAP_INVALID;
         struct cap_block *b = p;
-        if (nvh_cap_unlikely(b->key == key_of(cap, p)))
-            return CAP_DOUBLE;
         struct cap_heap *h = nvh_cap_heap_peek_(cap);
         if (nvh_cap_likely(s->heap == h)) {
+            if (nvh_cap_unlikely(b->key == key_of(cap, p)))
+                return CAP_DOUBLE;
             if (nvh_cap_unlikely((uintptr_t)p >= s->bump))
                 return CAP_INVALID;     /* never handed out (or page empty) */
             b->key = key_of(cap, p);
             local_free(h, s, b, false);
             return CAP_OK;
         }
-        remote_free(cap, h, s, b);
-        return CAP_OK;
+        return remote_free(cap, h, s, b);
     }
     return free_other(cap, s, p);
 }

@@ -802,6 +802,7 @@ int nvh_cap_init_region_(struct cap_inst *cap, void *base, size_t size)
     cap->base = b;
     cap->size = ((uintptr_t)base + size - b) & ~(size_t)(NVH_CAP_BLOCK - 1);
     cap->checked = cap->size;
+    cap->key_at_free = true;   /* nvh_cap_free reports every double free */
     return common_init(cap);
 }
 

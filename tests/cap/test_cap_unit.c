@@ -311,6 +311,82 @@ static void test_cross_thread_and_orphans(void **state)
         assert_int_equal(nvh_cap_free_(&cap, xptr[i]), CAP_OK);
 }
 
+/* A cross-thread free queues the address and leaves the block alone (its
+ * line stays in the owner's cache); the owner checks and keys it when it
+ * drains. A second cross-thread free of the block before that is found
+ * there: counted, reported, and the block is not freed twice. With
+ * key_at_free (the pool part) the freeing call reports it itself. */
+static void *xfree_ptr;
+static int xfree_rc[2];
+
+static void *xfree_twice(void *arg)
+{
+    (void)arg;
+    nvh_cap_free_(&cap, nvh_cap_alloc_(heap(), 16));   /* a heap of its own */
+    xfree_rc[0] = nvh_cap_free_(&cap, xfree_ptr);
+    xfree_rc[1] = nvh_cap_free_(&cap, xfree_ptr);
+    return NULL;   /* exits: its batch goes to the owner */
+}
+
+static void *xfree_once(void *arg)
+{
+    (void)arg;
+    nvh_cap_free_(&cap, nvh_cap_alloc_(heap(), 16));
+    xfree_rc[0] = nvh_cap_free_(&cap, xfree_ptr);
+    return NULL;
+}
+
+static void test_remote_free_untouched(void **state)
+{
+    (void)state;
+    struct cap_heap *h = heap();
+    enum { SZ = 400 };
+    unsigned char *p = nvh_cap_alloc_(h, SZ);
+    memset(p, 0xAB, SZ);
+    xfree_ptr = p;
+    uint64_t late0 = atomic_load(&cap.late_doubles);
+    pthread_t t;
+    pthread_create(&t, NULL, xfree_twice, NULL);
+    pthread_join(t, NULL);
+    assert_int_equal(xfree_rc[0], CAP_OK);
+    assert_int_equal(xfree_rc[1], CAP_OK);   /* not known yet */
+    for (unsigned i = 0; i < SZ; i++)
+        assert_int_equal(p[i], 0xAB);        /* not read or written */
+    nvh_cap_trim_(&cap);                     /* drains */
+    assert_int_equal(atomic_load(&cap.late_doubles), late0 + 1);
+    /* the block was freed once: of the class's next blocks none repeats */
+    enum { N = 2000 };
+    static unsigned char *q[N];
+    for (unsigned i = 0; i < N; i++) {
+        q[i] = nvh_cap_alloc_(h, SZ);
+        for (unsigned j = 0; j < i; j++)
+            assert_ptr_not_equal(q[i], q[j]);
+    }
+    for (unsigned i = 0; i < N; i++)
+        assert_int_equal(nvh_cap_free_(&cap, q[i]), CAP_OK);
+    /* the pool part's mode: the freeing call sees the double free */
+    cap.key_at_free = true;
+    p = nvh_cap_alloc_(h, SZ);
+    xfree_ptr = p;
+    pthread_create(&t, NULL, xfree_twice, NULL);
+    pthread_join(t, NULL);
+    assert_int_equal(xfree_rc[0], CAP_OK);
+    assert_int_equal(xfree_rc[1], CAP_DOUBLE);
+    nvh_cap_trim_(&cap);
+    assert_int_equal(atomic_load(&cap.late_doubles), late0 + 1);
+    cap.key_at_free = false;
+    /* a single cross-thread free, then the owner's own free of it: the
+     * drain finds it */
+    p = nvh_cap_alloc_(h, SZ);
+    xfree_ptr = p;
+    pthread_create(&t, NULL, xfree_once, NULL);
+    pthread_join(t, NULL);
+    assert_int_equal(xfree_rc[0], CAP_OK);
+    assert_int_equal(nvh_cap_free_(&cap, p), CAP_OK);
+    nvh_cap_trim_(&cap);
+    assert_int_equal(atomic_load(&cap.late_doubles), late0 + 2);
+}
+
 /* ---- file space --------------------------------------------------------------- */
 static void *exit_thread(void *arg)
 {
@@ -579,6 +655,7 @@ int main(void)
         cmocka_unit_test(test_large_class_reuse),
         cmocka_unit_test(test_bad_pointers),
         cmocka_unit_test(test_cross_thread_and_orphans),
+        cmocka_unit_test(test_remote_free_untouched),
         cmocka_unit_test(test_file_shrinks),
         cmocka_unit_test(test_batch_no_punch),
         cmocka_unit_test(test_large_kept_resident),
