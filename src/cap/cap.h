@@ -108,7 +108,8 @@ struct cap_span {
                                   (1) or the instance's (2); its kind stays
                                   LARGE (the lock holder reads kinds of
                                   neighbours, this thread writes this) */
-    uint8_t roomy;             /* large: a block grown by realloc, with headroom */
+    uint8_t roomy;             /* large: a block grown by realloc, with headroom
+                                  (2: a thread's kept one, taken whole)       */
     uint8_t pad0_[3];
     uint32_t bsize;            /* page: block size                             */
     struct cap_heap *heap;     /* page: owner; fixed while it has live blocks  */
@@ -151,6 +152,7 @@ struct cap_heap {
     struct cap_span *lcache[NVH_CAP_LCACHE];
     unsigned nlcache;
     size_t lcache_bytes;
+    struct cap_span *rkeep;          /* a freed grown block, for the next one */
     /* outgoing cross-thread frees, batched per destination heap */
     struct cap_heap *rdest;
     struct cap_rbatch *rout;
@@ -213,6 +215,7 @@ struct cap_inst {
     size_t span_bytes;       /* bytes of spans in use (under the lock)          */
     size_t span_peak;
     uint64_t punches;
+    uint64_t span_calls;     /* calls of the span allocator (each under the lock) */
     struct cap_span *desc_free;
     struct cap_rbatch *rbatch_free;  /* spare cross-thread batches           */
     char *meta_cur, *meta_end;

@@ -215,6 +215,32 @@ static void test_realloc_growth_moves(void **state)
     int bad;
     assert_ptr_equal(nvh_cap_realloc_(h, p, sz / 3, &bad), p);
     assert_int_equal(nvh_cap_free_(&cap, p), CAP_OK);
+    assert_int_equal(nvh_cap_free_(&cap, p), CAP_DOUBLE);   /* kept, still free */
+    /* the thread keeps the grown block: the next buffer that grows past a
+     * page takes it whole, and grows to 1 MiB without one call of the span
+     * allocator (each under its lock) */
+    unsigned char *first = p;
+    uint64_t calls0 = 0;
+    sz = 16;
+    p = nvh_cap_alloc_(h, sz);
+    memset(p, 0x33, sz);
+    while (sz < ((size_t)1 << 20)) {
+        size_t nsz = sz + sz / 8;
+        unsigned char *q = nvh_cap_realloc_(h, p, nsz, &bad);
+        assert_non_null(q);
+        assert_true(q[0] == 0x33 && q[sz - 1] == 0x33);
+        memset(q + sz, 0x33, nsz - sz);
+        if (q == first && p != first)
+            calls0 = cap.span_calls;   /* it moved into the kept block */
+        p = q;
+        sz = nsz;
+    }
+    assert_ptr_equal(p, first);
+    assert_int_equal(cap.span_calls, calls0);
+    assert_int_equal(nvh_cap_free_(&cap, p), CAP_OK);
+    assert_non_null(heap()->rkeep);
+    nvh_cap_trim_(&cap);   /* gives it back */
+    assert_null(heap()->rkeep);
 }
 
 /* Large blocks are rounded to large classes: a freed block serves a
