@@ -32,10 +32,12 @@
  * (S = NVH_CAP_CLASS_SHIFT), so rounding wastes at most 1/2^S of a block
  * above 16 << S and about a third of that on average (heap.c size_class). */
 #ifndef NVH_CAP_CLASS_SHIFT
-#define NVH_CAP_CLASS_SHIFT 5u
+#define NVH_CAP_CLASS_SHIFT 6u
 #endif
 #define NVH_CAP_COARSE_SHIFT 2u    /* the classes of a heap that holds little */
 #define NVH_CAP_FINE_BYTES ((size_t)32 << 20) /* pages of a heap on the fine grid */
+#define NVH_CAP_FINE_PAGE ((size_t)32 << 10)  /* fine grid: target page of classes
+                                                 <= 8 KiB (heap.c page_blocks) */
 #define NVH_CAP_CLASSES ((1u << NVH_CAP_CLASS_SHIFT) * (13u - NVH_CAP_CLASS_SHIFT) + 1u) /* 0 unused */
 #define NVH_CAP_BINS 256u                      /* free-span bins                */
 #define NVH_CAP_INSTANCES 8u                   /* instances alive at once       */

@@ -91,21 +91,26 @@ static inline size_t class_size(unsigned c)
     return ((size_t)1 << b) + ((size_t)(k + 1u) << (b - CAP_S));
 }
 
-/* Blocks of a page of class size bs, the grow-th page a heap makes for the
- * class. Pages start small (room for two blocks) and double with each page
- * up to the full size (64 KiB, 512 KiB above NVH_CAP_SMALL_MAX): with many
- * fine classes, a heap that holds a few blocks of each would otherwise hold
- * a mostly empty full page per class. Of the sizes from the target to
- * 1.5 times it (twice while pages are small), the one that leaves the
- * smallest tail after the last whole block, so a page of an odd class
- * wastes little of its span (most fine classes divide one of them exactly). */
+/* Blocks of a page of class size bs on the fine grid, the grow-th page a
+ * heap makes for the class. Pages start small (room for two blocks) and
+ * double with each page up to the target (NVH_CAP_FINE_PAGE, 512 KiB above
+ * NVH_CAP_SMALL_MAX): with many fine classes, a heap that holds a few
+ * blocks of each would otherwise hold a mostly empty page per class. Of the
+ * sizes from the target to 3 times it (1.5 times for the 512 KiB pages, twice
+ * while pages are small), the one
+ * that leaves the smallest tail after the last whole block, so a page of an
+ * odd class wastes little of its span. A big heap pays two things per
+ * class: the tails of all its pages and the never-used part of its current
+ * page (half a page on average); a 32 KiB target with the search up to
+ * 96 KiB minimises their sum for sizes uniform in 10 B .. 4 KiB (docs/CAP.md
+ * "Alternatives measured"). */
 static uint32_t page_blocks(size_t bs, unsigned grow)
 {
-    size_t full = (bs <= NVH_CAP_SMALL_MAX ? NVH_CAP_SMALL_PAGE : NVH_CAP_MEDIUM_PAGE) >> NVH_CAP_BLOCK_SHIFT;
+    size_t full = (bs <= NVH_CAP_SMALL_MAX ? NVH_CAP_FINE_PAGE : NVH_CAP_MEDIUM_PAGE) >> NVH_CAP_BLOCK_SHIFT;
     size_t base = ((2 * bs + NVH_CAP_BLOCK - 1) >> NVH_CAP_BLOCK_SHIFT) << (grow < 16 ? grow : 16);
     if (base > full)
         base = full;
-    size_t hi = base < full ? base * 2 : full + full / 2;
+    size_t hi = base < full ? base * 2 : bs <= NVH_CAP_SMALL_MAX ? full * 3 : full + full / 2;
     size_t best = base, best_tail = (base << NVH_CAP_BLOCK_SHIFT) % bs;
     for (size_t n = base + 1; n <= hi && best_tail; n++) {
         size_t tail = (n << NVH_CAP_BLOCK_SHIFT) % bs;

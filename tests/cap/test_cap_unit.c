@@ -73,8 +73,9 @@ static void test_class_tight(void **state)
 /* A heap that holds more than NVH_CAP_FINE_BYTES of pages rounds with the
  * fine classes (2^NVH_CAP_CLASS_SHIFT per power of two) and sizes its pages
  * to leave no long tail: once the heap is big, 64 MiB more of blocks of
- * sizes uniform in 10 B .. 4 KiB ([Moraru11] Table 2) take pages within 5 %
- * of the bytes asked for (about 3.4 %; the coarse classes alone: over 9 %).
+ * sizes uniform in 10 B .. 4 KiB ([Moraru11] Table 2) take pages within
+ * 2.7 % of the bytes asked for (about 2.1 %; with 32 classes per power of
+ * two and 64 KiB pages 3.4 %; the coarse classes alone: over 9 %).
  * A small heap keeps the coarse classes. */
 static size_t fine_usable_small, fine_usable_big;
 static double fine_ratio;
@@ -123,7 +124,7 @@ static void test_fine_classes(void **state)
     pthread_create(&t, NULL, fine_thread, NULL);
     pthread_join(t, NULL);
     assert_int_equal(fine_usable_small, 2560);
-    assert_true(fine_ratio < 1.05);
+    assert_true(fine_ratio < 1.027);
     assert_int_equal(fine_usable_big, 2112);
 }
 
