@@ -146,9 +146,11 @@ struct cap_heap {
     uint8_t pgrow[NVH_CAP_CLASSES];  /* pages made per class, up to full size */
     size_t fine_max;                 /* sizes up to this use the fine classes */
     size_t page_bytes;               /* bytes of the pages it holds           */
-    _Atomic(uintptr_t) remote;       /* batches (and lone blocks, tagged)    */
+    /* written by other threads (one CAS per batch of frees): a line of its
+     * own, apart from what the owner's malloc reads (fine_max) */
+    _Alignas(64) _Atomic(uintptr_t) remote; /* batches (and lone blocks, tagged) */
     _Atomic int orphan;
-    uint64_t decay_ms;               /* last time it gave idle memory back    */
+    _Alignas(64) uint64_t decay_ms;  /* last time it gave idle memory back    */
     struct cap_span *empty[NVH_CAP_EMPTY_PAGES];
     unsigned nempty;
     struct cap_span *lcache[NVH_CAP_LCACHE];
@@ -163,6 +165,10 @@ struct cap_heap {
     struct cap_heap *all_next;       /* every heap of the instance            */
     struct cap_heap *orphan_next;
 };
+
+_Static_assert(offsetof(struct cap_heap, remote) / 64 != offsetof(struct cap_heap, fine_max) / 64 &&
+                   offsetof(struct cap_heap, remote) / 64 != offsetof(struct cap_heap, decay_ms) / 64,
+               "cap_heap: the remote list has a line of its own");
 
 /* Usage counters (nvh_cap_stats_). */
 struct nvh_cap_counters {
