@@ -6,11 +6,12 @@
  * (64 KiB pages for classes up to 8 KiB, 512 KiB above; on the fine grid of
  * a big heap, pages grow per class and fit the class), owned by one thread
  * heap. malloc pops the free list of the class's current page; the owner's
- * free pushes onto it. A free by another thread marks the block free (its key)
- * and queues it in a small per-thread batch for the owner heap; a full batch
- * is pushed onto the owner's `remote` list with one CAS, and the owner drains
- * that list when a page runs dry. So neither path takes a lock, and the
- * freeing thread touches the owner's cache lines once per batch.
+ * free pushes onto it. A free by another thread queues the block's address
+ * in a small per-thread batch for the owner heap without touching the block;
+ * a full batch is pushed onto the owner's `remote` list with one CAS, and the
+ * owner drains that list when a page runs dry, checking and setting each
+ * block's key there. So neither path takes a lock, and the freeing thread
+ * touches the owner's cache lines once per batch.
  *
  * Objects above 64 KiB are spans of their own (span.c), rounded to 4 KiB;
  * each thread keeps a few freed ones for reuse without the lock.
