@@ -32,10 +32,12 @@
  * (S = NVH_CAP_CLASS_SHIFT), so rounding wastes at most 1/2^S of a block
  * above 16 << S and about a third of that on average (heap.c size_class). */
 #ifndef NVH_CAP_CLASS_SHIFT
-#define NVH_CAP_CLASS_SHIFT 5u
+#define NVH_CAP_CLASS_SHIFT 6u
 #endif
 #define NVH_CAP_COARSE_SHIFT 2u    /* the classes of a heap that holds little */
 #define NVH_CAP_FINE_BYTES ((size_t)32 << 20) /* pages of a heap on the fine grid */
+#define NVH_CAP_FINE_PAGE ((size_t)32 << 10)  /* fine grid: target page of classes
+                                                 <= 8 KiB (heap.c page_blocks) */
 #define NVH_CAP_CLASSES ((1u << NVH_CAP_CLASS_SHIFT) * (13u - NVH_CAP_CLASS_SHIFT) + 1u) /* 0 unused */
 #define NVH_CAP_BINS 256u                      /* free-span bins                */
 #define NVH_CAP_INSTANCES 8u                   /* instances alive at once       */
@@ -91,35 +93,45 @@ struct cap_rbatch {
 };
 
 /* A span: a run of blocks of the range, free, a page of one size class, or
- * one large object. Descriptors live in DRAM (meta slabs), never in the file. */
+ * one large object. Descriptors live in DRAM (meta slabs, 64-byte aligned),
+ * never in the file. The first cache line holds what a free by any thread
+ * reads (where the block is, its size, its owner); the second what the
+ * owner writes on every malloc and free (the free list, the count). Kept
+ * apart, a cross-thread free does not take the line the owner is writing
+ * (false sharing). */
 struct cap_span {
+    /* line 0: read by every free; written when the span changes role */
     uintptr_t start;
     uint32_t blocks;
     uint8_t kind;              /* CAP_SPAN_*                                   */
     uint8_t dirty;             /* free: holds pages not yet punched            */
     uint8_t hole;              /* free: holds punched pages (refill them)      */
-    uint8_t pstate;            /* page: CAP_PG_* (owner only)                  */
     uint8_t cached;            /* large: freed, in the freeing thread's cache
                                   (1) or the instance's (2); its kind stays
                                   LARGE (the lock holder reads kinds of
                                   neighbours, this thread writes this) */
-    uint8_t roomy;             /* large: a block grown by realloc, with headroom */
-    struct cap_span *next, *prev;   /* free: bin list; page: avail list;
-                                       instance-cached large: class list      */
+    uint8_t roomy;             /* large: a block grown by realloc, with headroom
+                                  (2: a thread's kept one, taken whole)       */
+    uint8_t pad0_[3];
+    uint32_t bsize;            /* page: block size                             */
+    struct cap_heap *heap;     /* page: owner; fixed while it has live blocks  */
+    uint64_t inv;              /* page: ceil(2^40 / bsize): interior check     */
+    uintptr_t user;            /* large: the pointer handed out (aligned ones) */
+    struct cap_span *next, *prev; /* free: bin list; page: avail list;
+                                     instance-cached large: class list        */
+    /* line 1: the owner's (page) or the lock holder's (free, large) */
+    _Alignas(64) struct cap_block *free; /* page: owner-only free list         */
+    uint32_t used;             /* page: blocks handed out, not freed to owner  */
+    uint32_t cls;              /* page: size class                             */
+    uint8_t pstate;            /* page: CAP_PG_* (owner only)                  */
+    uint8_t pad1_[7];
+    uintptr_t bump, end;       /* page: never-used blocks [bump, end)          */
     struct cap_span *dnext, *dprev; /* free + dirty: punch queue (oldest first);
                                        instance-cached large: age queue       */
     size_t dbytes;             /* free + dirty: bytes that may hold pages      */
-    /* page */
-    struct cap_heap *heap;     /* owner; fixed while the page has live blocks  */
-    struct cap_block *free;    /* owner-only free list                         */
-    uintptr_t bump, end;       /* never-used blocks [bump, end)                */
-    uint32_t used;             /* blocks handed out and not yet freed to owner */
-    uint32_t bsize;
-    uint64_t inv;              /* ceil(2^40 / bsize): interior-pointer check   */
-    uint32_t cls;
-    /* large */
-    uintptr_t user;            /* the pointer handed out (aligned allocations) */
 };
+_Static_assert(offsetof(struct cap_span, free) == 64, "cap_span: owner line");
+_Static_assert(sizeof(struct cap_span) == 128, "cap_span: two lines");
 
 struct cap_inst;
 
@@ -134,14 +146,17 @@ struct cap_heap {
     uint8_t pgrow[NVH_CAP_CLASSES];  /* pages made per class, up to full size */
     size_t fine_max;                 /* sizes up to this use the fine classes */
     size_t page_bytes;               /* bytes of the pages it holds           */
-    _Atomic(uintptr_t) remote;       /* batches (and lone blocks, tagged)    */
+    /* written by other threads (one CAS per batch of frees): a line of its
+     * own, apart from what the owner's malloc reads (fine_max) */
+    _Alignas(64) _Atomic(uintptr_t) remote; /* batches (and lone blocks, tagged) */
     _Atomic int orphan;
-    uint64_t decay_ms;               /* last time it gave idle memory back    */
+    _Alignas(64) uint64_t decay_ms;  /* last time it gave idle memory back    */
     struct cap_span *empty[NVH_CAP_EMPTY_PAGES];
     unsigned nempty;
     struct cap_span *lcache[NVH_CAP_LCACHE];
     unsigned nlcache;
     size_t lcache_bytes;
+    struct cap_span *rkeep;          /* a freed grown block, for the next one */
     /* outgoing cross-thread frees, batched per destination heap */
     struct cap_heap *rdest;
     struct cap_rbatch *rout;
@@ -150,6 +165,10 @@ struct cap_heap {
     struct cap_heap *all_next;       /* every heap of the instance            */
     struct cap_heap *orphan_next;
 };
+
+_Static_assert(offsetof(struct cap_heap, remote) / 64 != offsetof(struct cap_heap, fine_max) / 64 &&
+                   offsetof(struct cap_heap, remote) / 64 != offsetof(struct cap_heap, decay_ms) / 64,
+               "cap_heap: the remote list has a line of its own");
 
 /* Usage counters (nvh_cap_stats_). */
 struct nvh_cap_counters {
@@ -173,9 +192,22 @@ struct cap_inst {
     uintptr_t secret;
     int abort_on_error;      /* for the preload front end                       */
     bool populate;           /* fault fresh pages in at once (heap.c populate) */
+    /* Cross-thread frees: with key_at_free the freeing thread checks and sets
+     * the block's key (a double free is reported by that free call: the pool
+     * part's error codes); else it only queues the address, never touching
+     * the block (last written by the owner, whose cache still holds it), and
+     * the owner checks and sets the key when it drains the queue: a double
+     * free found there is counted in late_doubles and passed to late_double
+     * (if set), and the block is not freed twice (heap.c heap_drain). */
+    bool key_at_free;
+    void (*late_double)(struct cap_inst *cap, void *p);
     _Atomic(struct cap_span *) *map;  /* one entry per block                    */
     size_t map_bytes;
-    pthread_mutex_t lock;    /* global span allocator, heaps list, orphans      */
+    /* Above: read by every free, written at init only. Below, from the next
+     * line on: written under the lock (or rarely), so taking the lock does
+     * not take the line every free reads (false sharing). */
+    _Alignas(64) pthread_mutex_t lock; /* global span allocator, heaps list, orphans */
+    _Atomic uint64_t late_doubles;
     size_t top;              /* used part of the range                          */
     _Atomic size_t top_hint; /* top, for reads without the lock                 */
     size_t checked;          /* top up to which the device was checked for room */
@@ -194,6 +226,7 @@ struct cap_inst {
     size_t span_bytes;       /* bytes of spans in use (under the lock)          */
     size_t span_peak;
     uint64_t punches;
+    uint64_t span_calls;     /* calls of the span allocator (each under the lock) */
     struct cap_span *desc_free;
     struct cap_rbatch *rbatch_free;  /* spare cross-thread batches           */
     char *meta_cur, *meta_end;
@@ -202,6 +235,10 @@ struct cap_inst {
     char dir[256];           /* where fork creates the child's file            */
     int fork_fd;
 };
+
+_Static_assert(offsetof(struct cap_inst, lock) / 64 != offsetof(struct cap_inst, map) / 64 &&
+                   offsetof(struct cap_inst, lock) / 64 != offsetof(struct cap_inst, secret) / 64,
+               "cap_inst: the lock shares no line with what every free reads");
 
 /* ---- large classes ------------------------------------------------------- */
 /* Blocks over NVH_CAP_CLASS_MAX are rounded up to large classes, eight per

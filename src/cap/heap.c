@@ -6,11 +6,12 @@
  * (64 KiB pages for classes up to 8 KiB, 512 KiB above; on the fine grid of
  * a big heap, pages grow per class and fit the class), owned by one thread
  * heap. malloc pops the free list of the class's current page; the owner's
- * free pushes onto it. A free by another thread marks the block free (its key)
- * and queues it in a small per-thread batch for the owner heap; a full batch
- * is pushed onto the owner's `remote` list with one CAS, and the owner drains
- * that list when a page runs dry. So neither path takes a lock, and the
- * freeing thread touches the owner's cache lines once per batch.
+ * free pushes onto it. A free by another thread queues the block's address
+ * in a small per-thread batch for the owner heap without touching the block;
+ * a full batch is pushed onto the owner's `remote` list with one CAS, and the
+ * owner drains that list when a page runs dry, checking and setting each
+ * block's key there. So neither path takes a lock, and the freeing thread
+ * touches the owner's cache lines once per batch.
  *
  * Objects above 64 KiB are spans of their own (span.c), rounded to 4 KiB;
  * each thread keeps a few freed ones for reuse without the lock.
@@ -91,21 +92,26 @@ static inline size_t class_size(unsigned c)
     return ((size_t)1 << b) + ((size_t)(k + 1u) << (b - CAP_S));
 }
 
-/* Blocks of a page of class size bs, the grow-th page a heap makes for the
- * class. Pages start small (room for two blocks) and double with each page
- * up to the full size (64 KiB, 512 KiB above NVH_CAP_SMALL_MAX): with many
- * fine classes, a heap that holds a few blocks of each would otherwise hold
- * a mostly empty full page per class. Of the sizes from the target to
- * 1.5 times it (twice while pages are small), the one that leaves the
- * smallest tail after the last whole block, so a page of an odd class
- * wastes little of its span (most fine classes divide one of them exactly). */
+/* Blocks of a page of class size bs on the fine grid, the grow-th page a
+ * heap makes for the class. Pages start small (room for two blocks) and
+ * double with each page up to the target (NVH_CAP_FINE_PAGE, 512 KiB above
+ * NVH_CAP_SMALL_MAX): with many fine classes, a heap that holds a few
+ * blocks of each would otherwise hold a mostly empty page per class. Of the
+ * sizes from the target to 3 times it (1.5 times for the 512 KiB pages, twice
+ * while pages are small), the one
+ * that leaves the smallest tail after the last whole block, so a page of an
+ * odd class wastes little of its span. A big heap pays two things per
+ * class: the tails of all its pages and the never-used part of its current
+ * page (half a page on average); a 32 KiB target with the search up to
+ * 96 KiB minimises their sum for sizes uniform in 10 B .. 4 KiB (docs/CAP.md
+ * "Alternatives measured"). */
 static uint32_t page_blocks(size_t bs, unsigned grow)
 {
-    size_t full = (bs <= NVH_CAP_SMALL_MAX ? NVH_CAP_SMALL_PAGE : NVH_CAP_MEDIUM_PAGE) >> NVH_CAP_BLOCK_SHIFT;
+    size_t full = (bs <= NVH_CAP_SMALL_MAX ? NVH_CAP_FINE_PAGE : NVH_CAP_MEDIUM_PAGE) >> NVH_CAP_BLOCK_SHIFT;
     size_t base = ((2 * bs + NVH_CAP_BLOCK - 1) >> NVH_CAP_BLOCK_SHIFT) << (grow < 16 ? grow : 16);
     if (base > full)
         base = full;
-    size_t hi = base < full ? base * 2 : full + full / 2;
+    size_t hi = base < full ? base * 2 : bs <= NVH_CAP_SMALL_MAX ? full * 3 : full + full / 2;
     size_t best = base, best_tail = (base << NVH_CAP_BLOCK_SHIFT) % bs;
     for (size_t n = base + 1; n <= hi && best_tail; n++) {
         size_t tail = (n << NVH_CAP_BLOCK_SHIFT) % bs;
@@ -449,6 +455,15 @@ static void rbatch_keep(struct cap_heap *h, struct cap_rbatch *b, bool locked)
         pthread_mutex_unlock(&cap->lock);
 }
 
+/* A cross-thread double free found by the owner's drain: the block is
+ * already free (not freed again). */
+static NVH_CAP_NOINLINE void late_double(struct cap_inst *cap, struct cap_block *b)
+{
+    atomic_fetch_add_explicit(&cap->late_doubles, 1, memory_order_relaxed);
+    if (cap->late_double)
+        cap->late_double(cap, b);
+}
+
 /* Take the frees other threads pushed to h. */
 static void heap_drain(struct cap_heap *h, bool locked)
 {
@@ -467,12 +482,21 @@ static void heap_drain(struct cap_heap *h, bool locked)
         x = rb->next;
         uint32_t n = rb->n;
         /* the blocks sit in other cores' caches: ask for a few lines ahead */
-        for (uint32_t i = 0; i < n && i < 8; i++)
+        for (uint32_t i = 0; i < n && i < 16; i++)
             __builtin_prefetch(rb->blk[i], 1);
         for (uint32_t i = 0; i < n; i++) {
-            if (i + 8 < n)
-                __builtin_prefetch(rb->blk[i + 8], 1);
+            if (i + 16 < n)
+                __builtin_prefetch(rb->blk[i + 16], 1);
             struct cap_block *b = rb->blk[i];
+            if (!cap->key_at_free) {
+                /* the freeing thread left the block alone: check it here */
+                uintptr_t k = key_of(cap, b);
+                if (nvh_cap_unlikely(b->key == k)) {
+                    late_double(cap, b);
+                    continue;
+                }
+                b->key = k;
+            }
             local_free(h, nvh_cap_span_of_(cap, b), b, locked);
         }
         rbatch_keep(h, rb, locked);
@@ -516,13 +540,33 @@ static void remote_flush(struct cap_heap *h)
     }
 }
 
-static NVH_CAP_NOINLINE void remote_free(struct cap_inst *cap, struct cap_heap *h, struct cap_span *p, struct cap_block *b)
+/* Check and set a block's key: CAP_DOUBLE if it is already free. */
+NVH_CAP_INLINE int key_set(struct cap_inst *cap, struct cap_block *b)
 {
-    b->key = key_of(cap, b);
+    uintptr_t k = key_of(cap, b);
+    if (nvh_cap_unlikely(b->key == k))
+        return CAP_DOUBLE;
+    b->key = k;
+    return CAP_OK;
+}
+
+/* A free by a thread that does not own the block's page. By default it
+ * neither reads nor writes the block: the block was last written by the
+ * owner (malloc, and usually the program's own writes there), so its line
+ * is in the owner's cache, and a read here would take it across (a miss
+ * per free, the largest cost of a cross-thread free) and the owner's drain
+ * would take it back. The owner checks the key when it drains the batch
+ * (cap->key_at_free explains the other mode). Lone blocks are chained
+ * through their first word, so they are checked and keyed here. */
+static NVH_CAP_NOINLINE int remote_free(struct cap_inst *cap, struct cap_heap *h, struct cap_span *p, struct cap_block *b)
+{
     struct cap_heap *dest = p->heap;
+    bool keyed = cap->key_at_free || !h;
+    if (keyed && key_set(cap, b) != CAP_OK)
+        return CAP_DOUBLE;
     if (!h) {
         remote_push_lone(dest, b);
-        return;
+        return CAP_OK;
     }
     if (h->rdest != dest) {
         remote_flush(h);
@@ -531,13 +575,16 @@ static NVH_CAP_NOINLINE void remote_free(struct cap_inst *cap, struct cap_heap *
     struct cap_rbatch *rb = h->rout;
     if (nvh_cap_unlikely(!rb)) {
         if (!(rb = h->rout = rbatch_get(h))) {
+            if (!keyed && key_set(cap, b) != CAP_OK)
+                return CAP_DOUBLE;
             remote_push_lone(dest, b);
-            return;
+            return CAP_OK;
         }
     }
     rb->blk[rb->n++] = b;
     if (rb->n == NVH_CAP_RBATCH)
         remote_flush(h);
+    return CAP_OK;
 }
 
 /* ---- malloc ----------------------------------------------------------------- */
@@ -648,12 +695,28 @@ NVH_CAP_INLINE void *alloc_class(struct cap_heap *h, unsigned c)
 }
 
 /* A large block at the top of the range, for a block that grows by realloc:
- * it can then go on growing in place. */
+ * it can then go on growing in place. The thread's kept grown block comes
+ * first: a program that grows a buffer, frees it and grows the next one
+ * (a request, a line, a message) then reuses it whole, mapped, at once as
+ * big as the last one grew, with no call to the span allocator at all (its
+ * lock was a quarter of such a loop's time), if it has the room asked for. */
 static void *large_alloc_top(struct cap_heap *h, size_t size)
 {
     struct cap_inst *cap = h->cap;
     if (size > cap->size)
         return NULL;
+    struct cap_span *k = h->rkeep;
+    if (k) {
+        h->rkeep = NULL;
+        if (((size_t)k->blocks << NVH_CAP_BLOCK_SHIFT) >= size) {
+            k->cached = 0;
+            k->roomy = 2;   /* taken whole: no move while it fits (realloc) */
+            return (void *)k->start;
+        }
+        pthread_mutex_lock(&cap->lock);
+        nvh_cap_span_free_(cap, k);
+        pthread_mutex_unlock(&cap->lock);
+    }
     uint32_t n = (uint32_t)((size + NVH_CAP_BLOCK - 1) >> NVH_CAP_BLOCK_SHIFT);
     bool zero;
     pthread_mutex_lock(&cap->lock);
@@ -724,6 +787,25 @@ static void large_free(struct cap_inst *cap, struct cap_heap *h, struct cap_span
      * block starts where it did, on pages that are still mapped) */
     bool at_top = s->start + bytes ==
                   cap->base + atomic_load_explicit(&cap->top_hint, memory_order_relaxed);
+    /* a grown block: the thread keeps one, the largest, for its next
+     * growing buffer (large_alloc_top); it stays a large span in use,
+     * marked cached. The largest, so that a buffer that outgrew the kept
+     * one is copied once, not again by every later buffer of that size. */
+    if (h && s->roomy && bytes <= NVH_CAP_LCACHE_BYTES &&
+        !atomic_load_explicit(&h->orphan, memory_order_relaxed)) {
+        struct cap_span *old = h->rkeep;
+        if (!old || old->blocks < s->blocks) {
+            s->cached = 1;
+            h->rkeep = s;
+            if (!old)
+                return;
+            s = old;   /* the smaller one goes back */
+        }
+        pthread_mutex_lock(&cap->lock);
+        nvh_cap_span_free_(cap, s);
+        pthread_mutex_unlock(&cap->lock);
+        return;
+    }
     if (h && !at_top && !s->roomy && bytes <= NVH_CAP_LCACHE_BYTES / 2 &&
         !atomic_load_explicit(&h->orphan, memory_order_relaxed)) {
         s->cached = 1;
@@ -830,18 +912,17 @@ NVH_CAP_INLINE int cap_free(struct cap_inst *cap, void *p)
                              off >= ((uintptr_t)s->blocks << NVH_CAP_BLOCK_SHIFT)))
             return CAP_INVALID;
         struct cap_block *b = p;
-        if (nvh_cap_unlikely(b->key == key_of(cap, p)))
-            return CAP_DOUBLE;
         struct cap_heap *h = nvh_cap_heap_peek_(cap);
         if (nvh_cap_likely(s->heap == h)) {
+            if (nvh_cap_unlikely(b->key == key_of(cap, p)))
+                return CAP_DOUBLE;
             if (nvh_cap_unlikely((uintptr_t)p >= s->bump))
                 return CAP_INVALID;     /* never handed out (or page empty) */
             b->key = key_of(cap, p);
             local_free(h, s, b, false);
             return CAP_OK;
         }
-        remote_free(cap, h, s, b);
-        return CAP_OK;
+        return remote_free(cap, h, s, b);
     }
     return free_other(cap, s, p);
 }
@@ -905,7 +986,8 @@ void *nvh_cap_realloc_(struct cap_heap *h, void *p, size_t size, int *bad)
     /* a roomy block (grown by realloc) keeps its headroom while it shrinks
      * a little: it is likely to grow again */
     bool roomy = s->kind == CAP_SPAN_LARGE && s->roomy;
-    if (size <= usable && (size >= usable / 2 || usable <= 64 || (roomy && size >= usable / 8)))
+    if (size <= usable && (size >= usable / 2 || usable <= 64 || (roomy && size >= usable / 8) ||
+                           (roomy && s->roomy == 2)))
         return p;
     /* Growth keeps headroom: a block that grows is likely to grow again (by
      * half in a size class, doubling in a span of its own: untouched pages of
@@ -945,10 +1027,14 @@ void *nvh_cap_realloc_(struct cap_heap *h, void *p, size_t size, int *bad)
 static void heap_release_caches(struct cap_heap *h, bool locked)
 {
     struct cap_inst *cap = h->cap;
-    if (!h->nlcache && !h->nempty)
+    if (!h->nlcache && !h->nempty && !h->rkeep)
         return;
     if (!locked)
         pthread_mutex_lock(&cap->lock);
+    if (h->rkeep) {
+        nvh_cap_span_free_(cap, h->rkeep);
+        h->rkeep = NULL;
+    }
     while (h->nlcache) {
         struct cap_span *s = h->lcache[--h->nlcache];
         nvh_cap_span_cache_(cap, s);

@@ -51,7 +51,11 @@ nvh_cap *nvh_cap_attach(nvh_pool *pool, uint64_t bytes)
                  (unsigned long long)bytes);
         return NULL;
     }
-    struct nvh_cap_part *c = calloc(1, sizeof *c);
+    /* aligned as its instance asks (a cache line, cap.h) */
+    struct nvh_cap_part *c = aligned_alloc(_Alignof(struct nvh_cap_part),
+                                           (sizeof *c + 63) & ~(size_t)63);
+    if (c)
+        memset(c, 0, sizeof *c);
     if (!c) {
         nvh_fail(NVH_E_NOMEM, "nvh_cap_attach: out of memory");
         return NULL;

@@ -128,6 +128,8 @@ static void fork_child(void)
     nvh_cap_fork_child_(&g_cap, nvh_cap_heap_peek_(&g_cap));
 }
 
+static void late_double_report(struct cap_inst *cap, void *p);
+
 static bool init_slow(void)
 {
     if (tl_init)
@@ -147,6 +149,7 @@ static bool init_slow(void)
         } else {
             g_cap.abort_on_error = g_abort;
             g_cap.populate = g_populate;
+            g_cap.late_double = late_double_report;
             pthread_atfork(fork_prepare, fork_parent, fork_child);
             atomic_store(&g_state, 1);
         }
@@ -190,6 +193,15 @@ static void report(const char *fn, int bad)
     say(fn, bad == CAP_DOUBLE ? "(): double free detected\n" : "(): invalid pointer\n", NULL);
     if (g_abort)
         abort();
+}
+
+/* A cross-thread double free, found when the owner thread drains its
+ * queue of frees (heap.c remote_free): reported as glibc reports one. */
+static void late_double_report(struct cap_inst *cap, void *p)
+{
+    (void)cap;
+    (void)p;
+    report("free", CAP_DOUBLE);
 }
 
 static size_t libc_usable(void *p)

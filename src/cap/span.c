@@ -429,6 +429,7 @@ static struct cap_span *finish(struct cap_inst *cap, struct cap_span *s, int kin
 
 struct cap_span *nvh_cap_span_alloc_(struct cap_inst *cap, uint32_t n, int kind, bool *zero)
 {
+    cap->span_calls++;
     struct cap_span *s = take_free(cap, n);
     s = s ? carve(cap, s, n, zero) : at_top(cap, n, zero);
     return s ? finish(cap, s, kind) : NULL;
@@ -452,6 +453,7 @@ static struct cap_span *largest_free(struct cap_inst *cap, uint32_t n)
 
 struct cap_span *nvh_cap_span_alloc_top_(struct cap_inst *cap, uint32_t n, int kind, bool *zero)
 {
+    cap->span_calls++;
     struct cap_span *s = largest_free(cap, n);
     s = s ? carve(cap, s, n, zero) : at_top(cap, n, zero);
     return s ? finish(cap, s, kind) : NULL;
@@ -506,6 +508,7 @@ static void release(struct cap_inst *cap, struct cap_span *s)
 
 void nvh_cap_span_free_(struct cap_inst *cap, struct cap_span *s)
 {
+    cap->span_calls++;
     if (s->kind != CAP_SPAN_FREE)
         account(cap, s, false);
     release(cap, s);
@@ -556,6 +559,7 @@ static void lcache_evict(struct cap_inst *cap, struct cap_span *s)
 
 void nvh_cap_span_cache_(struct cap_inst *cap, struct cap_span *s)
 {
+    cap->span_calls++;
     if (!lcache_fits(s) || s->roomy) {
         nvh_cap_span_free_(cap, s);
         return;
@@ -581,6 +585,7 @@ void nvh_cap_span_cache_(struct cap_inst *cap, struct cap_span *s)
 
 struct cap_span *nvh_cap_span_reuse_(struct cap_inst *cap, uint32_t n)
 {
+    cap->span_calls++;
     if (n <= 16 || n > NVH_CAP_LARGE_ROUND_MAX)
         return NULL;
     unsigned c = nvh_cap_large_class_(n);
@@ -596,6 +601,7 @@ struct cap_span *nvh_cap_span_reuse_(struct cap_inst *cap, uint32_t n)
 
 bool nvh_cap_span_grow_(struct cap_inst *cap, struct cap_span *s, uint32_t n)
 {
+    cap->span_calls++;
     uint32_t extra = n - s->blocks;
     uintptr_t end = span_end(s);
     size_t bytes = (size_t)extra << NVH_CAP_BLOCK_SHIFT;
@@ -802,6 +808,7 @@ int nvh_cap_init_region_(struct cap_inst *cap, void *base, size_t size)
     cap->base = b;
     cap->size = ((uintptr_t)base + size - b) & ~(size_t)(NVH_CAP_BLOCK - 1);
     cap->checked = cap->size;
+    cap->key_at_free = true;   /* nvh_cap_free reports every double free */
     return common_init(cap);
 }
 

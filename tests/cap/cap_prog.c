@@ -9,7 +9,9 @@
  *   cap_prog fds DIR             exec a clean copy of itself (no preload)
  *                                that fails if a descriptor names DIR
  *   cap_prog listfds DIR         (that copy)
- *   cap_prog double|interior|large-double|realloc-bad   bad input
+ *   cap_prog double|interior|large-double|realloc-bad|xdouble   bad input
+ *                                (xdouble: another thread frees a block
+ *                                twice; found when the owner drains)
  *
  * Uses only libc: it links no nvheap code. */
 #include <dirent.h>
@@ -24,6 +26,15 @@
 #include <unistd.h>
 
 extern char **environ;
+
+static void *free_twice(void *arg)
+{
+    void *volatile p = arg;   /* hides the double free from the compiler */
+    free(malloc(16));         /* the thread's own heap */
+    free(p);
+    free(p);
+    return NULL;
+}
 
 static uint64_t mix(uint64_t h, uint64_t v)
 {
@@ -234,7 +245,16 @@ int main(int argc, char **argv)
         return fds(argv[0], argv[2]);
     if (!strcmp(m, "listfds") && argc > 2)
         return listfds(argv[2]);
-    if (!strcmp(m, "double")) {
+    if (!strcmp(m, "xdouble")) {
+        sink = malloc(100);
+        pthread_t t;
+        pthread_create(&t, NULL, free_twice, sink);
+        pthread_join(t, NULL);
+        /* allocate until the class's page runs dry: its owner drains */
+        for (int i = 0; i < 100000; i++)
+            if (!malloc(100))
+                return 3;
+    } else if (!strcmp(m, "double")) {
         sink = malloc(100);
         free(sink);
         free(sink);

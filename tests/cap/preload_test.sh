@@ -47,7 +47,7 @@ fds)
     echo "$out"
     ;;
 bad)
-    for m in double interior large-double realloc-bad; do
+    for m in double interior large-double realloc-bad xdouble; do
         pre "$prog" "$m" >"$work/out" 2>"$work/err"; rc=$?
         [ $rc = 134 ] || fail "$m: exit $rc, expected SIGABRT (134)"
         case $m in

@@ -73,8 +73,9 @@ static void test_class_tight(void **state)
 /* A heap that holds more than NVH_CAP_FINE_BYTES of pages rounds with the
  * fine classes (2^NVH_CAP_CLASS_SHIFT per power of two) and sizes its pages
  * to leave no long tail: once the heap is big, 64 MiB more of blocks of
- * sizes uniform in 10 B .. 4 KiB ([Moraru11] Table 2) take pages within 5 %
- * of the bytes asked for (about 3.4 %; the coarse classes alone: over 9 %).
+ * sizes uniform in 10 B .. 4 KiB ([Moraru11] Table 2) take pages within
+ * 2.7 % of the bytes asked for (about 2.1 %; with 32 classes per power of
+ * two and 64 KiB pages 3.4 %; the coarse classes alone: over 9 %).
  * A small heap keeps the coarse classes. */
 static size_t fine_usable_small, fine_usable_big;
 static double fine_ratio;
@@ -123,7 +124,7 @@ static void test_fine_classes(void **state)
     pthread_create(&t, NULL, fine_thread, NULL);
     pthread_join(t, NULL);
     assert_int_equal(fine_usable_small, 2560);
-    assert_true(fine_ratio < 1.05);
+    assert_true(fine_ratio < 1.027);
     assert_int_equal(fine_usable_big, 2112);
 }
 
@@ -215,6 +216,32 @@ static void test_realloc_growth_moves(void **state)
     int bad;
     assert_ptr_equal(nvh_cap_realloc_(h, p, sz / 3, &bad), p);
     assert_int_equal(nvh_cap_free_(&cap, p), CAP_OK);
+    assert_int_equal(nvh_cap_free_(&cap, p), CAP_DOUBLE);   /* kept, still free */
+    /* the thread keeps the grown block: the next buffer that grows past a
+     * page takes it whole, and grows to 1 MiB without one call of the span
+     * allocator (each under its lock) */
+    unsigned char *first = p;
+    uint64_t calls0 = 0;
+    sz = 16;
+    p = nvh_cap_alloc_(h, sz);
+    memset(p, 0x33, sz);
+    while (sz < ((size_t)1 << 20)) {
+        size_t nsz = sz + sz / 8;
+        unsigned char *q = nvh_cap_realloc_(h, p, nsz, &bad);
+        assert_non_null(q);
+        assert_true(q[0] == 0x33 && q[sz - 1] == 0x33);
+        memset(q + sz, 0x33, nsz - sz);
+        if (q == first && p != first)
+            calls0 = cap.span_calls;   /* it moved into the kept block */
+        p = q;
+        sz = nsz;
+    }
+    assert_ptr_equal(p, first);
+    assert_int_equal(cap.span_calls, calls0);
+    assert_int_equal(nvh_cap_free_(&cap, p), CAP_OK);
+    assert_non_null(heap()->rkeep);
+    nvh_cap_trim_(&cap);   /* gives it back */
+    assert_null(heap()->rkeep);
 }
 
 /* Large blocks are rounded to large classes: a freed block serves a
@@ -309,6 +336,82 @@ static void test_cross_thread_and_orphans(void **state)
     pthread_join(t, NULL);
     for (unsigned i = 0; i < XN; i++)
         assert_int_equal(nvh_cap_free_(&cap, xptr[i]), CAP_OK);
+}
+
+/* A cross-thread free queues the address and leaves the block alone (its
+ * line stays in the owner's cache); the owner checks and keys it when it
+ * drains. A second cross-thread free of the block before that is found
+ * there: counted, reported, and the block is not freed twice. With
+ * key_at_free (the pool part) the freeing call reports it itself. */
+static void *xfree_ptr;
+static int xfree_rc[2];
+
+static void *xfree_twice(void *arg)
+{
+    (void)arg;
+    nvh_cap_free_(&cap, nvh_cap_alloc_(heap(), 16));   /* a heap of its own */
+    xfree_rc[0] = nvh_cap_free_(&cap, xfree_ptr);
+    xfree_rc[1] = nvh_cap_free_(&cap, xfree_ptr);
+    return NULL;   /* exits: its batch goes to the owner */
+}
+
+static void *xfree_once(void *arg)
+{
+    (void)arg;
+    nvh_cap_free_(&cap, nvh_cap_alloc_(heap(), 16));
+    xfree_rc[0] = nvh_cap_free_(&cap, xfree_ptr);
+    return NULL;
+}
+
+static void test_remote_free_untouched(void **state)
+{
+    (void)state;
+    struct cap_heap *h = heap();
+    enum { SZ = 400 };
+    unsigned char *p = nvh_cap_alloc_(h, SZ);
+    memset(p, 0xAB, SZ);
+    xfree_ptr = p;
+    uint64_t late0 = atomic_load(&cap.late_doubles);
+    pthread_t t;
+    pthread_create(&t, NULL, xfree_twice, NULL);
+    pthread_join(t, NULL);
+    assert_int_equal(xfree_rc[0], CAP_OK);
+    assert_int_equal(xfree_rc[1], CAP_OK);   /* not known yet */
+    for (unsigned i = 0; i < SZ; i++)
+        assert_int_equal(p[i], 0xAB);        /* not read or written */
+    nvh_cap_trim_(&cap);                     /* drains */
+    assert_int_equal(atomic_load(&cap.late_doubles), late0 + 1);
+    /* the block was freed once: of the class's next blocks none repeats */
+    enum { N = 2000 };
+    static unsigned char *q[N];
+    for (unsigned i = 0; i < N; i++) {
+        q[i] = nvh_cap_alloc_(h, SZ);
+        for (unsigned j = 0; j < i; j++)
+            assert_ptr_not_equal(q[i], q[j]);
+    }
+    for (unsigned i = 0; i < N; i++)
+        assert_int_equal(nvh_cap_free_(&cap, q[i]), CAP_OK);
+    /* the pool part's mode: the freeing call sees the double free */
+    cap.key_at_free = true;
+    p = nvh_cap_alloc_(h, SZ);
+    xfree_ptr = p;
+    pthread_create(&t, NULL, xfree_twice, NULL);
+    pthread_join(t, NULL);
+    assert_int_equal(xfree_rc[0], CAP_OK);
+    assert_int_equal(xfree_rc[1], CAP_DOUBLE);
+    nvh_cap_trim_(&cap);
+    assert_int_equal(atomic_load(&cap.late_doubles), late0 + 1);
+    cap.key_at_free = false;
+    /* a single cross-thread free, then the owner's own free of it: the
+     * drain finds it */
+    p = nvh_cap_alloc_(h, SZ);
+    xfree_ptr = p;
+    pthread_create(&t, NULL, xfree_once, NULL);
+    pthread_join(t, NULL);
+    assert_int_equal(xfree_rc[0], CAP_OK);
+    assert_int_equal(nvh_cap_free_(&cap, p), CAP_OK);
+    nvh_cap_trim_(&cap);
+    assert_int_equal(atomic_load(&cap.late_doubles), late0 + 2);
 }
 
 /* ---- file space --------------------------------------------------------------- */
@@ -579,6 +682,7 @@ int main(void)
         cmocka_unit_test(test_large_class_reuse),
         cmocka_unit_test(test_bad_pointers),
         cmocka_unit_test(test_cross_thread_and_orphans),
+        cmocka_unit_test(test_remote_free_untouched),
         cmocka_unit_test(test_file_shrinks),
         cmocka_unit_test(test_batch_no_punch),
         cmocka_unit_test(test_large_kept_resident),
