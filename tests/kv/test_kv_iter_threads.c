@@ -156,10 +156,68 @@ static void iterators_and_writers(void **state)
     unlink(path);
 }
 
+/* Steps cross leaves both ways without a seek: a walk from the last key
+ * to the first and back over 3000 keys (about 190 leaves) makes no step
+ * fall back to a seek (the test hook counts them) when nothing changes;
+ * after a split or a drop elsewhere, a step from a leaf that did not
+ * change still needs none (the retire counts are per address stripe). */
+static void steps_cross_leaves(void **state)
+{
+    (void)state;
+    const char *path = test_path("kv-iter-steps");
+    unlink(path);
+    nvh_pool *pool = nvh_pool_create(path, "kviter", 64 << 20, NVH_DOMAIN_PROCESS);
+    assert_non_null(pool);
+    nvh_kv_config c = {.create = NVH_KV_CREATE_NEW};
+    nvh_kv *kv = nvh_kv_open_pool(pool, &c);
+    assert_non_null(kv);
+    char k[16], v[256];
+    for (uint32_t u = 0; u < NK; u++)
+        assert_int_equal(nvh_kv_put(kv, k, key_of(u, k), v, make_value(u, 0, v)), NVH_OK);
+    nvh_kv_iter *it = nvh_kv_iter_new(kv);
+    g_kv = kv;
+    unsigned long seeks0 = kvs_test_step_seeks_;
+    long n = 0, last = NK;
+    for (int rc = nvh_kv_iter_last(it); rc == NVH_OK; rc = nvh_kv_iter_prev(it), n++) {
+        long u = at(it);
+        assert_int_equal(u, last - 1);
+        last = u;
+    }
+    assert_int_equal(n, NK);
+    for (int rc = nvh_kv_iter_first(it); rc == NVH_OK; rc = nvh_kv_iter_next(it), n++) {
+        long u = at(it);
+        assert_int_equal(u, last);
+        last = u + 1;
+    }
+    assert_int_equal(n, 2 * NK);
+    assert_int_equal(kvs_test_step_seeks_ - seeks0, 0);
+    /* splits far from the iterator (new keys above all others), then a
+     * walk back across the leaves below them */
+    assert_int_equal(nvh_kv_iter_seek_lower_eq(it, "k001000", 7), NVH_OK);
+    for (uint32_t u = 0; u < 200; u++) {
+        size_t kl = (size_t)sprintf(k, "z%06u", u);
+        assert_int_equal(nvh_kv_put(kv, k, kl, v, 10), NVH_OK);
+    }
+    seeks0 = kvs_test_step_seeks_;
+    last = 1000;
+    for (int i = 0; i < 500; i++) {
+        assert_int_equal(nvh_kv_iter_prev(it), NVH_OK);
+        long u = at(it);
+        assert_int_equal(u, last - 1);
+        last = u;
+    }
+    assert_int_equal(kvs_test_step_seeks_ - seeks0, 0);
+    nvh_kv_iter_free(it);
+    assert_int_equal(nvh_kv_check(kv), NVH_OK);
+    nvh_kv_close(kv);
+    nvh_pool_close(pool);
+    unlink(path);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(iterators_and_writers),
+        cmocka_unit_test(iterators_and_writers), cmocka_unit_test(steps_cross_leaves),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
