@@ -228,8 +228,8 @@ static void backward_walks_and_splits(void **state)
 /* Steps cross leaves both ways without a seek: a walk from the last key
  * to the first and back over 3000 keys (about 190 leaves) makes no step
  * fall back to a seek (the test hook counts them) when nothing changes;
- * after a split or a drop elsewhere, a step from a leaf that did not
- * change still needs none (the retire counts are per address stripe). */
+ * while splits happen elsewhere, a step from a leaf that did not change
+ * rarely needs one (the retire counts are per address stripe). */
 static void steps_cross_leaves(void **state)
 {
     (void)state;
@@ -260,22 +260,25 @@ static void steps_cross_leaves(void **state)
     }
     assert_int_equal(n, 2 * NK);
     assert_int_equal(kvs_test_step_seeks_ - seeks0, 0);
-    /* splits far from the iterator (new keys above all others), then a
-     * walk back across the leaves below them */
-    assert_int_equal(nvh_kv_iter_seek_lower_eq(it, "k001000", 7), NVH_OK);
-    for (uint32_t u = 0; u < 200; u++) {
-        size_t kl = (size_t)sprintf(k, "z%06u", u);
-        assert_int_equal(nvh_kv_put(kv, k, kl, v, 10), NVH_OK);
-    }
+    /* a walk back across the leaves while puts of new keys above all
+     * others split the last leaf (~25 splits): a step seeks only when a
+     * retire fell in the stripe of the companion it holds (1 in 64, and
+     * the walk holds a new one every ~16 steps): at most 4 of them (one
+     * store-wide count: a seek after every split) */
+    assert_int_equal(nvh_kv_iter_seek_lower_eq(it, "k002000", 7), NVH_OK);
     seeks0 = kvs_test_step_seeks_;
-    last = 1000;
-    for (int i = 0; i < 500; i++) {
+    last = 2000;
+    for (uint32_t i = 0; i < 1500; i++) {
+        if (i < 400) {
+            size_t kl = (size_t)sprintf(k, "z%06u", i);
+            assert_int_equal(nvh_kv_put(kv, k, kl, v, 10), NVH_OK);
+        }
         assert_int_equal(nvh_kv_iter_prev(it), NVH_OK);
         long u = at(it);
         assert_int_equal(u, last - 1);
         last = u;
     }
-    assert_int_equal(kvs_test_step_seeks_ - seeks0, 0);
+    assert_true(kvs_test_step_seeks_ - seeks0 <= 4);
     nvh_kv_iter_free(it);
     assert_int_equal(nvh_kv_check(kv), NVH_OK);
     nvh_kv_close(kv);
