@@ -35,6 +35,12 @@
  *                 a lock around every call (the examples are not
  *                 thread-safe); no range seek. Flushed lines and fences
  *                 counted by bench/pmdk_count.c
+ *   floor-2f, floor-2f-slot, floor-1f   no store: a DRAM hash of key ->
+ *                 offset and records
+ *                 appended with CLWB to a prefaulted mapping on --dir, made
+ *                 durable with 2 fences (record, then a validating word) or
+ *                 1 (a checksummed record): the least a durable put can cost
+ *                 on this machine (see fl_store; 1 thread)
  * Metrics: ops_per_s and ns_per_op (wall time of all threads / ops),
  * cpu_ns_per_op (process CPU time / ops: what stays comparable on a loaded
  * machine; it does not show thread scaling), for
@@ -45,10 +51,13 @@
  * at build time (liblmdb-dev, librocksdb-dev) is skipped with a note.
  * Runs interleave the subjects (run 1 of each, then run 2 of each, ...).
  */
+#include <fcntl.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -82,7 +91,8 @@ static const bench_info info = {
              "  --values LIST   value sizes in bytes (default 100,1024)\n"
              "  --threads LIST  thread counts (default 1,2)\n"
              "  --subjects LIST comma-separated (default nvheap-sorted,nvheap-hash,lmdb,\n"
-             "                  rocksdb,pmdk-btree,pmdk-hashmap)\n"
+             "                  rocksdb,pmdk-btree,pmdk-hashmap,floor-2f,\n"
+             "                  floor-2f-slot,floor-1f)\n"
              "  --workloads LIST  comma-separated (default all: fillseq,fillrandom,\n"
              "                  overwrite,readrandom,readmissing,readseq,seekrandom,\n"
              "                  deleterandom)\n",
@@ -190,6 +200,8 @@ typedef struct subject {
     uint64_t (*scan)(void *s, uint64_t *sum);                    /* entries seen */
     uint64_t (*seek)(void *s, void *t, const void *k, uint64_t *sum); /* entries seen */
     nvh_pool *(*pool)(void *s);         /* nvheap: for the flush/fence counters */
+    void (*count_begin)(void *s);       /* a subject that counts its own lines and fences */
+    bench_counts (*counts)(void *s, uint64_t ops);
 } subject;
 
 /* ---- nvheap ----------------------------------------------------------------- */
@@ -711,26 +723,306 @@ static uint64_t pm_scan(void *p, uint64_t *sum)
 }
 #endif
 
+/* ---- floor: no store, the least a durable put can cost here ------------------
+ * floor-2f, floor-2f-slot, floor-1f: library-free lower bounds for a durable put on this
+ * machine. A DRAM open-addressing hash (key hash -> record offset, linear
+ * probing, never resized: sized for the keys) and records appended to a
+ * file on --dir mapped shared and prefaulted, the same medium as nvheap's
+ * pool. A record is one header word {check: 32, klen: 16, vlen: 16}, the
+ * key, the value, rounded up to whole 64-byte lines (16 B keys, 100 B
+ * values: 2 lines). Each put: key hash and probe, the record written and
+ * its lines written back with CLWB, then
+ *   floor-2f  SFENCE (the record durable); the header's check word set to a
+ *             commit mark, CLWB, SFENCE (validated): 2 fences, 3 lines.
+ *             The validating word shares the record's first line, the
+ *             cheapest place a design can put it (a store's slot word in an
+ *             index line elsewhere costs one more line written back).
+ *   floor-2f-slot  as floor-2f, but the validating word is the record's
+ *             offset stored into a persistent slot array at the key's hash
+ *             (8-byte slots, 2 per key): what a store whose index names its
+ *             records in pmem (a leaf slot, a bucket) pays for a random
+ *             line: 2 fences, 3 lines, one of them a random one.
+ *   floor-1f  the check word is the CRC32C of the rest of the record, so a
+ *             torn record is told from a whole one at recovery: one SFENCE,
+ *             2 lines. Overwrites append a new record (recovery takes the
+ *             newest by log position) and removes append a tombstone
+ *             (vlen 0xffff).
+ * No recovery, no space reuse, no concurrency control beyond one spin lock
+ * (run them with --threads 1): what is left is the hash probe's miss, the
+ * record's stores and the write-back and fence stalls any design pays. */
+typedef struct fl_store {
+    unsigned char *log;          /* the mapping */
+    size_t size, tail;           /* bytes mapped, bytes appended */
+    uint64_t *tab;               /* 2 words per slot: hash | 1 (0 empty), offset + 1 (0 removed) */
+    uint64_t mask;               /* slots - 1 */
+    int fences;                  /* 1 or 2 */
+    uint64_t *slots;             /* floor-2f-slot: the persistent slots (in the mapping) */
+    uint64_t smask;
+    uint64_t lines, sfences;     /* counted since fl_count_begin */
+    atomic_flag lock;
+    char path[512];
+} fl_store;
+
+#define FL_COMMIT 0x600DC0DEu
+#define FL_TOMB 0xffffu
+
+static inline void fl_clwb(const void *p)
+{
+#if defined(__x86_64__)
+    __asm__ volatile("clwb %0" : "+m"(*(volatile char *)p));
+#else
+    (void)p;
+#endif
+}
+static inline void fl_sfence(void)
+{
+#if defined(__x86_64__)
+    __asm__ volatile("sfence" ::: "memory");
+#endif
+}
+
+#if defined(__x86_64__)
+__attribute__((target("sse4.2"))) static uint32_t fl_crc(const unsigned char *p, size_t len)
+{
+    uint64_t c = 0xffffffffu;
+    for (; len >= 8; p += 8, len -= 8) {
+        uint64_t w;
+        memcpy(&w, p, 8);
+        c = __builtin_ia32_crc32di(c, w);
+    }
+    uint32_t c32 = (uint32_t)c;
+    while (len--) c32 = __builtin_ia32_crc32qi(c32, *p++);
+    return ~c32;
+}
+#else
+static uint32_t fl_crc(const unsigned char *p, size_t len)
+{
+    uint32_t c = 0xffffffffu;
+    while (len--) {
+        c ^= *p++;
+        for (int k = 0; k < 8; k++) c = (c >> 1) ^ (0x82f63b78u & (0u - (c & 1)));
+    }
+    return ~c;
+}
+#endif
+
+static inline uint64_t fl_hash(const unsigned char *k)
+{
+    uint64_t a, b;
+    memcpy(&a, k, 8);
+    memcpy(&b, k + 8, 8);
+    uint64_t h = (a ^ (b * 0x9e3779b97f4a7c15ull)) * 0xff51afd7ed558ccdull;
+    return (h ^ (h >> 29)) | 1;
+}
+
+static void *fl_open(const bench_opts *opts, const char *path, uint64_t n, size_t vlen, int fences,
+                     bool slots)
+{
+    (void)opts;
+    fl_store *s = calloc(1, sizeof *s);
+    if (!s) return NULL;
+    s->fences = fences;
+    atomic_flag_clear(&s->lock);
+    snprintf(s->path, sizeof s->path, "%s", path);
+    size_t rec = (8 + KEY_LEN + vlen + 63) & ~(size_t)63;
+    uint64_t nslots = 1;
+    while (nslots < 2 * n) nslots <<= 1;
+    size_t sbytes = slots ? nslots * 8 : 0;
+    s->size = (size_t)n * (2 * rec + 64) + (1u << 20) + sbytes;  /* fill, overwrite, tombstones */
+    int fd = open(path, O_RDWR | O_CREAT | O_TRUNC, 0600);
+    if (fd < 0 || ftruncate(fd, (off_t)s->size) != 0) {
+        perror(path);
+        if (fd >= 0) close(fd);
+        free(s);
+        return NULL;
+    }
+    s->log = mmap(NULL, s->size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);
+    if (s->log == MAP_FAILED) { perror("mmap"); free(s); return NULL; }
+    for (size_t o = 0; o < s->size; o += 4096) s->log[o] = 0;      /* prefault */
+    if (slots) {                        /* the slot array first, the log after it */
+        s->slots = (uint64_t *)s->log;
+        s->smask = nslots - 1;
+        s->tail = sbytes;
+    }
+    s->mask = nslots - 1;       /* the DRAM table: as many slots */
+    s->tab = calloc(nslots, 2 * sizeof(uint64_t));
+    if (!s->tab) { munmap(s->log, s->size); free(s); return NULL; }
+    return s;
+}
+static void *fl_open_2f(const bench_opts *o, const char *p, uint64_t n, size_t v)
+{
+    return fl_open(o, p, n, v, 2, false);
+}
+static void *fl_open_2f_slot(const bench_opts *o, const char *p, uint64_t n, size_t v)
+{
+    return fl_open(o, p, n, v, 2, true);
+}
+static void *fl_open_1f(const bench_opts *o, const char *p, uint64_t n, size_t v)
+{
+    return fl_open(o, p, n, v, 1, false);
+}
+static void fl_close(void *p)
+{
+    fl_store *s = p;
+    munmap(s->log, s->size);
+    unlink(s->path);
+    free(s->tab);
+    free(s);
+}
+
+/* The slot of key k: the one holding it (or that held it, removed: its
+ * offset 0; 64-bit hashes are taken as distinct there), else the first empty
+ * one of its probe sequence. */
+static uint64_t *fl_find(fl_store *s, const unsigned char *k, uint64_t h)
+{
+    for (uint64_t i = h & s->mask;; i = (i + 1) & s->mask) {
+        uint64_t *e = &s->tab[2 * i];
+        if (e[0] == 0) return e;
+        if (e[0] == h && e[1]) {
+            const unsigned char *r = s->log + e[1] - 1;
+            if (memcmp(r + 8, k, KEY_LEN) == 0) return e;
+        } else if (e[0] == h) {
+            return e;
+        }
+    }
+}
+
+/* Append one record (vl == FL_TOMB: a tombstone) and make it durable;
+ * h: the key's hash (floor-2f-slot's slot). */
+static uint64_t fl_append(fl_store *s, const unsigned char *k, const void *v, size_t vl,
+                          uint64_t h)
+{
+    size_t body = 8 + KEY_LEN + (vl == FL_TOMB ? 0 : vl);
+    size_t rec = (body + 63) & ~(size_t)63;
+    if (s->tail + rec > s->size) return 0;
+    unsigned char *r = s->log + s->tail;
+    uint16_t kl16 = KEY_LEN, vl16 = (uint16_t)vl;
+    memcpy(r + 4, &kl16, 2);
+    memcpy(r + 6, &vl16, 2);
+    memcpy(r + 8, k, KEY_LEN);
+    if (vl != FL_TOMB) memcpy(r + 8 + KEY_LEN, v, vl);
+    uint32_t check = s->fences == 1 ? fl_crc(r + 4, body - 4) : 0;
+    memcpy(r, &check, 4);
+    for (size_t l = 0; l < rec; l += 64) fl_clwb(r + l);
+    fl_sfence();                                            /* FENCE 1 */
+    s->lines += rec / 64;
+    s->sfences++;
+    if (s->fences == 2 && s->slots) {
+        uint64_t *w = &s->slots[(h >> 7) & s->smask];        /* the validating word */
+        *w = s->tail + 1;
+        fl_clwb(w);
+        fl_sfence();                                        /* FENCE 2 */
+        s->lines++;
+        s->sfences++;
+    } else if (s->fences == 2) {
+        uint32_t c = FL_COMMIT;
+        memcpy(r, &c, 4);                                   /* the validating word */
+        fl_clwb(r);
+        fl_sfence();                                        /* FENCE 2 */
+        s->lines++;
+        s->sfences++;
+    }
+    uint64_t off = s->tail;
+    s->tail += rec;
+    return off + 1;
+}
+
+static int fl_put(void *p, void *t, const void *k, const void *v, size_t vl)
+{
+    (void)t;
+    fl_store *s = p;
+    if (vl >= FL_TOMB) return -1;
+    uint64_t h = fl_hash(k);
+    while (atomic_flag_test_and_set_explicit(&s->lock, memory_order_acquire)) {}
+    uint64_t *e = fl_find(s, k, h);
+    uint64_t off = fl_append(s, k, v, vl, h);
+    if (off) { e[0] = h; e[1] = off; }
+    atomic_flag_clear_explicit(&s->lock, memory_order_release);
+    return off ? 0 : -1;
+}
+static int fl_get(void *p, void *t, const void *k, uint64_t *sum)
+{
+    (void)t;
+    fl_store *s = p;
+    uint64_t *e = fl_find(s, k, fl_hash(k));
+    if (!e[1]) return 1;
+    const unsigned char *r = s->log + e[1] - 1;
+    uint16_t vl;
+    memcpy(&vl, r + 6, 2);
+    *sum += vl + (vl ? r[8 + KEY_LEN + vl - 1] : 0);
+    return 0;
+}
+static int fl_del(void *p, void *t, const void *k)
+{
+    (void)t;
+    fl_store *s = p;
+    int rc = -1;
+    while (atomic_flag_test_and_set_explicit(&s->lock, memory_order_acquire)) {}
+    uint64_t h = fl_hash(k);
+    uint64_t *e = fl_find(s, k, h);
+    if (e[1] && fl_append(s, k, NULL, FL_TOMB, h)) {
+        e[1] = 0;                  /* removed: keeps the probe chain intact */
+        rc = 0;
+    }
+    atomic_flag_clear_explicit(&s->lock, memory_order_release);
+    return rc;
+}
+static uint64_t fl_scan(void *p, uint64_t *sum)
+{
+    fl_store *s = p;
+    uint64_t n = 0;
+    for (uint64_t i = 0; i <= s->mask; i++)
+        if (s->tab[2 * i + 1]) {
+            const unsigned char *r = s->log + s->tab[2 * i + 1] - 1;
+            uint16_t vl;
+            memcpy(&vl, r + 6, 2);
+            *sum += vl + (vl ? r[8 + KEY_LEN + vl - 1] : 0);
+            n++;
+        }
+    return n;
+}
+static void fl_count_begin(void *p)
+{
+    fl_store *s = p;
+    s->lines = s->sfences = 0;
+}
+static bench_counts fl_counts(void *p, uint64_t ops)
+{
+    fl_store *s = p;
+    bench_counts c = {0};
+    c.lines_per_op = ops ? (double)s->lines / (double)ops : 0;
+    c.fences_per_op = ops ? (double)s->sfences / (double)ops : 0;
+    return c;
+}
+
 static const subject g_subjects[] = {
     {"nvheap-sorted", true, nv_open_sorted, nv_close, NULL, NULL, nv_put, nv_get, nv_del,
-     nv_scan, nv_seek, nv_pool},
+     nv_scan, nv_seek, nv_pool, NULL, NULL},
     {"nvheap-hash", false, nv_open_hash, nv_close, NULL, NULL, nv_put, nv_get, nv_del, nv_scan,
-     NULL, nv_pool},
+     NULL, nv_pool, NULL, NULL},
 #ifdef NVH_BENCH_LMDB
     {"lmdb", true, lm_open, lm_close, lm_thread_begin, lm_thread_end, lm_put, lm_get, lm_del,
-     lm_scan, lm_seek, NULL},
+     lm_scan, lm_seek, NULL, NULL, NULL},
 #endif
 #ifdef NVH_BENCH_PMDK
     /* no range seek in the examples: seekrandom is not run */
     {"pmdk-btree", false, pm_open_btree, pm_close, pm_thread_begin, NULL, pm_put, pm_get, pm_del,
-     pm_scan, NULL, NULL},
+     pm_scan, NULL, NULL, NULL, NULL},
     {"pmdk-hashmap", false, pm_open_hash, pm_close, pm_thread_begin, NULL, pm_put, pm_get, pm_del,
-     pm_scan, NULL, NULL},
+     pm_scan, NULL, NULL, NULL, NULL},
 #endif
 #ifdef NVH_BENCH_ROCKSDB
     {"rocksdb", true, rk_open, rk_close, NULL, NULL, rk_put, rk_get, rk_del, rk_scan, rk_seek,
-     NULL},
+     NULL, NULL, NULL},
 #endif
+    /* the floor: no store (above) */
+    {"floor-2f", false, fl_open_2f, fl_close, NULL, NULL, fl_put, fl_get, fl_del, fl_scan, NULL,
+     NULL, fl_count_begin, fl_counts},
+    {"floor-2f-slot", false, fl_open_2f_slot, fl_close, NULL, NULL, fl_put, fl_get, fl_del,
+     fl_scan, NULL, NULL, fl_count_begin, fl_counts},
+    {"floor-1f", false, fl_open_1f, fl_close, NULL, NULL, fl_put, fl_get, fl_del, fl_scan, NULL,
+     NULL, fl_count_begin, fl_counts},
 };
 enum { NSUB = sizeof g_subjects / sizeof g_subjects[0] };
 
@@ -850,6 +1142,7 @@ static measured run_phase(const bench_opts *opts, phase *ph)
     }
     bool pmdk = strncmp(ph->sub->name, "pmdk", 4) == 0;
     if (pool) bench_counts_begin(pool);
+    if (ph->sub->count_begin) ph->sub->count_begin(ph->store);
 #ifdef NVH_BENCH_PMDK
     if (pmdk) pmdk_count_reset();
 #endif
@@ -872,6 +1165,10 @@ static measured run_phase(const bench_opts *opts, phase *ph)
     m.ops = ph->ops;
     if (pool) {
         m.counts = bench_counts_per_op(pool, ph->ops);
+        m.have_counts = true;
+    }
+    if (ph->sub->counts) {
+        m.counts = ph->sub->counts(ph->store, ph->ops);
         m.have_counts = true;
     }
 #ifdef NVH_BENCH_PMDK
@@ -1001,7 +1298,7 @@ static void report(const bench_opts *opts, size_t vlen, unsigned threads, unsign
                  * little between runs: the first run's */
                 bench_emit_counts(opts, c, g_subjects[s].name, &r[s][0][w].counts);
             }
-            if (g_subjects[s].pool) {
+            if (g_subjects[s].pool || g_subjects[s].counts) {
                 double me = median_ops(r[s], runs, w);
                 if (lmdb >= 0 && ran[lmdb] && median_ops(r[lmdb], runs, w) > 0)
                     bench_emit(opts, c, g_subjects[s].name, "vs_lmdb",

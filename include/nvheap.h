@@ -1687,8 +1687,8 @@ void nvh_kv_batch_abort(nvh_kv_batch *b);   /* frees b, nothing applied */
 
 typedef struct nvh_kv_stats {
     uint64_t count;                   /* entries                                   */
-    uint64_t key_bytes, value_bytes;  /* of the entries (sorted: O(1) but the first
-                                         call after an open, a walk; hash: a walk) */
+    uint64_t key_bytes, value_bytes;  /* of the entries: O(1) but the first call
+                                         after an open, a walk                     */
     uint64_t pool_size, pool_used;
     uint64_t puts, gets, removes, batches;  /* calls that succeeded on this handle */
     uint64_t flushes, fences;         /* of the pool since it was opened           */

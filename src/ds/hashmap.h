@@ -156,6 +156,8 @@ struct nvh_hmap {
     uint64_t count;          /* exact while open (from the hint at open);
                                 atomic                                        */
     uint64_t count_dirty;    /* atomic: changes since the hint was flushed   */
+    int64_t dkbytes, dvbytes;  /* atomic: key and value bytes the entries gained
+                                since open (nvh_hm_bytes_delta_)              */
     uint64_t seed;
     struct nvh_hm_dummy *seg_ptr[NVH_HM_SEGS];
     uint64_t seg_off[NVH_HM_SEGS]; /* root->seg as loaded (readers never read
@@ -448,6 +450,20 @@ extern void (*nvh_hm_test_hook_)(void);
 #else
 #define HM_TEST_HOOK() ((void)0)
 #endif
+/* The key and value bytes the entries gained since the map was opened
+ * (negative: lost), changed by writers after each change is durable: a
+ * caller that walked the entries once with writers kept out keeps an exact
+ * total as walked - delta then + delta now (the key-value store's stats). */
+static inline void nvh_hm_bytes_delta_(const struct nvh_hmap *m, int64_t *dk, int64_t *dv)
+{
+    *dk = __atomic_load_n(&m->dkbytes, __ATOMIC_RELAXED);
+    *dv = __atomic_load_n(&m->dvbytes, __ATOMIC_RELAXED);
+}
+static inline void nvh_hm_bytes_changed_(struct nvh_hmap *m, int64_t dk, int64_t dv)
+{
+    if (dk) __atomic_add_fetch(&m->dkbytes, dk, __ATOMIC_RELAXED);
+    if (dv) __atomic_add_fetch(&m->dvbytes, dv, __ATOMIC_RELAXED);
+}
 /* Store and flush the count hint (no fence) every 64 changes, or now. */
 void nvh_hm_count_changed_(struct nvh_hmap *m, int64_t delta, bool force);
 

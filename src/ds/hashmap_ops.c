@@ -208,6 +208,7 @@ static int hm_write(struct nvh_hmap *m, const void *key, size_t klen, const void
     }
     if (old) {
         HM_TEST_HOOK();
+        nvh_hm_bytes_changed_(m, 0, (int64_t)vlen - (int64_t)old->vlen);
         rc = hm_free(pool, old, pend, 0);                  /* fence 3 */
         /* A failure here (a corrupt header) leaves the slot set: the next
          * open retries the free, and this handle never hands it out again.
@@ -217,6 +218,7 @@ static int hm_write(struct nvh_hmap *m, const void *key, size_t klen, const void
     } else {
         nvh_hm_settle_(m, st, false);  /* fence 2 made the eager links durable: marks */
         nvh_hm_count_changed_(m, 1, false);
+        nvh_hm_bytes_changed_(m, (int64_t)klen, (int64_t)vlen);
         int grc = nvh_hm_maybe_grow_(m);
         (void)grc;   /* a failed grow only leaves the chains longer */
         /* a batch blocked by an unlinked parent (after a crash): the
@@ -270,8 +272,12 @@ int nvh_hmap_delete(nvh_hmap *m, const void *key, size_t klen)
         return nvh_fail(NVH_E_NOTFOUND, "nvh_hmap_delete: key not present");
     }
     nvh_hm_settle_(m, st, true);   /* a dummy linked by this call or an earlier one */
+    int64_t kl = e->klen, vl = e->vlen;
     rc = hm_free(m->pool, e, prev, e->next);
-    if (rc == NVH_OK) nvh_hm_count_changed_(m, -1, false);
+    if (rc == NVH_OK) {
+        nvh_hm_count_changed_(m, -1, false);
+        nvh_hm_bytes_changed_(m, -kl, -vl);
+    }
     hm_unlock(st);
     return rc;
 }

@@ -441,17 +441,50 @@ static int kv_bytes_fn(const void *k, size_t kl, const void *v, size_t vl, void 
     return 0;
 }
 
+#ifdef NVH_TEST_HOOKS
+_Atomic unsigned long nvh_kv_test_bytes_walks_;
+#endif
+
+/* Key and value bytes of a hash store: the map keeps their change since
+ * open; one walk with writers kept out (the write lock: single writes hold
+ * it shared, batches exclusive) sets the base, so every later call is O(1). */
+static int kv_hash_bytes(nvh_kv *kv, uint64_t *kbytes, uint64_t *vbytes)
+{
+    int64_t dk, dv;
+    if (!__atomic_load_n(&kv->hbytes_known, __ATOMIC_ACQUIRE)) {
+        pthread_rwlock_wrlock(&kv->wlock);
+        if (!kv->hbytes_known) {
+            nvh_kv_stats w = {0};
+#ifdef NVH_TEST_HOOKS
+            nvh_kv_test_bytes_walks_++;
+#endif
+            int rc = nvh_kv_get_all(kv, kv_bytes_fn, &w);
+            if (rc != NVH_OK) {
+                pthread_rwlock_unlock(&kv->wlock);
+                return rc;
+            }
+            nvh_hm_bytes_delta_(kv->hm, &dk, &dv);
+            kv->hkbase = (int64_t)w.key_bytes - dk;
+            kv->hvbase = (int64_t)w.value_bytes - dv;
+            __atomic_store_n(&kv->hbytes_known, 1, __ATOMIC_RELEASE);
+        }
+        pthread_rwlock_unlock(&kv->wlock);
+    }
+    nvh_hm_bytes_delta_(kv->hm, &dk, &dv);
+    *kbytes = (uint64_t)(kv->hkbase + dk);
+    *vbytes = (uint64_t)(kv->hvbase + dv);
+    return NVH_OK;
+}
+
 int nvh_kv_stats_get(nvh_kv *kv, nvh_kv_stats *s)
 {
     if (!kv || !s) return nvh_fail(NVH_E_INVAL, "nvh_kv_stats_get: NULL store or stats");
     memset(s, 0, sizeof *s);
     int rc = nvh_kv_count_all(kv, &s->count);
     if (rc != NVH_OK) return rc;
-    /* key and value bytes: the sorted engine keeps them as counters (its
-     * writers read the old record's lengths, in cache from their lookup),
-     * after one walk per open that no writer may overlap (the write lock,
-     * once); the hash engine by a walk of the entries (O(entries),
-     * lock-free like any scan) */
+    /* key and value bytes: both engines keep them as counters (their
+     * writers know the old entry's lengths from their lookup), exact after
+     * one walk per open that no writer may overlap (the write lock, once) */
     if (kv->st) {
         bool walk = !kv_sorted_bytes_known(kv->st);
         if (walk) pthread_rwlock_wrlock(&kv->wlock);
@@ -459,7 +492,7 @@ int nvh_kv_stats_get(nvh_kv *kv, nvh_kv_stats *s)
         if (walk) pthread_rwlock_unlock(&kv->wlock);
         if (rc != NVH_OK) return nvh_fail_context(rc, "nvh_kv_stats_get: store '%s'", kv->name);
     } else {
-        rc = nvh_kv_get_all(kv, kv_bytes_fn, s);
+        rc = kv_hash_bytes(kv, &s->key_bytes, &s->value_bytes);
         if (rc != NVH_OK) return rc;
     }
     s->pool_size = nvh_pool_size(kv->pool);

@@ -97,6 +97,11 @@ struct nvh_kv {
      * its commit point and the end of its application (the replay would
      * undo it). Readers never take it. */
     pthread_rwlock_t wlock;
+    /* hash engine: key and value bytes = base + the map's delta since open
+     * (nvh_hm_bytes_delta_); the base is set by one walk, under wlock, at
+     * the first nvh_kv_stats_get after the open (hbytes_known: atomic) */
+    int hbytes_known;
+    int64_t hkbase, hvbase;
     /* calls that succeeded, one stripe per thread group (the pool's stat
      * stripes): a shared counter's line would move between the cores of
      * two readers at every get */
@@ -132,6 +137,11 @@ int nvh_kv_check_write_(const nvh_kv *kv, const char *fn);
 int nvh_kv_engine_put_(nvh_kv *kv, const void *key, size_t klen, const void *value,
                        size_t vlen);
 int nvh_kv_engine_remove_(nvh_kv *kv, const void *key, size_t klen);
+
+#ifdef NVH_TEST_HOOKS
+/* Tests only: walks of a hash store's entries made by nvh_kv_stats_get. */
+extern _Atomic unsigned long nvh_kv_test_bytes_walks_;
+#endif
 
 /* Apply the batch log linked from the descriptor, then unlink and free it
  * (kv_batch.c). Open calls it before anything else; idempotent. */

@@ -27,7 +27,10 @@ int kvs_retire(kv_sorted *t, uint32_t kind, void *p)
 {
     /* before the stamp: iterators validate a companion they kept by this
      * count (kv_sorted_step) */
-    if (kind == KVS_R_CLEAF) KVS_STORE(&t->cgen, t->cgen + 1);
+    if (kind == KVS_R_CLEAF) {
+        uint64_t *g = kvs_gen_of(t, p);
+        KVS_STORE(g, *g + 1);
+    }
     if (t->nret == t->capret) {
         size_t cap = t->capret ? t->capret * 2 : 64;
         kvs_retired *r = realloc(t->ret, cap * sizeof *r);
@@ -210,7 +213,7 @@ int kv_sorted_destroy(kv_sorted *t, nvh_off_t *link)
         c->sep = NULL;
         c->next = NULL;
         /* stays reachable from the index until the DRAM state goes */
-        if (t->head) t->head->prev = NULL;
+        if (t->head) KVS_STORE(&t->head->prev, NULL);
         kvs_cleaf_free(c);
     }
     if (rc == NVH_OK) rc = kvs_slab_destroy(t);
@@ -800,7 +803,6 @@ static int kvs_seek(kv_sorted *t, enum kv_seek how, const void *k, size_t kl, kv
     nvh_epoch_enter_();
 retry:
     for (;;) {
-        uint64_t gen = KVS_LOAD(&t->cgen);
         const kvs_inode *root = KVS_LOAD(&t->root);
         const kvs_skey *lo = NULL;
         kvs_cleaf *c;
@@ -810,6 +812,8 @@ retry:
         while (c) {
             unsigned n;
             uint32_t ver;
+            /* before the read, which sees c not dead after it */
+            uint64_t gen = KVS_LOAD(kvs_gen_of(t, c));
             rc = kvs_leaf_read(t, c, ents, &n, &ver);
             if (rc == KVS_RETRY) goto retry;
             if (rc) goto out;
@@ -870,18 +874,21 @@ int kv_sorted_seek_pos(kv_sorted *t, enum kv_seek how, const void *k, size_t kl,
 }
 
 /* A step from pos without a descent, when its companion is still as the
- * last call left it: no companion was retired since (t->cgen unchanged:
- * read inside this call's epoch, so a companion retired later is not
- * freed before the epoch ends; and the companion was live after the
- * count was read at the last call, so it was not retired before) and its
- * seqlock has not moved (the same entries in the same order). Anything
- * else is KVS_RETRY: the caller seeks from its key. */
+ * last call left it: not retired since (the retire count of its address's
+ * stripe unchanged: read inside this call's epoch, before c is touched, so
+ * a companion retired later is not freed before the epoch ends; and c was
+ * live after the count was read at the last call, so it was not retired
+ * before) and its seqlock has not moved (the same entries in the same
+ * order). Past either end of c the step moves to the neighbour in the
+ * chain (next, or prev when c's `prev` still names it back), taking that
+ * companion's count before checking it is live. Anything else is
+ * KVS_RETRY: the caller seeks from its key. */
 static int kvs_step(kv_sorted *t, int dir, kv_entry_fn fn, void *arg, kv_sorted_pos *pos)
 {
     kvs_ent ents[KVS_CAP];
     kvs_cleaf *c = pos->c;
-    uint64_t gen = KVS_LOAD(&t->cgen);
-    if (!c || gen != pos->gen || KVS_LOAD(&c->ver) != pos->ver) return KVS_RETRY;
+    if (!c || KVS_LOAD(kvs_gen_of(t, c)) != pos->gen || KVS_LOAD(&c->ver) != pos->ver)
+        return KVS_RETRY;
     unsigned n;
     uint32_t ver;
     const kvs_rec *r = NULL;
@@ -899,13 +906,15 @@ static int kvs_step(kv_sorted *t, int dir, kv_entry_fn fn, void *arg, kv_sorted_
             }
         } else if (dir > 0 && pos->idx + 1 == n) {
             goto next_leaf;
+        } else if (dir < 0 && pos->idx == 0) {
+            goto prev_leaf;
         }
     }
     int rc = kvs_leaf_read(t, c, ents, &n, &ver);
     if (rc) return rc;
     if (ver != pos->ver || pos->idx >= n) return KVS_RETRY;
     if (dir < 0) {
-        if (pos->idx == 0) return KVS_RETRY;     /* companions link forward only */
+        if (pos->idx == 0) goto prev_leaf;
         pos->idx--;
         return kvs_emit(ents[pos->idx].r, fn, arg);
     }
@@ -922,6 +931,8 @@ next_leaf: {
             pos->c = NULL;
             return NVH_E_NOTFOUND;
         }
+        /* nx's count before it is seen live (by the reads below) */
+        uint64_t gen = KVS_LOAD(kvs_gen_of(t, nx));
         ver = KVS_LOAD(&nx->ver);
         if ((e = kvs_leaf_cached_one(t, nx, KVS_LOAD(&nx->ptag), ver, 0, 1, &r)) < 0)
             return nvh_errcode();
@@ -934,7 +945,42 @@ next_leaf: {
         *pos = (kv_sorted_pos){nx, gen, ver, 0};
         return kvs_emit(r, fn, arg);
     }
+prev_leaf: {
+        /* pv precedes c while both are live and pv->next is c: its last
+         * entry is the key before c's first (the one pos names, c being
+         * at pos's version). A companion's prev is stored (release) before
+         * the one it named is retired, as next is. */
+        kvs_cleaf *pv = KVS_LOAD(&c->prev);
+        if (KVS_LOAD(&c->ver) != pos->ver || kvs_dead(c)) return KVS_RETRY;
+        if (!pv) {              /* c is the first leaf: nothing before it */
+            pos->c = NULL;
+            return NVH_E_NOTFOUND;
+        }
+        uint64_t gen = KVS_LOAD(kvs_gen_of(t, pv));
+        if (KVS_LOAD(&pv->next) != c || kvs_dead(pv)) return KVS_RETRY;
+        ver = KVS_LOAD(&pv->ver);
+        uint64_t ptag = KVS_LOAD(&pv->ptag);
+        n = (unsigned)(ptag >> 32) & 0xff;
+        e = 0;
+        if (n && (e = kvs_leaf_cached_one(t, pv, ptag, ver, n - 1, -1, &r)) < 0)
+            return nvh_errcode();
+        if (e == 0) {
+            rc = kvs_leaf_read(t, pv, ents, &n, &ver);
+            if (rc) return rc;
+            if (n == 0) return KVS_RETRY;
+            r = ents[n - 1].r;
+        }
+        /* still neighbours at those versions */
+        if (KVS_LOAD(&pv->next) != c || KVS_LOAD(&c->ver) != pos->ver || kvs_dead(c))
+            return KVS_RETRY;
+        *pos = (kv_sorted_pos){pv, gen, ver, n - 1};
+        return kvs_emit(r, fn, arg);
+    }
 }
+
+#ifdef NVH_TEST_HOOKS
+_Atomic unsigned long kvs_test_step_seeks_;
+#endif
 
 int kv_sorted_step(kv_sorted *t, int dir, const void *k, size_t kl, kv_entry_fn fn, void *arg,
                    kv_sorted_pos *pos)
@@ -947,6 +993,9 @@ int kv_sorted_step(kv_sorted *t, int dir, const void *k, size_t kl, kv_entry_fn 
         nvh_epoch_exit_();
     }
     if (rc != KVS_RETRY) return rc;
+#ifdef NVH_TEST_HOOKS
+    kvs_test_step_seeks_++;
+#endif
     return kvs_seek(t, dir < 0 ? KV_SEEK_LT : KV_SEEK_GT, k, kl, fn, arg, pos);
 }
 

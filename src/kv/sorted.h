@@ -45,6 +45,10 @@ int kv_sorted_seek_pos(kv_sorted *t, enum kv_seek how, const void *k, size_t kl,
  * seek GT/LT from k. fn once for it; NVH_E_NOTFOUND at the end. */
 int kv_sorted_step(kv_sorted *t, int dir, const void *k, size_t kl, kv_entry_fn fn, void *arg,
                    kv_sorted_pos *pos);
+#ifdef NVH_TEST_HOOKS
+/* Tests only: steps that fell back to a seek from their key. */
+extern _Atomic unsigned long kvs_test_step_seeks_;
+#endif
 /* Ascending scan of lo..hi; lo/hi NULL = unbounded; *_incl: bound included.
  * Stops when fn returns non-zero (returned). */
 int kv_sorted_scan(kv_sorted *t, const void *lo, size_t lol, int lo_incl,

@@ -38,6 +38,8 @@
                                        version 1 refuses the tree            */
 
 #define KVS_CAP 32u                 /* slots per leaf                         */
+#define KVS_GEN_LOG2 6u             /* iterators' retire-count stripes: 64    */
+#define KVS_GEN_STRIPES (1u << KVS_GEN_LOG2)
 #define KVS_PENDING 60u             /* deferred record frees in the header    */
 
 /* Order the tree was built with (header `order`): set by the first open. */
@@ -193,7 +195,7 @@ typedef struct kvs_cleaf {
     /* lines 1-4 */
     uint64_t rec[KVS_CAP];          /* atomic                                 */
     /* writers' fields, the other summaries, the cached order */
-    struct kvs_cleaf *prev;         /* key order (writers only)               */
+    struct kvs_cleaf *prev;         /* key order (atomic: iterator steps back) */
     uint32_t lock;                  /* atomic: the leaf's writer lock         */
     uint32_t live;                  /* live slots (under lock)                */
     uint32_t hash[KVS_CAP];
@@ -348,7 +350,10 @@ struct kv_sorted {
     pthread_mutex_t smo;
     uint32_t built;                 /* atomic: index built                    */
     kvs_inode *root;                /* atomic (acquire/release); under smo    */
-    uint64_t cgen;                  /* atomic: companions retired (smo)       */
+    /* atomic, under smo: companions retired, striped by their address
+     * (kvs_gen_of): an iterator trusts a companion it kept while its
+     * stripe's count is unchanged, whatever other leaves do */
+    uint64_t cgen[KVS_GEN_STRIPES];
     kvs_cleaf *head;                /* first companion (smo)                  */
     kvs_retired *ret;               /* smo                                    */
     size_t nret, capret;
@@ -518,6 +523,14 @@ int kvs_corrupt(const kv_sorted *t, uint64_t off, const char *what);
 /* ==========================================================================
  * Atomics (the fields marked atomic above)
  * ========================================================================== */
+/* The retire count of companion c's stripe (kv_sorted.cgen): by address,
+ * so a companion freed and another allocated at its address share it. */
+static inline uint64_t *kvs_gen_of(kv_sorted *t, const void *c)
+{
+    uint64_t a = (uint64_t)(uintptr_t)c >> 6;
+    return &t->cgen[(a * UINT64_C(0x9e3779b97f4a7c15)) >> (64 - KVS_GEN_LOG2)];
+}
+
 #define KVS_LOAD(p) __atomic_load_n((p), __ATOMIC_ACQUIRE)
 #define KVS_LOADR(p) __atomic_load_n((p), __ATOMIC_RELAXED)
 #define KVS_STORE(p, v) __atomic_store_n((p), (v), __ATOMIC_RELEASE)

@@ -648,7 +648,7 @@ static int kvs_split_insert(kv_sorted *t, kvs_cleaf *c, const void *k, size_t kl
     hi->next = c->next;
     rc = kvs_ix_replace(t, c, lo, hi, sep);   /* finds c by its separator */
     c->sep = NULL;
-    if (c->next) c->next->prev = hi;
+    if (c->next) KVS_STORE(&c->next->prev, hi);
     if (c->prev) KVS_STORE(&c->prev->next, lo);
     else t->head = lo;
     KVS_STORE(&c->dead, 1);
@@ -672,7 +672,7 @@ static int kvs_leaf_drop(kv_sorted *t, kvs_cleaf *c)
     if (rc) return rc;
     if (c->prev) KVS_STORE(&c->prev->next, c->next);
     else t->head = c->next;
-    if (c->next) c->next->prev = c->prev;
+    if (c->next) KVS_STORE(&c->next->prev, c->prev);
     rc = kvs_ix_remove(t, c);
     KVS_STORE(&c->dead, 1);
     kvs_skey_unref(t, c->sep, 0);

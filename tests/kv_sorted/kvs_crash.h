@@ -36,6 +36,9 @@ typedef struct run_cfg {
 } run_cfg;
 
 static run_cfg g_run;
+/* A scripted run: g_script[i] is op i (g_run.ops of them) instead of the
+ * seeded random stream; the operations after a recovery stay random. */
+static const struct op *g_script;
 static km_model *g_model;
 static volatile unsigned g_acked;
 
@@ -55,6 +58,11 @@ static op next_op(uint64_t *rng)
     o.del = km_rng(rng) % 100 < g_run.del_pct;
     o.id = (uint32_t)(km_rng(rng) % g_run.nkeys);
     return o;
+}
+
+static op op_at(unsigned i, uint64_t *rng)
+{
+    return g_script ? g_script[i] : next_op(rng);
 }
 
 /* Apply to the model; returns the expected rc. */
@@ -98,7 +106,7 @@ static int workload(nvh_pool *pool, void *arg)
             uint64_t sm = g_run.slab_max ? g_run.slab_max : KVS_SLAB_MAX;
             if (kv_sorted_set_slabs_(t, rm, sm) != NVH_OK) return 1;
         }
-        op o = next_op(&rng);
+        op o = op_at(i, &rng);
         int want = model_apply(ver, &clock, o);
         int got = tree_apply(t, g_model, o, ver[o.id], vb);
         if (got != want) {
@@ -117,7 +125,7 @@ static void model_prefix(unsigned n, uint32_t *ver)
     uint32_t clock = 0;
     uint64_t rng = g_run.seed;
     memset(ver, 0, g_run.nkeys * sizeof *ver);
-    for (unsigned i = 0; i < n; i++) model_apply(ver, &clock, next_op(&rng));
+    for (unsigned i = 0; i < n; i++) model_apply(ver, &clock, op_at(i, &rng));
 }
 
 static int complain(const nvh_crash_point *pt, int rc, const char *what, long a, long b)

@@ -50,6 +50,45 @@ static void every_fence_updates(void **state)
     run((run_cfg){13, 6, 80, 35, 3, 0, 0, 0}, NVH_CRASH_LINES, 0, 1);
 }
 
+/* A leaf drop frees the leaf with one nvh_free whose link (the previous
+ * leaf's `next`) the allocator stores without a write-back until its ring
+ * retires; a split right after it activates the new leaf over that same
+ * word, recording its current value, which may not be durable yet. The
+ * allocator's recovery replays every unretired free's link before a later
+ * activation's (global sequence order), so the activation's recorded value
+ * is restored first. Keys by rank in key order (the model's `ord`): ranks
+ * 0 mod 4 ascending (about 6 leaves of 16), then
+ *   - the band [100, 200] of them removed (the leaves inside it dropped),
+ *     and the free ranks of (60, 100) inserted ascending: the leaf before
+ *     the band splits into its upper half, linked at its own `next`;
+ *   - the band [252, 328] removed, and the free ranks of (330, 370)
+ *     inserted descending: the leaf after the band splits into its lower
+ *     half, linked at its predecessor's `next`, which the drop's free set.
+ * (An upper split flushes the leaf's header line, `split_tag` beside
+ * `next`, before its data fence, so its link is durable anyway.)
+ * A crash at every fence, lines; it fails when recovery replays the free
+ * records' links after the activations'. */
+static void every_fence_drop_then_split(void **state)
+{
+    (void)state;
+    enum { N = 400 };
+    km_long_every = 0;
+    km_model *m = km_new(N);
+    static op script[N];
+    unsigned n = 0;
+    for (unsigned r = 0; r < N; r += 4) script[n++] = (op){0, m->ord[r]};
+    for (unsigned r = 100; r <= 200; r += 4) script[n++] = (op){1, m->ord[r]};
+    for (unsigned r = 61; r < 100; r++)
+        if (r % 4) script[n++] = (op){0, m->ord[r]};
+    for (unsigned r = 252; r <= 328; r += 4) script[n++] = (op){1, m->ord[r]};
+    for (unsigned r = 369; r > 330; r--)
+        if (r % 4) script[n++] = (op){0, m->ord[r]};
+    km_free(m);
+    g_script = script;
+    run((run_cfg){18, N, n, 30, 0, 0, 0, 0}, NVH_CRASH_LINES, 0, 2);
+    g_script = NULL;
+}
+
 /* a long random run: sampled crash points */
 static void sampled_long(void **state)
 {
@@ -69,7 +108,7 @@ int main(void)
         cmocka_unit_test(every_fence_lines), cmocka_unit_test(every_fence_words),
         cmocka_unit_test(every_fence_splits), cmocka_unit_test(every_fence_splits_words),
         cmocka_unit_test(every_fence_updates), cmocka_unit_test(sampled_long),
-        cmocka_unit_test(sampled_long_words),
+        cmocka_unit_test(sampled_long_words), cmocka_unit_test(every_fence_drop_then_split),
     };
     return kvs_crash_main(tests, sizeof tests / sizeof tests[0]);
 }
