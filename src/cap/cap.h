@@ -8,7 +8,7 @@
  *              global span allocator (bins, coalescing, hole punching), fork
  *   heap.c     thread heaps: size classes, pages, malloc/free fast paths,
  *              cross-thread frees, large objects, realloc
- *   pool.c     the in-process API on a region of a pool (nvh_cap_*)
+ *   part.c     the in-process API on a region of a pool (nvh_cap_*)
  *   preload.c  the LD_PRELOAD malloc family (built only into libnvheap-cap.so)
  *
  * The core (span.c, heap.c) uses nothing of libnvheap but its headers, so the
