@@ -141,13 +141,54 @@ static void conn_read_enable(nvc_conn *c, bool on)
     }
 }
 
+void nvc_conn_read_section(nvc_conn *c)
+{
+    if (!c->w->reading) {
+        nvc_store_read_begin(nvc_srv.store);
+        c->w->reading = true;
+    }
+}
+
+/* Ends the worker's read section after the flush: output that could not
+ * be written yet may still reference item data, so it is copied into a
+ * buffer of the connection's own first (the rare case of a full socket).
+ * Returns -1 if out of memory. */
+static int conn_read_section_end(nvc_conn *c)
+{
+    int rc = 0;
+    size_t len = evbuffer_get_length(c->out);
+    if (len > 0) {
+        struct evbuffer *own = evbuffer_new();
+        struct evbuffer_iovec v;
+        if (own && evbuffer_reserve_space(own, (ev_ssize_t)len, &v, 1) == 1) {
+            evbuffer_copyout(c->out, v.iov_base, len);
+            v.iov_len = len;
+            evbuffer_commit_space(own, &v, 1);
+            evbuffer_free(c->out);
+            c->out = own;
+        } else {
+            if (own)
+                evbuffer_free(own);
+            rc = -1;
+        }
+    }
+    nvc_store_read_end(nvc_srv.store);
+    c->w->reading = false;
+    return rc;
+}
+
 /* Process what is buffered, reply at once (no extra loop pass: replies
- * to one read go out in one writev), and decide whether to keep reading. */
+ * to one read go out in one writev), and decide whether to keep reading.
+ * Large values go out from their place in the pool, inside a read section
+ * that ends here, once the writev is done. */
 static void conn_run(nvc_conn *c)
 {
     if (!c->closing && nvc_proto_process(c) < 0)
         c->closing = true;
-    if (conn_flush(c) < 0) {
+    int rc = conn_flush(c);
+    if (c->w->reading && conn_read_section_end(c) < 0)
+        rc = -1;
+    if (rc < 0) {
         conn_free(c);
         return;
     }

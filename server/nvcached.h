@@ -56,6 +56,7 @@ typedef struct nvc_worker {
     nvc_counters cnt;
     char *scratch;                /* value assembly (grows up to item_max) */
     size_t scratch_cap;
+    bool reading;                 /* in a store read section (nvc_conn_read_section) */
 } nvc_worker;
 
 typedef struct nvc_server {
@@ -104,6 +105,11 @@ typedef struct nvc_conn {
 /* proto.c: handle everything complete in the connection's input. Returns
  * -1 if the connection must be closed at once (after its output). */
 int nvc_proto_process(nvc_conn *c);
+/* main.c: the reply being built references item data in the pool: keep
+ * the worker in a store read section (nvc_store_read_begin) until that
+ * output is written or copied, which main.c does before the connection's
+ * turn ends. */
+void nvc_conn_read_section(nvc_conn *c);
 /* Scratch buffer of at least n bytes (NULL if out of memory). */
 char *nvc_scratch(nvc_worker *w, size_t n);
 void nvc_counters_sum(nvc_counters *out);

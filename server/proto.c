@@ -155,15 +155,63 @@ static void reply_put_error(nvc_conn *c, int rc)
     }
 }
 
-static void value_line(nvc_conn *c, const char *key, size_t klen, const nvc_view *v, bool cas)
+/* Decimal digits of x at p; returns the end. */
+static char *put_u64(char *p, uint64_t x)
+{
+    char tmp[20];
+    int n = 0;
+    do
+        tmp[n++] = (char)('0' + x % 10);
+    while ((x /= 10) != 0);
+    while (n)
+        *p++ = tmp[--n];
+    return p;
+}
+
+/* Values at least this long are sent from their place in the pool (an
+ * iovec of the reply's writev) instead of copied into the output: below
+ * it, the copy costs less than the extra buffer chain. */
+#define NVC_REF_MIN 1024u
+
+/* VALUE key flags bytes [cas]\r\n data\r\n. by_ref: v->data is the item in
+ * the pool, read in a lookup of this thread's read section, which main.c
+ * holds until the reply is written or copied (nvc_conn_read_section). */
+static void value_line(nvc_conn *c, const char *key, size_t klen, const nvc_view *v, bool cas,
+                       bool by_ref)
 {
     char buf[NVC_KEY_MAX + 96];
-    memcpy(buf, "VALUE ", 6);
-    memcpy(buf + 6, key, klen);
-    int n = cas ? snprintf(buf + 6 + klen, 90, " %" PRIu32 " %zu %" PRIu64 "\r\n",
-                           v->hdr.flags, v->len, v->hdr.cas)
-                : snprintf(buf + 6 + klen, 90, " %" PRIu32 " %zu\r\n", v->hdr.flags, v->len);
-    out(c, buf, 6 + klen + (size_t)n);
+    char *p = buf;
+    memcpy(p, "VALUE ", 6);
+    memcpy(p + 6, key, klen);
+    p += 6 + klen;
+    *p++ = ' ';
+    p = put_u64(p, v->hdr.flags);
+    *p++ = ' ';
+    p = put_u64(p, v->len);
+    if (cas) {
+        *p++ = ' ';
+        p = put_u64(p, v->hdr.cas);
+    }
+    *p++ = '\r';
+    *p++ = '\n';
+    if (by_ref && v->len >= NVC_REF_MIN) {
+        out(c, buf, (size_t)(p - buf));
+        nvc_conn_read_section(c);
+        evbuffer_add_reference(c->out, v->data, v->len, NULL, NULL);
+        NVC_COUNT(&c->w->cnt, bytes_written, v->len);
+        OUTS(c, "\r\n");
+        return;
+    }
+    if (v->len <= sizeof buf - (size_t)(p - buf) - 2) {
+        /* small: one append for the whole reply */
+        memcpy(p, v->data, v->len);
+        p += v->len;
+        *p++ = '\r';
+        *p++ = '\n';
+        out(c, buf, (size_t)(p - buf));
+        return;
+    }
+    out(c, buf, (size_t)(p - buf));
     out(c, v->data, v->len);
     OUTS(c, "\r\n");
 }
@@ -180,7 +228,7 @@ struct get_line {
 static void get_line_fn(const nvc_view *v, void *arg)
 {
     struct get_line *g = arg;
-    value_line(g->c, g->key, g->klen, v, g->cas);
+    value_line(g->c, g->key, g->klen, v, g->cas, true);
 }
 
 /* get/gets key*, gat/gats exptime key*. */
@@ -227,7 +275,7 @@ static void cmd_get(nvc_conn *c, tok *t, int nt, bool cas, bool touch, bool end)
             }
         }
         if (hit)
-            value_line(c, t[i].s, t[i].n, &v, cas);
+            value_line(c, t[i].s, t[i].n, &v, cas, false);
         nvc_store_unlock(nvc_srv.store, t[i].s, t[i].n);
     counted:
         if (touch) {
@@ -308,8 +356,10 @@ static void complete_update(nvc_conn *c, const char *data)
     NVC_COUNT(&c->w->cnt, cmd_set, 1);
     nvc_store_lock(s, p->key, p->klen);
     nvc_hdr h = { .flags = p->flags, .exptime = p->exptime, .time = now };
-    bool hit = nvc_store_find(s, p->key, p->klen, now, false, &v);
     bool cas_given = p->cmd == CMD_CAS || (p->meta && p->cas != 0);
+    /* A plain set stores whatever was there: no lookup of the old item. */
+    bool hit = (p->cmd != CMD_SET || cas_given) &&
+               nvc_store_find(s, p->key, p->klen, now, false, &v);
     if (cas_given && !hit) {
         reply = "NOT_FOUND\r\n", mcode = "NF";
         NVC_COUNT(&c->w->cnt, cas_misses, 1);

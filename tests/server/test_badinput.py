@@ -140,6 +140,36 @@ def test_memory_bounded_for_a_client_that_does_not_read(server):
     slow.close()
 
 
+def test_large_replies_kept_while_the_item_is_rewritten(server):
+    """Values of 1 KiB and more are sent from their place in the pool. A
+    reply the socket cannot take at once must stay what it was when the
+    get ran, though the item is replaced and its space freed and reused
+    before the client reads it (the unsent rest is copied first)."""
+    size, n = 8192, 400                 # 3.2 MiB: under the 4 MiB output bound
+    w = server.client()
+    w.set("big", b"a" * size)
+    slow = Client.__new__(Client)       # a small receive window from the start
+    slow.buf = b""
+    slow.sock = socket.socket()
+    slow.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    slow.sock.connect(("127.0.0.1", server.port))
+    slow.sock.settimeout(10)
+    slow.send(b"get big\r\n" * n)
+    time.sleep(0.5)                     # answered; much of it waits in the server
+    for i in range(300):
+        ch = bytes([ord("b") + i % 20])
+        w.set("big", ch * size)
+        w.set("other%d" % (i % 50), ch * size)
+    bad = 0
+    for _ in range(n):
+        assert slow.line() == b"VALUE big 0 %d\r\n" % size
+        bad += slow.read_exact(size + 2) != b"a" * size + b"\r\n"
+        assert slow.line() == b"END\r\n"
+    assert bad == 0
+    healthy(server)
+    slow.close()
+
+
 def mutate(rng, data):
     data = bytearray(data)
     for _ in range(rng.randint(1, 4)):
