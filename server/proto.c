@@ -1314,6 +1314,31 @@ int nvc_proto_process(nvc_conn *c)
         }
         if (avail == 0)
             return 0;
+        /* The usual case: the whole line in the input's first chunk, parsed
+         * where it lies (no copy), then drained. */
+        struct evbuffer_iovec iv;
+        if (evbuffer_peek(in, -1, NULL, &iv, 1) >= 1 && iv.iov_len > 0 &&
+            *(unsigned char *)iv.iov_base != 0x80) {
+            char *p = iv.iov_base;
+            size_t scan = iv.iov_len < NVC_LINE_MAX + 1 ? iv.iov_len : NVC_LINE_MAX + 1;
+            char *nl = memchr(p, '\n', scan);
+            if (nl) {
+                size_t len = (size_t)(nl - p);
+                NVC_COUNT(&c->w->cnt, bytes_read, len + 1);
+                if (len > 0 && p[len - 1] == '\r')
+                    len--;
+                p[len] = '\0';
+                if (__atomic_load_n(&nvc_srv.verbose, __ATOMIC_RELAXED) > 1)
+                    fprintf(stderr, "<%p %.*s\n", (void *)c, (int)(len < 200 ? len : 200), p);
+                int rc = dispatch(c, p, len);
+                evbuffer_drain(in, (size_t)(nl - (char *)iv.iov_base) + 1);
+                if (rc < 0)
+                    return -1;
+                if (evbuffer_get_length(c->out) > NVC_OUT_HIGH)
+                    return 0;
+                continue;
+            }
+        }
         /* A line. The binary protocol starts with its magic byte. */
         unsigned char first;
         evbuffer_copyout(in, &first, 1);
