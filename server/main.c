@@ -97,7 +97,7 @@ static void conn_free(nvc_conn *c)
         c->next->prev = c->prev;
     event_free(c->rev);
     event_free(c->wev);
-    evbuffer_free(c->in);
+    free(c->in);
     evbuffer_free(c->out);
     close(c->fd);
     free(c);
@@ -203,27 +203,67 @@ static void conn_run(nvc_conn *c)
      * drain; input is bounded by the largest thing one request may need. */
     c->paused = pending > NVC_OUT_HIGH;
     conn_read_enable(c, !c->paused &&
-                     evbuffer_get_length(c->in) < nvc_srv.set.item_max + NVC_GET_LINE_MAX);
+                     c->in_end - c->in_start < nvc_srv.set.item_max + NVC_GET_LINE_MAX);
+    if (c->in && c->in_start == c->in_end) {
+        /* nothing unconsumed: the buffer goes back to the worker */
+        nvc_worker *w = c->w;
+        if (c->in_cap == NVC_IN_CHUNK && w->nspare < NVC_IN_SPARES)
+            w->spare[w->nspare++] = c->in;
+        else
+            free(c->in);
+        c->in = NULL;
+        c->in_start = c->in_end = c->in_cap = 0;
+    }
+}
+
+/* Room for a read behind the unconsumed input: a spare buffer of the
+ * worker if the connection has none, the unconsumed rest moved to the
+ * front, the buffer doubled when that is not enough. Returns the free
+ * bytes (0 if out of memory). */
+static size_t conn_in_room(nvc_conn *c)
+{
+    if (!c->in) {
+        nvc_worker *w = c->w;
+        c->in = w->nspare ? w->spare[--w->nspare] : malloc(NVC_IN_CHUNK);
+        if (!c->in)
+            return 0;
+        c->in_cap = NVC_IN_CHUNK;
+        c->in_start = c->in_end = 0;
+    }
+    if (c->in_cap - c->in_end >= NVC_IN_CHUNK / 2)
+        return c->in_cap - c->in_end;
+    if (c->in_start > 0) {
+        memmove(c->in, c->in + c->in_start, c->in_end - c->in_start);
+        c->in_end -= c->in_start;
+        c->in_start = 0;
+    }
+    if (c->in_cap - c->in_end < NVC_IN_CHUNK / 2) {
+        char *p = realloc(c->in, 2 * c->in_cap);
+        if (!p)
+            return 0;
+        c->in = p;
+        c->in_cap *= 2;
+    }
+    return c->in_cap - c->in_end;
 }
 
 static void read_cb(evutil_socket_t fd, short what, void *arg)
 {
     nvc_conn *c = arg;
     (void)what;
-    struct evbuffer_iovec v;
-    if (evbuffer_reserve_space(c->in, 16384, &v, 1) < 1) {
+    size_t room = conn_in_room(c);
+    if (room == 0) {
         conn_free(c);
         return;
     }
-    ssize_t n = recv(fd, v.iov_base, v.iov_len, 0);
+    ssize_t n = recv(fd, c->in + c->in_end, room, 0);
     if (n <= 0) {
         if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
             return;
         conn_free(c);              /* EOF or error: the client is gone */
         return;
     }
-    v.iov_len = (size_t)n;
-    evbuffer_commit_space(c->in, &v, 1);
+    c->in_end += (size_t)n;
     conn_run(c);
 }
 
@@ -266,14 +306,12 @@ static void accept_cb(struct evconnlistener *l, evutil_socket_t fd, struct socka
     if (c) {
         c->fd = fd;
         c->w = w;
-        c->in = evbuffer_new();
         c->out = evbuffer_new();
         c->rev = event_new(w->base, fd, EV_READ | EV_PERSIST, read_cb, c);
         c->wev = event_new(w->base, fd, EV_WRITE | EV_PERSIST, write_cb, c);
     }
-    if (!c || !c->in || !c->out || !c->rev || !c->wev) {
+    if (!c || !c->out || !c->rev || !c->wev) {
         if (c) {
-            if (c->in) evbuffer_free(c->in);
             if (c->out) evbuffer_free(c->out);
             if (c->rev) event_free(c->rev);
             if (c->wev) event_free(c->wev);
@@ -516,8 +554,11 @@ int main(int argc, char **argv)
     event_free(sigterm);
     event_free(sigint);
     event_base_free(mainbase);
-    for (int i = 0; i < set->threads; i++)
+    for (int i = 0; i < set->threads; i++) {
         free(nvc_srv.workers[i].scratch);
+        while (nvc_srv.workers[i].nspare > 0)
+            free(nvc_srv.workers[i].spare[--nvc_srv.workers[i].nspare]);
+    }
     free(nvc_srv.workers);
     free(tids);
     free(ls);

@@ -21,6 +21,8 @@ struct evbuffer;
 #define NVC_LINE_MAX 2048u            /* a command line (memcached's key line limit) */
 #define NVC_GET_LINE_MAX (256u << 10) /* a get/gets/gat line (many keys) */
 #define NVC_OUT_HIGH (4u << 20)       /* stop reading a client whose replies pile up */
+#define NVC_IN_CHUNK (16u << 10)      /* an input buffer; a larger request grows it */
+#define NVC_IN_SPARES 8               /* input buffers a worker keeps for reuse */
 
 typedef struct nvc_settings {
     int port;
@@ -57,6 +59,8 @@ typedef struct nvc_worker {
     char *scratch;                /* value assembly (grows up to item_max) */
     size_t scratch_cap;
     bool reading;                 /* in a store read section (nvc_conn_read_section) */
+    char *spare[NVC_IN_SPARES];   /* input buffers of NVC_IN_CHUNK no connection holds */
+    int nspare;
 } nvc_worker;
 
 typedef struct nvc_server {
@@ -93,7 +97,13 @@ typedef struct nvc_conn {
     int fd;
     struct event *rev, *wev;      /* read and write events */
     bool rev_on, wev_on;
-    struct evbuffer *in, *out;
+    /* Input: in[in_start, in_end) unconsumed, in_cap bytes. A connection
+     * holds a buffer only while it has unconsumed input; an empty one goes
+     * back to its worker's spares, so idle connections hold none and a
+     * read allocates nothing. */
+    char *in;
+    size_t in_start, in_end, in_cap;
+    struct evbuffer *out;
     nvc_worker *w;
     int state;
     size_t swallow;

@@ -1276,12 +1276,14 @@ static bool get_prefix(const char *p, size_t n)
 
 int nvc_proto_process(nvc_conn *c)
 {
-    struct evbuffer *in = c->in;
     for (;;) {
-        size_t avail = evbuffer_get_length(in);
+        if (!c->in)
+            return 0;              /* no input buffered */
+        char *in = c->in + c->in_start;
+        size_t avail = c->in_end - c->in_start;
         if (c->state == CONN_SWALLOW) {
             size_t n = avail < c->swallow ? avail : c->swallow;
-            evbuffer_drain(in, n);
+            c->in_start += n;
             NVC_COUNT(&c->w->cnt, bytes_read, n);
             c->swallow -= n;
             if (c->swallow)
@@ -1301,7 +1303,8 @@ int nvc_proto_process(nvc_conn *c)
                 return -1;
             }
             char *buf = scratch + sizeof(nvc_hdr);
-            evbuffer_remove(in, buf, need);
+            memcpy(buf, in, need);
+            c->in_start += need;
             NVC_COUNT(&c->w->cnt, bytes_read, need);
             c->state = CONN_LINE;
             if (buf[need - 2] != '\r' || buf[need - 1] != '\n') {
@@ -1314,44 +1317,15 @@ int nvc_proto_process(nvc_conn *c)
         }
         if (avail == 0)
             return 0;
-        /* The usual case: the whole line in the input's first chunk, parsed
-         * where it lies (no copy), then drained. */
-        struct evbuffer_iovec iv;
-        if (evbuffer_peek(in, -1, NULL, &iv, 1) >= 1 && iv.iov_len > 0 &&
-            *(unsigned char *)iv.iov_base != 0x80) {
-            char *p = iv.iov_base;
-            size_t scan = iv.iov_len < NVC_LINE_MAX + 1 ? iv.iov_len : NVC_LINE_MAX + 1;
-            char *nl = memchr(p, '\n', scan);
-            if (nl) {
-                size_t len = (size_t)(nl - p);
-                NVC_COUNT(&c->w->cnt, bytes_read, len + 1);
-                if (len > 0 && p[len - 1] == '\r')
-                    len--;
-                p[len] = '\0';
-                if (__atomic_load_n(&nvc_srv.verbose, __ATOMIC_RELAXED) > 1)
-                    fprintf(stderr, "<%p %.*s\n", (void *)c, (int)(len < 200 ? len : 200), p);
-                int rc = dispatch(c, p, len);
-                evbuffer_drain(in, (size_t)(nl - (char *)iv.iov_base) + 1);
-                if (rc < 0)
-                    return -1;
-                if (evbuffer_get_length(c->out) > NVC_OUT_HIGH)
-                    return 0;
-                continue;
-            }
-        }
         /* A line. The binary protocol starts with its magic byte. */
-        unsigned char first;
-        evbuffer_copyout(in, &first, 1);
-        if (first == 0x80) {
+        if ((unsigned char)in[0] == 0x80) {
             NVC_COUNT(&c->w->cnt, protocol_errors, 1);
             OUTS(c, "CLIENT_ERROR binary protocol not supported\r\n");
             return -1;
         }
-        struct evbuffer_ptr end = evbuffer_search(in, "\n", 1, NULL);
-        char head[8];
-        size_t hn = evbuffer_copyout(in, head, sizeof head);
-        size_t limit = get_prefix(head, hn) ? NVC_GET_LINE_MAX : NVC_LINE_MAX;
-        if (end.pos < 0) {
+        size_t limit = get_prefix(in, avail < 8 ? avail : 8) ? NVC_GET_LINE_MAX : NVC_LINE_MAX;
+        char *nl = memchr(in, '\n', avail < limit + 1 ? avail : limit + 1);
+        if (!nl) {
             if (avail > limit) {
                 NVC_COUNT(&c->w->cnt, protocol_errors, 1);
                 OUTS(c, "CLIENT_ERROR line too long\r\n");
@@ -1359,29 +1333,16 @@ int nvc_proto_process(nvc_conn *c)
             }
             return 0;
         }
-        size_t len = (size_t)end.pos;
-        if (len > limit) {
-            NVC_COUNT(&c->w->cnt, protocol_errors, 1);
-            OUTS(c, "CLIENT_ERROR line too long\r\n");
-            return -1;
-        }
-        char stackbuf[NVC_LINE_MAX + 2];
-        char *line = len + 1 <= sizeof stackbuf ? stackbuf : malloc(len + 1);
-        if (!line) {
-            OUTS(c, "SERVER_ERROR out of memory reading request\r\n");
-            return -1;
-        }
-        evbuffer_remove(in, line, len + 1);
+        /* Parsed where it lies; consumed once dispatched. */
+        size_t len = (size_t)(nl - in);
         NVC_COUNT(&c->w->cnt, bytes_read, len + 1);
-        if (len > 0 && line[len - 1] == '\r')
+        c->in_start += len + 1;
+        if (len > 0 && in[len - 1] == '\r')
             len--;
-        line[len] = '\0';
+        in[len] = '\0';
         if (__atomic_load_n(&nvc_srv.verbose, __ATOMIC_RELAXED) > 1)
-            fprintf(stderr, "<%p %.*s\n", (void *)c, (int)(len < 200 ? len : 200), line);
-        int rc = dispatch(c, line, len);
-        if (line != stackbuf)
-            free(line);
-        if (rc < 0)
+            fprintf(stderr, "<%p %.*s\n", (void *)c, (int)(len < 200 ? len : 200), in);
+        if (dispatch(c, in, len) < 0)
             return -1;
         /* Let main.c pause a client whose replies pile up. */
         if (evbuffer_get_length(c->out) > NVC_OUT_HIGH)
