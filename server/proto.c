@@ -1175,9 +1175,8 @@ static int dispatch(nvc_conn *c, char *line, size_t len)
             i++;
         if (i >= len)
             break;
-        size_t j = i;
-        while (j < len && line[j] != ' ')
-            j++;
+        const char *sp = memchr(line + i, ' ', len - i);   /* keys are long: not byte by byte */
+        size_t j = sp ? (size_t)(sp - line) : len;
         if (nt == MAX_TOKENS) {
             /* Only get-style commands take that many tokens. */
             if (!(nt > 0 && (tok_is(&t[0], "get") || tok_is(&t[0], "gets") ||
@@ -1214,9 +1213,8 @@ static int dispatch(nvc_conn *c, char *line, size_t len)
                     i++;
                 if (i >= len)
                     break;
-                size_t j = i;
-                while (j < len && line[j] != ' ')
-                    j++;
+                const char *sp = memchr(line + i, ' ', len - i);
+                size_t j = sp ? (size_t)(sp - line) : len;
                 t[nt++] = (tok){ line + i, j - i };
                 i = j;
             }
