@@ -26,29 +26,13 @@ struct nvc_lru {
     size_t hand;
 };
 
-/* Eight bytes a step (a get hashes its key once, a set a few times: the
- * per-byte loop of FNV cost more than the rest of the bookkeeping), then
- * murmur3's finalizer, so every bit of the result (the stripe uses the
- * high half, the index the low bits) depends on every key byte. */
 uint64_t lru_hash(const char *key, size_t klen)
 {
-    uint64_t h = 0x9e3779b97f4a7c15ull ^ klen;
-    for (; klen >= 8; key += 8, klen -= 8) {
-        uint64_t w;
-        memcpy(&w, key, 8);
-        h = (h ^ w) * 0xff51afd7ed558ccdull;
-        h ^= h >> 32;
-    }
-    if (klen) {
-        uint64_t w = 0;
-        memcpy(&w, key, klen);
-        h = (h ^ w) * 0xff51afd7ed558ccdull;
-        h ^= h >> 32;
-    }
+    uint64_t h = 0xcbf29ce484222325ull;    /* FNV-1a, then a final mix */
+    for (size_t i = 0; i < klen; i++)
+        h = (h ^ (uint8_t)key[i]) * 0x100000001b3ull;
     h ^= h >> 33;
     h *= 0xff51afd7ed558ccdull;
-    h ^= h >> 33;
-    h *= 0xc4ceb9fe1a85ec53ull;
     h ^= h >> 33;
     return h;
 }

@@ -9,7 +9,6 @@
 
 #include <nvheap.h>
 
-#include <event2/buffer.h>
 #include <event2/event.h>
 #include <event2/listener.h>
 #include <event2/thread.h>
@@ -27,6 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -98,27 +98,167 @@ static void conn_free(nvc_conn *c)
     event_free(c->rev);
     event_free(c->wev);
     free(c->in);
-    evbuffer_free(c->out);
+    free(c->out);
     close(c->fd);
     free(c);
     __atomic_fetch_sub(&nvc_srv.curr_conns, 1, __ATOMIC_RELAXED);
 }
 
-/* Writes what it can now; the rest waits for the socket (write event).
- * Returns -1 if the connection is gone. */
+/* ---- output ------------------------------------------------------------- */
+
+static void out_release(nvc_conn *c)
+{
+    nvc_worker *w = c->w;
+    if (c->out_cap == NVC_OUT_CHUNK && w->nospare < NVC_IN_SPARES)
+        w->ospare[w->nospare++] = c->out;
+    else
+        free(c->out);
+    c->out = NULL;
+    c->out_len = c->out_cap = 0;
+}
+
+/* Room for n more copied bytes; false if out of memory. */
+static bool out_room(nvc_conn *c, size_t n)
+{
+    if (c->out_cap - c->out_len >= n)
+        return true;
+    if (!c->out && n <= NVC_OUT_CHUNK) {
+        nvc_worker *w = c->w;
+        c->out = w->nospare ? w->ospare[--w->nospare] : malloc(NVC_OUT_CHUNK);
+        if (!c->out)
+            return false;
+        c->out_cap = NVC_OUT_CHUNK;
+        return true;
+    }
+    size_t cap = c->out_cap ? c->out_cap : NVC_OUT_CHUNK;
+    while (cap - c->out_len < n)
+        cap *= 2;
+    char *p = realloc(c->out, cap);
+    if (!p)
+        return false;
+    c->out = p;
+    c->out_cap = cap;
+    return true;
+}
+
+/* A failed allocation drops the reply bytes: the connection is then
+ * closed (out_failed), as a client must not see a reply with a hole. */
+static void out_failed(nvc_conn *c)
+{
+    c->closing = true;
+    c->out_broken = true;
+}
+
+/* The unsent output as one segment of copied bytes in a buffer of its
+ * own (references copied too: after it none is left). False if out of
+ * memory. */
+static bool out_compact(nvc_conn *c)
+{
+    size_t cap = NVC_OUT_CHUNK;
+    while (cap < c->pending)
+        cap *= 2;
+    char *buf = malloc(cap), *p = buf;
+    if (!buf)
+        return false;
+    for (int i = c->seg_head; i < c->nseg; i++) {
+        const struct nvc_seg *g = &c->seg[i];
+        size_t skip = i == c->seg_head ? c->head_done : 0;
+        memcpy(p, (g->ref ? g->ref : c->out + g->off) + skip, g->len - skip);
+        p += g->len - skip;
+    }
+    free(c->out);
+    c->out = buf;
+    c->out_cap = cap;
+    c->out_len = c->pending;
+    c->seg[0] = (struct nvc_seg){ NULL, 0, c->pending };
+    c->seg_head = 0;
+    c->nseg = c->pending ? 1 : 0;
+    c->head_done = 0;
+    return true;
+}
+
+void nvc_out(nvc_conn *c, const void *p, size_t n)
+{
+    if (n == 0 || c->out_broken)
+        return;
+    struct nvc_seg *last = c->nseg > c->seg_head ? &c->seg[c->nseg - 1] : NULL;
+    bool extend = last && !last->ref && last->off + last->len == c->out_len;
+    if (!extend && c->nseg == NVC_OUT_SEGS) {
+        if (!out_compact(c)) {
+            out_failed(c);
+            return;
+        }
+        last = &c->seg[0];
+        extend = true;
+    }
+    if (!out_room(c, n)) {
+        out_failed(c);
+        return;
+    }
+    memcpy(c->out + c->out_len, p, n);
+    if (extend) {
+        last->len += n;
+    } else {
+        c->seg[c->nseg++] = (struct nvc_seg){ NULL, c->out_len, n };
+    }
+    c->out_len += n;
+    c->pending += n;
+}
+
+bool nvc_out_ref(nvc_conn *c, const void *p, size_t n)
+{
+    /* keep two segments free: the copy after this one, and the next */
+    if (c->out_broken || c->nseg > NVC_OUT_SEGS - 3)
+        return false;
+    c->seg[c->nseg++] = (struct nvc_seg){ p, 0, n };
+    c->pending += n;
+    return true;
+}
+
+/* Writes what it can now (one writev of every segment); the rest waits for
+ * the socket (write event). Returns -1 if the connection is gone. */
 static int conn_flush(nvc_conn *c)
 {
-    while (evbuffer_get_length(c->out) > 0) {
-        int n = evbuffer_write(c->out, c->fd);
-        if (n < 0) {
+    while (c->pending > 0 && !c->out_broken) {
+        struct iovec iov[NVC_OUT_SEGS];
+        int n = 0;
+        for (int i = c->seg_head; i < c->nseg; i++, n++) {
+            const struct nvc_seg *g = &c->seg[i];
+            const char *base = g->ref ? g->ref : c->out + g->off;
+            size_t skip = i == c->seg_head ? c->head_done : 0;
+            iov[n].iov_base = (void *)(base + skip);
+            iov[n].iov_len = g->len - skip;
+        }
+        ssize_t wr = writev(c->fd, iov, n);
+        if (wr < 0) {
             if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)
                 break;
             return -1;
         }
-        if (n == 0)
+        if (wr == 0)
             break;
+        NVC_COUNT(&c->w->cnt, bytes_written, (uint64_t)wr);
+        size_t left = (size_t)wr;
+        c->pending -= left;
+        while (left > 0) {
+            struct nvc_seg *g = &c->seg[c->seg_head];
+            size_t rest = g->len - c->head_done;
+            if (left < rest) {
+                c->head_done += left;
+                break;
+            }
+            left -= rest;
+            c->seg_head++;
+            c->head_done = 0;
+        }
     }
-    if (evbuffer_get_length(c->out) > 0) {
+    if (c->pending == 0) {
+        c->seg_head = c->nseg = 0;
+        c->head_done = 0;
+        if (c->out)
+            out_release(c);
+    }
+    if (c->pending > 0 && !c->out_broken) {
         if (!c->wev_on) {
             event_add(c->wev, NULL);
             c->wev_on = true;
@@ -127,7 +267,7 @@ static int conn_flush(nvc_conn *c)
         event_del(c->wev);
         c->wev_on = false;
     }
-    return 0;
+    return c->out_broken ? -1 : 0;
 }
 
 static void conn_read_enable(nvc_conn *c, bool on)
@@ -150,28 +290,17 @@ void nvc_conn_read_section(nvc_conn *c)
 }
 
 /* Ends the worker's read section after the flush: output that could not
- * be written yet may still reference item data, so it is copied into a
- * buffer of the connection's own first (the rare case of a full socket).
+ * be written yet may still reference item data, so that is copied into
+ * the connection's own buffer first (the rare case of a full socket).
  * Returns -1 if out of memory. */
 static int conn_read_section_end(nvc_conn *c)
 {
     int rc = 0;
-    size_t len = evbuffer_get_length(c->out);
-    if (len > 0) {
-        struct evbuffer *own = evbuffer_new();
-        struct evbuffer_iovec v;
-        if (own && evbuffer_reserve_space(own, (ev_ssize_t)len, &v, 1) == 1) {
-            evbuffer_copyout(c->out, v.iov_base, len);
-            v.iov_len = len;
-            evbuffer_commit_space(own, &v, 1);
-            evbuffer_free(c->out);
-            c->out = own;
-        } else {
-            if (own)
-                evbuffer_free(own);
-            rc = -1;
-        }
-    }
+    bool refs = false;
+    for (int i = c->seg_head; i < c->nseg; i++)
+        refs |= c->seg[i].ref != NULL;
+    if (refs && !out_compact(c))
+        rc = -1;
     nvc_store_read_end(nvc_srv.store);
     c->w->reading = false;
     return rc;
@@ -192,7 +321,7 @@ static void conn_run(nvc_conn *c)
         conn_free(c);
         return;
     }
-    size_t pending = evbuffer_get_length(c->out);
+    size_t pending = c->pending;
     if (c->closing) {
         conn_read_enable(c, false);
         if (pending == 0)
@@ -275,11 +404,11 @@ static void write_cb(evutil_socket_t fd, short what, void *arg)
         conn_free(c);
         return;
     }
-    if (evbuffer_get_length(c->out) == 0 && c->closing) {
+    if (c->pending == 0 && c->closing) {
         conn_free(c);
         return;
     }
-    if (c->paused && evbuffer_get_length(c->out) <= NVC_OUT_HIGH / 2)
+    if (c->paused && c->pending <= NVC_OUT_HIGH / 2)
         conn_run(c);               /* requests already buffered */
 }
 
@@ -306,13 +435,11 @@ static void accept_cb(struct evconnlistener *l, evutil_socket_t fd, struct socka
     if (c) {
         c->fd = fd;
         c->w = w;
-        c->out = evbuffer_new();
         c->rev = event_new(w->base, fd, EV_READ | EV_PERSIST, read_cb, c);
         c->wev = event_new(w->base, fd, EV_WRITE | EV_PERSIST, write_cb, c);
     }
-    if (!c || !c->out || !c->rev || !c->wev) {
+    if (!c || !c->rev || !c->wev) {
         if (c) {
-            if (c->out) evbuffer_free(c->out);
             if (c->rev) event_free(c->rev);
             if (c->wev) event_free(c->wev);
             free(c);
@@ -558,6 +685,8 @@ int main(int argc, char **argv)
         free(nvc_srv.workers[i].scratch);
         while (nvc_srv.workers[i].nspare > 0)
             free(nvc_srv.workers[i].spare[--nvc_srv.workers[i].nspare]);
+        while (nvc_srv.workers[i].nospare > 0)
+            free(nvc_srv.workers[i].ospare[--nvc_srv.workers[i].nospare]);
     }
     free(nvc_srv.workers);
     free(tids);

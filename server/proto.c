@@ -12,10 +12,10 @@
  * limit or the binary protocol's magic byte gets an error and a close. */
 #include "nvcached.h"
 
-#include <event2/buffer.h>
 
 #include <ctype.h>
 #include <inttypes.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -37,8 +37,7 @@ typedef struct tok {
 
 static void out(nvc_conn *c, const void *s, size_t n)
 {
-    evbuffer_add(c->out, s, n);
-    NVC_COUNT(&c->w->cnt, bytes_written, n);
+    nvc_out(c, s, n);
 }
 #define OUTS(c, lit) out((c), (lit), sizeof(lit) - 1)
 
@@ -197,8 +196,11 @@ static void value_line(nvc_conn *c, const char *key, size_t klen, const nvc_view
     if (by_ref && v->len >= NVC_REF_MIN) {
         out(c, buf, (size_t)(p - buf));
         nvc_conn_read_section(c);
-        evbuffer_add_reference(c->out, v->data, v->len, NULL, NULL);
-        NVC_COUNT(&c->w->cnt, bytes_written, v->len);
+        if (nvc_out_ref(c, v->data, v->len)) {
+            OUTS(c, "\r\n");
+            return;
+        }
+        out(c, v->data, v->len);
         OUTS(c, "\r\n");
         return;
     }
@@ -1343,7 +1345,7 @@ int nvc_proto_process(nvc_conn *c)
         if (dispatch(c, in, len) < 0)
             return -1;
         /* Let main.c pause a client whose replies pile up. */
-        if (evbuffer_get_length(c->out) > NVC_OUT_HIGH)
+        if (c->pending > NVC_OUT_HIGH)
             return 0;
     }
 }
