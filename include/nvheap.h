@@ -1504,6 +1504,14 @@ int nvh_hmap_foreach(nvh_hmap *map, nvh_hmap_fn fn, void *arg);
  * Returns fn's value, NVH_E_NOTFOUND (no message recorded: cheap for caches
  * that miss often) or NVH_E_CORRUPT. fn must not call the map. */
 int nvh_hmap_get_fn(nvh_hmap *map, const void *key, size_t klen, nvh_hmap_fn fn, void *arg);
+/* A read section of the calling thread (sections nest). Until its end no
+ * entry is freed for reuse, whoever replaces or deletes it (this thread
+ * included), so pointers from nvh_hmap_get and from nvh_hmap_get_fn's fn stay
+ * readable until nvh_hmap_read_end; the entry seen is the one current at the
+ * lookup. Keep sections short (no waiting inside): a section holds back the
+ * reuse of space freed meanwhile in every pool. */
+void nvh_hmap_read_begin(nvh_hmap *map);
+void nvh_hmap_read_end(nvh_hmap *map);
 /* A resumable walk: each call visits up to max entries from *cursor on (in
  * split order; a run of entries with one 63-bit hash is never split between
  * calls, so a call may visit a few more) and advances the cursor. Start with

@@ -9,7 +9,6 @@
 
 #include <nvheap.h>
 
-#include <event2/buffer.h>
 #include <event2/event.h>
 #include <event2/listener.h>
 #include <event2/thread.h>
@@ -27,6 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -97,28 +97,168 @@ static void conn_free(nvc_conn *c)
         c->next->prev = c->prev;
     event_free(c->rev);
     event_free(c->wev);
-    evbuffer_free(c->in);
-    evbuffer_free(c->out);
+    free(c->in);
+    free(c->out);
     close(c->fd);
     free(c);
     __atomic_fetch_sub(&nvc_srv.curr_conns, 1, __ATOMIC_RELAXED);
 }
 
-/* Writes what it can now; the rest waits for the socket (write event).
- * Returns -1 if the connection is gone. */
+/* ---- output ------------------------------------------------------------- */
+
+static void out_release(nvc_conn *c)
+{
+    nvc_worker *w = c->w;
+    if (c->out_cap == NVC_OUT_CHUNK && w->nospare < NVC_IN_SPARES)
+        w->ospare[w->nospare++] = c->out;
+    else
+        free(c->out);
+    c->out = NULL;
+    c->out_len = c->out_cap = 0;
+}
+
+/* Room for n more copied bytes; false if out of memory. */
+static bool out_room(nvc_conn *c, size_t n)
+{
+    if (c->out_cap - c->out_len >= n)
+        return true;
+    if (!c->out && n <= NVC_OUT_CHUNK) {
+        nvc_worker *w = c->w;
+        c->out = w->nospare ? w->ospare[--w->nospare] : malloc(NVC_OUT_CHUNK);
+        if (!c->out)
+            return false;
+        c->out_cap = NVC_OUT_CHUNK;
+        return true;
+    }
+    size_t cap = c->out_cap ? c->out_cap : NVC_OUT_CHUNK;
+    while (cap - c->out_len < n)
+        cap *= 2;
+    char *p = realloc(c->out, cap);
+    if (!p)
+        return false;
+    c->out = p;
+    c->out_cap = cap;
+    return true;
+}
+
+/* A failed allocation drops the reply bytes: the connection is then
+ * closed (out_failed), as a client must not see a reply with a hole. */
+static void out_failed(nvc_conn *c)
+{
+    c->closing = true;
+    c->out_broken = true;
+}
+
+/* The unsent output as one segment of copied bytes in a buffer of its
+ * own (references copied too: after it none is left). False if out of
+ * memory. */
+static bool out_compact(nvc_conn *c)
+{
+    size_t cap = NVC_OUT_CHUNK;
+    while (cap < c->pending)
+        cap *= 2;
+    char *buf = malloc(cap), *p = buf;
+    if (!buf)
+        return false;
+    for (int i = c->seg_head; i < c->nseg; i++) {
+        const struct nvc_seg *g = &c->seg[i];
+        size_t skip = i == c->seg_head ? c->head_done : 0;
+        memcpy(p, (g->ref ? g->ref : c->out + g->off) + skip, g->len - skip);
+        p += g->len - skip;
+    }
+    free(c->out);
+    c->out = buf;
+    c->out_cap = cap;
+    c->out_len = c->pending;
+    c->seg[0] = (struct nvc_seg){ NULL, 0, c->pending };
+    c->seg_head = 0;
+    c->nseg = c->pending ? 1 : 0;
+    c->head_done = 0;
+    return true;
+}
+
+void nvc_out(nvc_conn *c, const void *p, size_t n)
+{
+    if (n == 0 || c->out_broken)
+        return;
+    struct nvc_seg *last = c->nseg > c->seg_head ? &c->seg[c->nseg - 1] : NULL;
+    bool extend = last && !last->ref && last->off + last->len == c->out_len;
+    if (!extend && c->nseg == NVC_OUT_SEGS) {
+        if (!out_compact(c)) {
+            out_failed(c);
+            return;
+        }
+        last = &c->seg[0];
+        extend = true;
+    }
+    if (!out_room(c, n)) {
+        out_failed(c);
+        return;
+    }
+    memcpy(c->out + c->out_len, p, n);
+    if (extend) {
+        last->len += n;
+    } else {
+        c->seg[c->nseg++] = (struct nvc_seg){ NULL, c->out_len, n };
+    }
+    c->out_len += n;
+    c->pending += n;
+}
+
+bool nvc_out_ref(nvc_conn *c, const void *p, size_t n)
+{
+    /* keep two segments free: the copy after this one, and the next */
+    if (c->out_broken || c->nseg > NVC_OUT_SEGS - 3)
+        return false;
+    c->seg[c->nseg++] = (struct nvc_seg){ p, 0, n };
+    c->pending += n;
+    return true;
+}
+
+/* Writes what it can now (one writev of every segment); the rest waits for
+ * the socket (write event). Returns -1 if the connection is gone. */
 static int conn_flush(nvc_conn *c)
 {
-    while (evbuffer_get_length(c->out) > 0) {
-        int n = evbuffer_write(c->out, c->fd);
-        if (n < 0) {
+    while (c->pending > 0 && !c->out_broken) {
+        struct iovec iov[NVC_OUT_SEGS];
+        int n = 0;
+        for (int i = c->seg_head; i < c->nseg; i++, n++) {
+            const struct nvc_seg *g = &c->seg[i];
+            const char *base = g->ref ? g->ref : c->out + g->off;
+            size_t skip = i == c->seg_head ? c->head_done : 0;
+            iov[n].iov_base = (void *)(base + skip);
+            iov[n].iov_len = g->len - skip;
+        }
+        ssize_t wr = writev(c->fd, iov, n);
+        if (wr < 0) {
             if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)
                 break;
             return -1;
         }
-        if (n == 0)
+        if (wr == 0)
             break;
+        NVC_COUNT(&c->w->cnt, bytes_written, (uint64_t)wr);
+        size_t left = (size_t)wr;
+        c->pending -= left;
+        while (left > 0) {
+            struct nvc_seg *g = &c->seg[c->seg_head];
+            size_t rest = g->len - c->head_done;
+            if (left < rest) {
+                c->head_done += left;
+                break;
+            }
+            left -= rest;
+            c->seg_head++;
+            c->head_done = 0;
+        }
     }
-    if (evbuffer_get_length(c->out) > 0) {
+    if (c->pending == 0) {
+        c->seg_head = c->nseg = 0;
+        c->head_done = 0;
+        if (c->out)
+            out_release(c);
+    }
+    if (c->pending > 0 && !c->out_broken) {
         if (!c->wev_on) {
             event_add(c->wev, NULL);
             c->wev_on = true;
@@ -127,7 +267,7 @@ static int conn_flush(nvc_conn *c)
         event_del(c->wev);
         c->wev_on = false;
     }
-    return 0;
+    return c->out_broken ? -1 : 0;
 }
 
 static void conn_read_enable(nvc_conn *c, bool on)
@@ -141,17 +281,47 @@ static void conn_read_enable(nvc_conn *c, bool on)
     }
 }
 
+void nvc_conn_read_section(nvc_conn *c)
+{
+    if (!c->w->reading) {
+        nvc_store_read_begin(nvc_srv.store);
+        c->w->reading = true;
+    }
+}
+
+/* Ends the worker's read section after the flush: output that could not
+ * be written yet may still reference item data, so that is copied into
+ * the connection's own buffer first (the rare case of a full socket).
+ * Returns -1 if out of memory. */
+static int conn_read_section_end(nvc_conn *c)
+{
+    int rc = 0;
+    bool refs = false;
+    for (int i = c->seg_head; i < c->nseg; i++)
+        refs |= c->seg[i].ref != NULL;
+    if (refs && !out_compact(c))
+        rc = -1;
+    nvc_store_read_end(nvc_srv.store);
+    c->w->reading = false;
+    return rc;
+}
+
 /* Process what is buffered, reply at once (no extra loop pass: replies
- * to one read go out in one writev), and decide whether to keep reading. */
+ * to one read go out in one writev), and decide whether to keep reading.
+ * Large values go out from their place in the pool, inside a read section
+ * that ends here, once the writev is done. */
 static void conn_run(nvc_conn *c)
 {
     if (!c->closing && nvc_proto_process(c) < 0)
         c->closing = true;
-    if (conn_flush(c) < 0) {
+    int rc = conn_flush(c);
+    if (c->w->reading && conn_read_section_end(c) < 0)
+        rc = -1;
+    if (rc < 0) {
         conn_free(c);
         return;
     }
-    size_t pending = evbuffer_get_length(c->out);
+    size_t pending = c->pending;
     if (c->closing) {
         conn_read_enable(c, false);
         if (pending == 0)
@@ -162,27 +332,67 @@ static void conn_run(nvc_conn *c)
      * drain; input is bounded by the largest thing one request may need. */
     c->paused = pending > NVC_OUT_HIGH;
     conn_read_enable(c, !c->paused &&
-                     evbuffer_get_length(c->in) < nvc_srv.set.item_max + NVC_GET_LINE_MAX);
+                     c->in_end - c->in_start < nvc_srv.set.item_max + NVC_GET_LINE_MAX);
+    if (c->in && c->in_start == c->in_end) {
+        /* nothing unconsumed: the buffer goes back to the worker */
+        nvc_worker *w = c->w;
+        if (c->in_cap == NVC_IN_CHUNK && w->nspare < NVC_IN_SPARES)
+            w->spare[w->nspare++] = c->in;
+        else
+            free(c->in);
+        c->in = NULL;
+        c->in_start = c->in_end = c->in_cap = 0;
+    }
+}
+
+/* Room for a read behind the unconsumed input: a spare buffer of the
+ * worker if the connection has none, the unconsumed rest moved to the
+ * front, the buffer doubled when that is not enough. Returns the free
+ * bytes (0 if out of memory). */
+static size_t conn_in_room(nvc_conn *c)
+{
+    if (!c->in) {
+        nvc_worker *w = c->w;
+        c->in = w->nspare ? w->spare[--w->nspare] : malloc(NVC_IN_CHUNK);
+        if (!c->in)
+            return 0;
+        c->in_cap = NVC_IN_CHUNK;
+        c->in_start = c->in_end = 0;
+    }
+    if (c->in_cap - c->in_end >= NVC_IN_CHUNK / 2)
+        return c->in_cap - c->in_end;
+    if (c->in_start > 0) {
+        memmove(c->in, c->in + c->in_start, c->in_end - c->in_start);
+        c->in_end -= c->in_start;
+        c->in_start = 0;
+    }
+    if (c->in_cap - c->in_end < NVC_IN_CHUNK / 2) {
+        char *p = realloc(c->in, 2 * c->in_cap);
+        if (!p)
+            return 0;
+        c->in = p;
+        c->in_cap *= 2;
+    }
+    return c->in_cap - c->in_end;
 }
 
 static void read_cb(evutil_socket_t fd, short what, void *arg)
 {
     nvc_conn *c = arg;
     (void)what;
-    struct evbuffer_iovec v;
-    if (evbuffer_reserve_space(c->in, 16384, &v, 1) < 1) {
+    size_t room = conn_in_room(c);
+    if (room == 0) {
         conn_free(c);
         return;
     }
-    ssize_t n = recv(fd, v.iov_base, v.iov_len, 0);
+    ssize_t n = recv(fd, c->in + c->in_end, room, 0);
     if (n <= 0) {
         if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
             return;
         conn_free(c);              /* EOF or error: the client is gone */
         return;
     }
-    v.iov_len = (size_t)n;
-    evbuffer_commit_space(c->in, &v, 1);
+    c->in_end += (size_t)n;
     conn_run(c);
 }
 
@@ -194,11 +404,11 @@ static void write_cb(evutil_socket_t fd, short what, void *arg)
         conn_free(c);
         return;
     }
-    if (evbuffer_get_length(c->out) == 0 && c->closing) {
+    if (c->pending == 0 && c->closing) {
         conn_free(c);
         return;
     }
-    if (c->paused && evbuffer_get_length(c->out) <= NVC_OUT_HIGH / 2)
+    if (c->paused && c->pending <= NVC_OUT_HIGH / 2)
         conn_run(c);               /* requests already buffered */
 }
 
@@ -225,15 +435,11 @@ static void accept_cb(struct evconnlistener *l, evutil_socket_t fd, struct socka
     if (c) {
         c->fd = fd;
         c->w = w;
-        c->in = evbuffer_new();
-        c->out = evbuffer_new();
         c->rev = event_new(w->base, fd, EV_READ | EV_PERSIST, read_cb, c);
         c->wev = event_new(w->base, fd, EV_WRITE | EV_PERSIST, write_cb, c);
     }
-    if (!c || !c->in || !c->out || !c->rev || !c->wev) {
+    if (!c || !c->rev || !c->wev) {
         if (c) {
-            if (c->in) evbuffer_free(c->in);
-            if (c->out) evbuffer_free(c->out);
             if (c->rev) event_free(c->rev);
             if (c->wev) event_free(c->wev);
             free(c);
@@ -475,8 +681,13 @@ int main(int argc, char **argv)
     event_free(sigterm);
     event_free(sigint);
     event_base_free(mainbase);
-    for (int i = 0; i < set->threads; i++)
+    for (int i = 0; i < set->threads; i++) {
         free(nvc_srv.workers[i].scratch);
+        while (nvc_srv.workers[i].nspare > 0)
+            free(nvc_srv.workers[i].spare[--nvc_srv.workers[i].nspare]);
+        while (nvc_srv.workers[i].nospare > 0)
+            free(nvc_srv.workers[i].ospare[--nvc_srv.workers[i].nospare]);
+    }
     free(nvc_srv.workers);
     free(tids);
     free(ls);

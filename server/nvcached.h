@@ -12,7 +12,6 @@
 
 struct event_base;
 struct event;
-struct evbuffer;
 
 #define NVC_VERSION "1.0.0"
 /* What `version` answers: memcached's protocol level first (clients parse
@@ -21,6 +20,10 @@ struct evbuffer;
 #define NVC_LINE_MAX 2048u            /* a command line (memcached's key line limit) */
 #define NVC_GET_LINE_MAX (256u << 10) /* a get/gets/gat line (many keys) */
 #define NVC_OUT_HIGH (4u << 20)       /* stop reading a client whose replies pile up */
+#define NVC_IN_CHUNK (16u << 10)      /* an input buffer; a larger request grows it */
+#define NVC_IN_SPARES 8               /* input buffers a worker keeps for reuse */
+#define NVC_OUT_CHUNK (4u << 10)      /* an output buffer; more output grows it */
+#define NVC_OUT_SEGS 32               /* output segments of a connection (refs + copies) */
 
 typedef struct nvc_settings {
     int port;
@@ -56,6 +59,11 @@ typedef struct nvc_worker {
     nvc_counters cnt;
     char *scratch;                /* value assembly (grows up to item_max) */
     size_t scratch_cap;
+    bool reading;                 /* in a store read section (nvc_conn_read_section) */
+    char *spare[NVC_IN_SPARES];   /* input buffers of NVC_IN_CHUNK no connection holds */
+    int nspare;
+    char *ospare[NVC_IN_SPARES];  /* output buffers of NVC_OUT_CHUNK, the same way */
+    int nospare;
 } nvc_worker;
 
 typedef struct nvc_server {
@@ -92,7 +100,27 @@ typedef struct nvc_conn {
     int fd;
     struct event *rev, *wev;      /* read and write events */
     bool rev_on, wev_on;
-    struct evbuffer *in, *out;
+    /* Input: in[in_start, in_end) unconsumed, in_cap bytes. A connection
+     * holds a buffer only while it has unconsumed input; an empty one goes
+     * back to its worker's spares, so idle connections hold none and a
+     * read allocates nothing. */
+    char *in;
+    size_t in_start, in_end, in_cap;
+    /* Output, in order: segments, each a span of the copied bytes in
+     * out (by offset: out may move as it grows) or a reference to item
+     * data in the pool (valid only inside the worker's read section).
+     * Written with one writev; out goes back to the worker's spares once
+     * everything is written. */
+    char *out;
+    size_t out_len, out_cap;
+    struct nvc_seg {
+        const char *ref;          /* NULL: out + off */
+        size_t off, len;
+    } seg[NVC_OUT_SEGS];
+    int seg_head, nseg;           /* unsent: seg[seg_head..nseg), head_done of the first sent */
+    size_t head_done;
+    size_t pending;               /* unsent bytes */
+    bool out_broken;              /* output lost to an allocation failure: close */
     nvc_worker *w;
     int state;
     size_t swallow;
@@ -104,6 +132,17 @@ typedef struct nvc_conn {
 /* proto.c: handle everything complete in the connection's input. Returns
  * -1 if the connection must be closed at once (after its output). */
 int nvc_proto_process(nvc_conn *c);
+/* main.c: append n bytes to the connection's output (copied). */
+void nvc_out(nvc_conn *c, const void *p, size_t n);
+/* main.c: append a reference to n bytes of item data (not copied; the
+ * caller is in the worker's read section, see below). False when the
+ * connection has no segment left: the caller copies instead. */
+bool nvc_out_ref(nvc_conn *c, const void *p, size_t n);
+/* main.c: the reply being built references item data in the pool: keep
+ * the worker in a store read section (nvc_store_read_begin) until that
+ * output is written or copied, which main.c does before the connection's
+ * turn ends. */
+void nvc_conn_read_section(nvc_conn *c);
 /* Scratch buffer of at least n bytes (NULL if out of memory). */
 char *nvc_scratch(nvc_worker *w, size_t n);
 void nvc_counters_sum(nvc_counters *out);

@@ -12,10 +12,10 @@
  * limit or the binary protocol's magic byte gets an error and a close. */
 #include "nvcached.h"
 
-#include <event2/buffer.h>
 
 #include <ctype.h>
 #include <inttypes.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -37,8 +37,7 @@ typedef struct tok {
 
 static void out(nvc_conn *c, const void *s, size_t n)
 {
-    evbuffer_add(c->out, s, n);
-    NVC_COUNT(&c->w->cnt, bytes_written, n);
+    nvc_out(c, s, n);
 }
 #define OUTS(c, lit) out((c), (lit), sizeof(lit) - 1)
 
@@ -155,15 +154,66 @@ static void reply_put_error(nvc_conn *c, int rc)
     }
 }
 
-static void value_line(nvc_conn *c, const char *key, size_t klen, const nvc_view *v, bool cas)
+/* Decimal digits of x at p; returns the end. */
+static char *put_u64(char *p, uint64_t x)
+{
+    char tmp[20];
+    int n = 0;
+    do
+        tmp[n++] = (char)('0' + x % 10);
+    while ((x /= 10) != 0);
+    while (n)
+        *p++ = tmp[--n];
+    return p;
+}
+
+/* Values at least this long are sent from their place in the pool (an
+ * iovec of the reply's writev) instead of copied into the output: below
+ * it, the copy costs less than the extra buffer chain. */
+#define NVC_REF_MIN 1024u
+
+/* VALUE key flags bytes [cas]\r\n data\r\n. by_ref: v->data is the item in
+ * the pool, read in a lookup of this thread's read section, which main.c
+ * holds until the reply is written or copied (nvc_conn_read_section). */
+static void value_line(nvc_conn *c, const char *key, size_t klen, const nvc_view *v, bool cas,
+                       bool by_ref)
 {
     char buf[NVC_KEY_MAX + 96];
-    memcpy(buf, "VALUE ", 6);
-    memcpy(buf + 6, key, klen);
-    int n = cas ? snprintf(buf + 6 + klen, 90, " %" PRIu32 " %zu %" PRIu64 "\r\n",
-                           v->hdr.flags, v->len, v->hdr.cas)
-                : snprintf(buf + 6 + klen, 90, " %" PRIu32 " %zu\r\n", v->hdr.flags, v->len);
-    out(c, buf, 6 + klen + (size_t)n);
+    char *p = buf;
+    memcpy(p, "VALUE ", 6);
+    memcpy(p + 6, key, klen);
+    p += 6 + klen;
+    *p++ = ' ';
+    p = put_u64(p, v->hdr.flags);
+    *p++ = ' ';
+    p = put_u64(p, v->len);
+    if (cas) {
+        *p++ = ' ';
+        p = put_u64(p, v->hdr.cas);
+    }
+    *p++ = '\r';
+    *p++ = '\n';
+    if (by_ref && v->len >= NVC_REF_MIN) {
+        out(c, buf, (size_t)(p - buf));
+        nvc_conn_read_section(c);
+        if (nvc_out_ref(c, v->data, v->len)) {
+            OUTS(c, "\r\n");
+            return;
+        }
+        out(c, v->data, v->len);
+        OUTS(c, "\r\n");
+        return;
+    }
+    if (v->len <= sizeof buf - (size_t)(p - buf) - 2) {
+        /* small: one append for the whole reply */
+        memcpy(p, v->data, v->len);
+        p += v->len;
+        *p++ = '\r';
+        *p++ = '\n';
+        out(c, buf, (size_t)(p - buf));
+        return;
+    }
+    out(c, buf, (size_t)(p - buf));
     out(c, v->data, v->len);
     OUTS(c, "\r\n");
 }
@@ -180,7 +230,7 @@ struct get_line {
 static void get_line_fn(const nvc_view *v, void *arg)
 {
     struct get_line *g = arg;
-    value_line(g->c, g->key, g->klen, v, g->cas);
+    value_line(g->c, g->key, g->klen, v, g->cas, true);
 }
 
 /* get/gets key*, gat/gats exptime key*. */
@@ -227,7 +277,7 @@ static void cmd_get(nvc_conn *c, tok *t, int nt, bool cas, bool touch, bool end)
             }
         }
         if (hit)
-            value_line(c, t[i].s, t[i].n, &v, cas);
+            value_line(c, t[i].s, t[i].n, &v, cas, false);
         nvc_store_unlock(nvc_srv.store, t[i].s, t[i].n);
     counted:
         if (touch) {
@@ -308,8 +358,10 @@ static void complete_update(nvc_conn *c, const char *data)
     NVC_COUNT(&c->w->cnt, cmd_set, 1);
     nvc_store_lock(s, p->key, p->klen);
     nvc_hdr h = { .flags = p->flags, .exptime = p->exptime, .time = now };
-    bool hit = nvc_store_find(s, p->key, p->klen, now, false, &v);
     bool cas_given = p->cmd == CMD_CAS || (p->meta && p->cas != 0);
+    /* A plain set stores whatever was there: no lookup of the old item. */
+    bool hit = (p->cmd != CMD_SET || cas_given) &&
+               nvc_store_find(s, p->key, p->klen, now, false, &v);
     if (cas_given && !hit) {
         reply = "NOT_FOUND\r\n", mcode = "NF";
         NVC_COUNT(&c->w->cnt, cas_misses, 1);
@@ -1125,9 +1177,8 @@ static int dispatch(nvc_conn *c, char *line, size_t len)
             i++;
         if (i >= len)
             break;
-        size_t j = i;
-        while (j < len && line[j] != ' ')
-            j++;
+        const char *sp = memchr(line + i, ' ', len - i);   /* keys are long: not byte by byte */
+        size_t j = sp ? (size_t)(sp - line) : len;
         if (nt == MAX_TOKENS) {
             /* Only get-style commands take that many tokens. */
             if (!(nt > 0 && (tok_is(&t[0], "get") || tok_is(&t[0], "gets") ||
@@ -1164,9 +1215,8 @@ static int dispatch(nvc_conn *c, char *line, size_t len)
                     i++;
                 if (i >= len)
                     break;
-                size_t j = i;
-                while (j < len && line[j] != ' ')
-                    j++;
+                const char *sp = memchr(line + i, ' ', len - i);
+                size_t j = sp ? (size_t)(sp - line) : len;
                 t[nt++] = (tok){ line + i, j - i };
                 i = j;
             }
@@ -1226,12 +1276,14 @@ static bool get_prefix(const char *p, size_t n)
 
 int nvc_proto_process(nvc_conn *c)
 {
-    struct evbuffer *in = c->in;
     for (;;) {
-        size_t avail = evbuffer_get_length(in);
+        if (!c->in)
+            return 0;              /* no input buffered */
+        char *in = c->in + c->in_start;
+        size_t avail = c->in_end - c->in_start;
         if (c->state == CONN_SWALLOW) {
             size_t n = avail < c->swallow ? avail : c->swallow;
-            evbuffer_drain(in, n);
+            c->in_start += n;
             NVC_COUNT(&c->w->cnt, bytes_read, n);
             c->swallow -= n;
             if (c->swallow)
@@ -1251,7 +1303,8 @@ int nvc_proto_process(nvc_conn *c)
                 return -1;
             }
             char *buf = scratch + sizeof(nvc_hdr);
-            evbuffer_remove(in, buf, need);
+            memcpy(buf, in, need);
+            c->in_start += need;
             NVC_COUNT(&c->w->cnt, bytes_read, need);
             c->state = CONN_LINE;
             if (buf[need - 2] != '\r' || buf[need - 1] != '\n') {
@@ -1265,18 +1318,14 @@ int nvc_proto_process(nvc_conn *c)
         if (avail == 0)
             return 0;
         /* A line. The binary protocol starts with its magic byte. */
-        unsigned char first;
-        evbuffer_copyout(in, &first, 1);
-        if (first == 0x80) {
+        if ((unsigned char)in[0] == 0x80) {
             NVC_COUNT(&c->w->cnt, protocol_errors, 1);
             OUTS(c, "CLIENT_ERROR binary protocol not supported\r\n");
             return -1;
         }
-        struct evbuffer_ptr end = evbuffer_search(in, "\n", 1, NULL);
-        char head[8];
-        size_t hn = evbuffer_copyout(in, head, sizeof head);
-        size_t limit = get_prefix(head, hn) ? NVC_GET_LINE_MAX : NVC_LINE_MAX;
-        if (end.pos < 0) {
+        size_t limit = get_prefix(in, avail < 8 ? avail : 8) ? NVC_GET_LINE_MAX : NVC_LINE_MAX;
+        char *nl = memchr(in, '\n', avail < limit + 1 ? avail : limit + 1);
+        if (!nl) {
             if (avail > limit) {
                 NVC_COUNT(&c->w->cnt, protocol_errors, 1);
                 OUTS(c, "CLIENT_ERROR line too long\r\n");
@@ -1284,32 +1333,19 @@ int nvc_proto_process(nvc_conn *c)
             }
             return 0;
         }
-        size_t len = (size_t)end.pos;
-        if (len > limit) {
-            NVC_COUNT(&c->w->cnt, protocol_errors, 1);
-            OUTS(c, "CLIENT_ERROR line too long\r\n");
-            return -1;
-        }
-        char stackbuf[NVC_LINE_MAX + 2];
-        char *line = len + 1 <= sizeof stackbuf ? stackbuf : malloc(len + 1);
-        if (!line) {
-            OUTS(c, "SERVER_ERROR out of memory reading request\r\n");
-            return -1;
-        }
-        evbuffer_remove(in, line, len + 1);
+        /* Parsed where it lies; consumed once dispatched. */
+        size_t len = (size_t)(nl - in);
         NVC_COUNT(&c->w->cnt, bytes_read, len + 1);
-        if (len > 0 && line[len - 1] == '\r')
+        c->in_start += len + 1;
+        if (len > 0 && in[len - 1] == '\r')
             len--;
-        line[len] = '\0';
+        in[len] = '\0';
         if (__atomic_load_n(&nvc_srv.verbose, __ATOMIC_RELAXED) > 1)
-            fprintf(stderr, "<%p %.*s\n", (void *)c, (int)(len < 200 ? len : 200), line);
-        int rc = dispatch(c, line, len);
-        if (line != stackbuf)
-            free(line);
-        if (rc < 0)
+            fprintf(stderr, "<%p %.*s\n", (void *)c, (int)(len < 200 ? len : 200), in);
+        if (dispatch(c, in, len) < 0)
             return -1;
         /* Let main.c pause a client whose replies pile up. */
-        if (evbuffer_get_length(c->out) > NVC_OUT_HIGH)
+        if (c->pending > NVC_OUT_HIGH)
             return 0;
     }
 }

@@ -484,6 +484,16 @@ int nvc_store_read(nvc_store *s, const char *key, size_t klen, int64_t now, bool
     return 1;
 }
 
+void nvc_store_read_begin(nvc_store *s)
+{
+    nvh_hmap_read_begin(s->map);
+}
+
+void nvc_store_read_end(nvc_store *s)
+{
+    nvh_hmap_read_end(s->map);
+}
+
 static void maybe_start_scan(nvc_store *s, uint64_t need)
 {
     if (s->scan_started || __atomic_load_n(&s->scan_done, __ATOMIC_ACQUIRE))

@@ -91,6 +91,13 @@ int nvc_store_find(nvc_store *s, const char *key, size_t klen, int64_t now, bool
 typedef void (*nvc_read_fn)(const nvc_view *view, void *arg);
 int nvc_store_read(nvc_store *s, const char *key, size_t klen, int64_t now, bool bump,
                    nvc_read_fn fn, void *arg);
+/* A read section of the calling thread (they nest): the data of every
+ * view nvc_store_read hands out inside one stays readable until
+ * nvc_store_read_end, whatever changes or evicts the item meanwhile (its
+ * space is not reused), so a reply can send it from its place. Short only:
+ * a section holds back the reuse of freed space. */
+void nvc_store_read_begin(nvc_store *s);
+void nvc_store_read_end(nvc_store *s);
 /* With the key's lock held: store key -> value, where value starts with an
  * nvc_hdr whose cas this call fills in (returned in *cas too) unless
  * keep_cas (a touch keeps the item's CAS, as memcached's does). Evicts at

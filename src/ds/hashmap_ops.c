@@ -330,6 +330,20 @@ int nvh_hmap_get_fn(nvh_hmap *m, const void *key, size_t klen, nvh_hmap_fn fn, v
     return nvh_hm_get_fn_(m, key, klen, fn, arg);
 }
 
+/* The reader epoch of the lookups, held across them: the same protection
+ * every lock-free get takes for its own length (nestable per thread). */
+void nvh_hmap_read_begin(nvh_hmap *m)
+{
+    (void)m;
+    nvh_epoch_enter_();
+}
+
+void nvh_hmap_read_end(nvh_hmap *m)
+{
+    (void)m;
+    nvh_epoch_exit_();
+}
+
 int nvh_hmap_contains(nvh_hmap *m, const void *key, size_t klen)
 {
     const void *v;

@@ -400,6 +400,39 @@ static void test_get_fn(void **state)
     unlink(path);
 }
 
+/* Inside a read section a value read by nvh_hmap_get stays readable after
+ * its entry is deleted and the space freed: puts of the same size do not
+ * reuse it until the section ends (they would at once without it). */
+static void test_read_section(void **state)
+{
+    (void)state;
+    const char *path;
+    nvh_pool *pool = new_pool("hm-rsec", &path);
+    nvh_hmap *m = new_map(pool, 0, 0);
+    char val[200], k[16];
+    memset(val, 'x', sizeof val);
+    assert_int_equal(nvh_hmap_put(m, "a", 1, val, sizeof val), NVH_OK);
+    nvh_hmap_read_begin(m);
+    nvh_hmap_read_begin(m);                      /* sections nest */
+    const void *v;
+    size_t vlen;
+    assert_int_equal(nvh_hmap_get(m, "a", 1, &v, &vlen), NVH_OK);
+    nvh_hmap_read_end(m);
+    assert_int_equal(nvh_hmap_delete(m, "a", 1), NVH_OK);
+    memset(val, 'y', sizeof val);
+    for (int i = 0; i < 2000; i++) {             /* same entry size as "a" */
+        snprintf(k, sizeof k, "%c", 'b' + i % 20);
+        assert_int_equal(nvh_hmap_put(m, k, 1, val, sizeof val), NVH_OK);
+    }
+    memset(val, 'x', sizeof val);
+    assert_int_equal(vlen, sizeof val);
+    assert_memory_equal(v, val, sizeof val);
+    nvh_hmap_read_end(m);
+    nvh_hmap_close(m);
+    nvh_pool_close(pool);
+    unlink(path);
+}
+
 /* Walk in small steps while the map changes between the steps (updates of
  * keys that stay, deletes, inserts, several doublings): every key present
  * throughout is visited exactly once, every other at most once. */
@@ -608,6 +641,7 @@ int main(void)
         cmocka_unit_test(test_resize),    cmocka_unit_test(test_costs),
         cmocka_unit_test(test_destroy),   cmocka_unit_test(test_threads),
         cmocka_unit_test(test_readonly),  cmocka_unit_test(test_get_fn),
+        cmocka_unit_test(test_read_section),
         cmocka_unit_test(test_walk),      cmocka_unit_test(test_concurrent_readers),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

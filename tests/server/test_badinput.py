@@ -140,6 +140,42 @@ def test_memory_bounded_for_a_client_that_does_not_read(server):
     slow.close()
 
 
+def test_large_replies_kept_while_the_item_is_rewritten(server):
+    """Values of 1 KiB and more are sent from their place in the pool. A
+    reply the socket cannot take at once must stay what it was when the
+    get ran, though the item is replaced and its space freed and reused
+    before the client reads it (the unsent rest is copied first)."""
+    size, n = 8192, 40
+    w = server.client()
+    w.set("big", b"a" * size)
+    w.set("mid", b"m" * 1000)           # copied into the output, not referenced
+    slow = Client.__new__(Client)       # a small receive window from the start
+    slow.buf = b""
+    slow.sock = socket.socket()
+    slow.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    slow.sock.connect(("127.0.0.1", server.port))
+    slow.sock.settimeout(10)
+    # 3.5 MB of copied replies fill the socket, then the referenced ones wait
+    slow.send(b"get mid\r\n" * 3500 + b"get big\r\n" * n)
+    time.sleep(0.5)
+    for i in range(300):
+        ch = bytes([ord("b") + i % 20])
+        w.set("big", ch * size)
+        w.set("other%d" % (i % 50), ch * size)
+    for _ in range(3500):
+        assert slow.line() == b"VALUE mid 0 1000\r\n"
+        assert slow.read_exact(1002) == b"m" * 1000 + b"\r\n"
+        assert slow.line() == b"END\r\n"
+    bad = 0
+    for _ in range(n):
+        assert slow.line() == b"VALUE big 0 %d\r\n" % size
+        bad += slow.read_exact(size + 2) != b"a" * size + b"\r\n"
+        assert slow.line() == b"END\r\n"
+    assert bad == 0
+    healthy(server)
+    slow.close()
+
+
 def mutate(rng, data):
     data = bytearray(data)
     for _ in range(rng.randint(1, 4)):
