@@ -410,6 +410,9 @@ typedef struct nvh_arena {
                                    waited for a retire (0: not waiting); frees
                                    skip the drain until some ring retires     */
     uint64_t *dirty; size_t ndirty, dirty_cap; /* offsets of lines to flush at retire */
+    nvh_run *spare_runs;        /* descriptors of runs given back to the free
+                                   extents (arena.c: nvh_run_release), reused
+                                   by nvh_run_new; freed at close            */
     nvh_run **bm_runs; size_t nbm, bm_cap; /* runs whose media bitmap the
                                    next retire writes (from pbits)            */
     uint64_t dirty_seen[64];    /* lines already in the list, two places per
@@ -1098,6 +1101,7 @@ static inline void nvh_run_derive(const nvh_heap *h, nvh_run *run)
     run->off = nvh_block_off(h, run->block);
 }
 unsigned nvh_run_pick(nvh_run *run);
+bool nvh_run_release(nvh_heap *h, nvh_arena *a, nvh_run *run);
 void nvh_arena_exclude(nvh_heap *h, uint64_t block, uint64_t n);
 
 /* The first run of class cls in a's bin with a slot to reserve, or NULL;
