@@ -235,9 +235,9 @@ static int reserve_in(nvh_heap *h, nvh_arena *a, nvh_tcache *tc, unsigned cls, u
 {
     int rc;
     if (cls && !a->nruns[cls] && a->early[cls] < nvh_run_early_ && nvh_run_slots(cls, 1) < 2) {
-        a->early[cls]++;        /* a one-block large region (alloc.h) */
+        a->early[cls]++;        /* a large region of the class's size (alloc.h) */
+        need = (nvh_cls_size(cls) + NVH_BLOCK - 1) / NVH_BLOCK;
         cls = 0;
-        need = 1;
     }
     if (cls) {
         rc = tc ? nvh_tcache_refill(h, a, tc, cls, off) : nvh_reserve_small(h, a, cls, off);
