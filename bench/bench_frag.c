@@ -114,11 +114,11 @@ static const char *const subject_names[S_COUNT] = {"glibc", "nvheap", "nvheap-pm
  * requested size rounded to 16 B, no header, no size class, free space
  * coalesced at once, the space above the highest block given back. First
  * fit takes the lowest hole that fits (address-ordered first fit), best fit
- * the smallest (the lowest of equals): the two policies that fragment least
- * on random traces ([Wilson95]). What they leave at the end is the
- * fragmentation of placement alone, which no allocator that never moves an
- * object avoids by placing the same blocks differently in these two ways;
- * holes are kept in an address-sorted array (linear search: run them on
+ * the smallest (the lowest of equals): the two classic low-fragmentation
+ * placements. What they leave at the end is the fragmentation of the
+ * placement policy alone, with no header, size class or alignment cost: a
+ * floor for allocators that place by that policy and never move objects.
+ * Holes are kept in an address-sorted array (linear search: run them on
  * sequences with a few thousand holes, e.g. 1/1). */
 typedef struct hole { uint64_t off, len; } hole;
 static hole *holes;

@@ -575,9 +575,10 @@ static inline unsigned nvh_run_slots(unsigned cls, unsigned blocks)
 #define NVH_RUN_LEVELS 5u                 /* limits 1, 2, 4, 8, 16 blocks        */
 /* A class that fits one slot per block (above 2016 B) starts its first run
  * in an arena only after this many of its objects: until then each is a
- * one-block large region, as in format 3, whose space any size reuses when
- * it is freed (runs are never given back: a heap holding a few objects of
- * many such classes would keep a run of two or more blocks per class). */
+ * large region of the class's size in whole blocks (one block up to 4032 B,
+ * as in format 3), whose space any size reuses when it is freed (a run goes
+ * back only when all of it is free: a heap holding a few objects of many
+ * such classes would keep a run of two or more blocks per class). */
 #define NVH_RUN_EARLY 8u
 extern unsigned nvh_run_early_;           /* NVH_RUN_EARLY; tests set 0       */
 static_assert(1u << (NVH_RUN_LEVELS - 1) == NVH_RUN_BLOCKS_MAX, "run size levels");

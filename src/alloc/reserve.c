@@ -3,7 +3,8 @@
  * reservation spans several persistent free regions, which are merged on
  * the media first (span_merge, docs/ALLOC.md §5a).
  *
- *   small (<= 4032 B): a slot of a run, from the thread's cache (tcache.c)
+ *   small (<= 4032 B, and the classes above it up to 13056 B, alloc.h):
+ *                      a slot of a run, from the thread's cache (tcache.c)
  *                      or the arena's bins; a new run from a free extent
  *   large (<= half a chunk): blocks from the arena's free extents
  *   huge: whole chunks from the heap's free-chunk list
