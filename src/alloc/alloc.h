@@ -417,9 +417,6 @@ typedef struct nvh_arena {
                                    waited for a retire (0: not waiting); frees
                                    skip the drain until some ring retires     */
     uint64_t *dirty; size_t ndirty, dirty_cap; /* offsets of lines to flush at retire */
-    nvh_run *spare_runs;        /* descriptors of runs given back to the free
-                                   extents (arena.c: nvh_run_release), reused
-                                   by nvh_run_new; freed at close            */
     nvh_run **bm_runs; size_t nbm, bm_cap; /* runs whose media bitmap the
                                    next retire writes (from pbits)            */
     uint64_t dirty_seen[64];    /* lines already in the list, two places per
@@ -576,9 +573,9 @@ static inline unsigned nvh_run_slots(unsigned cls, unsigned blocks)
 /* A class that fits one slot per block (above 2016 B) starts its first run
  * in an arena only after this many of its objects: until then each is a
  * large region of the class's size in whole blocks (one block up to 4032 B,
- * as in format 3), whose space any size reuses when it is freed (a run goes
- * back only when all of it is free: a heap holding a few objects of many
- * such classes would keep a run of two or more blocks per class). */
+ * as in format 3), whose space any size reuses when it is freed (runs are
+ * never given back: a heap holding a few objects of many such classes
+ * would keep a run of two or more blocks per class). */
 #define NVH_RUN_EARLY 8u
 extern unsigned nvh_run_early_;           /* NVH_RUN_EARLY; tests set 0       */
 static_assert(1u << (NVH_RUN_LEVELS - 1) == NVH_RUN_BLOCKS_MAX, "run size levels");
@@ -1137,7 +1134,6 @@ static inline void nvh_run_derive(const nvh_heap *h, nvh_run *run)
     run->off = nvh_block_off(h, run->block);
 }
 unsigned nvh_run_pick(nvh_run *run);
-bool nvh_run_release(nvh_heap *h, nvh_arena *a, nvh_run *run);
 void nvh_arena_exclude(nvh_heap *h, uint64_t block, uint64_t n);
 
 /* The first run of class cls in a's bin with a slot to reserve, or NULL;

@@ -51,11 +51,6 @@ void nvh_arena_fini(nvh_arena *a)
     free(a->fifo);
     free(a->dirty);
     free(a->bm_runs);
-    while (a->spare_runs) {
-        nvh_run *r = a->spare_runs;
-        a->spare_runs = r->next;
-        free(r);
-    }
 }
 
 /* ==========================================================================
@@ -247,14 +242,7 @@ void nvh_run_publish(nvh_heap *h, nvh_chunk *ch, nvh_run *run)
 nvh_run *nvh_run_new(nvh_heap *h, nvh_arena *a, uint64_t block, unsigned cls, unsigned blocks)
 {
     nvh_chunk *ch = nvh_chunk_get(h, nvh_chunk_of_block(h, block));
-    nvh_run *run = NULL;
-    if (ch && a->spare_runs) {
-        run = a->spare_runs;
-        a->spare_runs = run->next;
-        memset(run, 0, sizeof *run);
-    } else if (ch) {
-        run = calloc(1, sizeof *run);
-    }
+    nvh_run *run = ch ? calloc(1, sizeof *run) : NULL;
     if (!run) return NULL;
     run->block = block;
     run->cls = (uint8_t)cls;
@@ -270,43 +258,6 @@ nvh_run *nvh_run_new(nvh_heap *h, nvh_arena *a, uint64_t block, unsigned cls, un
     nvh_bin_add(a, run);
     a->nruns[cls]++;
     return run;
-}
-
-/* Give an empty run's blocks back to a's free extents, so that any class
- * or a large object can use them (a class's runs otherwise keep the space
- * of its peak: [Moraru11] Table 2 at 1/1). Only a run with every slot
- * free in DRAM and on the media: no reservation or cached slot, every
- * free drained from the FIFO (so every record of the run is retired in
- * every ring: no replay can touch its header again) and its bitmap
- * written. The media keeps the empty run's header (a valid empty run if
- * the heap is opened again) until an activation carves the space: that
- * activation's record splits the region the persistent tiling (pview)
- * says holds the blocks, free or an empty run alike (activate.c:
- * plan_split), so returning the run writes nothing and costs no fence.
- * The descriptor goes to a's spare list (lookups are under a's lock, which
- * is held here, and nothing else keeps a pointer to an empty run). Returns
- * whether the run was given back. */
-bool nvh_run_release(nvh_heap *h, nvh_arena *a, nvh_run *run)
-{
-    uint64_t mask = run->nslots == 64 ? ~0ull : (1ull << run->nslots) - 1;
-    if (run->avail != mask || run->pbits || run->resv || run->tcached || run->bm_pending ||
-        run->quarantined || !run->persisted)
-        return false;
-    if (run->in_bin) {
-        nvh_run **pp = &a->bins[run->cls];
-        while (*pp != run) pp = &(*pp)->next;
-        *pp = run->next;
-        run->in_bin = false;
-    }
-    nvh_chunk *ch = nvh_chunk_get(h, nvh_chunk_of_block(h, run->block));
-    uint64_t first = run->block & (h->bpc - 1);
-    for (unsigned i = 0; i < run->blocks; i++)
-        __atomic_store_n(&ch->runs[first + i], NULL, __ATOMIC_RELEASE);
-    if (a->nruns[run->cls]) a->nruns[run->cls]--;
-    nvh_extent_put(a, run->block, run->blocks);
-    run->next = a->spare_runs;
-    a->spare_runs = run;
-    return true;
 }
 
 /* Next available slot at or after the rotating cursor: consecutive
@@ -348,11 +299,7 @@ void nvh_arena_debug_check_(nvh_heap *h, nvh_arena *a, const char *where)
                         (unsigned long long)x->nblocks, (unsigned long long)b);
                 abort();
             }
-            const struct nvh_rhdr *r = nvh_rhdr_at(h, b);
-            bool empty_run = r->kind == NVH_RK_RUN &&
-                             atomic_load_explicit(&((struct nvh_rhdr *)r)->bitmap,
-                                                  memory_order_relaxed) == 0;
-            if (h->pview[b] && nvh_rhdr_valid(h, b) && r->state == NVH_RS_USED && !empty_run) {
+            if (h->pview[b] && nvh_rhdr_valid(h, b) && nvh_rhdr_at(h, b)->state == NVH_RS_USED) {
                 fprintf(stderr, "nvheap debug (%s): free extent covers the used region at "
                         "block %llu\n", where, (unsigned long long)b);
                 abort();

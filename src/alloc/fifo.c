@@ -42,9 +42,6 @@ static void fifo_release(nvh_heap *h, nvh_arena *a, const nvh_fifo_entry *e)
         NVH_ASSERT(slot < run->nslots);
         run->avail |= 1ull << slot;
         a->fifo_bytes -= nvh_cls_size(run->cls);
-        if (run->avail == (run->nslots == 64 ? ~0ull : (1ull << run->nslots) - 1) &&
-            nvh_run_release(h, a, run))
-            return;                             /* its last slot: the run is free space */
         if (!run->in_bin) nvh_bin_add(a, run);  /* usually already in its bin */
     } else if (e->huge) {
         a->fifo_bytes -= e->nblocks * NVH_BLOCK;

@@ -4,8 +4,8 @@
  * sampled crashes in a long random alloc/free run that wraps the redo rings
  * many times, and replay order across rings (a record that happens after
  * another ring's record replays after it), and power-of-two large objects
- * packed edge to edge in a chunk, and activations that carve the blocks of
- * a run emptied by frees, and the classes above 4032 B in multi-block runs.
+ * packed edge to edge in a chunk, and the classes above 4032 B in
+ * multi-block runs.
  * After each recovery the checker
  * demands:
  *   - every acknowledged activation/free survived, the op in flight happened
@@ -360,55 +360,6 @@ static int multirun_workload(nvh_pool *pool, void *arg)
     return 0;
 }
 
-/* Let every arena's FIFO go (white-box: what a later free or reserve
- * does once the FIFO's records are retired), so that emptied runs are
- * given back to the free extents now. */
-static void drain_all(nvh_pool *pool)
-{
-    nvh_heap *h = pool->heap;
-    for (unsigned i = 0; i < NVH_RINGS; i++) {
-        nvh_arena *a = &h->arenas[i];
-        nvh_alock_lock(&a->lock);
-        nvh_fifo_drain(h, a, true, true);
-        nvh_alock_unlock(&a->lock);
-    }
-}
-
-/* A run emptied by frees goes back to the free extents (arena.c:
- * nvh_run_release) with its empty header still on the media; the next
- * activations carve its blocks: a one-block large region (4000 B, served
- * as such before the class's first run) right over the run's header, then
- * runs of another class. Their records split the region the tiling says
- * holds the blocks, the empty run: a crash at every fence must recover
- * the old empty run or the new regions, never a mix. */
-static int released_workload(nvh_pool *pool, void *arg)
-{
-    (void)arg;
-    uint64_t rng = 5151;
-    g_nobj = 0;
-    memset(slot_used, 0, sizeof slot_used);
-    /* class 16 (1024 B): the arena's first run is one block of 3 slots */
-    for (int i = 0; i < 3; i++)
-        if (op_alloc(pool, &rng, 1000, (unsigned)(i % 3), -1)) return 1;
-    if (op_alloc(pool, &rng, 200, 1, -1)) return 1;         /* another class */
-    uint64_t run_off = g_obj[0].off & ~(uint64_t)(NVH_BLOCK - 1);
-    for (int i = 0; i < 3; i++)
-        if (op_free_at(pool, i)) return 1;
-    drain_all(pool);
-    if (op_alloc(pool, &rng, 4000, 1, -1)) return 1;
-    if (g_obj[g_nobj - 1].off != run_off) {
-        fprintf(stderr, "released: the 4000 B object is at %llu, not in the emptied run at %llu\n",
-                (unsigned long long)g_obj[g_nobj - 1].off, (unsigned long long)run_off);
-        return 1;
-    }
-    if (op_free_at(pool, g_nobj - 1)) return 1;
-    drain_all(pool);
-    for (int i = 0; i < 6; i++)                                 /* class 5 runs */
-        if (op_alloc(pool, &rng, 300, (unsigned)(i % 3), -1)) return 1;
-    if (op_alloc(pool, &rng, 1000, 2, -1)) return 1;
-    return 0;
-}
-
 /* The classes above 4032 B (format 5) in their largest runs from the
  * first (multirun_force): 4192 B in 16-block runs of 15 slots (slots up to
  * block 14 of the run), 6000 B (class 6528: 10 slots), 13000 B (class
@@ -698,13 +649,6 @@ static void multirun_every_fence(void **state)
     multirun_force(false);
 }
 
-static void released_every_fence(void **state)
-{
-    (void)state;
-    run(released_workload, NULL, NVH_CRASH_LINES, EVERY_FENCE_BUDGET, IMAGES);
-    run(released_workload, NULL, NVH_CRASH_WORDS, EVERY_FENCE_BUDGET, IMAGES);
-}
-
 static void bigrun_every_fence(void **state)
 {
     (void)state;
@@ -742,7 +686,6 @@ int main(void)
         cmocka_unit_test(ring_order_every_fence),
         cmocka_unit_test(pow2_every_fence),
         cmocka_unit_test(multirun_every_fence),
-        cmocka_unit_test(released_every_fence),
         cmocka_unit_test(bigrun_every_fence),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);

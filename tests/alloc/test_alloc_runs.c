@@ -23,9 +23,7 @@
  *                       runs: usable sizes, bad pointers, stats, reopen
  *   format4_upgrade     a format-4 pool is raised to 5 at its first
  *                       read-write open (every crash state of that fence)
- *   released_run        a run emptied by frees goes back to the free
- *                       extents; its blocks serve a large region, checked
- *                       clean, and the same after a reopen */
+ */
 #include "alloc/alloc.h"      /* white-box: run geometry, headers */
 #include "pool/format.h"
 #include "test_util.h"
@@ -488,7 +486,7 @@ static void format3_upgrade(void **state)
 }
 
 /* ---------------------------------------------------------------------------
- * Placement: runs in address order, empty runs given back
+ * Placement: runs in address order
  * ------------------------------------------------------------------------- */
 static void drain_all(nvh_pool *pool)
 {
@@ -544,66 +542,6 @@ static void bins_in_address_order(void **state)
     assert_ptr_equal(nvh_run_lookup(h, (off - h->chunks_off) / NVH_BLOCK), low);
     assert_int_equal(nvh_cancel(pool, nvh_ptr(pool, off)), NVH_OK);
     assert_int_equal(nvh_pool_close(pool), NVH_OK);
-}
-
-/* A run whose slots are all freed goes back to the free extents: its
- * blocks serve a large region (the empty run's header on the media is
- * replaced by the activation's split), the heap checks clean, a stale
- * pointer into the old run is refused, and after a reopen everything is
- * where it was. */
-static void released_run(void **state)
-{
-    (void)state;
-    nvh_pool *pool = fresh("runs-released");
-    char path[4096];
-    snprintf(path, sizeof path, "%s", pool->path);
-    nvh_off_t *root = nvh_root(pool, NULL);
-    /* class 16 (1024 B): the arena's first run is one block of 3 slots */
-    for (int i = 0; i < 3; i++) {
-        void *p = nvh_reserve(pool, 1000);
-        assert_non_null(p);
-        nvh_off_t *l[1] = {&root[i]};
-        assert_int_equal(nvh_activate(pool, p, l, 1), NVH_OK);
-    }
-    nvh_heap *h = pool->heap;
-    uint64_t b = (root[0] - h->chunks_off) / NVH_BLOCK;
-    nvh_run *run = nvh_run_lookup(h, b);
-    assert_non_null(run);
-    assert_int_equal(run->blocks, 1);
-    uint64_t stale = root[1];
-    for (int i = 0; i < 3; i++) {
-        assert_int_equal(nvh_run_lookup(h, (root[i] - h->chunks_off) / NVH_BLOCK), run);
-        nvh_link l = {&root[i], 0};
-        assert_int_equal(nvh_free(pool, nvh_ptr(pool, root[i]), &l, 1), NVH_OK);
-    }
-    drain_all(pool);
-    assert_null(nvh_run_lookup(h, b));
-    /* 4000 B: a one-block large region (before the class's first run),
-     * best fit: the one free block the run left */
-    void *q = nvh_reserve(pool, 4000);
-    assert_non_null(q);
-    assert_int_equal(nvh_off(pool, q), nvh_block_off(h, b));
-    fill(pool, q, 4000, 0x5c);
-    nvh_off_t *l[1] = {&root[10]};
-    assert_int_equal(nvh_activate(pool, q, l, 1), NVH_OK);
-    assert_int_not_equal(nvh_free(pool, nvh_ptr(pool, stale), NULL, 0), NVH_OK);
-    uint64_t corrupt = 1;
-    assert_int_equal(nvh_heap_check(pool, NULL, NULL, 0, &corrupt), NVH_OK);
-    assert_int_equal(corrupt, 0);
-    assert_int_equal(nvh_pool_close(pool), NVH_OK);
-
-    pool = nvh_pool_open(path, LAYOUT, NVH_DOMAIN_PROCESS);
-    assert_non_null(pool);
-    root = nvh_root(pool, NULL);
-    assert_true(intact(pool, root[10], 4000, 0x5c));
-    assert_int_equal(nvh_usable_size(pool, nvh_ptr(pool, root[10])), 4096);
-    corrupt = 1;
-    assert_int_equal(nvh_heap_check(pool, NULL, NULL, 0, &corrupt), NVH_OK);
-    assert_int_equal(corrupt, 0);
-    nvh_link fl = {&root[10], 0};
-    assert_int_equal(nvh_free(pool, nvh_ptr(pool, root[10]), &fl, 1), NVH_OK);
-    assert_int_equal(nvh_pool_close(pool), NVH_OK);
-    unlink(path);
 }
 
 /* ---------------------------------------------------------------------------
@@ -783,7 +721,6 @@ int main(void)
         cmocka_unit_test(wide_class_replay),
         cmocka_unit_test(format3_upgrade),
         cmocka_unit_test(bins_in_address_order),
-        cmocka_unit_test(released_run),
         cmocka_unit_test(big_classes),
         cmocka_unit_test(format4_upgrade),
     };
