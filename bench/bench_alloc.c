@@ -15,6 +15,9 @@
  * each, power-of-two large objects; at most 64 per thread and round), which
  * also reports heap_1m/T: heap_bytes (nvheap: chunks in use x chunk size,
  * header chunks included) and file_bytes (the pool file) after round 1;
+ * or `4192` (4192 B each: a 4 KiB value with a ~96 B header; at most 20000
+ * per thread and round), which reports heap_4192/T: heap_bytes_per_obj
+ * (nvheap's chunks in use after round 1 per object);
  * T is the thread count (1, 2). Metrics: ops_per_s
  * (allocations, or frees, per second of wall time over all threads),
  * ns_per_op (wall), and cpu_ops_per_s: operations per second of the busiest
@@ -107,9 +110,10 @@ static bool is_nvheap(subject_id id)
            id == S_NVH_CLFLUSHOPT || id == S_NVH_FENCEONLY;
 }
 
-typedef enum workload_id { W_128, W_RAND, W_1M, W_COUNT } workload_id;
-static const char *const workload_names[W_COUNT] = {"128", "rand", "1m"};
+typedef enum workload_id { W_128, W_RAND, W_1M, W_4K, W_COUNT } workload_id;
+static const char *const workload_names[W_COUNT] = {"128", "rand", "1m", "4192"};
 #define OPS_1M 64u          /* 1m: allocations per thread and round, at most */
+#define OPS_4K 20000u       /* 4192: allocations per thread and round, at most */
 
 enum { PH_ALLOC1, PH_FREE1, PH_ALLOC2, PH_FREE2, PH_COUNT };
 
@@ -292,7 +296,7 @@ static uint64_t pool_bytes_needed(const plan *p)
     uint64_t total = (uint64_t)p->threads * p->ops;
     /* 1m: nvheap starts small and grows (the file size is a result) */
     if (p->workload == W_1M) return is_nvheap(p->subject) ? 64 * MIB : total * 2 * MIB + 64 * MIB;
-    uint64_t avg = p->workload == W_128 ? 128 : 320;
+    uint64_t avg = p->workload == W_128 ? 128 : p->workload == W_4K ? 8192 : 320;
     return total * (avg + 64) * 2 + 64 * MIB;
 }
 
@@ -496,7 +500,8 @@ static void fill_sizes(uint32_t *sizes, uint64_t n, workload_id w)
         x ^= x << 13;
         x ^= x >> 7;
         x ^= x << 17;
-        sizes[i] = w == W_128 ? 128u : w == W_1M ? (uint32_t)MIB : 64u + (uint32_t)(x % 449u);
+        sizes[i] = w == W_128 ? 128u : w == W_1M ? (uint32_t)MIB : w == W_4K ? 4192u
+                                                                   : 64u + (uint32_t)(x % 449u);
     }
 }
 
@@ -547,7 +552,8 @@ static void run_config(const bench_opts *opts, const settings *set, workload_id 
     }
     if (!selected) return;                /* --only: every phase runs, or none */
     unsigned runs = opts->runs;
-    uint64_t ops = w == W_1M && set->ops > OPS_1M ? OPS_1M : set->ops;
+    uint64_t ops = w == W_1M && set->ops > OPS_1M ? OPS_1M
+                   : w == W_4K && set->ops > OPS_4K ? OPS_4K : set->ops;
     uint64_t total = (uint64_t)threads * ops;
     double heap_bytes[S_COUNT] = {0}, file_bytes[S_COUNT] = {0};
     uint32_t *sizes = malloc(total * sizeof *sizes);
@@ -622,6 +628,12 @@ static void run_config(const bench_opts *opts, const settings *set, workload_id 
             bench_emit(opts, hn, name, "heap_bytes", bench_exact(heap_bytes[si]), "bytes");
             bench_emit(opts, hn, name, "file_bytes", bench_exact(file_bytes[si]), "bytes");
         }
+        if (w == W_4K && is_nvheap(si)) {
+            char hn[64];
+            snprintf(hn, sizeof hn, "heap_4192/%u", threads);
+            bench_emit(opts, hn, name, "heap_bytes_per_obj",
+                       bench_exact(heap_bytes[si] / (double)total), "bytes");
+        }
         if (threads == 1 && (si == S_NVH_PMEM || si == S_PMDK)) {
             emit_counts(opts, "alloc", w, name, lines[si][PH_ALLOC1], fences[si][PH_ALLOC1],
                         (double)total);
@@ -670,7 +682,7 @@ static const bench_info info = {
     .usage =
         "  --ops N            allocations per thread per round (default 200000, quick 10000)\n"
         "  --threads LIST     thread counts, comma-separated (default 1,2; at most 8)\n"
-        "  --workloads LIST   128,rand,1m (default 128,rand)\n"
+        "  --workloads LIST   128,rand,1m,4192 (default 128,rand)\n"
         "  --subjects LIST    of nvheap-pmem,nvheap-process,pmdk,glibc,jemalloc,mimalloc\n"
         "                     (default), nvheap-clflush,nvheap-clflushopt,nvheap-fenceonly\n"
         "  --pmdk-flush KIND  libpmem's flush: clwb (default), clflushopt, clflush, or none\n"
@@ -785,7 +797,7 @@ int main(int argc, char **argv)
     bench_opts opts;
     bench_parse(&opts, &info, argc, argv);
     settings set = {.ops = opts.quick ? 10000 : 200000, .threads = {1, 2}, .nthreads = 2};
-    for (int i = 0; i < W_COUNT; i++) set.workload[i] = i != W_1M;   /* 1m: on request */
+    for (int i = 0; i < W_COUNT; i++) set.workload[i] = i != W_1M && i != W_4K; /* on request */
     for (int i = 0; i < S_COUNT; i++) set.subject[i] = i < S_DEFAULT_COUNT;
     bool inner = false, fig9 = false, given_threads = false, given_workloads = false;
     const char *pmdk_flush = NULL;

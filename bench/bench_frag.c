@@ -24,6 +24,23 @@
  *                   capacity part of a pool (the allocator libnvheap-cap.so
  *                   runs, docs/CAP.md)
  *
+ *   oracle-ff       ideal address-ordered first fit, oracle-bf ideal best
+ *   oracle-bf       fit: exact sizes (16 B granules), no headers or classes,
+ *                   simulated addresses (below); not run unless named
+ *
+ * What [Moraru11] defines: "address space fragmentation", "total and
+ * external fragmentation", recorded for 1 M operations; it says neither
+ * when they are taken nor what the heap is. Its malloc figures fit one
+ * reading: total = the address space the heap spans at the end (glibc's
+ * arena: its top is trimmed when free) less the requested bytes; glibc
+ * gives 59-64 % at 1/1 that way, as the paper's 59.18 %. For a persistent
+ * pool the same address-space figure is space_frag_pct: the pool's chunks
+ * never shrink (heap_mib keeps the peak's), so total_frag_pct is the
+ * space the pool has claimed, and space_frag_pct the space from the first
+ * block any allocation got to the end of the page that holds the highest
+ * live byte, the span glibc's trimmed heap has (header chunks inside the
+ * span count: 1/65 of it).
+ *
  * Definitions (at the end of the sequence; "heap" = the memory the allocator
  * has taken for its heap):
  *   heap_bytes      glibc: mallinfo2 arena + hblkhd (sbrk'd + mmapped bytes);
@@ -49,6 +66,13 @@
  *                   returned (punched) every page without a live byte, and
  *                   moved nothing, would reach (the lower bound of
  *                   total_frag for it; at 1/1 the heap is set by the peak)
+ *   space_frag_pct  (space - requested) / space, space = from the page of
+ *                   the lowest address any allocation returned to the end
+ *                   of the page holding the highest live byte at the end
+ *                   (the same for every subject; space_mib)
+ *   space_ext_frag_pct  (space - usable) / space: the part of space_frag
+ *                   outside live blocks (usable = malloc_usable_size,
+ *                   nvh_usable_size; glibc's 8 B chunk headers count here)
  *   faults_per_kop  page faults of the sequence per 1000 ops (getrusage: pages
  *                   populated by MADV_POPULATE_WRITE count too); trap_faults_per_kop
  *                   only the faults the thread trapped on (perf software event)
@@ -77,9 +101,88 @@
 #define MIB ((uint64_t)1 << 20)
 #define MAX_RUNS 32
 
-typedef enum subject_id { S_GLIBC, S_NVHEAP, S_NVHEAP_PMEM, S_CAP, S_NVHEAP_POP, S_COUNT } subject_id;
+typedef enum subject_id {
+    S_GLIBC, S_NVHEAP, S_NVHEAP_PMEM, S_CAP, S_NVHEAP_POP, S_ORACLE_FF, S_ORACLE_BF, S_COUNT
+} subject_id;
 static const char *const subject_names[S_COUNT] = {"glibc", "nvheap", "nvheap-pmem", "nvheap-cap",
-                                                   "nvheap-populate"};
+                                                   "nvheap-populate", "oracle-ff", "oracle-bf"};
+
+/* ==========================================================================
+ * Oracles: ideal non-moving placements of the same sequence
+ * ==========================================================================
+ * A simulated address space (nothing is mapped): blocks of exactly the
+ * requested size rounded to 16 B, no header, no size class, free space
+ * coalesced at once, the space above the highest block given back. First
+ * fit takes the lowest hole that fits (address-ordered first fit), best fit
+ * the smallest (the lowest of equals): the two classic low-fragmentation
+ * placements. What they leave at the end is the fragmentation of the
+ * placement policy alone, with no header, size class or alignment cost: a
+ * floor for allocators that place by that policy and never move objects.
+ * Holes are kept in an address-sorted array (linear search: run them on
+ * sequences with a few thousand holes, e.g. 1/1). */
+typedef struct hole { uint64_t off, len; } hole;
+static hole *holes;
+static size_t nholes, holes_cap;
+static uint64_t oracle_top;
+#define ORACLE_BASE ((uint64_t)1 << 40)  /* fake addresses, never dereferenced */
+
+static uint64_t oracle_alloc(uint64_t size, bool best)
+{
+    size = (size + 15) & ~(uint64_t)15;
+    size_t pick = SIZE_MAX;
+    for (size_t i = 0; i < nholes; i++) {
+        if (holes[i].len < size) continue;
+        if (!best) { pick = i; break; }
+        if (pick == SIZE_MAX || holes[i].len < holes[pick].len) pick = i;
+        if (holes[i].len == size) break;
+    }
+    if (pick == SIZE_MAX) {
+        uint64_t off = oracle_top;
+        oracle_top += size;
+        return off;
+    }
+    uint64_t off = holes[pick].off;
+    holes[pick].off += size;
+    holes[pick].len -= size;
+    if (holes[pick].len == 0) {
+        memmove(&holes[pick], &holes[pick + 1], (nholes - pick - 1) * sizeof *holes);
+        nholes--;
+    }
+    return off;
+}
+
+static void oracle_free(uint64_t off, uint64_t size)
+{
+    size = (size + 15) & ~(uint64_t)15;
+    size_t i = 0;
+    while (i < nholes && holes[i].off < off) i++;
+    bool left = i > 0 && holes[i - 1].off + holes[i - 1].len == off;
+    bool right = i < nholes && off + size == holes[i].off;
+    if (left && right) {
+        holes[i - 1].len += size + holes[i].len;
+        memmove(&holes[i], &holes[i + 1], (nholes - i - 1) * sizeof *holes);
+        nholes--;
+    } else if (left) {
+        holes[i - 1].len += size;
+    } else if (right) {
+        holes[i].off = off;
+        holes[i].len += size;
+    } else {
+        if (nholes == holes_cap) {
+            holes_cap = holes_cap ? 2 * holes_cap : 1024;
+            holes = realloc(holes, holes_cap * sizeof *holes);
+            if (!holes) abort();
+        }
+        memmove(&holes[i + 1], &holes[i], (nholes - i) * sizeof *holes);
+        holes[i] = (hole){off, size};
+        nholes++;
+    }
+    /* the top hole goes back (as glibc trims its top) */
+    if (nholes && holes[nholes - 1].off + holes[nholes - 1].len == oracle_top) {
+        oracle_top = holes[nholes - 1].off;
+        nholes--;
+    }
+}
 
 typedef struct ratio {
     const char *label;          /* case VARIANT                              */
@@ -97,6 +200,10 @@ typedef struct outcome {
     uint64_t heap_bytes, requested, free_bytes, hole_bytes, live;
     uint64_t span_bytes, span_peak, held_bytes; /* nvheap-cap only        */
     uint64_t live_pages;        /* distinct 4 KiB pages holding live bytes    */
+    uint64_t low;               /* lowest address any allocation returned     */
+    uint64_t extent;            /* address space from low's page to the end of
+                                   the page holding the highest live byte    */
+    uint64_t usable;            /* sum of the live blocks' usable sizes       */
 } outcome;
 
 /* ==========================================================================
@@ -161,7 +268,7 @@ static int run_sequence(subject_id sub, nvh_pool *pool, nvh_cap *cap, const rati
     int tfd = trap_counter();
     double t0_traps = trap_read(tfd);
     long f0 = thread_faults();
-    uint64_t x = 0x2545f4914f6cdd1dull, nlive = 0, requested = 0;
+    uint64_t x = 0x2545f4914f6cdd1dull, nlive = 0, requested = 0, low = UINT64_MAX;
     /* free with probability num / (num + den) */
     uint64_t free_threshold = (uint64_t)((double)UINT32_MAX * rt->num / (rt->num + rt->den));
     uint64_t t0 = bench_now_ns(), cpu0 = thread_cpu_ns();
@@ -171,6 +278,8 @@ static int run_sequence(subject_id sub, nvh_pool *pool, nvh_cap *cap, const rati
             uint64_t k = (r >> 32) % nlive;
             if (sub == S_GLIBC) {
                 free(live[k].ptr);
+            } else if (sub == S_ORACLE_FF || sub == S_ORACLE_BF) {
+                oracle_free((uint64_t)(uintptr_t)live[k].ptr - ORACLE_BASE, live[k].size);
             } else if (sub == S_CAP) {
                 if (nvh_cap_free(cap, live[k].ptr) != NVH_OK) {
                     snprintf(out->error, sizeof out->error, "nvh_cap_free: %s", nvh_errormsg());
@@ -187,6 +296,8 @@ static int run_sequence(subject_id sub, nvh_pool *pool, nvh_cap *cap, const rati
             void *p;
             if (sub == S_GLIBC) {
                 p = malloc(size);
+            } else if (sub == S_ORACLE_FF || sub == S_ORACLE_BF) {
+                p = (void *)(uintptr_t)(ORACLE_BASE + oracle_alloc(size, sub == S_ORACLE_BF));
             } else if (sub == S_CAP) {
                 p = nvh_cap_malloc(cap, size);
             } else {
@@ -199,6 +310,7 @@ static int run_sequence(subject_id sub, nvh_pool *pool, nvh_cap *cap, const rati
                 return -1;
             }
             if (fill_blocks) memset(p, 0x5a, size);
+            if ((uint64_t)(uintptr_t)p < low) low = (uint64_t)(uintptr_t)p;
             live[nlive].ptr = p;
             live[nlive].size = size;
             nlive++;
@@ -213,6 +325,7 @@ static int run_sequence(subject_id sub, nvh_pool *pool, nvh_cap *cap, const rati
     if (tfd >= 0) close(tfd);
     out->requested = requested;
     out->live = nlive;
+    out->low = low;
     return 0;
 }
 
@@ -263,7 +376,7 @@ static void measure(subject_id sub, const ratio *rt, uint64_t ops, const char *p
             snprintf(out->error, sizeof out->error, "capacity part: %s", nvh_errormsg());
             return;
         }
-    } else if (sub != S_GLIBC) {
+    } else if (sub != S_GLIBC && sub != S_ORACLE_FF && sub != S_ORACLE_BF) {
         unsigned dom = sub == S_NVHEAP_PMEM ? NVH_DOMAIN_PMEM : NVH_DOMAIN_PROCESS;
         if (sub == S_NVHEAP_POP) dom |= NVH_POOL_POPULATE;
         pool = nvh_pool_create(path, "bench_frag", 64 * MIB, dom);
@@ -291,6 +404,15 @@ static void measure(subject_id sub, const ratio *rt, uint64_t ops, const char *p
         out->held_bytes = st.span_bytes + st.dirty_bytes;
         out->free_bytes = st.top - st.span_bytes;
         out->hole_bytes = st.top - st.span_bytes;
+    } else if (sub == S_ORACLE_FF || sub == S_ORACLE_BF) {
+        uint64_t fr = 0, big = 0;
+        for (size_t i = 0; i < nholes; i++) {
+            fr += holes[i].len;
+            if (holes[i].len > big) big = holes[i].len;
+        }
+        out->heap_bytes = oracle_top;
+        out->free_bytes = fr;
+        out->hole_bytes = fr - big;
     } else if (sub == S_GLIBC) {
         struct mallinfo2 mi = mallinfo2();
         out->heap_bytes = mi.arena + mi.hblkhd;
@@ -312,6 +434,18 @@ static void measure(subject_id sub, const ratio *rt, uint64_t ops, const char *p
         }
     }
     out->live_pages = live_pages(live, out->live);
+    /* the address-space extent and the live blocks' usable bytes */
+    uint64_t high = 0;
+    for (uint64_t i = 0; i < out->live; i++) {
+        uint64_t end = (uint64_t)(uintptr_t)live[i].ptr + live[i].size;
+        if (end > high) high = end;
+        out->usable += sub == S_ORACLE_FF || sub == S_ORACLE_BF ? (live[i].size + 15u) & ~15u
+                       : sub == S_GLIBC ? malloc_usable_size(live[i].ptr)
+                       : sub == S_CAP ? nvh_cap_usable_size(cap, live[i].ptr)
+                                      : nvh_usable_size(pool, live[i].ptr);
+    }
+    if (out->live)
+        out->extent = ((high + 4095) & ~(uint64_t)4095) - (out->low & ~(uint64_t)4095);
     out->ok = 1;
 }
 
@@ -373,8 +507,9 @@ static const bench_info info = {
     .ratio_metric = "ns_per_op",
     .usage = "  --ops N            operations per sequence (default 1000000, quick 50000)\n"
              "  --ratios LIST      free/alloc ratios among 1:3,1:2,1:1 (default all)\n"
-             "  --subjects LIST    of glibc,nvheap,nvheap-pmem,nvheap-cap,nvheap-populate\n"
-             "                     (default all but nvheap-populate)\n"
+             "  --subjects LIST    of glibc,nvheap,nvheap-pmem,nvheap-cap,nvheap-populate,\n"
+             "                     oracle-ff,oracle-bf (default all but nvheap-populate and\n"
+             "                     the oracles)\n"
              "  --fill 0|1         write every byte of each new block (default 0)\n",
 };
 
@@ -384,7 +519,7 @@ int main(int argc, char **argv)
     bench_parse(&opts, &info, argc, argv);
     uint64_t ops = opts.quick ? 50000 : 1000000;
     bool want[RATIO_COUNT] = {true, true, true};
-    bool run_subject[S_COUNT] = {true, true, true, true, false};
+    bool run_subject[S_COUNT] = {true, true, true, true, false, false, false};
     for (int i = 0; i < opts.argc; i++) {
         const char *arg = opts.argv[i];
         if (i + 1 >= opts.argc) bench_usage_error(&opts, "unknown option or missing value: %s", arg);
@@ -420,7 +555,8 @@ int main(int argc, char **argv)
             for (int j = 0; j < S_COUNT; j++) {
                 int s = (j + (int)r) % S_COUNT;             /* rotate the order */
                 if (!ok[s]) continue;
-                const char *path = s == S_GLIBC ? NULL : bench_scratch_path(&opts, NULL, "pool");
+                bool no_pool = s == S_GLIBC || s == S_ORACLE_FF || s == S_ORACLE_BF;
+                const char *path = no_pool ? NULL : bench_scratch_path(&opts, NULL, "pool");
                 measure_in_child(s, rt, ops, path, &last[s]);
                 if (path) bench_scratch_remove(path);
                 if (!last[s].ok) {
@@ -458,6 +594,15 @@ int main(int argc, char **argv)
                            bench_exact(100.0 * (1.0 - (double)o->requested /
                                                           ((double)o->live_pages * 4096.0))),
                            "%");
+            if (o->extent) {
+                double ext = (double)o->extent;
+                bench_emit(&opts, name, subject_names[s], "space_frag_pct",
+                           bench_exact(100.0 * (ext - (double)o->requested) / ext), "%");
+                bench_emit(&opts, name, subject_names[s], "space_ext_frag_pct",
+                           bench_exact(100.0 * (ext - (double)o->usable) / ext), "%");
+                bench_emit(&opts, name, subject_names[s], "space_mib",
+                           bench_exact(ext / (double)MIB), "MiB");
+            }
             bench_emit(&opts, name, subject_names[s], "heap_mib",
                        bench_exact(heap / (double)MIB), "MiB");
             bench_emit(&opts, name, subject_names[s], "requested_mib",

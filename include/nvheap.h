@@ -725,7 +725,8 @@ typedef struct nvh_heap_stats {
     uint64_t fifo_entries, fifo_bytes, fifo_oldest_ns; /* don't-allocate list   */
     uint64_t fifo_delay_ns, fifo_max_bytes;
     uint64_t records_replayed;       /* by the last open                         */
-    nvh_heap_class_stats cls[64];    /* index = class (size = 64 * index), 1..63 */
+    nvh_heap_class_stats cls[64];    /* index = class (size = 64 * index), 1..63;
+                                        cls[0]: the classes above 4032 B together */
 } nvh_heap_stats;
 int nvh_heap_stats_get(nvh_pool *pool, nvh_heap_stats *stats);
 

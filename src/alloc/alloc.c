@@ -84,8 +84,8 @@ int nvh_heap_usable(nvh_heap *h, uint64_t off, uint64_t *usable)
     if (nvh_rhdr_valid(h, b)) {
         const struct nvh_rhdr *r = nvh_rhdr_at(h, b);
         unsigned slot = 0;
-        if (r->state == NVH_RS_USED && r->kind == NVH_RK_RUN && r->cls &&
-            r->cls <= NVH_SMALL_CLASSES && nvh_slot_of(in, r->cls, &slot) && slot < r->nslots &&
+        if (r->state == NVH_RS_USED && r->kind == NVH_RK_RUN &&
+            nvh_slot_of(in, r->cls, &slot) && slot < r->nslots &&
             (atomic_load(&((struct nvh_rhdr *)r)->bitmap) & (1ull << slot))) {
             *usable = nvh_cls_size(r->cls);
             return NVH_OK;

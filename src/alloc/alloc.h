@@ -49,6 +49,13 @@
 #define NVH_SMALL_CLASSES 63u             /* 64 .. 4032 in 64 B steps            */
 #define NVH_SMALL_MAX (NVH_SMALL_CLASSES * 64u)
 #define NVH_SMALL_CLASSES_F3 31u          /* the classes format 3 knew           */
+/* Classes above 4032 B (format 5): a few sizes in multi-block runs, each the
+ * largest multiple of 64 B with n slots in a 16-block run (n = 15..9, 7, 6,
+ * 5), where that costs less per object than whole blocks: 4352 4672 4992
+ * 5440 5952 6528 7232 9344 10880 13056 B. cls is still size / 64, so the
+ * largest is NVH_CLS_TOP; other values above 63 are no class. */
+#define NVH_CLS_TOP 204u                  /* 13056 B: the largest class          */
+#define NVH_CLS_BIG_MAX (NVH_CLS_TOP * 64u)
 #define NVH_RUN_BLOCKS_MAX 16u            /* blocks of the largest run           */
 #define NVH_RUN_SLOTS_MAX 64u             /* slots per run: one bitmap word      */
 #define NVH_RINGS 16u                     /* persistent rings = max arenas       */
@@ -137,7 +144,7 @@ struct nvh_rhdr {
     uint32_t blocks;            /* 12 region size in 4 KiB blocks            */
     uint8_t state;              /* 16 NVH_RS_*                               */
     uint8_t kind;               /* 17 NVH_RK_* (kept when a region is freed) */
-    uint8_t cls;                /* 18 runs: size class 1..63 (64 B steps)    */
+    uint8_t cls;                /* 18 runs: size class / 64 B (nvh_cls_valid) */
     uint8_t nslots;             /* 19 runs: slots, nvh_run_slots(cls, blocks) */
     uint32_t reserved0;         /* 20                                        */
     uint64_t seq;               /* 24 record that last wrote the header      */
@@ -384,10 +391,10 @@ static inline void nvh_alock_unlock(nvh_alock *l)
 typedef struct nvh_arena {
     nvh_alock lock;
     unsigned index;
-    nvh_run *bins[NVH_SMALL_CLASSES + 1];
-    uint32_t nruns[NVH_SMALL_CLASSES + 1]; /* runs of each class it holds (the
+    nvh_run *bins[NVH_CLS_TOP + 1];
+    uint32_t nruns[NVH_CLS_TOP + 1]; /* runs of each class it holds (the
                                    size of its next run, nvh_run_blocks_for) */
-    uint8_t early[NVH_SMALL_CLASSES + 1]; /* classes of one slot per block:
+    uint8_t early[NVH_CLS_TOP + 1]; /* classes of one slot per block:
                                    objects served as one-block large regions
                                    before the first run (reserve.c)         */
     nvh_extent *ext; size_t next, ext_cap;  /* sorted free extents           */
@@ -434,8 +441,8 @@ typedef struct nvh_arena {
 typedef struct nvh_tcache {
     _Atomic(struct nvh_heap *) heap; /* NULL: detached (written by close)   */
     struct nvh_tcache *next, *prev;  /* the heap's list, under the tc lock  */
-    uint8_t n[NVH_SMALL_CLASSES + 1];
-    uint64_t off[NVH_SMALL_CLASSES + 1][NVH_TC_SLOTS]; /* stack, top = n-1 */
+    uint8_t n[NVH_CLS_TOP + 1];
+    uint64_t off[NVH_CLS_TOP + 1][NVH_TC_SLOTS]; /* stack, top = n-1 */
 } nvh_tcache;
 
 typedef struct nvh_named_pending {
@@ -524,10 +531,22 @@ typedef struct nvh_heap nvh_heap;
  * Helpers
  * ========================================================================== */
 /* nvh_now_ns: common/internal.h */
-static inline unsigned nvh_cls_of(size_t size)  /* 1..63, 0 = not small */
+/* The class of sizes above 4032 B, by (size + 63) / 64 - 64: the smallest
+ * class that holds the size if it costs less per object than the whole
+ * blocks the size needs, else 0 (a large region: 4096 B, 7233..8192 B,
+ * 10881..12288 B and sizes above 13056 B cost least as whole blocks). */
+extern const uint8_t nvh_big_cls_[NVH_CLS_TOP - 63];
+static inline unsigned nvh_cls_of(size_t size)  /* a class, 0 = a large region */
 {
     if (size == 0) size = 1;
-    return size <= NVH_SMALL_MAX ? (unsigned)((size + 63) / 64) : 0;
+    if (size <= NVH_SMALL_MAX) return (unsigned)((size + 63) / 64);
+    return size <= NVH_CLS_BIG_MAX ? nvh_big_cls_[(size + 63) / 64 - 64] : 0;
+}
+/* cls is a size class: 1..63, or one of the classes above 4032 B. */
+static inline bool nvh_cls_valid(unsigned cls)
+{
+    if (cls <= NVH_SMALL_CLASSES) return cls != 0;
+    return cls <= NVH_CLS_TOP && nvh_big_cls_[cls - 64] == cls;
 }
 static inline unsigned nvh_cls_size(unsigned cls) { return cls * 64u; }
 /* Run geometry (docs/ALLOC.md §1): a run of `blocks` blocks keeps its first
@@ -553,14 +572,15 @@ static inline unsigned nvh_run_slots(unsigned cls, unsigned blocks)
 #define NVH_RUN_LEVELS 5u                 /* limits 1, 2, 4, 8, 16 blocks        */
 /* A class that fits one slot per block (above 2016 B) starts its first run
  * in an arena only after this many of its objects: until then each is a
- * one-block large region, as in format 3, whose space any size reuses when
- * it is freed (runs are never given back: a heap holding a few objects of
- * many such classes would keep a run of two or more blocks per class). */
+ * large region of the class's size in whole blocks (one block up to 4032 B,
+ * as in format 3), whose space any size reuses when it is freed (runs are
+ * never given back: a heap holding a few objects of many such classes
+ * would keep a run of two or more blocks per class). */
 #define NVH_RUN_EARLY 8u
 extern unsigned nvh_run_early_;           /* NVH_RUN_EARLY; tests set 0       */
 static_assert(1u << (NVH_RUN_LEVELS - 1) == NVH_RUN_BLOCKS_MAX, "run size levels");
 unsigned nvh_run_blocks_for_(unsigned level, unsigned cls);
-extern uint8_t nvh_run_blocks_tab_[NVH_RUN_LEVELS][NVH_SMALL_CLASSES + 1];
+extern uint8_t nvh_run_blocks_tab_[NVH_RUN_LEVELS][NVH_CLS_TOP + 1];
 static inline unsigned nvh_run_blocks_for(unsigned cls, uint64_t nruns)
 {
     unsigned level = nruns >= NVH_RUN_LEVELS - 1 ? NVH_RUN_LEVELS - 1 : (unsigned)nruns;
@@ -665,22 +685,38 @@ static inline struct nvh_rhdr *nvh_rhdr_at(const nvh_heap *h, uint64_t block)
  * true and *slot if `in` is the start of a slot (the caller checks it
  * against the run's nslots). A multiply by a 16-bit reciprocal of the class
  * instead of a divide (a div costs 25-40 cycles and the hot paths did
- * several): y = (in - 64) / 64 < 1024 (16 blocks) and cls <= 63, so
- * (y * ceil(65536 / cls)) >> 16 is exact (checked for every pair). */
+ * several): y = (in - 64) / 64 < 1024 (16 blocks); for cls <= 63
+ * (y * ceil(65536 / cls)) >> 16 is exact for every y, and for every class
+ * it is exact at every slot start y = s * cls (s <= 64: the error is below
+ * s * cls / 65536 < 1); both checked for every pair (test_alloc_runs). A
+ * y between slot starts may get a wrong quotient, which the product test
+ * refuses. */
 static inline bool nvh_slot_of(uint64_t in, unsigned cls, unsigned *slot)
 {
-    static const uint16_t recip[NVH_SMALL_CLASSES + 1] = {
+    static const uint16_t recip[NVH_CLS_TOP + 1] = {
         0, 65535, 32768, 21846, 16384, 13108, 10923, 9363, 8192, 7282, 6554, 5958,
         5462, 5042, 4682, 4370, 4096, 3856, 3641, 3450, 3277, 3121, 2979, 2850,
         2731, 2622, 2521, 2428, 2341, 2260, 2185, 2115, 2048, 1986, 1928, 1873,
         1821, 1772, 1725, 1681, 1639, 1599, 1561, 1525, 1490, 1457, 1425, 1395,
         1366, 1338, 1311, 1286, 1261, 1237, 1214, 1192, 1171, 1150, 1130, 1111,
-        1093, 1075, 1058, 1041};
+        1093, 1075, 1058, 1041, 1024, 1009, 993, 979, 964, 950, 937, 924,
+        911, 898, 886, 874, 863, 852, 841, 830, 820, 810, 800, 790,
+        781, 772, 763, 754, 745, 737, 729, 721, 713, 705, 698, 690,
+        683, 676, 669, 662, 656, 649, 643, 637, 631, 625, 619, 613,
+        607, 602, 596, 591, 586, 580, 575, 570, 565, 561, 556, 551,
+        547, 542, 538, 533, 529, 525, 521, 517, 512, 509, 505, 501,
+        497, 493, 490, 486, 482, 479, 475, 472, 469, 465, 462, 459,
+        456, 452, 449, 446, 443, 440, 437, 435, 432, 429, 426, 423,
+        421, 418, 415, 413, 410, 408, 405, 403, 400, 398, 395, 393,
+        391, 388, 386, 384, 382, 379, 377, 375, 373, 371, 369, 367,
+        365, 363, 361, 359, 357, 355, 353, 351, 349, 347, 345, 344,
+        342, 340, 338, 337, 335, 333, 331, 330, 328, 327, 325, 323,
+        322};
     /* y of any slot is below 1024; a larger y (no slot of any run) may get
      * a wrong quotient, which the product test below refuses (s < 2^16,
      * so s * cls cannot wrap) */
     static_assert(NVH_RUN_BLOCKS_MAX * NVH_BLOCK / 64 <= 1024, "reciprocals exact below 1024");
-    if (in < NVH_HDR || (in & 63) || cls == 0 || cls > NVH_SMALL_CLASSES) return false;
+    if (in < NVH_HDR || (in & 63) || !nvh_cls_valid(cls)) return false;
     unsigned y = (unsigned)((in - NVH_HDR) >> 6);
     unsigned s = cls == 1 ? y : (y * recip[cls]) >> 16;
     if (s * cls != y) return false;

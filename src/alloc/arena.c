@@ -169,18 +169,44 @@ bool nvh_extent_take(nvh_heap *h, nvh_arena *a, uint64_t n, uint64_t *block_out)
 /* ==========================================================================
  * Bins and runs
  * ========================================================================== */
+/* Bins are kept in address order and reservations take the first run with
+ * a slot: live objects gather in a class's lowest runs, so the runs above
+ * them empty out as objects are freed and the heap's used address space
+ * follows its live data down after a peak ([Moraru11] Table 2 at 1/1)
+ * instead of staying spread over the space of the peak. A run re-enters
+ * its bin when a slot of it is freed while it was full; such a run was the
+ * first with room when it filled, so the walk to its place is short. */
 void nvh_bin_add(nvh_arena *a, nvh_run *run)
 {
     if (run->in_bin || run->quarantined) return;
     run->in_bin = true;
-    run->next = a->bins[run->cls];
-    a->bins[run->cls] = run;
+    nvh_run **pp = &a->bins[run->cls];
+    while (*pp && (*pp)->block < run->block) pp = &(*pp)->next;
+    run->next = *pp;
+    *pp = run;
 }
 
 /* Preferred run sizes per class (alloc.h: nvh_run_blocks_for), filled on
  * first use; every thread computes the same values, so the racing stores
  * are benign (relaxed atomics for the sanitizers). */
-uint8_t nvh_run_blocks_tab_[NVH_RUN_LEVELS][NVH_SMALL_CLASSES + 1];
+uint8_t nvh_run_blocks_tab_[NVH_RUN_LEVELS][NVH_CLS_TOP + 1];
+
+/* Sizes above 4032 B, by 64 B step k = (size + 63) / 64 from 64 to
+ * NVH_CLS_TOP: the class (alloc.h), or 0 for whole blocks. A class c holds
+ * n = (65536 - 64) / (64 c) slots in a 16-block run, 65536 / n bytes per
+ * object; k takes the smallest class >= k when that is below
+ * ceil(64 k / 4096) x 4096 (test_alloc_runs: geometry derives the table
+ * again). */
+const uint8_t nvh_big_cls_[NVH_CLS_TOP - 63] = {
+    0, 68, 68, 68, 68, 73, 73, 73, 73, 73, 78, 78, 78, 78, 78, 85,
+    85, 85, 85, 85, 85, 85, 93, 93, 93, 93, 93, 93, 93, 93, 102, 102,
+    102, 102, 102, 102, 102, 102, 102, 113, 113, 113, 113, 113, 113, 113, 113, 113,
+    113, 113, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+    0, 146, 146, 146, 146, 146, 146, 146, 146, 146, 146, 146, 146, 146, 146, 146,
+    146, 146, 146, 170, 170, 170, 170, 170, 170, 170, 170, 170, 170, 170, 170, 170,
+    170, 170, 170, 170, 170, 170, 170, 170, 170, 170, 170, 0, 0, 0, 0, 0,
+    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+    0, 204, 204, 204, 204, 204, 204, 204, 204, 204, 204, 204, 204};
 unsigned nvh_run_blocks_for_(unsigned level, unsigned cls)
 {
     unsigned best = 0, lim = 1u << level;

@@ -286,13 +286,15 @@ static void stats_region(nvh_heap *h, uint64_t b, uint64_t n, const struct nvh_r
     if (r->state == NVH_RS_QUARANTINE) { s->quarantined_bytes += bytes; return; }
     /* object tables 1..14: heap metadata, in heap_bytes but not objects */
     if (r->kind != NVH_RK_RUN && nvh_named_table_obj(h, nvh_block_off(h, b))) return;
-    if (r->kind == NVH_RK_RUN && r->cls && r->cls <= NVH_SMALL_CLASSES) {
+    if (r->kind == NVH_RK_RUN && nvh_cls_valid(r->cls)) {
         uint64_t bits = atomic_load_explicit(&((struct nvh_rhdr *)r)->bitmap,
                                              memory_order_relaxed);
         unsigned used = (unsigned)__builtin_popcountll(bits);
-        s->cls[r->cls].runs++;
-        s->cls[r->cls].slots_used += used;
-        s->cls[r->cls].slots_total += r->nslots;
+        /* the classes above 4032 B together in cls[0] (nvheap.h) */
+        nvh_heap_class_stats *k = &s->cls[r->cls <= NVH_SMALL_CLASSES ? r->cls : 0];
+        k->runs++;
+        k->slots_used += used;
+        k->slots_total += r->nslots;
         s->live_objects += used;
         s->live_bytes += (uint64_t)used * nvh_cls_size(r->cls);
         s->run_bytes += bytes;
@@ -359,7 +361,7 @@ static void iter_region(nvh_heap *h, uint64_t b, uint64_t n, const struct nvh_rh
     /* object tables 1..14 are heap objects but the heap's own metadata */
     if (r->kind != NVH_RK_RUN && nvh_named_table_obj(h, nvh_block_off(h, b))) return;
     if (r->kind == NVH_RK_RUN) {
-        if (!r->cls || r->cls > NVH_SMALL_CLASSES) return;
+        if (!nvh_cls_valid(r->cls)) return;
         uint64_t bits = atomic_load_explicit(&((struct nvh_rhdr *)r)->bitmap, memory_order_relaxed);
         unsigned size = nvh_cls_size(r->cls);
         for (unsigned i = 0; i < r->nslots && !c->stop; i++)

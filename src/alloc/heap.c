@@ -646,7 +646,7 @@ static void fullmap_set(nvh_heap *h, uint64_t c);
  * geometry gives, and the run inside the chunk (end = the chunk's end). */
 static bool run_hdr_sound(const struct nvh_rhdr *r, uint64_t b, uint64_t end)
 {
-    return r->cls != 0 && r->cls <= NVH_SMALL_CLASSES && r->blocks >= 1 &&
+    return nvh_cls_valid(r->cls) && r->blocks >= 1 &&
            r->blocks <= NVH_RUN_BLOCKS_MAX && r->nslots == nvh_run_slots(r->cls, r->blocks) &&
            b + r->blocks <= end;
 }

@@ -470,7 +470,7 @@ static bool rec_sane(nvh_heap *h, const struct nvh_rec *r, const struct nvh_link
         /* the run (first block, blocks, class) lies in the slot's chunk and
          * the object is one of its slots */
         unsigned cls = nvh_rec_cls(r), nb = nvh_rec_run_blocks(r), d = nvh_rec_run_delta(r);
-        if (cls == 0 || cls > NVH_SMALL_CLASSES || nb == 0 || nb > NVH_RUN_BLOCKS_MAX ||
+        if (!nvh_cls_valid(cls) || nb == 0 || nb > NVH_RUN_BLOCKS_MAX ||
             d >= nb || (r->blocks >> 19) != 0)
             return false;
         uint64_t rel = r->obj - h->chunks_off, ob = rel / NVH_BLOCK;

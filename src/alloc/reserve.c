@@ -3,7 +3,8 @@
  * reservation spans several persistent free regions, which are merged on
  * the media first (span_merge, docs/ALLOC.md §5a).
  *
- *   small (<= 4032 B): a slot of a run, from the thread's cache (tcache.c)
+ *   small (<= 4032 B, and the classes above it up to 13056 B, alloc.h):
+ *                      a slot of a run, from the thread's cache (tcache.c)
  *                      or the arena's bins; a new run from a free extent
  *   large (<= half a chunk): blocks from the arena's free extents
  *   huge: whole chunks from the heap's free-chunk list
@@ -235,9 +236,9 @@ static int reserve_in(nvh_heap *h, nvh_arena *a, nvh_tcache *tc, unsigned cls, u
 {
     int rc;
     if (cls && !a->nruns[cls] && a->early[cls] < nvh_run_early_ && nvh_run_slots(cls, 1) < 2) {
-        a->early[cls]++;        /* a one-block large region (alloc.h) */
+        a->early[cls]++;        /* a large region of the class's size (alloc.h) */
+        need = (nvh_cls_size(cls) + NVH_BLOCK - 1) / NVH_BLOCK;
         cls = 0;
-        need = 1;
     }
     if (cls) {
         rc = tc ? nvh_tcache_refill(h, a, tc, cls, off) : nvh_reserve_small(h, a, cls, off);

@@ -27,7 +27,7 @@ _Thread_local nvh_tcache *nvh_tcache_mine_;   /* read inline by nvh_reserve */
  * attached to h (so h is alive: close detaches under tc_lock first). */
 static void tc_return(nvh_heap *h, nvh_tcache *tc)
 {
-    for (unsigned cls = 1; cls <= NVH_SMALL_CLASSES; cls++) {
+    for (unsigned cls = 1; cls <= NVH_CLS_TOP; cls++) {
         while (tc->n[cls]) {
             uint64_t off = tc->off[cls][--tc->n[cls]];
             uint64_t rel = off - h->chunks_off, b = rel / NVH_BLOCK;

@@ -22,12 +22,13 @@
 #include <stdint.h>
 
 #define NVH_MAGIC "NVHEAP\0\1"           /* 8 bytes, includes the NULs   */
-#define NVH_FORMAT_VERSION 4u
-/* The oldest format this library opens: every format-3 pool is a valid
- * format-4 pool (format 4 only gives meaning to values format 3 never
- * wrote: runs of several blocks, size classes above 31), so a read-write
- * open raises its version word (pool.c: format_upgrade) and an older
- * library then refuses it as newer; a read-only open reads it as it is. */
+#define NVH_FORMAT_VERSION 5u
+/* The oldest format this library opens: every format-3 or -4 pool is a
+ * valid format-5 pool (format 4 only gives meaning to values format 3
+ * never wrote: runs of several blocks, size classes above 31; format 5 to
+ * run classes above 4032 B), so a read-write open raises its version word
+ * (pool.c: format_upgrade) and an older library then refuses it as newer;
+ * a read-only open reads it as it is. */
 #define NVH_FORMAT_UPGRADE_FROM 3u
 #define NVH_SUPERBLOCK_SIZE 4096u
 #define NVH_STATE_SLOT_OFFSET 512u

@@ -315,17 +315,20 @@ static int validate(int fd, const char *path, const char *layout,
                         path, sb->header.format_version, NVH_FORMAT_VERSION);
     if (sb->header.checksum != nvh_sb_header_checksum(&sb->header)) {
         /* An upgrade torn by a crash (format_upgrade): it stores only the
-         * version word and the checksum, so a header that checks out with
-         * the old version is that pool, not upgraded yet */
-        struct nvh_superblock_header old = sb->header;
-        old.format_version = NVH_FORMAT_UPGRADE_FROM;
-        uint32_t c = nvh_sb_header_checksum(&old);
-        old.format_version = NVH_FORMAT_VERSION;
-        if (sb->header.format_version >= NVH_FORMAT_UPGRADE_FROM &&
-            sb->header.format_version <= NVH_FORMAT_VERSION &&
-            (sb->header.checksum == c || sb->header.checksum == nvh_sb_header_checksum(&old))) {
-            sb->header.format_version = NVH_FORMAT_UPGRADE_FROM;
-            sb->header.checksum = c;
+         * version word and the checksum, so a header whose checksum is the
+         * one of another version f it may have been upgraded from or to is
+         * that pool at the older of the two, not upgraded yet */
+        uint32_t w = sb->header.format_version;
+        for (uint32_t f = NVH_FORMAT_UPGRADE_FROM; f <= NVH_FORMAT_VERSION; f++) {
+            struct nvh_superblock_header old = sb->header;
+            old.format_version = f;
+            if (f == w || w < NVH_FORMAT_UPGRADE_FROM || w > NVH_FORMAT_VERSION ||
+                sb->header.checksum != nvh_sb_header_checksum(&old))
+                continue;
+            old.format_version = w < f ? w : f;
+            sb->header.format_version = old.format_version;
+            sb->header.checksum = nvh_sb_header_checksum(&old);
+            break;
         }
     }
     if (sb->header.format_version >= 1 && sb->header.format_version < NVH_FORMAT_UPGRADE_FROM)

@@ -4,7 +4,9 @@
  * sampled crashes in a long random alloc/free run that wraps the redo rings
  * many times, and replay order across rings (a record that happens after
  * another ring's record replays after it), and power-of-two large objects
- * packed edge to edge in a chunk. After each recovery the checker
+ * packed edge to edge in a chunk, and the classes above 4032 B in
+ * multi-block runs.
+ * After each recovery the checker
  * demands:
  *   - every acknowledged activation/free survived, the op in flight happened
  *     entirely or not at all (links all old or all new);
@@ -127,16 +129,27 @@ static int op_alloc(nvh_pool *pool, uint64_t *rng, uint32_t size, unsigned nlink
     return 0;
 }
 
+static int op_free_at(nvh_pool *pool, int i);
+
 static int op_free(nvh_pool *pool, uint64_t *rng)
 {
-    nvh_off_t *root = nvh_root(pool, NULL);
     int live = 0;
     for (int i = 0; i < g_nobj; i++) live += g_obj[i].state == ST_LIVE;
     if (!live) return 0;
     int pick = (int)(test_rand(rng) % (uint64_t)live);
     for (int i = 0; i < g_nobj; i++) {
+        if (g_obj[i].state != ST_LIVE || pick-- != 0) continue;
+        return op_free_at(pool, i);
+    }
+    return 0;
+}
+
+/* Free object i of the model (live). */
+static int op_free_at(nvh_pool *pool, int i)
+{
+    nvh_off_t *root = nvh_root(pool, NULL);
+    {
         mobj *o = &g_obj[i];
-        if (o->state != ST_LIVE || pick-- != 0) continue;
         o->state = ST_FREEING;
         int rc;
         if (o->name >= 0) {
@@ -156,7 +169,6 @@ static int op_free(nvh_pool *pool, uint64_t *rng)
         for (unsigned k = 0; k < o->nlinks; k++) slot_used[o->link[k]] = false;
         return 0;
     }
-    return 0;
 }
 
 /* ---------------------------------------------------------------------------
@@ -348,14 +360,41 @@ static int multirun_workload(nvh_pool *pool, void *arg)
     return 0;
 }
 
+/* The classes above 4032 B (format 5) in their largest runs from the
+ * first (multirun_force): 4192 B in 16-block runs of 15 slots (slots up to
+ * block 14 of the run), 6000 B (class 6528: 10 slots), 13000 B (class
+ * 13056: 5 slots over 16 blocks); activations and frees with 0-2 links, a
+ * named object, reuse after frees, one 4096 B object (whole block). */
+static int bigrun_workload(nvh_pool *pool, void *arg)
+{
+    (void)arg;
+    uint64_t rng = 6161;
+    g_nobj = 0;
+    memset(slot_used, 0, sizeof slot_used);
+    for (int i = 0; i < 16; i++)
+        if (op_alloc(pool, &rng, 4192, (unsigned)(i % 3), -1)) return 1;
+    for (int i = 0; i < 4; i++)
+        if (op_alloc(pool, &rng, 6000, (unsigned)(i % 3), -1)) return 1;
+    for (int i = 0; i < 6; i++)
+        if (op_alloc(pool, &rng, 13000, (unsigned)(i % 3), -1)) return 1;
+    if (op_alloc(pool, &rng, 5000, 0, 5)) return 1;          /* named, class 5440 */
+    if (op_alloc(pool, &rng, 4096, 1, -1)) return 1;
+    for (int i = 0; i < 10; i++)
+        if (op_free(pool, &rng)) return 1;
+    for (int i = 0; i < 5; i++)
+        if (op_alloc(pool, &rng, 4200 + (uint32_t)i, 1, -1)) return 1;
+    return 0;
+}
+
 /* Every class's run at its largest size from the first run on. */
 static void multirun_force(bool on)
 {
     nvh_run_early_ = on ? 0 : NVH_RUN_EARLY;
     for (unsigned lv = 0; lv < NVH_RUN_LEVELS; lv++)
-        for (unsigned c = 1; c <= NVH_SMALL_CLASSES; c++)
-            nvh_run_blocks_tab_[lv][c] =
-                on ? (uint8_t)nvh_run_blocks_for_(NVH_RUN_LEVELS - 1, c) : 0;
+        for (unsigned c = 1; c <= NVH_CLS_TOP; c++)
+            if (nvh_cls_valid(c))
+                nvh_run_blocks_tab_[lv][c] =
+                    on ? (uint8_t)nvh_run_blocks_for_(NVH_RUN_LEVELS - 1, c) : 0;
 }
 
 /* Power-of-two large objects (256 KiB chunks here): four 64 KiB objects
@@ -610,6 +649,15 @@ static void multirun_every_fence(void **state)
     multirun_force(false);
 }
 
+static void bigrun_every_fence(void **state)
+{
+    (void)state;
+    multirun_force(true);
+    run(bigrun_workload, NULL, NVH_CRASH_LINES, EVERY_FENCE_BUDGET, IMAGES);
+    run(bigrun_workload, NULL, NVH_CRASH_WORDS, EVERY_FENCE_BUDGET, IMAGES);
+    multirun_force(false);
+}
+
 static void ring_order_every_fence(void **state)
 {
     (void)state;
@@ -638,6 +686,7 @@ int main(void)
         cmocka_unit_test(ring_order_every_fence),
         cmocka_unit_test(pow2_every_fence),
         cmocka_unit_test(multirun_every_fence),
+        cmocka_unit_test(bigrun_every_fence),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     rmdir(scratch);

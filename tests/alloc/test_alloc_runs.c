@@ -16,7 +16,14 @@
  *                       first read-write open raises the version word,
  *                       everything stays readable and new runs use format
  *                       4; and every crash state of the upgrade's fence
- *                       (each subset of its two stores) opens as well. */
+ *                       (each subset of its two stores) opens as well.
+ *   bins_in_address_order  a class's runs with free slots are taken lowest
+ *                       address first
+ *   big_classes         the classes above 4032 B (format 5) in multi-block
+ *                       runs: usable sizes, bad pointers, stats, reopen
+ *   format4_upgrade     a format-4 pool is raised to 5 at its first
+ *                       read-write open (every crash state of that fence)
+ */
 #include "alloc/alloc.h"      /* white-box: run geometry, headers */
 #include "pool/format.h"
 #include "test_util.h"
@@ -81,6 +88,59 @@ static void geometry(void **state)
     double waste = 1 - req / used;
     print_message("  Table 2 sizes: %.2f %% of run space wasted\n", 100 * waste);
     assert_true(waste < 0.03);
+
+    /* classes above 4032 B: the table is what its rule gives, each class
+     * has at least 2 slots at every level and 5..15 in 16 blocks, and a
+     * size costs the least of its class and whole blocks */
+    unsigned nbig = 0;
+    for (unsigned k = 64; k <= NVH_CLS_TOP; k++) {
+        unsigned best = 0;
+        for (unsigned c = k; c <= NVH_CLS_TOP && !best; c++) {
+            unsigned n = (16 * 4096 - 64) / (64 * c);
+            /* c is a class: the largest 64 B multiple with its n slots */
+            if (n >= 2 && (16 * 4096 - 64) / (64 * (c + 1)) < n && 65536.0 / n < 4096.0 * ((64 * k + 4095) / 4096))
+                best = c;
+        }
+        assert_int_equal(nvh_big_cls_[k - 64], best);
+        if (best == k) {
+            nbig++;
+            assert_true(nvh_cls_valid(k));
+            assert_int_equal(nvh_run_slots(k, 16), (16 * 4096 - 64) / (64 * k));
+            for (unsigned lv = 0; lv < NVH_RUN_LEVELS; lv++) {
+                unsigned b = nvh_run_blocks_for(k, lv);
+                assert_true(b >= 2 && b <= NVH_RUN_BLOCKS_MAX && nvh_run_slots(k, b) >= 2);
+            }
+            /* the largest runs cost no more per object than 16 blocks */
+            unsigned b = nvh_run_blocks_for(k, NVH_RUN_LEVELS);
+            assert_true(b * 4096.0 / nvh_run_slots(k, b) <= 65536.0 / nvh_run_slots(k, 16));
+        } else {
+            assert_false(nvh_cls_valid(k));
+        }
+    }
+    assert_int_equal(nbig, 10);
+    assert_false(nvh_cls_valid(0));
+    assert_false(nvh_cls_valid(NVH_CLS_TOP + 1));
+    assert_false(nvh_cls_valid(255));
+    /* a 4 KiB value with a ~96 B header: 15 in a 16-block run */
+    assert_int_equal(nvh_cls_of(4192), 68);
+    assert_int_equal(nvh_run_slots(68, 16), 15);
+    assert_true(65536.0 / 15 < 4400);
+    assert_int_equal(nvh_cls_of(4096), 0);          /* whole blocks cost less */
+    assert_int_equal(nvh_cls_of(4033), 0);
+    assert_int_equal(nvh_cls_of(8192), 0);
+    assert_int_equal(nvh_cls_of(13057), 0);
+    assert_int_equal(nvh_cls_of(13056), 204);
+    /* the reciprocals: exact at every slot start of every class; exact
+     * everywhere below 1024 for classes up to 63 */
+    for (unsigned c = 1; c <= NVH_CLS_TOP; c++) {
+        if (!nvh_cls_valid(c)) continue;
+        for (unsigned y = 0; y < 1024; y++) {
+            unsigned slot = 999;
+            bool ok = nvh_slot_of(NVH_HDR + 64u * y, c, &slot);
+            assert_true(ok == (y % c == 0));
+            if (ok) assert_int_equal(slot, y / c);
+        }
+    }
 }
 
 /* ---------------------------------------------------------------------------
@@ -240,6 +300,18 @@ static size_t v3_size(int i)
 {
     static const size_t s[] = {64, 128, 300, 1000, 1984, 2000, 4000, 4096, 9000, 40000};
     return s[i % 10];
+}
+
+/* The version word `version`, with the header checksum of the header with
+ * version crc_version (another one: an upgrade torn by a crash). */
+static void set_version_crc(const char *path, uint32_t version, uint32_t crc_version)
+{
+    struct nvh_superblock_header sh;
+    test_peek(path, 0, &sh, sizeof sh);
+    sh.format_version = crc_version;
+    sh.checksum = nvh_sb_header_checksum(&sh);
+    sh.format_version = version;
+    test_poke(path, 0, &sh, sizeof sh);
 }
 
 static void set_version(const char *path, uint32_t version, bool crc_of_new)
@@ -413,6 +485,233 @@ static void format3_upgrade(void **state)
     unlink(path);
 }
 
+/* ---------------------------------------------------------------------------
+ * Placement: runs in address order
+ * ------------------------------------------------------------------------- */
+static void drain_all(nvh_pool *pool)
+{
+    nvh_heap *h = pool->heap;
+    for (unsigned i = 0; i < NVH_RINGS; i++) {
+        nvh_arena *a = &h->arenas[i];
+        nvh_alock_lock(&a->lock);
+        nvh_fifo_drain(h, a, true, true);
+        nvh_alock_unlock(&a->lock);
+    }
+}
+
+/* A class's runs with free slots are taken lowest address first: after
+ * frees spread over the class's runs, every bin lists its runs in address
+ * order (reservations take the first). */
+static void bins_in_address_order(void **state)
+{
+    (void)state;
+    nvh_pool *pool = fresh("runs-order");
+    nvh_off_t *root = nvh_root(pool, NULL);
+    enum { N = 120 };
+    for (int i = 0; i < N; i++) {
+        void *p = nvh_reserve(pool, 1000);                  /* class 16 */
+        assert_non_null(p);
+        nvh_off_t *l[1] = {&root[i]};
+        assert_int_equal(nvh_activate(pool, p, l, 1), NVH_OK);
+    }
+    /* every third object, so every run keeps some and gets a free slot */
+    for (int i = 0; i < N; i += 3) {
+        nvh_link l = {&root[i], 0};
+        assert_int_equal(nvh_free(pool, nvh_ptr(pool, root[i]), &l, 1), NVH_OK);
+    }
+    drain_all(pool);
+    nvh_heap *h = pool->heap;
+    unsigned runs = 0;
+    for (unsigned i = 0; i < NVH_RINGS; i++)
+        for (nvh_run *r = h->arenas[i].bins[16]; r; r = r->next, runs++)
+            if (r->next) assert_true(r->block < r->next->block);
+    print_message("  %u runs of class 16 in the bins\n", runs);
+    assert_true(runs >= 3);
+    /* the arena's next slot (past the thread's cache) is in its lowest run */
+    nvh_run *low = NULL;
+    nvh_arena *la = NULL;
+    for (unsigned i = 0; i < NVH_RINGS; i++)
+        for (nvh_run *r = h->arenas[i].bins[16]; r; r = r->next)
+            if (r->avail && (!low || r->block < low->block)) { low = r; la = &h->arenas[i]; }
+    assert_non_null(low);
+    uint64_t off = 0;
+    nvh_alock_lock(&la->lock);
+    int rc = nvh_reserve_small(h, la, 16, &off);
+    nvh_alock_unlock(&la->lock);
+    assert_int_equal(rc, NVH_OK);
+    assert_ptr_equal(nvh_run_lookup(h, (off - h->chunks_off) / NVH_BLOCK), low);
+    assert_int_equal(nvh_cancel(pool, nvh_ptr(pool, off)), NVH_OK);
+    assert_int_equal(nvh_pool_close(pool), NVH_OK);
+}
+
+/* ---------------------------------------------------------------------------
+ * Classes above 4032 B
+ * ------------------------------------------------------------------------- */
+#define NBIG 200
+static size_t big_size(int i)
+{
+    static const size_t s[] = {4192, 4300, 5000, 6000, 7000, 9000, 10000, 13000};
+    return s[i % 8];
+}
+
+/* Objects of the classes above 4032 B: slots of multi-block runs (after
+ * the arena's first 8 of a class, served as whole blocks), their usable
+ * size the class's, a 4192 B object costing 65536 / 15 B of run space;
+ * interior pointers refused, double frees reported, stats, check and a
+ * reopen (frees into chunks not scanned yet) agree. */
+static void big_classes(void **state)
+{
+    (void)state;
+    nvh_pool *pool = fresh("runs-big");
+    char path[4096];
+    snprintf(path, sizeof path, "%s", pool->path);
+    nvh_off_t *root = nvh_root(pool, NULL);
+    for (int i = 0; i < NBIG; i++) {
+        void *p = nvh_reserve(pool, big_size(i));
+        assert_non_null(p);
+        fill(pool, p, big_size(i), tag_of((uint64_t)i));
+        nvh_off_t *l[1] = {&root[i]};
+        assert_int_equal(nvh_activate(pool, p, l, 1), NVH_OK);
+    }
+    nvh_heap *h = pool->heap;
+    unsigned in_runs = 0;
+    for (int i = 0; i < NBIG; i++) {
+        unsigned cls = nvh_cls_of(big_size(i));
+        nvh_run *run = nvh_run_lookup(h, (root[i] - h->chunks_off) / NVH_BLOCK);
+        size_t usable = nvh_usable_size(pool, nvh_ptr(pool, root[i]));
+        if (run) {
+            in_runs++;
+            assert_int_equal(run->cls, cls);
+            assert_int_equal(usable, nvh_cls_size(cls));
+            /* a pointer 64 B into the slot is no object */
+            assert_int_equal(nvh_free(pool, (char *)nvh_ptr(pool, root[i]) + 64, NULL, 0),
+                             NVH_E_BADPTR);
+        } else {
+            assert_int_equal(usable, (nvh_cls_size(cls) + 4095) / 4096 * 4096);
+        }
+    }
+    print_message("  %u of %d objects in runs\n", in_runs, NBIG);
+    assert_true(in_runs >= NBIG - 8 * 8);
+    nvh_heap_stats st;
+    assert_int_equal(nvh_heap_stats_get(pool, &st), NVH_OK);
+    assert_true(st.cls[0].runs >= 8);
+    assert_int_equal(st.cls[0].slots_used, in_runs);
+    /* 4192 B objects in 16-block runs of 15 */
+    assert_int_equal(nvh_run_slots(nvh_cls_of(4192), 16), 15);
+    for (int i = 0; i < NBIG; i += 3) {
+        nvh_link l = {&root[i], 0};
+        uint64_t off = root[i];
+        assert_int_equal(nvh_free(pool, nvh_ptr(pool, off), &l, 1), NVH_OK);
+        assert_int_equal(nvh_free(pool, nvh_ptr(pool, off), NULL, 0), NVH_E_DOUBLEFREE);
+    }
+    uint64_t corrupt = 1;
+    assert_int_equal(nvh_heap_check(pool, NULL, NULL, 0, &corrupt), NVH_OK);
+    assert_int_equal(corrupt, 0);
+    assert_int_equal(nvh_pool_close(pool), NVH_OK);
+
+    pool = nvh_pool_open(path, LAYOUT, NVH_DOMAIN_PROCESS);
+    assert_non_null(pool);
+    root = nvh_root(pool, NULL);
+    assert_int_equal(nvh_heap_stats_get(pool, &st), NVH_OK);
+    assert_true(st.cls[0].runs >= 8);
+    for (int i = 0; i < NBIG; i++) {
+        if (i % 3 == 0) { assert_int_equal(root[i], 0); continue; }
+        assert_true(intact(pool, root[i], big_size(i), tag_of((uint64_t)i)));
+        assert_int_equal(nvh_usable_size(pool, nvh_ptr(pool, root[i])) >= big_size(i), 1);
+    }
+    for (int i = 1; i < NBIG; i += 3) {           /* frees before any scan */
+        nvh_link l = {&root[i], 0};
+        assert_int_equal(nvh_free(pool, nvh_ptr(pool, root[i]), &l, 1), NVH_OK);
+    }
+    corrupt = 1;
+    assert_int_equal(nvh_heap_check(pool, NULL, NULL, 0, &corrupt), NVH_OK);
+    assert_int_equal(corrupt, 0);
+    assert_int_equal(nvh_pool_close(pool), NVH_OK);
+    unlink(path);
+}
+
+/* A format-4 pool (this code's objects of classes up to 4032 B and whole
+ * blocks, version word 4) opens as it is read-only and is raised to 5 at
+ * the first read-write open, then takes runs of the classes above 4032 B;
+ * every crash state of the upgrade's fence (each subset of its two
+ * stores) opens and upgrades as well. */
+static void format4_image(const char *path)
+{
+    nvh_pool_options o = {.root_size = 64 * 1024, .max_size = 256 * MIB};
+    nvh_pool *pool = nvh_pool_create_ex(path, LAYOUT, 16 * MIB, NVH_DOMAIN_PROCESS, &o);
+    assert_non_null(pool);
+    nvh_off_t *root = nvh_root(pool, NULL);
+    for (int i = 0; i < 100; i++) {
+        size_t size = v3_size(i) == 9000 ? 8192 : v3_size(i);    /* no class above 4032 */
+        void *p = nvh_reserve(pool, size);
+        assert_non_null(p);
+        fill(pool, p, size, tag_of((uint64_t)i));
+        nvh_off_t *l[1] = {&root[i]};
+        assert_int_equal(nvh_activate(pool, p, l, 1), NVH_OK);
+    }
+    assert_int_equal(nvh_pool_close(pool), NVH_OK);
+    set_version_crc(path, 4, 4);
+    assert_int_equal(version_of(path), 4);
+}
+
+static void format4_use(const char *path)
+{
+    nvh_pool *pool = nvh_pool_open(path, LAYOUT, NVH_DOMAIN_PROCESS);
+    assert_non_null(pool);
+    assert_int_equal(version_of(path), NVH_FORMAT_VERSION);
+    nvh_off_t *root = nvh_root(pool, NULL);
+    for (int i = 0; i < 100; i++) {
+        size_t size = v3_size(i) == 9000 ? 8192 : v3_size(i);
+        assert_true(intact(pool, root[i], size, tag_of((uint64_t)i)));
+    }
+    nvh_run_early_ = 0;
+    for (int i = 0; i < 40; i++) {
+        void *p = nvh_reserve(pool, 4192);
+        assert_non_null(p);
+        fill(pool, p, 4192, 0x66);
+        nvh_off_t *l[1] = {&root[100 + i]};
+        assert_int_equal(nvh_activate(pool, p, l, 1), NVH_OK);
+    }
+    nvh_run_early_ = NVH_RUN_EARLY;
+    nvh_heap_stats st;
+    assert_int_equal(nvh_heap_stats_get(pool, &st), NVH_OK);
+    assert_true(st.cls[0].runs >= 1);
+    assert_int_equal(nvh_pool_close(pool), NVH_OK);
+    pool = nvh_pool_open(path, LAYOUT, NVH_DOMAIN_PROCESS);
+    assert_non_null(pool);
+    root = nvh_root(pool, NULL);
+    for (int i = 0; i < 40; i++) assert_true(intact(pool, root[100 + i], 4192, 0x66));
+    uint64_t corrupt = 1;
+    assert_int_equal(nvh_heap_check(pool, NULL, NULL, 0, &corrupt), NVH_OK);
+    assert_int_equal(corrupt, 0);
+    assert_int_equal(nvh_pool_close(pool), NVH_OK);
+}
+
+static void format4_upgrade(void **state)
+{
+    (void)state;
+    const char *path = test_path("runs-v4");
+    format4_image(path);
+    nvh_pool *pool = nvh_pool_open(path, LAYOUT, NVH_DOMAIN_PROCESS | NVH_OPEN_READONLY);
+    assert_non_null(pool);
+    assert_int_equal(version_of(path), 4);
+    assert_int_equal(nvh_pool_close(pool), NVH_OK);
+    assert_int_equal(version_of(path), 4);
+    const char *copy = test_path("runs-v4-copy");
+    for (unsigned k = 0; k < 4; k++) {
+        char cmd[8192];
+        snprintf(cmd, sizeof cmd, "cp --sparse=always '%s' '%s'", path, copy);
+        assert_int_equal(system(cmd), 0);
+        uint32_t v = (k & 1) ? NVH_FORMAT_VERSION : 4, c = (k & 2) ? NVH_FORMAT_VERSION : 4;
+        set_version_crc(copy, v, c);
+        print_message("  upgrade crash state: version %u, checksum of version %u\n", v, c);
+        if (k == 1 || k == 2) assert_int_equal(version_of(copy), 0);   /* torn */
+        format4_use(copy);
+        unlink(copy);
+    }
+    unlink(path);
+}
+
 int main(void)
 {
     unsetenv("NVHEAP_CHUNK_SIZE");
@@ -421,6 +720,9 @@ int main(void)
         cmocka_unit_test(later_blocks),
         cmocka_unit_test(wide_class_replay),
         cmocka_unit_test(format3_upgrade),
+        cmocka_unit_test(bins_in_address_order),
+        cmocka_unit_test(big_classes),
+        cmocka_unit_test(format4_upgrade),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
