@@ -39,8 +39,10 @@
 #define NVH_FILTER_TX_FINE 8u                /* fine granules a transaction lists */
 #define NVH_TX_DIR_NAME "nvheap.tx"
 #define NVH_TX_DIR_MAGIC 0x31584c48564e0000ull /* "\0\0NVHLX1" little-endian  */
-#define NVH_TX_DIR_VERSION 4u                /* 4: self-checking state and retire
-                                                words (format 2 pools have only 4) */
+#define NVH_TX_DIR_VERSION 5u                /* 5: a lazy in-place commit's evidence is
+                                                its redo lines alone (docs/FORMAT.md) */
+#define NVH_TX_DIR_VERSION_V4 4u             /* read (recovered under its own rules)
+                                                and raised to 5 by a read-write open */
 #define NVH_REDO_LINES 4u                    /* redo lines per slot (2 slots per lane) */
 #define NVH_REDO_WORDS_PER_LINE 2u
 #define NVH_REDO_MAX (NVH_REDO_LINES * NVH_REDO_WORDS_PER_LINE) /* words of a one-fence tx */
@@ -139,7 +141,7 @@ static_assert(offsetof(struct nvh_redo_line, w) == 24, "redo line layout");
  * still opened and used that way. */
 struct nvh_tx_dir {
     uint64_t magic;             /*  0 NVH_TX_DIR_MAGIC                           */
-    uint32_t version;           /*  8 1 or 2                                     */
+    uint32_t version;           /*  8 4 or 5 (NVH_TX_DIR_VERSION)                */
     uint32_t nlanes;            /* 12 NVH_TX_LANES                               */
     uint8_t reserved[48];       /* 16                                            */
     struct nvh_lane_hdr lane[NVH_TX_LANES];      /* 64                           */
@@ -217,6 +219,8 @@ typedef struct nvh_lane {
      * header's state word (version 1 directories) */
     _Atomic uint64_t *retire_word;
     bool retire_v1;
+    bool redo_commits;          /* version 5: a lazy commit writes only its redo
+                                   lines (no record rewrite, no COMMITTED header) */
     struct nvh_lane_hdr sh;     /* DRAM shadow of *hdr (this lane's owner only)  */
     unsigned index;
     _Atomic int owned;
@@ -416,6 +420,12 @@ extern int nvh_txlog_test_no_lazy_redo_, nvh_txlog_test_no_hdr_retire_;
 /* test hook: flush a one-fence object commit's words at its commit, not
  * before the lane's next fence (record.c, flush_own_pending) */
 extern int nvh_txlog_test_flush_at_commit_;
+/* test hooks (negative controls of the version-5 recovery rules): read an
+ * ACTIVE header as uncommitted although redo lines of its tid are valid
+ * (what a version-4 reader does); ignore valid redo lines of a later tid of
+ * the lane. nvh_txlog_test_dir_version_: version of new directories (0:
+ * NVH_TX_DIR_VERSION; 4 makes the library write a format-4 log). */
+extern int nvh_txlog_test_v4_rules_, nvh_txlog_test_no_later_tid_, nvh_txlog_test_dir_version_;
 
 /* recover.c */
 int nvh_txlog_recover(nvh_txlog *lg);
@@ -520,6 +530,7 @@ static inline void nvh_txlog_dir_attach_(nvh_txlog *lg, struct nvh_tx_dir *d)
         lane->retire_v1 = d->version == 1;
         lane->retire_word = lane->retire_v1 ? &d->lane[i].state : &d->retire[i].tid;
         lane->redo = d->version >= 3 ? d->redo[i] : NULL;
+        lane->redo_commits = d->version >= 5;
         lane->head_seg[0] = lane->head_seg[1] = NULL;
     }
 }

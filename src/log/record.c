@@ -657,8 +657,23 @@ bool nvh_txlog_commit_lazy(nvh_txlog *lg, nvh_lane *lane, uint64_t cseq)
         nvh_txlog_win_open(lg, lane, dst, nlines * sizeof *dst) != NVH_OK)
         return false;
     uint64_t offs[NVH_REDO_MAX], vals[NVH_REDO_MAX];
+    if (__builtin_expect(lane->redo_commits, 1)) {
+        /* version 5: the redo lines alone are the commit record. The header
+         * keeps ACTIVE(tid) and the records their old words; recovery reads
+         * an ACTIVE header with valid redo lines of its tid (or of a later
+         * tid of the lane) as committed (recover.c) */
+        char *base = pool->ctx.base;
+        for (size_t i = 0; i < n; i++) {
+            offs[i] = lane->recs[i].sh.off;
+            memcpy(&vals[i], base + offs[i], 8);
+        }
+        if (!nvh_txlog_test_no_lazy_redo_)
+            redo_lines_write(lane, pool, dst, lane->tid, cseq, offs, vals, (unsigned)n);
+        lane->bytes_logged += nlines * 64;
+        goto fence;
+    }
     struct nvh_lane_hdr *h = &lane->sh;
-    /* the commit CRC's input in one buffer (nvh_txlog_commit's chain: tid,
+    /* version 4: the commit CRC's input in one buffer (nvh_txlog_commit's chain: tid,
      * count, cseq, then every record's crc and new word), one CRC call */
     unsigned char cin[24 + NVH_REDO_MAX * 12];
     uint64_t head[3] = {lane->tid, n, cseq};
@@ -686,6 +701,7 @@ bool nvh_txlog_commit_lazy(nvh_txlog *lg, nvh_lane *lane, uint64_t cseq)
     if (!nvh_txlog_test_no_lazy_redo_)
         redo_lines_write(lane, pool, dst, lane->tid, cseq, offs, vals, (unsigned)n);
     lane->bytes_logged += (n + 1 + nlines) * 64;
+fence:
     nvh_txlog_fence(lg, lane, 0);      /* FENCE 2: the transaction is durable */
     /* the data: flushed, not fenced (durable at this lane's next fence) */
     pend_publish(lane, slot, lane->tid, cseq, offs, (unsigned)n);

@@ -22,12 +22,16 @@
 #include <stdint.h>
 
 #define NVH_MAGIC "NVHEAP\0\1"           /* 8 bytes, includes the NULs   */
-#define NVH_FORMAT_VERSION 4u
+#define NVH_FORMAT_VERSION 5u
 /* The oldest format this library opens: every format-3 pool is a valid
  * format-4 pool (format 4 only gives meaning to values format 3 never
- * wrote: runs of several blocks, size classes above 31), so a read-write
- * open raises its version word (pool.c: format_upgrade) and an older
- * library then refuses it as newer; a read-only open reads it as it is. */
+ * wrote: runs of several blocks, size classes above 31), and every format-4
+ * pool a valid format-5 one (format 5 changes what a version-5 transaction
+ * log means, and the log keeps its own version: a version-4 log is
+ * recovered under its own rules, then raised; src/log/recover.c), so a
+ * read-write open raises its version word (pool.c: format_upgrade) and an
+ * older library then refuses it as newer; a read-only open reads it as it
+ * is. */
 #define NVH_FORMAT_UPGRADE_FROM 3u
 #define NVH_SUPERBLOCK_SIZE 4096u
 #define NVH_STATE_SLOT_OFFSET 512u
