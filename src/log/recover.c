@@ -10,6 +10,8 @@
  *                                         one-fence transactions)
  *   anything else                      -> undo: old bytes back, in reverse,
  *                                         objects the tx allocated freed
+ * Version 5: a transaction's first record may be inline in the lane header
+ * (w0_*, valid when its check names the header's tid); it is undone last.
  * Valid redo lines of a lane (one-fence and lazy commits) above its retire
  * word are replayed. A version-4 directory is recovered under version 4's
  * rules (an ACTIVE header is always undone) and then raised to version 5.
@@ -35,6 +37,9 @@ typedef struct rtx {
     bool redo;
     nvh_recref *recs;
     size_t n, cap;
+    /* version 5: the first record, inline in the lane header (undo only) */
+    bool w0;
+    uint64_t w0_off, w0_old;
     /* a one-fence word transaction (redo lines, version 3) */
     unsigned nw;
     uint64_t woff[NVH_REDO_MAX], wval[NVH_REDO_MAX];
@@ -44,6 +49,7 @@ int nvh_txlog_test_no_redo_replay_ = 0;
 int nvh_txlog_test_v4_rules_ = 0;
 int nvh_txlog_test_no_later_tid_ = 0;
 int nvh_txlog_test_dir_version_ = 0;
+int nvh_txlog_test_no_w0_undo_ = 0;
 
 /* The committed one-fence transaction in slot `slot` of lane i, if any: every
  * line valid, same tid (of this lane), idx 0..nlines-1, words in the pool. */
@@ -231,6 +237,10 @@ static void undo(nvh_txlog *lg, rtx *t)
             nvh_flush(pool, place, r->len);
         }
     }
+    if (t->w0) {                 /* the first record: undone last */
+        memcpy(pool->ctx.base + t->w0_off, &t->w0_old, 8);
+        nvh_flush(pool, pool->ctx.base + t->w0_off, 8);
+    }
     nvh_drain(pool);
     for (size_t i = t->n; i-- > 0;) {
         struct nvh_txrec *r = t->recs[i].rec;
@@ -358,6 +368,14 @@ int nvh_txlog_recover(nvh_txlog *lg)
         t->tid = NVH_LS_TID(w);
         t->cseq = lane->hdr->cseq;
         if ((rc = collect(lg, lane, t, NVH_LS_SLOT(w))) != NVH_OK) goto out;
+        const struct nvh_lane_hdr *h = lane->hdr;
+        if (lane->redo_commits && !nvh_txlog_test_no_w0_undo_ &&
+            h->w0_crc == nvh_w0_crc(t->tid, h->w0_off, h->w0_old) && !(h->w0_off & 7) &&
+            nvh_txlog_in_pool(pool, h->w0_off, 8)) {
+            t->w0 = true;
+            t->w0_off = h->w0_off;
+            t->w0_old = h->w0_old;
+        }
         if (st == NVH_LS_COMMITTED && commit_valid(lg, t, lane->hdr)) {
             t->redo = true;
             t->n = lane->hdr->nrecs;

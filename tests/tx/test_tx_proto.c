@@ -11,7 +11,9 @@
  *     one-fence commits after a lazy one (line and word modes);
  *   - negative controls: without the lazy commit's redo lines, recovering
  *     the version-5 log by version 4's rules (an ACTIVE header with redo
- *     lines of its tid undone), without the "later tid" rule, and, on a
+ *     lines of its tid undone), without the "later tid" rule, without the
+ *     undo of the first record inline in the lane header or the full
+ *     commit's redo record for it, and, on a
  *     version-4 log, without the one-fence commit's retirement of the lazy
  *     commit before it and with an abort's retirement left to the next
  *     fence (a one-fence commit of the same word then shares that fence),
@@ -484,9 +486,10 @@ static void costs(void **state)
         /* two fences beyond the boundary or with what needs an undo log */
         {K_OBJ, 9, 2, 0}, {K_OBJ_ODD, 0, 2, 0}, {K_UNDO_OBJ, 1, 2, 0},
         /* in place: always two; lazy up to 8 words (previous retirement 1,
-         * records n, header 1, redo lines, data n: version 5 rewrites
-         * neither the records nor the header at the commit) */
-        {K_INPLACE, 1, 2, 5}, {K_INPLACE, 8, 2, 1 + 8 + 1 + 4 + 8}, {K_INPLACE, 9, 2, 0},
+         * header with the first record 1, records n - 1, redo lines, data
+         * n: version 5 rewrites neither the records nor the header at the
+         * commit) */
+        {K_INPLACE, 1, 2, 4}, {K_INPLACE, 8, 2, 1 + 8 + 4 + 8}, {K_INPLACE, 9, 2, 0},
         {K_RANGE, 0, 2, 0}, {K_UNDO_IN, 1, 2, 0},
     };
     for (unsigned i = 0; i < sizeof want / sizeof want[0]; i++) {
@@ -591,6 +594,21 @@ static void v4_rules_on_v5_log_fails(void **state)
 {
     (void)state;
     negative(&nvh_txlog_test_v4_rules_, "version-5 log recovered by version-4 rules",
+             seq_workload);
+}
+
+/* the header's inline first record: recovery must undo it, and the full
+ * commit must append its redo image */
+static void no_w0_undo_fails(void **state)
+{
+    (void)state;
+    negative(&nvh_txlog_test_no_w0_undo_, "inline first record not undone", seq_workload);
+}
+
+static void no_w0_append_fails(void **state)
+{
+    (void)state;
+    negative(&nvh_txlog_test_no_w0_append_, "full commit without the inline word's redo record",
              seq_workload);
 }
 
@@ -773,6 +791,8 @@ int main(void)
         cmocka_unit_test(lazy_handover_no_learn_fails),
         cmocka_unit_test(v4_rules_on_v5_log_fails),
         cmocka_unit_test(no_later_tid_fails),
+        cmocka_unit_test(no_w0_undo_fails),
+        cmocka_unit_test(no_w0_append_fails),
         cmocka_unit_test(format4_upgrade_every_fence),
         cmocka_unit_test(v4_no_lazy_retire_fails),
         cmocka_unit_test(format4_upgrade_torn),
