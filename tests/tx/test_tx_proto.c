@@ -490,7 +490,11 @@ static void costs(void **state)
          * n: version 5 rewrites neither the records nor the header at the
          * commit) */
         {K_INPLACE, 1, 2, 4}, {K_INPLACE, 8, 2, 1 + 8 + 4 + 8}, {K_INPLACE, 9, 2, 0},
-        {K_RANGE, 0, 2, 0}, {K_UNDO_IN, 1, 2, 0},
+        {K_RANGE, 0, 2, 0},
+        /* the full commit: header with the first record 1, records n - 1,
+         * the records with their new words n - 1 and the first word's
+         * appended copy 1, data n, COMMITTED header 1, retirement 1 */
+        {K_UNDO_IN, 1, 2, 5}, {K_UNDO_IN, 2, 2, 8}, {K_UNDO_IN, 8, 2, 26},
     };
     for (unsigned i = 0; i < sizeof want / sizeof want[0]; i++) {
         uint64_t f, l;
