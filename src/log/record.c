@@ -306,10 +306,11 @@ static inline int new_record(nvh_txlog *lg, nvh_lane *lane, unsigned kind, uint6
  * the lane header's line with ACTIVE(tid): one line for both. */
 static int word_inline(nvh_txlog *lg, nvh_lane *lane, uint64_t off)
 {
-    int rc = first_record(lg, lane, true);
+    /* the DRAM entry first: first_record changes the header's shadow */
+    int rc = push_ref(lane, NULL, NULL);
     if (rc != NVH_OK) return rc;
-    if ((rc = push_ref(lane, NULL, NULL)) != NVH_OK) {
-        lane->active_written = false;   /* nothing written: the next record starts over */
+    if ((rc = first_record(lg, lane, true)) != NVH_OK) {
+        lane->nrecs = 0;
         return rc;
     }
     filter_record(lane, off, 8);

@@ -279,7 +279,8 @@ int nvh_txlog_recover(nvh_txlog *lg)
     }
     struct nvh_tx_dir *d = ptr;
     if (!d) return NVH_OK;                       /* no transaction ever ran */
-    /* format 2 pools only ever hold version-4 directories */
+    /* format 2..4 pools hold version-4 directories, format 5 pools version
+     * 4 (until the first read-write open after an upgrade) or 5 */
     if (size < sizeof *d || d->magic != NVH_TX_DIR_MAGIC ||
         (d->version != NVH_TX_DIR_VERSION && d->version != NVH_TX_DIR_VERSION_V4) ||
         d->nlanes != NVH_TX_LANES)
