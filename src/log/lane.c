@@ -183,7 +183,8 @@ int nvh_txlog_dir_ensure(nvh_txlog *lg)
             bool win = nvh_protect_open_(pool, d, sizeof *d) == NVH_OK;
             memset(d, 0, sizeof *d);
             d->magic = NVH_TX_DIR_MAGIC;
-            d->version = NVH_TX_DIR_VERSION;
+            d->version = nvh_txlog_test_dir_version_ ? (uint32_t)nvh_txlog_test_dir_version_
+                                                     : NVH_TX_DIR_VERSION;
             d->nlanes = NVH_TX_LANES;
             for (unsigned i = 0; i < NVH_TX_LANES; i++) {   /* zero words fail their check */
                 atomic_store_explicit(&d->lane[i].state, NVH_LS_MAKE(0, 0, NVH_LS_IDLE),

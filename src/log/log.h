@@ -39,8 +39,10 @@
 #define NVH_FILTER_TX_FINE 8u                /* fine granules a transaction lists */
 #define NVH_TX_DIR_NAME "nvheap.tx"
 #define NVH_TX_DIR_MAGIC 0x31584c48564e0000ull /* "\0\0NVHLX1" little-endian  */
-#define NVH_TX_DIR_VERSION 4u                /* 4: self-checking state and retire
-                                                words (format 2 pools have only 4) */
+#define NVH_TX_DIR_VERSION 5u                /* 5: a lazy in-place commit's evidence is
+                                                its redo lines alone (docs/FORMAT.md) */
+#define NVH_TX_DIR_VERSION_V4 4u             /* read (recovered under its own rules)
+                                                and raised to 5 by a read-write open */
 #define NVH_REDO_LINES 4u                    /* redo lines per slot (2 slots per lane) */
 #define NVH_REDO_WORDS_PER_LINE 2u
 #define NVH_REDO_MAX (NVH_REDO_LINES * NVH_REDO_WORDS_PER_LINE) /* words of a one-fence tx */
@@ -87,18 +89,34 @@ enum {
  * On-media structures
  * ========================================================================== */
 
-/* Lane header: one line per lane, in the directory. */
+/* Lane header: one line per lane, in the directory. Version 5: the
+ * transaction's first record, when it is an 8-byte word, lives in the
+ * header (w0_*), so that ACTIVE and its undo image are one line; valid only
+ * when w0_crc checks against the state's tid (nvh_w0_crc). A full commit
+ * keeps these fields and appends a segment record for that word (its redo
+ * image); version 4 left them zero (reserved). */
 struct nvh_lane_hdr {
     _Atomic uint64_t state;     /*  0 NVH_LS_MAKE(tid, slot, st)                 */
     uint64_t slot_head[2];      /*  8 first segment of each slot (pool offset)   */
     uint64_t nrecs;             /* 24 committed: records of the transaction      */
     uint64_t cseq;              /* 32 committed: global commit order             */
     uint32_t commit_crc;        /* 40 committed: CRC32C, see record.c            */
-    uint32_t reserved0;         /* 44                                            */
-    uint64_t reserved[2];       /* 48                                            */
+    uint32_t w0_crc;            /* 44 v5: CRC of the inline word record           */
+    uint64_t w0_off;            /* 48 v5: its pool offset (8-aligned)            */
+    uint64_t w0_old;            /* 56 v5: its old value                          */
 };
 static_assert(sizeof(struct nvh_lane_hdr) == 64, "lane header is one line");
 static_assert(offsetof(struct nvh_lane_hdr, commit_crc) == 40, "lane header layout");
+static_assert(offsetof(struct nvh_lane_hdr, w0_crc) == 44, "lane header layout");
+static_assert(offsetof(struct nvh_lane_hdr, w0_off) == 48, "lane header layout");
+/* The inline word record's check: CRC32C of {tid, offset, old value} XOR
+ * 0x57305730 (the tid binds it to the header's transaction: a previous
+ * transaction's fields never validate). */
+static inline uint32_t nvh_w0_crc(uint64_t tid, uint64_t off, uint64_t old)
+{
+    uint64_t f[3] = {tid, off, old};
+    return nvh_crc32c_inline(0, f, sizeof f) ^ 0x57305730u;
+}
 
 /* Retire line: one per lane (version 2). A transaction is retired (IDLE)
  * when this word holds its tid, whatever the header's state says. It lives on
@@ -139,7 +157,7 @@ static_assert(offsetof(struct nvh_redo_line, w) == 24, "redo line layout");
  * still opened and used that way. */
 struct nvh_tx_dir {
     uint64_t magic;             /*  0 NVH_TX_DIR_MAGIC                           */
-    uint32_t version;           /*  8 1 or 2                                     */
+    uint32_t version;           /*  8 4 or 5 (NVH_TX_DIR_VERSION)                */
     uint32_t nlanes;            /* 12 NVH_TX_LANES                               */
     uint8_t reserved[48];       /* 16                                            */
     struct nvh_lane_hdr lane[NVH_TX_LANES];      /* 64                           */
@@ -217,6 +235,12 @@ typedef struct nvh_lane {
      * header's state word (version 1 directories) */
     _Atomic uint64_t *retire_word;
     bool retire_v1;
+    bool redo_commits;          /* version 5: a lazy commit writes only its redo
+                                   lines (no record rewrite, no COMMITTED header),
+                                   and a first 8-byte word record goes into the
+                                   header line (nvh_lane_hdr.w0_*) */
+    bool w0;                    /* this transaction's recs[0] is the header's
+                                   inline record (no segment slot; rec NULL) */
     struct nvh_lane_hdr sh;     /* DRAM shadow of *hdr (this lane's owner only)  */
     unsigned index;
     _Atomic int owned;
@@ -352,6 +376,17 @@ void nvh_txlog_fence(nvh_txlog *lg, nvh_lane *lane, uint64_t help_mask);
  * flush the data in place, write the commit record (with commit order cseq,
  * from the lane's clock), FENCE 2. */
 int nvh_txlog_commit(nvh_txlog *lg, nvh_lane *lane, uint64_t cseq);
+/* Room for what nvh_txlog_commit appends (a copy of the header's inline
+ * record, when lane->w0), taken before the commit changes anything, so that
+ * the commit itself cannot fail. The inline call is one load and a branch. */
+int nvh_txlog_commit_reserve_(nvh_txlog *lg, nvh_lane *lane);
+static inline int nvh_txlog_commit_reserve(nvh_txlog *lg, nvh_lane *lane)
+{
+    if (__builtin_expect(!lane->w0, 1) ||
+        (lane->nrecs < lane->recs_cap && lane->rec_next < lane->seg_nrec_cap))
+        return NVH_OK;
+    return nvh_txlog_commit_reserve_(lg, lane);
+}
 /* The lazy in-place commit (docs/TX.md, "In-place transactions with lazy
  * data"): for a transaction whose records are at most NVH_REDO_MAX 8-byte
  * WORD records (nothing else) on a version 3+ directory. The new words go
@@ -416,6 +451,15 @@ extern int nvh_txlog_test_no_lazy_redo_, nvh_txlog_test_no_hdr_retire_;
 /* test hook: flush a one-fence object commit's words at its commit, not
  * before the lane's next fence (record.c, flush_own_pending) */
 extern int nvh_txlog_test_flush_at_commit_;
+/* test hooks (negative controls of the version-5 recovery rules): read an
+ * ACTIVE header as uncommitted although redo lines of its tid are valid
+ * (what a version-4 reader does); ignore valid redo lines of a later tid of
+ * the lane. nvh_txlog_test_dir_version_: version of new directories (0:
+ * NVH_TX_DIR_VERSION; 4 makes the library write a format-4 log). */
+extern int nvh_txlog_test_v4_rules_, nvh_txlog_test_no_later_tid_, nvh_txlog_test_dir_version_;
+/* test hooks: recovery ignores the header's inline word record; the full
+ * commit does not append that word's redo record */
+extern int nvh_txlog_test_no_w0_undo_, nvh_txlog_test_no_w0_append_;
 
 /* recover.c */
 int nvh_txlog_recover(nvh_txlog *lg);
@@ -520,6 +564,7 @@ static inline void nvh_txlog_dir_attach_(nvh_txlog *lg, struct nvh_tx_dir *d)
         lane->retire_v1 = d->version == 1;
         lane->retire_word = lane->retire_v1 ? &d->lane[i].state : &d->retire[i].tid;
         lane->redo = d->version >= 3 ? d->redo[i] : NULL;
+        lane->redo_commits = d->version >= 5;
         lane->head_seg[0] = lane->head_seg[1] = NULL;
     }
 }

@@ -82,6 +82,7 @@ int nvh_txlog_begin(nvh_txlog *lg, nvh_lane *lane)
     lane->rec_next = lane->data_next = 0;
     lane->nrecs = 0;
     lane->active_written = false;
+    lane->w0 = false;
     lane->unfenced = false;
     lane->tx_bits[0] = lane->tx_bits[1] = lane->tx_bits[2] = lane->tx_bits[3] = 0;
     lane->tx_nfine = 0;
@@ -89,8 +90,10 @@ int nvh_txlog_begin(nvh_txlog *lg, nvh_lane *lane)
 }
 
 /* First record of a transaction: publish ACTIVE(tid) in the other slot than
- * the one the header names now (whose records may still be needed). */
-static int first_record(nvh_txlog *lg, nvh_lane *lane)
+ * the one the header names now (whose records may still be needed). With
+ * `inline_word` (version 5, an 8-byte word record) the header line is not
+ * written here: the caller fills its w0_* fields and writes it. */
+static int first_record(nvh_txlog *lg, nvh_lane *lane, bool inline_word)
 {
     uint64_t w = atomic_load_explicit(&lane->sh.state, memory_order_relaxed);
     lane->slot = NVH_LS_SLOT(w) ^ 1u;
@@ -110,8 +113,14 @@ static int first_record(nvh_txlog *lg, nvh_lane *lane)
     if (rc != NVH_OK) return rc;
     atomic_store_explicit(&lane->sh.state, NVH_LS_MAKE(lane->tid, lane->slot, NVH_LS_ACTIVE),
                           memory_order_relaxed);
-    nvh_txlog_line_(lane, lg->pool, lane->hdr, &lane->sh);
     lane->active_written = true;
+    if (inline_word) return NVH_OK;
+    /* no inline record: a previous transaction's w0 fields are bound to its
+     * tid and never validate; offset 0 makes that obvious to a reader */
+    lane->sh.w0_crc = 0;
+    lane->sh.w0_off = 0;
+    lane->sh.w0_old = 0;
+    nvh_txlog_line_(lane, lg->pool, lane->hdr, &lane->sh);
     return NVH_OK;
 }
 
@@ -265,7 +274,7 @@ static inline int new_record(nvh_txlog *lg, nvh_lane *lane, unsigned kind, uint6
                              uint64_t len, uint64_t data_bytes, nvh_recref **out, char **data_out)
 {
     int rc;
-    if (__builtin_expect(!lane->active_written, 0) && (rc = first_record(lg, lane)) != NVH_OK)
+    if (__builtin_expect(!lane->active_written, 0) && (rc = first_record(lg, lane, false)) != NVH_OK)
         return rc;
     /* the common case inline: room left in the current segment */
     if (__builtin_expect(lane->rec_next >= lane->seg_nrec_cap ||
@@ -286,16 +295,47 @@ static inline int new_record(nvh_txlog *lg, nvh_lane *lane, unsigned kind, uint6
     nvh_recref *ref = &lane->recs[lane->nrecs - 1];
     ref->sh = (struct nvh_txrec){
         .tid = lane->tid, .off = off, .len = (uint32_t)len, .kind = (uint16_t)kind,
-        .seq = (uint16_t)(lane->nrecs - 1), .old_word = data ? doff : 0,
+        .seq = (uint16_t)(lane->nrecs - 1 - lane->w0), .old_word = data ? doff : 0,
     };
     *out = ref;
     if (data_out) *data_out = data;
     return NVH_OK;
 }
 
+/* Version 5: the transaction's first record, an 8-byte word, written into
+ * the lane header's line with ACTIVE(tid): one line for both. */
+static int word_inline(nvh_txlog *lg, nvh_lane *lane, uint64_t off)
+{
+    /* the DRAM entry first: first_record changes the header's shadow */
+    int rc = push_ref(lane, NULL, NULL);
+    if (rc != NVH_OK) return rc;
+    if ((rc = first_record(lg, lane, true)) != NVH_OK) {
+        lane->nrecs = 0;
+        return rc;
+    }
+    filter_record(lane, off, 8);
+    lane->w0 = true;
+    uint64_t old;
+    memcpy(&old, NVH_CTX_(lg->pool)->base + off, 8);
+    nvh_recref *ref = &lane->recs[0];
+    ref->sh = (struct nvh_txrec){
+        .tid = lane->tid, .off = off, .len = 8, .kind = NVH_LR_WORD, .old_word = old,
+    };
+    struct nvh_lane_hdr *h = &lane->sh;
+    h->w0_off = off;
+    h->w0_old = old;
+    h->w0_crc = nvh_w0_crc(lane->tid, off, old);
+    nvh_txlog_line_(lane, lg->pool, lane->hdr, h);
+    lane->unfenced = true;
+    lane->bytes_logged += sizeof *h;
+    return NVH_OK;
+}
+
 int nvh_txlog_word(nvh_txlog *lg, nvh_lane *lane, uint64_t off, unsigned len)
 {
     NVH_ASSERT(len >= 1 && len <= 8);
+    if (!lane->active_written && len == 8 && lane->redo_commits && !(off & 7))
+        return word_inline(lg, lane, off);
     nvh_recref *ref;
     int rc = new_record(lg, lane, NVH_LR_WORD, off, len, 0, &ref, NULL);
     if (rc != NVH_OK) return rc;
@@ -570,13 +610,42 @@ void nvh_txlog_fence(nvh_txlog *lg, nvh_lane *lane, uint64_t help_mask)
 /* ==========================================================================
  * Commit, retire, undo
  * ========================================================================== */
+int nvh_txlog_test_no_w0_append_ = 0;
+
+int nvh_txlog_commit_reserve_(nvh_txlog *lg, nvh_lane *lane)
+{
+    if (lane->nrecs == lane->recs_cap) {
+        size_t cap = lane->recs_cap * 2;
+        nvh_recref *g = realloc(lane->recs, cap * sizeof *g);
+        if (!g) return nvh_fail(NVH_E_NOMEM, "out of memory for the transaction's records");
+        lane->recs = g;
+        lane->recs_cap = cap;
+    }
+    if (lane->rec_next >= lane->seg_nrec_cap) return nvh_txlog_room(lg, lane, 0);
+    return NVH_OK;
+}
+
 int nvh_txlog_commit(nvh_txlog *lg, nvh_lane *lane, uint64_t cseq)
 {
     nvh_pool *pool = lg->pool;
     struct nvh_lane_hdr *h = &lane->sh;
-    uint64_t head[3] = {lane->tid, lane->nrecs, cseq};
+    if (lane->w0 && !nvh_txlog_test_no_w0_append_) {
+        /* the header's inline record has no room for its new word: a copy
+         * of it (same old word) becomes the last segment record, which
+         * takes the new word below like any other. The header keeps the
+         * inline record, so an undo still finds it whatever the crash
+         * leaves of the COMMITTED line or the copy */
+        nvh_recref *ref;
+        int rc = new_record(lg, lane, NVH_LR_WORD, lane->recs[0].sh.off, 8, 0, &ref, NULL);
+        if (rc != NVH_OK) return rc;
+        ref->sh.old_word = lane->recs[0].sh.old_word;
+        ref->sh.crc = nvh_txrec_crc_fixed_(&ref->sh);
+        lane->bytes_logged += sizeof ref->sh;
+    }
+    size_t nseg = lane->nrecs - lane->w0;      /* records in segments */
+    uint64_t head[3] = {lane->tid, nseg, cseq};
     uint32_t c = nvh_txlog_crc(0, head, sizeof head);
-    for (size_t i = 0; i < lane->nrecs; i++) {
+    for (size_t i = lane->w0; i < lane->nrecs; i++) {
         struct nvh_txrec *r = &lane->recs[i].sh;
         char *place = (char *)pool->ctx.base + r->off;
         c = nvh_txlog_crc(c, &r->crc, sizeof r->crc);
@@ -597,7 +666,7 @@ int nvh_txlog_commit(nvh_txlog *lg, nvh_lane *lane, uint64_t cseq)
             lane->bytes_logged += r->len;
         }
     }
-    h->nrecs = lane->nrecs;
+    h->nrecs = nseg;
     h->cseq = cseq;
     h->commit_crc = c;
     atomic_store_explicit(&h->state, NVH_LS_MAKE(lane->tid, lane->slot, NVH_LS_COMMITTED),
@@ -657,8 +726,23 @@ bool nvh_txlog_commit_lazy(nvh_txlog *lg, nvh_lane *lane, uint64_t cseq)
         nvh_txlog_win_open(lg, lane, dst, nlines * sizeof *dst) != NVH_OK)
         return false;
     uint64_t offs[NVH_REDO_MAX], vals[NVH_REDO_MAX];
+    if (__builtin_expect(lane->redo_commits, 1)) {
+        /* version 5: the redo lines alone are the commit record. The header
+         * keeps ACTIVE(tid) and the records their old words; recovery reads
+         * an ACTIVE header with valid redo lines of its tid (or of a later
+         * tid of the lane) as committed (recover.c) */
+        char *base = pool->ctx.base;
+        for (size_t i = 0; i < n; i++) {
+            offs[i] = lane->recs[i].sh.off;
+            memcpy(&vals[i], base + offs[i], 8);
+        }
+        if (!nvh_txlog_test_no_lazy_redo_)
+            redo_lines_write(lane, pool, dst, lane->tid, cseq, offs, vals, (unsigned)n);
+        lane->bytes_logged += nlines * 64;
+        goto fence;
+    }
     struct nvh_lane_hdr *h = &lane->sh;
-    /* the commit CRC's input in one buffer (nvh_txlog_commit's chain: tid,
+    /* version 4: the commit CRC's input in one buffer (nvh_txlog_commit's chain: tid,
      * count, cseq, then every record's crc and new word), one CRC call */
     unsigned char cin[24 + NVH_REDO_MAX * 12];
     uint64_t head[3] = {lane->tid, n, cseq};
@@ -686,6 +770,7 @@ bool nvh_txlog_commit_lazy(nvh_txlog *lg, nvh_lane *lane, uint64_t cseq)
     if (!nvh_txlog_test_no_lazy_redo_)
         redo_lines_write(lane, pool, dst, lane->tid, cseq, offs, vals, (unsigned)n);
     lane->bytes_logged += (n + 1 + nlines) * 64;
+fence:
     nvh_txlog_fence(lg, lane, 0);      /* FENCE 2: the transaction is durable */
     /* the data: flushed, not fenced (durable at this lane's next fence) */
     pend_publish(lane, slot, lane->tid, cseq, offs, (unsigned)n);

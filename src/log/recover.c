@@ -5,8 +5,16 @@
  * transaction (same tid, consecutive seq, valid undo CRC, in chain order).
  *   COMMITTED with a valid commit CRC  -> redo: new bytes to their places,
  *                                         pending frees applied
+ *   ACTIVE, version 5, with valid redo  -> committed lazily: not undone (its
+ *   lines of its tid or a later one       own lines are replayed with the
+ *                                         one-fence transactions)
  *   anything else                      -> undo: old bytes back, in reverse,
  *                                         objects the tx allocated freed
+ * Version 5: a transaction's first record may be inline in the lane header
+ * (w0_*, valid when its check names the header's tid); it is undone last.
+ * Valid redo lines of a lane (one-fence and lazy commits) above its retire
+ * word are replayed. A version-4 directory is recovered under version 4's
+ * rules (an ACTIVE header is always undone) and then raised to version 5.
  * Redo runs in commit order across lanes, then undo in reverse tid order.
  * Then one fence, then every lane is set IDLE, then a second fence.
  *
@@ -29,12 +37,19 @@ typedef struct rtx {
     bool redo;
     nvh_recref *recs;
     size_t n, cap;
+    /* version 5: the first record, inline in the lane header (undo only) */
+    bool w0;
+    uint64_t w0_off, w0_old;
     /* a one-fence word transaction (redo lines, version 3) */
     unsigned nw;
     uint64_t woff[NVH_REDO_MAX], wval[NVH_REDO_MAX];
 } rtx;
 
 int nvh_txlog_test_no_redo_replay_ = 0;
+int nvh_txlog_test_v4_rules_ = 0;
+int nvh_txlog_test_no_later_tid_ = 0;
+int nvh_txlog_test_dir_version_ = 0;
+int nvh_txlog_test_no_w0_undo_ = 0;
 
 /* The committed one-fence transaction in slot `slot` of lane i, if any: every
  * line valid, same tid (of this lane), idx 0..nlines-1, words in the pool. */
@@ -222,6 +237,10 @@ static void undo(nvh_txlog *lg, rtx *t)
             nvh_flush(pool, place, r->len);
         }
     }
+    if (t->w0) {                 /* the first record: undone last */
+        memcpy(pool->ctx.base + t->w0_off, &t->w0_old, 8);
+        nvh_flush(pool, pool->ctx.base + t->w0_off, 8);
+    }
     nvh_drain(pool);
     for (size_t i = t->n; i-- > 0;) {
         struct nvh_txrec *r = t->recs[i].rec;
@@ -260,14 +279,18 @@ int nvh_txlog_recover(nvh_txlog *lg)
     }
     struct nvh_tx_dir *d = ptr;
     if (!d) return NVH_OK;                       /* no transaction ever ran */
-    /* format 2 pools only ever hold version-4 directories */
-    if (size < sizeof *d || d->magic != NVH_TX_DIR_MAGIC || d->version != NVH_TX_DIR_VERSION ||
+    /* format 2..4 pools hold version-4 directories, format 5 pools version
+     * 4 (until the first read-write open after an upgrade) or 5 */
+    if (size < sizeof *d || d->magic != NVH_TX_DIR_MAGIC ||
+        (d->version != NVH_TX_DIR_VERSION && d->version != NVH_TX_DIR_VERSION_V4) ||
         d->nlanes != NVH_TX_LANES)
         return nvh_fail(NVH_E_CORRUPT, "%s: the transaction log directory at offset %llu is "
                         "corrupt (magic, version %u or lane count)", pool->path,
                         (unsigned long long)nvh_off(pool, d), d->version);
     lg->dir = d;
     nvh_txlog_dir_attach_(lg, d);
+    /* the meaning of an ACTIVE header depends on the version that wrote it */
+    bool v5 = d->version >= 5 && !nvh_txlog_test_v4_rules_;
     uint64_t max_tid = 0, max_cseq = 0;
     /* per lane: the header's transaction and up to two one-fence ones (on
      * the heap: ~40 KiB) */
@@ -299,12 +322,16 @@ int nvh_txlog_recover(nvh_txlog *lg)
         atomic_store(&lane->pend[0].tid, 0);
         atomic_store(&lane->pend[1].tid, 0);
         memset(lane->helped, 0, sizeof lane->helped);
+        uint64_t redo_max = 0;      /* newest tid with valid redo lines in the lane */
+        bool redo_own = false;      /* valid redo lines of the header's tid */
         if (lane->redo) {
             /* version 3: one-fence transactions committed and not retired
              * (tids of a lane grow; the retire word holds the newest retired) */
             for (unsigned s = 0; s < 2; s++) {
                 rtx *t = &txs[n];
                 if (!redo_slot_read(lg, i, s, t)) continue;
+                if (t->tid > redo_max) redo_max = t->tid;
+                redo_own |= t->tid == NVH_LS_TID(w);
                 if (t->tid > lane_max) lane_max = t->tid;
                 if (t->cseq > max_cseq) max_cseq = t->cseq;
                 if (t->tid <= retired || nvh_txlog_test_no_redo_replay_) continue;
@@ -326,12 +353,30 @@ int nvh_txlog_recover(nvh_txlog *lg)
         if (!lane->retire_v1 && (lane->redo ? retired >= NVH_LS_TID(w)
                                             : retired == NVH_LS_TID(w)))
             continue;
+        /* version 5: an ACTIVE transaction with valid redo lines of its tid
+         * committed lazily (its lines, replayed above, are its commit
+         * record); with valid lines of a later tid of the lane it had ended
+         * before that transaction began — committed lazily, its data made
+         * durable by the fence that preceded the later lines' overwriting
+         * its own (an abort's retirement is durable before it returns, so
+         * an aborted one was skipped above). Either way: not undone. */
+        if (v5 && st == NVH_LS_ACTIVE &&
+            (redo_own || (redo_max > NVH_LS_TID(w) && !nvh_txlog_test_no_later_tid_)))
+            continue;
         rtx *t = &txs[n++];
         memset(t, 0, sizeof *t);
         t->lane = lane;
         t->tid = NVH_LS_TID(w);
         t->cseq = lane->hdr->cseq;
         if ((rc = collect(lg, lane, t, NVH_LS_SLOT(w))) != NVH_OK) goto out;
+        const struct nvh_lane_hdr *h = lane->hdr;
+        if (lane->redo_commits && !nvh_txlog_test_no_w0_undo_ &&
+            h->w0_crc == nvh_w0_crc(t->tid, h->w0_off, h->w0_old) && !(h->w0_off & 7) &&
+            nvh_txlog_in_pool(pool, h->w0_off, 8)) {
+            t->w0 = true;
+            t->w0_off = h->w0_off;
+            t->w0_old = h->w0_old;
+        }
         if (st == NVH_LS_COMMITTED && commit_valid(lg, t, lane->hdr)) {
             t->redo = true;
             t->n = lane->hdr->nrecs;
@@ -358,6 +403,16 @@ int nvh_txlog_recover(nvh_txlog *lg)
     }
     if (n) nvh_drain(pool);
     lg->recovered_txs = n;
+    if (d->version == NVH_TX_DIR_VERSION_V4) {
+        /* Every lane is IDLE or retired now, and no redo line is above its
+         * lane's retire word, so the log means the same under both versions'
+         * rules: raise the version, durably, before the first transaction
+         * writes the version-5 way (a crash before this fence recovers the
+         * same log again under version 4's rules) */
+        d->version = NVH_TX_DIR_VERSION;
+        nvh_persist(pool, &d->version, sizeof d->version);
+        nvh_txlog_dir_attach_(lg, d);
+    }
 out:
     for (unsigned i = 0; i < n; i++) free(txs[i].recs);
     free(txs);

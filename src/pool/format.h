@@ -26,9 +26,11 @@
 /* The oldest format this library opens: every format-3 or -4 pool is a
  * valid format-5 pool (format 4 only gives meaning to values format 3
  * never wrote: runs of several blocks, size classes above 31; format 5 to
- * run classes above 4032 B), so a read-write open raises its version word
- * (pool.c: format_upgrade) and an older library then refuses it as newer;
- * a read-only open reads it as it is. */
+ * run classes above 4032 B, and it changes what a version-5 transaction log
+ * means, while the log keeps its own version: a version-4 log is recovered
+ * under its own rules, then raised; src/log/recover.c), so a read-write
+ * open raises its version word (pool.c: format_upgrade) and an older
+ * library then refuses it as newer; a read-only open reads it as it is. */
 #define NVH_FORMAT_UPGRADE_FROM 3u
 #define NVH_SUPERBLOCK_SIZE 4096u
 #define NVH_STATE_SLOT_OFFSET 512u

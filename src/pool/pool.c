@@ -315,17 +315,18 @@ static int validate(int fd, const char *path, const char *layout,
                         path, sb->header.format_version, NVH_FORMAT_VERSION);
     if (sb->header.checksum != nvh_sb_header_checksum(&sb->header)) {
         /* An upgrade torn by a crash (format_upgrade): it stores only the
-         * version word and the checksum, so a header whose checksum is the
-         * one of another version f it may have been upgraded from or to is
-         * that pool at the older of the two, not upgraded yet */
+         * version word and the checksum, so a header whose checksum is
+         * that of another version this library opens is the pool at the
+         * lower of the two versions (nothing of the higher one is written
+         * before the upgrade's fence), not upgraded yet */
+        struct nvh_superblock_header old = sb->header;
         uint32_t w = sb->header.format_version;
-        for (uint32_t f = NVH_FORMAT_UPGRADE_FROM; f <= NVH_FORMAT_VERSION; f++) {
-            struct nvh_superblock_header old = sb->header;
-            old.format_version = f;
-            if (f == w || w < NVH_FORMAT_UPGRADE_FROM || w > NVH_FORMAT_VERSION ||
+        for (uint32_t v = NVH_FORMAT_UPGRADE_FROM; v <= NVH_FORMAT_VERSION; v++) {
+            old.format_version = v;
+            if (w < NVH_FORMAT_UPGRADE_FROM || w == v ||
                 sb->header.checksum != nvh_sb_header_checksum(&old))
                 continue;
-            old.format_version = w < f ? w : f;
+            old.format_version = v < w ? v : w;
             sb->header.format_version = old.format_version;
             sb->header.checksum = nvh_sb_header_checksum(&old);
             break;

@@ -291,7 +291,8 @@ int nvh_tx_commit_tx_(nvh_tx *tx)
         tx_reset(tx);
         return nvh_fail(code, "nvh_tx_commit: %s", nvh_errormsg());
     }
-    rc = nvh_tx_otm_prepare_(tx, &wv);                /* step 1 */
+    rc = nvh_txlog_commit_reserve(lg, lane);          /* what the full commit appends */
+    if (rc == NVH_OK) rc = nvh_tx_otm_prepare_(tx, &wv); /* step 1 */
     if (rc == NVH_OK && (tx->nallocs || tx->nfrees))
         rc = nvh_tx_alloc_commit_(tx);                /* step 2 */
     if (rc != NVH_OK) {
