@@ -738,36 +738,40 @@ static void backoff(nvh_tx *tx, unsigned attempt)
     }
 }
 
-/* One attempt of nvh_tx_run, up to fn's return: begin, bind, the first
- * open's work done at once (nvh_tx_run is the object transactions' entry:
+/* One attempt of nvh_tx_run (the descriptor's status NONE), up to fn's
+ * return: begin (the log lane's begin left to the transaction's first use
+ * of the lane, tx.h lane_lazy: a read-only run does not write the lane's
+ * lines), bind, the first open's work done at once (nvh_tx_run is the object transactions' entry:
  * the epoch announcement and the read version, any moment before the first
  * object read being as good a snapshot), fn. True if it ended on the
  * read-only path: fn returned NVH_OK having done nothing but object reads
  * (nvh_tx_reads_only_), and the reads are current (unrecorded: the clock
  * word unchanged; else validated); the end is then dropping the read set
- * and leaving the epoch (nothing to log, release or close): 1. Else 0, *rc
- * fn's code, for the full end (run_rest; a failed validation takes the
- * commit, which validates again and rolls back); -1: begin failed (*rc). */
-static inline __attribute__((always_inline)) int run_attempt(nvh_pool *pool, nvh_tx *tx, nvh_tx_fn fn, void *arg, int *rc)
+ * and leaving the epoch (nothing to log, release or close). Else false,
+ * *rc fn's code, for the full end (run_rest; a failed validation takes the
+ * commit, which validates again and rolls back). */
+static inline __attribute__((always_inline)) bool run_attempt(nvh_pool *pool, nvh_tx *tx,
+                                                              nvh_tx_fn fn, void *arg, int *rc)
 {
-    if ((*rc = nvh_tx_begin_tx_(tx)) != NVH_OK) return -1;
+    nvh_tx_begin_fields_(tx);
+    tx->lane_lazy = true;
     otm_bind(pool, tx);
     if (__builtin_expect(__atomic_load_n(&tx->st->orecs, __ATOMIC_ACQUIRE) != NULL, 1))
         otm_first(tx);                  /* else the first open allocates them first */
     *rc = fn(pool, arg);
-    if (*rc != NVH_OK || !nvh_tx_reads_only_(tx)) return 0;
+    if (*rc != NVH_OK || !nvh_tx_reads_only_(tx)) return false;
     /* the caller's reads in place come before the validation (as
      * nvh_tx_otm_check_reads_) */
     atomic_thread_fence(memory_order_acquire);
     if (tx->nr &&
         !(tx->unrec && atomic_load_explicit(&tx->st->gclock, memory_order_acquire) == tx->rv) &&
         !reads_ok(tx))
-        return 0;
+        return false;
     otm_end_reads(tx);
     tx->status = NVH_TXS_NONE;
     tx->depth = 0;
     tx->commits++;
-    return 1;
+    return true;
 }
 
 /* The rest of nvh_tx_run after an attempt that did not end on the
@@ -802,8 +806,7 @@ static __attribute__((noinline)) int run_rest(nvh_pool *pool, nvh_tx *tx, nvh_tx
             return nvh_fail(NVH_E_ABORTED, "nvh_tx_run: gave up after %u conflicts", attempt + 1);
         tx->retries++;
         backoff(tx, attempt);
-        int r = run_attempt(pool, tx, fn, arg, &rc);
-        if (r) return r > 0 ? NVH_OK : rc;
+        if (run_attempt(pool, tx, fn, arg, &rc)) return NVH_OK;
     }
 }
 
@@ -824,8 +827,8 @@ static __attribute__((noinline)) int run_lookup(nvh_pool *pool, nvh_tx_fn fn, vo
         if (rc != NVH_OK) { nvh_tx_abort(pool); return rc; }
         return nvh_tx_commit(pool);
     }
-    int rc, r = run_attempt(pool, tx, fn, arg, &rc);
-    if (r) return r > 0 ? NVH_OK : rc;
+    int rc;
+    if (run_attempt(pool, tx, fn, arg, &rc)) return NVH_OK;
     return run_rest(pool, tx, fn, arg, rc);
 }
 
@@ -837,7 +840,7 @@ int nvh_tx_run(nvh_pool *pool, nvh_tx_fn fn, void *arg)
                          otm_last.gen != atomic_load_explicit(&otm_gen, memory_order_acquire) ||
                          !fn || tx->status != NVH_TXS_NONE, 0))
         return run_lookup(pool, fn, arg);
-    int rc, r = run_attempt(pool, tx, fn, arg, &rc);
-    if (__builtin_expect(r > 0, 1)) return NVH_OK;
-    return r ? rc : run_rest(pool, tx, fn, arg, rc);
+    int rc;
+    if (__builtin_expect(run_attempt(pool, tx, fn, arg, &rc), 1)) return NVH_OK;
+    return run_rest(pool, tx, fn, arg, rc);
 }
