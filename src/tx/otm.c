@@ -337,13 +337,18 @@ static inline void otm_first(nvh_tx *tx)
     nvh_epoch_enter_sticky_();
     tx->epoch_in = true;
     uint64_t g = atomic_load_explicit(&tx->st->gclock, memory_order_acquire);
-    tx->rv = NVH_GC_VER(g);
-    tx->unrec = g == tx->rv && !nvh_tx_test_otm_recorded_;
-    if (__builtin_expect(nvh_tx_test_otm_ignore_infl_, 0)) {
-        tx->rv = g;             /* negative control: the count taken as version bits */
-        tx->unrec = true;
+    uint64_t rv = NVH_GC_VER(g);
+    bool unrec = g == rv;
+    if (__builtin_expect(nvh_tx_test_otm_recorded_ | nvh_tx_test_otm_ignore_infl_, 0)) {
+        if (nvh_tx_test_otm_recorded_) unrec = false;
+        if (nvh_tx_test_otm_ignore_infl_) {
+            rv = g;             /* negative control: the count taken as version bits */
+            unrec = true;
+        }
     }
-    if (otm_cur.tx == tx) otm_cur.urv = tx->unrec ? tx->rv : OTM_NO_FAST;
+    tx->rv = rv;
+    tx->unrec = unrec;
+    if (otm_cur.tx == tx) otm_cur.urv = unrec ? rv : OTM_NO_FAST;
 }
 
 void nvh_tx_otm_forget_(nvh_pool *pool)
