@@ -26,9 +26,9 @@
  *   - a NULL or out-of-pool pointer, and an error the caller returns, are
  *     conflicts (retried) when the read set is no longer current;
  *   - an object transaction is an epoch reader (common/epoch.c) from its
- *     first open to its end, so space freed meanwhile (by any thread) is not
- *     reused under it: a stale pointer leads to the old bytes, never to
- *     someone else's new object.
+ *     first open (nvh_tx_run: its begin) to its end, so space freed
+ *     meanwhile (by any thread) is not reused under it: a stale pointer
+ *     leads to the old bytes, never to someone else's new object.
  * A caller that must never see such values opens with
  * nvh_tx_open_read_copy: a private copy, consistent when it is returned. */
 #include "tx.h"
@@ -743,12 +743,17 @@ static void backoff(nvh_tx *tx, unsigned attempt)
     }
 }
 
+/* An acquire fence, in a function of its own: GCC's TSan rejects
+ * atomic_thread_fence inlined into an always_inline function at -O0
+ * (-Werror=tsan), and run_attempt is one. */
+static inline void reads_fence(void) { atomic_thread_fence(memory_order_acquire); }
+
 /* One attempt of nvh_tx_run (the descriptor's status NONE), up to fn's
  * return: begin (the log lane's begin left to the transaction's first use
  * of the lane, tx.h lane_lazy: a read-only run does not write the lane's
- * lines), bind, the first open's work done at once (nvh_tx_run is the object transactions' entry:
- * the epoch announcement and the read version, any moment before the first
- * object read being as good a snapshot), fn. True if it ended on the
+ * lines), bind, the first open's work done at once (nvh_tx_run is the
+ * object transactions' entry: the epoch announcement and the read version,
+ * any moment before the first object read being as good a snapshot), fn. True if it ended on the
  * read-only path: fn returned NVH_OK having done nothing but object reads
  * (nvh_tx_reads_only_), and the reads are current (unrecorded: the clock
  * word unchanged; else validated); the end is then dropping the read set
@@ -767,7 +772,7 @@ static inline __attribute__((always_inline)) bool run_attempt(nvh_pool *pool, nv
     if (*rc != NVH_OK || !nvh_tx_reads_only_(tx)) return false;
     /* the caller's reads in place come before the validation (as
      * nvh_tx_otm_check_reads_) */
-    atomic_thread_fence(memory_order_acquire);
+    reads_fence();
     if (tx->nr &&
         !(tx->unrec && atomic_load_explicit(&tx->st->gclock, memory_order_acquire) == tx->rv) &&
         !reads_ok(tx))
