@@ -23,6 +23,9 @@
  *   - nvh_tx_run ends a transaction that only read without the full commit:
  *     one that also wrote a word, a range or an allocation is committed
  *     (durable after a reopen);
+ *   - the open bound to nvh_tx_run's thread refuses every pointer the full
+ *     checks refuse, with their errors, and opens memory the pool grew into
+ *     after the binding;
  *   - space freed while a reader is in is not reused under it (epochs);
  *   - stress for TSan: writers move amounts between objects whose 8 words
  *     all hold the balance, readers sum every object in place with atomic
