@@ -303,10 +303,11 @@ static void otm_first(nvh_tx *tx);
 /* The calling thread's descriptor of the pool its last nvh_tx_run used:
  * valid while no pool closed since (a thread keeps its lane until it exits
  * or the pool closes), which otm_gen counts (nvh_tx_otm_forget_, at every
- * close before the state is freed). Saves the registry lookup per run. */
+ * close before the state is freed). Saves the registry lookup per run. The
+ * pool is the descriptor's (tx->pool, read only once gen matched): the
+ * library's thread-local block has a budget (tests/abi test_dlopen). */
 static _Atomic uint64_t otm_gen;
 static _Thread_local struct {
-    const nvh_pool *pool;
     nvh_tx *tx;
     uint64_t gen;
 } otm_last __attribute__((tls_model("initial-exec")));
@@ -354,7 +355,7 @@ static inline void otm_first(nvh_tx *tx)
 void nvh_tx_otm_forget_(nvh_pool *pool)
 {
     atomic_fetch_add_explicit(&otm_gen, 1, memory_order_acq_rel);   /* every thread's otm_last */
-    otm_last.pool = NULL;
+    otm_last.tx = NULL;
     nvh_tx *tx = otm_cur.tx;
     if (otm_cur.pool != pool || !tx) return;
     otm_recorded(tx);
@@ -827,7 +828,6 @@ static __attribute__((noinline)) int run_lookup(nvh_pool *pool, nvh_tx_fn fn, vo
     uint64_t gen = atomic_load_explicit(&otm_gen, memory_order_acquire);
     nvh_tx *tx = nvh_tx_cur_(pool, false);
     if (!tx) return nvh_errcode();
-    otm_last.pool = pool;
     otm_last.tx = tx;
     otm_last.gen = gen;                 /* loaded before the lookup */
     if (tx->status != NVH_TXS_NONE) {
@@ -846,8 +846,8 @@ int nvh_tx_run(nvh_pool *pool, nvh_tx_fn fn, void *arg)
 {
     /* the cached descriptor, valid while no pool closed since (gen) */
     nvh_tx *tx = otm_last.tx;
-    if (__builtin_expect(otm_last.pool != pool || !pool ||
-                         otm_last.gen != atomic_load_explicit(&otm_gen, memory_order_acquire) ||
+    if (__builtin_expect(otm_last.gen != atomic_load_explicit(&otm_gen, memory_order_acquire) ||
+                         !tx || tx->pool != pool ||
                          !fn || tx->status != NVH_TXS_NONE, 0))
         return run_lookup(pool, fn, arg);
     int rc;
