@@ -29,7 +29,8 @@
  * a store), which one slot per thread and pool could not express. The cost:
  * a reader holds back reuse of space freed after it entered in every pool.
  * Container readers are in for one call; an object transaction is in from
- * its first open to its end, so a long one holds back every pool's reuse
+ * its first open (nvh_tx_run: its begin) to its end, so a long one holds
+ * back every pool's reuse
  * (docs/TX.md, "Freed memory", states the rule for callers).
  *
  * Slots are per thread (NVH_EPOCH_SLOTS, cache-line padded), claimed at a

@@ -26,9 +26,9 @@
  *   - a NULL or out-of-pool pointer, and an error the caller returns, are
  *     conflicts (retried) when the read set is no longer current;
  *   - an object transaction is an epoch reader (common/epoch.c) from its
- *     first open to its end, so space freed meanwhile (by any thread) is not
- *     reused under it: a stale pointer leads to the old bytes, never to
- *     someone else's new object.
+ *     first open (nvh_tx_run: its begin) to its end, so space freed
+ *     meanwhile (by any thread) is not reused under it: a stale pointer
+ *     leads to the old bytes, never to someone else's new object.
  * A caller that must never see such values opens with
  * nvh_tx_open_read_copy: a private copy, consistent when it is returned. */
 #include "tx.h"
@@ -172,6 +172,58 @@ int nvh_tx_test_otm_recorded_ = 0;
 int nvh_tx_test_otm_abort_prev_ = 0;
 int nvh_tx_test_otm_ignore_infl_ = 0;
 
+/* The calling thread's open object transaction, bound from nvh_tx_run's
+ * begin (or the first open of a transaction begun otherwise) to its end
+ * (release; nvh_tx_otm_forget_ when the pool closes), with what the
+ * unrecorded open (nvh_tx_open_read) checks, so that it reads one
+ * thread-local line and the clock word, not the descriptor's fields:
+ *   lo, span  the pool's data at the binding, [lo, lo + span] (a pool that
+ *             grew since takes the slow path, which checks the real size);
+ *   clock     the pool's clock word;
+ *   urv       unrecorded reads: the clock word they hold for (tx->rv);
+ *             otherwise OTM_NO_FAST, which the clock word never equals
+ *             (its in-flight count is at most NVH_TX_LANES), so every open
+ *             takes the slow path (first open, recorded reads).
+ * pool is NULL (nothing bound) or the transaction's pool, with tx set. */
+#define OTM_NO_FAST UINT64_MAX
+static _Thread_local struct {
+    const nvh_pool *pool;
+    nvh_tx *tx;
+    uintptr_t lo, span;
+    const _Atomic uint64_t *clock;
+    uint64_t urv;
+} otm_cur __attribute__((tls_model("initial-exec")));
+
+static void otm_bind(nvh_pool *pool, nvh_tx *tx)
+{
+    const nvh_persist_ctx_ *ctx = NVH_CTX_(pool);
+    uint64_t size = NVH_LOAD_RELAXED_(&ctx->size);
+    otm_cur.pool = pool;
+    otm_cur.tx = tx;
+    otm_cur.lo = (uintptr_t)ctx->base + NVH_PAGE;
+    otm_cur.span = size > NVH_PAGE ? size - NVH_PAGE : 0;
+    otm_cur.clock = &tx->st->gclock;
+    otm_cur.urv = tx->unrec ? tx->rv : OTM_NO_FAST;
+}
+
+static inline void otm_unbind(nvh_tx *tx)
+{
+    if (otm_cur.tx == tx) {
+        otm_cur.pool = NULL;
+        otm_cur.tx = NULL;
+        otm_cur.urv = OTM_NO_FAST;
+    }
+}
+
+/* The unrecorded reads became a read set (record_reads) or were dropped:
+ * the fast open stops noting addresses. */
+static inline void otm_recorded(nvh_tx *tx)
+{
+    tx->unrec = false;
+    if (otm_cur.tx == tx) otm_cur.urv = OTM_NO_FAST;
+}
+
+
 /* Is the read set still current? Only when the global clock moved since
  * the read version (every commit that changes an object takes a write
  * version before it changes anything in place); moves the read version on. */
@@ -220,7 +272,7 @@ static bool record_reads(nvh_tx *tx)
         if ((OREC_LOCKED(w) || OREC_VER(w) > tx->rv) && !nvh_tx_test_otm_no_validate_) return false;
         *e = (nvh_rentry){orec, w};
     }
-    tx->unrec = false;
+    otm_recorded(tx);
     return true;
 }
 
@@ -233,29 +285,34 @@ static bool reads_ok(nvh_tx *tx)
     return reads_current(tx);
 }
 
-/* The calling thread's open object transaction and its pool, from its
- * first open to its end (release): the opens after the first skip the
- * descriptor lookup. Cleared at the end, so it never outlives the
- * transaction (nvh_tx_otm_forget_: also when the pool closes). */
-static _Thread_local struct {
-    const nvh_pool *pool;
-    nvh_tx *tx;
-} otm_cur __attribute__((tls_model("initial-exec")));
+/* The end of the transaction's reads: the read set dropped, unbound, out
+ * of the epoch (after the last in-place read). */
+static inline void otm_end_reads(nvh_tx *tx)
+{
+    tx->nr = 0;
+    tx->unrec = false;
+    otm_unbind(tx);
+    if (tx->epoch_in) {
+        tx->epoch_in = false;
+        nvh_epoch_exit_sticky_();
+    }
+}
 
 static void otm_first(nvh_tx *tx);
 
 /* The calling thread's descriptor of the pool its last nvh_tx_run used:
  * valid while no pool closed since (a thread keeps its lane until it exits
  * or the pool closes), which otm_gen counts (nvh_tx_otm_forget_, at every
- * close before the state is freed). Saves the registry lookup per run. */
+ * close before the state is freed). Saves the registry lookup per run. The
+ * pool is the descriptor's (tx->pool, read only once gen matched): the
+ * library's thread-local block has a budget (tests/abi test_dlopen). */
 static _Atomic uint64_t otm_gen;
 static _Thread_local struct {
-    const nvh_pool *pool;
     nvh_tx *tx;
     uint64_t gen;
 } otm_last __attribute__((tls_model("initial-exec")));
 
-/* The cached descriptor, if obj is a plain case (inside the pool's data);
+/* The bound descriptor, if obj is a plain case (inside the pool's data);
  * NULL: otm_tx decides (and reports). */
 static inline nvh_tx *otm_fast(nvh_pool *pool, const void *obj, size_t size)
 {
@@ -276,30 +333,37 @@ static inline nvh_tx *otm_fast(nvh_pool *pool, const void *obj, size_t size)
  * sample the read version (any moment up to the first object read is as
  * good a snapshot as the begin; gclock >= 1). No object commit in flight:
  * the reads go unrecorded (above). */
-static void otm_first(nvh_tx *tx)
+static inline void otm_first(nvh_tx *tx)
 {
     nvh_epoch_enter_sticky_();
     tx->epoch_in = true;
     uint64_t g = atomic_load_explicit(&tx->st->gclock, memory_order_acquire);
-    tx->rv = NVH_GC_VER(g);
-    tx->unrec = g == tx->rv && !nvh_tx_test_otm_recorded_;
-    if (__builtin_expect(nvh_tx_test_otm_ignore_infl_, 0)) {
-        tx->rv = g;             /* negative control: the count taken as version bits */
-        tx->unrec = true;
+    uint64_t rv = NVH_GC_VER(g);
+    bool unrec = g == rv;
+    if (__builtin_expect(nvh_tx_test_otm_recorded_ | nvh_tx_test_otm_ignore_infl_, 0)) {
+        if (nvh_tx_test_otm_recorded_) unrec = false;
+        if (nvh_tx_test_otm_ignore_infl_) {
+            rv = g;             /* negative control: the count taken as version bits */
+            unrec = true;
+        }
     }
+    tx->rv = rv;
+    tx->unrec = unrec;
+    if (otm_cur.tx == tx) otm_cur.urv = unrec ? rv : OTM_NO_FAST;
 }
 
 void nvh_tx_otm_forget_(nvh_pool *pool)
 {
     atomic_fetch_add_explicit(&otm_gen, 1, memory_order_acq_rel);   /* every thread's otm_last */
-    otm_last.pool = NULL;
-    if (otm_cur.pool != pool || !otm_cur.tx) return;
-    otm_cur.tx->unrec = false;
-    if (otm_cur.tx->epoch_in) {
-        otm_cur.tx->epoch_in = false;
+    otm_last.tx = NULL;
+    nvh_tx *tx = otm_cur.tx;
+    if (otm_cur.pool != pool || !tx) return;
+    otm_recorded(tx);
+    if (tx->epoch_in) {
+        tx->epoch_in = false;
         nvh_epoch_exit_sticky_();
     }
-    otm_cur.tx = NULL;
+    otm_unbind(tx);
 }
 
 static nvh_tx *otm_tx(nvh_pool *pool, const void *obj, size_t size, const char *what)
@@ -308,6 +372,7 @@ static nvh_tx *otm_tx(nvh_pool *pool, const void *obj, size_t size, const char *
     if (!tx) return NULL;
     if (orecs_ensure(tx->st) != NVH_OK) return NULL;
     if (tx->status == NVH_TXS_ABORTED) { nvh_tx_fail_aborted_(tx, what); return NULL; }
+    if (otm_cur.tx != tx) otm_bind(pool, tx);
     if (!tx->rv) otm_first(tx);
     if (!obj || size == 0 || !nvh_contains(pool, obj, size) || nvh_off(pool, obj) < NVH_PAGE) {
         /* a pointer read from an object that changed since it was opened:
@@ -318,8 +383,6 @@ static nvh_tx *otm_tx(nvh_pool *pool, const void *obj, size_t size, const char *
                                     "data", what, obj, size));
         return NULL;
     }
-    otm_cur.pool = pool;
-    otm_cur.tx = tx;
     return tx;
 }
 
@@ -331,29 +394,26 @@ static __attribute__((noinline)) const void *open_read_slow(nvh_pool *pool, cons
 
 /* The object in place, noted in the read set (NVTM's open-for-read;
  * validation: at an open of a newer object or when the clock moved under
- * unrecorded reads, and at commit). The fast paths are the common cases of
- * a read-only transaction: its descriptor known, no write set, room in the
- * read set, and either the clock unchanged since the sample (unrecorded:
- * the address is noted) or the record unlocked and not newer than the read
- * version (recorded: the record's word is noted). They need few registers,
- * so they save none. */
+ * unrecorded reads, and at commit). The fast path is the common case of a
+ * read-only transaction: an unrecorded read (the clock word unchanged since
+ * the sample) of an object inside the bound pool's data, with room in the
+ * read set: the address is noted. It reads the thread-local binding, the
+ * clock word and the read set's cursor, and needs few registers, so it
+ * saves none. Everything else (the first open, recorded reads, the clock
+ * moved, errors) is the slow path's. */
 const void *nvh_tx_open_read(nvh_pool *pool, const void *obj, size_t size)
 {
-    nvh_tx *tx = otm_cur.tx;
-    if (__builtin_expect(tx != NULL && otm_cur.pool == pool, 1) && size &&
-        nvh_contains(pool, obj, size) && tx->nr < tx->rcap) {
-        uint64_t off = nvh_off(pool, obj);
-        if (__builtin_expect(tx->unrec, 1)) {
-            if (__builtin_expect(off >= NVH_PAGE, 1) &&
-                atomic_load_explicit(&tx->st->gclock, memory_order_acquire) == tx->rv) {
-                tx->rset[tx->nr++] = (nvh_rentry){NULL, (uint64_t)(uintptr_t)obj};
-                return obj;
-            }
-        } else if (off >= NVH_PAGE && tx->rv && !tx->nw) {
-            _Atomic uint64_t *orec = nvh_orec_for(tx->st, off);
-            uint64_t w = atomic_load_explicit(orec, memory_order_acquire);
-            if (__builtin_expect(!OREC_LOCKED(w), 1) && OREC_VER(w) <= tx->rv) {
-                tx->rset[tx->nr++] = (nvh_rentry){orec, w};
+    if (__builtin_expect(otm_cur.pool == pool, 1)) {
+        uintptr_t off = (uintptr_t)obj - otm_cur.lo, span = otm_cur.span;
+        /* size in [1, span] and [obj, obj + size) inside: obj below lo
+         * wraps off past span */
+        if (__builtin_expect(size - 1 < span && off <= span - size, 1) &&
+            atomic_load_explicit(otm_cur.clock, memory_order_acquire) == otm_cur.urv) {
+            nvh_tx *tx = otm_cur.tx;
+            size_t n = tx->nr;
+            if (__builtin_expect(n < tx->rcap, 1)) {
+                tx->rset[n] = (nvh_rentry){NULL, (uint64_t)(uintptr_t)obj};
+                tx->nr = n + 1;
                 return obj;
             }
         }
@@ -652,13 +712,7 @@ void nvh_tx_otm_release_(nvh_tx *tx, uint64_t wv, bool committed)
         atomic_fetch_sub_explicit(&tx->st->gclock, NVH_GC_INFL_ONE, memory_order_release);
     }
     tx->nw = 0;
-    tx->nr = 0;
-    tx->unrec = false;
-    if (otm_cur.tx == tx) otm_cur.tx = NULL;
-    if (tx->epoch_in) {                         /* after the last in-place read */
-        tx->epoch_in = false;
-        nvh_epoch_exit_sticky_();
-    }
+    otm_end_reads(tx);
 }
 
 /* ==========================================================================
@@ -690,49 +744,56 @@ static void backoff(nvh_tx *tx, unsigned attempt)
     }
 }
 
-int nvh_tx_run(nvh_pool *pool, nvh_tx_fn fn, void *arg)
+/* An acquire fence, in a function of its own: GCC's TSan rejects
+ * atomic_thread_fence inlined into an always_inline function at -O0
+ * (-Werror=tsan), and run_attempt is one. */
+static inline void reads_fence(void) { atomic_thread_fence(memory_order_acquire); }
+
+/* One attempt of nvh_tx_run (the descriptor's status NONE), up to fn's
+ * return: begin (the log lane's begin left to the transaction's first use
+ * of the lane, tx.h lane_lazy: a read-only run does not write the lane's
+ * lines), bind, the first open's work done at once (nvh_tx_run is the
+ * object transactions' entry: the epoch announcement and the read version,
+ * any moment before the first object read being as good a snapshot), fn. True if it ended on the
+ * read-only path: fn returned NVH_OK having done nothing but object reads
+ * (nvh_tx_reads_only_), and the reads are current (unrecorded: the clock
+ * word unchanged; else validated); the end is then dropping the read set
+ * and leaving the epoch (nothing to log, release or close). Else false,
+ * *rc fn's code, for the full end (run_rest; a failed validation takes the
+ * commit, which validates again and rolls back). */
+static inline __attribute__((always_inline)) bool run_attempt(nvh_pool *pool, nvh_tx *tx,
+                                                              nvh_tx_fn fn, void *arg, int *rc)
 {
-    if (!fn) return nvh_fail(NVH_E_INVAL, "nvh_tx_run: fn is NULL");
-    nvh_tx *tx;
-    uint64_t gen = atomic_load_explicit(&otm_gen, memory_order_acquire);
-    if (__builtin_expect(otm_last.pool == pool && otm_last.gen == gen && pool, 1)) {
-        tx = otm_last.tx;
-    } else {
-        if (!(tx = nvh_tx_cur_(pool, false))) return nvh_errcode();
-        otm_last.pool = pool;
-        otm_last.tx = tx;
-        otm_last.gen = gen;               /* loaded before the lookup */
-    }
-    if (tx->status != NVH_TXS_NONE) {
-        /* nested: flattened into the enclosing transaction, no retry here */
-        int rc = nvh_tx_begin(pool);
-        if (rc == NVH_OK) rc = fn(pool, arg);
-        if (rc != NVH_OK) { nvh_tx_abort(pool); return rc; }
-        return nvh_tx_commit(pool);
-    }
-    unsigned max = atomic_load_explicit(&tx->st->max_retries, memory_order_relaxed);
+    nvh_tx_begin_fields_(tx);
+    tx->lane_lazy = true;
+    otm_bind(pool, tx);
+    if (__builtin_expect(__atomic_load_n(&tx->st->orecs, __ATOMIC_ACQUIRE) != NULL, 1))
+        otm_first(tx);                  /* else the first open allocates them first */
+    *rc = fn(pool, arg);
+    if (*rc != NVH_OK || !nvh_tx_reads_only_(tx)) return false;
+    /* the caller's reads in place come before the validation (as
+     * nvh_tx_otm_check_reads_) */
+    reads_fence();
+    if (tx->nr &&
+        !(tx->unrec && atomic_load_explicit(&tx->st->gclock, memory_order_acquire) == tx->rv) &&
+        !reads_ok(tx))
+        return false;
+    otm_end_reads(tx);
+    tx->status = NVH_TXS_NONE;
+    tx->depth = 0;
+    tx->commits++;
+    return true;
+}
+
+/* The rest of nvh_tx_run after an attempt that did not end on the
+ * read-only path (rc: begin's or fn's code): commit or abort, and retry
+ * conflicts under the contention policy. Out of line, so the common run
+ * saves few registers and keeps no error buffer on its stack. */
+static __attribute__((noinline)) int run_rest(nvh_pool *pool, nvh_tx *tx, nvh_tx_fn fn,
+                                              void *arg, int rc)
+{
     for (unsigned attempt = 0;; attempt++) {
-        int rc = nvh_tx_begin_tx_(tx);
-        if (rc != NVH_OK) return rc;
-        tx->conflict = false;
-        /* the opens find the descriptor without a lookup (release clears it) */
-        otm_cur.pool = pool;
-        otm_cur.tx = tx;
-        rc = fn(pool, arg);
         bool conflicted;
-        if (rc == NVH_OK && nvh_tx_reads_only_(tx)) {
-            /* only object reads: the end is a validation, nothing to log,
-             * release or close (a failed validation takes the full path,
-             * which validates again and rolls back) */
-            atomic_thread_fence(memory_order_acquire);
-            if (!tx->nr || reads_ok(tx)) {
-                nvh_tx_otm_release_(tx, 0, true);
-                tx->status = NVH_TXS_NONE;
-                tx->depth = 0;
-                tx->commits++;
-                return NVH_OK;
-            }
-        }
         if (rc == NVH_OK) {
             rc = nvh_tx_commit_tx_(tx);
             conflicted = rc == NVH_E_ABORTED && tx->conflict;
@@ -751,9 +812,45 @@ int nvh_tx_run(nvh_pool *pool, nvh_tx_fn fn, void *arg)
             if (!conflicted) return nvh_fail(rc, "%s", err.msg);
         }
         if (rc == NVH_OK || !conflicted) return rc;
+        unsigned max = atomic_load_explicit(&tx->st->max_retries, memory_order_relaxed);
         if (max && attempt + 1 >= max)
             return nvh_fail(NVH_E_ABORTED, "nvh_tx_run: gave up after %u conflicts", attempt + 1);
         tx->retries++;
         backoff(tx, attempt);
+        if (run_attempt(pool, tx, fn, arg, &rc)) return NVH_OK;
     }
+}
+
+/* nvh_tx_run without the thread's descriptor cached, or nested. */
+static __attribute__((noinline)) int run_lookup(nvh_pool *pool, nvh_tx_fn fn, void *arg)
+{
+    if (!fn) return nvh_fail(NVH_E_INVAL, "nvh_tx_run: fn is NULL");
+    uint64_t gen = atomic_load_explicit(&otm_gen, memory_order_acquire);
+    nvh_tx *tx = nvh_tx_cur_(pool, false);
+    if (!tx) return nvh_errcode();
+    otm_last.tx = tx;
+    otm_last.gen = gen;                 /* loaded before the lookup */
+    if (tx->status != NVH_TXS_NONE) {
+        /* nested: flattened into the enclosing transaction, no retry here */
+        int rc = nvh_tx_begin(pool);
+        if (rc == NVH_OK) rc = fn(pool, arg);
+        if (rc != NVH_OK) { nvh_tx_abort(pool); return rc; }
+        return nvh_tx_commit(pool);
+    }
+    int rc;
+    if (run_attempt(pool, tx, fn, arg, &rc)) return NVH_OK;
+    return run_rest(pool, tx, fn, arg, rc);
+}
+
+int nvh_tx_run(nvh_pool *pool, nvh_tx_fn fn, void *arg)
+{
+    /* the cached descriptor, valid while no pool closed since (gen) */
+    nvh_tx *tx = otm_last.tx;
+    if (__builtin_expect(otm_last.gen != atomic_load_explicit(&otm_gen, memory_order_acquire) ||
+                         !tx || tx->pool != pool ||
+                         !fn || tx->status != NVH_TXS_NONE, 0))
+        return run_lookup(pool, fn, arg);
+    int rc;
+    if (__builtin_expect(run_attempt(pool, tx, fn, arg, &rc), 1)) return NVH_OK;
+    return run_rest(pool, tx, fn, arg, rc);
 }

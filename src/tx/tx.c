@@ -40,9 +40,12 @@ nvh_tx *nvh_tx_cur_(nvh_pool *pool, bool need_active)
 {
     nvh_tx *tx = tx_of(pool);
     if (!tx) return NULL;
-    if (need_active && tx->status == NVH_TXS_NONE) {
-        nvh_fail(NVH_E_INVAL, "no transaction is open on this thread");
-        return NULL;
+    if (need_active) {
+        if (tx->status == NVH_TXS_NONE) {
+            nvh_fail(NVH_E_INVAL, "no transaction is open on this thread");
+            return NULL;
+        }
+        nvh_tx_lane_begin_(tx);
     }
     return tx;
 }
@@ -171,12 +174,8 @@ int nvh_tx_begin_tx_(nvh_tx *tx)
         tx->depth++;
         return tx->status == NVH_TXS_ABORTED ? nvh_tx_fail_aborted_(tx, "nvh_tx_begin") : NVH_OK;
     }
-    tx->depth = 1;
-    tx->status = NVH_TXS_ACTIVE;
-    tx->conflict = false;
-    tx->rv = 0;     /* sampled by the first object open (otm.c): a
-                       transaction without object reads or writes never
-                       touches the global clock's line at begin */
+    nvh_tx_begin_fields_(tx);
+    tx->lane_lazy = false;
     return nvh_txlog_begin(tx->lg, tx->lane);
 }
 
@@ -185,6 +184,7 @@ int nvh_tx_test_abort_no_fence_ = 0;
 /* Roll everything back (abort or a failed commit step). */
 void nvh_tx_rollback_(nvh_tx *tx)
 {
+    nvh_tx_lane_begin_(tx);
     bool logged = tx->lane->active_written;
     nvh_txlog_undo(tx->lg, tx->lane);
     nvh_tx_alloc_abort_(tx);
@@ -263,6 +263,7 @@ int nvh_tx_commit_tx_(nvh_tx *tx)
 {
     if (tx->status == NVH_TXS_NONE)
         return nvh_fail(NVH_E_INVAL, "no transaction is open on this thread");
+    nvh_tx_lane_begin_(tx);
     if (tx->depth > 1) {
         tx->depth--;
         return tx->status == NVH_TXS_ABORTED ? nvh_tx_fail_aborted_(tx, "nvh_tx_commit") : NVH_OK;

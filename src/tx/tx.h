@@ -97,6 +97,10 @@ typedef struct nvh_tx {
                                      read in place are not reused under it */
     bool unrec;                   /* reads unrecorded: the read set holds the
                                      objects, valid while gclock == rv (otm.c) */
+    bool lane_lazy;               /* begun by nvh_tx_run without the log
+                                     lane's begin: nvh_tx_lane_begin_ does it
+                                     before the transaction's first use of
+                                     the lane (a read-only run never does) */
     nvh_rentry *rset; size_t nr, rcap;
     nvh_wentry *wset; size_t nw, wcap;
     char *arena; size_t arena_used, arena_cap;  /* snapshots and copies */
@@ -147,6 +151,31 @@ int nvh_tx_recover_(nvh_pool *pool);
 /* refcount.c */
 void nvh_refcount_forget_(nvh_pool *pool);    /* pool close: drop its registrations */
 
+/* The begin of the descriptor's fields (status NONE): nvh_tx_begin_tx_,
+ * and nvh_tx_run's begin, which leaves the log lane's begin to
+ * nvh_tx_lane_begin_ (lane_lazy). */
+static inline void nvh_tx_begin_fields_(nvh_tx *tx)
+{
+    tx->depth = 1;
+    tx->status = NVH_TXS_ACTIVE;
+    tx->conflict = false;
+    tx->rv = 0;     /* sampled by the first object open (otm.c; nvh_tx_run: at
+                       its begin): a transaction without object reads or
+                       writes never touches the global clock's line */
+}
+
+/* Every use of the log lane by a transaction comes after this: the lane's
+ * begin (nvh_txlog_begin) if nvh_tx_run left it out. Called by
+ * nvh_tx_cur_(pool, true) (every call of an open transaction), and by the
+ * commit and the rollback. */
+static inline void nvh_tx_lane_begin_(nvh_tx *tx)
+{
+    if (__builtin_expect(tx->lane_lazy, 0)) {
+        tx->lane_lazy = false;
+        nvh_txlog_begin(tx->lg, tx->lane);
+    }
+}
+
 /* txalloc.c */
 int nvh_tx_alloc_commit_(nvh_tx *tx);   /* activate before the commit point */
 void nvh_tx_alloc_finish_(nvh_tx *tx);  /* frees after it                    */
@@ -161,7 +190,7 @@ static inline bool nvh_tx_reads_only_(const nvh_tx *tx)
 {
     return tx->status == NVH_TXS_ACTIVE && tx->depth == 1 && !tx->nw && !tx->wbn &&
            !tx->nallocs && !tx->nfrees && !tx->dd_n && tx->arena_used <= 16 &&
-           !tx->lane->active_written && !tx->lane->nwins;
+           (tx->lane_lazy || (!tx->lane->active_written && !tx->lane->nwins));
 }
 
 /* otm.c */

@@ -23,6 +23,9 @@
  *   - nvh_tx_run ends a transaction that only read without the full commit:
  *     one that also wrote a word, a range or an allocation is committed
  *     (durable after a reopen);
+ *   - the open bound to nvh_tx_run's thread refuses every pointer the full
+ *     checks refuse, with their errors, and opens memory the pool grew into
+ *     after the binding;
  *   - space freed while a reader is in is not reused under it (epochs);
  *   - stress for TSan: writers move amounts between objects whose 8 words
  *     all hold the balance, readers sum every object in place with atomic
@@ -568,6 +571,53 @@ static void run_commits_every_write_kind(void **state)
     }
 }
 
+/* The unrecorded open checks the bounds nvh_tx_run bound at its begin
+ * (the pool's data then): every pointer it refuses takes the full checks,
+ * which report the caller's error (nothing changed under it), and memory
+ * the pool grew into after the binding is still opened. */
+typedef struct bounds { bank *b; int step; } bounds;
+static int open_bounds(nvh_pool *pool, void *arg)
+{
+    bounds *x = arg;
+    char *base = nvh_pool_base(pool);
+    uint64_t size = nvh_pool_size(pool);
+    switch (x->step) {
+    case 0: return nvh_tx_open_read(pool, &x->b->o[0], sizeof(obj)) ? NVH_OK : nvh_errcode();
+    case 1: return nvh_tx_open_read(pool, base + size - 8, 8) == base + size - 8 ? NVH_OK : NVH_E_IO;
+    case 2: return nvh_tx_open_read(pool, base + size - 8, 16) ? NVH_E_IO : nvh_errcode();
+    case 3: return nvh_tx_open_read(pool, base + 64, 8) ? NVH_E_IO : nvh_errcode();  /* header */
+    case 4: return nvh_tx_open_read(pool, base - 64, 8) ? NVH_E_IO : nvh_errcode();
+    case 5: return nvh_tx_open_read(pool, &x->b->o[0], 0) ? NVH_E_IO : nvh_errcode();
+    case 6: return nvh_tx_open_read(pool, &x->b->o[0], SIZE_MAX) ? NVH_E_IO : nvh_errcode();
+    case 7: return nvh_tx_open_read(pool, &x->b->o[0], size) ? NVH_E_IO : nvh_errcode();
+    default: {
+        /* grown after the binding: the new end is inside */
+        if (!nvh_tx_open_read(pool, &x->b->o[0], sizeof(obj))) return nvh_errcode();
+        int rc = nvh_pool_grow(pool, size + 4 * MIB);
+        if (rc != NVH_OK) return rc;
+        const void *p = nvh_tx_open_read(pool, base + size + MIB, 64);
+        return p == base + size + MIB && nvh_pool_size(pool) == size + 4 * MIB ? NVH_OK : NVH_E_IO;
+    }
+    }
+}
+
+static void run_open_bounds(void **state)
+{
+    (void)state;
+    const char *path = test_path("txinplace-bounds");
+    nvh_pool *pool = nvh_pool_create(path, LAYOUT, 16 * MIB, NVH_DOMAIN_PMEM);
+    assert_non_null(pool);
+    bounds x = {bank_setup(pool), 0};
+    static const int want[] = {NVH_OK,        NVH_OK,       NVH_E_BADPTR, NVH_E_BADPTR, NVH_E_BADPTR,
+                               NVH_E_INVAL,   NVH_E_BADPTR, NVH_E_BADPTR, NVH_OK};
+    for (x.step = 0; x.step < 9; x.step++) {
+        assert_int_equal(nvh_tx_run(pool, open_bounds, &x), want[x.step]);
+        assert_int_equal(nvh_tx_stage_get(pool), NVH_TX_NONE);
+    }
+    assert_int_equal(nvh_pool_close(pool), NVH_OK);
+    unlink(path);
+}
+
 /* nvh_tx_run keeps the thread's descriptor between runs; a pool closed and
  * another opened (the handle's memory reused) must not get the old one. */
 static int bump_first(nvh_pool *pool, void *arg)
@@ -849,6 +899,7 @@ int main(void)
         cmocka_unit_test(abort_prev_commits_transient),
         cmocka_unit_test(run_commits_every_write_kind),
         cmocka_unit_test(run_after_close),
+        cmocka_unit_test(run_open_bounds),
         cmocka_unit_test(doomed_pointer_retried),
         cmocka_unit_test(doomed_error_retried),
         cmocka_unit_test(no_reuse_under_reader),
