@@ -297,10 +297,11 @@ static run_result run_classic(const bench_opts *opts, const classic_subject *sub
     unsigned char *val = malloc(vlen);
     memset(val, 0x5a, vlen);
     const char *path = bench_scratch_path(opts, NULL, sub->name);
-    /* records (value + 16 B header: up to 1984 B in 64 B size classes,
-     * larger ones in 4 KiB blocks after a 64 B header line, so a 4 KiB
-     * value takes 8 KiB) + nodes (1 KiB per 30-60 entries) + slack */
-    uint64_t rec = vlen + 16 <= 1984 ? (vlen + 16 + 63) / 64 * 64 : (vlen + 16 + 64 + 4095) / 4096 * 4096;
+    /* records (value + 16 B header: up to 4032 B in 64 B size classes;
+     * larger ones counted as whole 4 KiB blocks after a 64 B header line,
+     * an upper bound: the classes above 4032 B pack them tighter) + nodes
+     * (1 KiB per 30-60 entries) + slack */
+    uint64_t rec = vlen + 16 <= 4032 ? (vlen + 16 + 63) / 64 * 64 : (vlen + 16 + 64 + 4095) / 4096 * 4096;
     uint64_t need = n * (rec + 40) + 64 * MIB;
     nvh_pool_options po = {.max_size = need * 2};
     /* classic-nt streams whole node lines: the pool's NT threshold (read
