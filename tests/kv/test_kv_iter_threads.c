@@ -129,34 +129,59 @@ static void *walker(void *p)
     return NULL;
 }
 
-static void iterators_and_writers(void **state)
+/* A store in a fresh pool of its own, holding the keys below NK that are
+ * multiples of step (the process domain: durability costs no syscalls, so
+ * the threads race). */
+static nvh_kv *open_filled(const char *name, uint32_t step, nvh_pool **pool)
 {
-    (void)state;
-    const char *path = test_path("kv-iter-threads");
+    const char *path = test_path(name);
     unlink(path);
-    /* the process domain: durability costs no syscalls, the threads race */
-    nvh_pool *pool = nvh_pool_create(path, "kviter", 64 << 20, NVH_DOMAIN_PROCESS);
-    assert_non_null(pool);
+    *pool = nvh_pool_create(path, "kviter", 64 << 20, NVH_DOMAIN_PROCESS);
+    assert_non_null(*pool);
     nvh_kv_config c = {.create = NVH_KV_CREATE_NEW};
-    g_kv = nvh_kv_open_pool(pool, &c);
-    assert_non_null(g_kv);
+    nvh_kv *kv = nvh_kv_open_pool(*pool, &c);
+    assert_non_null(kv);
     char k[16], v[256];
-    for (uint32_t u = 0; u < NK; u += 2)
-        assert_int_equal(nvh_kv_put(g_kv, k, key_of(u, k), v, make_value(u, 0, v)), NVH_OK);
-    unsigned ops = 100000;
-#if defined(__SANITIZE_THREAD__)
-    ops = 4000;
-#endif
+    for (uint32_t u = 0; u < NK; u += step)
+        assert_int_equal(nvh_kv_put(kv, k, key_of(u, k), v, make_value(u, 0, v)), NVH_OK);
+    return kv;
+}
+
+/* Two walkers run while two writers (fn with w[0], w[1]) do their work;
+ * then the walkers stop, and none of them saw a step out of order. */
+static void race(void *(*fn)(void *), wargs w[2])
+{
     atomic_store(&g_stop, false);
     atomic_store(&g_bad, 0);
-    wargs w[2] = {{0, NK / 2, ops, 7}, {NK / 2, NK, ops, 11}};
     pthread_t tw[2], tr[2];
     for (uintptr_t i = 0; i < 2; i++) pthread_create(&tr[i], NULL, walker, (void *)i);
-    for (int i = 0; i < 2; i++) pthread_create(&tw[i], NULL, writer, &w[i]);
+    for (int i = 0; i < 2; i++) pthread_create(&tw[i], NULL, fn, &w[i]);
     for (int i = 0; i < 2; i++) pthread_join(tw[i], NULL);
     atomic_store(&g_stop, true);
     for (int i = 0; i < 2; i++) pthread_join(tr[i], NULL);
     assert_int_equal(atomic_load(&g_bad), 0);
+}
+
+/* The store checks clean; close it and remove its pool. */
+static void close_checked(nvh_kv *kv, nvh_pool *pool, const char *name)
+{
+    assert_int_equal(nvh_kv_check(kv), NVH_OK);
+    nvh_kv_close(kv);
+    nvh_pool_close(pool);
+    unlink(test_path(name));
+}
+
+static void iterators_and_writers(void **state)
+{
+    (void)state;
+    nvh_pool *pool;
+    g_kv = open_filled("kv-iter-threads", 2, &pool);
+    unsigned ops = 100000;
+#if defined(__SANITIZE_THREAD__)
+    ops = 4000;
+#endif
+    wargs w[2] = {{0, NK / 2, ops, 7}, {NK / 2, NK, ops, 11}};
+    race(writer, w);
     /* quiet now: one walk each way sees every key in order */
     nvh_kv_iter *it = nvh_kv_iter_new(g_kv);
     uint64_t n = 0, count;
@@ -177,10 +202,7 @@ static void iterators_and_writers(void **state)
     }
     assert_int_equal(n, count);
     nvh_kv_iter_free(it);
-    assert_int_equal(nvh_kv_check(g_kv), NVH_OK);
-    nvh_kv_close(g_kv);
-    nvh_pool_close(pool);
-    unlink(path);
+    close_checked(g_kv, pool, "kv-iter-threads");
 }
 
 /* Iterators walking backwards only while two writers fill the gaps
@@ -190,39 +212,20 @@ static void iterators_and_writers(void **state)
 static void backward_walks_and_splits(void **state)
 {
     (void)state;
-    const char *path = test_path("kv-iter-back");
-    unlink(path);
-    nvh_pool *pool = nvh_pool_create(path, "kviter", 64 << 20, NVH_DOMAIN_PROCESS);
-    assert_non_null(pool);
-    nvh_kv_config c = {.create = NVH_KV_CREATE_NEW};
-    g_kv = nvh_kv_open_pool(pool, &c);
-    assert_non_null(g_kv);
-    char k[16], v[256];
-    for (uint32_t u = 0; u < NK; u += 2)
-        assert_int_equal(nvh_kv_put(g_kv, k, key_of(u, k), v, make_value(u, 0, v)), NVH_OK);
-    atomic_store(&g_stop, false);
-    atomic_store(&g_bad, 0);
+    nvh_pool *pool;
+    g_kv = open_filled("kv-iter-back", 2, &pool);
     g_dir = -1;
     unsigned rounds = 8;
 #if defined(__SANITIZE_THREAD__)
     rounds = 2;
 #endif
     wargs w[2] = {{0, NK / 2, rounds, 5}, {NK / 2, NK, rounds, 9}};
-    pthread_t tw[2], tr[2];
-    for (uintptr_t i = 0; i < 2; i++) pthread_create(&tr[i], NULL, walker, (void *)i);
-    for (int i = 0; i < 2; i++) pthread_create(&tw[i], NULL, filler, &w[i]);
-    for (int i = 0; i < 2; i++) pthread_join(tw[i], NULL);
-    atomic_store(&g_stop, true);
-    for (int i = 0; i < 2; i++) pthread_join(tr[i], NULL);
+    race(filler, w);
     g_dir = 0;
-    assert_int_equal(atomic_load(&g_bad), 0);
     uint64_t count;
     assert_int_equal(nvh_kv_count_all(g_kv, &count), NVH_OK);
     assert_int_equal(count, NK / 2);
-    assert_int_equal(nvh_kv_check(g_kv), NVH_OK);
-    nvh_kv_close(g_kv);
-    nvh_pool_close(pool);
-    unlink(path);
+    close_checked(g_kv, pool, "kv-iter-back");
 }
 
 /* Steps cross leaves both ways without a seek: a walk from the last key
@@ -233,16 +236,9 @@ static void backward_walks_and_splits(void **state)
 static void steps_cross_leaves(void **state)
 {
     (void)state;
-    const char *path = test_path("kv-iter-steps");
-    unlink(path);
-    nvh_pool *pool = nvh_pool_create(path, "kviter", 64 << 20, NVH_DOMAIN_PROCESS);
-    assert_non_null(pool);
-    nvh_kv_config c = {.create = NVH_KV_CREATE_NEW};
-    nvh_kv *kv = nvh_kv_open_pool(pool, &c);
-    assert_non_null(kv);
-    char k[16], v[256];
-    for (uint32_t u = 0; u < NK; u++)
-        assert_int_equal(nvh_kv_put(kv, k, key_of(u, k), v, make_value(u, 0, v)), NVH_OK);
+    nvh_pool *pool;
+    nvh_kv *kv = open_filled("kv-iter-steps", 1, &pool);
+    char k[16], v[256] = {0};
     nvh_kv_iter *it = nvh_kv_iter_new(kv);
     g_kv = kv;
     unsigned long seeks0 = kvs_test_step_seeks_;
@@ -280,10 +276,7 @@ static void steps_cross_leaves(void **state)
     }
     assert_true(kvs_test_step_seeks_ - seeks0 <= 4);
     nvh_kv_iter_free(it);
-    assert_int_equal(nvh_kv_check(kv), NVH_OK);
-    nvh_kv_close(kv);
-    nvh_pool_close(pool);
-    unlink(path);
+    close_checked(kv, pool, "kv-iter-steps");
 }
 
 int main(void)
