@@ -766,20 +766,6 @@ typedef struct fl_store {
 #define FL_COMMIT 0x600DC0DEu
 #define FL_TOMB 0xffffu
 
-static inline void fl_clwb(const void *p)
-{
-#if defined(__x86_64__)
-    __asm__ volatile("clwb %0" : "+m"(*(volatile char *)p));
-#else
-    (void)p;
-#endif
-}
-static inline void fl_sfence(void)
-{
-#if defined(__x86_64__)
-    __asm__ volatile("sfence" ::: "memory");
-#endif
-}
 
 #if defined(__x86_64__)
 __attribute__((target("sse4.2"))) static uint32_t fl_crc(const unsigned char *p, size_t len)
@@ -904,22 +890,22 @@ static uint64_t fl_append(fl_store *s, const unsigned char *k, const void *v, si
     if (vl != FL_TOMB) memcpy(r + 8 + KEY_LEN, v, vl);
     uint32_t check = s->fences == 1 ? fl_crc(r + 4, body - 4) : 0;
     memcpy(r, &check, 4);
-    for (size_t l = 0; l < rec; l += 64) fl_clwb(r + l);
-    fl_sfence();                                            /* FENCE 1 */
+    for (size_t l = 0; l < rec; l += 64) bench_clwb(r + l);
+    bench_sfence();                                            /* FENCE 1 */
     s->lines += rec / 64;
     s->sfences++;
     if (s->fences == 2 && s->slots) {
         uint64_t *w = &s->slots[(h >> 7) & s->smask];        /* the validating word */
         *w = s->tail + 1;
-        fl_clwb(w);
-        fl_sfence();                                        /* FENCE 2 */
+        bench_clwb(w);
+        bench_sfence();                                        /* FENCE 2 */
         s->lines++;
         s->sfences++;
     } else if (s->fences == 2) {
         uint32_t c = FL_COMMIT;
         memcpy(r, &c, 4);                                   /* the validating word */
-        fl_clwb(r);
-        fl_sfence();                                        /* FENCE 2 */
+        bench_clwb(r);
+        bench_sfence();                                        /* FENCE 2 */
         s->lines++;
         s->sfences++;
     }

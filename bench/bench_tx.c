@@ -372,54 +372,37 @@ static inline void floor_nt_line(uint64_t *d, const uint64_t *s)
 #endif
 }
 
-static inline void floor_sfence(void)
-{
-#if defined(__x86_64__)
-    __asm__ volatile("sfence" ::: "memory");
-#endif
-}
 
-static inline void floor_clwb(const void *p)
+/* The u words' offsets and current values, three per line after a tag
+ * and the count, streamed to dst: the undo image before the stores, the
+ * commit image after them. */
+static void floor_image(uint64_t *dst, const loop_ctx *x, uint64_t **w, unsigned u,
+                        uint64_t tag)
 {
-#if defined(__x86_64__)
-    __asm__ volatile("clwb %0" : "+m"(*(volatile char *)p));
-#else
-    (void)p;
-#endif
+    uint64_t line[8];
+    for (unsigned l = 0; l < (u + 2) / 3; l++) {
+        line[0] = tag;
+        line[1] = u;
+        for (unsigned j = 0; j < 3; j++) {
+            unsigned k = l * 3 + j;
+            line[2 + 2 * j] = k < u ? (uint64_t)((char *)w[k] - (char *)x->arr) : 0;
+            line[3 + 2 * j] = k < u ? *w[k] : 0;
+        }
+        floor_nt_line(dst + l * 8, line);
+    }
 }
 
 static void floor_tx(loop_ctx *x, uint64_t *log, uint64_t **w, unsigned u, uint64_t tid,
                      uint64_t i, int swap)
 {
-    uint64_t line[8];
-    unsigned nl = (u + 2) / 3;
     uint64_t *area = log + (tid & 1) * FLOOR_LINES * 8;   /* alternate areas */
-    for (unsigned l = 0; l < nl; l++) {                     /* undo lines */
-        line[0] = tid << 1;
-        line[1] = u;
-        for (unsigned j = 0; j < 3; j++) {
-            unsigned k = l * 3 + j;
-            line[2 + 2 * j] = k < u ? (uint64_t)((char *)w[k] - (char *)x->arr) : 0;
-            line[3 + 2 * j] = k < u ? *w[k] : 0;
-        }
-        floor_nt_line(area + l * 8, line);
-    }
-    floor_sfence();                                         /* FENCE 1 */
+    floor_image(area, x, w, u, tid << 1);                   /* undo lines */
+    bench_sfence();                                         /* FENCE 1 */
     if (swap) { uint64_t t = *w[0]; *w[0] = *w[1]; *w[1] = t; }
     else for (unsigned k = 0; k < u; k++) *w[k] += i;
-    uint64_t *commit = area + (FLOOR_LINES / 2) * 8;
-    for (unsigned l = 0; l < nl; l++) {                     /* commit lines */
-        line[0] = tid << 1 | 1;
-        line[1] = u;
-        for (unsigned j = 0; j < 3; j++) {
-            unsigned k = l * 3 + j;
-            line[2 + 2 * j] = k < u ? (uint64_t)((char *)w[k] - (char *)x->arr) : 0;
-            line[3 + 2 * j] = k < u ? *w[k] : 0;
-        }
-        floor_nt_line(commit + l * 8, line);
-    }
-    floor_sfence();                                         /* FENCE 2 */
-    for (unsigned k = 0; k < u; k++) floor_clwb(w[k]);      /* data: next fence */
+    floor_image(area + (FLOOR_LINES / 2) * 8, x, w, u, tid << 1 | 1);  /* commit lines */
+    bench_sfence();                                         /* FENCE 2 */
+    for (unsigned k = 0; k < u; k++) bench_clwb(w[k]);      /* data: next fence */
 }
 
 static void gups_floor(void *p, uint64_t iters)

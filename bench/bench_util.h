@@ -87,6 +87,25 @@ static inline uint64_t bench_rand(uint64_t *s)
     return z ^ (z >> 31);
 }
 
+/* Library-free floor subjects (bench_tx, bench_kv): the bare instructions,
+ * with no domain, counting or fallback, so a floor measures only the
+ * hardware (CLWB must exist: the floors run in the pmem domain's setting). */
+static inline void bench_clwb(const void *p)
+{
+#if defined(__x86_64__)
+    __asm__ volatile("clwb %0" : "+m"(*(volatile char *)p));
+#else
+    (void)p;
+#endif
+}
+
+static inline void bench_sfence(void)
+{
+#if defined(__x86_64__)
+    __asm__ volatile("sfence" ::: "memory");
+#endif
+}
+
 uint64_t bench_now_ns(void);                      /* CLOCK_MONOTONIC */
 /* Elapsed nanoseconds of one call body(ctx, iters). */
 double bench_time_ns(bench_body_fn body, void *ctx, uint64_t iters);
