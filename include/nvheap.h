@@ -213,7 +213,8 @@ typedef struct nvh_pool_info {
     uint64_t size;           /* current pool size in bytes                      */
     uint64_t max_size;       /* reserved virtual range / growth limit           */
     uint64_t epoch;          /* incremented at every open (read-write)          */
-    uint32_t format_version;
+    uint32_t format_version; /* the format this open reads: an older pool is raised
+                                to the library's at its first read-write open */
     nvh_domain domain;       /* domain of this open                             */
     nvh_domain created_domain; /* domain the pool was created in               */
     uint64_t root_offset, root_size;

@@ -188,6 +188,8 @@ struct nvh_pool {
     bool state_unfenced;           /* the current slot is flushed, not yet fenced */
     nvh_domain created_domain;
     bool opened_clean;             /* the pool had been closed cleanly before this open */
+    uint32_t format_version;       /* as validate() read it (a torn upgrade reads as the
+                                    * lower version), raised by format_upgrade */
     _Atomic uint32_t io_errors;    /* msync failures since open (msync.c); sticky */
 
     pthread_mutex_t grow_lock;     /* serialises grow (and heap format); error-checking */

@@ -410,6 +410,7 @@ static void format_upgrade(nvh_pool *pool, const struct nvh_superblock_header *h
     nvh_flush(pool, &m->format_version, sizeof m->format_version);
     nvh_flush(pool, &m->checksum, sizeof m->checksum);
     nvh_drain(pool);
+    pool->format_version = NVH_FORMAT_VERSION;
 }
 
 static nvh_pool *pool_attach(int fd, const char *path, unsigned flags,
@@ -443,6 +444,7 @@ static nvh_pool *pool_attach(int fd, const char *path, unsigned flags,
     pool->epoch = sb_copy->state[slot].epoch;
     pool->created_domain = (nvh_domain)sb_copy->header.created_domain;
     pool->opened_clean = sb_copy->state[slot].clean != 0;
+    pool->format_version = sb_copy->header.format_version;
 
     bool dax = file_is_dax(fd, size);
     nvh_domain domain;
@@ -816,7 +818,7 @@ int nvh_pool_info_get(const nvh_pool *pool, nvh_pool_info *info)
     info->clean_at_open = pool->opened_clean;
     info->io_errors = atomic_load_explicit(&pool->io_errors, memory_order_relaxed);
     info->epoch = pool->epoch;
-    info->format_version = h->format_version;
+    info->format_version = pool->format_version;
     info->domain = (nvh_domain)pool->ctx.domain;
     info->created_domain = pool->created_domain;
     info->root_offset = h->root_offset;
