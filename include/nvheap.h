@@ -622,11 +622,13 @@ int nvh_cancel(nvh_pool *pool, void *ptr);
  * i, failure-atomically. Links must be 8-byte aligned words inside the pool
  * (root area or heap objects), not inside the allocator's metadata.
  * Preconditions for crash consistency: the object's content must be durable
- * (nvh_persist it first), and so must each link's CURRENT value: activate
- * records it as the link's old value, and recovery re-applies the link only
- * while the media still holds that value (so it never overwrites a link the
- * application changed later). The link stores themselves become durable at
- * the allocator's next fence; until then recovery restores them. */
+ * (nvh_persist it first), and so must each link's CURRENT value, unless an
+ * earlier nvh_activate or nvh_free of this pool stored it (recovery restores
+ * those first, in order): activate records it as the link's old value, and
+ * recovery re-applies the link only while the media holds that value (so it
+ * never overwrites a link the application changed later). The link stores
+ * themselves become durable at the allocator's next fence; until then
+ * recovery restores them. */
 int nvh_activate(nvh_pool *pool, void *ptr, nvh_off_t *const links[], unsigned nlinks);
 
 /* One link update for nvh_free: *link (which must point at the object) is
