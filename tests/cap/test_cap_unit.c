@@ -563,6 +563,80 @@ static void test_freed_before_carved(void **state)
     nvh_cap_destroy_(&c3);
 }
 
+/* A page's tail (after its last whole block) is handed out as a block of a
+ * smaller class before that class carves never-used blocks: 21 blocks of
+ * 3072 B fill a 64 KiB page but for 1 KiB, which is the next 1 KiB block.
+ * Its frees (the owner's, a double free, another thread's), usable size and
+ * realloc work as any block's, and its page stays a page while it lives. */
+static struct cap_inst c4;
+static void *tail_xfree_ptr;
+static int tail_xfree_rc;
+static void *tail_xfree(void *arg)
+{
+    (void)arg;
+    tail_xfree_rc = nvh_cap_free_(&c4, tail_xfree_ptr);
+    nvh_cap_free_(&c4, nvh_cap_alloc_(nvh_cap_heap_(&c4), 64));   /* a heap here, so the free is batched */
+    return NULL;
+}
+
+static void test_tail_blocks(void **state)
+{
+    (void)state;
+    assert_int_equal(nvh_cap_init_file_(&c4, "/dev/shm", (size_t)1 << 30), 0);
+    struct cap_heap *h = nvh_cap_heap_(&c4);
+    assert_non_null(h);
+    enum { PER_PAGE = 21 };   /* 3072 B blocks in a 64 KiB page: 1024 B left */
+    static unsigned char *p[PER_PAGE];
+    for (unsigned i = 0; i < PER_PAGE; i++) {
+        assert_non_null(p[i] = nvh_cap_alloc_(h, 3000));
+        assert_int_equal(nvh_cap_usable_(&c4, p[i]), 3072);
+    }
+    struct cap_span *pg = nvh_cap_span_of_(&c4, p[0]);
+    assert_ptr_equal((void *)pg->start, p[0]);
+    unsigned char *t = nvh_cap_alloc_(h, 1000);
+    assert_ptr_equal(t, p[0] + PER_PAGE * 3072);
+    assert_ptr_equal(nvh_cap_span_of_(&c4, t), pg);
+    assert_int_equal(nvh_cap_usable_(&c4, t), 1024);
+    memset(t, 0x5A, 1024);
+    for (unsigned i = 0; i < PER_PAGE; i++)
+        assert_int_equal(p[i][0] | p[i][2999], 0);   /* untouched by the tail */
+    /* the owner's free, then a second free */
+    assert_int_equal(nvh_cap_free_(&c4, t), CAP_OK);
+    assert_int_equal(nvh_cap_free_(&c4, t), CAP_DOUBLE);
+    assert_int_equal(nvh_cap_usable_(&c4, t), 0);
+    /* handed out again; a free by another thread reaches the owner's drain */
+    assert_ptr_equal(nvh_cap_alloc_(h, 900), t);
+    tail_xfree_ptr = t;
+    pthread_t th;
+    pthread_create(&th, NULL, tail_xfree, NULL);
+    pthread_join(th, NULL);
+    assert_int_equal(tail_xfree_rc, CAP_OK);
+    nvh_cap_trim_(&c4);                        /* drains */
+    assert_ptr_equal(nvh_cap_alloc_(h, 1024), t);
+    /* realloc: within its class in place, beyond it moved with its bytes */
+    memset(t, 0x77, 1024);
+    assert_ptr_equal(nvh_cap_realloc_(h, t, 1010, &(int){0}), t);
+    int bad = -1;
+    unsigned char *m = nvh_cap_realloc_(h, t, 2000, &bad);
+    assert_int_equal(bad, CAP_OK);
+    assert_non_null(m);
+    assert_ptr_not_equal(m, t);
+    for (unsigned i = 0; i < 1024; i++)
+        assert_int_equal(m[i], 0x77);
+    assert_int_equal(nvh_cap_free_(&c4, m), CAP_OK);
+    /* the page outlives its whole blocks while the tail lives */
+    t = nvh_cap_alloc_(h, 1000);
+    assert_ptr_equal(t, p[0] + PER_PAGE * 3072);
+    for (unsigned i = 0; i < PER_PAGE; i++)
+        assert_int_equal(nvh_cap_free_(&c4, p[i]), CAP_OK);
+    assert_int_equal(pg->kind, CAP_SPAN_PAGE);
+    assert_int_equal(pg->used, 1);
+    assert_int_equal(nvh_cap_usable_(&c4, t), 1024);
+    assert_int_equal(nvh_cap_free_(&c4, t), CAP_OK);
+    assert_int_equal(pg->used, 0);
+    nvh_cap_destroy_(&c4);
+}
+
 /* A batch freed and allocated again within the window refills the pages
  * it had: no punching, no new file space per round. The rounds must fit in
  * one window of NVH_CAP_DECAY_MS (the recent peak is remembered for one or
@@ -688,6 +762,7 @@ int main(void)
         cmocka_unit_test(test_large_kept_resident),
         cmocka_unit_test(test_empty_heap_returns_file),
         cmocka_unit_test(test_freed_before_carved),
+        cmocka_unit_test(test_tail_blocks),
         cmocka_unit_test(test_populate),
         cmocka_unit_test(test_file_is_anonymous),
     };
