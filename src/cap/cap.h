@@ -24,7 +24,7 @@
 
 #define NVH_CAP_BLOCK 4096u                    /* unit of spans and of the map  */
 #define NVH_CAP_BLOCK_SHIFT 12u
-#define NVH_CAP_SMALL_PAGE ((size_t)64 << 10)  /* page of classes <= 8 KiB      */
+#define NVH_CAP_SMALL_PAGE ((size_t)32 << 10)  /* page of classes <= 8 KiB      */
 #define NVH_CAP_MEDIUM_PAGE ((size_t)512 << 10) /* page of classes <= 64 KiB    */
 #define NVH_CAP_SMALL_MAX 8192u
 #define NVH_CAP_CLASS_MAX 65536u               /* larger: a span of its own    */
@@ -51,6 +51,7 @@
 #define NVH_CAP_RSPARE 16u                     /* spare batch nodes per thread  */
 #define NVH_CAP_DECAY_MS 100u             /* window of the recent peak (ms)  */
 #define NVH_CAP_GROW_STEP ((size_t)64 << 20)   /* device free-space check step  */
+#define NVH_CAP_TRIM_MIN ((size_t)128 << 10)   /* smallest free top given back  */
 
 #if defined(__GNUC__)
 #define NVH_CAP_INLINE static inline __attribute__((always_inline))
@@ -242,6 +243,10 @@ struct cap_inst {
     struct cap_heap *heaps, *orphans;
     char dir[256];           /* where fork creates the child's file            */
     int fork_fd;
+    /* the map's entry for the ends of a span given back above the top
+     * (span.c trim_top): a free span over the whole range, so a second free
+     * of a block that went there is still found as a double free */
+    struct cap_span above_top;
 };
 
 _Static_assert(offsetof(struct cap_inst, lock) / 64 != offsetof(struct cap_inst, map) / 64 &&

@@ -292,6 +292,19 @@ static unsigned tail_class(size_t t, uintptr_t a, unsigned S)
     return c;
 }
 
+/* The class's avail page of the lowest address among the first few: pages
+ * are refilled bottom first, so the ones at the top of a heap that shrinks
+ * empty and go back (span.c take_free, trim_top). */
+static struct cap_span *avail_lowest(struct cap_heap *h, unsigned c)
+{
+    struct cap_span *best = h->avail[c];
+    unsigned k = 0;
+    for (struct cap_span *q = best; q && k < 16; q = q->next, k++)
+        if (q->start < best->start)
+            best = q;
+    return best;
+}
+
 static void fine_update(struct cap_heap *h)
 {
     if (h->page_bytes >= NVH_CAP_FINE_BYTES)
@@ -346,8 +359,9 @@ static NVH_CAP_NOINLINE void page_after_free(struct cap_heap *h, struct cap_span
 
 /* Carve never-used blocks into the free list, about 4 KiB at a time, so a
  * page's memory is touched (and the file filled) only as it is used. */
-static bool page_extend(struct cap_inst *cap, struct cap_span *p)
+static bool page_extend(struct cap_heap *h, struct cap_span *p)
 {
+    struct cap_inst *cap = h->cap;
     size_t bs = p->bsize;
     size_t left = (p->end - p->bump) / bs;
     if (!left)
@@ -365,6 +379,10 @@ static bool page_extend(struct cap_inst *cap, struct cap_span *p)
     }
     p->bump = a + n * bs;
     p->free = head;
+    /* the tail's 4 KiB page is the last block's: offered once that block is
+     * carved, so that a tail never touches a page the file does not hold */
+    if (p->bump == p->end && p->tcls)
+        tail_push(h, p);
     return true;
 }
 
@@ -440,12 +458,8 @@ static struct cap_span *page_new(struct cap_heap *h, unsigned c)
     p->cls = c;
     p->pstate = CAP_PG_CUR;
     p->tail = CAP_TAIL_NONE;
-    unsigned tc = tail_class(p->start + psize - p->end, p->end,
-                             h->fine_max ? NVH_CAP_CLASS_SHIFT : NVH_CAP_COARSE_SHIFT);
-    if (tc) {
-        p->tcls = (uint16_t)tc;
-        tail_push(h, p);
-    }
+    p->tcls = (uint16_t)tail_class(p->start + psize - p->end, p->end,
+                                   h->fine_max ? NVH_CAP_CLASS_SHIFT : NVH_CAP_COARSE_SHIFT);
     return p;
 }
 
@@ -736,7 +750,6 @@ NVH_CAP_INLINE void heap_decay(struct cap_heap *h)
 
 static NVH_CAP_NOINLINE void *alloc_slow(struct cap_heap *h, unsigned c)
 {
-    struct cap_inst *cap = h->cap;
     heap_decay(h);
     remote_flush(h);
     heap_drain(h, false);
@@ -766,16 +779,16 @@ static NVH_CAP_NOINLINE void *alloc_slow(struct cap_heap *h, unsigned c)
     if (t)
         return tail_take(h, t);
     if (p != &cap_sentinel) {
-        if (page_extend(cap, p))
+        if (page_extend(h, p))
             return take(p);
         p->pstate = CAP_PG_FULL;
     }
-    p = h->avail[c];
+    p = avail_lowest(h, c);
     if (p) {
         avail_remove(h, p);
         p->pstate = CAP_PG_CUR;
         h->cur[c] = p;
-        if (p->free || page_extend(cap, p))
+        if (p->free || page_extend(h, p))
             return take(p);
     }
     p = page_new(h, c);
@@ -785,7 +798,7 @@ static NVH_CAP_NOINLINE void *alloc_slow(struct cap_heap *h, unsigned c)
         return NULL;
     }
     h->cur[c] = p;
-    page_extend(cap, p);
+    page_extend(h, p);
     return take(p);
 }
 
