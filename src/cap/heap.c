@@ -996,6 +996,20 @@ void *nvh_cap_calloc_(struct cap_heap *h, size_t size)
 }
 
 /* ---- free --------------------------------------------------------------------- */
+/* Whether p, whose map entry is the free span s, is the start of a block
+ * that went into s when it was freed: 4 KiB aligned (every page and large
+ * block starts so), inside s, and for the range given back above the top
+ * (cap->above_top, whose entries stay where the range grows again under
+ * large blocks) above the top now. */
+static bool freed_block(const struct cap_inst *cap, const struct cap_span *s, const void *p)
+{
+    uintptr_t off = (uintptr_t)p - s->start;
+    if (off % NVH_CAP_BLOCK || off >= ((uintptr_t)s->blocks << NVH_CAP_BLOCK_SHIFT))
+        return false;
+    return s != &cap->above_top ||
+           (uintptr_t)p - cap->base >= atomic_load_explicit(&cap->top_hint, memory_order_relaxed);
+}
+
 static NVH_CAP_NOINLINE int free_other(struct cap_inst *cap, struct cap_span *s, void *p)
 {
     switch (s->kind) {
@@ -1008,10 +1022,7 @@ static NVH_CAP_NOINLINE int free_other(struct cap_inst *cap, struct cap_span *s,
         return CAP_OK;
     case CAP_SPAN_FREE:
         /* the start of a block that coalesced into this free span */
-        return ((uintptr_t)p - s->start) % NVH_CAP_BLOCK == 0 &&
-                       (uintptr_t)p - s->start < ((uintptr_t)s->blocks << NVH_CAP_BLOCK_SHIFT)
-                   ? CAP_DOUBLE
-                   : CAP_INVALID;
+        return freed_block(cap, s, p) ? CAP_DOUBLE : CAP_INVALID;
     default:
         return CAP_INVALID;
     }
@@ -1085,8 +1096,7 @@ static struct cap_span *live_span(struct cap_inst *cap, const void *p, int *bad)
             return s;
         *bad = CAP_DOUBLE;
     }
-    if (s->kind == CAP_SPAN_FREE && ((uintptr_t)p - s->start) % NVH_CAP_BLOCK == 0 &&
-        (uintptr_t)p - s->start < ((uintptr_t)s->blocks << NVH_CAP_BLOCK_SHIFT))
+    if (s->kind == CAP_SPAN_FREE && freed_block(cap, s, p))
         *bad = CAP_DOUBLE;
     return NULL;
 }

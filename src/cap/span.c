@@ -475,14 +475,15 @@ struct cap_span *nvh_cap_span_alloc_top_(struct cap_inst *cap, uint32_t n, int k
     return s ? finish(cap, s, kind) : NULL;
 }
 
-/* A free span that ends at the top of the used range and is large, both in
- * bytes (NVH_CAP_TRIM_MIN, glibc's default trim threshold) and against the
- * spans in use (a quarter of them: the heap shrank, it did not just free a
- * block it will ask for again), is given back: its pages punched and the top
- * lowered to its start, as glibc trims the top of its heap. So the address
- * space a heap spans follows its live blocks down after a peak instead of
- * staying at the peak's (what [Moraru11] Table 2 measures); a heap that
- * churns below its top keeps its pages (the allowance, decay_). */
+/* A free span left at the top of the used range by a retired page (see
+ * nvh_cap_span_free_) that is large, both in bytes (NVH_CAP_TRIM_MIN,
+ * glibc's default trim threshold) and against the spans in use (a quarter
+ * of them: the heap shrank, it did not just free a page it will need
+ * again), is given back: its pages punched and the top lowered to its
+ * start, as glibc trims the top of its heap. So the address space a heap
+ * spans follows its live blocks down after a peak instead of staying at the
+ * peak's ([Moraru11] Table 2 measures it); a heap that churns below its top
+ * keeps its pages (the allowance, decay_). */
 static void trim_top(struct cap_inst *cap, struct cap_span *s)
 {
     size_t bytes = (size_t)s->blocks << NVH_CAP_BLOCK_SHIFT;
@@ -499,9 +500,10 @@ static void trim_top(struct cap_inst *cap, struct cap_span *s)
             return;
         }
     }
+    /* every block: a second free of any block that went there finds it */
     size_t i = blk_index(cap, s->start);
-    map_set(cap, i, &cap->above_top);
-    map_set(cap, i + s->blocks - 1, &cap->above_top);
+    for (uint32_t k = 0; k < s->blocks; k++)
+        map_set(cap, i + k, &cap->above_top);
     cap->top = s->start - cap->base;
     atomic_store_explicit(&cap->top_hint, cap->top, memory_order_relaxed);
     desc_put(cap, s);

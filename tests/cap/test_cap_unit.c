@@ -640,6 +640,80 @@ static void test_tail_blocks(void **state)
     nvh_cap_destroy_(&c4);
 }
 
+/* Placement for a compact range: a class whose current page runs dry
+ * refills the lowest of its pages with free blocks (not the one freed into
+ * last), and pages that empty at the top of the range give it back: the top
+ * is lowered (what glibc's trim does), and a second free of a block that
+ * went there is still a double free. */
+static void test_low_pages_first(void **state)
+{
+    (void)state;
+    static struct cap_inst c5;
+    assert_int_equal(nvh_cap_init_file_(&c5, "/dev/shm", (size_t)1 << 30), 0);
+    struct cap_heap *h = nvh_cap_heap_(&c5);
+    assert_non_null(h);
+    enum { PER = NVH_CAP_SMALL_PAGE / 1024, N = 3 * PER };   /* three pages of 1 KiB blocks */
+    static void *p[N];
+    for (unsigned i = 0; i < N; i++)
+        assert_non_null(p[i] = nvh_cap_alloc_(h, 1024));
+    struct cap_span *pg0 = nvh_cap_span_of_(&c5, p[0]), *pg1 = nvh_cap_span_of_(&c5, p[PER]);
+    assert_true(pg0->start < pg1->start);
+    assert_int_equal(nvh_cap_free_(&c5, p[3]), CAP_OK);         /* page 0 */
+    assert_int_equal(nvh_cap_free_(&c5, p[PER + 3]), CAP_OK);   /* page 1, freed into last */
+    void *q = nvh_cap_alloc_(h, 1024);
+    assert_ptr_equal(nvh_cap_span_of_(&c5, q), pg0);
+    assert_ptr_equal(q, p[3]);
+    p[3] = q;
+    for (unsigned i = 0; i < N; i++)
+        if (i != PER + 3)
+            assert_int_equal(nvh_cap_free_(&c5, p[i]), CAP_OK);
+    nvh_cap_destroy_(&c5);
+}
+
+static void test_top_given_back(void **state)
+{
+    (void)state;
+    static struct cap_inst c6;
+    assert_int_equal(nvh_cap_init_file_(&c6, "/dev/shm", (size_t)1 << 30), 0);
+    struct cap_heap *h = nvh_cap_heap_(&c6);
+    assert_non_null(h);
+    enum { PG = 32, A = PG * (NVH_CAP_SMALL_PAGE / 1024), B = PG * (NVH_CAP_SMALL_PAGE / 2048) };
+    static unsigned char *a[A], *b[B];
+    for (unsigned i = 0; i < A; i++)
+        assert_non_null(a[i] = nvh_cap_alloc_(h, 1024));    /* pages 0 .. 31 */
+    for (unsigned i = 0; i < B; i++)
+        assert_non_null(b[i] = nvh_cap_alloc_(h, 2048));    /* pages 32 .. 63 */
+    struct nvh_cap_counters c0, c1;
+    nvh_cap_counters_(&c6, &c0);
+    assert_true(c0.top >= 2 * PG * NVH_CAP_SMALL_PAGE);
+    /* the 2 KiB class's current page becomes its lowest one (page 32) */
+    assert_int_equal(nvh_cap_free_(&c6, b[0]), CAP_OK);
+    unsigned char *b0 = nvh_cap_alloc_(h, 2048);
+    assert_ptr_equal(b0, b[0]);
+    /* every other 2 KiB block freed: pages 33 .. 63 empty, a few kept by
+     * the heap, the rest coalesce at the top and go back */
+    size_t per = NVH_CAP_SMALL_PAGE / 2048;
+    for (unsigned i = (unsigned)per; i < B; i++)
+        assert_int_equal(nvh_cap_free_(&c6, b[i]), CAP_OK);
+    nvh_cap_counters_(&c6, &c1);
+    assert_true(c1.top <= (PG + 1 + NVH_CAP_EMPTY_PAGES) * NVH_CAP_SMALL_PAGE);
+    assert_true(c1.punches > c0.punches);
+    /* a second free of a block given back above the top */
+    unsigned char *x = b[B - per];   /* the start of page 63: 4 KiB aligned */
+    assert_true((uintptr_t)x % NVH_CAP_BLOCK == 0);
+    assert_true((uintptr_t)x - c6.base >= c1.top);
+    assert_int_equal(nvh_cap_free_(&c6, x), CAP_DOUBLE);
+    assert_int_equal(nvh_cap_free_(&c6, x + 2048), CAP_INVALID);
+    /* the range grows again from the lowered top */
+    for (unsigned i = (unsigned)per; i < B; i++)
+        assert_non_null(b[i] = nvh_cap_alloc_(h, 2048));
+    for (unsigned i = 0; i < B; i++)
+        assert_int_equal(nvh_cap_free_(&c6, b[i]), CAP_OK);
+    for (unsigned i = 0; i < A; i++)
+        assert_int_equal(nvh_cap_free_(&c6, a[i]), CAP_OK);
+    nvh_cap_destroy_(&c6);
+}
+
 /* A batch freed and allocated again within the window refills the pages
  * it had: no punching, no new file space per round. The rounds must fit in
  * one window of NVH_CAP_DECAY_MS (the recent peak is remembered for one or
@@ -766,6 +840,8 @@ int main(void)
         cmocka_unit_test(test_empty_heap_returns_file),
         cmocka_unit_test(test_freed_before_carved),
         cmocka_unit_test(test_tail_blocks),
+        cmocka_unit_test(test_low_pages_first),
+        cmocka_unit_test(test_top_given_back),
         cmocka_unit_test(test_populate),
         cmocka_unit_test(test_file_is_anonymous),
     };
