@@ -325,9 +325,22 @@ static void page_retire(struct cap_heap *h, struct cap_span *p, bool locked)
     p->free = NULL;
     p->bump = p->end = p->start;
     if (((size_t)p->blocks << NVH_CAP_BLOCK_SHIFT) < NVH_CAP_MEDIUM_PAGE &&
-        h->nempty < NVH_CAP_EMPTY_PAGES && !atomic_load_explicit(&h->orphan, memory_order_relaxed)) {
-        h->empty[h->nempty++] = p;
-        return;
+        !atomic_load_explicit(&h->orphan, memory_order_relaxed)) {
+        if (h->nempty < NVH_CAP_EMPTY_PAGES) {
+            h->empty[h->nempty++] = p;
+            return;
+        }
+        /* the list is full: keep the lower page, give the highest back, so
+         * that kept pages do not hold the top of the range (trim_top) */
+        unsigned hi = 0;
+        for (unsigned i = 1; i < h->nempty; i++)
+            if (h->empty[i]->start > h->empty[hi]->start)
+                hi = i;
+        if (h->empty[hi]->start > p->start) {
+            struct cap_span *x = h->empty[hi];
+            h->empty[hi] = p;
+            p = x;
+        }
     }
     p->heap = NULL;
     h->page_bytes -= (size_t)p->blocks << NVH_CAP_BLOCK_SHIFT;
@@ -400,18 +413,21 @@ static void populate(struct cap_inst *cap, uintptr_t a, size_t len)
 }
 
 /* A kept empty page for a class whose page is n blocks: one of exactly n
- * blocks, else one a little larger (its tail is then longer), or NULL. */
+ * blocks, else one a little larger (its tail is then longer), the lowest
+ * such (placement: low addresses first), or NULL. */
 static struct cap_span *empty_take(struct cap_heap *h, uint32_t n)
 {
     unsigned pick = h->nempty;
+    bool exact = false;
     for (unsigned i = h->nempty; i-- > 0;) {
-        uint32_t b = h->empty[i]->blocks;
-        if (b == n) {
+        struct cap_span *q = h->empty[i];
+        bool eq = q->blocks == n;
+        if (!eq && (q->blocks < n || q->blocks > n + n / 2 || exact))
+            continue;
+        /* an exact size first, then the lowest address */
+        if (pick == h->nempty || (eq && !exact) || q->start < h->empty[pick]->start)
             pick = i;
-            break;
-        }
-        if (b > n && b <= n + n / 2)
-            pick = i;
+        exact |= eq;
     }
     if (pick == h->nempty)
         return NULL;
@@ -725,8 +741,6 @@ static NVH_CAP_NOINLINE void heap_decay_now(struct cap_heap *h, uint64_t t)
     h->decay_ms = t;
     remote_flush(h);
     heap_drain(h, false);
-    unsigned keep = h->nempty;
-    h->nempty = NVH_CAP_EMPTY_PAGES;   /* list full: page_retire frees to the instance */
     for (unsigned c = 0; c < NVH_CAP_CLASSES; c++) {
         struct cap_span *p = h->cur[c];
         if (p != &cap_sentinel && p->used == 0) {
@@ -734,8 +748,7 @@ static NVH_CAP_NOINLINE void heap_decay_now(struct cap_heap *h, uint64_t t)
             page_retire(h, p, false);
         }
     }
-    h->nempty = keep;
-    heap_release_caches(h, false);
+    heap_release_caches(h, false);   /* the kept empty pages too */
     pthread_mutex_lock(&cap->lock);
     nvh_cap_span_decay_(cap);
     pthread_mutex_unlock(&cap->lock);

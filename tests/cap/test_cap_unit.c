@@ -670,6 +670,43 @@ static void test_low_pages_first(void **state)
     nvh_cap_destroy_(&c5);
 }
 
+/* A heap keeps a few empty pages for reuse; when its list is full, it keeps
+ * the lowest ones and gives the highest back, so kept pages do not hold up
+ * the top of the range. */
+static void test_low_empty_pages_kept(void **state)
+{
+    (void)state;
+    static struct cap_inst c7;
+    assert_int_equal(nvh_cap_init_file_(&c7, "/dev/shm", (size_t)1 << 30), 0);
+    struct cap_heap *h = nvh_cap_heap_(&c7);
+    assert_non_null(h);
+    enum { PER = NVH_CAP_SMALL_PAGE / 1024, PAGES = NVH_CAP_EMPTY_PAGES + 3, N = PAGES * PER };
+    static unsigned char *p[N];
+    for (unsigned i = 0; i < N; i++)
+        assert_non_null(p[i] = nvh_cap_alloc_(h, 1024));
+    struct cap_span *pg[PAGES];
+    for (unsigned k = 0; k < PAGES; k++) {
+        pg[k] = nvh_cap_span_of_(&c7, p[k * PER]);
+        assert_true(k == 0 || pg[k]->start > pg[k - 1]->start);
+    }
+    /* pages 2 .. PAGES-2 emptied: the heap keeps them all */
+    for (unsigned k = 2; k < PAGES - 1; k++)
+        for (unsigned i = 0; i < PER; i++)
+            assert_int_equal(nvh_cap_free_(&c7, p[k * PER + i]), CAP_OK);
+    for (unsigned k = 2; k < PAGES - 1; k++)
+        assert_int_equal(pg[k]->kind, CAP_SPAN_PAGE);
+    /* page 1 emptied: kept, and the highest kept one given back instead */
+    for (unsigned i = 0; i < PER; i++)
+        assert_int_equal(nvh_cap_free_(&c7, p[PER + i]), CAP_OK);
+    assert_int_equal(pg[1]->kind, CAP_SPAN_PAGE);
+    assert_int_equal(nvh_cap_span_of_(&c7, p[(PAGES - 2) * PER])->kind, CAP_SPAN_FREE);
+    for (unsigned i = 0; i < PER; i++) {
+        assert_int_equal(nvh_cap_free_(&c7, p[i]), CAP_OK);
+        assert_int_equal(nvh_cap_free_(&c7, p[(PAGES - 1) * PER + i]), CAP_OK);
+    }
+    nvh_cap_destroy_(&c7);
+}
+
 static void test_top_given_back(void **state)
 {
     (void)state;
@@ -841,6 +878,7 @@ int main(void)
         cmocka_unit_test(test_freed_before_carved),
         cmocka_unit_test(test_tail_blocks),
         cmocka_unit_test(test_low_pages_first),
+        cmocka_unit_test(test_low_empty_pages_kept),
         cmocka_unit_test(test_top_given_back),
         cmocka_unit_test(test_populate),
         cmocka_unit_test(test_file_is_anonymous),
