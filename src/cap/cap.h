@@ -24,7 +24,7 @@
 
 #define NVH_CAP_BLOCK 4096u                    /* unit of spans and of the map  */
 #define NVH_CAP_BLOCK_SHIFT 12u
-#define NVH_CAP_SMALL_PAGE ((size_t)64 << 10)  /* page of classes <= 8 KiB      */
+#define NVH_CAP_SMALL_PAGE ((size_t)32 << 10)  /* page of classes <= 8 KiB      */
 #define NVH_CAP_MEDIUM_PAGE ((size_t)512 << 10) /* page of classes <= 64 KiB    */
 #define NVH_CAP_SMALL_MAX 8192u
 #define NVH_CAP_CLASS_MAX 65536u               /* larger: a span of its own    */
@@ -51,6 +51,7 @@
 #define NVH_CAP_RSPARE 16u                     /* spare batch nodes per thread  */
 #define NVH_CAP_DECAY_MS 100u             /* window of the recent peak (ms)  */
 #define NVH_CAP_GROW_STEP ((size_t)64 << 20)   /* device free-space check step  */
+#define NVH_CAP_TRIM_MIN ((size_t)128 << 10)   /* smallest free top given back  */
 
 #if defined(__GNUC__)
 #define NVH_CAP_INLINE static inline __attribute__((always_inline))
@@ -75,6 +76,9 @@ struct cap_block {
 
 enum { CAP_SPAN_DEAD = 0, CAP_SPAN_FREE, CAP_SPAN_PAGE, CAP_SPAN_LARGE };
 enum { CAP_PG_CUR = 1, CAP_PG_AVAIL, CAP_PG_FULL, CAP_PG_EMPTY };
+/* A page's tail (the bytes after its last whole block, shorter than one):
+ * none, a free block of class tcls, or that block handed out (heap.c). */
+enum { CAP_TAIL_NONE = 0, CAP_TAIL_FREE, CAP_TAIL_USED };
 
 struct cap_heap;
 struct meta_slab;
@@ -124,10 +128,13 @@ struct cap_span {
     uint32_t used;             /* page: blocks handed out, not freed to owner  */
     uint32_t cls;              /* page: size class                             */
     uint8_t pstate;            /* page: CAP_PG_* (owner only)                  */
-    uint8_t pad1_[7];
+    uint8_t tail;              /* page: CAP_TAIL_* (owner only, heap.c)        */
+    uint16_t tcls;             /* page: size class of its tail block           */
+    uint8_t pad1_[4];
     uintptr_t bump, end;       /* page: never-used blocks [bump, end)          */
     struct cap_span *dnext, *dprev; /* free + dirty: punch queue (oldest first);
-                                       instance-cached large: age queue       */
+                                       instance-cached large: age queue;
+                                       page: its heap's list of free tails    */
     size_t dbytes;             /* free + dirty: bytes that may hold pages      */
 };
 _Static_assert(offsetof(struct cap_span, free) == 64, "cap_span: owner line");
@@ -144,6 +151,8 @@ struct cap_heap {
     struct cap_span *cur[NVH_CAP_CLASSES];
     struct cap_span *avail[NVH_CAP_CLASSES];
     uint8_t pgrow[NVH_CAP_CLASSES];  /* pages made per class, up to full size */
+    struct cap_span *tails[NVH_CAP_CLASSES]; /* pages whose free tail is a block
+                                                of this class (dnext/dprev)   */
     size_t fine_max;                 /* sizes up to this use the fine classes */
     size_t page_bytes;               /* bytes of the pages it holds           */
     /* written by other threads (one CAS per batch of frees): a line of its
@@ -234,6 +243,10 @@ struct cap_inst {
     struct cap_heap *heaps, *orphans;
     char dir[256];           /* where fork creates the child's file            */
     int fork_fd;
+    /* the map's entry for the ends of a span given back above the top
+     * (span.c trim_top): a free span over the whole range, so a second free
+     * of a block that went there is still found as a double free */
+    struct cap_span above_top;
 };
 
 _Static_assert(offsetof(struct cap_inst, lock) / 64 != offsetof(struct cap_inst, map) / 64 &&

@@ -243,6 +243,68 @@ static void avail_remove(struct cap_heap *h, struct cap_span *p)
     p->next = p->prev = NULL;
 }
 
+/* ---- tail blocks ------------------------------------------------------------ */
+/* A page is a whole number of 4 KiB blocks (the block map's unit), so a page
+ * of a class that does not divide it ends in a tail shorter than one block:
+ * about 0.4 % of a big heap of odd sizes ([Moraru11] Table 2), as much as the
+ * size-class rounding. The tail is handed out as one block of a smaller
+ * class (the largest on the heap's grid that fits, and whose power-of-two
+ * alignment its address has, so aligned requests may take it too): a class
+ * whose current page has no free block takes a free tail of its class before
+ * it carves never-used blocks. The tail block counts in its page's `used`,
+ * so the page is not retired while it is live; a free finds it by its
+ * address (the page's `end`, past every whole block). */
+static void tail_push(struct cap_heap *h, struct cap_span *p)
+{
+    p->tail = CAP_TAIL_FREE;
+    p->dprev = NULL;
+    p->dnext = h->tails[p->tcls];
+    if (p->dnext)
+        p->dnext->dprev = p;
+    h->tails[p->tcls] = p;
+}
+
+static void tail_unlink(struct cap_heap *h, struct cap_span *p)
+{
+    if (p->dprev)
+        p->dprev->dnext = p->dnext;
+    else
+        h->tails[p->tcls] = p->dnext;
+    if (p->dnext)
+        p->dnext->dprev = p->dprev;
+    p->dnext = p->dprev = NULL;
+    p->tail = CAP_TAIL_NONE;
+}
+
+/* The class of a tail of t bytes at address a on grid S: the largest class
+ * of the grid that fits in t and whose size's power-of-two factor divides
+ * a; 0 if none (t < 16). */
+static unsigned tail_class(size_t t, uintptr_t a, unsigned S)
+{
+    if (t < 16)
+        return 0;
+    unsigned c = size_class(t & ~(size_t)15);
+    for (; c; c--) {
+        size_t cs = class_size(c);
+        if (cs <= t && class_round(cs, S) == cs && (a & ((cs & (0 - cs)) - 1)) == 0)
+            break;
+    }
+    return c;
+}
+
+/* The class's avail page of the lowest address among the first few: pages
+ * are refilled bottom first, so the ones at the top of a heap that shrinks
+ * empty and go back (span.c take_free, trim_top). */
+static struct cap_span *avail_lowest(struct cap_heap *h, unsigned c)
+{
+    struct cap_span *best = h->avail[c];
+    unsigned k = 0;
+    for (struct cap_span *q = best; q && k < 16; q = q->next, k++)
+        if (q->start < best->start)
+            best = q;
+    return best;
+}
+
 static void fine_update(struct cap_heap *h)
 {
     if (h->page_bytes >= NVH_CAP_FINE_BYTES)
@@ -257,13 +319,28 @@ static void page_retire(struct cap_heap *h, struct cap_span *p, bool locked)
     struct cap_inst *cap = h->cap;
     if (h->pgrow[p->cls])
         h->pgrow[p->cls]--;    /* the class needs a page fewer */
+    if (p->tail == CAP_TAIL_FREE)
+        tail_unlink(h, p);
     p->pstate = CAP_PG_EMPTY;
     p->free = NULL;
     p->bump = p->end = p->start;
     if (((size_t)p->blocks << NVH_CAP_BLOCK_SHIFT) < NVH_CAP_MEDIUM_PAGE &&
-        h->nempty < NVH_CAP_EMPTY_PAGES && !atomic_load_explicit(&h->orphan, memory_order_relaxed)) {
-        h->empty[h->nempty++] = p;
-        return;
+        !atomic_load_explicit(&h->orphan, memory_order_relaxed)) {
+        if (h->nempty < NVH_CAP_EMPTY_PAGES) {
+            h->empty[h->nempty++] = p;
+            return;
+        }
+        /* the list is full: keep the lower page, give the highest back, so
+         * that kept pages do not hold the top of the range (trim_top) */
+        unsigned hi = 0;
+        for (unsigned i = 1; i < h->nempty; i++)
+            if (h->empty[i]->start > h->empty[hi]->start)
+                hi = i;
+        if (h->empty[hi]->start > p->start) {
+            struct cap_span *x = h->empty[hi];
+            h->empty[hi] = p;
+            p = x;
+        }
     }
     p->heap = NULL;
     h->page_bytes -= (size_t)p->blocks << NVH_CAP_BLOCK_SHIFT;
@@ -295,8 +372,9 @@ static NVH_CAP_NOINLINE void page_after_free(struct cap_heap *h, struct cap_span
 
 /* Carve never-used blocks into the free list, about 4 KiB at a time, so a
  * page's memory is touched (and the file filled) only as it is used. */
-static bool page_extend(struct cap_inst *cap, struct cap_span *p)
+static bool page_extend(struct cap_heap *h, struct cap_span *p)
 {
+    struct cap_inst *cap = h->cap;
     size_t bs = p->bsize;
     size_t left = (p->end - p->bump) / bs;
     if (!left)
@@ -314,6 +392,10 @@ static bool page_extend(struct cap_inst *cap, struct cap_span *p)
     }
     p->bump = a + n * bs;
     p->free = head;
+    /* the tail's 4 KiB page is the last block's: offered once that block is
+     * carved, so that a tail never touches a page the file does not hold */
+    if (p->bump == p->end && p->tcls)
+        tail_push(h, p);
     return true;
 }
 
@@ -331,18 +413,21 @@ static void populate(struct cap_inst *cap, uintptr_t a, size_t len)
 }
 
 /* A kept empty page for a class whose page is n blocks: one of exactly n
- * blocks, else one a little larger (its tail is then longer), or NULL. */
+ * blocks, else one a little larger (its tail is then longer), the lowest
+ * such (placement: low addresses first), or NULL. */
 static struct cap_span *empty_take(struct cap_heap *h, uint32_t n)
 {
     unsigned pick = h->nempty;
+    bool exact = false;
     for (unsigned i = h->nempty; i-- > 0;) {
-        uint32_t b = h->empty[i]->blocks;
-        if (b == n) {
+        struct cap_span *q = h->empty[i];
+        bool eq = q->blocks == n;
+        if (!eq && (q->blocks < n || q->blocks > n + n / 2 || exact))
+            continue;
+        /* an exact size first, then the lowest address */
+        if (pick == h->nempty || (eq && !exact) || q->start < h->empty[pick]->start)
             pick = i;
-            break;
-        }
-        if (b > n && b <= n + n / 2)
-            pick = i;
+        exact |= eq;
     }
     if (pick == h->nempty)
         return NULL;
@@ -388,7 +473,39 @@ static struct cap_span *page_new(struct cap_heap *h, unsigned c)
     p->inv = (((uint64_t)1 << 40) + bs - 1) / bs;
     p->cls = c;
     p->pstate = CAP_PG_CUR;
+    p->tail = CAP_TAIL_NONE;
+    p->tcls = (uint16_t)tail_class(p->start + psize - p->end, p->end,
+                                   h->fine_max ? NVH_CAP_CLASS_SHIFT : NVH_CAP_COARSE_SHIFT);
     return p;
+}
+
+/* Hand out the free tail of page q (of another class). */
+static void *tail_take(struct cap_heap *h, struct cap_span *q)
+{
+    tail_unlink(h, q);
+    q->tail = CAP_TAIL_USED;
+    q->used++;
+    struct cap_block *b = (struct cap_block *)q->end;
+    b->key = 0;
+    return b;
+}
+
+/* The tail block of p is freed to its owner h (its key is already set). The
+ * page's state follows its used count as local_free's does, except that a
+ * full page stays full (it has no free whole block to offer). */
+static NVH_CAP_NOINLINE void tail_release(struct cap_heap *h, struct cap_span *p, bool locked)
+{
+    tail_push(h, p);
+    if (--p->used)
+        return;
+    if (p->pstate == CAP_PG_AVAIL)
+        avail_remove(h, p);
+    else if (p->pstate == CAP_PG_CUR) {
+        if (!atomic_load_explicit(&h->orphan, memory_order_relaxed))
+            return;   /* a live heap's current page stays current */
+        h->cur[p->cls] = &cap_sentinel;
+    }
+    page_retire(h, p, locked);
 }
 
 /* Free one block into a page of h, as its owner (or under the lock while h
@@ -464,6 +581,18 @@ static NVH_CAP_NOINLINE void late_double(struct cap_inst *cap, struct cap_block 
         cap->late_double(cap, b);
 }
 
+/* A drained cross-thread free of b into its page: a whole block, or the
+ * page's tail block (past its last whole block). Anything else past the
+ * whole blocks was never handed out: dropped. */
+NVH_CAP_INLINE void drain_one(struct cap_heap *h, struct cap_block *b, bool locked)
+{
+    struct cap_span *p = nvh_cap_span_of_(h->cap, b);
+    if (nvh_cap_likely((uintptr_t)b < p->end))
+        local_free(h, p, b, locked);
+    else if ((uintptr_t)b == p->end && p->tail == CAP_TAIL_USED)
+        tail_release(h, p, locked);
+}
+
 /* Take the frees other threads pushed to h. */
 static void heap_drain(struct cap_heap *h, bool locked)
 {
@@ -475,7 +604,7 @@ static void heap_drain(struct cap_heap *h, bool locked)
         if (x & RLONE) {
             struct cap_block *b = (struct cap_block *)(x & ~RLONE);
             x = (uintptr_t)b->next;
-            local_free(h, nvh_cap_span_of_(cap, b), b, locked);
+            drain_one(h, b, locked);
             continue;
         }
         struct cap_rbatch *rb = (struct cap_rbatch *)x;
@@ -497,7 +626,7 @@ static void heap_drain(struct cap_heap *h, bool locked)
                 }
                 b->key = k;
             }
-            local_free(h, nvh_cap_span_of_(cap, b), b, locked);
+            drain_one(h, b, locked);
         }
         rbatch_keep(h, rb, locked);
     }
@@ -612,8 +741,6 @@ static NVH_CAP_NOINLINE void heap_decay_now(struct cap_heap *h, uint64_t t)
     h->decay_ms = t;
     remote_flush(h);
     heap_drain(h, false);
-    unsigned keep = h->nempty;
-    h->nempty = NVH_CAP_EMPTY_PAGES;   /* list full: page_retire frees to the instance */
     for (unsigned c = 0; c < NVH_CAP_CLASSES; c++) {
         struct cap_span *p = h->cur[c];
         if (p != &cap_sentinel && p->used == 0) {
@@ -621,8 +748,7 @@ static NVH_CAP_NOINLINE void heap_decay_now(struct cap_heap *h, uint64_t t)
             page_retire(h, p, false);
         }
     }
-    h->nempty = keep;
-    heap_release_caches(h, false);
+    heap_release_caches(h, false);   /* the kept empty pages too */
     pthread_mutex_lock(&cap->lock);
     nvh_cap_span_decay_(cap);
     pthread_mutex_unlock(&cap->lock);
@@ -637,7 +763,6 @@ NVH_CAP_INLINE void heap_decay(struct cap_heap *h)
 
 static NVH_CAP_NOINLINE void *alloc_slow(struct cap_heap *h, unsigned c)
 {
-    struct cap_inst *cap = h->cap;
     heap_decay(h);
     remote_flush(h);
     heap_drain(h, false);
@@ -662,17 +787,21 @@ static NVH_CAP_NOINLINE void *alloc_slow(struct cap_heap *h, unsigned c)
             return take(q);
         }
     }
+    /* a free tail of another page before never-used blocks (tail_take) */
+    struct cap_span *t = h->tails[c];
+    if (t)
+        return tail_take(h, t);
     if (p != &cap_sentinel) {
-        if (page_extend(cap, p))
+        if (page_extend(h, p))
             return take(p);
         p->pstate = CAP_PG_FULL;
     }
-    p = h->avail[c];
+    p = avail_lowest(h, c);
     if (p) {
         avail_remove(h, p);
         p->pstate = CAP_PG_CUR;
         h->cur[c] = p;
-        if (p->free || page_extend(cap, p))
+        if (p->free || page_extend(h, p))
             return take(p);
     }
     p = page_new(h, c);
@@ -682,7 +811,7 @@ static NVH_CAP_NOINLINE void *alloc_slow(struct cap_heap *h, unsigned c)
         return NULL;
     }
     h->cur[c] = p;
-    page_extend(cap, p);
+    page_extend(h, p);
     return take(p);
 }
 
@@ -880,6 +1009,20 @@ void *nvh_cap_calloc_(struct cap_heap *h, size_t size)
 }
 
 /* ---- free --------------------------------------------------------------------- */
+/* Whether p, whose map entry is the free span s, is the start of a block
+ * that went into s when it was freed: 4 KiB aligned (every page and large
+ * block starts so), inside s, and for the range given back above the top
+ * (cap->above_top, whose entries stay where the range grows again under
+ * large blocks) above the top now. */
+static bool freed_block(const struct cap_inst *cap, const struct cap_span *s, const void *p)
+{
+    uintptr_t off = (uintptr_t)p - s->start;
+    if (off % NVH_CAP_BLOCK || off >= ((uintptr_t)s->blocks << NVH_CAP_BLOCK_SHIFT))
+        return false;
+    return s != &cap->above_top ||
+           (uintptr_t)p - cap->base >= atomic_load_explicit(&cap->top_hint, memory_order_relaxed);
+}
+
 static NVH_CAP_NOINLINE int free_other(struct cap_inst *cap, struct cap_span *s, void *p)
 {
     switch (s->kind) {
@@ -892,13 +1035,22 @@ static NVH_CAP_NOINLINE int free_other(struct cap_inst *cap, struct cap_span *s,
         return CAP_OK;
     case CAP_SPAN_FREE:
         /* the start of a block that coalesced into this free span */
-        return ((uintptr_t)p - s->start) % NVH_CAP_BLOCK == 0 &&
-                       (uintptr_t)p - s->start < ((uintptr_t)s->blocks << NVH_CAP_BLOCK_SHIFT)
-                   ? CAP_DOUBLE
-                   : CAP_INVALID;
+        return freed_block(cap, s, p) ? CAP_DOUBLE : CAP_INVALID;
     default:
         return CAP_INVALID;
     }
+}
+
+/* The owner's free of a block past its page's carving front: the page's
+ * tail block, or one never handed out (invalid). */
+static NVH_CAP_NOINLINE int free_tail(struct cap_inst *cap, struct cap_heap *h, struct cap_span *s,
+                                      struct cap_block *b)
+{
+    if ((uintptr_t)b != s->end || s->tail != CAP_TAIL_USED)
+        return CAP_INVALID;
+    b->key = key_of(cap, b);
+    tail_release(h, s, false);
+    return CAP_OK;
 }
 
 NVH_CAP_INLINE int cap_free(struct cap_inst *cap, void *p)
@@ -917,7 +1069,7 @@ NVH_CAP_INLINE int cap_free(struct cap_inst *cap, void *p)
             if (nvh_cap_unlikely(b->key == key_of(cap, p)))
                 return CAP_DOUBLE;
             if (nvh_cap_unlikely((uintptr_t)p >= s->bump))
-                return CAP_INVALID;     /* never handed out (or page empty) */
+                return free_tail(cap, h, s, b);   /* or never handed out */
             b->key = key_of(cap, p);
             local_free(h, s, b, false);
             return CAP_OK;
@@ -948,6 +1100,8 @@ static struct cap_span *live_span(struct cap_inst *cap, const void *p, int *bad)
             *bad = CAP_DOUBLE;
             return NULL;
         }
+        if ((uintptr_t)p >= s->end && ((uintptr_t)p != s->end || s->tail != CAP_TAIL_USED))
+            return NULL;   /* past the whole blocks, and not a live tail */
         return s;
     }
     if (s->kind == CAP_SPAN_LARGE && (uintptr_t)p == s->user) {
@@ -955,16 +1109,15 @@ static struct cap_span *live_span(struct cap_inst *cap, const void *p, int *bad)
             return s;
         *bad = CAP_DOUBLE;
     }
-    if (s->kind == CAP_SPAN_FREE && ((uintptr_t)p - s->start) % NVH_CAP_BLOCK == 0 &&
-        (uintptr_t)p - s->start < ((uintptr_t)s->blocks << NVH_CAP_BLOCK_SHIFT))
+    if (s->kind == CAP_SPAN_FREE && freed_block(cap, s, p))
         *bad = CAP_DOUBLE;
     return NULL;
 }
 
-static inline size_t span_usable(const struct cap_span *s)
+static inline size_t span_usable(const struct cap_span *s, const void *p)
 {
     if (s->kind == CAP_SPAN_PAGE)
-        return s->bsize;
+        return (uintptr_t)p < s->end ? s->bsize : class_size(s->tcls);
     return s->start + ((uintptr_t)s->blocks << NVH_CAP_BLOCK_SHIFT) - s->user;
 }
 
@@ -972,7 +1125,7 @@ size_t nvh_cap_usable_(struct cap_inst *cap, const void *p)
 {
     int bad;
     struct cap_span *s = live_span(cap, p, &bad);
-    return s ? span_usable(s) : 0;
+    return s ? span_usable(s, p) : 0;
 }
 
 void *nvh_cap_realloc_(struct cap_heap *h, void *p, size_t size, int *bad)
@@ -982,7 +1135,7 @@ void *nvh_cap_realloc_(struct cap_heap *h, void *p, size_t size, int *bad)
     if (!s)
         return NULL;
     *bad = CAP_OK;
-    size_t usable = span_usable(s);
+    size_t usable = span_usable(s, p);
     /* a roomy block (grown by realloc) keeps its headroom while it shrinks
      * a little: it is likely to grow again */
     bool roomy = s->kind == CAP_SPAN_LARGE && s->roomy;

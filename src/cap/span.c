@@ -330,21 +330,37 @@ void nvh_cap_span_settle_(struct cap_inst *cap)
 }
 
 /* ---- span allocator ---------------------------------------------------------- */
+/* A free span of at least n blocks: the lowest address among the first
+ * CAP_FIT_LOOK spans that fit, smallest bins first. Low addresses first keeps
+ * the used range compact: after a peak the spans in use gather at its
+ * bottom, and the free space above them reaches the top, where it is given
+ * back (trim_top); a LIFO choice would scatter them over the peak's range.
+ * The bound keeps a heap with many free spans from scanning them all. */
+#define CAP_FIT_LOOK 32u
 static struct cap_span *take_free(struct cap_inst *cap, uint32_t n)
 {
-    unsigned b = bin_of(n);
+    unsigned b = bin_of(n), seen = 0;
+    struct cap_span *best = NULL;
     /* the first bin may hold smaller spans (a log bin): look through it */
-    for (struct cap_span *s = cap->bins[b]; s; s = s->next)
-        if (s->blocks >= n)
-            return s;
-    for (unsigned w = (b + 1) / 64; w < NVH_CAP_BINS / 64; w++) {
+    for (struct cap_span *s = cap->bins[b]; s && seen < CAP_FIT_LOOK; s = s->next)
+        if (s->blocks >= n) {
+            seen++;
+            if (!best || s->start < best->start)
+                best = s;
+        }
+    for (unsigned w = (b + 1) / 64; w < NVH_CAP_BINS / 64 && seen < CAP_FIT_LOOK; w++) {
         uint64_t m = cap->binmap[w];
         if (w == (b + 1) / 64)
             m &= ~(uint64_t)0 << ((b + 1) % 64);
-        if (m)
-            return cap->bins[w * 64 + (unsigned)__builtin_ctzll(m)];
+        for (; m && seen < CAP_FIT_LOOK; m &= m - 1)
+            for (struct cap_span *s = cap->bins[w * 64 + (unsigned)__builtin_ctzll(m)];
+                 s && seen < CAP_FIT_LOOK; s = s->next) {
+                seen++;
+                if (!best || s->start < best->start)
+                    best = s;
+            }
     }
-    return NULL;
+    return best;
 }
 
 static void account(struct cap_inst *cap, struct cap_span *s, bool add)
@@ -459,6 +475,40 @@ struct cap_span *nvh_cap_span_alloc_top_(struct cap_inst *cap, uint32_t n, int k
     return s ? finish(cap, s, kind) : NULL;
 }
 
+/* A free span left at the top of the used range by a retired page (see
+ * nvh_cap_span_free_) that is large, both in bytes (NVH_CAP_TRIM_MIN,
+ * glibc's default trim threshold) and against the spans in use (a quarter
+ * of them: the heap shrank, it did not just free a page it will need
+ * again), is given back: its pages punched and the top lowered to its
+ * start, as glibc trims the top of its heap. So the address space a heap
+ * spans follows its live blocks down after a peak instead of staying at the
+ * peak's ([Moraru11] Table 2 measures it); a heap that churns below its top
+ * keeps its pages (the allowance, decay_). */
+static void trim_top(struct cap_inst *cap, struct cap_span *s)
+{
+    size_t bytes = (size_t)s->blocks << NVH_CAP_BLOCK_SHIFT;
+    if (bytes < NVH_CAP_TRIM_MIN || bytes < cap->span_bytes / 4)
+        return;
+    bin_remove(cap, s);
+    if (s->dirty) {
+        dirty_remove(cap, s);
+        if (madvise((void *)s->start, bytes, MADV_REMOVE) == 0)
+            cap->punches++;
+        else {
+            dirty_push(cap, s, bytes);   /* it holds pages: keep it */
+            bin_insert(cap, s);
+            return;
+        }
+    }
+    /* every block: a second free of any block that went there finds it */
+    size_t i = blk_index(cap, s->start);
+    for (uint32_t k = 0; k < s->blocks; k++)
+        map_set(cap, i + k, &cap->above_top);
+    cap->top = s->start - cap->base;
+    atomic_store_explicit(&cap->top_hint, cap->top, memory_order_relaxed);
+    desc_put(cap, s);
+}
+
 /* Make s free: coalesce with free neighbours, queue its pages for punching. */
 static void release(struct cap_inst *cap, struct cap_span *s)
 {
@@ -509,9 +559,19 @@ static void release(struct cap_inst *cap, struct cap_span *s)
 void nvh_cap_span_free_(struct cap_inst *cap, struct cap_span *s)
 {
     cap->span_calls++;
+    bool page = s->kind == CAP_SPAN_PAGE;
     if (s->kind != CAP_SPAN_FREE)
         account(cap, s, false);
+    uintptr_t start = s->start;
     release(cap, s);
+    /* a page goes back when its class's live blocks fell (a heap keeps a few
+     * empty pages): the heap shrank; a large block at the top is more likely
+     * a buffer asked for again (kept blocks, the allowance) */
+    if (page) {
+        struct cap_span *f = atomic_load_explicit(&cap->map[blk_index(cap, start)], memory_order_relaxed);
+        if (f && f->kind == CAP_SPAN_FREE && f != &cap->above_top && span_end(f) == cap->base + cap->top)
+            trim_top(cap, f);
+    }
     decay(cap);
 }
 
@@ -723,6 +783,9 @@ static int common_init(struct cap_inst *cap)
     if (m == MAP_FAILED)
         return -errno;
     cap->map = m;
+    cap->above_top.kind = CAP_SPAN_FREE;
+    cap->above_top.start = cap->base;
+    cap->above_top.blocks = (uint32_t)(cap->size >> NVH_CAP_BLOCK_SHIFT);
     pthread_mutex_init(&cap->lock, NULL);
     cap->decay_min = (size_t)32 << 20;
     cap->fork_fd = -1;
