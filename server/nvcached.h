@@ -64,6 +64,10 @@ typedef struct nvc_worker {
     int nspare;
     char *ospare[NVC_IN_SPARES];  /* output buffers of NVC_OUT_CHUNK, the same way */
     int nospare;
+    int notify_rd, notify_wr;     /* pipe: accepted sockets dealt to this worker */
+    struct event *notify_ev;
+    uint64_t nconns;              /* open + dealt connections (atomic: the acceptor
+                                     adds, the worker subtracts, stats reads) */
 } nvc_worker;
 
 typedef struct nvc_server {

@@ -692,7 +692,11 @@ static void cmd_stats(nvc_conn *c, tok *t, int nt)
         outf(c, "STAT nvheap_changes %" PRIu64 "\r\n", ops);
         outf(c, "STAT nvheap_fences_per_change %.3f\r\n", ops ? (double)st.fences / (double)ops : 0.0);
         outf(c, "STAT nvheap_lines_per_change %.3f\r\n", ops ? (double)st.lines_flushed / (double)ops : 0.0);
-        OUTS(c, "END\r\n");
+        OUTS(c, "STAT worker_conns ");
+        for (int i = 0; i < set->threads; i++)
+            outf(c, i ? ",%" PRIu64 : "%" PRIu64,
+                 __atomic_load_n(&nvc_srv.workers[i].nconns, __ATOMIC_RELAXED));
+        OUTS(c, "\r\nEND\r\n");
     } else if (nt == 2 && tok_is(&t[1], "settings")) {
         outf(c, "STAT maxbytes %" PRIu64 "\r\n", set->maxbytes);
         outf(c, "STAT maxconns %d\r\n", set->maxconns);

@@ -252,6 +252,43 @@ def test_options(tmpdir_nv):
     assert out.returncode == 1 and "other.pool" in out.stderr
 
 
+def worker_conns(s, total):
+    """Connections per worker once `total` are open (this one included:
+    the server sees earlier closes asynchronously)."""
+    for _ in range(100):
+        c = s.client()
+        n = [int(x) for x in c.stats()["worker_conns"].split(",")]
+        c.close()
+        if sum(n) == total:
+            break
+        time.sleep(0.05)
+    return n
+
+
+def test_connections_dealt_evenly(tmpdir_nv):
+    """A burst of connects is spread over the workers (max - min <= 1), and
+    so are new connections after some closed: the main thread deals each to
+    the worker with the fewest."""
+    s = Server(tmpdir_nv, args=["-t", "4"]).start()
+    time.sleep(0.2)                               # the start-up probe's close
+    conns = [s.client() for _ in range(40)]       # all connect before any sends
+    for c in conns:
+        assert c.req("version\r\n").startswith(b"VERSION")
+    n = worker_conns(s, 41)                       # the stats connection included
+    assert len(n) == 4 and sum(n) == 41 and max(n) - min(n) <= 1, n
+    gone = sorted(set(range(0, 20, 3)) | set(range(1, 20, 7)))
+    for i in gone:                                # closes unevenly over the workers
+        conns[i].close()
+    closed = len(gone)
+    worker_conns(s, 41 - closed)
+    more = [s.client() for _ in range(closed + 8)]
+    for c in more:
+        assert c.req("version\r\n").startswith(b"VERSION")
+    n = worker_conns(s, 41 + 8)
+    assert sum(n) == 41 + 8 and max(n) - min(n) <= 1, n
+    s.stop()
+
+
 def test_memccapable(server):
     exe = shutil.which("memccapable")
     if not exe:
