@@ -104,6 +104,25 @@ struct nvh_hm_node *nvh_hm_find_(struct nvh_hmap *m, struct nvh_hm_link *start, 
 /* ==========================================================================
  * Put / insert / update
  * ========================================================================== */
+/* Copy the value after the header and key bytes already stored at e, and
+ * flush the whole entry, each line once: the value is copied up to the end
+ * of the line the key ends in first, so that line is flushed once with the
+ * header, and the rest starts on a line boundary (e is line-aligned: the
+ * allocator's NVH_ALLOC_ALIGN), copied and flushed (or streamed, for long
+ * values) by nvh_memcpy_nodrain. Flushing the header and then the value
+ * from its unaligned start wrote the shared line back twice. */
+static inline void hm_fill_value(nvh_pool *pool, struct nvh_hm_node *e, size_t klen,
+                                 const void *val, size_t vlen)
+{
+    size_t hk = sizeof *e + klen;
+    size_t head = (NVH_CACHELINE - hk % NVH_CACHELINE) % NVH_CACHELINE;
+    if (head > vlen) head = vlen;
+    if (head) memcpy(e->data + klen, val, head);
+    nvh_flush(pool, e, hk + head);
+    if (vlen > head)
+        nvh_memcpy_nodrain(pool, e->data + klen + head, (const uint8_t *)val + head, vlen - head);
+}
+
 /* Fill and persist a new entry, then publish it with ONE activation whose
  * link is `*prev` (the predecessor's next, or a dummy's):
  *   fence 1  entry content (+ a pending slot for an update) durable: a redo
@@ -177,8 +196,7 @@ static int hm_write(struct nvh_hmap *m, const void *key, size_t klen, const void
     e->magic = NVH_HM_NODE_MAGIC;
     e->reserved = 0;
     if (klen) memcpy(e->data, key, klen);
-    nvh_flush(pool, e, sizeof *e + klen);
-    if (vlen) nvh_memcpy_nodrain(pool, e->data + klen, val, vlen);
+    hm_fill_value(pool, e, klen, val, vlen);
     if (old) {
         NVH_ASSERT(*pend == 0);
         nvh_protect_open_(pool, pend, 8);
