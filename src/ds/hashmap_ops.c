@@ -226,17 +226,16 @@ static int hm_write(struct nvh_hmap *m, const void *key, size_t klen, const void
     }
     if (old) {
         HM_TEST_HOOK();
-        nvh_hm_bytes_changed_(m, 0, (int64_t)vlen - (int64_t)old->vlen);
+        nvh_hm_bytes_changed_(st, 0, (int64_t)vlen - (int64_t)old->vlen);
         rc = hm_free(pool, old, pend, 0);                  /* fence 3 */
         /* A failure here (a corrupt header) leaves the slot set: the next
          * open retries the free, and this handle never hands it out again.
          * The update itself is durable. */
         if (rc == NVH_OK) nvh_hm_slot_put_(m, slot);
-        nvh_hm_count_changed_(m, 0, false);
     } else {
         nvh_hm_settle_(m, st, false);  /* fence 2 made the eager links durable: marks */
         nvh_hm_count_changed_(m, 1, false);
-        nvh_hm_bytes_changed_(m, (int64_t)klen, (int64_t)vlen);
+        nvh_hm_bytes_changed_(st, (int64_t)klen, (int64_t)vlen);
         int grc = nvh_hm_maybe_grow_(m);
         (void)grc;   /* a failed grow only leaves the chains longer */
         /* a batch blocked by an unlinked parent (after a crash): the
@@ -294,7 +293,7 @@ int nvh_hmap_delete(nvh_hmap *m, const void *key, size_t klen)
     rc = hm_free(m->pool, e, prev, e->next);
     if (rc == NVH_OK) {
         nvh_hm_count_changed_(m, -1, false);
-        nvh_hm_bytes_changed_(m, -kl, -vl);
+        nvh_hm_bytes_changed_(st, -kl, -vl);
     }
     hm_unlock(st);
     return rc;
