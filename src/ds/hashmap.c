@@ -228,6 +228,27 @@ static int hm_link_stripe_roots(struct nvh_hmap *m)
  * such a bucket. Returns false if the batch stopped at a bucket whose
  * parent is not linked (only nvh_hm_link_ahead_ links a parent: its own
  * fence). */
+/* The batch below reads, for each bucket, its dummy, its parent's dummy
+ * and the first nodes of the parent's run: misses one after the other,
+ * bucket after bucket (right after a doubling a batch is full, 32 buckets).
+ * Start the dummies' and parents' misses together, then, once the parents
+ * have arrived, the first node after each: the walks then mostly hit. */
+static void hm_link_prefetch(const struct nvh_hmap *m, uint64_t b, uint64_t nb)
+{
+    uint64_t b0 = b;
+    for (unsigned i = 0; i < HM_LINK_BATCH && b < nb; i++, b += m->nstripes) {
+        if (b == 0) continue;
+        __builtin_prefetch(hm_dummy(m, b), 1);
+        __builtin_prefetch(hm_dummy(m, hm_parent(b)));
+    }
+    b = b0;
+    for (unsigned i = 0; i < HM_LINK_BATCH && b < nb; i++, b += m->nstripes) {
+        if (b == 0) continue;
+        uint64_t next = hm_ld(&hm_dummy(m, hm_parent(b))->next);
+        if (next) __builtin_prefetch(nvh_ptr(m->pool, next));
+    }
+}
+
 static bool hm_link_collect(struct nvh_hmap *m, struct hm_stripe *st, const uint64_t *avoid)
 {
     /* A stripe links only its own buckets (b = its index mod nstripes) of
@@ -240,6 +261,7 @@ static bool hm_link_collect(struct nvh_hmap *m, struct hm_stripe *st, const uint
                           (uint64_t)(st - m->stripes);
     }
     st->ahead_n = 0;
+    hm_link_prefetch(m, st->link_cursor, nb);
     for (unsigned looked = 0; looked < 4 * HM_LINK_BATCH && st->ahead_n < HM_LINK_BATCH &&
                               st->link_cursor < nb; looked++) {
         unsigned n = st->ahead_n;

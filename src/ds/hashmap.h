@@ -127,6 +127,12 @@ static_assert(offsetof(struct nvh_hm_dummy, so_key) == offsetof(struct nvh_hm_li
 
 struct hm_stripe {
     pthread_mutex_t lock;    /* writers of this stripe, one at a time        */
+    /* The key and value bytes this stripe's writers added (negative:
+     * removed) since open. Kept per stripe, next to the lock a writer holds
+     * anyway, so that a write does no read-modify-write on a line writers
+     * of other stripes share; written only under the lock (relaxed atomic
+     * stores; nvh_hm_bytes_delta_ sums them with relaxed loads). */
+    int64_t dkbytes, dvbytes;
     bool link_unfenced;      /* a dummy's predecessor link is flushed but not
                                 yet fenced: fence before the next free        */
     unsigned nmarks;         /* dummies linked whose mark waits for that fence */
@@ -156,8 +162,6 @@ struct nvh_hmap {
     uint64_t count;          /* exact while open (from the hint at open);
                                 atomic                                        */
     uint64_t count_dirty;    /* atomic: changes since the hint was flushed   */
-    int64_t dkbytes, dvbytes;  /* atomic: key and value bytes the entries gained
-                                since open (nvh_hm_bytes_delta_)              */
     uint64_t seed;
     struct nvh_hm_dummy *seg_ptr[NVH_HM_SEGS];
     uint64_t seg_off[NVH_HM_SEGS]; /* root->seg as loaded (readers never read
@@ -450,19 +454,31 @@ extern void (*nvh_hm_test_hook_)(void);
 #else
 #define HM_TEST_HOOK() ((void)0)
 #endif
+/* A stripe's own counter, changed by its lock holder (hm_stripe). */
+static inline void hm_ctr_add(int64_t *c, int64_t d)
+{
+    __atomic_store_n(c, __atomic_load_n(c, __ATOMIC_RELAXED) + d, __ATOMIC_RELAXED);
+}
+
 /* The key and value bytes the entries gained since the map was opened
  * (negative: lost), changed by writers after each change is durable: a
  * caller that walked the entries once with writers kept out keeps an exact
  * total as walked - delta then + delta now (the key-value store's stats). */
 static inline void nvh_hm_bytes_delta_(const struct nvh_hmap *m, int64_t *dk, int64_t *dv)
 {
-    *dk = __atomic_load_n(&m->dkbytes, __ATOMIC_RELAXED);
-    *dv = __atomic_load_n(&m->dvbytes, __ATOMIC_RELAXED);
+    int64_t k = 0, v = 0;
+    for (unsigned s = 0; s < m->nstripes; s++) {
+        k += __atomic_load_n(&m->stripes[s].dkbytes, __ATOMIC_RELAXED);
+        v += __atomic_load_n(&m->stripes[s].dvbytes, __ATOMIC_RELAXED);
+    }
+    *dk = k;
+    *dv = v;
 }
-static inline void nvh_hm_bytes_changed_(struct nvh_hmap *m, int64_t dk, int64_t dv)
+/* By the holder of st's lock. */
+static inline void nvh_hm_bytes_changed_(struct hm_stripe *st, int64_t dk, int64_t dv)
 {
-    if (dk) __atomic_add_fetch(&m->dkbytes, dk, __ATOMIC_RELAXED);
-    if (dv) __atomic_add_fetch(&m->dvbytes, dv, __ATOMIC_RELAXED);
+    if (dk) hm_ctr_add(&st->dkbytes, dk);
+    if (dv) hm_ctr_add(&st->dvbytes, dv);
 }
 /* Store and flush the count hint (no fence) every 64 changes, or now. */
 void nvh_hm_count_changed_(struct nvh_hmap *m, int64_t delta, bool force);

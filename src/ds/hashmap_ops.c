@@ -104,6 +104,25 @@ struct nvh_hm_node *nvh_hm_find_(struct nvh_hmap *m, struct nvh_hm_link *start, 
 /* ==========================================================================
  * Put / insert / update
  * ========================================================================== */
+/* Copy the value after the header and key bytes already stored at e, and
+ * flush the whole entry, each line once: the value is copied up to the end
+ * of the line the key ends in first, so that line is flushed once with the
+ * header, and the rest starts on a line boundary (e is line-aligned: the
+ * allocator's NVH_ALLOC_ALIGN), copied and flushed (or streamed, for long
+ * values) by nvh_memcpy_nodrain. Flushing the header and then the value
+ * from its unaligned start wrote the shared line back twice. */
+static inline void hm_fill_value(nvh_pool *pool, struct nvh_hm_node *e, size_t klen,
+                                 const void *val, size_t vlen)
+{
+    size_t hk = sizeof *e + klen;
+    size_t head = (NVH_CACHELINE - hk % NVH_CACHELINE) % NVH_CACHELINE;
+    if (head > vlen) head = vlen;
+    if (head) memcpy(e->data + klen, val, head);
+    nvh_flush(pool, e, hk + head);
+    if (vlen > head)
+        nvh_memcpy_nodrain(pool, e->data + klen + head, (const uint8_t *)val + head, vlen - head);
+}
+
 /* Fill and persist a new entry, then publish it with ONE activation whose
  * link is `*prev` (the predecessor's next, or a dummy's):
  *   fence 1  entry content (+ a pending slot for an update) durable: a redo
@@ -117,6 +136,41 @@ struct nvh_hm_node *nvh_hm_find_(struct nvh_hmap *m, struct nvh_hm_link *start, 
  * a slot of its own (root->pending, pending2[0..1]: HM_SLOTS), so writers
  * of different stripes update in parallel. Nothing is ever reachable
  * half-written, and a reader never sees the old and new entry both. */
+/* Entries up to this size are reserved before the search (hm_write). */
+#define HM_EARLY_RESERVE 1024u
+
+/* Start the miss on the dummy of h63's bucket (a hint: no lock needed,
+ * the directory is published before the bucket count). */
+static inline void hm_prefetch_bucket(const struct nvh_hmap *m, uint64_t h63)
+{
+    __builtin_prefetch(hm_dummy(m, h63 & (hm_ld(&m->nbuckets) - 1)));
+}
+
+/* A write that stops before publishing: unlock, give the early
+ * reservation back, return rc (any message is recorded by the caller). */
+static int hm_write_abort(struct nvh_hmap *m, struct hm_stripe *st, struct nvh_hm_node *e,
+                          size_t size, int rc)
+{
+    hm_unlock(st);
+    if (e) {
+        nvh_protect_close_(m->pool, e, size);
+        hm_cancel(m->pool, e);
+    }
+    return rc;
+}
+
+/* An entry's header (all but `next`, which the search gives) and key. */
+static inline void hm_fill_header(struct nvh_hm_node *e, uint64_t so, const void *key,
+                                  size_t klen, size_t vlen)
+{
+    e->so_key = so;
+    e->klen = (uint32_t)klen;
+    e->vlen = (uint32_t)vlen;
+    e->magic = NVH_HM_NODE_MAGIC;
+    e->reserved = 0;
+    if (klen) memcpy(e->data, key, klen);
+}
+
 static int hm_write(struct nvh_hmap *m, const void *key, size_t klen, const void *val,
                     size_t vlen, enum hm_mode mode, const char *fn)
 {
@@ -131,35 +185,50 @@ static int hm_write(struct nvh_hmap *m, const void *key, size_t klen, const void
     if (pool->readonly) return nvh_fail(NVH_E_READONLY, "%s: pool is read-only", fn);
     uint64_t h63 = hm_h63(hm_hash(m->seed, key, klen));
     uint64_t so = hm_entry_so(h63);
+    size_t size = sizeof(struct nvh_hm_node) + klen + vlen;
+
+    /* The bucket's dummy and the new entry's lines are cache misses the
+     * search and the copy would take one after the other: start the
+     * dummy's now, and reserve and fill a small entry (all but its `next`,
+     * unflushed) before taking the lock, so that both overlap with the
+     * lock and the search. A reservation is DRAM only: the rare write that
+     * fails below cancels it. A large entry is reserved after the search. */
+    hm_prefetch_bucket(m, h63);
+    struct nvh_hm_node *e = NULL;
+    if (size <= HM_EARLY_RESERVE) {
+        e = hm_reserve(pool, size);
+        if (!e) return nvh_errcode();
+        nvh_protect_open_(pool, e, size);       /* closed after fence 1 (or abort) */
+        hm_fill_header(e, so, key, klen, vlen);
+        if (vlen) memcpy(e->data + klen, val, vlen);
+    }
 
     struct hm_stripe *st = hm_stripe_of(m, h63);
     hm_lock(st);
     struct nvh_hm_dummy *d = nvh_hm_bucket_(m, st, h63);
-    if (!d) {
-        hm_unlock(st);
-        return nvh_errcode();
-    }
+    if (!d) return hm_write_abort(m, st, e, size, nvh_errcode());
     uint64_t *prev;
     struct nvh_hm_node *old = nvh_hm_find_(m, (struct nvh_hm_link *)d, so, key, (uint32_t)klen,
                                            &prev);
-    if (!prev) {                                  /* damaged list */
-        hm_unlock(st);
-        return NVH_E_CORRUPT;
-    }
+    if (!prev) return hm_write_abort(m, st, e, size, NVH_E_CORRUPT);   /* damaged list */
     if (old && mode == HM_INSERT) {
-        hm_unlock(st);
+        hm_write_abort(m, st, e, size, NVH_OK);
         return nvh_fail(NVH_E_EXISTS, "%s: key exists", fn);
     }
     if (!old && mode == HM_UPDATE) {
-        hm_unlock(st);
+        hm_write_abort(m, st, e, size, NVH_OK);
         return nvh_fail(NVH_E_NOTFOUND, "%s: key not present", fn);
     }
-
-    size_t size = sizeof(struct nvh_hm_node) + klen + vlen;
-    struct nvh_hm_node *e = hm_reserve(pool, size);
-    if (!e) {
-        hm_unlock(st);
-        return nvh_errcode();
+    if (e) {                                    /* filled early: link, flush */
+        e->next = old ? old->next : *prev;
+        nvh_flush(pool, e, size);
+    } else {
+        e = hm_reserve(pool, size);
+        if (!e) return hm_write_abort(m, st, NULL, 0, nvh_errcode());
+        nvh_protect_open_(pool, e, size);
+        e->next = old ? old->next : *prev;
+        hm_fill_header(e, so, key, klen, vlen);
+        hm_fill_value(pool, e, klen, val, vlen);
     }
     unsigned slot = 0;
     uint64_t *pend = NULL;
@@ -167,18 +236,8 @@ static int hm_write(struct nvh_hmap *m, const void *key, size_t klen, const void
         slot = nvh_hm_slot_get_(m);
         pend = hm_slot_word(m->root, slot);
     }
-    /* windows: the new entry and (update) root->pending, closed after
-     * fence 1 made them durable */
-    nvh_protect_open_(pool, e, size);
-    e->next = old ? old->next : *prev;
-    e->so_key = so;
-    e->klen = (uint32_t)klen;
-    e->vlen = (uint32_t)vlen;
-    e->magic = NVH_HM_NODE_MAGIC;
-    e->reserved = 0;
-    if (klen) memcpy(e->data, key, klen);
-    nvh_flush(pool, e, sizeof *e + klen);
-    if (vlen) nvh_memcpy_nodrain(pool, e->data + klen, val, vlen);
+    /* windows: the new entry (open) and (update) root->pending, closed
+     * after fence 1 made them durable */
     if (old) {
         NVH_ASSERT(*pend == 0);
         nvh_protect_open_(pool, pend, 8);
@@ -208,17 +267,16 @@ static int hm_write(struct nvh_hmap *m, const void *key, size_t klen, const void
     }
     if (old) {
         HM_TEST_HOOK();
-        nvh_hm_bytes_changed_(m, 0, (int64_t)vlen - (int64_t)old->vlen);
+        nvh_hm_bytes_changed_(st, 0, (int64_t)vlen - (int64_t)old->vlen);
         rc = hm_free(pool, old, pend, 0);                  /* fence 3 */
         /* A failure here (a corrupt header) leaves the slot set: the next
          * open retries the free, and this handle never hands it out again.
          * The update itself is durable. */
         if (rc == NVH_OK) nvh_hm_slot_put_(m, slot);
-        nvh_hm_count_changed_(m, 0, false);
     } else {
         nvh_hm_settle_(m, st, false);  /* fence 2 made the eager links durable: marks */
         nvh_hm_count_changed_(m, 1, false);
-        nvh_hm_bytes_changed_(m, (int64_t)klen, (int64_t)vlen);
+        nvh_hm_bytes_changed_(st, (int64_t)klen, (int64_t)vlen);
         int grc = nvh_hm_maybe_grow_(m);
         (void)grc;   /* a failed grow only leaves the chains longer */
         /* a batch blocked by an unlinked parent (after a crash): the
@@ -276,7 +334,7 @@ int nvh_hmap_delete(nvh_hmap *m, const void *key, size_t klen)
     rc = hm_free(m->pool, e, prev, e->next);
     if (rc == NVH_OK) {
         nvh_hm_count_changed_(m, -1, false);
-        nvh_hm_bytes_changed_(m, -kl, -vl);
+        nvh_hm_bytes_changed_(st, -kl, -vl);
     }
     hm_unlock(st);
     return rc;

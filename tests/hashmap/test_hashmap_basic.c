@@ -291,9 +291,26 @@ static void test_costs(void **state)
     }
     nvh_stats_get(pool, &s);
     double del_f = (double)s.fences / n, del_l = (double)s.lines_flushed / n;
+    /* a large value (the entry reserved after the search, its value
+     * streamed): 2,096 B are 33 lines, each flushed once */
+    static uint8_t big[2000];
+    memset(big, 'b', sizeof big);
+    nvh_stats_reset(pool);
+    for (unsigned i = 0; i < n / 8; i++) {
+        memset(k, 0, sizeof k);
+        snprintf((char *)k, sizeof k, "big-%u", i);
+        assert_int_equal(nvh_hmap_put(m, k, sizeof k, big, sizeof big), NVH_OK);
+    }
+    nvh_stats_get(pool, &s);
+    double big_l = (double)s.lines_flushed / (n / 8);
     print_message("  put (64 B key+value): %.3f fences, %.3f lines; update %.3f fences; "
-                  "delete %.3f fences, %.3f lines\n", put_f, put_l, upd_f, del_f, del_l);
+                  "delete %.3f fences, %.3f lines; put of 2000 B: %.3f lines\n", put_f, put_l,
+                  upd_f, del_f, del_l, big_l);
+    assert_true(big_l <= 33 + 2.2);
     assert_true(put_f <= 2.1);
+    /* a 160 B entry is 3 lines, each flushed once; + the activation record
+     * and the predecessor's link (+ the allocator's retire tail) */
+    assert_true(put_l <= 5.2);
     assert_true(upd_f <= 3.1);
     assert_true(del_f <= 1.1);
     nvh_hmap_close(m);
