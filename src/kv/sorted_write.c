@@ -374,9 +374,9 @@ static kvs_cleaf *kvs_cleaf_of(kvs_leaf *l, const kvs_ent *e, unsigned n)
     c->p = l;
     for (unsigned i = 0; i < n; i++) {
         kvs_fp_set(c, i, e[i].hash);
-        c->hash[i] = e[i].hash;
-        c->klen[i] = (uint16_t)e[i].klen;
-        c->pfx[i] = e[i].prefix;
+        c->w[i].hash = e[i].hash;
+        c->w[i].klen = (uint16_t)e[i].klen;
+        c->w[i].pfx = e[i].prefix;
         c->rec[i] = e[i].rec;
         ((uint8_t *)c->perm)[i] = (uint8_t)i;   /* e is in key order */
     }
@@ -433,12 +433,13 @@ static int kvs_key_vs(const kv_sorted *t, const void *k, size_t kl, uint64_t kp,
     return r ? kvs_cmp(t, k, kl, r->data, e->klen) : 0;
 }
 
-/* The entries of locked companion c in key order. Its cached order is kept
- * by writers, so it is usually valid: then the summaries come from the
- * companion and no record is read (e->r NULL: kvs_ent_rec). A reader
- * fills the cache only when it is not valid for the version, and the
- * version does not move while c is locked; the tag is checked again after
- * the order was read all the same. Else the records are read and sorted. */
+/* The entries of locked companion c in key order: from its cached order
+ * when that is valid (a reader fills it only when it is not valid for the
+ * version, and the version does not move while c is locked; the tag is
+ * checked again after the order was read all the same), else sorted by the
+ * companion's summaries (bytewise order: a record is read only where two
+ * prefixes tie; a custom order reads them all). The summaries come from the
+ * companion: e->r stays NULL until kvs_ent_rec reads it. */
 static int kvs_ents_of(const kv_sorted *t, const kvs_cleaf *c, kvs_ent *e, unsigned *n)
 {
     uint64_t tag = KVS_LOAD(&c->ptag);
@@ -454,15 +455,61 @@ static int kvs_ents_of(const kv_sorted *t, const kvs_cleaf *c, kvs_ent *e, unsig
             unsigned s = perm[i];
             ok = s < KVS_CAP && !kvs_slot_free(c->rec[s]);
             if (!ok) break;
-            e[i] = (kvs_ent){.rec = c->rec[s], .prefix = c->pfx[s], .hash = c->hash[s],
-                             .klen = c->klen[s], .r = NULL, .slot = s};
+            e[i] = (kvs_ent){.rec = c->rec[s], .prefix = c->w[s].pfx, .hash = c->w[s].hash,
+                             .klen = c->w[s].klen, .r = NULL, .slot = s};
         }
         if (ok && m == c->live) {
             *n = m;
             return NVH_OK;
         }
     }
-    return kvs_leaf_sorted(t, c, e, n);
+    if (t->cmp) return kvs_leaf_sorted(t, c, e, n);
+    /* by (prefix, length, slot): two words per entry, no record read; that
+     * is the bytewise order unless two keys of over 8 bytes share their
+     * prefix (kvs_sum_cmp), which the pass below settles by their records */
+    uint64_t pk[KVS_CAP];
+    uint32_t lo[KVS_CAP];
+    unsigned m = 0;
+    for (unsigned s = 0; s < KVS_CAP; s++) {
+        if (kvs_slot_free(c->rec[s])) continue;
+        uint64_t xp = c->w[s].pfx;
+        uint32_t xl = (uint32_t)c->w[s].klen << 8 | s;
+        unsigned j = m++;
+        for (; j > 0 && (pk[j - 1] > xp || (pk[j - 1] == xp && lo[j - 1] > xl)); j--) {
+            pk[j] = pk[j - 1];
+            lo[j] = lo[j - 1];
+        }
+        pk[j] = xp;
+        lo[j] = xl;
+    }
+    for (unsigned i = 0; i < m; i++) {
+        unsigned s = lo[i] & 0xff;
+        e[i] = (kvs_ent){.rec = c->rec[s], .prefix = pk[i], .hash = c->w[s].hash,
+                         .klen = lo[i] >> 8, .r = NULL, .slot = s};
+    }
+    int err = 0;
+    for (unsigned i = 0; i + 1 < m; i++) {
+        if (e[i].prefix != e[i + 1].prefix || e[i].klen <= 8) continue;
+        /* e[i..k): keys over 8 bytes with one prefix, ordered by length */
+        unsigned k = i + 1;
+        while (k < m && e[k].prefix == e[i].prefix) k++;
+        for (unsigned a = i + 1; a < k; a++) {
+            kvs_ent x = e[a];
+            const kvs_rec *rx = kvs_ent_rec(t, &x, &err);
+            if (!rx) return err;
+            unsigned j = a;
+            for (; j > i; j--) {
+                const kvs_rec *rj = kvs_ent_rec(t, &e[j - 1], &err);
+                if (!rj) return err;
+                if (kvs_bytes_cmp(rj->data, rj->klen, rx->data, rx->klen) <= 0) break;
+                e[j] = e[j - 1];
+            }
+            e[j] = x;
+        }
+        i = k - 1;
+    }
+    *n = m;
+    return NVH_OK;
 }
 
 /* A new split tag (under smo): random, so that a stale moved_from hint
@@ -487,12 +534,12 @@ static kvs_cleaf *kvs_cleaf_keep(const kvs_cleaf *c, const kvs_ent *e, unsigned 
     d->p = c->p;
     for (unsigned i = 0; i < n; i++) {
         unsigned s = e[i].slot;
-        kvs_fp_set(d, s, c->hash[s]);
-        d->hash[s] = c->hash[s];
-        d->klen[s] = c->klen[s];
-        d->pfx[s] = c->pfx[s];
+        kvs_fp_set(d, s, c->w[s].hash);
+        d->w[s].hash = c->w[s].hash;
+        d->w[s].klen = c->w[s].klen;
+        d->w[s].pfx = c->w[s].pfx;
         d->rec[s] = c->rec[s];
-        d->was[s] = c->was[s];
+        d->w[s].was = c->w[s].was;
         ((uint8_t *)d->perm)[i] = (uint8_t)s;
     }
     d->live = n;
@@ -627,8 +674,8 @@ static int kvs_split_insert(kv_sorted *t, kvs_cleaf *c, const void *k, size_t kl
     uint32_t lines = 0;
     for (unsigned i = upper ? mid : 0; i < (upper ? n : mid); i++) {
         kvs_slot *s = &old->slot[e[i].slot];
-        s->rec = kvs_tomb_after(c->was[e[i].slot]);
-        cl->was[e[i].slot] = (uint8_t)s->rec;
+        s->rec = kvs_tomb_after(c->w[e[i].slot].was);
+        cl->w[e[i].slot].was = (uint8_t)s->rec;
         lines |= 1u << ((nvh_off(pool, &s->rec) - nvh_off(pool, old)) / 64);
     }
     for (uint32_t m = lines; m; m &= m - 1) nvh_flush(pool, (char *)old + 64 * __builtin_ctz(m), 64);
@@ -771,7 +818,7 @@ static int kvs_overwrite(kv_sorted *t, kvs_cleaf *c, int i, uint64_t old, const 
     }
     int64_t dv = (int64_t)vl - (int64_t)((const kvs_rec *)nvh_ptr(pool, old))->vlen;
     KVS_STORE(&c->rec[i], nvh_off(pool, r));
-    c->was[i] = 0;
+    c->w[i].was = 0;
     kvs_bytes_add(t, 0, dv);
     if (osi) kvs_slab_release(t, osi);
     else kvs_pend_ready(t, j);
@@ -784,7 +831,7 @@ static int kvs_insert(kv_sorted *t, kvs_cleaf *c, int i, const void *k, size_t k
 {
     nvh_pool *pool = t->pool;
     kvs_slot *s = &c->p->slot[i];
-    uint8_t was = c->was[i];
+    uint8_t was = c->w[i].was;
     /* the summary first: its line (written back and evicted by its last
      * flush) is fetched while the record is written; a free slot's summary
      * means nothing, so a failed insert leaves nothing to undo */
@@ -803,17 +850,30 @@ static int kvs_insert(kv_sorted *t, kvs_cleaf *c, int i, const void *k, size_t k
     }
     kvs_ver_begin(c);
     kvs_fp_set(c, (unsigned)i, kh);
-    KVS_STORER(&c->hash[i], kh);
-    KVS_STORER(&c->klen[i], (uint16_t)kl);
-    c->pfx[i] = kp;
+    KVS_STORER(&c->w[i].hash, kh);
+    KVS_STORER(&c->w[i].klen, (uint16_t)kl);
+    c->w[i].pfx = kp;
     KVS_STORE(&c->rec[i], nvh_off(pool, r));
-    kvs_perm_change(t, c, i, -1);
+    kvs_perm_change(c, i, -1);
     kvs_ver_end(c);
-    c->was[i] = was;
+    c->w[i].was = was;
     c->live++;
     __atomic_add_fetch(&t->count, 1, __ATOMIC_RELAXED);
     kvs_bytes_add(t, (int64_t)kl, (int64_t)vl);
     return NVH_OK;
+}
+
+/* A free slot of locked companion c, -1 if none. Slots fill in order
+ * (an insert takes the first free one, splits and the build pack their
+ * new leaves), so slot `live` is usually the first free one: then one
+ * record word is read, not the four lines of them. */
+static int kvs_free_slot(const kvs_cleaf *c)
+{
+    unsigned n = c->live;
+    if (n < KVS_CAP && kvs_slot_free(c->rec[n])) return (int)n;
+    for (unsigned i = 0; i < KVS_CAP; i++)
+        if (kvs_slot_free(c->rec[i])) return (int)i;
+    return -1;
 }
 
 static int kvs_put_one(kv_sorted *t, const void *k, size_t kl, const void *v, size_t vl)
@@ -833,8 +893,8 @@ static int kvs_put_one(kv_sorted *t, const void *k, size_t kl, const void *v, si
         if (err) rc = err;
         else if (i >= 0) rc = kvs_overwrite(t, c, i, old, k, kl, v, vl);
         else {
-            for (i = 0; i < (int)KVS_CAP && !kvs_slot_free(c->rec[i]); i++) {}
-            if (i == (int)KVS_CAP)   /* c dies; unlocks it */
+            i = kvs_free_slot(c);
+            if (i < 0)              /* c dies; unlocks it */
                 return kvs_smo_split_insert(t, c, k, kl, kp, kh, v, vl);
             rc = kvs_insert(t, c, i, k, kl, kp, kh, v, vl);
         }
@@ -893,8 +953,8 @@ static int kvs_remove_one(kv_sorted *t, const void *k, size_t kl)
          * copy of the entry is not yet tombstoned (the build would keep
          * that copy, outside its leaf's range) */
         if (__atomic_load_n(&t->nowed, __ATOMIC_ACQUIRE)) kvs_owed_settle(t);
-        s->rec = kvs_tomb_after(c->was[i]);
-        c->was[i] = (uint8_t)s->rec;
+        s->rec = kvs_tomb_after(c->w[i].was);
+        c->w[i].was = (uint8_t)s->rec;
         nvh_flush(pool, &s->rec, 8);
         rc = kvs_data_fence(t, NULL);
         if (rc) {
@@ -908,14 +968,14 @@ static int kvs_remove_one(kv_sorted *t, const void *k, size_t kl)
         kvs_pend_write(t, j, old, &s->rec);
         rc = kvs_data_fence(t, NULL);
         if (rc) { kvs_pend_drop(t, j); kvs_unlock(c); return rc; }
-        s->rec = kvs_tomb_after(c->was[i]);
-        c->was[i] = (uint8_t)s->rec;
+        s->rec = kvs_tomb_after(c->w[i].was);
+        c->w[i].was = (uint8_t)s->rec;
         nvh_flush(pool, &s->rec, 8);
         nvh_drain(pool);
     }
     kvs_ver_begin(c);
     KVS_STORE(&c->rec[i], 0);
-    kvs_perm_change(t, c, -1, i);
+    kvs_perm_change(c, -1, i);
     kvs_ver_end(c);
     c->live--;
     __atomic_sub_fetch(&t->count, 1, __ATOMIC_RELAXED);
