@@ -283,15 +283,87 @@ int kvs_ent_cmp(const kv_sorted *t, const kvs_ent *a, const kvs_ent *b)
     return kvs_cmp(t, a->r->data, a->r->klen, b->r->data, b->r->klen);
 }
 
+int kvs_sum_sort(const kv_sorted *t, const kvs_cleaf *c, const uint64_t *recs, kvs_ent *e,
+                 unsigned *n)
+{
+    /* by (prefix, length, slot): two words per entry; that is the bytewise
+     * order unless two keys of over 8 bytes share their prefix
+     * (kvs_sum_cmp), which the pass below settles by their records */
+    uint64_t pk[KVS_CAP];
+    uint32_t lo[KVS_CAP];
+    unsigned m = 0;
+    for (unsigned s = 0; s < KVS_CAP; s++) {
+        if (kvs_slot_free(recs[s])) continue;
+        uint64_t xp = KVS_LOADR(&c->w[s].pfx);
+        uint32_t xl = (uint32_t)KVS_LOADR(&c->w[s].klen) << 8 | s;
+        unsigned j = m++;
+        /* prefixes alone in the loop (they rarely tie), lengths at a tie */
+        for (; j > 0 && pk[j - 1] > xp; j--) {
+            pk[j] = pk[j - 1];
+            lo[j] = lo[j - 1];
+        }
+        for (; j > 0 && pk[j - 1] == xp && lo[j - 1] > xl; j--) {
+            pk[j] = pk[j - 1];
+            lo[j] = lo[j - 1];
+        }
+        pk[j] = xp;
+        lo[j] = xl;
+    }
+    for (unsigned i = 0; i < m; i++) {
+        unsigned s = lo[i] & 0xff;
+        e[i] = (kvs_ent){.rec = recs[s], .prefix = pk[i], .hash = KVS_LOADR(&c->w[s].hash),
+                         .klen = lo[i] >> 8, .r = NULL, .slot = s};
+    }
+    int err = 0;
+    for (unsigned i = 0; i + 1 < m; i++) {
+        if (e[i].prefix != e[i + 1].prefix || e[i].klen <= 8) continue;
+        /* e[i..k): keys over 8 bytes with one prefix, ordered by length */
+        unsigned k = i + 1;
+        while (k < m && e[k].prefix == e[i].prefix) k++;
+        for (unsigned a = i + 1; a < k; a++) {
+            kvs_ent x = e[a];
+            const kvs_rec *rx = kvs_ent_rec(t, &x, &err);
+            if (!rx) return err;
+            unsigned j = a;
+            for (; j > i; j--) {
+                const kvs_rec *rj = kvs_ent_rec(t, &e[j - 1], &err);
+                if (!rj) return err;
+                if (kvs_bytes_cmp(rj->data, rj->klen, rx->data, rx->klen) <= 0) break;
+                e[j] = e[j - 1];
+            }
+            e[j] = x;
+        }
+        i = k - 1;
+    }
+    *n = m;
+    return NVH_OK;
+}
+
 int kvs_leaf_sorted(const kv_sorted *t, const kvs_cleaf *c, kvs_ent *out, unsigned *n)
 {
     unsigned m = 0;
     uint64_t recs[KVS_CAP];
     /* ask for every record's first line at once: they are scattered */
+    uint64_t size = nvh_pool_size(t->pool);
     for (unsigned i = 0; i < KVS_CAP; i++) {
         recs[i] = KVS_LOAD(&c->rec[i]);
-        if (!kvs_slot_free(recs[i]) && recs[i] < nvh_pool_size(t->pool))
-            __builtin_prefetch(nvh_ptr(t->pool, recs[i]));
+        if (!kvs_slot_free(recs[i]) && recs[i] < size) __builtin_prefetch(nvh_ptr(t->pool, recs[i]));
+    }
+    if (!t->cmp) {
+        /* bytewise: by the summaries (a few word compares per step); the
+         * records then give each entry's key (the caller compares those:
+         * a reader racing a slot's reuse may see the next key's summary
+         * with the old record, and its version check then fails) */
+        int rc = kvs_sum_sort(t, c, recs, out, &m);
+        if (rc) return rc;
+        for (unsigned i = 0; i < m; i++) {
+            if (!out[i].r && !(out[i].r = kvs_rec_get_in(t, out[i].rec, size)))
+                return kvs_corrupt(t, out[i].rec, "record");
+            out[i].klen = out[i].r->klen;
+            out[i].prefix = kvs_prefix(out[i].r->data, out[i].klen);
+        }
+        *n = m;
+        return NVH_OK;
     }
     for (unsigned i = 0; i < KVS_CAP; i++) {
         uint64_t r = recs[i];

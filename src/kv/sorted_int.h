@@ -651,6 +651,19 @@ typedef struct kvs_ent {
 /* The live entries of companion c in key order (readers: check c->dead
  * afterwards). Returns NVH_OK or NVH_E_CORRUPT. */
 int kvs_leaf_sorted(const kv_sorted *t, const kvs_cleaf *c, kvs_ent *out, unsigned *n);
+/* Bytewise order only: the live entries of c (record words recs[], as the
+ * caller loaded them) sorted by the companion's summaries (prefix, length),
+ * records read only where keys of over 8 bytes share their prefix; e->r
+ * NULL unless read. Readers check c's version afterwards (the summaries
+ * match the record words while it has not moved). */
+int kvs_sum_sort(const kv_sorted *t, const kvs_cleaf *c, const uint64_t *recs, kvs_ent *e,
+                 unsigned *n);
+/* e's record, read (and validated) on first use. */
+static inline const kvs_rec *kvs_ent_rec(const kv_sorted *t, kvs_ent *e, int *err)
+{
+    if (!e->r && !(e->r = kvs_rec_get(t, e->rec))) *err = kvs_corrupt(t, e->rec, "record");
+    return e->r;
+}
 int kvs_ent_cmp(const kv_sorted *t, const kvs_ent *a, const kvs_ent *b);
 
 /* ==========================================================================

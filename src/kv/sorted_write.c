@@ -413,12 +413,6 @@ static int kvs_first_leaf(kv_sorted *t)
     return kvs_retire(t, KVS_R_MEM, old);
 }
 
-/* e's record, read (and validated) on first use. */
-static const kvs_rec *kvs_ent_rec(const kv_sorted *t, kvs_ent *e, int *err)
-{
-    if (!e->r && !(e->r = kvs_rec_get(t, e->rec))) *err = kvs_corrupt(t, e->rec, "record");
-    return e->r;
-}
 
 /* key (k, kl, prefix kp) against entry e: <0, 0, >0 (0 and *err set if
  * e's record is corrupt). */
@@ -464,52 +458,7 @@ static int kvs_ents_of(const kv_sorted *t, const kvs_cleaf *c, kvs_ent *e, unsig
         }
     }
     if (t->cmp) return kvs_leaf_sorted(t, c, e, n);
-    /* by (prefix, length, slot): two words per entry, no record read; that
-     * is the bytewise order unless two keys of over 8 bytes share their
-     * prefix (kvs_sum_cmp), which the pass below settles by their records */
-    uint64_t pk[KVS_CAP];
-    uint32_t lo[KVS_CAP];
-    unsigned m = 0;
-    for (unsigned s = 0; s < KVS_CAP; s++) {
-        if (kvs_slot_free(c->rec[s])) continue;
-        uint64_t xp = c->w[s].pfx;
-        uint32_t xl = (uint32_t)c->w[s].klen << 8 | s;
-        unsigned j = m++;
-        for (; j > 0 && (pk[j - 1] > xp || (pk[j - 1] == xp && lo[j - 1] > xl)); j--) {
-            pk[j] = pk[j - 1];
-            lo[j] = lo[j - 1];
-        }
-        pk[j] = xp;
-        lo[j] = xl;
-    }
-    for (unsigned i = 0; i < m; i++) {
-        unsigned s = lo[i] & 0xff;
-        e[i] = (kvs_ent){.rec = c->rec[s], .prefix = pk[i], .hash = c->w[s].hash,
-                         .klen = lo[i] >> 8, .r = NULL, .slot = s};
-    }
-    int err = 0;
-    for (unsigned i = 0; i + 1 < m; i++) {
-        if (e[i].prefix != e[i + 1].prefix || e[i].klen <= 8) continue;
-        /* e[i..k): keys over 8 bytes with one prefix, ordered by length */
-        unsigned k = i + 1;
-        while (k < m && e[k].prefix == e[i].prefix) k++;
-        for (unsigned a = i + 1; a < k; a++) {
-            kvs_ent x = e[a];
-            const kvs_rec *rx = kvs_ent_rec(t, &x, &err);
-            if (!rx) return err;
-            unsigned j = a;
-            for (; j > i; j--) {
-                const kvs_rec *rj = kvs_ent_rec(t, &e[j - 1], &err);
-                if (!rj) return err;
-                if (kvs_bytes_cmp(rj->data, rj->klen, rx->data, rx->klen) <= 0) break;
-                e[j] = e[j - 1];
-            }
-            e[j] = x;
-        }
-        i = k - 1;
-    }
-    *n = m;
-    return NVH_OK;
+    return kvs_sum_sort(t, c, c->rec, e, n);
 }
 
 /* A new split tag (under smo): random, so that a stale moved_from hint
@@ -852,7 +801,7 @@ static int kvs_insert(kv_sorted *t, kvs_cleaf *c, int i, const void *k, size_t k
     kvs_fp_set(c, (unsigned)i, kh);
     KVS_STORER(&c->w[i].hash, kh);
     KVS_STORER(&c->w[i].klen, (uint16_t)kl);
-    c->w[i].pfx = kp;
+    KVS_STORER(&c->w[i].pfx, kp);
     KVS_STORE(&c->rec[i], nvh_off(pool, r));
     kvs_perm_change(c, i, -1);
     kvs_ver_end(c);
