@@ -491,38 +491,57 @@ static void kvs_leaf_cache(kvs_cleaf *c, uint32_t v, const kvs_ent *out, unsigne
     KVS_STORE(&c->ptag, kvs_ptag_make(v, m));
 }
 
-void kvs_perm_change(kvs_cleaf *c, int add, int del)
+void kvs_perm_change(const kv_sorted *t, kvs_cleaf *c, int add, int del)
 {
     uint32_t v = c->ver - 1;            /* the version before this change */
     uint64_t old = KVS_LOAD(&c->ptag);
-    if (add >= 0) {
-        /* an insert voids the order: placing the key would cost a binary
-         * search over the leaf's prefixes (lines of the companion an insert
-         * does not touch otherwise) on every put, where a reader that scans
-         * the leaf sorts it once. Any tag, not only one valid for v: a tag
-         * a reader published for a version that had passed would be taken
-         * as valid again once the 32-bit version wraps. A reader filling
-         * the cache (busy) publishes for its own version, which is past. */
+    if (!kvs_ptag_valid_for(old, v)) {
+        /* a tag a reader published for a version that had passed would be
+         * taken as valid again once the 32-bit version wraps: void it (a
+         * reader filling the cache (busy) publishes for its own version,
+         * which is past) */
         if (old != 0 && old != KVS_PTAG_BUSY)
             __atomic_compare_exchange_n(&c->ptag, &old, 0, false, __ATOMIC_RELEASE,
                                         __ATOMIC_RELAXED);
         return;
     }
-    if (!kvs_ptag_valid_for(old, v)) return;
     if (!__atomic_compare_exchange_n(&c->ptag, &old, KVS_PTAG_BUSY, false, __ATOMIC_ACQUIRE,
                                      __ATOMIC_RELAXED))
         return;
     unsigned m = (unsigned)(old >> 32) & 0xff;
-    uint8_t perm[KVS_CAP] = {0};
+    uint8_t perm[KVS_CAP + 8] = {0};
     for (unsigned w = 0; w < KVS_CAP / 8; w++) {
         uint64_t x = KVS_LOADR(&c->perm[w]);
         memcpy(perm + 8 * w, &x, 8);
     }
-    unsigned i = 0;
-    while (i < m && perm[i] != del) i++;
-    if (i == m) { KVS_STORE(&c->ptag, 0); return; }
-    memmove(perm + i, perm + i + 1, m - i - 1);
-    m--;
+    if (del >= 0) {
+        unsigned i = 0;
+        while (i < m && perm[i] != del) i++;
+        if (i == m) { KVS_STORE(&c->ptag, 0); return; }
+        memmove(perm + i, perm + i + 1, m - i - 1);
+        m--;
+    }
+    if (add >= 0) {
+        const kvs_rec *ra = NULL;
+        if (m >= KVS_CAP) { KVS_STORE(&c->ptag, 0); return; }
+        unsigned lo = 0, hi = m;   /* first entry above the new key */
+        while (lo < hi) {
+            unsigned mid = (lo + hi) / 2, s = perm[mid];
+            /* bytewise: the summaries decide unless they tie */
+            int d = t->cmp ? 2 : kvs_sum_cmp(c->w[s].pfx, c->w[s].klen, c->w[add].pfx, c->w[add].klen);
+            if (d == 2) {
+                const kvs_rec *rm = kvs_rec_get(t, KVS_LOADR(&c->rec[s]));
+                if (!ra) ra = kvs_rec_get(t, KVS_LOADR(&c->rec[add]));
+                if (!rm || !ra) { KVS_STORE(&c->ptag, 0); return; }
+                d = kvs_cmp(t, rm->data, rm->klen, ra->data, ra->klen);
+            }
+            if (d < 0) lo = mid + 1;
+            else hi = mid;
+        }
+        memmove(perm + lo + 1, perm + lo, m - lo);
+        perm[lo] = (uint8_t)add;
+        m++;
+    }
     for (unsigned w = 0; w < KVS_CAP / 8; w++) {
         uint64_t x;
         memcpy(&x, perm + 8 * w, 8);

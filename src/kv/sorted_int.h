@@ -598,10 +598,11 @@ static inline void kvs_ver_end(kvs_cleaf *c)
 }
 
 /* Writers (under the leaf lock, between kvs_ver_begin and kvs_ver_end):
- * the entry added in slot add voids c's cached key order; the entry
- * removed from slot del (-1: none) is carried over, so readers need not
- * sort the leaf again. */
-void kvs_perm_change(kvs_cleaf *c, int add, int del);
+ * carry c's cached key order over the entry added in slot add and/or
+ * removed from slot del (-1: none), so readers need not sort the leaf
+ * again; drops the cache if it cannot, and voids a tag naming another
+ * version. */
+void kvs_perm_change(const kv_sorted *t, kvs_cleaf *c, int add, int del);
 
 /* Writers: entries' key and value bytes changed by dk, dv. */
 static inline void kvs_bytes_add(kv_sorted *t, int64_t dk, int64_t dv)

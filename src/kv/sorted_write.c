@@ -803,7 +803,7 @@ static int kvs_insert(kv_sorted *t, kvs_cleaf *c, int i, const void *k, size_t k
     KVS_STORER(&c->w[i].klen, (uint16_t)kl);
     KVS_STORER(&c->w[i].pfx, kp);
     KVS_STORE(&c->rec[i], nvh_off(pool, r));
-    kvs_perm_change(c, i, -1);
+    kvs_perm_change(t, c, i, -1);
     kvs_ver_end(c);
     c->w[i].was = was;
     c->live++;
@@ -924,7 +924,7 @@ static int kvs_remove_one(kv_sorted *t, const void *k, size_t kl)
     }
     kvs_ver_begin(c);
     KVS_STORE(&c->rec[i], 0);
-    kvs_perm_change(c, -1, i);
+    kvs_perm_change(t, c, -1, i);
     kvs_ver_end(c);
     c->live--;
     __atomic_sub_fetch(&t->count, 1, __ATOMIC_RELAXED);

@@ -272,10 +272,11 @@ static int count_entry(const void *k, size_t kl, const void *v, size_t vl, void 
     return 0;
 }
 
-/* An insert voids the leaf's cached key order outright: a tag left naming
- * the old seqlock value would be taken as valid again once the 32-bit
- * value wraps (2^31 changes of one leaf; set here directly), and a scan
- * would then read the old order, without the new key. */
+/* An insert voids a cached key order that names another version than the
+ * one it changes: left, the tag would be taken as valid again once the
+ * 32-bit seqlock value wraps (2^31 changes of one leaf; set here
+ * directly), and a scan would then read the old order, without the new
+ * key. */
 static void cached_order_wrap(void **state)
 {
     (void)state;
