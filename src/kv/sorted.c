@@ -256,7 +256,7 @@ static kvs_cleaf *kvs_companion(kv_sorted *t, kvs_leaf *l, int *err)
         const kvs_slot *s = &l->slot[i];
         uint64_t r = s->rec;
         if (kvs_slot_free(r)) {
-            c->was[i] = (uint8_t)r;
+            c->w[i].was = (uint8_t)r;
             continue;
         }
         if ((r & 63) || r >= size || s->klen == 0 || s->klen > KVS_KEY_MAX) {
@@ -265,9 +265,9 @@ static kvs_cleaf *kvs_companion(kv_sorted *t, kvs_leaf *l, int *err)
             return NULL;
         }
         kvs_fp_set(c, i, s->hash);
-        c->hash[i] = s->hash;
-        c->klen[i] = (uint16_t)s->klen;
-        c->pfx[i] = s->prefix;
+        c->w[i].hash = s->hash;
+        c->w[i].klen = (uint16_t)s->klen;
+        c->w[i].pfx = s->prefix;
         c->rec[i] = r;
         c->live++;
     }
@@ -283,15 +283,87 @@ int kvs_ent_cmp(const kv_sorted *t, const kvs_ent *a, const kvs_ent *b)
     return kvs_cmp(t, a->r->data, a->r->klen, b->r->data, b->r->klen);
 }
 
+int kvs_sum_sort(const kv_sorted *t, const kvs_cleaf *c, const uint64_t *recs, kvs_ent *e,
+                 unsigned *n)
+{
+    /* by (prefix, length, slot): two words per entry; that is the bytewise
+     * order unless two keys of over 8 bytes share their prefix
+     * (kvs_sum_cmp), which the pass below settles by their records */
+    uint64_t pk[KVS_CAP];
+    uint32_t lo[KVS_CAP];
+    unsigned m = 0;
+    for (unsigned s = 0; s < KVS_CAP; s++) {
+        if (kvs_slot_free(recs[s])) continue;
+        uint64_t xp = KVS_LOADR(&c->w[s].pfx);
+        uint32_t xl = (uint32_t)KVS_LOADR(&c->w[s].klen) << 8 | s;
+        unsigned j = m++;
+        /* prefixes alone in the loop (they rarely tie), lengths at a tie */
+        for (; j > 0 && pk[j - 1] > xp; j--) {
+            pk[j] = pk[j - 1];
+            lo[j] = lo[j - 1];
+        }
+        for (; j > 0 && pk[j - 1] == xp && lo[j - 1] > xl; j--) {
+            pk[j] = pk[j - 1];
+            lo[j] = lo[j - 1];
+        }
+        pk[j] = xp;
+        lo[j] = xl;
+    }
+    for (unsigned i = 0; i < m; i++) {
+        unsigned s = lo[i] & 0xff;
+        e[i] = (kvs_ent){.rec = recs[s], .prefix = pk[i], .hash = KVS_LOADR(&c->w[s].hash),
+                         .klen = lo[i] >> 8, .r = NULL, .slot = s};
+    }
+    int err = 0;
+    for (unsigned i = 0; i + 1 < m; i++) {
+        if (e[i].prefix != e[i + 1].prefix || e[i].klen <= 8) continue;
+        /* e[i..k): keys over 8 bytes with one prefix, ordered by length */
+        unsigned k = i + 1;
+        while (k < m && e[k].prefix == e[i].prefix) k++;
+        for (unsigned a = i + 1; a < k; a++) {
+            kvs_ent x = e[a];
+            const kvs_rec *rx = kvs_ent_rec(t, &x, &err);
+            if (!rx) return err;
+            unsigned j = a;
+            for (; j > i; j--) {
+                const kvs_rec *rj = kvs_ent_rec(t, &e[j - 1], &err);
+                if (!rj) return err;
+                if (kvs_bytes_cmp(rj->data, rj->klen, rx->data, rx->klen) <= 0) break;
+                e[j] = e[j - 1];
+            }
+            e[j] = x;
+        }
+        i = k - 1;
+    }
+    *n = m;
+    return NVH_OK;
+}
+
 int kvs_leaf_sorted(const kv_sorted *t, const kvs_cleaf *c, kvs_ent *out, unsigned *n)
 {
     unsigned m = 0;
     uint64_t recs[KVS_CAP];
     /* ask for every record's first line at once: they are scattered */
+    uint64_t size = nvh_pool_size(t->pool);
     for (unsigned i = 0; i < KVS_CAP; i++) {
         recs[i] = KVS_LOAD(&c->rec[i]);
-        if (!kvs_slot_free(recs[i]) && recs[i] < nvh_pool_size(t->pool))
-            __builtin_prefetch(nvh_ptr(t->pool, recs[i]));
+        if (!kvs_slot_free(recs[i]) && recs[i] < size) __builtin_prefetch(nvh_ptr(t->pool, recs[i]));
+    }
+    if (!t->cmp) {
+        /* bytewise: by the summaries (a few word compares per step); the
+         * records then give each entry's key (the caller compares those:
+         * a reader racing a slot's reuse may see the next key's summary
+         * with the old record, and its version check then fails) */
+        int rc = kvs_sum_sort(t, c, recs, out, &m);
+        if (rc) return rc;
+        for (unsigned i = 0; i < m; i++) {
+            if (!out[i].r && !(out[i].r = kvs_rec_get_in(t, out[i].rec, size)))
+                return kvs_corrupt(t, out[i].rec, "record");
+            out[i].klen = out[i].r->klen;
+            out[i].prefix = kvs_prefix(out[i].r->data, out[i].klen);
+        }
+        *n = m;
+        return NVH_OK;
     }
     for (unsigned i = 0; i < KVS_CAP; i++) {
         uint64_t r = recs[i];
@@ -305,7 +377,7 @@ int kvs_leaf_sorted(const kv_sorted *t, const kvs_cleaf *c, kvs_ent *out, unsign
          * old record (the record's first line is read anyway) */
         e.klen = e.r->klen;
         e.prefix = kvs_prefix(e.r->data, e.klen);
-        e.hash = KVS_LOADR(&c->hash[i]);
+        e.hash = KVS_LOADR(&c->w[i].hash);
         e.slot = i;
         unsigned j = m;
         while (j > 0 && kvs_ent_cmp(t, &out[j - 1], &e) > 0) {
@@ -353,7 +425,7 @@ static int kvs_leaf_cached(const kv_sorted *t, const kvs_cleaf *c, uint64_t tag,
         out[i].r = rp;
         out[i].klen = rp->klen;
         out[i].prefix = kvs_prefix(rp->data, rp->klen);
-        out[i].hash = KVS_LOADR(&c->hash[out[i].slot]);
+        out[i].hash = KVS_LOADR(&c->w[out[i].slot].hash);
     }
     *n = m;
     return NVH_OK;
@@ -423,7 +495,16 @@ void kvs_perm_change(const kv_sorted *t, kvs_cleaf *c, int add, int del)
 {
     uint32_t v = c->ver - 1;            /* the version before this change */
     uint64_t old = KVS_LOAD(&c->ptag);
-    if (!kvs_ptag_valid_for(old, v)) return;
+    if (!kvs_ptag_valid_for(old, v)) {
+        /* a tag a reader published for a version that had passed would be
+         * taken as valid again once the 32-bit version wraps: void it (a
+         * reader filling the cache (busy) publishes for its own version,
+         * which is past) */
+        if (old != 0 && old != KVS_PTAG_BUSY)
+            __atomic_compare_exchange_n(&c->ptag, &old, 0, false, __ATOMIC_RELEASE,
+                                        __ATOMIC_RELAXED);
+        return;
+    }
     if (!__atomic_compare_exchange_n(&c->ptag, &old, KVS_PTAG_BUSY, false, __ATOMIC_ACQUIRE,
                                      __ATOMIC_RELAXED))
         return;
@@ -447,7 +528,7 @@ void kvs_perm_change(const kv_sorted *t, kvs_cleaf *c, int add, int del)
         while (lo < hi) {
             unsigned mid = (lo + hi) / 2, s = perm[mid];
             /* bytewise: the summaries decide unless they tie */
-            int d = t->cmp ? 2 : kvs_sum_cmp(c->pfx[s], c->klen[s], c->pfx[add], c->klen[add]);
+            int d = t->cmp ? 2 : kvs_sum_cmp(c->w[s].pfx, c->w[s].klen, c->w[add].pfx, c->w[add].klen);
             if (d == 2) {
                 const kvs_rec *rm = kvs_rec_get(t, KVS_LOADR(&c->rec[s]));
                 if (!ra) ra = kvs_rec_get(t, KVS_LOADR(&c->rec[add]));
@@ -502,7 +583,7 @@ static void kvs_moved_drop(kv_sorted *t, kvs_cleaf *c, const kvs_leaf *n)
         if (s == KVS_CAP) continue;
         c->rec[i] = 0;
         c->live--;
-        c->was[i] = 1;
+        c->w[i].was = 1;
         if (!t->readonly) {
             c->p->slot[i].rec = 1;
             nvh_flush(t->pool, &c->p->slot[i].rec, 8);

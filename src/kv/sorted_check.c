@@ -73,7 +73,7 @@ static int chk_run(kv_sorted *t)
                 break;
             }
             if (kvs_slot_free(s->rec)) {
-                if (w && c->was[i] != s->rec) {
+                if (w && c->w[i].was != s->rec) {
                     rc = kvs_corrupt(t, off_s, "leaf slot (free value differs from its companion)");
                     break;
                 }
@@ -90,8 +90,8 @@ static int chk_run(kv_sorted *t)
                 if (si >= 0) scount[si]++;
             }
             if (r->klen != s->klen || kvs_prefix(r->data, r->klen) != s->prefix ||
-                kvs_hash(r->data, r->klen) != s->hash || c->klen[i] != s->klen ||
-                c->hash[i] != s->hash || c->pfx[i] != s->prefix ||
+                kvs_hash(r->data, r->klen) != s->hash || c->w[i].klen != s->klen ||
+                c->w[i].hash != s->hash || c->w[i].pfx != s->prefix ||
                 kvs_fp_at(c, i) != kvs_fp(s->hash)) {
                 rc = kvs_corrupt(t, off_s, "leaf slot (summary does not match its record)");
                 break;

@@ -170,6 +170,20 @@ typedef struct kvs_skey {
     uint8_t b[];
 } kvs_skey;
 
+/* A companion's summaries of one slot besides its fingerprint and record
+ * word: what writers keep (the key prefix, so that splits order a leaf
+ * without reading its records) and readers read (hash). */
+typedef struct kvs_wslot {
+    uint64_t pfx;                   /* the key's first 8 bytes, big-endian   */
+    uint32_t hash;                  /* atomic: kvs_hash(key)                 */
+    uint16_t klen;                  /* atomic: key length                    */
+    uint8_t was;                    /* under lock: a free slot's free value, a
+                                       live slot's before its record's
+                                       activation (kvs_tomb_after)            */
+    uint8_t pad;
+} kvs_wslot;
+static_assert(sizeof(kvs_wslot) == 16, "kvs_wslot: 4 per line");
+
 /* DRAM companion of a persistent leaf: what readers search (they never read
  * persistent leaves, so a split may change or free a leaf at once). rec[]
  * words are published with release stores after the summary words of their
@@ -194,29 +208,28 @@ typedef struct kvs_cleaf {
                                        (NULL: the first leaf)                 */
     /* lines 1-4 */
     uint64_t rec[KVS_CAP];          /* atomic                                 */
-    /* writers' fields, the other summaries, the cached order */
+    /* line 5: the writer's lock, and the cached order */
     struct kvs_cleaf *prev;         /* key order (atomic: iterator steps back) */
     uint32_t lock;                  /* atomic: the leaf's writer lock         */
     uint32_t live;                  /* live slots (under lock)                */
-    uint32_t hash[KVS_CAP];
-    uint16_t klen[KVS_CAP];
-    uint8_t was[KVS_CAP];           /* under lock: a free slot's free value, a
-                                       live slot's before its record's
-                                       activation (kvs_tomb_after)            */
     /* Readers' cache of the live slots in key order, so a scan or seek does
      * not sort the leaf on every visit: perm holds slot numbers (byte i of
      * the array: the i-th live slot), valid for the seqlock value in ptag
      * (kvs_ptag_*). Any reader that sorted a leaf may fill it; fillers
      * exclude each other by swapping ptag to KVS_PTAG_BUSY, and readers
-     * check ptag before and after reading perm (a seqlock of its own). */
+     * check ptag before and after reading perm (a seqlock of its own). An
+     * insert voids it (a reader sorts the leaf once again); a removal
+     * carries it over. */
     uint64_t ptag;                  /* atomic                                 */
     uint64_t perm[KVS_CAP / 8];     /* atomic words                           */
-    /* Writers only (under lock): each live slot's key prefix, so carrying
-     * the cached order over an insert compares summaries instead of
-     * reading records (each a cache miss) */
-    uint64_t pfx[KVS_CAP];
+    uint64_t pad5;
+    /* lines 6-13: each slot's other summaries, one 16-byte group per slot,
+     * so an insert writes one line of them */
+    kvs_wslot w[KVS_CAP];
 } kvs_cleaf;
 static_assert(offsetof(kvs_cleaf, rec) == 64, "kvs_cleaf: line 0, then rec[] on lines 1-4");
+static_assert(offsetof(kvs_cleaf, perm) + sizeof(uint64_t) * (KVS_CAP / 8) <= 6 * 64 &&
+                  offsetof(kvs_cleaf, w) == 6 * 64, "kvs_cleaf: the lock and cache on line 5");
 /* The lines a lookup may read: asked for at once when the index yields
  * the companion (their misses overlap). */
 #define KVS_CLEAF_LOOKUP_LINES 5u
@@ -587,7 +600,8 @@ static inline void kvs_ver_end(kvs_cleaf *c)
 /* Writers (under the leaf lock, between kvs_ver_begin and kvs_ver_end):
  * carry c's cached key order over the entry added in slot add and/or
  * removed from slot del (-1: none), so readers need not sort the leaf
- * again; drops the cache if it cannot. */
+ * again; drops the cache if it cannot, and voids a tag naming another
+ * version. */
 void kvs_perm_change(const kv_sorted *t, kvs_cleaf *c, int add, int del);
 
 /* Writers: entries' key and value bytes changed by dk, dv. */
@@ -638,6 +652,19 @@ typedef struct kvs_ent {
 /* The live entries of companion c in key order (readers: check c->dead
  * afterwards). Returns NVH_OK or NVH_E_CORRUPT. */
 int kvs_leaf_sorted(const kv_sorted *t, const kvs_cleaf *c, kvs_ent *out, unsigned *n);
+/* Bytewise order only: the live entries of c (record words recs[], as the
+ * caller loaded them) sorted by the companion's summaries (prefix, length),
+ * records read only where keys of over 8 bytes share their prefix; e->r
+ * NULL unless read. Readers check c's version afterwards (the summaries
+ * match the record words while it has not moved). */
+int kvs_sum_sort(const kv_sorted *t, const kvs_cleaf *c, const uint64_t *recs, kvs_ent *e,
+                 unsigned *n);
+/* e's record, read (and validated) on first use. */
+static inline const kvs_rec *kvs_ent_rec(const kv_sorted *t, kvs_ent *e, int *err)
+{
+    if (!e->r && !(e->r = kvs_rec_get(t, e->rec))) *err = kvs_corrupt(t, e->rec, "record");
+    return e->r;
+}
 int kvs_ent_cmp(const kv_sorted *t, const kvs_ent *a, const kvs_ent *b);
 
 /* ==========================================================================

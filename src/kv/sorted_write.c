@@ -374,9 +374,9 @@ static kvs_cleaf *kvs_cleaf_of(kvs_leaf *l, const kvs_ent *e, unsigned n)
     c->p = l;
     for (unsigned i = 0; i < n; i++) {
         kvs_fp_set(c, i, e[i].hash);
-        c->hash[i] = e[i].hash;
-        c->klen[i] = (uint16_t)e[i].klen;
-        c->pfx[i] = e[i].prefix;
+        c->w[i].hash = e[i].hash;
+        c->w[i].klen = (uint16_t)e[i].klen;
+        c->w[i].pfx = e[i].prefix;
         c->rec[i] = e[i].rec;
         ((uint8_t *)c->perm)[i] = (uint8_t)i;   /* e is in key order */
     }
@@ -413,12 +413,6 @@ static int kvs_first_leaf(kv_sorted *t)
     return kvs_retire(t, KVS_R_MEM, old);
 }
 
-/* e's record, read (and validated) on first use. */
-static const kvs_rec *kvs_ent_rec(const kv_sorted *t, kvs_ent *e, int *err)
-{
-    if (!e->r && !(e->r = kvs_rec_get(t, e->rec))) *err = kvs_corrupt(t, e->rec, "record");
-    return e->r;
-}
 
 /* key (k, kl, prefix kp) against entry e: <0, 0, >0 (0 and *err set if
  * e's record is corrupt). */
@@ -433,12 +427,13 @@ static int kvs_key_vs(const kv_sorted *t, const void *k, size_t kl, uint64_t kp,
     return r ? kvs_cmp(t, k, kl, r->data, e->klen) : 0;
 }
 
-/* The entries of locked companion c in key order. Its cached order is kept
- * by writers, so it is usually valid: then the summaries come from the
- * companion and no record is read (e->r NULL: kvs_ent_rec). A reader
- * fills the cache only when it is not valid for the version, and the
- * version does not move while c is locked; the tag is checked again after
- * the order was read all the same. Else the records are read and sorted. */
+/* The entries of locked companion c in key order: from its cached order
+ * when that is valid (a reader fills it only when it is not valid for the
+ * version, and the version does not move while c is locked; the tag is
+ * checked again after the order was read all the same), else sorted by the
+ * companion's summaries (bytewise order: a record is read only where two
+ * prefixes tie; a custom order reads them all). The summaries come from the
+ * companion: e->r stays NULL until kvs_ent_rec reads it. */
 static int kvs_ents_of(const kv_sorted *t, const kvs_cleaf *c, kvs_ent *e, unsigned *n)
 {
     uint64_t tag = KVS_LOAD(&c->ptag);
@@ -454,15 +449,16 @@ static int kvs_ents_of(const kv_sorted *t, const kvs_cleaf *c, kvs_ent *e, unsig
             unsigned s = perm[i];
             ok = s < KVS_CAP && !kvs_slot_free(c->rec[s]);
             if (!ok) break;
-            e[i] = (kvs_ent){.rec = c->rec[s], .prefix = c->pfx[s], .hash = c->hash[s],
-                             .klen = c->klen[s], .r = NULL, .slot = s};
+            e[i] = (kvs_ent){.rec = c->rec[s], .prefix = c->w[s].pfx, .hash = c->w[s].hash,
+                             .klen = c->w[s].klen, .r = NULL, .slot = s};
         }
         if (ok && m == c->live) {
             *n = m;
             return NVH_OK;
         }
     }
-    return kvs_leaf_sorted(t, c, e, n);
+    if (t->cmp) return kvs_leaf_sorted(t, c, e, n);
+    return kvs_sum_sort(t, c, c->rec, e, n);
 }
 
 /* A new split tag (under smo): random, so that a stale moved_from hint
@@ -487,12 +483,12 @@ static kvs_cleaf *kvs_cleaf_keep(const kvs_cleaf *c, const kvs_ent *e, unsigned 
     d->p = c->p;
     for (unsigned i = 0; i < n; i++) {
         unsigned s = e[i].slot;
-        kvs_fp_set(d, s, c->hash[s]);
-        d->hash[s] = c->hash[s];
-        d->klen[s] = c->klen[s];
-        d->pfx[s] = c->pfx[s];
+        kvs_fp_set(d, s, c->w[s].hash);
+        d->w[s].hash = c->w[s].hash;
+        d->w[s].klen = c->w[s].klen;
+        d->w[s].pfx = c->w[s].pfx;
         d->rec[s] = c->rec[s];
-        d->was[s] = c->was[s];
+        d->w[s].was = c->w[s].was;
         ((uint8_t *)d->perm)[i] = (uint8_t)s;
     }
     d->live = n;
@@ -627,8 +623,8 @@ static int kvs_split_insert(kv_sorted *t, kvs_cleaf *c, const void *k, size_t kl
     uint32_t lines = 0;
     for (unsigned i = upper ? mid : 0; i < (upper ? n : mid); i++) {
         kvs_slot *s = &old->slot[e[i].slot];
-        s->rec = kvs_tomb_after(c->was[e[i].slot]);
-        cl->was[e[i].slot] = (uint8_t)s->rec;
+        s->rec = kvs_tomb_after(c->w[e[i].slot].was);
+        cl->w[e[i].slot].was = (uint8_t)s->rec;
         lines |= 1u << ((nvh_off(pool, &s->rec) - nvh_off(pool, old)) / 64);
     }
     for (uint32_t m = lines; m; m &= m - 1) nvh_flush(pool, (char *)old + 64 * __builtin_ctz(m), 64);
@@ -771,7 +767,7 @@ static int kvs_overwrite(kv_sorted *t, kvs_cleaf *c, int i, uint64_t old, const 
     }
     int64_t dv = (int64_t)vl - (int64_t)((const kvs_rec *)nvh_ptr(pool, old))->vlen;
     KVS_STORE(&c->rec[i], nvh_off(pool, r));
-    c->was[i] = 0;
+    c->w[i].was = 0;
     kvs_bytes_add(t, 0, dv);
     if (osi) kvs_slab_release(t, osi);
     else kvs_pend_ready(t, j);
@@ -784,7 +780,7 @@ static int kvs_insert(kv_sorted *t, kvs_cleaf *c, int i, const void *k, size_t k
 {
     nvh_pool *pool = t->pool;
     kvs_slot *s = &c->p->slot[i];
-    uint8_t was = c->was[i];
+    uint8_t was = c->w[i].was;
     /* the summary first: its line (written back and evicted by its last
      * flush) is fetched while the record is written; a free slot's summary
      * means nothing, so a failed insert leaves nothing to undo */
@@ -803,17 +799,30 @@ static int kvs_insert(kv_sorted *t, kvs_cleaf *c, int i, const void *k, size_t k
     }
     kvs_ver_begin(c);
     kvs_fp_set(c, (unsigned)i, kh);
-    KVS_STORER(&c->hash[i], kh);
-    KVS_STORER(&c->klen[i], (uint16_t)kl);
-    c->pfx[i] = kp;
+    KVS_STORER(&c->w[i].hash, kh);
+    KVS_STORER(&c->w[i].klen, (uint16_t)kl);
+    KVS_STORER(&c->w[i].pfx, kp);
     KVS_STORE(&c->rec[i], nvh_off(pool, r));
     kvs_perm_change(t, c, i, -1);
     kvs_ver_end(c);
-    c->was[i] = was;
+    c->w[i].was = was;
     c->live++;
     __atomic_add_fetch(&t->count, 1, __ATOMIC_RELAXED);
     kvs_bytes_add(t, (int64_t)kl, (int64_t)vl);
     return NVH_OK;
+}
+
+/* A free slot of locked companion c, -1 if none. Slots fill in order
+ * (an insert takes the first free one, splits and the build pack their
+ * new leaves), so slot `live` is usually the first free one: then one
+ * record word is read, not the four lines of them. */
+static int kvs_free_slot(const kvs_cleaf *c)
+{
+    unsigned n = c->live;
+    if (n < KVS_CAP && kvs_slot_free(c->rec[n])) return (int)n;
+    for (unsigned i = 0; i < KVS_CAP; i++)
+        if (kvs_slot_free(c->rec[i])) return (int)i;
+    return -1;
 }
 
 static int kvs_put_one(kv_sorted *t, const void *k, size_t kl, const void *v, size_t vl)
@@ -833,8 +842,8 @@ static int kvs_put_one(kv_sorted *t, const void *k, size_t kl, const void *v, si
         if (err) rc = err;
         else if (i >= 0) rc = kvs_overwrite(t, c, i, old, k, kl, v, vl);
         else {
-            for (i = 0; i < (int)KVS_CAP && !kvs_slot_free(c->rec[i]); i++) {}
-            if (i == (int)KVS_CAP)   /* c dies; unlocks it */
+            i = kvs_free_slot(c);
+            if (i < 0)              /* c dies; unlocks it */
                 return kvs_smo_split_insert(t, c, k, kl, kp, kh, v, vl);
             rc = kvs_insert(t, c, i, k, kl, kp, kh, v, vl);
         }
@@ -893,8 +902,8 @@ static int kvs_remove_one(kv_sorted *t, const void *k, size_t kl)
          * copy of the entry is not yet tombstoned (the build would keep
          * that copy, outside its leaf's range) */
         if (__atomic_load_n(&t->nowed, __ATOMIC_ACQUIRE)) kvs_owed_settle(t);
-        s->rec = kvs_tomb_after(c->was[i]);
-        c->was[i] = (uint8_t)s->rec;
+        s->rec = kvs_tomb_after(c->w[i].was);
+        c->w[i].was = (uint8_t)s->rec;
         nvh_flush(pool, &s->rec, 8);
         rc = kvs_data_fence(t, NULL);
         if (rc) {
@@ -908,8 +917,8 @@ static int kvs_remove_one(kv_sorted *t, const void *k, size_t kl)
         kvs_pend_write(t, j, old, &s->rec);
         rc = kvs_data_fence(t, NULL);
         if (rc) { kvs_pend_drop(t, j); kvs_unlock(c); return rc; }
-        s->rec = kvs_tomb_after(c->was[i]);
-        c->was[i] = (uint8_t)s->rec;
+        s->rec = kvs_tomb_after(c->w[i].was);
+        c->w[i].was = (uint8_t)s->rec;
         nvh_flush(pool, &s->rec, 8);
         nvh_drain(pool);
     }
