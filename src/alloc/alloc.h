@@ -334,12 +334,15 @@ typedef struct nvh_chunk {
 
 typedef struct nvh_extent { uint64_t block, nblocks; } nvh_extent;
 
-/* A bin: the runs of one class in one arena that may have a slot, as a
- * binary min-heap on the run's block (arena.c). Each entry carries its key,
- * so sifting reads only the array. cap >= the arena's runs of the class
- * (grown when a run is made), so adding never allocates. */
+/* A bin: the runs of one class in one arena that may have a slot, by
+ * address (arena.c): a short sorted front of the lowest ones, v[0 .. nf),
+ * then a binary min-heap of the rest, v[NVH_BIN_FRONT .. + n); every
+ * front entry is below every heap entry. Each entry carries its key, so
+ * sorting and sifting read only the array. cap >= the arena's runs of the
+ * class (grown when a run is made), so adding never allocates. */
+#define NVH_BIN_FRONT 8u
 typedef struct nvh_bin_ent { uint64_t block; nvh_run *run; } nvh_bin_ent;
-typedef struct nvh_bin { nvh_bin_ent *v; uint32_t n, cap; } nvh_bin;
+typedef struct nvh_bin { nvh_bin_ent *v; uint32_t n, cap, nf; } nvh_bin;
 
 typedef struct nvh_fifo_entry {
     union {
@@ -1132,6 +1135,7 @@ void nvh_extent_put(nvh_arena *a, uint64_t block, uint64_t nblocks);
 bool nvh_extent_take(nvh_heap *h, nvh_arena *a, uint64_t n, uint64_t *block_out);
 void nvh_bin_add(nvh_arena *a, nvh_run *run);
 void nvh_bin_pop_(nvh_bin *b);
+void nvh_bin_front_pop_(nvh_bin *b);
 bool nvh_bin_room(nvh_arena *a, unsigned cls);
 nvh_run *nvh_run_new(nvh_heap *h, nvh_arena *a, uint64_t block, unsigned cls, unsigned blocks);
 void nvh_run_publish(nvh_heap *h, nvh_chunk *ch, nvh_run *run);
@@ -1150,8 +1154,14 @@ void nvh_arena_exclude(nvh_heap *h, uint64_t block, uint64_t n);
 static inline nvh_run *nvh_bin_first(nvh_arena *a, unsigned cls)
 {
     nvh_bin *b = &a->bins[cls];
-    while (b->n) {
+    while (b->nf) {                     /* the front holds the lowest runs */
         nvh_run *run = b->v[0].run;
+        if (__builtin_expect(run->avail != 0 && !run->quarantined, 1)) return run;
+        run->in_bin = false;
+        nvh_bin_front_pop_(b);
+    }
+    while (b->n) {
+        nvh_run *run = b->v[NVH_BIN_FRONT].run;
         if (__builtin_expect(run->avail != 0 && !run->quarantined, 1)) return run;
         run->in_bin = false;
         nvh_bin_pop_(b);

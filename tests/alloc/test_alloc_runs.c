@@ -526,9 +526,15 @@ static void bins_in_address_order(void **state)
     unsigned runs = 0;
     for (unsigned i = 0; i < NVH_RINGS; i++) {
         const nvh_bin *b = &h->arenas[i].bins[16];
+        const nvh_bin_ent *f = b->v, *v = b->v + NVH_BIN_FRONT;
+        for (uint32_t k = 0; k < b->nf; k++, runs++) {   /* sorted, below the heap */
+            assert_true(f[k].block == f[k].run->block && f[k].run->in_bin);
+            if (k) assert_true(f[k - 1].block < f[k].block);
+            if (b->n) assert_true(f[k].block < v[0].block);
+        }
         for (uint32_t k = 0; k < b->n; k++, runs++) {
-            assert_true(b->v[k].block == b->v[k].run->block && b->v[k].run->in_bin);
-            if (k) assert_true(b->v[(k - 1) / 2].block < b->v[k].block);   /* heap order */
+            assert_true(v[k].block == v[k].run->block && v[k].run->in_bin);
+            if (k) assert_true(v[(k - 1) / 2].block < v[k].block);   /* heap order */
         }
     }
     print_message("  %u runs of class 16 in the bins\n", runs);
@@ -538,7 +544,8 @@ static void bins_in_address_order(void **state)
     nvh_arena *la = NULL;
     for (unsigned i = 0; i < NVH_RINGS; i++) {
         const nvh_bin *b = &h->arenas[i].bins[16];
-        for (uint32_t k = 0; k < b->n; k++) {
+        for (uint32_t k = 0; k < NVH_BIN_FRONT + b->n; k++) {
+            if (k >= b->nf && k < NVH_BIN_FRONT) continue;
             nvh_run *r = b->v[k].run;
             if (r->avail && (!low || r->block < low->block)) { low = r; la = &h->arenas[i]; }
         }
@@ -589,7 +596,8 @@ static void bins_random_frees(void **state)
     unsigned free_slots = 0, runs = 0;
     for (unsigned i = 0; i < NVH_RINGS; i++) {
         const nvh_bin *b = &h->arenas[i].bins[first->cls];
-        for (uint32_t k = 0; k < b->n; k++, runs++) {
+        for (uint32_t k = 0; k < NVH_BIN_FRONT + b->n; k++, runs++) {
+            if (k >= b->nf && k < NVH_BIN_FRONT) { runs--; continue; }
             free_slots += (unsigned)__builtin_popcountll(b->v[k].run->avail);
             a = &h->arenas[i];
         }
