@@ -17,7 +17,12 @@
  * header chunks included) and file_bytes (the pool file) after round 1;
  * or `4192` (4192 B each: a 4 KiB value with a ~96 B header; at most 20000
  * per thread and round), which reports heap_4192/T: heap_bytes_per_obj
- * (nvheap's chunks in use after round 1 per object);
+ * (nvheap's chunks in use after round 1 per object); or `big` (one thread,
+ * --ops 128 B objects: fill, half of them freed in random order -> case
+ * randfree_big/1, then churn_big/1: ops/2 times a random live object freed
+ * and another allocated; runs_big/1 gives nvheap's runs of the class and
+ * their free slots after the random frees: the per-free cost of a heap
+ * whose runs are nearly all partly used, against the heap's size);
  * T is the thread count (1, 2). Metrics: ops_per_s
  * (allocations, or frees, per second of wall time over all threads),
  * ns_per_op (wall), and cpu_ops_per_s: operations per second of the busiest
@@ -110,8 +115,8 @@ static bool is_nvheap(subject_id id)
            id == S_NVH_CLFLUSHOPT || id == S_NVH_FENCEONLY;
 }
 
-typedef enum workload_id { W_128, W_RAND, W_1M, W_4K, W_COUNT } workload_id;
-static const char *const workload_names[W_COUNT] = {"128", "rand", "1m", "4192"};
+typedef enum workload_id { W_128, W_RAND, W_1M, W_4K, W_BIG, W_COUNT } workload_id;
+static const char *const workload_names[W_COUNT] = {"128", "rand", "1m", "4192", "big"};
 #define OPS_1M 64u          /* 1m: allocations per thread and round, at most */
 #define OPS_4K 20000u       /* 4192: allocations per thread and round, at most */
 
@@ -125,6 +130,8 @@ typedef struct measurement {
     double cpu_ns[PH_COUNT];           /* the busiest worker's CPU time      */
     double lines[PH_COUNT], fences[PH_COUNT]; /* counters during each phase   */
     double heap_bytes, file_bytes;     /* nvheap, after round 1              */
+    double big_runs, big_free_slots;   /* big, nvheap: 128 B runs and their
+                                          free slots after the random frees */
 } measurement;
 
 /* The allocator under test, as seen by the loops. */
@@ -137,6 +144,7 @@ typedef struct subject_ctx {
     void **ptrs;                       /* volatile allocators                */
     void *(*malloc_fn)(size_t);
     void (*free_fn)(void *);
+    const uint32_t *perm;              /* big: a permutation of the objects  */
 } subject_ctx;
 
 typedef struct worker {
@@ -222,6 +230,87 @@ static int free_loop(worker *w, bool with_link)
     }
 }
 
+/* One object i of the subject: allocated into its link / oid / pointer
+ * slot, or freed from it (nvheap clearing the link). The big workload's
+ * loops use these; the rounds above keep their own loops per subject. */
+static int obj_alloc(worker *w, uint64_t i, uint32_t size)
+{
+    subject_ctx *s = w->s;
+    if (is_nvheap(s->id)) {
+        void *p = nvh_reserve(s->pool, size);
+        nvh_off_t *link = &s->links[i];
+        if (p && nvh_activate(s->pool, p, &link, 1) == NVH_OK) return 0;
+        snprintf(w->error, sizeof w->error, "nvheap alloc %llu: %s", (unsigned long long)i,
+                 nvh_errormsg());
+        return -1;
+    }
+    if (s->id == S_PMDK) {
+        if (pmemobj_alloc(s->pop, &s->oids[i], size, 0, NULL, NULL) == 0) return 0;
+        snprintf(w->error, sizeof w->error, "pmemobj_alloc %llu: %s", (unsigned long long)i,
+                 pmemobj_errormsg());
+        return -1;
+    }
+    if ((s->ptrs[i] = s->malloc_fn(size))) return 0;
+    snprintf(w->error, sizeof w->error, "malloc failed");
+    return -1;
+}
+
+static int obj_free(worker *w, uint64_t i, bool with_link)
+{
+    subject_ctx *s = w->s;
+    if (is_nvheap(s->id)) {
+        nvh_link l = {&s->links[i], 0};
+        if (nvh_free(s->pool, nvh_ptr(s->pool, s->links[i]), with_link ? &l : NULL,
+                     with_link ? 1u : 0u) == NVH_OK)
+            return 0;
+        snprintf(w->error, sizeof w->error, "nvh_free %llu: %s", (unsigned long long)i,
+                 nvh_errormsg());
+        return -1;
+    }
+    if (s->id == S_PMDK) pmemobj_free(&s->oids[i]);
+    else s->free_fn(s->ptrs[i]);
+    return 0;
+}
+
+/* The big workload (one thread): a large heap of n 128 B objects whose
+ * runs are nearly all partly used after random frees, as in a key-value
+ * store after deletes.
+ *   PH_ALLOC1  fill: n allocations
+ *   PH_FREE1   random frees: the first n/2 objects of a random permutation
+ *              (clearing the link); nearly every run of the class has a
+ *              free slot afterwards, and a run's first freed slot puts it
+ *              back in its arena's bin
+ *   PH_ALLOC2  churn: n/2 times, free a random live object and allocate
+ *              its replacement (one op = the pair)
+ *   PH_FREE2   the rest freed (not reported) */
+static int big_phase(worker *w, int phase)
+{
+    const uint32_t *perm = w->s->perm;
+    uint64_t n = w->count, half = n / 2;
+    switch (phase) {
+    case PH_ALLOC1:
+        for (uint64_t i = 0; i < n; i++)
+            if (obj_alloc(w, i, 128) != 0) return -1;
+        return 0;
+    case PH_FREE1:
+        for (uint64_t k = 0; k < half; k++)
+            if (obj_free(w, perm[k], true) != 0) return -1;
+        return 0;
+    case PH_ALLOC2: {
+        uint64_t seed = 0x5eed;
+        for (uint64_t k = 0; k < half; k++) {
+            uint32_t i = perm[half + bench_rand(&seed) % (n - half)];
+            if (obj_free(w, i, true) != 0 || obj_alloc(w, i, 128) != 0) return -1;
+        }
+        return 0;
+    }
+    default:
+        for (uint64_t k = half; k < n; k++)
+            if (obj_free(w, perm[k], false) != 0) return -1;
+        return 0;
+    }
+}
+
 /* CPU time of the calling thread: unlike wall time, it does not grow while
  * other programs on this shared machine hold the cores. */
 static uint64_t thread_cpu_ns(void)
@@ -239,7 +328,9 @@ static void *worker_main(void *arg)
         pthread_barrier_wait(w->barrier);              /* start together      */
         uint64_t cpu0 = thread_cpu_ns();
         w->start_ns[phase] = bench_now_ns();
-        if (!w->failed)
+        if (!w->failed && w->s->perm)
+            w->failed = big_phase(w, phase);
+        else if (!w->failed)
             w->failed = (phase == PH_ALLOC1 || phase == PH_ALLOC2)
                             ? alloc_loop(w) : free_loop(w, phase == PH_FREE1);
         w->end_ns[phase] = bench_now_ns();
@@ -296,7 +387,9 @@ static uint64_t pool_bytes_needed(const plan *p)
     uint64_t total = (uint64_t)p->threads * p->ops;
     /* 1m: nvheap starts small and grows (the file size is a result) */
     if (p->workload == W_1M) return is_nvheap(p->subject) ? 64 * MIB : total * 2 * MIB + 64 * MIB;
-    uint64_t avg = p->workload == W_128 ? 128 : p->workload == W_4K ? 8192 : 320;
+    uint64_t avg = p->workload == W_128 || p->workload == W_BIG ? 128
+                   : p->workload == W_4K                      ? 8192
+                                                              : 320;
     return total * (avg + 64) * 2 + 64 * MIB;
 }
 
@@ -364,6 +457,25 @@ static void measure(const plan *p, measurement *m)
         }
     }
 
+    uint32_t *perm = NULL;
+    if (p->workload == W_BIG) {
+        /* the same permutation for every subject (Fisher-Yates, fixed seed) */
+        perm = malloc(total * sizeof *perm);
+        if (!perm) {
+            snprintf(m->error, sizeof m->error, "out of memory");
+            return;
+        }
+        uint64_t seed = 42;
+        for (uint64_t i = 0; i < total; i++) perm[i] = (uint32_t)i;
+        for (uint64_t i = total; i > 1; i--) {
+            uint64_t j = bench_rand(&seed) % i;
+            uint32_t t = perm[i - 1];
+            perm[i - 1] = perm[j];
+            perm[j] = t;
+        }
+        s.perm = perm;
+    }
+
     /* ---- the phases. Each worker times itself (the thread that wakes up
      * last from a barrier may be scheduled late); a phase lasts from the
      * first worker's start to the last one's end. ---- */
@@ -398,16 +510,25 @@ static void measure(const plan *p, measurement *m)
                 m->heap_bytes = (double)(hs.chunks * hs.chunk_size);
             m->file_bytes = (double)nvh_pool_size(s.pool);
         }
-        if (phase == PH_ALLOC2 && !m->error[0] && !links_all_set(&s, total))
+        if (phase == PH_FREE1 && s.pool && perm) {
+            nvh_heap_stats hs;
+            if (nvh_heap_stats_get(s.pool, &hs) == NVH_OK) {
+                m->big_runs = (double)hs.cls[2].runs;
+                m->big_free_slots = (double)(hs.cls[2].slots_total - hs.cls[2].slots_used);
+            }
+        }
+        if (phase == PH_ALLOC2 && !m->error[0] && !perm && !links_all_set(&s, total))
             snprintf(m->error, sizeof m->error, "a link/oid is not set after round 2");
     }
     for (unsigned t = 0; t < p->threads; t++) {
         pthread_join(tids[t], NULL);
         if (workers[t].failed) {
             snprintf(m->error, sizeof m->error, "%s", workers[t].error);
+            free(perm);
             return;
         }
     }
+    free(perm);
     if (m->error[0]) return;
     m->ok = 1;
 }
@@ -500,7 +621,7 @@ static void fill_sizes(uint32_t *sizes, uint64_t n, workload_id w)
         x ^= x << 13;
         x ^= x >> 7;
         x ^= x << 17;
-        sizes[i] = w == W_128 ? 128u : w == W_1M ? (uint32_t)MIB : w == W_4K ? 4192u
+        sizes[i] = w == W_128 || w == W_BIG ? 128u : w == W_1M ? (uint32_t)MIB : w == W_4K ? 4192u
                                                                    : 64u + (uint32_t)(x % 449u);
     }
 }
@@ -543,8 +664,10 @@ static void emit_counts(const bench_opts *opts, const char *group, workload_id w
 static void run_config(const bench_opts *opts, const settings *set, workload_id w,
                        unsigned threads)
 {
-    static const char *const groups[] = {"alloc", "free", "alloc_free", "realloc", "free_nolink"};
+    static const char *const groups[] = {"alloc", "free", "alloc_free", "realloc", "free_nolink",
+                                         "fill", "randfree", "churn"};
     bool selected = false;
+    if (w == W_BIG && threads != 1) return;   /* one thread only */
     for (size_t g = 0; g < sizeof groups / sizeof groups[0]; g++) {
         char name[96];
         snprintf(name, sizeof name, "%s_%s/%u", groups[g], workload_names[w], threads);
@@ -556,6 +679,7 @@ static void run_config(const bench_opts *opts, const settings *set, workload_id 
                    : w == W_4K && set->ops > OPS_4K ? OPS_4K : set->ops;
     uint64_t total = (uint64_t)threads * ops;
     double heap_bytes[S_COUNT] = {0}, file_bytes[S_COUNT] = {0};
+    double big_runs[S_COUNT] = {0}, big_free_slots[S_COUNT] = {0};
     uint32_t *sizes = malloc(total * sizeof *sizes);
     double(*ns)[PH_COUNT][16] = calloc(S_COUNT, sizeof *ns);   /* [subject][phase][run] */
     double(*cpu)[PH_COUNT][16] = calloc(S_COUNT, sizeof *cpu);
@@ -600,6 +724,8 @@ static void run_config(const bench_opts *opts, const settings *set, workload_id 
             }
             heap_bytes[si] = m.heap_bytes;           /* deterministic: the last run's */
             file_bytes[si] = m.file_bytes;
+            big_runs[si] = m.big_runs;
+            big_free_slots[si] = m.big_free_slots;
         }
     }
 
@@ -612,6 +738,28 @@ static void run_config(const bench_opts *opts, const settings *set, workload_id 
             both_cpu[r] = cpu[si][PH_ALLOC1][r] + cpu[si][PH_FREE1][r];
         }
         double total_ops = (double)total;
+        if (w == W_BIG) {
+            double half = (double)(total / 2);
+            emit_rate(opts, "fill", w, threads, name, ns[si][PH_ALLOC1], cpu[si][PH_ALLOC1],
+                      runs, total_ops);
+            emit_rate(opts, "randfree", w, threads, name, ns[si][PH_FREE1], cpu[si][PH_FREE1],
+                      runs, half);
+            emit_rate(opts, "churn", w, threads, name, ns[si][PH_ALLOC2], cpu[si][PH_ALLOC2],
+                      runs, half);
+            if (si == S_NVH_PMEM || si == S_PMDK) {
+                emit_counts(opts, "randfree", w, name, lines[si][PH_FREE1],
+                            fences[si][PH_FREE1], half);
+                emit_counts(opts, "churn", w, name, lines[si][PH_ALLOC2],
+                            fences[si][PH_ALLOC2], half);
+            }
+            if (is_nvheap(si)) {
+                bench_emit(opts, "runs_big/1", name, "runs_128", bench_exact(big_runs[si]),
+                           "runs");
+                bench_emit(opts, "runs_big/1", name, "free_slots_128",
+                           bench_exact(big_free_slots[si]), "slots");
+            }
+            continue;
+        }
         emit_rate(opts, "alloc", w, threads, name, ns[si][PH_ALLOC1], cpu[si][PH_ALLOC1], runs,
                   total_ops);
         emit_rate(opts, "free", w, threads, name, ns[si][PH_FREE1], cpu[si][PH_FREE1], runs,
@@ -647,14 +795,14 @@ static void run_config(const bench_opts *opts, const settings *set, workload_id 
         }
     }
     /* the targets of the allocator issue, as notes */
-    if (ok[S_NVH_PMEM] && ok[S_PMDK])
+    if (ok[S_NVH_PMEM] && ok[S_PMDK] && w != W_BIG)
         bench_note(opts, "target %s/%u: nvheap-pmem alloc throughput = %.2fx pmdk wall, %.2fx "
                    "CPU time (>= 5x wanted)", workload_names[w], threads,
                    bench_median(ns[S_PMDK][PH_ALLOC1], runs) /
                        bench_median(ns[S_NVH_PMEM][PH_ALLOC1], runs),
                    bench_median(cpu[S_PMDK][PH_ALLOC1], runs) /
                        bench_median(cpu[S_NVH_PMEM][PH_ALLOC1], runs));
-    if (ok[S_NVH_PROCESS] && ok[S_GLIBC])
+    if (ok[S_NVH_PROCESS] && ok[S_GLIBC] && w != W_BIG)
         bench_note(opts, "target %s/%u: nvheap-process alloc throughput = %.2fx glibc wall, "
                    "%.2fx CPU time; round 2: %.2fx wall, %.2fx CPU (>= 0.5x wanted)",
                    workload_names[w], threads,
@@ -682,7 +830,9 @@ static const bench_info info = {
     .usage =
         "  --ops N            allocations per thread per round (default 200000, quick 10000)\n"
         "  --threads LIST     thread counts, comma-separated (default 1,2; at most 8)\n"
-        "  --workloads LIST   128,rand,1m,4192 (default 128,rand)\n"
+        "  --workloads LIST   128,rand,1m,4192,big (default 128,rand); big: --ops N\n"
+        "                     objects of 128 B, half freed at random (randfree), then\n"
+        "                     N/2 x (free a random one, allocate) (churn); 1 thread\n"
         "  --subjects LIST    of nvheap-pmem,nvheap-process,pmdk,glibc,jemalloc,mimalloc\n"
         "                     (default), nvheap-clflush,nvheap-clflushopt,nvheap-fenceonly\n"
         "  --pmdk-flush KIND  libpmem's flush: clwb (default), clflushopt, clflush, or none\n"
@@ -797,7 +947,8 @@ int main(int argc, char **argv)
     bench_opts opts;
     bench_parse(&opts, &info, argc, argv);
     settings set = {.ops = opts.quick ? 10000 : 200000, .threads = {1, 2}, .nthreads = 2};
-    for (int i = 0; i < W_COUNT; i++) set.workload[i] = i != W_1M && i != W_4K; /* on request */
+    for (int i = 0; i < W_COUNT; i++)       /* on request: 1m, 4192, big */
+        set.workload[i] = i != W_1M && i != W_4K && i != W_BIG;
     for (int i = 0; i < S_COUNT; i++) set.subject[i] = i < S_DEFAULT_COUNT;
     bool inner = false, fig9 = false, given_threads = false, given_workloads = false;
     const char *pmdk_flush = NULL;

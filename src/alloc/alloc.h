@@ -314,7 +314,6 @@ typedef struct nvh_run {
     bool quarantined;
     bool bm_pending;            /* media bitmap behind pbits until the retire */
     bool hsnap_ok;              /* hsnap holds a validated header             */
-    struct nvh_run *next;       /* bin list                                   */
     uint64_t hsnap[7];          /* bytes 8..63 of the run's media header as
                                    last validated (nvh_run_hdr_valid)         */
 } nvh_run;
@@ -334,6 +333,16 @@ typedef struct nvh_chunk {
 } nvh_chunk;
 
 typedef struct nvh_extent { uint64_t block, nblocks; } nvh_extent;
+
+/* A bin: the runs of one class in one arena that may have a slot, by
+ * address (arena.c): a short sorted front of the lowest ones, v[0 .. nf),
+ * then a binary min-heap of the rest, v[NVH_BIN_FRONT .. + n); every
+ * front entry is below every heap entry. Each entry carries its key, so
+ * sorting and sifting read only the array. cap >= the arena's runs of the
+ * class (grown when a run is made), so adding never allocates. */
+#define NVH_BIN_FRONT 8u
+typedef struct nvh_bin_ent { uint64_t block; nvh_run *run; } nvh_bin_ent;
+typedef struct nvh_bin { nvh_bin_ent *v; uint32_t n, cap, nf; } nvh_bin;
 
 typedef struct nvh_fifo_entry {
     union {
@@ -391,7 +400,7 @@ static inline void nvh_alock_unlock(nvh_alock *l)
 typedef struct nvh_arena {
     nvh_alock lock;
     unsigned index;
-    nvh_run *bins[NVH_CLS_TOP + 1];
+    nvh_bin bins[NVH_CLS_TOP + 1];
     uint32_t nruns[NVH_CLS_TOP + 1]; /* runs of each class it holds (the
                                    size of its next run, nvh_run_blocks_for) */
     uint8_t early[NVH_CLS_TOP + 1]; /* classes of one slot per block:
@@ -1125,6 +1134,9 @@ void nvh_arena_fini(nvh_arena *a);
 void nvh_extent_put(nvh_arena *a, uint64_t block, uint64_t nblocks);
 bool nvh_extent_take(nvh_heap *h, nvh_arena *a, uint64_t n, uint64_t *block_out);
 void nvh_bin_add(nvh_arena *a, nvh_run *run);
+void nvh_bin_pop_(nvh_bin *b);
+void nvh_bin_front_pop_(nvh_bin *b);
+bool nvh_bin_room(nvh_arena *a, unsigned cls);
 nvh_run *nvh_run_new(nvh_heap *h, nvh_arena *a, uint64_t block, unsigned cls, unsigned blocks);
 void nvh_run_publish(nvh_heap *h, nvh_chunk *ch, nvh_run *run);
 /* The descriptor's fields derived from block, cls and blocks. */
@@ -1136,18 +1148,25 @@ static inline void nvh_run_derive(const nvh_heap *h, nvh_run *run)
 unsigned nvh_run_pick(nvh_run *run);
 void nvh_arena_exclude(nvh_heap *h, uint64_t block, uint64_t n);
 
-/* The first run of class cls in a's bin with a slot to reserve, or NULL;
- * runs found full or quarantined leave the bin on the way. a->lock held. */
+/* The lowest run of class cls in a's bin with a slot to reserve, or NULL;
+ * runs found full or quarantined at the top leave the bin on the way (a
+ * run that fills stays in the bin until it reaches the top). a->lock held. */
 static inline nvh_run *nvh_bin_first(nvh_arena *a, unsigned cls)
 {
-    nvh_run *run = a->bins[cls];
-    while (run && (run->avail == 0 || run->quarantined)) {
-        a->bins[cls] = run->next;
+    nvh_bin *b = &a->bins[cls];
+    while (b->nf) {                     /* the front holds the lowest runs */
+        nvh_run *run = b->v[0].run;
+        if (__builtin_expect(run->avail != 0 && !run->quarantined, 1)) return run;
         run->in_bin = false;
-        run->next = NULL;
-        run = a->bins[cls];
+        nvh_bin_front_pop_(b);
     }
-    return run;
+    while (b->n) {
+        nvh_run *run = b->v[NVH_BIN_FRONT].run;
+        if (__builtin_expect(run->avail != 0 && !run->quarantined, 1)) return run;
+        run->in_bin = false;
+        nvh_bin_pop_(b);
+    }
+    return NULL;
 }
 
 /* Debug invariant (NVHEAP_DEBUG_ALLOC=1): no free extent covers a run or a

@@ -51,6 +51,7 @@ void nvh_arena_fini(nvh_arena *a)
     free(a->fifo);
     free(a->dirty);
     free(a->bm_runs);
+    for (unsigned c = 0; c <= NVH_CLS_TOP; c++) free(a->bins[c].v);
 }
 
 /* ==========================================================================
@@ -169,21 +170,108 @@ bool nvh_extent_take(nvh_heap *h, nvh_arena *a, uint64_t n, uint64_t *block_out)
 /* ==========================================================================
  * Bins and runs
  * ========================================================================== */
-/* Bins are kept in address order and reservations take the first run with
- * a slot: live objects gather in a class's lowest runs, so the runs above
- * them empty out as objects are freed and the heap's used address space
- * follows its live data down after a peak ([Moraru11] Table 2 at 1/1)
- * instead of staying spread over the space of the peak. A run re-enters
- * its bin when a slot of it is freed while it was full; such a run was the
- * first with room when it filled, so the walk to its place is short. */
+/* Reservations take the lowest-addressed run of the class with a slot:
+ * live objects gather in a class's lowest runs, so the runs above them
+ * empty out as objects are freed and the heap's used address space follows
+ * its live data down after a peak ([Moraru11] Table 2 at 1/1) instead of
+ * staying spread over the space of the peak. A run re-enters its bin when
+ * a slot of it is freed while it was out; in a large heap freed at random
+ * (a store after deletes) that is nearly every free, anywhere in the
+ * address range, so the bin is a min-heap on the run's block: O(log n) per
+ * add and per run leaving the top, where a sorted list walked every run
+ * below the one added; its lowest runs wait in a short sorted front
+ * (nvh_bin_add). */
+static inline bool bin_less(const nvh_bin_ent *x, const nvh_bin_ent *y)
+{
+    return x->block < y->block;
+}
+
+static void heap_push(nvh_bin *b, nvh_bin_ent e)
+{
+    nvh_bin_ent *v = b->v + NVH_BIN_FRONT;
+    uint32_t i = b->n++;
+    while (i) {                         /* sift up */
+        uint32_t up = (i - 1) / 2;
+        if (!bin_less(&e, &v[up])) break;
+        v[i] = v[up];
+        i = up;
+    }
+    v[i] = e;
+}
+
+/* Where a run re-enters its bin: usually just below the runs being filled
+ * (a slot freed in a run that filled earlier, which the next reservations
+ * take), so the bin keeps its lowest runs apart in a short sorted front:
+ * adding such a run and taking it again costs a shift of at most
+ * NVH_BIN_FRONT entries, not two walks down the heap. */
 void nvh_bin_add(nvh_arena *a, nvh_run *run)
 {
     if (run->in_bin || run->quarantined) return;
+    nvh_bin *b = &a->bins[run->cls];
+    /* nvh_bin_room made room when the run was made: a run is in its
+     * arena's bin at most once (in_bin), and cap >= the arena's runs */
+    NVH_ASSERT(b->n < b->cap);
+    if (__builtin_expect(b->n >= b->cap, 0)) return;
     run->in_bin = true;
-    nvh_run **pp = &a->bins[run->cls];
-    while (*pp && (*pp)->block < run->block) pp = &(*pp)->next;
-    run->next = *pp;
-    *pp = run;
+    nvh_bin_ent e = {run->block, run};
+    if (b->n && !bin_less(&e, &b->v[NVH_BIN_FRONT])) {
+        heap_push(b, e);                /* above the heap's lowest */
+        return;
+    }
+    if (b->nf == NVH_BIN_FRONT) {
+        /* full: the highest of e and the front goes to the heap (below
+         * every heap entry, so the front stays below the heap) */
+        if (bin_less(&b->v[b->nf - 1], &e)) {
+            heap_push(b, e);
+            return;
+        }
+        heap_push(b, b->v[--b->nf]);
+    }
+    uint32_t i = b->nf++;
+    while (i && bin_less(&e, &b->v[i - 1])) {
+        b->v[i] = b->v[i - 1];
+        i--;
+    }
+    b->v[i] = e;
+}
+
+/* Remove the front's first entry (nvh_bin_first, alloc.h). */
+void nvh_bin_front_pop_(nvh_bin *b)
+{
+    b->nf--;
+    memmove(&b->v[0], &b->v[1], b->nf * sizeof *b->v);
+}
+
+/* Remove the heap's top (nvh_bin_first, alloc.h, clears its in_bin). */
+void nvh_bin_pop_(nvh_bin *b)
+{
+    nvh_bin_ent *v = b->v + NVH_BIN_FRONT;
+    nvh_bin_ent e = v[--b->n];
+    uint32_t n = b->n, i = 0;
+    for (;;) {                          /* sift down */
+        uint32_t c = 2 * i + 1;
+        if (c >= n) break;
+        if (c + 1 < n && bin_less(&v[c + 1], &v[c])) c++;
+        if (!bin_less(&v[c], &e)) break;
+        v[i] = v[c];
+        i = c;
+    }
+    if (n) v[i] = e;
+}
+
+/* Room in a's bin of cls for one more run of the class (before a->nruns
+ * counts it): the allocation happens where making a run may fail, so that
+ * nvh_bin_add cannot. The heap alone can hold every run. */
+bool nvh_bin_room(nvh_arena *a, unsigned cls)
+{
+    nvh_bin *b = &a->bins[cls];
+    if (a->nruns[cls] < b->cap) return true;
+    uint32_t cap = b->cap ? b->cap * 2 : 16;
+    nvh_bin_ent *g = realloc(b->v, (NVH_BIN_FRONT + cap) * sizeof *g);
+    if (!g) return false;
+    b->v = g;
+    b->cap = cap;
+    return true;
 }
 
 /* Preferred run sizes per class (alloc.h: nvh_run_blocks_for), filled on
@@ -242,7 +330,7 @@ void nvh_run_publish(nvh_heap *h, nvh_chunk *ch, nvh_run *run)
 nvh_run *nvh_run_new(nvh_heap *h, nvh_arena *a, uint64_t block, unsigned cls, unsigned blocks)
 {
     nvh_chunk *ch = nvh_chunk_get(h, nvh_chunk_of_block(h, block));
-    nvh_run *run = ch ? calloc(1, sizeof *run) : NULL;
+    nvh_run *run = ch && nvh_bin_room(a, cls) ? calloc(1, sizeof *run) : NULL;
     if (!run) return NULL;
     run->block = block;
     run->cls = (uint8_t)cls;

@@ -657,7 +657,7 @@ static bool run_hdr_sound(const struct nvh_rhdr *r, uint64_t b, uint64_t end)
 static nvh_run *scan_run(nvh_heap *h, nvh_arena *a, nvh_chunk *ch, uint64_t b,
                          const struct nvh_rhdr *r)
 {
-    nvh_run *run = calloc(1, sizeof *run);
+    nvh_run *run = nvh_bin_room(a, r->cls) ? calloc(1, sizeof *run) : NULL;
     if (!run) return NULL;
     uint64_t mask = r->nslots == 64 ? ~0ull : (1ull << r->nslots) - 1;
     run->block = b;

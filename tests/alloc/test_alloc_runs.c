@@ -19,6 +19,8 @@
  *                       (each subset of its two stores) opens as well.
  *   bins_in_address_order  a class's runs with free slots are taken lowest
  *                       address first
+ *   bins_random_frees   the same after random frees over ~100 runs: every
+ *                       free slot handed out, runs in address order
  *   big_classes         the classes above 4032 B (format 5) in multi-block
  *                       runs: usable sizes, bad pointers, stats, reopen
  *   format4_upgrade     a format-4 pool is raised to 5 at its first
@@ -522,17 +524,32 @@ static void bins_in_address_order(void **state)
     drain_all(pool);
     nvh_heap *h = pool->heap;
     unsigned runs = 0;
-    for (unsigned i = 0; i < NVH_RINGS; i++)
-        for (nvh_run *r = h->arenas[i].bins[16]; r; r = r->next, runs++)
-            if (r->next) assert_true(r->block < r->next->block);
+    for (unsigned i = 0; i < NVH_RINGS; i++) {
+        const nvh_bin *b = &h->arenas[i].bins[16];
+        const nvh_bin_ent *f = b->v, *v = b->v + NVH_BIN_FRONT;
+        for (uint32_t k = 0; k < b->nf; k++, runs++) {   /* sorted, below the heap */
+            assert_true(f[k].block == f[k].run->block && f[k].run->in_bin);
+            if (k) assert_true(f[k - 1].block < f[k].block);
+            if (b->n) assert_true(f[k].block < v[0].block);
+        }
+        for (uint32_t k = 0; k < b->n; k++, runs++) {
+            assert_true(v[k].block == v[k].run->block && v[k].run->in_bin);
+            if (k) assert_true(v[(k - 1) / 2].block < v[k].block);   /* heap order */
+        }
+    }
     print_message("  %u runs of class 16 in the bins\n", runs);
     assert_true(runs >= 3);
     /* the arena's next slot (past the thread's cache) is in its lowest run */
     nvh_run *low = NULL;
     nvh_arena *la = NULL;
-    for (unsigned i = 0; i < NVH_RINGS; i++)
-        for (nvh_run *r = h->arenas[i].bins[16]; r; r = r->next)
+    for (unsigned i = 0; i < NVH_RINGS; i++) {
+        const nvh_bin *b = &h->arenas[i].bins[16];
+        for (uint32_t k = 0; k < NVH_BIN_FRONT + b->n; k++) {
+            if (k >= b->nf && k < NVH_BIN_FRONT) continue;
+            nvh_run *r = b->v[k].run;
             if (r->avail && (!low || r->block < low->block)) { low = r; la = &h->arenas[i]; }
+        }
+    }
     assert_non_null(low);
     uint64_t off = 0;
     nvh_alock_lock(&la->lock);
@@ -541,6 +558,75 @@ static void bins_in_address_order(void **state)
     assert_int_equal(rc, NVH_OK);
     assert_ptr_equal(nvh_run_lookup(h, (off - h->chunks_off) / NVH_BLOCK), low);
     assert_int_equal(nvh_cancel(pool, nvh_ptr(pool, off)), NVH_OK);
+    assert_int_equal(nvh_pool_close(pool), NVH_OK);
+}
+
+/* Many runs freed at random (a store after deletes): every run gets back
+ * into its bin in random address order, and the arena then hands out every
+ * free slot run by run from the lowest address up, each run's slots before
+ * a higher run's. Fails with a bin that loses its order (a heap that sifts
+ * wrongly, a LIFO list). */
+static void bins_random_frees(void **state)
+{
+    (void)state;
+    nvh_pool *pool = fresh("runs-random");
+    enum { N = 6000 };                                  /* 128 B: ~100 runs */
+    nvh_off_t *objs = test_malloc(N * sizeof *objs);
+    for (int i = 0; i < N; i++) {
+        void *p = nvh_reserve(pool, 128);
+        assert_non_null(p);
+        assert_int_equal(nvh_activate(pool, p, NULL, 0), NVH_OK);
+        objs[i] = nvh_off(pool, p);
+    }
+    /* a random third, in random order */
+    uint64_t x = 0x2545F4914F6CDD1Dull;
+    for (int i = N - 1; i > 0; i--) {
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        int j = (int)(x % (uint64_t)(i + 1));
+        nvh_off_t t = objs[i];
+        objs[i] = objs[j];
+        objs[j] = t;
+    }
+    for (int i = 0; i < N / 3; i++)
+        assert_int_equal(nvh_free(pool, nvh_ptr(pool, objs[i]), NULL, 0), NVH_OK);
+    drain_all(pool);
+    nvh_heap *h = pool->heap;
+    nvh_run *first = nvh_run_lookup(h, (objs[N - 1] - h->chunks_off) / NVH_BLOCK);
+    nvh_arena *a = NULL;
+    unsigned free_slots = 0, runs = 0;
+    for (unsigned i = 0; i < NVH_RINGS; i++) {
+        const nvh_bin *b = &h->arenas[i].bins[first->cls];
+        for (uint32_t k = 0; k < NVH_BIN_FRONT + b->n; k++, runs++) {
+            if (k >= b->nf && k < NVH_BIN_FRONT) { runs--; continue; }
+            free_slots += (unsigned)__builtin_popcountll(b->v[k].run->avail);
+            a = &h->arenas[i];
+        }
+    }
+    print_message("  %u runs in the bin, %u free slots\n", runs, free_slots);
+    assert_non_null(a);
+    assert_true(runs >= 50);
+    /* every slot freed (a few sit in the thread's cache instead), and the
+     * slots of the last run never handed out */
+    assert_true(free_slots + NVH_TC_SLOTS >= N / 3 && free_slots <= N / 3 + 64);
+    uint64_t *got = test_malloc(free_slots * sizeof *got);
+    uint64_t prev = 0;
+    nvh_alock_lock(&a->lock);
+    for (unsigned k = 0; k < free_slots; k++) {
+        assert_int_equal(nvh_reserve_small(h, a, first->cls, &got[k]), NVH_OK);
+        nvh_run *r = nvh_run_lookup(h, (got[k] - h->chunks_off) / NVH_BLOCK);
+        assert_true(r->block >= prev);              /* lowest run first */
+        prev = r->block;
+    }
+    /* all of them handed out: the next slot comes from a new run, above */
+    uint64_t next = 0;
+    assert_int_equal(nvh_reserve_small(h, a, first->cls, &next), NVH_OK);
+    assert_true(nvh_run_lookup(h, (next - h->chunks_off) / NVH_BLOCK)->block > prev);
+    nvh_alock_unlock(&a->lock);
+    for (unsigned k = 0; k < free_slots; k++)
+        assert_int_equal(nvh_cancel(pool, nvh_ptr(pool, got[k])), NVH_OK);
+    assert_int_equal(nvh_cancel(pool, nvh_ptr(pool, next)), NVH_OK);
+    test_free(got);
+    test_free(objs);
     assert_int_equal(nvh_pool_close(pool), NVH_OK);
 }
 
@@ -721,6 +807,7 @@ int main(void)
         cmocka_unit_test(wide_class_replay),
         cmocka_unit_test(format3_upgrade),
         cmocka_unit_test(bins_in_address_order),
+        cmocka_unit_test(bins_random_frees),
         cmocka_unit_test(big_classes),
         cmocka_unit_test(format4_upgrade),
     };
