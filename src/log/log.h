@@ -341,6 +341,15 @@ typedef struct nvh_txlog {
  * ========================================================================== */
 /* lane.c */
 nvh_txlog *nvh_txlog_get(nvh_pool *pool);             /* NULL + error if none */
+/* The registry's generation: changes whenever a pool's log state is
+ * unregistered (close) or a thread's cached lane is given back to make room
+ * for another pool's (lane.c, tls_fill). A thread's cached lane or
+ * descriptor is valid while it is unchanged. */
+extern _Atomic uint64_t nvh_txlog_reg_gen_;
+static inline uint64_t nvh_txlog_gen_(void)
+{
+    return atomic_load_explicit(&nvh_txlog_reg_gen_, memory_order_acquire);
+}
 /* Attach lg to its pool (nvh_txlog_get finds it) / detach it (lane.c). */
 int nvh_txlog_register_(nvh_pool *pool, nvh_txlog *lg);
 void nvh_txlog_unregister_(nvh_txlog *lg);
@@ -362,6 +371,10 @@ uint32_t nvh_txrec_crc(const struct nvh_txrec *r, const void *old_data);
 int nvh_txlog_begin(nvh_txlog *lg, nvh_lane *lane);   /* new tid, pick slot */
 /* Append records; they are flushed, not fenced (lane->unfenced). */
 int nvh_txlog_word(nvh_txlog *lg, nvh_lane *lane, uint64_t off, unsigned len);
+/* n whole 8-byte words (offsets 8-aligned, inside the pool's data): the
+ * records nvh_txlog_word(.., 8) would write, without its per-record checks
+ * where one check covers them all (the in-place fast path, tx.c). */
+int nvh_txlog_words(nvh_txlog *lg, nvh_lane *lane, const uint64_t *offs, unsigned n);
 int nvh_txlog_range(nvh_txlog *lg, nvh_lane *lane, uint64_t off, uint64_t len,
                     const void *old_src);
 int nvh_txlog_intent(nvh_txlog *lg, nvh_lane *lane, unsigned kind, uint64_t obj,

@@ -352,6 +352,48 @@ int nvh_txlog_word(nvh_txlog *lg, nvh_lane *lane, uint64_t off, unsigned len)
     return NVH_OK;
 }
 
+int nvh_txlog_words(nvh_txlog *lg, nvh_lane *lane, const uint64_t *offs, unsigned n)
+{
+    unsigned i = 0;
+    int rc;
+    if (!lane->active_written && lane->redo_commits) {
+        if ((rc = word_inline(lg, lane, offs[0])) != NVH_OK) return rc;
+        i = 1;
+    }
+    /* the rest: one room check for all (the DRAM entries, the segment's
+     * record slots), else one call per word */
+    if (!lane->active_written || lane->nrecs + (n - i) > lane->recs_cap ||
+        lane->rec_next + (n - i) > lane->seg_nrec_cap) {
+        for (; i < n; i++)
+            if ((rc = nvh_txlog_word(lg, lane, offs[i], 8)) != NVH_OK) return rc;
+        return NVH_OK;
+    }
+    if (i == n) return NVH_OK;
+    nvh_pool *pool = lg->pool;
+    const char *base = NVH_CTX_(pool)->base;
+    struct nvh_txrec *slot = (struct nvh_txrec *)((char *)lane->seg + 64) + lane->rec_next;
+    for (; i < n; i++, slot++) {
+        uint64_t off = offs[i];
+        filter_record(lane, off, 8);
+        uint64_t old;
+        memcpy(&old, base + off, 8);
+        nvh_recref *ref = &lane->recs[lane->nrecs];
+        ref->rec = slot;
+        ref->data = NULL;
+        ref->sh = (struct nvh_txrec){
+            .tid = lane->tid, .off = off, .len = 8, .kind = NVH_LR_WORD,
+            .seq = (uint16_t)(lane->nrecs - lane->w0), .old_word = old,
+        };
+        ref->sh.crc = nvh_txrec_crc_fixed_(&ref->sh);
+        nvh_txlog_line_(lane, pool, slot, &ref->sh);
+        lane->nrecs++;
+        lane->rec_next++;
+        lane->bytes_logged += sizeof ref->sh;
+    }
+    lane->unfenced = true;
+    return NVH_OK;
+}
+
 int nvh_txlog_range(nvh_txlog *lg, nvh_lane *lane, uint64_t off, uint64_t len, const void *old_src)
 {
     if (len > UINT32_MAX / 2)
