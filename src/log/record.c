@@ -562,7 +562,18 @@ static inline void retire_own_pending(nvh_txlog *lg, nvh_lane *lane)
 {
     atomic_store_explicit(&lane->retire_pending, 1, memory_order_release);
     uint64_t cur = atomic_load_explicit(lane->retire_word, memory_order_relaxed);
-    if (cur < nvh_rw_make(lane->redo_pend))   /* a helper may have raised it already */
+    uint64_t rw = nvh_rw_make(lane->redo_pend);
+    if (cur < rw && !nvh_txlog_protected_(lg->pool)) {
+        /* a plain store, not retire_max_'s compare-and-swap (a LOCKed
+         * instruction per transaction): helpers only ever raise this word
+         * to the tid of a pending transaction of this lane, which is at
+         * most redo_pend, and only from below (their CAS fails against a
+         * higher value), so whichever order the stores land in, the word
+         * ends at redo_pend */
+        atomic_store_explicit(lane->retire_word, rw, memory_order_release);
+        cur = rw;
+    }
+    if (cur < rw)                 /* protected pools: retire_max_ opens the window */
         retire_max_(lg->pool, lane->retire_word, lane->redo_pend);
     else
         nvh_flush(lg->pool, (void *)lane->retire_word, sizeof(uint64_t));
@@ -632,8 +643,7 @@ void nvh_txlog_fence(nvh_txlog *lg, nvh_lane *lane, uint64_t help_mask)
         nvh_txlog_help(lg, help_mask, lane->index);    /* after: see there */
     }
     flush_own_pending(lg, lane);
-    nvh_txlog_nt_count_(lg->pool, lane);
-    nvh_drain(lg->pool);
+    nvh_txlog_drain_(lg->pool, lane);
     if (todo.n) help_pending_post(lg, lane, &todo);
     /* the retire line was written back (and, on CPUs whose CLWB evicts,
      * dropped) by this fence: fetch it for writing now, so that the retire
@@ -898,16 +908,33 @@ uint32_t nvh_redo_line_crc(const struct nvh_redo_line *l)
     return nvh_txlog_crc(0, &c, sizeof c) ^ 0xa5a5a5a5u;
 }
 
-/* ceil(n/2) redo lines of transaction tid into dst, non-temporal */
+/* ceil(n/2) redo lines of transaction tid into dst, non-temporal. Each
+ * line is built as eight words (little-endian x86: bytes 16..19 are n, idx,
+ * nlines, nwords, 20..23 the CRC) and checksummed from them, not through a
+ * zeroed struct filled byte by byte. */
 static void redo_lines_write(nvh_lane *lane, nvh_pool *pool, struct nvh_redo_line *dst,
                              uint64_t tid, uint64_t cseq, const uint64_t *offs,
                              const uint64_t *vals, unsigned n)
 {
     unsigned nlines = (n + NVH_REDO_WORDS_PER_LINE - 1) / NVH_REDO_WORDS_PER_LINE;
     for (unsigned l = 0; l < nlines; l++) {
-        struct nvh_redo_line line;
         unsigned first = l * NVH_REDO_WORDS_PER_LINE;
         unsigned k = n - first < NVH_REDO_WORDS_PER_LINE ? n - first : NVH_REDO_WORDS_PER_LINE;
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+        static_assert(NVH_REDO_WORDS_PER_LINE == 2 && offsetof(struct nvh_redo_line, n) == 16 &&
+                      offsetof(struct nvh_redo_line, crc) == 20 &&
+                      offsetof(struct nvh_redo_line, reserved) == 56, "redo line as words");
+        uint64_t w[8] = {
+            tid, cseq,
+            (uint64_t)k | (uint64_t)l << 8 | (uint64_t)nlines << 16 | (uint64_t)n << 24,
+            offs[first], vals[first],
+            k > 1 ? offs[first + 1] : 0, k > 1 ? vals[first + 1] : 0, 0,
+        };
+        /* nvh_redo_line_crc's value: computed with the crc field 0 */
+        w[2] |= (uint64_t)(nvh_txlog_crc(0, w, sizeof w) ^ 0xa5a5a5a5u) << 32;
+        nvh_txlog_line_(lane, pool, &dst[l], w);
+#else
+        struct nvh_redo_line line;
         memset(&line, 0, sizeof line);
         line.tid = tid;
         line.cseq = cseq;
@@ -919,9 +946,9 @@ static void redo_lines_write(nvh_lane *lane, nvh_pool *pool, struct nvh_redo_lin
             line.w[j][0] = offs[first + j];
             line.w[j][1] = vals[first + j];
         }
-        /* nvh_redo_line_crc's value: the line is built with crc 0 */
         line.crc = nvh_txlog_crc(0, &line, sizeof line) ^ 0xa5a5a5a5u;
         nvh_txlog_line_(lane, pool, &dst[l], &line);
+#endif
     }
 }
 
@@ -964,8 +991,7 @@ int nvh_txlog_redo_commit(nvh_txlog *lg, nvh_lane *lane, const uint64_t *offs,
     redo_lines_write(lane, pool, dst, tid, cseq, offs, vals, n);
     lane->bytes_logged += nlines * sizeof *dst;
     flush_own_pending(lg, lane);  /* the previous commits' words */
-    nvh_txlog_nt_count_(pool, lane);
-    nvh_drain(pool);              /* THE fence: committed */
+    nvh_txlog_drain_(pool, lane); /* THE fence: committed */
     if (todo.n) help_pending_post(lg, lane, &todo);
     if (atomic_load_explicit(&lane->retire_pending, memory_order_relaxed))
         atomic_store_explicit(&lane->retire_pending, 0, memory_order_relaxed);
