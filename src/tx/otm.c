@@ -729,9 +729,12 @@ static inline __attribute__((always_inline)) bool run_attempt(nvh_pool *pool, nv
 {
     nvh_tx_begin_fields_(tx);
     tx->lane_lazy = true;
-    nvh_tx_bind_(pool, tx);
+    /* the first open's work, then the binding (which takes the read
+     * version it sampled); without the table the first open allocates it
+     * first */
     if (__builtin_expect(__atomic_load_n(&tx->st->orecs, __ATOMIC_ACQUIRE) != NULL, 1))
-        otm_first(tx);                  /* else the first open allocates them first */
+        otm_first(tx);
+    nvh_tx_bind_(pool, tx);
     *rc = fn(pool, arg);
     if (*rc != NVH_OK || !nvh_tx_reads_only_(tx)) return false;
     /* the caller's reads in place come before the validation (as

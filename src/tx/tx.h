@@ -246,9 +246,15 @@ void nvh_tx_alloc_abort_(nvh_tx *tx);
  * be tested here. */
 static inline bool nvh_tx_reads_only_(const nvh_tx *tx)
 {
-    return tx->status == NVH_TXS_ACTIVE && tx->depth == 1 && !tx->nw && !tx->wbn &&
-           !tx->fw_n && !tx->nallocs && !tx->nfrees && !tx->dd_n && tx->arena_used <= 16 &&
-           (tx->lane_lazy || (!tx->lane->active_written && !tx->lane->nwins));
+    if (tx->status != NVH_TXS_ACTIVE || tx->depth != 1 || tx->nw) return false;
+    /* the log lane not begun yet: nothing but object opens happened, since
+     * every call that can leave another kind of write state (a word given
+     * as a value, an add, an allocation or free, a copying open) begins
+     * the lane first (nvh_tx_cur_, nvh_tx_lane_begin_); an object opened
+     * for write (the bound open skips the lane's begin) shows in nw */
+    if (tx->lane_lazy) return true;
+    return !tx->wbn && !tx->fw_n && !tx->nallocs && !tx->nfrees && !tx->dd_n &&
+           tx->arena_used <= 16 && !tx->lane->active_written && !tx->lane->nwins;
 }
 
 /* otm.c */
