@@ -21,7 +21,7 @@
 static pthread_mutex_t reg_lock = PTHREAD_MUTEX_INITIALIZER;
 static nvh_txlog **reg;
 static unsigned reg_cap;
-static _Atomic uint64_t reg_gen = 1;
+_Atomic uint64_t nvh_txlog_reg_gen_ = 1;
 static uint64_t reg_next_id = 1;
 
 #define TLS_SLOTS 4
@@ -29,7 +29,7 @@ typedef struct tls_entry {
     nvh_pool *pool;
     nvh_txlog *lg;
     nvh_lane *lane;
-    uint64_t gen;               /* reg_gen when cached     */
+    uint64_t gen;               /* nvh_txlog_reg_gen_ when cached     */
     uint64_t id;                /* lg->gen when cached     */
 } tls_entry;
 static _Thread_local tls_entry tls_cache[TLS_SLOTS] __attribute__((tls_model("initial-exec")));
@@ -101,14 +101,14 @@ void nvh_txlog_unregister_(nvh_txlog *lg)
         reg = NULL;
         reg_cap = 0;
     }
-    atomic_fetch_add(&reg_gen, 1);
+    atomic_fetch_add(&nvh_txlog_reg_gen_, 1);
     pthread_mutex_unlock(&reg_lock);
 }
 
 /* The state of `pool` and this thread's cached lane (may be NULL). */
 static inline tls_entry *tls_lookup(nvh_pool *pool)
 {
-    uint64_t g = atomic_load_explicit(&reg_gen, memory_order_acquire);
+    uint64_t g = atomic_load_explicit(&nvh_txlog_reg_gen_, memory_order_acquire);
     for (unsigned i = 0; i < TLS_SLOTS; i++)
         if (tls_cache[i].pool == pool && tls_cache[i].gen == g) return &tls_cache[i];
     return NULL;
@@ -118,7 +118,7 @@ static tls_entry *tls_fill(nvh_pool *pool)
 {
     pthread_once(&tls_once, tls_key_init);
     pthread_setspecific(tls_key, (void *)1);
-    uint64_t g = atomic_load_explicit(&reg_gen, memory_order_acquire);
+    uint64_t g = atomic_load_explicit(&nvh_txlog_reg_gen_, memory_order_acquire);
     pthread_mutex_lock(&reg_lock);
     nvh_txlog *lg = reg_find_locked(pool);
     tls_entry *slot = NULL;
@@ -138,7 +138,12 @@ static tls_entry *tls_fill(nvh_pool *pool)
         }
         if (!slot) {
             slot = &tls_cache[TLS_SLOTS - 1];
-            if (slot->lane) atomic_store(&slot->lane->owned, 0);
+            if (slot->lane) {
+                atomic_store(&slot->lane->owned, 0);
+                /* the tx layer's cached descriptor of that lane (nvh_tx_last_)
+                 * must not outlive the ownership: every cache refills */
+                atomic_fetch_add(&nvh_txlog_reg_gen_, 1);
+            }
             memset(slot, 0, sizeof *slot);
         }
         if (slot->lg != lg) {

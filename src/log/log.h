@@ -112,8 +112,23 @@ static_assert(offsetof(struct nvh_lane_hdr, w0_off) == 48, "lane header layout")
 /* The inline word record's check: CRC32C of {tid, offset, old value} XOR
  * 0x57305730 (the tid binds it to the header's transaction: a previous
  * transaction's fields never validate). */
+#if defined(__x86_64__)
+__attribute__((target("sse4.2"))) static inline uint32_t
+nvh_w0_crc_sse42_(uint64_t tid, uint64_t off, uint64_t old)
+{
+    uint64_t c = __builtin_ia32_crc32di(0xffffffffu, tid);
+    c = __builtin_ia32_crc32di(c, off);
+    return ~(uint32_t)__builtin_ia32_crc32di(c, old);
+}
+#endif
 static inline uint32_t nvh_w0_crc(uint64_t tid, uint64_t off, uint64_t old)
 {
+#if defined(__x86_64__)
+    /* nvh_crc32c_inline's value, three instructions in line (its general
+     * loop is a call for 24 bytes) */
+    if (__builtin_expect(atomic_load_explicit(&nvh_crc32c_hw_, memory_order_relaxed) > 0, 1))
+        return nvh_w0_crc_sse42_(tid, off, old) ^ 0x57305730u;
+#endif
     uint64_t f[3] = {tid, off, old};
     return nvh_crc32c_inline(0, f, sizeof f) ^ 0x57305730u;
 }
@@ -341,6 +356,15 @@ typedef struct nvh_txlog {
  * ========================================================================== */
 /* lane.c */
 nvh_txlog *nvh_txlog_get(nvh_pool *pool);             /* NULL + error if none */
+/* The registry's generation: changes whenever a pool's log state is
+ * unregistered (close) or a thread's cached lane is given back to make room
+ * for another pool's (lane.c, tls_fill). A thread's cached lane or
+ * descriptor is valid while it is unchanged. */
+extern _Atomic uint64_t nvh_txlog_reg_gen_;
+static inline uint64_t nvh_txlog_gen_(void)
+{
+    return atomic_load_explicit(&nvh_txlog_reg_gen_, memory_order_acquire);
+}
 /* Attach lg to its pool (nvh_txlog_get finds it) / detach it (lane.c). */
 int nvh_txlog_register_(nvh_pool *pool, nvh_txlog *lg);
 void nvh_txlog_unregister_(nvh_txlog *lg);
@@ -362,6 +386,10 @@ uint32_t nvh_txrec_crc(const struct nvh_txrec *r, const void *old_data);
 int nvh_txlog_begin(nvh_txlog *lg, nvh_lane *lane);   /* new tid, pick slot */
 /* Append records; they are flushed, not fenced (lane->unfenced). */
 int nvh_txlog_word(nvh_txlog *lg, nvh_lane *lane, uint64_t off, unsigned len);
+/* n whole 8-byte words (offsets 8-aligned, inside the pool's data): the
+ * records nvh_txlog_word(.., 8) would write, without its per-record checks
+ * where one check covers them all (the in-place fast path, tx.c). */
+int nvh_txlog_words(nvh_txlog *lg, nvh_lane *lane, const uint64_t *offs, unsigned n);
 int nvh_txlog_range(nvh_txlog *lg, nvh_lane *lane, uint64_t off, uint64_t len,
                     const void *old_src);
 int nvh_txlog_intent(nvh_txlog *lg, nvh_lane *lane, unsigned kind, uint64_t obj,
@@ -508,6 +536,37 @@ static inline void nvh_txlog_nt_count_(nvh_pool *pool, nvh_lane *lane)
     nvh_persist_ctx_ *ctx = NVH_CTX_(pool);
     nvh_stat_add_(ctx, NVH_STAT_LINES, n);
     nvh_stat_add_(ctx, NVH_STAT_NT_BYTES, (uint64_t)n * NVH_CACHELINE);
+}
+
+/* The log's fence: nvh_txlog_nt_count_ and nvh_drain, with one statistics
+ * stripe lookup for the three counts in the common case (pmem domain,
+ * CLWB/CLFLUSHOPT: an SFENCE). */
+static inline void nvh_txlog_drain_(nvh_pool *pool, nvh_lane *lane)
+{
+#if defined(__x86_64__)
+    nvh_persist_ctx_ *ctx = NVH_CTX_(pool);
+    if (__builtin_expect(ctx->domain == NVH_DOMAIN_PMEM && ctx->flush_kind != NVH_FLUSH_CLFLUSH, 1)) {
+        unsigned stripe = nvh_thread_stripe_;
+        if (__builtin_expect(stripe == 0, 0)) stripe = nvh_assign_stripe_();
+        _Atomic uint64_t *v = ctx->stats[stripe - 1].value;
+        uint64_t n = lane->nt_lines;
+        lane->nt_lines = 0;
+        atomic_store_explicit(&v[NVH_STAT_LINES],
+                              atomic_load_explicit(&v[NVH_STAT_LINES], memory_order_relaxed) + n,
+                              memory_order_relaxed);
+        atomic_store_explicit(&v[NVH_STAT_NT_BYTES],
+                              atomic_load_explicit(&v[NVH_STAT_NT_BYTES], memory_order_relaxed) +
+                                  n * NVH_CACHELINE,
+                              memory_order_relaxed);
+        atomic_store_explicit(&v[NVH_STAT_FENCES],
+                              atomic_load_explicit(&v[NVH_STAT_FENCES], memory_order_relaxed) + 1,
+                              memory_order_relaxed);
+        __asm__ volatile("sfence" ::: "memory");
+        return;
+    }
+#endif
+    nvh_txlog_nt_count_(pool, lane);
+    nvh_drain(pool);
 }
 
 #if defined(__x86_64__)

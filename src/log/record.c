@@ -352,6 +352,48 @@ int nvh_txlog_word(nvh_txlog *lg, nvh_lane *lane, uint64_t off, unsigned len)
     return NVH_OK;
 }
 
+int nvh_txlog_words(nvh_txlog *lg, nvh_lane *lane, const uint64_t *offs, unsigned n)
+{
+    unsigned i = 0;
+    int rc;
+    if (!lane->active_written && lane->redo_commits) {
+        if ((rc = word_inline(lg, lane, offs[0])) != NVH_OK) return rc;
+        i = 1;
+    }
+    /* the rest: one room check for all (the DRAM entries, the segment's
+     * record slots), else one call per word */
+    if (!lane->active_written || lane->nrecs + (n - i) > lane->recs_cap ||
+        lane->rec_next + (n - i) > lane->seg_nrec_cap) {
+        for (; i < n; i++)
+            if ((rc = nvh_txlog_word(lg, lane, offs[i], 8)) != NVH_OK) return rc;
+        return NVH_OK;
+    }
+    if (i == n) return NVH_OK;
+    nvh_pool *pool = lg->pool;
+    const char *base = NVH_CTX_(pool)->base;
+    struct nvh_txrec *slot = (struct nvh_txrec *)((char *)lane->seg + 64) + lane->rec_next;
+    for (; i < n; i++, slot++) {
+        uint64_t off = offs[i];
+        filter_record(lane, off, 8);
+        uint64_t old;
+        memcpy(&old, base + off, 8);
+        nvh_recref *ref = &lane->recs[lane->nrecs];
+        ref->rec = slot;
+        ref->data = NULL;
+        ref->sh = (struct nvh_txrec){
+            .tid = lane->tid, .off = off, .len = 8, .kind = NVH_LR_WORD,
+            .seq = (uint16_t)(lane->nrecs - lane->w0), .old_word = old,
+        };
+        ref->sh.crc = nvh_txrec_crc_fixed_(&ref->sh);
+        nvh_txlog_line_(lane, pool, slot, &ref->sh);
+        lane->nrecs++;
+        lane->rec_next++;
+        lane->bytes_logged += sizeof ref->sh;
+    }
+    lane->unfenced = true;
+    return NVH_OK;
+}
+
 int nvh_txlog_range(nvh_txlog *lg, nvh_lane *lane, uint64_t off, uint64_t len, const void *old_src)
 {
     if (len > UINT32_MAX / 2)
@@ -520,7 +562,18 @@ static inline void retire_own_pending(nvh_txlog *lg, nvh_lane *lane)
 {
     atomic_store_explicit(&lane->retire_pending, 1, memory_order_release);
     uint64_t cur = atomic_load_explicit(lane->retire_word, memory_order_relaxed);
-    if (cur < nvh_rw_make(lane->redo_pend))   /* a helper may have raised it already */
+    uint64_t rw = nvh_rw_make(lane->redo_pend);
+    if (cur < rw && !nvh_txlog_protected_(lg->pool)) {
+        /* a plain store, not retire_max_'s compare-and-swap (a LOCKed
+         * instruction per transaction): helpers only ever raise this word
+         * to the tid of a pending transaction of this lane, which is at
+         * most redo_pend, and only from below (their CAS fails against a
+         * higher value), so whichever order the stores land in, the word
+         * ends at redo_pend */
+        atomic_store_explicit(lane->retire_word, rw, memory_order_release);
+        cur = rw;
+    }
+    if (cur < rw)                 /* protected pools: retire_max_ opens the window */
         retire_max_(lg->pool, lane->retire_word, lane->redo_pend);
     else
         nvh_flush(lg->pool, (void *)lane->retire_word, sizeof(uint64_t));
@@ -544,17 +597,35 @@ static inline void retire_own_pending(nvh_txlog *lg, nvh_lane *lane)
  * nvh_txlog_test_flush_at_commit_: flush at the commit (test control). */
 int nvh_txlog_test_flush_at_commit_ = 0;
 
+/* Start the write-back of n aligned words of the pool (each in one line):
+ * with CLWB in the pmem domain one instruction per word and one count for
+ * all, not nvh_flush's per-call statistics and domain switch. */
+static inline void flush_words(nvh_pool *pool, const _Atomic uint64_t *offs, uint32_t n)
+{
+    nvh_persist_ctx_ *ctx = NVH_CTX_(pool);
+    char *base = ctx->base;
+#if defined(__x86_64__)
+    if (__builtin_expect(ctx->domain == NVH_DOMAIN_PMEM && ctx->flush_kind == NVH_FLUSH_CLWB, 1)) {
+        for (uint32_t j = 0; j < n; j++) {
+            char *w = base + atomic_load_explicit(&offs[j], memory_order_relaxed);
+            __asm__ volatile("clwb %0" : "+m"(*(volatile char *)w));
+        }
+        nvh_stat_add_(ctx, NVH_STAT_LINES, n);
+        return;
+    }
+#endif
+    for (uint32_t j = 0; j < n; j++)
+        nvh_flush(pool, base + atomic_load_explicit(&offs[j], memory_order_relaxed), 8);
+}
+
 static inline void flush_own_pending(nvh_txlog *lg, nvh_lane *lane)
 {
     unsigned m = lane->pend_unflushed;
     if (__builtin_expect(!m, 1)) return;
-    char *base = lg->pool->ctx.base;
     for (unsigned s = 0; s < 2; s++) {
         if (!(m & (1u << s))) continue;
         struct nvh_pend *p = &lane->pend[s];
-        uint32_t n = atomic_load_explicit(&p->n, memory_order_relaxed);
-        for (uint32_t j = 0; j < n; j++)
-            nvh_flush(lg->pool, base + atomic_load_explicit(&p->off[j], memory_order_relaxed), 8);
+        flush_words(lg->pool, p->off, atomic_load_explicit(&p->n, memory_order_relaxed));
     }
     lane->pend_unflushed = 0;
 }
@@ -590,8 +661,7 @@ void nvh_txlog_fence(nvh_txlog *lg, nvh_lane *lane, uint64_t help_mask)
         nvh_txlog_help(lg, help_mask, lane->index);    /* after: see there */
     }
     flush_own_pending(lg, lane);
-    nvh_txlog_nt_count_(lg->pool, lane);
-    nvh_drain(lg->pool);
+    nvh_txlog_drain_(lg->pool, lane);
     if (todo.n) help_pending_post(lg, lane, &todo);
     /* the retire line was written back (and, on CPUs whose CLWB evicts,
      * dropped) by this fence: fetch it for writing now, so that the retire
@@ -775,6 +845,13 @@ fence:
     /* the data: flushed, not fenced (durable at this lane's next fence) */
     pend_publish(lane, slot, lane->tid, cseq, offs, (unsigned)n);
     commit_flush(lg, lane, slot, false);
+    /* the retire line is stored next at this lane's next fence
+     * (retire_own_pending), right after that fence: fetch it for writing
+     * now, while the thread works, so that the store then hits instead of
+     * holding the transaction's stores behind a memory read (the fence
+     * made the line's write-back complete, and a CLWB that evicts left it
+     * out of the cache) */
+    if (!lane->retire_v1) nvh_prefetchw_((const void *)lane->retire_word);
     lane->hdr_pend = lane->tid;
     /* no retirement now: the transaction is over for this lane */
     lane->active_written = false;
@@ -856,16 +933,33 @@ uint32_t nvh_redo_line_crc(const struct nvh_redo_line *l)
     return nvh_txlog_crc(0, &c, sizeof c) ^ 0xa5a5a5a5u;
 }
 
-/* ceil(n/2) redo lines of transaction tid into dst, non-temporal */
+/* ceil(n/2) redo lines of transaction tid into dst, non-temporal. Each
+ * line is built as eight words (little-endian x86: bytes 16..19 are n, idx,
+ * nlines, nwords, 20..23 the CRC) and checksummed from them, not through a
+ * zeroed struct filled byte by byte. */
 static void redo_lines_write(nvh_lane *lane, nvh_pool *pool, struct nvh_redo_line *dst,
                              uint64_t tid, uint64_t cseq, const uint64_t *offs,
                              const uint64_t *vals, unsigned n)
 {
     unsigned nlines = (n + NVH_REDO_WORDS_PER_LINE - 1) / NVH_REDO_WORDS_PER_LINE;
     for (unsigned l = 0; l < nlines; l++) {
-        struct nvh_redo_line line;
         unsigned first = l * NVH_REDO_WORDS_PER_LINE;
         unsigned k = n - first < NVH_REDO_WORDS_PER_LINE ? n - first : NVH_REDO_WORDS_PER_LINE;
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+        static_assert(NVH_REDO_WORDS_PER_LINE == 2 && offsetof(struct nvh_redo_line, n) == 16 &&
+                      offsetof(struct nvh_redo_line, crc) == 20 &&
+                      offsetof(struct nvh_redo_line, reserved) == 56, "redo line as words");
+        uint64_t w[8] = {
+            tid, cseq,
+            (uint64_t)k | (uint64_t)l << 8 | (uint64_t)nlines << 16 | (uint64_t)n << 24,
+            offs[first], vals[first],
+            k > 1 ? offs[first + 1] : 0, k > 1 ? vals[first + 1] : 0, 0,
+        };
+        /* nvh_redo_line_crc's value: computed with the crc field 0 */
+        w[2] |= (uint64_t)(nvh_txlog_crc(0, w, sizeof w) ^ 0xa5a5a5a5u) << 32;
+        nvh_txlog_line_(lane, pool, &dst[l], w);
+#else
+        struct nvh_redo_line line;
         memset(&line, 0, sizeof line);
         line.tid = tid;
         line.cseq = cseq;
@@ -877,9 +971,9 @@ static void redo_lines_write(nvh_lane *lane, nvh_pool *pool, struct nvh_redo_lin
             line.w[j][0] = offs[first + j];
             line.w[j][1] = vals[first + j];
         }
-        /* nvh_redo_line_crc's value: the line is built with crc 0 */
         line.crc = nvh_txlog_crc(0, &line, sizeof line) ^ 0xa5a5a5a5u;
         nvh_txlog_line_(lane, pool, &dst[l], &line);
+#endif
     }
 }
 
@@ -922,8 +1016,7 @@ int nvh_txlog_redo_commit(nvh_txlog *lg, nvh_lane *lane, const uint64_t *offs,
     redo_lines_write(lane, pool, dst, tid, cseq, offs, vals, n);
     lane->bytes_logged += nlines * sizeof *dst;
     flush_own_pending(lg, lane);  /* the previous commits' words */
-    nvh_txlog_nt_count_(pool, lane);
-    nvh_drain(pool);              /* THE fence: committed */
+    nvh_txlog_drain_(pool, lane); /* THE fence: committed */
     if (todo.n) help_pending_post(lg, lane, &todo);
     if (atomic_load_explicit(&lane->retire_pending, memory_order_relaxed))
         atomic_store_explicit(&lane->retire_pending, 0, memory_order_relaxed);

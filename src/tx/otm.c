@@ -172,55 +172,31 @@ int nvh_tx_test_otm_recorded_ = 0;
 int nvh_tx_test_otm_abort_prev_ = 0;
 int nvh_tx_test_otm_ignore_infl_ = 0;
 
-/* The calling thread's open object transaction, bound from nvh_tx_run's
- * begin (or the first open of a transaction begun otherwise) to its end
- * (release; nvh_tx_otm_forget_ when the pool closes), with what the
- * unrecorded open (nvh_tx_open_read) checks, so that it reads one
- * thread-local line and the clock word, not the descriptor's fields:
- *   lo, span  the pool's data at the binding, [lo, lo + span] (a pool that
- *             grew since takes the slow path, which checks the real size);
- *   clock     the pool's clock word;
- *   urv       unrecorded reads: the clock word they hold for (tx->rv);
- *             otherwise OTM_NO_FAST, which the clock word never equals
- *             (its in-flight count is at most NVH_TX_LANES), so every open
- *             takes the slow path (first open, recorded reads).
- * pool is NULL (nothing bound) or the transaction's pool, with tx set. */
-#define OTM_NO_FAST UINT64_MAX
-static _Thread_local struct {
-    const nvh_pool *pool;
-    nvh_tx *tx;
-    uintptr_t lo, span;
-    const _Atomic uint64_t *clock;
-    uint64_t urv;
-} otm_cur __attribute__((tls_model("initial-exec")));
+/* The binding (tx.h, nvh_tx_bound_): set by the outermost begin and by the
+ * first open of a transaction bound to no pool, cleared at its end. */
+_Thread_local nvh_tx_binding nvh_tx_bound_ __attribute__((tls_model("initial-exec")));
+_Thread_local nvh_tx_last nvh_tx_last_ __attribute__((tls_model("initial-exec")));
 
-static void otm_bind(nvh_pool *pool, nvh_tx *tx)
+void nvh_tx_bind_(nvh_pool *pool, nvh_tx *tx)
 {
     const nvh_persist_ctx_ *ctx = NVH_CTX_(pool);
     uint64_t size = NVH_LOAD_RELAXED_(&ctx->size);
-    otm_cur.pool = pool;
-    otm_cur.tx = tx;
-    otm_cur.lo = (uintptr_t)ctx->base + NVH_PAGE;
-    otm_cur.span = size > NVH_PAGE ? size - NVH_PAGE : 0;
-    otm_cur.clock = &tx->st->gclock;
-    otm_cur.urv = tx->unrec ? tx->rv : OTM_NO_FAST;
+    nvh_tx_bound_.pool = pool;
+    nvh_tx_bound_.tx = tx;
+    nvh_tx_bound_.lo = (uintptr_t)ctx->base + NVH_PAGE;
+    nvh_tx_bound_.span = size > NVH_PAGE ? size - NVH_PAGE : 0;
+    nvh_tx_bound_.clock = &tx->st->gclock;
+    nvh_tx_bound_.urv = tx->unrec ? tx->rv : NVH_TX_NO_FAST;
 }
 
-static inline void otm_unbind(nvh_tx *tx)
-{
-    if (otm_cur.tx == tx) {
-        otm_cur.pool = NULL;
-        otm_cur.tx = NULL;
-        otm_cur.urv = OTM_NO_FAST;
-    }
-}
+static inline void otm_unbind(nvh_tx *tx) { nvh_tx_unbind_(tx); }
 
 /* The unrecorded reads became a read set (record_reads) or were dropped:
  * the fast open stops noting addresses. */
 static inline void otm_recorded(nvh_tx *tx)
 {
     tx->unrec = false;
-    if (otm_cur.tx == tx) otm_cur.urv = OTM_NO_FAST;
+    if (nvh_tx_bound_.tx == tx) nvh_tx_bound_.urv = NVH_TX_NO_FAST;
 }
 
 
@@ -300,24 +276,12 @@ static inline void otm_end_reads(nvh_tx *tx)
 
 static void otm_first(nvh_tx *tx);
 
-/* The calling thread's descriptor of the pool its last nvh_tx_run used:
- * valid while no pool closed since (a thread keeps its lane until it exits
- * or the pool closes), which otm_gen counts (nvh_tx_otm_forget_, at every
- * close before the state is freed). Saves the registry lookup per run. The
- * pool is the descriptor's (tx->pool, read only once gen matched): the
- * library's thread-local block has a budget (tests/abi test_dlopen). */
-static _Atomic uint64_t otm_gen;
-static _Thread_local struct {
-    nvh_tx *tx;
-    uint64_t gen;
-} otm_last __attribute__((tls_model("initial-exec")));
-
 /* The bound descriptor, if obj is a plain case (inside the pool's data);
  * NULL: otm_tx decides (and reports). */
 static inline nvh_tx *otm_fast(nvh_pool *pool, const void *obj, size_t size)
 {
-    nvh_tx *tx = otm_cur.tx;
-    if (__builtin_expect(tx != NULL && otm_cur.pool == pool, 1) && size &&
+    nvh_tx *tx = nvh_tx_bound_.tx;
+    if (__builtin_expect(tx != NULL && nvh_tx_bound_.pool == pool, 1) && size &&
         nvh_contains(pool, obj, size) && nvh_off(pool, obj) >= NVH_PAGE) {
         if (__builtin_expect(!tx->rv, 0)) {
             if (!__atomic_load_n(&tx->st->orecs, __ATOMIC_ACQUIRE)) return NULL;
@@ -349,15 +313,14 @@ static inline void otm_first(nvh_tx *tx)
     }
     tx->rv = rv;
     tx->unrec = unrec;
-    if (otm_cur.tx == tx) otm_cur.urv = unrec ? rv : OTM_NO_FAST;
+    if (nvh_tx_bound_.tx == tx) nvh_tx_bound_.urv = unrec ? rv : NVH_TX_NO_FAST;
 }
 
 void nvh_tx_otm_forget_(nvh_pool *pool)
 {
-    atomic_fetch_add_explicit(&otm_gen, 1, memory_order_acq_rel);   /* every thread's otm_last */
-    otm_last.tx = NULL;
-    nvh_tx *tx = otm_cur.tx;
-    if (otm_cur.pool != pool || !tx) return;
+    nvh_tx_last_.tx = NULL;        /* other threads': the registry's generation */
+    nvh_tx *tx = nvh_tx_bound_.tx;
+    if (nvh_tx_bound_.pool != pool || !tx) return;
     otm_recorded(tx);
     if (tx->epoch_in) {
         tx->epoch_in = false;
@@ -372,7 +335,7 @@ static nvh_tx *otm_tx(nvh_pool *pool, const void *obj, size_t size, const char *
     if (!tx) return NULL;
     if (orecs_ensure(tx->st) != NVH_OK) return NULL;
     if (tx->status == NVH_TXS_ABORTED) { nvh_tx_fail_aborted_(tx, what); return NULL; }
-    if (otm_cur.tx != tx) otm_bind(pool, tx);
+    if (nvh_tx_bound_.tx != tx) nvh_tx_bind_(pool, tx);
     if (!tx->rv) otm_first(tx);
     if (!obj || size == 0 || !nvh_contains(pool, obj, size) || nvh_off(pool, obj) < NVH_PAGE) {
         /* a pointer read from an object that changed since it was opened:
@@ -403,13 +366,13 @@ static __attribute__((noinline)) const void *open_read_slow(nvh_pool *pool, cons
  * moved, errors) is the slow path's. */
 const void *nvh_tx_open_read(nvh_pool *pool, const void *obj, size_t size)
 {
-    if (__builtin_expect(otm_cur.pool == pool, 1)) {
-        uintptr_t off = (uintptr_t)obj - otm_cur.lo, span = otm_cur.span;
+    if (__builtin_expect(nvh_tx_bound_.pool == pool, 1)) {
+        uintptr_t off = (uintptr_t)obj - nvh_tx_bound_.lo, span = nvh_tx_bound_.span;
         /* size in [1, span] and [obj, obj + size) inside: obj below lo
          * wraps off past span */
         if (__builtin_expect(size - 1 < span && off <= span - size, 1) &&
-            atomic_load_explicit(otm_cur.clock, memory_order_acquire) == otm_cur.urv) {
-            nvh_tx *tx = otm_cur.tx;
+            atomic_load_explicit(nvh_tx_bound_.clock, memory_order_acquire) == nvh_tx_bound_.urv) {
+            nvh_tx *tx = nvh_tx_bound_.tx;
             size_t n = tx->nr;
             if (__builtin_expect(n < tx->rcap, 1)) {
                 tx->rset[n] = (nvh_rentry){NULL, (uint64_t)(uintptr_t)obj};
@@ -766,9 +729,12 @@ static inline __attribute__((always_inline)) bool run_attempt(nvh_pool *pool, nv
 {
     nvh_tx_begin_fields_(tx);
     tx->lane_lazy = true;
-    otm_bind(pool, tx);
+    /* the first open's work, then the binding (which takes the read
+     * version it sampled); without the table the first open allocates it
+     * first */
     if (__builtin_expect(__atomic_load_n(&tx->st->orecs, __ATOMIC_ACQUIRE) != NULL, 1))
-        otm_first(tx);                  /* else the first open allocates them first */
+        otm_first(tx);
+    nvh_tx_bind_(pool, tx);
     *rc = fn(pool, arg);
     if (*rc != NVH_OK || !nvh_tx_reads_only_(tx)) return false;
     /* the caller's reads in place come before the validation (as
@@ -825,11 +791,8 @@ static __attribute__((noinline)) int run_rest(nvh_pool *pool, nvh_tx *tx, nvh_tx
 static __attribute__((noinline)) int run_lookup(nvh_pool *pool, nvh_tx_fn fn, void *arg)
 {
     if (!fn) return nvh_fail(NVH_E_INVAL, "nvh_tx_run: fn is NULL");
-    uint64_t gen = atomic_load_explicit(&otm_gen, memory_order_acquire);
-    nvh_tx *tx = nvh_tx_cur_(pool, false);
+    nvh_tx *tx = nvh_tx_cur_(pool, false);     /* caches it (nvh_tx_last_) */
     if (!tx) return nvh_errcode();
-    otm_last.tx = tx;
-    otm_last.gen = gen;                 /* loaded before the lookup */
     if (tx->status != NVH_TXS_NONE) {
         /* nested: flattened into the enclosing transaction, no retry here */
         int rc = nvh_tx_begin(pool);
@@ -845,10 +808,8 @@ static __attribute__((noinline)) int run_lookup(nvh_pool *pool, nvh_tx_fn fn, vo
 int nvh_tx_run(nvh_pool *pool, nvh_tx_fn fn, void *arg)
 {
     /* the cached descriptor, valid while no pool closed since (gen) */
-    nvh_tx *tx = otm_last.tx;
-    if (__builtin_expect(otm_last.gen != atomic_load_explicit(&otm_gen, memory_order_acquire) ||
-                         !tx || tx->pool != pool ||
-                         !fn || tx->status != NVH_TXS_NONE, 0))
+    nvh_tx *tx = nvh_tx_cached_(pool);
+    if (__builtin_expect(!tx || !fn || tx->status != NVH_TXS_NONE, 0))
         return run_lookup(pool, fn, arg);
     int rc;
     if (__builtin_expect(run_attempt(pool, tx, fn, arg, &rc), 1)) return NVH_OK;

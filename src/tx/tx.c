@@ -19,8 +19,10 @@
 /* ==========================================================================
  * Descriptor lookup
  * ========================================================================== */
-static inline nvh_tx *tx_of(nvh_pool *pool)
+/* The registry lookup (the thread's lane), remembered in nvh_tx_last_. */
+static __attribute__((noinline)) nvh_tx *tx_lookup(nvh_pool *pool)
 {
+    uint64_t gen = nvh_txlog_gen_();    /* before the lookup */
     nvh_txlog *lg;
     nvh_lane *lane = nvh_txlog_lane_get(pool, &lg);
     if (!lane) return NULL;
@@ -33,7 +35,19 @@ static inline nvh_tx *tx_of(nvh_pool *pool)
         tx->st = st;
         tx->rng = 0x9E3779B97F4A7C15ull * (lane->index + 1);
     }
+    nvh_tx_last_.tx = tx;
+    nvh_tx_last_.gen = gen;
     return tx;
+}
+
+/* The calling thread's descriptor for pool: the bound transaction's (one
+ * thread-local line), else the one its last begin used, else the lookup. */
+static inline nvh_tx *tx_of(nvh_pool *pool)
+{
+    if (__builtin_expect(nvh_tx_bound_.pool == pool && pool != NULL, 1)) return nvh_tx_bound_.tx;
+    nvh_tx *tx = nvh_tx_cached_(pool);
+    if (__builtin_expect(tx != NULL, 1)) return tx;
+    return tx_lookup(pool);
 }
 
 nvh_tx *nvh_tx_cur_(nvh_pool *pool, bool need_active)
@@ -90,11 +104,18 @@ static void arena_reset(nvh_tx *tx)
     tx->arena_used = 16;
 }
 
+/* Not an error code: a fast path declined (the general path follows) */
+#define NVH_TX_NOT_TAKEN 1
+
 /* ==========================================================================
  * Dedupe of added ranges (open addressing on the offset)
  * ========================================================================== */
 static bool dd_has(nvh_tx *tx, uint64_t off, uint64_t len)
 {
+    /* the fast path's words (one aligned 8-byte word each) */
+    for (size_t i = 0; i < tx->fw_n; i++)
+        if (tx->lane->recs[i].sh.off == NVH_ALIGN_DOWN(off, (uint64_t)8) && (off & 7) + len <= 8)
+            return true;
     if (!tx->dd_n) return false;
     size_t mask = tx->dd_cap - 1;
     for (size_t i = (size_t)((off * 0x9E3779B97F4A7C15ull) >> 20) & mask;; i = (i + 1) & mask) {
@@ -157,6 +178,7 @@ static void tx_reset(nvh_tx *tx)
     tx->nallocs = tx->nfrees = 0;
     tx->nr = tx->nw = 0;
     tx->wbn = 0;
+    tx->fw_n = 0;
     dd_clear(tx);
     arena_reset(tx);
 }
@@ -176,6 +198,7 @@ int nvh_tx_begin_tx_(nvh_tx *tx)
     }
     nvh_tx_begin_fields_(tx);
     tx->lane_lazy = false;
+    nvh_tx_bind_(tx->pool, tx);     /* the transaction's calls skip the lookup */
     return nvh_txlog_begin(tx->lg, tx->lane);
 }
 
@@ -200,6 +223,7 @@ void nvh_tx_rollback_(nvh_tx *tx)
     tx->nallocs = tx->nfrees = 0;
     tx->nr = tx->nw = 0;
     tx->wbn = 0;                                 /* buffered words: dropped */
+    tx->fw_n = 0;
     dd_clear(tx);
     tx->status = NVH_TXS_ABORTED;
     tx->aborts++;
@@ -216,8 +240,6 @@ int nvh_tx_abort(nvh_pool *pool)
 
 static int wb_to_undo(nvh_tx *tx);
 
-/* Not an error code: commit_one_fence declined (the two-fence path follows) */
-#define NVH_TX_NOT_TAKEN 1
 
 /* One-fence commit of a write set known by value: words given with
  * nvh_tx_write_word and the changed words of objects opened for write
@@ -274,6 +296,23 @@ int nvh_tx_commit_tx_(nvh_tx *tx)
     }
     nvh_txlog *lg = tx->lg;
     nvh_lane *lane = tx->lane;
+    /* the in-place fast path's transaction (add_words_fast: nothing but its
+     * words logged; no object opened, nothing given as a value, allocated
+     * or freed): the lazy commit without the general checks and hooks */
+    if (tx->fw_n && tx->fw_n == lane->nrecs && !tx->wbn && !tx->nw && !tx->nallocs &&
+        !tx->nfrees && !tx->rv && !tx->dd_n &&
+        atomic_load_explicit(&tx->st->protocol, memory_order_relaxed) == NVH_TX_PROTO_AUTO) {
+        uint64_t clock = lane->clock;
+        lane->clock = clock + 1;
+        if (__builtin_expect(nvh_txlog_commit_lazy(lg, lane, clock + 1), 1)) {
+            nvh_tx_unbind_(tx);
+            nvh_txlog_win_close_all(lg, lane);
+            tx->commits++;
+            tx_reset(tx);
+            return NVH_OK;
+        }
+        lane->clock = clock;
+    }
     uint64_t wv = 0;
     int rc;
     /* the protocol (docs/TX.md, "Which protocol a transaction gets"):
@@ -401,9 +440,65 @@ int nvh_tx_failed_(nvh_tx *tx, int rc)
     return nvh_fail_context(err.code, "transaction aborted");
 }
 
+/* --------------------------------------------------------------------------
+ * The in-place fast path: a transaction whose adds are whole aligned 8-byte
+ * words, at most NVH_REDO_MAX of them (the shape the lazy commit takes,
+ * "Which protocol a transaction gets" in docs/TX.md), on an unprotected
+ * pool with a version 5 log. The same records, lines and fences as the
+ * general path; what it leaves out is per-range work one check covers:
+ * the descriptor comes from the thread's binding, the bounds from the
+ * binding's copy of the pool's extent, dedupe is a scan of the few words
+ * logged so far (not the hash table), and the records are appended
+ * together (nvh_txlog_words). Anything else — another hint, a range, a
+ * word already logged by the general path, more words — declines before
+ * any change, and the general path runs.
+ * -------------------------------------------------------------------------- */
+static inline int add_words_fast(nvh_tx *tx, const nvh_tx_range *ranges, unsigned n)
+{
+    nvh_lane *lane = tx->lane;
+    size_t have = tx->fw_n;
+    if (tx->dd_n || lane->nrecs != have || n > NVH_REDO_MAX - have || !lane->redo_commits)
+        return NVH_TX_NOT_TAKEN;
+    uintptr_t lo = nvh_tx_bound_.lo, span = nvh_tx_bound_.span;
+    uintptr_t base = (uintptr_t)NVH_CTX_(tx->pool)->base;
+    uint64_t offs[NVH_REDO_MAX];
+    unsigned k = 0;
+    for (unsigned i = 0; i < n; i++) {
+        uintptr_t a = (uintptr_t)ranges[i].ptr;
+        /* [a, a + 8) inside the bound data (a below lo wraps past span) */
+        if (ranges[i].len != 8 || (a & 7) || (unsigned)ranges[i].hint > NVH_TX_HINT_WORD ||
+            span < 8 || a - lo > span - 8)
+            return NVH_TX_NOT_TAKEN;
+        uint64_t off = a - base;
+        bool dup = false;
+        for (size_t j = 0; j < have && !dup; j++) dup = lane->recs[j].sh.off == off;
+        for (unsigned j = 0; j < k && !dup; j++) dup = offs[j] == off;
+        if (!dup) offs[k++] = off;
+    }
+    if (!k) return NVH_OK;                      /* every word logged (and fenced) before */
+    int rc = nvh_txlog_words(tx->lg, lane, offs, k);
+    if (rc != NVH_OK) {
+        if (lane->nrecs != have) nvh_txlog_fence(tx->lg, lane, NVH_TXLOG_HELP_MEETING);
+        return nvh_tx_failed_(tx, rc);
+    }
+    tx->fw_n = lane->nrecs;
+    /* FENCE 1: the undo records are durable before the caller stores */
+    nvh_txlog_fence(tx->lg, lane, NVH_TXLOG_HELP_MEETING);
+    return NVH_OK;
+}
+
 int nvh_tx_add_ranges(nvh_pool *pool, const nvh_tx_range *ranges, unsigned n)
 {
     int rc;
+    if (__builtin_expect(nvh_tx_bound_.pool == pool && pool != NULL, 1)) {
+        nvh_tx *tx = nvh_tx_bound_.tx;
+        if (__builtin_expect(tx->status == NVH_TXS_ACTIVE && n && ranges &&
+                             !nvh_txlog_protected_(pool), 1)) {
+            nvh_tx_lane_begin_(tx);
+            rc = add_words_fast(tx, ranges, n);
+            if (rc != NVH_TX_NOT_TAKEN) return rc;
+        }
+    }
     nvh_tx *tx = tx_working(pool, "nvh_tx_add_range", &rc);
     if (!tx) return rc;
     if (n && !ranges) return nvh_fail(NVH_E_INVAL, "nvh_tx_add_ranges: ranges is NULL");

@@ -112,6 +112,10 @@ typedef struct nvh_tx {
      * Inline, because malloc'd arrays of two threads' lanes can share a
      * line, which both threads write on every transaction. */
     uint64_t *wb_off, *wb_val; size_t wbn, wbcap;
+    /* 8-byte words logged by the in-place fast path (tx.c, add_words_fast):
+     * lane->recs[0 .. fw_n) and nothing else; they are not in the dedupe
+     * table (dd_has also scans them) */
+    size_t fw_n;
     uint64_t wb_inline_off[NVH_TX_WB_INLINE], wb_inline_val[NVH_TX_WB_INLINE];
     /* statistics */
     uint64_t commits, aborts, conflicts, retries;
@@ -128,6 +132,60 @@ typedef struct nvh_txstate {
     _Atomic unsigned spin;
     _Atomic unsigned protocol;    /* nvh_tx_protocol                         */
 } nvh_txstate;
+
+/* The calling thread's bound transaction: from the outermost begin
+ * (nvh_tx_begin, nvh_tx_run) or the first object open of a transaction to
+ * its end (otm.c, nvh_tx_otm_release_; nvh_tx_otm_forget_ when the pool
+ * closes), with what the unrecorded object open checks, so that the calls
+ * of an open transaction read one thread-local line instead of looking the
+ * descriptor up (tx.c, tx_of):
+ *   lo, span  the pool's data at the binding, [lo, lo + span] (a pool that
+ *             grew since takes the slow path, which checks the real size);
+ *   clock     the pool's clock word;
+ *   urv       unrecorded reads: the clock word they hold for (tx->rv);
+ *             otherwise NVH_TX_NO_FAST, which the clock word never equals
+ *             (its in-flight count is at most NVH_TX_LANES), so every open
+ *             takes the slow path (first open, recorded reads).
+ * pool is NULL (nothing bound) or the transaction's pool, with tx set.
+ * Defined in otm.c; the library's thread-local block has a budget
+ * (tests/abi test_dlopen). */
+#define NVH_TX_NO_FAST UINT64_MAX
+typedef struct nvh_tx_binding {
+    const nvh_pool *pool;
+    nvh_tx *tx;
+    uintptr_t lo, span;
+    const _Atomic uint64_t *clock;
+    uint64_t urv;
+} nvh_tx_binding;
+extern _Thread_local nvh_tx_binding nvh_tx_bound_ __attribute__((tls_model("initial-exec")));
+void nvh_tx_bind_(nvh_pool *pool, nvh_tx *tx);
+static inline void nvh_tx_unbind_(nvh_tx *tx)
+{
+    if (nvh_tx_bound_.tx == tx) {
+        nvh_tx_bound_.pool = NULL;
+        nvh_tx_bound_.tx = NULL;
+        nvh_tx_bound_.urv = NVH_TX_NO_FAST;
+    }
+}
+
+/* The calling thread's descriptor of the pool it last began a transaction
+ * on (nvh_tx_begin, nvh_tx_run): valid while the log registry's generation
+ * is unchanged (no pool closed and no lane of this thread evicted since,
+ * lane.c), the lookup a begin saves. Defined in otm.c. */
+typedef struct nvh_tx_last {
+    nvh_tx *tx;
+    uint64_t gen;
+} nvh_tx_last;
+extern _Thread_local nvh_tx_last nvh_tx_last_ __attribute__((tls_model("initial-exec")));
+static inline nvh_tx *nvh_tx_cached_(const nvh_pool *pool)
+{
+    nvh_tx *tx = nvh_tx_last_.tx;
+    /* the generation first: a stale descriptor may be freed memory */
+    if (__builtin_expect(nvh_tx_last_.gen == nvh_txlog_gen_() && tx != NULL, 1) &&
+        __builtin_expect(tx->pool == pool, 1))
+        return tx;
+    return NULL;
+}
 
 /* tx.c */
 nvh_tx *nvh_tx_cur_(nvh_pool *pool, bool need_active);
@@ -188,9 +246,15 @@ void nvh_tx_alloc_abort_(nvh_tx *tx);
  * be tested here. */
 static inline bool nvh_tx_reads_only_(const nvh_tx *tx)
 {
-    return tx->status == NVH_TXS_ACTIVE && tx->depth == 1 && !tx->nw && !tx->wbn &&
-           !tx->nallocs && !tx->nfrees && !tx->dd_n && tx->arena_used <= 16 &&
-           (tx->lane_lazy || (!tx->lane->active_written && !tx->lane->nwins));
+    if (tx->status != NVH_TXS_ACTIVE || tx->depth != 1 || tx->nw) return false;
+    /* the log lane not begun yet: nothing but object opens happened, since
+     * every call that can leave another kind of write state (a word given
+     * as a value, an add, an allocation or free, a copying open) begins
+     * the lane first (nvh_tx_cur_, nvh_tx_lane_begin_); an object opened
+     * for write (the bound open skips the lane's begin) shows in nw */
+    if (tx->lane_lazy) return true;
+    return !tx->wbn && !tx->fw_n && !tx->nallocs && !tx->nfrees && !tx->dd_n &&
+           tx->arena_used <= 16 && !tx->lane->active_written && !tx->lane->nwins;
 }
 
 /* otm.c */
