@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 typedef struct sim_line {
@@ -151,28 +152,62 @@ void nvh_sim_set_fence_hook(nvh_pool *pool, nvh_sim_fence_hook hook, void *arg)
 /* --------------------------------------------------------------------------
  * Crash images
  * -------------------------------------------------------------------------- */
+/* Building a crash image compares and copies the whole pool (its media,
+ * working copy and the image) in the crash child, where no other thread
+ * runs. Through memcmp and memcpy under TSan, every byte of that passes the
+ * interceptors, which write shadow memory for it: page faults and copies of
+ * the parent's shadow pages for each image, most of a crash test's time in
+ * that build. So these helpers work word by word, uninstrumented there (and
+ * not turned back into library calls). */
+#if defined(__SANITIZE_THREAD__)
+#define SIM_IMAGE_FN __attribute__((no_sanitize_thread, optimize("no-tree-loop-distribute-patterns")))
+#else
+#define SIM_IMAGE_FN
+#endif
+typedef uint64_t __attribute__((may_alias)) sim_word;
+
+/* Lines and pools are 8-byte aligned: compare / copy n words. */
+static SIM_IMAGE_FN bool words_equal(const void *a, const void *b, size_t n)
+{
+    const sim_word *x = a, *y = b;
+    for (size_t i = 0; i < n; i++)
+        if (x[i] != y[i]) return false;
+    return true;
+}
+
+static SIM_IMAGE_FN void words_copy(void *dst, const void *src, size_t n)
+{
+    sim_word *d = dst;
+    const sim_word *s = src;
+    for (size_t i = 0; i < n; i++) d[i] = s[i];
+}
+
+#define LINE_WORDS (NVH_CACHELINE / 8)
+
 /* Mix the `fresh` line into `image` word by word: each 8-byte word
  * independently old or new (adversarial mode). */
-static void mix_words(unsigned char *image, const unsigned char *fresh, uint64_t *rng)
+static SIM_IMAGE_FN void mix_words(unsigned char *image, const unsigned char *fresh,
+                                   uint64_t *rng)
 {
     uint64_t bits = nvh_splitmix64(rng);
-    for (unsigned w = 0; w < NVH_CACHELINE / 8; w++)
-        if (bits & (1ull << w)) memcpy(image + 8 * w, fresh + 8 * w, 8);
+    for (unsigned w = 0; w < LINE_WORDS; w++)
+        if (bits & (1ull << w)) words_copy(image + 8 * w, fresh + 8 * w, 1);
 }
 
 /* Lines whose content after a crash is not decided by the media: the working
  * copy differs from it, or (rarely: a line flushed, then stored back to its
  * old value) only a pending snapshot does. Counted from the state alone, not
  * from the coin flips, so it is the same for every seed at one crash point. */
-static uint64_t lines_in_flight(const nvh_sim *sim, const unsigned char *work, uint64_t size)
+static SIM_IMAGE_FN uint64_t lines_in_flight(const nvh_sim *sim, const unsigned char *work,
+                                             uint64_t size)
 {
     uint64_t n = 0;
     for (uint64_t off = 0; off < size; off += NVH_CACHELINE)
-        n += memcmp(sim->media + off, work + off, NVH_CACHELINE) != 0;
+        n += !words_equal(sim->media + off, work + off, LINE_WORDS);
     for (size_t i = 0; i < sim->pending_count; i++) {
         const sim_line *rec = &sim->pending[i];
-        n += memcmp(sim->media + rec->offset, rec->data, NVH_CACHELINE) != 0 &&
-             memcmp(sim->media + rec->offset, work + rec->offset, NVH_CACHELINE) == 0;
+        n += !words_equal(sim->media + rec->offset, rec->data, LINE_WORDS) &&
+             words_equal(sim->media + rec->offset, work + rec->offset, LINE_WORDS);
     }
     return n;
 }
@@ -182,33 +217,44 @@ static uint64_t lines_in_flight(const nvh_sim *sim, const unsigned char *work, u
  *  2. each flushed-but-unfenced line's snapshot may have been written back;
  *  3. each line whose working copy still differs may have been evicted.
  * Returns the number of lines in flight (the image's degrees of freedom). */
-static uint64_t build_image(nvh_pool *pool, unsigned char *image, uint64_t size, uint64_t seed,
-                            nvh_crash_mode mode)
+static SIM_IMAGE_FN uint64_t build_image(nvh_pool *pool, unsigned char *image, uint64_t size,
+                                         uint64_t seed, nvh_crash_mode mode)
 {
     nvh_sim *sim = pool->sim;
     uint64_t rng = seed;
     const unsigned char *work = (const unsigned char *)pool->ctx.base;
-
-    memcpy(image, sim->media, size);
+    words_copy(image, sim->media, size / 8);
     for (size_t i = 0; i < sim->pending_count; i++) {
         const sim_line *rec = &sim->pending[i];
-        if (memcmp(image + rec->offset, rec->data, NVH_CACHELINE) == 0) continue;
+        if (words_equal(image + rec->offset, rec->data, LINE_WORDS)) continue;
         if (mode == NVH_CRASH_WORDS) mix_words(image + rec->offset, rec->data, &rng);
-        else if (nvh_splitmix64(&rng) & 1) memcpy(image + rec->offset, rec->data, NVH_CACHELINE);
+        else if (nvh_splitmix64(&rng) & 1) words_copy(image + rec->offset, rec->data, LINE_WORDS);
     }
     for (uint64_t off = 0; off < size; off += NVH_CACHELINE) {
-        if (memcmp(image + off, work + off, NVH_CACHELINE) == 0) continue;
+        if (words_equal(image + off, work + off, LINE_WORDS)) continue;
         if (mode == NVH_CRASH_WORDS) mix_words(image + off, work + off, &rng);
-        else if (nvh_splitmix64(&rng) & 1) memcpy(image + off, work + off, NVH_CACHELINE);
+        else if (nvh_splitmix64(&rng) & 1) words_copy(image + off, work + off, LINE_WORDS);
     }
     return lines_in_flight(sim, work, size);
+}
+
+/* Under TSan the image goes to the file by the system call itself: the
+ * write interceptor's check of the buffer would write shadow for all of it
+ * (see SIM_IMAGE_FN above). */
+static inline ssize_t image_write(int fd, const void *p, size_t len)
+{
+#if defined(__SANITIZE_THREAD__)
+    return (ssize_t)syscall(SYS_write, fd, p, len);
+#else
+    return write(fd, p, len);
+#endif
 }
 
 static int write_all(int fd, const void *buf, uint64_t len)
 {
     const char *p = buf;
     while (len) {
-        ssize_t n = write(fd, p, len > (1u << 30) ? (1u << 30) : len);
+        ssize_t n = image_write(fd, p, len > (1u << 30) ? (1u << 30) : len);
         if (n < 0) {
             if (errno == EINTR) continue;
             return -1;

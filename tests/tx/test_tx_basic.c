@@ -2,7 +2,7 @@
  * errors, nesting, abort restoring ranges exactly, transactional alloc/free,
  * log growth and its limit, fence counts, persistent locks, single-thread
  * object transactions, settings and statistics. */
-#include "test_util.h"
+#include "tx_unit.h"
 
 /* LeakSanitizer: the allocator's named-reservation bookkeeping
  * (nvh_reserve_named's pending array, src/alloc/named.c) is reported leaked
@@ -21,20 +21,10 @@ const char *__lsan_default_suppressions(void) { return "leak:nvh_reserve_named\n
 
 static nvh_pool *mkpool(const char **path_out, unsigned domain)
 {
-    const char *path = test_path("txbasic");
-    nvh_pool *pool = nvh_pool_create(path, LAYOUT, 16 * MIB, domain);
-    assert_non_null(pool);
-    if (path_out) *path_out = path;
-    return pool;
+    return tx_unit_pool("txbasic", LAYOUT, 16 * MIB, domain, path_out);
 }
 
-/* a data object to play with (allocated outside any transaction) */
-static uint64_t *mkobj(nvh_pool *pool, size_t size)
-{
-    uint64_t *p = nvh_alloc(pool, size, NULL, NULL, NULL);
-    assert_non_null(p);
-    return p;
-}
+static uint64_t *mkobj(nvh_pool *pool, size_t size) { return tx_unit_obj(pool, size); }
 
 static void commit_and_reopen(void **state)
 {

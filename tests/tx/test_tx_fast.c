@@ -11,7 +11,7 @@
  *     (nvh_tx_last_): another thread that took the lane keeps it to itself.
  * Crashes at every fence of the fast path: test_tx_proto every_fence (its
  * K_INPLACE, K_IN_AT, K_NESTED and K_FREE steps take it). */
-#include "test_util.h"
+#include "tx_unit.h"
 
 #include <pthread.h>
 #include <stdbool.h>
@@ -21,21 +21,10 @@
 
 static nvh_pool *mkpool(const char *name, const char **path_out)
 {
-    const char *path = test_path(name);
-    nvh_pool *pool = nvh_pool_create(path, LAYOUT, 8 * MIB, NVH_DOMAIN_PROCESS);
-    assert_non_null(pool);
-    if (path_out) *path_out = path;
-    return pool;
+    return tx_unit_pool(name, LAYOUT, 8 * MIB, NVH_DOMAIN_PROCESS, path_out);
 }
 
-static uint64_t *mkobj(nvh_pool *pool, size_t size)
-{
-    uint64_t *p = nvh_alloc(pool, size, NULL, NULL, NULL);
-    assert_non_null(p);
-    memset(p, 0, size);
-    nvh_persist(pool, p, size);
-    return p;
-}
+static uint64_t *mkobj(nvh_pool *pool, size_t size) { return tx_unit_obj(pool, size); }
 
 static uint64_t logged(nvh_pool *pool)
 {
