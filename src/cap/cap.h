@@ -82,6 +82,14 @@ enum { CAP_TAIL_NONE = 0, CAP_TAIL_FREE, CAP_TAIL_USED };
 
 struct cap_heap;
 struct meta_slab;
+struct cap_span;
+
+/* The links of a doubly linked list of spans. A span has two pairs (it is on
+ * two lists at once: a page on its class's avail list and its heap's list
+ * of free tails), each also named by its fields (next/prev, dnext/dprev). */
+struct cap_links {
+    struct cap_span *next, *prev;
+};
 
 /* A batch of cross-thread frees for one owner heap: the freeing thread fills
  * it and pushes it onto the owner's `remote` list with one CAS. The pointers
@@ -121,8 +129,11 @@ struct cap_span {
     struct cap_heap *heap;     /* page: owner; fixed while it has live blocks  */
     uint64_t inv;              /* page: ceil(2^40 / bsize): interior check     */
     uintptr_t user;            /* large: the pointer handed out (aligned ones) */
-    struct cap_span *next, *prev; /* free: bin list; page: avail list;
-                                     instance-cached large: class list        */
+    union {                    /* free: bin list; page: avail list;
+                                  instance-cached large: class list        */
+        struct { struct cap_span *next, *prev; };
+        struct cap_links link;
+    };
     /* line 1: the owner's (page) or the lock holder's (free, large) */
     _Alignas(64) struct cap_block *free; /* page: owner-only free list         */
     uint32_t used;             /* page: blocks handed out, not freed to owner  */
@@ -132,9 +143,12 @@ struct cap_span {
     uint16_t tcls;             /* page: size class of its tail block           */
     uint8_t pad1_[4];
     uintptr_t bump, end;       /* page: never-used blocks [bump, end)          */
-    struct cap_span *dnext, *dprev; /* free + dirty: punch queue (oldest first);
-                                       instance-cached large: age queue;
-                                       page: its heap's list of free tails    */
+    union {                    /* free + dirty: punch queue (oldest first);
+                                  instance-cached large: age queue;
+                                  page: its heap's list of free tails      */
+        struct { struct cap_span *dnext, *dprev; };
+        struct cap_links dlink;
+    };
     size_t dbytes;             /* free + dirty: bytes that may hold pages      */
 };
 _Static_assert(offsetof(struct cap_span, free) == 64, "cap_span: owner line");

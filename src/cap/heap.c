@@ -221,26 +221,50 @@ struct cap_heap *nvh_cap_heap_(struct cap_inst *cap)
     return heap_get(cap);
 }
 
+/* ---- lists of pages -------------------------------------------------------- */
+/* A heap's lists of pages (a class's avail pages, a class's free tails) are
+ * doubly linked through one of a span's two link pairs, `off` its offset
+ * (LINK or DLINK), pushed at the head. */
+#define LINK offsetof(struct cap_span, link)
+#define DLINK offsetof(struct cap_span, dlink)
+
+static inline struct cap_links *links_at(struct cap_span *s, size_t off)
+{
+    return (struct cap_links *)((char *)s + off);
+}
+
+static void list_push(struct cap_span **head, struct cap_span *s, size_t off)
+{
+    struct cap_links *l = links_at(s, off);
+    l->prev = NULL;
+    l->next = *head;
+    if (l->next)
+        links_at(l->next, off)->prev = s;
+    *head = s;
+}
+
+static void list_remove(struct cap_span **head, struct cap_span *s, size_t off)
+{
+    struct cap_links *l = links_at(s, off);
+    if (l->prev)
+        links_at(l->prev, off)->next = l->next;
+    else
+        *head = l->next;
+    if (l->next)
+        links_at(l->next, off)->prev = l->prev;
+    l->next = l->prev = NULL;
+}
+
 /* ---- pages ---------------------------------------------------------------- */
 static void avail_push(struct cap_heap *h, struct cap_span *p)
 {
     p->pstate = CAP_PG_AVAIL;
-    p->prev = NULL;
-    p->next = h->avail[p->cls];
-    if (p->next)
-        p->next->prev = p;
-    h->avail[p->cls] = p;
+    list_push(&h->avail[p->cls], p, LINK);
 }
 
 static void avail_remove(struct cap_heap *h, struct cap_span *p)
 {
-    if (p->prev)
-        p->prev->next = p->next;
-    else
-        h->avail[p->cls] = p->next;
-    if (p->next)
-        p->next->prev = p->prev;
-    p->next = p->prev = NULL;
+    list_remove(&h->avail[p->cls], p, LINK);
 }
 
 /* ---- tail blocks ------------------------------------------------------------ */
@@ -257,22 +281,12 @@ static void avail_remove(struct cap_heap *h, struct cap_span *p)
 static void tail_push(struct cap_heap *h, struct cap_span *p)
 {
     p->tail = CAP_TAIL_FREE;
-    p->dprev = NULL;
-    p->dnext = h->tails[p->tcls];
-    if (p->dnext)
-        p->dnext->dprev = p;
-    h->tails[p->tcls] = p;
+    list_push(&h->tails[p->tcls], p, DLINK);
 }
 
 static void tail_unlink(struct cap_heap *h, struct cap_span *p)
 {
-    if (p->dprev)
-        p->dprev->dnext = p->dnext;
-    else
-        h->tails[p->tcls] = p->dnext;
-    if (p->dnext)
-        p->dnext->dprev = p->dprev;
-    p->dnext = p->dprev = NULL;
+    list_remove(&h->tails[p->tcls], p, DLINK);
     p->tail = CAP_TAIL_NONE;
 }
 
