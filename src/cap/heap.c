@@ -826,9 +826,9 @@ NVH_CAP_INLINE void heap_decay(struct cap_heap *h)
  * per class those high-water marks stand well above the classes' means: in
  * the small loop of bench/run cap (2,000 blocks of 16 B .. 1 KiB) they are a
  * third of the live bytes. A class of 64 B .. 8 KiB whose blocks are all in
- * use, and that would carve more never-used blocks or make another page,
- * first takes a free block of the next class up (a quarter bigger at most)
- * from that class's current page: the
+ * use, and whose current page p would carve more never-used blocks, first
+ * takes a free block of the next class up (a quarter bigger at most) from
+ * that class's current page, if it lies below p: the
  * two classes then fill their high-water marks together, which is less
  * than filling each apart (a sum of peaks is more than the peak of the
  * sum). The block stays one of its page's (free and usable size follow the
@@ -840,14 +840,18 @@ NVH_CAP_INLINE void heap_decay(struct cap_heap *h)
  * path per borrowed block where carving gives it 4 KiB of blocks at once.
  * For that reason too a class carves its first blocks itself: one that
  * lived on borrowed blocks alone (a few blocks per class, freed and asked
- * for again, as in the xsmall loop) would take a slow path for each. */
-static void *borrow(struct cap_heap *h, unsigned c, bool exact)
+ * for again, as in the xsmall loop) would take a slow path for each. Only
+ * from a page below p, and never instead of a new page: blocks lent from
+ * pages higher up keep those pages, and the top of the range, in use after
+ * the heap shrank ([Moraru11] Table 2 at 1/1: 63 % total fragmentation
+ * against 57.5 % without borrowing; 57.1 % lending only from below). */
+static void *borrow(struct cap_heap *h, unsigned c, const struct cap_span *p, bool exact)
 {
     size_t cs = class_size(c);
     if (exact || h->page_bytes >= NVH_CAP_BORROW_BYTES || cs < 64 || cs >= NVH_CAP_SMALL_MAX)
         return NULL;
     struct cap_span *q = h->cur[size_class(class_round(cs + 1, NVH_CAP_COARSE_SHIFT))];
-    return q->free ? take(q) : NULL;
+    return q->free && q->start < p->start ? take(q) : NULL;
 }
 
 static NVH_CAP_NOINLINE void *alloc_slow(struct cap_heap *h, unsigned c, bool exact)
@@ -882,7 +886,7 @@ static NVH_CAP_NOINLINE void *alloc_slow(struct cap_heap *h, unsigned c, bool ex
         return tail_take(h, t);
     void *b;
     if (p != &cap_sentinel) {
-        if (p->bump < p->end && p->bump > p->start && (b = borrow(h, c, exact)))
+        if (p->bump < p->end && p->bump > p->start && (b = borrow(h, c, p, exact)))
             return b;
         if (page_extend(h, p))
             return take(p);
@@ -896,9 +900,6 @@ static NVH_CAP_NOINLINE void *alloc_slow(struct cap_heap *h, unsigned c, bool ex
         if (p->free || page_extend(h, p))
             return take(p);
     }
-    h->cur[c] = &cap_sentinel;   /* the full page is no longer current */
-    if (h->pgrow[c] && (b = borrow(h, c, exact)))
-        return b;
     p = page_new(h, c);
     if (!p) {
         h->cur[c] = &cap_sentinel;

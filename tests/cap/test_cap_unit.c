@@ -88,8 +88,10 @@ static void test_class_tight(void **state)
  * leave short tails and hands the tails out as blocks of smaller classes:
  * once the heap is big (twice NVH_CAP_FINE_BYTES asked for), 64 MiB more of
  * blocks of sizes uniform in 10 B .. 4 KiB ([Moraru11] Table 2) take pages
- * within 1.3 % of the bytes asked for (1.05 %; 1.48 % with the tails left
- * unused; the coarse classes alone: over 9 %). A small heap keeps the
+ * within 1.45 % of the bytes asked for (1.40 %; 1.05 % without the small
+ * heap's borrowing in the first 4 MiB, which shifts where the classes'
+ * current pages stand when the measured part starts; 1.48 % with the tails
+ * left unused; the coarse classes alone: over 9 %). A small heap keeps the
  * coarse classes. */
 static size_t fine_usable_small, fine_usable_big;
 static double fine_ratio;
@@ -138,7 +140,7 @@ static void test_fine_classes(void **state)
     pthread_create(&t, NULL, fine_thread, NULL);
     pthread_join(t, NULL);
     assert_int_equal(fine_usable_small, 2560);
-    assert_true(fine_ratio < 1.013);
+    assert_true(fine_ratio < 1.0145);
     assert_int_equal(fine_usable_big, 2112);
 }
 
@@ -874,15 +876,23 @@ static void test_borrow(void **state)
     struct cap_heap *h = nvh_cap_heap_(&c8);
     assert_non_null(h);
     enum { N = 10, N160 = 4096 / 160, N32 = 4096 / 32 };
-    static void *p[N], *s[N], *own[N160 + N32];
+    static void *p[N], *s[N], *own[N160 + N32], *own2[4096 / 192];
+    for (unsigned i = 0; i < N; i++) {   /* their pages first: below the others */
+        assert_non_null(p[i] = nvh_cap_alloc_(h, 192));
+        assert_non_null(s[i] = nvh_cap_alloc_(h, 48));
+    }
     for (unsigned i = 0; i < N160; i++)
         assert_int_equal(nvh_cap_usable_(&c8, own[i] = nvh_cap_alloc_(h, 150)), 160);
     for (unsigned i = 0; i < N32; i++)
         assert_int_equal(nvh_cap_usable_(&c8, own[N160 + i] = nvh_cap_alloc_(h, 20)), 32);
-    for (unsigned i = 0; i < N; i++) {
-        assert_non_null(p[i] = nvh_cap_alloc_(h, 192));
-        assert_non_null(s[i] = nvh_cap_alloc_(h, 48));
-    }
+    /* a lender above the borrower's page lends nothing: the 224 B class's
+     * page lies above the 192 B one's */
+    void *hi = nvh_cap_alloc_(h, 224);
+    assert_int_equal(nvh_cap_free_(&c8, nvh_cap_alloc_(h, 224)), CAP_OK);
+    for (unsigned i = 0; i < 4096 / 192; i++)   /* past the 192 B class's first 4 KiB */
+        assert_int_equal(nvh_cap_usable_(&c8, own2[i] = nvh_cap_alloc_(h, 180)), 192);
+    void *n192 = nvh_cap_alloc_(h, 180);
+    assert_int_equal(nvh_cap_usable_(&c8, n192), 192);
     struct cap_span *pg = nvh_cap_span_of_(&c8, p[0]);
     for (unsigned i = 0; i < N; i++) {
         assert_int_equal(nvh_cap_free_(&c8, p[i]), CAP_OK);
@@ -902,6 +912,10 @@ static void test_borrow(void **state)
     assert_int_equal(nvh_cap_free_(&c8, t), CAP_OK);
     for (unsigned i = 0; i < N160 + N32; i++)
         assert_int_equal(nvh_cap_free_(&c8, own[i]), CAP_OK);
+    for (unsigned i = 0; i < 4096 / 192; i++)
+        assert_int_equal(nvh_cap_free_(&c8, own2[i]), CAP_OK);
+    assert_int_equal(nvh_cap_free_(&c8, n192), CAP_OK);
+    assert_int_equal(nvh_cap_free_(&c8, hi), CAP_OK);
     nvh_cap_destroy_(&c8);
 }
 
