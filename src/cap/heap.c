@@ -776,6 +776,23 @@ static NVH_CAP_NOINLINE int remote_free(struct cap_inst *cap, struct cap_heap *h
     return CAP_OK;
 }
 
+/* The common cross-thread free, inline in free: the thread has a heap and
+ * a batch open for the block's owner, and the block is only queued. Batch
+ * changes, a full batch and keying at free go through remote_free (a call
+ * that saves and restores half a dozen registers: about half of this
+ * path's instructions in the xsmall loop at 2 threads). */
+NVH_CAP_INLINE int remote_free_fast(struct cap_inst *cap, struct cap_heap *h, struct cap_span *p,
+                                    struct cap_block *b)
+{
+    struct cap_rbatch *rb;
+    if (nvh_cap_likely(h != NULL && h->rdest == p->heap && (rb = h->rout) != NULL &&
+                       rb->n < NVH_CAP_RBATCH - 1 && !cap->key_at_free)) {
+        rb->blk[rb->n++] = b;
+        return CAP_OK;
+    }
+    return remote_free(cap, h, p, b);
+}
+
 /* ---- malloc ----------------------------------------------------------------- */
 NVH_CAP_INLINE void *take(struct cap_span *p)
 {
@@ -1178,7 +1195,7 @@ NVH_CAP_INLINE int cap_free(struct cap_inst *cap, void *p)
             local_free(h, s, b, false);
             return CAP_OK;
         }
-        return remote_free(cap, h, s, b);
+        return remote_free_fast(cap, h, s, b);
     }
     return free_other(cap, s, p);
 }
