@@ -644,9 +644,8 @@ static NVH_CAP_NOINLINE void late_double(struct cap_inst *cap, struct cap_block 
 /* A drained cross-thread free of b into its page: a whole block, or the
  * page's tail block (past its last whole block). Anything else past the
  * whole blocks was never handed out: dropped. */
-NVH_CAP_INLINE void drain_one(struct cap_heap *h, struct cap_block *b, bool locked)
+NVH_CAP_INLINE void drain_one(struct cap_heap *h, struct cap_span *p, struct cap_block *b, bool locked)
 {
-    struct cap_span *p = nvh_cap_span_of_(h->cap, b);
     if (nvh_cap_likely((uintptr_t)b < p->end))
         local_free(h, p, b, locked);
     else if ((uintptr_t)b == p->end && p->tail == CAP_TAIL_USED)
@@ -664,7 +663,7 @@ static void heap_drain(struct cap_heap *h, bool locked)
         if (x & RLONE) {
             struct cap_block *b = (struct cap_block *)(x & ~RLONE);
             x = (uintptr_t)b->next;
-            drain_one(h, b, locked);
+            drain_one(h, nvh_cap_span_of_(cap, b), b, locked);
             continue;
         }
         struct cap_rbatch *rb = (struct cap_rbatch *)x;
@@ -673,20 +672,27 @@ static void heap_drain(struct cap_heap *h, bool locked)
         /* the blocks sit in other cores' caches: ask for a few lines ahead */
         for (uint32_t i = 0; i < n && i < 16; i++)
             __builtin_prefetch(rb->blk[i], 1);
+        /* the instance's fields in locals: the stores to the blocks could
+         * alias them, and the loop would load them again for every block */
+        const bool check = !cap->key_at_free;
+        const uintptr_t secret = cap->secret, base = cap->base;
+        _Atomic(struct cap_span *) *const map = cap->map;
         for (uint32_t i = 0; i < n; i++) {
             if (i + 16 < n)
                 __builtin_prefetch(rb->blk[i + 16], 1);
             struct cap_block *b = rb->blk[i];
-            if (!cap->key_at_free) {
+            if (check) {
                 /* the freeing thread left the block alone: check it here */
-                uintptr_t k = key_of(cap, b);
+                uintptr_t k = secret ^ (uintptr_t)b;
                 if (nvh_cap_unlikely(b->key == k)) {
                     late_double(cap, b);
                     continue;
                 }
                 b->key = k;
             }
-            drain_one(h, b, locked);
+            struct cap_span *p = atomic_load_explicit(&map[((uintptr_t)b - base) >> NVH_CAP_BLOCK_SHIFT],
+                                                      memory_order_relaxed);
+            drain_one(h, p, b, locked);
         }
         rbatch_keep(h, rb, locked);
     }
