@@ -22,6 +22,9 @@
  *               RTLD_LOCAL, NVHEAP_CAP_DIR = --dir): what LD_PRELOAD runs
  *   memkind     memkind_malloc/free/realloc on memkind_create_pmem(--dir)
  *               (libmemkind.so.0, Debian libmemkind-dev; skipped if absent)
+ *   nvheap-cap-b the libnvheap-cap.so at $NVH_BENCH_CAP_B (skipped if
+ *               unset): another build of it, for A/B comparisons of a
+ *               change in the same run
  * Metrics: ops_per_s (all threads, wall), cpu_ops_per_s (operations per
  * second of the busiest thread's CPU time, kernel time of its page faults
  * included: on a shared machine it does not count waiting for a core),
@@ -54,9 +57,9 @@
 #define MAX_THREADS 4
 #define MIB (1024.0 * 1024.0)
 
-enum { S_GLIBC, S_JEMALLOC, S_MIMALLOC, S_CAP, S_MEMKIND, S_COUNT };
+enum { S_GLIBC, S_JEMALLOC, S_MIMALLOC, S_CAP, S_MEMKIND, S_CAPB, S_COUNT };
 static const char *const subject_names[S_COUNT] = {"glibc", "jemalloc", "mimalloc", "nvheap-cap",
-                                                   "memkind"};
+                                                   "memkind", "nvheap-cap-b"};
 enum { L_SMALL, L_MEDIUM, L_LARGE, L_XSMALL, L_XLARGE, L_REALLOC, L_COUNT };
 static const char *const loop_names[L_COUNT] = {"small", "medium", "large",
                                                 "xsmall", "xlarge", "realloc"};
@@ -115,15 +118,19 @@ static int subject_setup(int s, const char *dir, char *err, size_t errlen)
             return snprintf(err, errlen, "%s: no private malloc", lib), -1;
         return 0;
     }
-    case S_CAP: {
+    case S_CAP:
+    case S_CAPB: {
+        const char *lib = s == S_CAP ? NVH_CAP_LIB : getenv("NVH_BENCH_CAP_B");
+        if (!lib)
+            return snprintf(err, errlen, "skip: NVH_BENCH_CAP_B (a second libnvheap-cap.so) not set"), 1;
         setenv("NVHEAP_CAP_DIR", dir, 1);     /* read by its constructor */
-        if (!(dl = dlopen(NVH_CAP_LIB, RTLD_NOW | RTLD_LOCAL)))
-            return snprintf(err, errlen, "dlopen %s: %s", NVH_CAP_LIB, dlerror()), -1;
+        if (!(dl = dlopen(lib, RTLD_NOW | RTLD_LOCAL)))
+            return snprintf(err, errlen, "dlopen %s: %s", lib, dlerror()), -1;
         *(void **)&s_malloc = dlsym(dl, "malloc");
         *(void **)&s_free = dlsym(dl, "free");
         *(void **)&s_realloc = dlsym(dl, "realloc");
         if (!s_malloc || !s_free || !s_realloc || (void *)s_malloc == (void *)malloc)
-            return snprintf(err, errlen, "%s: no private malloc", NVH_CAP_LIB), -1;
+            return snprintf(err, errlen, "%s: no private malloc", lib), -1;
         file_dir = dir;
         return 0;
     }
@@ -440,7 +447,7 @@ static const bench_info info = {
     .ratio_metric = "cpu_ops_per_s",
     .usage = "  --ops X            scale of the operation counts (default 1, quick 0.1)\n"
              "  --threads LIST     thread counts (default 1,2; at most 4)\n"
-             "  --subjects LIST    of glibc,jemalloc,mimalloc,nvheap-cap,memkind\n"
+             "  --subjects LIST    of glibc,jemalloc,mimalloc,nvheap-cap,memkind,nvheap-cap-b\n"
              "  --loops LIST       of small,medium,large,xsmall,xlarge,realloc\n"
              "  --fill 0|1         write every byte of a new block, not just the first\n"
              "                     and last (default 0)\n",
@@ -561,7 +568,7 @@ int main(int argc, char **argv)
                         /* a peer that crashes is reported, not fatal (memkind's
                          * process died with SIGSEGV in some realloc/2 runs here;
                          * not investigated further) */
-                        if (s == S_CAP) {
+                        if (s == S_CAP || s == S_CAPB) {
                             bench_error(&opts, "%s %s: the measuring process died (status %d)",
                                         cname, subject_names[s], st);
                             break;
@@ -597,7 +604,7 @@ int main(int argc, char **argv)
                 static const char *const unit[7] = {"ops/s", "ops/s", "MiB", "MiB", "MiB", "MiB",
                                                     "1/kop"};
                 for (int m = 0; m < 7; m++) {
-                    if (m >= 3 && m <= 4 && s != S_CAP && s != S_MEMKIND)
+                    if (m >= 3 && m <= 4 && s != S_CAP && s != S_CAPB && s != S_MEMKIND)
                         continue;
                     bench_summary sum = bench_summarize(v[m], n);
                     med[s][m] = sum.median;

@@ -36,12 +36,17 @@
 #endif
 #define NVH_CAP_COARSE_SHIFT 2u    /* the classes of a heap that holds little */
 #define NVH_CAP_FINE_BYTES ((size_t)32 << 20) /* pages of a heap on the fine grid */
+#define NVH_CAP_BORROW_BYTES ((size_t)4 << 20) /* a heap with fewer bytes of pages
+                                                  borrows blocks of the next
+                                                  class (heap.c borrow)     */
 #define NVH_CAP_FINE_PAGE ((size_t)32 << 10)  /* fine grid: target page of classes
                                                  <= 8 KiB (heap.c page_blocks) */
 #define NVH_CAP_CLASSES ((1u << NVH_CAP_CLASS_SHIFT) * (13u - NVH_CAP_CLASS_SHIFT) + 1u) /* 0 unused */
 #define NVH_CAP_BINS 256u                      /* free-span bins                */
 #define NVH_CAP_INSTANCES 8u                   /* instances alive at once       */
 #define NVH_CAP_EMPTY_PAGES 4u                 /* empty small pages per thread  */
+#define NVH_CAP_EMPTY_SHARE 64u   /* their unpunched bytes: at most 1/64 of the
+                                     heap's pages (heap.c empty_keep)          */
 #define NVH_CAP_LCACHE 4u                      /* freed large spans per thread  */
 #define NVH_CAP_LCLASSES 80u                   /* large classes, 17 .. 16384 blocks */
 #define NVH_CAP_LCACHE_REACH 8u   /* a kept large block serves requests of its
@@ -82,6 +87,14 @@ enum { CAP_TAIL_NONE = 0, CAP_TAIL_FREE, CAP_TAIL_USED };
 
 struct cap_heap;
 struct meta_slab;
+struct cap_span;
+
+/* The links of a doubly linked list of spans. A span has two pairs (it is on
+ * two lists at once: a page on its class's avail list and its heap's list
+ * of free tails), each also named by its fields (next/prev, dnext/dprev). */
+struct cap_links {
+    struct cap_span *next, *prev;
+};
 
 /* A batch of cross-thread frees for one owner heap: the freeing thread fills
  * it and pushes it onto the owner's `remote` list with one CAS. The pointers
@@ -109,7 +122,8 @@ struct cap_span {
     uint32_t blocks;
     uint8_t kind;              /* CAP_SPAN_*                                   */
     uint8_t dirty;             /* free: holds pages not yet punched            */
-    uint8_t hole;              /* free: holds punched pages (refill them)      */
+    uint8_t hole;              /* free: holds punched pages (refill them);
+                                  page kept empty by its heap: punched       */
     uint8_t cached;            /* large: freed, in the freeing thread's cache
                                   (1) or the instance's (2); its kind stays
                                   LARGE (the lock holder reads kinds of
@@ -121,8 +135,11 @@ struct cap_span {
     struct cap_heap *heap;     /* page: owner; fixed while it has live blocks  */
     uint64_t inv;              /* page: ceil(2^40 / bsize): interior check     */
     uintptr_t user;            /* large: the pointer handed out (aligned ones) */
-    struct cap_span *next, *prev; /* free: bin list; page: avail list;
-                                     instance-cached large: class list        */
+    union {                    /* free: bin list; page: avail list;
+                                  instance-cached large: class list        */
+        struct { struct cap_span *next, *prev; };
+        struct cap_links link;
+    };
     /* line 1: the owner's (page) or the lock holder's (free, large) */
     _Alignas(64) struct cap_block *free; /* page: owner-only free list         */
     uint32_t used;             /* page: blocks handed out, not freed to owner  */
@@ -132,10 +149,14 @@ struct cap_span {
     uint16_t tcls;             /* page: size class of its tail block           */
     uint8_t pad1_[4];
     uintptr_t bump, end;       /* page: never-used blocks [bump, end)          */
-    struct cap_span *dnext, *dprev; /* free + dirty: punch queue (oldest first);
-                                       instance-cached large: age queue;
-                                       page: its heap's list of free tails    */
-    size_t dbytes;             /* free + dirty: bytes that may hold pages      */
+    union {                    /* free + dirty: punch queue (oldest first);
+                                  instance-cached large: age queue;
+                                  page: its heap's list of free tails      */
+        struct { struct cap_span *dnext, *dprev; };
+        struct cap_links dlink;
+    };
+    size_t dbytes;             /* free + dirty, or page kept empty by its
+                                  heap: bytes that may hold pages          */
 };
 _Static_assert(offsetof(struct cap_span, free) == 64, "cap_span: owner line");
 _Static_assert(sizeof(struct cap_span) == 128, "cap_span: two lines");
@@ -162,6 +183,7 @@ struct cap_heap {
     _Alignas(64) uint64_t decay_ms;  /* last time it gave idle memory back    */
     struct cap_span *empty[NVH_CAP_EMPTY_PAGES];
     unsigned nempty;
+    size_t empty_bytes;              /* of them, bytes that may hold pages     */
     struct cap_span *lcache[NVH_CAP_LCACHE];
     unsigned nlcache;
     size_t lcache_bytes;
@@ -217,6 +239,7 @@ struct cap_inst {
      * not take the line every free reads (false sharing). */
     _Alignas(64) pthread_mutex_t lock; /* global span allocator, heaps list, orphans */
     _Atomic uint64_t late_doubles;
+    _Atomic uint64_t empty_punches; /* heaps' punches of their kept empty pages */
     size_t top;              /* used part of the range                          */
     _Atomic size_t top_hint; /* top, for reads without the lock                 */
     size_t checked;          /* top up to which the device was checked for room */

@@ -513,7 +513,8 @@ static void trim_top(struct cap_inst *cap, struct cap_span *s)
 static void release(struct cap_inst *cap, struct cap_span *s)
 {
     bool hole = s->hole;
-    size_t d = (size_t)s->blocks << NVH_CAP_BLOCK_SHIFT;   /* its own pages */
+    /* its own pages, unless it is a page its heap kept empty and punched */
+    size_t d = s->kind == CAP_SPAN_PAGE && hole ? 0 : (size_t)s->blocks << NVH_CAP_BLOCK_SHIFT;
     s->kind = CAP_SPAN_FREE;
     s->cached = 0;
     s->roomy = 0;
@@ -767,7 +768,7 @@ void nvh_cap_counters_(struct cap_inst *cap, struct nvh_cap_counters *out)
     out->span_peak = cap->span_peak;
     out->dirty_bytes = cap->dirty_bytes + cap->lc_bytes;
     out->top = cap->top;
-    out->punches = cap->punches;
+    out->punches = cap->punches + atomic_load_explicit(&cap->empty_punches, memory_order_relaxed);
     struct stat st;
     if (cap->fd >= 0 && fstat(cap->fd, &st) == 0)
         out->file_bytes = (size_t)st.st_blocks * 512;

@@ -59,15 +59,28 @@ static void test_sizes(void **state)
 static void test_class_tight(void **state)
 {
     (void)state;
-    struct cap_heap *h = heap();
+    /* a fresh heap: no bigger class has free blocks to lend (test_borrow) */
+    static struct cap_inst c1;
+    assert_int_equal(nvh_cap_init_file_(&c1, "/dev/shm", (size_t)1 << 30), 0);
+    struct cap_heap *h = nvh_cap_heap_(&c1);
+    assert_non_null(h);
     for (size_t sz = 1; sz <= NVH_CAP_CLASS_MAX; sz++) {
         void *p = nvh_cap_alloc_(h, sz);
         assert_non_null(p);
-        size_t u = nvh_cap_usable_(&cap, p);
+        size_t u = nvh_cap_usable_(&c1, p);
         assert_true(u >= sz);
         assert_true(sz <= 64 ? u < sz + 16 : u <= sz + sz / 4);
-        assert_int_equal(nvh_cap_free_(&cap, p), CAP_OK);
+        if (sz <= 1024) {
+            /* exactly the coarse class: 16 B steps to 64, then 4 per power
+             * of two (heap.c's table of these sizes) */
+            size_t w = sz ? sz - 1 : 0;
+            unsigned lg = 63u - (unsigned)__builtin_clzll(w | 1);
+            size_t step = sz <= 64 ? 16 : (size_t)1 << (lg - 2);
+            assert_int_equal(u, (w | (step - 1)) + 1);
+        }
+        assert_int_equal(nvh_cap_free_(&c1, p), CAP_OK);
     }
+    nvh_cap_destroy_(&c1);
 }
 
 /* A heap that holds more than NVH_CAP_FINE_BYTES of pages rounds with the
@@ -75,8 +88,10 @@ static void test_class_tight(void **state)
  * leave short tails and hands the tails out as blocks of smaller classes:
  * once the heap is big (twice NVH_CAP_FINE_BYTES asked for), 64 MiB more of
  * blocks of sizes uniform in 10 B .. 4 KiB ([Moraru11] Table 2) take pages
- * within 1.3 % of the bytes asked for (1.05 %; 1.48 % with the tails left
- * unused; the coarse classes alone: over 9 %). A small heap keeps the
+ * within 1.45 % of the bytes asked for (1.40 %; 1.05 % without the small
+ * heap's borrowing in the first 4 MiB, which shifts where the classes'
+ * current pages stand when the measured part starts; 1.48 % with the tails
+ * left unused; the coarse classes alone: over 9 %). A small heap keeps the
  * coarse classes. */
 static size_t fine_usable_small, fine_usable_big;
 static double fine_ratio;
@@ -125,7 +140,7 @@ static void test_fine_classes(void **state)
     pthread_create(&t, NULL, fine_thread, NULL);
     pthread_join(t, NULL);
     assert_int_equal(fine_usable_small, 2560);
-    assert_true(fine_ratio < 1.013);
+    assert_true(fine_ratio < 1.0145);
     assert_int_equal(fine_usable_big, 2112);
 }
 
@@ -847,6 +862,164 @@ static void test_populate(void **state)
     cap.populate = false;
 }
 
+/* A small heap's class whose blocks are all in use, and that would carve
+ * never-used blocks or make a page, takes a free block of the next class
+ * up instead (heap.c borrow): with the first 4 KiB of the 160 B class
+ * handed out, a 150 B request gets a freed 192 B block. Not an aligned
+ * request (its block must have the class's alignment), nor one below 64 B
+ * (the next class is too much bigger). */
+static void test_borrow(void **state)
+{
+    (void)state;
+    static struct cap_inst c8;
+    assert_int_equal(nvh_cap_init_file_(&c8, "/dev/shm", (size_t)1 << 30), 0);
+    struct cap_heap *h = nvh_cap_heap_(&c8);
+    assert_non_null(h);
+    enum { N = 10, N160 = 4096 / 160, N32 = 4096 / 32 };
+    static void *p[N], *s[N], *own[N160 + N32], *own2[4096 / 192];
+    for (unsigned i = 0; i < N; i++) {   /* their pages first: below the others */
+        assert_non_null(p[i] = nvh_cap_alloc_(h, 192));
+        assert_non_null(s[i] = nvh_cap_alloc_(h, 48));
+    }
+    for (unsigned i = 0; i < N160; i++)
+        assert_int_equal(nvh_cap_usable_(&c8, own[i] = nvh_cap_alloc_(h, 150)), 160);
+    for (unsigned i = 0; i < N32; i++)
+        assert_int_equal(nvh_cap_usable_(&c8, own[N160 + i] = nvh_cap_alloc_(h, 20)), 32);
+    /* a lender above the borrower's page lends nothing: the 224 B class's
+     * page lies above the 192 B one's */
+    void *hi = nvh_cap_alloc_(h, 224);
+    assert_int_equal(nvh_cap_free_(&c8, nvh_cap_alloc_(h, 224)), CAP_OK);
+    for (unsigned i = 0; i < 4096 / 192; i++)   /* past the 192 B class's first 4 KiB */
+        assert_int_equal(nvh_cap_usable_(&c8, own2[i] = nvh_cap_alloc_(h, 180)), 192);
+    void *n192 = nvh_cap_alloc_(h, 180);
+    assert_int_equal(nvh_cap_usable_(&c8, n192), 192);
+    struct cap_span *pg = nvh_cap_span_of_(&c8, p[0]);
+    for (unsigned i = 0; i < N; i++) {
+        assert_int_equal(nvh_cap_free_(&c8, p[i]), CAP_OK);
+        assert_int_equal(nvh_cap_free_(&c8, s[i]), CAP_OK);
+    }
+    void *q = nvh_cap_alloc_(h, 150);
+    assert_ptr_equal(nvh_cap_span_of_(&c8, q), pg);
+    assert_int_equal(nvh_cap_usable_(&c8, q), 192);
+    void *a = nvh_cap_alloc_aligned_(h, 150, 32);
+    assert_int_equal((uintptr_t)a % 32, 0);
+    assert_int_equal(nvh_cap_usable_(&c8, a), 160);
+    void *t = nvh_cap_alloc_(h, 20);   /* class 32: not from the freed 48 B */
+    assert_int_equal(nvh_cap_usable_(&c8, t), 32);
+    assert_int_equal(nvh_cap_free_(&c8, q), CAP_OK);
+    assert_int_equal(nvh_cap_free_(&c8, q), CAP_DOUBLE);
+    assert_int_equal(nvh_cap_free_(&c8, a), CAP_OK);
+    assert_int_equal(nvh_cap_free_(&c8, t), CAP_OK);
+    for (unsigned i = 0; i < N160 + N32; i++)
+        assert_int_equal(nvh_cap_free_(&c8, own[i]), CAP_OK);
+    for (unsigned i = 0; i < 4096 / 192; i++)
+        assert_int_equal(nvh_cap_free_(&c8, own2[i]), CAP_OK);
+    assert_int_equal(nvh_cap_free_(&c8, n192), CAP_OK);
+    assert_int_equal(nvh_cap_free_(&c8, hi), CAP_OK);
+    nvh_cap_destroy_(&c8);
+}
+
+/* A heap keeps a few empty pages, but a small heap's are punched as they
+ * are kept (beyond 1/NVH_CAP_EMPTY_SHARE of its pages, heap.c empty_keep):
+ * their file space goes back, and a class reuses the page. A big heap's
+ * kept pages stay in the file. */
+static void test_empty_pages_punched(void **state)
+{
+    (void)state;
+    static struct cap_inst c9;
+    assert_int_equal(nvh_cap_init_file_(&c9, "/dev/shm", (size_t)1 << 30), 0);
+    struct cap_heap *h = nvh_cap_heap_(&c9);
+    assert_non_null(h);
+    enum { PER = NVH_CAP_SMALL_PAGE / 1024, SMALL = 3, BIG = 2 * NVH_CAP_EMPTY_SHARE + 4 };
+    static unsigned char *p[BIG * PER];
+    struct nvh_cap_counters c0, c1;
+    for (unsigned i = 0; i < SMALL * PER; i++) {
+        assert_non_null(p[i] = nvh_cap_alloc_(h, 1024));
+        memset(p[i], 1, 1024);
+    }
+    struct cap_span *pg1 = nvh_cap_span_of_(&c9, p[PER]);
+    nvh_cap_counters_(&c9, &c0);
+    for (unsigned i = PER; i < 2 * PER; i++)   /* page 1 empties: kept */
+        assert_int_equal(nvh_cap_free_(&c9, p[i]), CAP_OK);
+    nvh_cap_counters_(&c9, &c1);
+    assert_int_equal(pg1->kind, CAP_SPAN_PAGE);
+    assert_int_equal(c1.punches, c0.punches + 1);
+    assert_true(c1.file_bytes + NVH_CAP_SMALL_PAGE <= c0.file_bytes);
+    /* the class takes it again (its page faulted in as it is carved) */
+    for (unsigned i = PER; i < 2 * PER; i++) {
+        assert_non_null(p[i] = nvh_cap_alloc_(h, 1024));
+        assert_ptr_equal(nvh_cap_span_of_(&c9, p[i]), pg1);
+        memset(p[i], 2, 1024);
+    }
+    /* a big heap: the same page emptied again is kept with its pages */
+    for (unsigned i = SMALL * PER; i < BIG * PER; i++)
+        assert_non_null(p[i] = nvh_cap_alloc_(h, 1024));
+    nvh_cap_counters_(&c9, &c0);
+    for (unsigned i = PER; i < 2 * PER; i++)
+        assert_int_equal(nvh_cap_free_(&c9, p[i]), CAP_OK);
+    nvh_cap_counters_(&c9, &c1);
+    assert_int_equal(pg1->kind, CAP_SPAN_PAGE);
+    assert_int_equal(c1.punches, c0.punches);
+    assert_int_equal(c1.file_bytes, c0.file_bytes);
+    for (unsigned i = 0; i < BIG * PER; i++)
+        if (i < PER || i >= 2 * PER)
+            assert_int_equal(nvh_cap_free_(&c9, p[i]), CAP_OK);
+    nvh_cap_destroy_(&c9);
+}
+
+/* The issue's file-space target on bench/run cap's small loop (each thread
+ * keeps 2,000 blocks of 16 B .. 1 KiB, log-uniform, and replaces a random
+ * one per operation; the bench's sequences of its threads 0 and 1): at the
+ * bench's sample, halfway through 1 M operations, the file holds at most
+ * 1.5 times the bytes live. The classes' high-water marks (borrow) and kept
+ * empty pages (empty_keep) put it above that. */
+static uint64_t xs_rnd(uint64_t *s)
+{
+    *s ^= *s << 13;
+    *s ^= *s >> 7;
+    *s ^= *s << 17;
+    return *s;
+}
+
+static void test_small_loop_file(void **state)
+{
+    (void)state;
+    enum { SLOTS = 2000, OPS = 1000000 };
+    static unsigned char *slot[SLOTS];
+    static size_t size[SLOTS];
+    for (unsigned id = 0; id < 2; id++) {
+        static struct cap_inst c10;
+        assert_int_equal(nvh_cap_init_file_(&c10, "/dev/shm", (size_t)1 << 30), 0);
+        struct cap_heap *h = nvh_cap_heap_(&c10);
+        assert_non_null(h);
+        uint64_t seed = 0x9E3779B97F4A7C15ull * (id + 1);   /* bench_cap.c, loop 0 */
+        size_t held = 0;
+        memset(slot, 0, sizeof slot);
+        for (unsigned i = 0; i <= OPS / 2; i++) {
+            unsigned k = (unsigned)(xs_rnd(&seed) % SLOTS);
+            if (slot[k]) {
+                assert_int_equal(nvh_cap_free_(&c10, slot[k]), CAP_OK);
+                held -= size[k];
+            }
+            unsigned b = 4 + (unsigned)(xs_rnd(&seed) % 6);
+            size_t sz = ((size_t)1 << b) + (size_t)(xs_rnd(&seed) % ((size_t)1 << b));
+            assert_non_null(slot[k] = nvh_cap_alloc_(h, sz));
+            slot[k][0] = 1;
+            slot[k][sz - 1] = 2;
+            size[k] = sz;
+            held += sz;
+        }
+        struct nvh_cap_counters c;
+        nvh_cap_counters_(&c10, &c);
+        fprintf(stderr, "  small loop, thread %u: file %zu KiB, live %zu KiB (%.2fx)\n", id,
+                c.file_bytes >> 10, held >> 10, (double)c.file_bytes / (double)held);
+        assert_true(c.file_bytes * 2 <= held * 3);
+        for (unsigned k = 0; k < SLOTS; k++)
+            assert_int_equal(nvh_cap_free_(&c10, slot[k]), CAP_OK);
+        nvh_cap_destroy_(&c10);
+    }
+}
+
 /* a descriptor per instance, close-on-exec, and no name in the directory */
 static void test_file_is_anonymous(void **state)
 {
@@ -880,6 +1053,9 @@ int main(void)
         cmocka_unit_test(test_low_pages_first),
         cmocka_unit_test(test_low_empty_pages_kept),
         cmocka_unit_test(test_top_given_back),
+        cmocka_unit_test(test_borrow),
+        cmocka_unit_test(test_empty_pages_punched),
+        cmocka_unit_test(test_small_loop_file),
         cmocka_unit_test(test_populate),
         cmocka_unit_test(test_file_is_anonymous),
     };
