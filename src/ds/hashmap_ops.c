@@ -23,6 +23,7 @@ enum hm_mode { HM_PUT, HM_INSERT, HM_UPDATE };
 static inline int hm_free(nvh_pool *pool, void *p, nvh_off_t *link, nvh_off_t value)
 {
     nvh_link l = {link, value};
+    if (!hm_window_(pool)) return nvh_free(pool, p, &l, 1);     /* hashmap.h */
     nvh_protect_open_(pool, link, 8);
     nvh_protect_internal_begin(pool);
     int rc = nvh_free(pool, p, &l, 1);
