@@ -16,8 +16,9 @@
  * Every store of the map into the pool is made inside an explicit window
  * (nvh_protect_open_/close_: one load and a branch when the pool is not
  * protected), opened before the first store and closed once the bytes are
- * durable. The allocator calls run inside an implicit library window too,
- * so the allocator's own metadata stores and the link words it writes for
+ * durable. The allocator calls run inside an implicit library window too
+ * (on a pool whose protection was ever configured: hm_window_ in
+ * hashmap.h), so the allocator's own metadata stores and the link words it writes for
  * us are legal whether or not the allocator opens windows of its own (when
  * it does, the implicit window costs two thread-local updates and no
  * fault); the link words also get an explicit window here, so with a
@@ -119,14 +120,14 @@ static void hm_mark_later(struct nvh_hmap *m, struct hm_stripe *st, struct nvh_h
  *   3. d->check = mark                      only once 2 is durable (a mark
  *      that reached the media before the link would claim a bucket that is
  *      not in the list): kept in m->marks until the caller's fence, then
- *      written and flushed (nvh_hm_settle_); durable at the next fence.
+ *      stored, not flushed (nvh_hm_settle_ says why).
  * A crash after 2 but before 3 leaves d linked but unmarked: harmless
  * (traversals from the parent pass through it), and the next use finds it
  * already in the list and only marks it. A crash before 2 is durable leaves
  * d unreachable garbage in its segment. Our own store to pred->next never
  * restores a value an allocator redo record could still expect (the dummy
  * was never in the list before), so link replay at recovery cannot undo it
- * (docs/ALLOC.md, the A-B-A caveat). Cost: 1 fence + 3 lines per bucket,
+ * (docs/ALLOC.md, the A-B-A caveat). Cost: 1 fence + 2 lines per bucket,
  * once per bucket (about 1/load-factor of the puts). */
 static struct nvh_hm_dummy *hm_init_bucket(struct nvh_hmap *m, struct hm_stripe *st,
                                            uint64_t bucket)
@@ -183,6 +184,12 @@ static struct nvh_hm_dummy *hm_init_bucket(struct nvh_hmap *m, struct hm_stripe 
     return d;
 }
 
+/* The marks are stored, not flushed: a mark only lets lookups start at its
+ * bucket instead of an ancestor, so one the media never gets costs a longer
+ * walk after a crash, until the next writer of the bucket (or the eager
+ * linker) finds the dummy linked and marks it again (hm_init_bucket,
+ * hm_link_collect). Its link is durable before it is stored, so a mark that
+ * reaches the media by eviction never claims an unlinked dummy. */
 void nvh_hm_settle_(struct nvh_hmap *m, struct hm_stripe *st, bool drain)
 {
     if (drain && st->link_unfenced) nvh_drain(m->pool);
@@ -190,7 +197,6 @@ void nvh_hm_settle_(struct nvh_hmap *m, struct hm_stripe *st, bool drain)
     for (unsigned k = 0; k < st->nmarks; k++) {
         nvh_protect_open_(m->pool, &st->marks[k].d->check, 8);
         hm_st(&st->marks[k].d->check, st->marks[k].check);
-        nvh_flush(m->pool, &st->marks[k].d->check, 8);
         nvh_protect_close_(m->pool, &st->marks[k].d->check, 8);
     }
     st->nmarks = 0;

@@ -350,9 +350,22 @@ int nvh_hm_corrupt_(const struct nvh_hmap *m, uint64_t off, const char *what);
 
 /* ==========================================================================
  * Allocator calls inside an implicit protection window (hashmap.c says why)
- * ========================================================================== */
+ * ==========================================================================
+ * Only a pool whose protection was configured (pool->protect set) can
+ * fault: protection is never switched on while calls run on the pool
+ * (docs/PROTECT.md, "Threads": set_mode must not race with other calls), so
+ * on any other pool the window is skipped — its begin and end are two
+ * out-of-line calls and a thread-local list update per allocator call, on
+ * every put. A pool whose protection was turned off again keeps the window
+ * (protect stays set until the pool closes): correct, only slower. */
+static inline bool hm_window_(nvh_pool *pool)
+{
+    return __builtin_expect(atomic_load_explicit(&pool->protect, memory_order_relaxed) != NULL, 0);
+}
+
 static inline void *hm_reserve(nvh_pool *pool, size_t size)
 {
+    if (!hm_window_(pool)) return nvh_reserve(pool, size);
     nvh_protect_internal_begin(pool);
     void *p = nvh_reserve(pool, size);
     nvh_protect_internal_end(pool);
@@ -361,6 +374,10 @@ static inline void *hm_reserve(nvh_pool *pool, size_t size)
 
 static inline void hm_cancel(nvh_pool *pool, void *p)
 {
+    if (!hm_window_(pool)) {
+        nvh_cancel(pool, p);
+        return;
+    }
     nvh_protect_internal_begin(pool);
     nvh_cancel(pool, p);
     nvh_protect_internal_end(pool);
@@ -370,6 +387,7 @@ static inline void hm_cancel(nvh_pool *pool, void *p)
 static inline int hm_activate(nvh_pool *pool, void *p, nvh_off_t *link)
 {
     nvh_off_t *const links[1] = {link};
+    if (!hm_window_(pool)) return nvh_activate(pool, p, links, 1);
     nvh_protect_open_(pool, link, 8);
     nvh_protect_internal_begin(pool);
     int rc = nvh_activate(pool, p, links, 1);
@@ -394,8 +412,8 @@ struct nvh_hm_node *nvh_hm_find_(struct nvh_hmap *m, struct nvh_hm_link *start, 
                                  const void *key, uint32_t klen, uint64_t **prev_out);
 
 /* After a fence (or with drain = true: after one it issues if a dummy link
- * is unfenced), write the marks of the dummies linked since (flushed; they
- * become durable with the next fence). */
+ * is unfenced), store the marks of the dummies linked since (not flushed:
+ * a lost mark costs only a longer walk, hashmap.c). */
 void nvh_hm_settle_(struct nvh_hmap *m, struct hm_stripe *st, bool drain);
 
 /* Link one not-yet-linked bucket of the newest segment (after an insert),

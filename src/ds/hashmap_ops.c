@@ -23,6 +23,7 @@ enum hm_mode { HM_PUT, HM_INSERT, HM_UPDATE };
 static inline int hm_free(nvh_pool *pool, void *p, nvh_off_t *link, nvh_off_t value)
 {
     nvh_link l = {link, value};
+    if (!hm_window_(pool)) return nvh_free(pool, p, &l, 1);     /* hashmap.h */
     nvh_protect_open_(pool, link, 8);
     nvh_protect_internal_begin(pool);
     int rc = nvh_free(pool, p, &l, 1);
@@ -146,6 +147,19 @@ static inline void hm_prefetch_bucket(const struct nvh_hmap *m, uint64_t h63)
     __builtin_prefetch(hm_dummy(m, h63 & (hm_ld(&m->nbuckets) - 1)));
 }
 
+/* Start the miss on the first node after the bucket's dummy (or the
+ * ancestor's a lookup would start at), once the dummy's own miss has had
+ * the reservation's time to complete: the search's first dependent miss
+ * then overlaps the entry's fill and the lock. Lock-free, as a lookup's
+ * start (hm_start_ro: it reads only marked dummies, which writers change
+ * with atomic stores); the node is never dereferenced here, so one freed
+ * meanwhile costs nothing. */
+static inline void hm_prefetch_run(const struct nvh_hmap *m, uint64_t h63)
+{
+    uint64_t next = hm_ld(&hm_start_ro(m, h63)->next);
+    if (next) __builtin_prefetch(nvh_ptr(m->pool, next));
+}
+
 /* A write that stops before publishing: unlock, give the early
  * reservation back, return rc (any message is recorded by the caller). */
 static int hm_write_abort(struct nvh_hmap *m, struct hm_stripe *st, struct nvh_hm_node *e,
@@ -198,6 +212,7 @@ static int hm_write(struct nvh_hmap *m, const void *key, size_t klen, const void
     if (size <= HM_EARLY_RESERVE) {
         e = hm_reserve(pool, size);
         if (!e) return nvh_errcode();
+        hm_prefetch_run(m, h63);
         nvh_protect_open_(pool, e, size);       /* closed after fence 1 (or abort) */
         hm_fill_header(e, so, key, klen, vlen);
         if (vlen) memcpy(e->data + klen, val, vlen);

@@ -314,6 +314,29 @@ static void test_costs(void **state)
     assert_true(upd_f <= 3.1);
     assert_true(del_f <= 1.1);
     nvh_hmap_close(m);
+    /* Puts into a growing map (load factor <= 1: about one bucket linked
+     * per put): a bucket costs its dummy's line and its predecessor's, no
+     * fence; its mark is stored, not flushed (docs/HASHMAP.md §3). 5 lines
+     * per put as above + 2 per bucket; flushing the marks too made it ~8. */
+    m = new_map(pool, 1, 100);
+    const unsigned g = 16384;
+    nvh_stats_reset(pool);
+    for (unsigned i = 0; i < g; i++) {
+        memset(k, 0, sizeof k);
+        snprintf((char *)k, sizeof k, "grow-%u", i);
+        assert_int_equal(nvh_hmap_put(m, k, sizeof k, v, sizeof v), NVH_OK);
+    }
+    nvh_stats_get(pool, &s);
+    nvh_hmap_stats hs;
+    assert_int_equal(nvh_hmap_check(m, &hs), NVH_OK);
+    double grow_f = (double)s.fences / g, grow_l = (double)s.lines_flushed / g;
+    double per_bucket = (double)(hs.buckets_inited) / g;
+    print_message("  growing map: %.3f fences, %.3f lines per put, %.3f buckets linked per put\n",
+                  grow_f, grow_l, per_bucket);
+    assert_true(per_bucket > 0.5);
+    assert_true(grow_f <= 2.1);
+    assert_true(grow_l <= 5.2 + 2 * per_bucket + 0.2);
+    nvh_hmap_close(m);
     nvh_pool_close(pool);
     unlink(path);
 }
