@@ -179,7 +179,7 @@ int nvh_tx_test_otm_ignore_infl_ = 0;
 _Thread_local nvh_tx_binding nvh_tx_bound_ __attribute__((tls_model("initial-exec")));
 _Thread_local nvh_tx_last nvh_tx_last_ __attribute__((tls_model("initial-exec")));
 
-void nvh_tx_bind_(nvh_pool *pool, nvh_tx *tx)
+static inline __attribute__((always_inline)) void bind(nvh_pool *pool, nvh_tx *tx)
 {
     const nvh_persist_ctx_ *ctx = NVH_CTX_(pool);
     uint64_t size = NVH_LOAD_RELAXED_(&ctx->size);
@@ -190,6 +190,8 @@ void nvh_tx_bind_(nvh_pool *pool, nvh_tx *tx)
     nvh_tx_bound_.clock = &tx->st->gclock;
     nvh_tx_bound_.urv = tx->unrec ? tx->rv : NVH_TX_NO_FAST;
 }
+
+void nvh_tx_bind_(nvh_pool *pool, nvh_tx *tx) { bind(pool, tx); }
 
 static inline void otm_unbind(nvh_tx *tx) { nvh_tx_unbind_(tx); }
 
@@ -310,7 +312,7 @@ static inline nvh_tx *otm_fast(nvh_pool *pool, const void *obj, size_t size)
  * sample the read version (any moment up to the first object read is as
  * good a snapshot as the begin; gclock >= 1). No object commit in flight:
  * the reads go unrecorded (above). */
-static inline void otm_first(nvh_tx *tx)
+static inline __attribute__((always_inline)) void otm_sample(nvh_tx *tx)
 {
     nvh_epoch_enter_sticky_();
     tx->epoch_in = true;
@@ -327,7 +329,12 @@ static inline void otm_first(nvh_tx *tx)
     tx->rv = rv;
     tx->unrec = unrec;
     tx->ro = false;
-    if (nvh_tx_bound_.tx == tx) nvh_tx_bound_.urv = unrec ? rv : NVH_TX_NO_FAST;
+}
+
+static inline void otm_first(nvh_tx *tx)
+{
+    otm_sample(tx);
+    if (nvh_tx_bound_.tx == tx) nvh_tx_bound_.urv = tx->unrec ? tx->rv : NVH_TX_NO_FAST;
 }
 
 void nvh_tx_otm_forget_(nvh_pool *pool)
@@ -766,10 +773,10 @@ static inline __attribute__((always_inline)) bool run_attempt(nvh_pool *pool, nv
      * version it sampled); without the table the first open allocates it
      * first (and reads recorded or with addresses) */
     if (__builtin_expect(__atomic_load_n(&tx->st->orecs, __ATOMIC_ACQUIRE) != NULL, 1)) {
-        otm_first(tx);
+        otm_sample(tx);
         tx->ro = ro && tx->unrec;
     }
-    nvh_tx_bind_(pool, tx);
+    bind(pool, tx);
     *rc = fn(pool, arg);
     if (*rc != NVH_OK || !nvh_tx_reads_only_(tx)) return false;
     /* the caller's reads in place come before the validation (as
