@@ -132,10 +132,15 @@ static inline int app_nvh_body(nvh_pool *pool, void *p)
     /* a NULL from rd/wr/alloc: nvh_errcode() says whether it was a conflict */
     return rc ? (nvh_errcode() != NVH_OK ? nvh_errcode() : NVH_E_ABORTED) : NVH_OK;
 }
+/* A read-only operation (the lock PMDK's backend takes for it is a read
+ * lock, or a stripe without a PMDK transaction) runs as nvh_tx_run_read:
+ * the same information on both sides. */
 static inline int app_nvh_run(app_be *be, app_lock lock, uint64_t key, app_fn fn, void *arg)
 {
-    (void)lock; (void)key;
+    (void)key;
     app_nvh_call c = {be, fn, arg};
+    if (lock == APP_LOCK_READ || lock == APP_LOCK_KEY_READ)
+        return nvh_tx_run_read(be->ctx, app_nvh_body, &c);
     return nvh_tx_run(be->ctx, app_nvh_body, &c);
 }
 

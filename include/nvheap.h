@@ -1023,6 +1023,14 @@ void *nvh_tx_open_write(nvh_pool *pool, void *obj, size_t size);
 typedef int (*nvh_tx_fn)(nvh_pool *pool, void *arg);
 int nvh_tx_run(nvh_pool *pool, nvh_tx_fn fn, void *arg);
 
+/* nvh_tx_run for a fn that only opens objects for read (a lookup, a
+ * traversal): the same guarantees, cheaper opens. Its first attempt keeps
+ * no read set: each open, and the end, checks that no object commit began
+ * since the transaction's snapshot, and any commit that did (or a write by
+ * fn) retries fn at once as nvh_tx_run would run it. Anything fn may do in
+ * nvh_tx_run it may do here (a write only costs that retry). */
+int nvh_tx_run_read(nvh_pool *pool, nvh_tx_fn fn, void *arg);
+
 /* Make every committed transaction's retirement durable (two fences if a
  * one-fence word transaction of some thread is still pending, else one). */
 int nvh_tx_quiesce(nvh_pool *pool);

@@ -167,6 +167,8 @@ static int orecs_ensure(nvh_txstate *st)
     return NVH_OK;
 }
 
+#define NVH_TX_RO_OFF 32u
+
 int nvh_tx_test_otm_no_validate_ = 0;
 int nvh_tx_test_otm_recorded_ = 0;
 int nvh_tx_test_otm_abort_prev_ = 0;
@@ -177,7 +179,7 @@ int nvh_tx_test_otm_ignore_infl_ = 0;
 _Thread_local nvh_tx_binding nvh_tx_bound_ __attribute__((tls_model("initial-exec")));
 _Thread_local nvh_tx_last nvh_tx_last_ __attribute__((tls_model("initial-exec")));
 
-void nvh_tx_bind_(nvh_pool *pool, nvh_tx *tx)
+static inline __attribute__((always_inline)) void bind(nvh_pool *pool, nvh_tx *tx)
 {
     const nvh_persist_ctx_ *ctx = NVH_CTX_(pool);
     uint64_t size = NVH_LOAD_RELAXED_(&ctx->size);
@@ -189,6 +191,8 @@ void nvh_tx_bind_(nvh_pool *pool, nvh_tx *tx)
     nvh_tx_bound_.urv = tx->unrec ? tx->rv : NVH_TX_NO_FAST;
 }
 
+void nvh_tx_bind_(nvh_pool *pool, nvh_tx *tx) { bind(pool, tx); }
+
 static inline void otm_unbind(nvh_tx *tx) { nvh_tx_unbind_(tx); }
 
 /* The unrecorded reads became a read set (record_reads) or were dropped:
@@ -196,6 +200,7 @@ static inline void otm_unbind(nvh_tx *tx) { nvh_tx_unbind_(tx); }
 static inline void otm_recorded(nvh_tx *tx)
 {
     tx->unrec = false;
+    tx->ro = false;
     if (nvh_tx_bound_.tx == tx) nvh_tx_bound_.urv = NVH_TX_NO_FAST;
 }
 
@@ -233,6 +238,10 @@ static bool reads_current(nvh_tx *tx)
  * recorded must still hold their word. False: a conflict. */
 static bool record_reads(nvh_tx *tx)
 {
+    /* address-free reads (nvh_tx_run_read): nothing to record them from;
+     * the clock moved or the transaction wants a read set: a conflict
+     * (nvh_tx_run_read retries recording) */
+    if (tx->ro) return false;
     nvh_pool *pool = tx->pool;
     for (size_t i = 0; i < tx->nr; i++) {
         nvh_rentry *e = &tx->rset[i];
@@ -261,12 +270,18 @@ static bool reads_ok(nvh_tx *tx)
     return reads_current(tx);
 }
 
+/* Has the transaction read objects that a validation must cover? The read
+ * set, or address-free reads (which leave it empty). Every "anything to
+ * validate?" test goes through this, never through nr alone. */
+static inline bool otm_reads(const nvh_tx *tx) { return tx->nr || tx->ro; }
+
 /* The end of the transaction's reads: the read set dropped, unbound, out
  * of the epoch (after the last in-place read). */
 static inline void otm_end_reads(nvh_tx *tx)
 {
     tx->nr = 0;
     tx->unrec = false;
+    tx->ro = false;
     otm_unbind(tx);
     if (tx->epoch_in) {
         tx->epoch_in = false;
@@ -297,7 +312,7 @@ static inline nvh_tx *otm_fast(nvh_pool *pool, const void *obj, size_t size)
  * sample the read version (any moment up to the first object read is as
  * good a snapshot as the begin; gclock >= 1). No object commit in flight:
  * the reads go unrecorded (above). */
-static inline void otm_first(nvh_tx *tx)
+static inline __attribute__((always_inline)) void otm_sample(nvh_tx *tx)
 {
     nvh_epoch_enter_sticky_();
     tx->epoch_in = true;
@@ -313,7 +328,13 @@ static inline void otm_first(nvh_tx *tx)
     }
     tx->rv = rv;
     tx->unrec = unrec;
-    if (nvh_tx_bound_.tx == tx) nvh_tx_bound_.urv = unrec ? rv : NVH_TX_NO_FAST;
+    tx->ro = false;
+}
+
+static inline void otm_first(nvh_tx *tx)
+{
+    otm_sample(tx);
+    if (nvh_tx_bound_.tx == tx) nvh_tx_bound_.urv = tx->unrec ? tx->rv : NVH_TX_NO_FAST;
 }
 
 void nvh_tx_otm_forget_(nvh_pool *pool)
@@ -340,7 +361,7 @@ static nvh_tx *otm_tx(nvh_pool *pool, const void *obj, size_t size, const char *
     if (!obj || size == 0 || !nvh_contains(pool, obj, size) || nvh_off(pool, obj) < NVH_PAGE) {
         /* a pointer read from an object that changed since it was opened:
          * a conflict (retried), not the caller's error */
-        if (tx->nr && !reads_ok(tx)) { conflict(tx, what); return NULL; }
+        if (otm_reads(tx) && !reads_ok(tx)) { conflict(tx, what); return NULL; }
         if (!obj || size == 0) { nvh_fail(NVH_E_INVAL, "%s: NULL object or size 0", what); return NULL; }
         nvh_tx_failed_(tx, nvh_fail(NVH_E_BADPTR, "%s: [%p, +%zu) is not inside the pool's "
                                     "data", what, obj, size));
@@ -373,6 +394,7 @@ const void *nvh_tx_open_read(nvh_pool *pool, const void *obj, size_t size)
         if (__builtin_expect(size - 1 < span && off <= span - size, 1) &&
             atomic_load_explicit(nvh_tx_bound_.clock, memory_order_acquire) == nvh_tx_bound_.urv) {
             nvh_tx *tx = nvh_tx_bound_.tx;
+            if (tx->ro) return obj;     /* address-free: the clock is the check */
             size_t n = tx->nr;
             if (__builtin_expect(n < tx->rcap, 1)) {
                 tx->rset[n] = (nvh_rentry){NULL, (uint64_t)(uintptr_t)obj};
@@ -391,8 +413,10 @@ static const void *open_read_slow(nvh_pool *pool, const void *obj, size_t size)
     if (tx->unrec) {
         /* the clock unchanged (or reads not validated: the test hook) */
         if (atomic_load_explicit(&tx->st->gclock, memory_order_acquire) == tx->rv ||
-            nvh_tx_test_otm_no_validate_)
+            nvh_tx_test_otm_no_validate_) {
+            if (tx->ro) return obj;
             return push_r(tx, NULL, (uint64_t)(uintptr_t)obj) == NVH_OK ? obj : NULL;
+        }
         /* it moved: record (and validate) what was read, go on recorded */
         if (!record_reads(tx)) {
             conflict(tx, "nvh_tx_open_read");
@@ -437,6 +461,21 @@ const void *nvh_tx_open_read_copy(nvh_pool *pool, const void *obj, size_t size)
 {
     nvh_tx *tx = otm_tx(pool, obj, size, "nvh_tx_open_read_copy");
     if (!tx) return NULL;
+    if (tx->ro) {
+        /* address-free reads (nothing written, nw == 0): the copy agrees
+         * with them iff no object commit began since the sample, i.e. the
+         * clock word is unchanged after the copy (acquire loads: the
+         * re-read cannot move above them) */
+        char *copy = nvh_tx_arena_(tx, size);
+        if (!copy) return NULL;
+        atomic_copy_in(copy, obj, size);
+        if (atomic_load_explicit(&tx->st->gclock, memory_order_acquire) != tx->rv &&
+            !nvh_tx_test_otm_no_validate_) {
+            conflict(tx, "nvh_tx_open_read_copy");
+            return NULL;
+        }
+        return copy;
+    }
     /* the copy's record is compared with the read version: the reads so
      * far must be recorded first */
     if (tx->unrec && !record_reads(tx)) {
@@ -641,7 +680,7 @@ int nvh_tx_otm_validate_(nvh_tx *tx, uint64_t *wv_out)
 
 int nvh_tx_otm_check_reads_(nvh_tx *tx)
 {
-    if (!tx->nr) return NVH_OK;
+    if (!otm_reads(tx)) return NVH_OK;
     /* the caller's reads in place come before this (they happened before
      * the call; x86 does not reorder loads; the fence keeps the compiler
      * honest): an unchanged clock means no object changed since rv */
@@ -725,22 +764,25 @@ static inline void reads_fence(void) { atomic_thread_fence(memory_order_acquire)
  * *rc fn's code, for the full end (run_rest; a failed validation takes the
  * commit, which validates again and rolls back). */
 static inline __attribute__((always_inline)) bool run_attempt(nvh_pool *pool, nvh_tx *tx,
-                                                              nvh_tx_fn fn, void *arg, int *rc)
+                                                              nvh_tx_fn fn, void *arg, int *rc,
+                                                              bool ro)
 {
     nvh_tx_begin_fields_(tx);
     tx->lane_lazy = true;
     /* the first open's work, then the binding (which takes the read
      * version it sampled); without the table the first open allocates it
-     * first */
-    if (__builtin_expect(__atomic_load_n(&tx->st->orecs, __ATOMIC_ACQUIRE) != NULL, 1))
-        otm_first(tx);
-    nvh_tx_bind_(pool, tx);
+     * first (and reads recorded or with addresses) */
+    if (__builtin_expect(__atomic_load_n(&tx->st->orecs, __ATOMIC_ACQUIRE) != NULL, 1)) {
+        otm_sample(tx);
+        tx->ro = ro && tx->unrec;
+    }
+    bind(pool, tx);
     *rc = fn(pool, arg);
     if (*rc != NVH_OK || !nvh_tx_reads_only_(tx)) return false;
     /* the caller's reads in place come before the validation (as
      * nvh_tx_otm_check_reads_) */
     reads_fence();
-    if (tx->nr &&
+    if (otm_reads(tx) &&
         !(tx->unrec && atomic_load_explicit(&tx->st->gclock, memory_order_acquire) == tx->rv) &&
         !reads_ok(tx))
         return false;
@@ -756,8 +798,9 @@ static inline __attribute__((always_inline)) bool run_attempt(nvh_pool *pool, nv
  * conflicts under the contention policy. Out of line, so the common run
  * saves few registers and keeps no error buffer on its stack. */
 static __attribute__((noinline)) int run_rest(nvh_pool *pool, nvh_tx *tx, nvh_tx_fn fn,
-                                              void *arg, int rc)
+                                              void *arg, int rc, bool ro)
 {
+    /* ro: nvh_tx_run_read's first attempt (tx->ro is cleared by its end) */
     for (unsigned attempt = 0;; attempt++) {
         bool conflicted;
         if (rc == NVH_OK) {
@@ -767,7 +810,7 @@ static __attribute__((noinline)) int run_rest(nvh_pool *pool, nvh_tx *tx, nvh_tx
             /* an error from a transaction whose reads are no longer current
              * (a value read in place changed under it) is a conflict: the
              * caller acted on an inconsistent view */
-            if (!tx->conflict && tx->status == NVH_TXS_ACTIVE && tx->nr && !reads_ok(tx)) {
+            if (!tx->conflict && tx->status == NVH_TXS_ACTIVE && otm_reads(tx) && !reads_ok(tx)) {
                 tx->conflict = true;
                 tx->conflicts++;
             }
@@ -782,13 +825,21 @@ static __attribute__((noinline)) int run_rest(nvh_pool *pool, nvh_tx *tx, nvh_tx
         if (max && attempt + 1 >= max)
             return nvh_fail(NVH_E_ABORTED, "nvh_tx_run: gave up after %u conflicts", attempt + 1);
         tx->retries++;
-        backoff(tx, attempt);
-        if (run_attempt(pool, tx, fn, arg, &rc)) return NVH_OK;
+        if (ro) {
+            /* an address-free attempt fails on any object commit during it
+             * (or on a write): retry at once with a read set, and let the
+             * next runs record too (a thread whose reads meet commits) */
+            tx->ro_off = NVH_TX_RO_OFF;
+            ro = false;
+        } else {
+            backoff(tx, attempt);
+        }
+        if (run_attempt(pool, tx, fn, arg, &rc, false)) return NVH_OK;
     }
 }
 
 /* nvh_tx_run without the thread's descriptor cached, or nested. */
-static __attribute__((noinline)) int run_lookup(nvh_pool *pool, nvh_tx_fn fn, void *arg)
+static __attribute__((noinline)) int run_lookup(nvh_pool *pool, nvh_tx_fn fn, void *arg, bool ro)
 {
     if (!fn) return nvh_fail(NVH_E_INVAL, "nvh_tx_run: fn is NULL");
     nvh_tx *tx = nvh_tx_cur_(pool, false);     /* caches it (nvh_tx_last_) */
@@ -800,9 +851,13 @@ static __attribute__((noinline)) int run_lookup(nvh_pool *pool, nvh_tx_fn fn, vo
         if (rc != NVH_OK) { nvh_tx_abort(pool); return rc; }
         return nvh_tx_commit(pool);
     }
+    if (ro && tx->ro_off) {
+        tx->ro_off--;
+        ro = false;
+    }
     int rc;
-    if (run_attempt(pool, tx, fn, arg, &rc)) return NVH_OK;
-    return run_rest(pool, tx, fn, arg, rc);
+    if (run_attempt(pool, tx, fn, arg, &rc, ro)) return NVH_OK;
+    return run_rest(pool, tx, fn, arg, rc, ro);
 }
 
 int nvh_tx_run(nvh_pool *pool, nvh_tx_fn fn, void *arg)
@@ -810,8 +865,26 @@ int nvh_tx_run(nvh_pool *pool, nvh_tx_fn fn, void *arg)
     /* the cached descriptor, valid while no pool closed since (gen) */
     nvh_tx *tx = nvh_tx_cached_(pool);
     if (__builtin_expect(!tx || !fn || tx->status != NVH_TXS_NONE, 0))
-        return run_lookup(pool, fn, arg);
+        return run_lookup(pool, fn, arg, false);
     int rc;
-    if (__builtin_expect(run_attempt(pool, tx, fn, arg, &rc), 1)) return NVH_OK;
-    return run_rest(pool, tx, fn, arg, rc);
+    if (__builtin_expect(run_attempt(pool, tx, fn, arg, &rc, false), 1)) return NVH_OK;
+    return run_rest(pool, tx, fn, arg, rc, false);
+}
+
+/* nvh_tx_run for a function that only reads objects: its first attempt
+ * reads address-free (tx->ro: an open checks the clock word and notes
+ * nothing; the commit is the same check), so a read no object commit
+ * overlapped costs no read-set store. Anything that needs the reads as a
+ * set (the clock moved, an open for write, a commit with writes) is a
+ * conflict there, retried at once as nvh_tx_run's attempts, and the
+ * thread's next NVH_TX_RO_OFF read runs record (reads that meet commits
+ * would otherwise run twice). */
+int nvh_tx_run_read(nvh_pool *pool, nvh_tx_fn fn, void *arg)
+{
+    nvh_tx *tx = nvh_tx_cached_(pool);
+    if (__builtin_expect(!tx || !fn || tx->status != NVH_TXS_NONE || tx->ro_off, 0))
+        return run_lookup(pool, fn, arg, true);
+    int rc;
+    if (__builtin_expect(run_attempt(pool, tx, fn, arg, &rc, true), 1)) return NVH_OK;
+    return run_rest(pool, tx, fn, arg, rc, true);
 }

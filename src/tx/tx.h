@@ -101,6 +101,12 @@ typedef struct nvh_tx {
                                      lane's begin: nvh_tx_lane_begin_ does it
                                      before the transaction's first use of
                                      the lane (a read-only run never does) */
+    bool ro;                      /* unrecorded reads without addresses
+                                     (nvh_tx_run_read's first attempt): valid
+                                     while gclock == rv, nothing to record
+                                     them into; otm.c */
+    uint8_t ro_off;               /* nvh_tx_run_read runs left that record
+                                     (after an address-free attempt failed) */
     nvh_rentry *rset; size_t nr, rcap;
     nvh_wentry *wset; size_t nw, wcap;
     char *arena; size_t arena_used, arena_cap;  /* snapshots and copies */

@@ -27,6 +27,10 @@
  *     checks refuse, with their errors, and opens memory the pool grew into
  *     after the binding;
  *   - space freed while a reader is in is not reused under it (epochs);
+ *   - nvh_tx_run_read (address-free reads, the clock word the only check):
+ *     the handshake tests again, an error and a pointer from a changed
+ *     object retried, a word written by a read run validated at its commit
+ *     (its read set is empty), the negative controls commit a mix;
  *   - stress for TSan: writers move amounts between objects whose 8 words
  *     all hold the balance, readers sum every object in place with atomic
  *     loads: every committed read-only transaction saw whole objects whose
@@ -156,10 +160,22 @@ typedef struct hs {
     _Atomic int phase;          /* 0 idle, 1 writer may go, 2 writer done, 3 quit */
     unsigned attempts;
     uint64_t a, c;              /* balances the reader saw */
+    bool open_refused;          /* the open after the writer's commit failed */
 } hs;
+
+static bool hs_read_run;
+
+/* The calling thread's transaction reads address-free (nvh_tx_run_read's
+ * first attempt). */
+static bool reading_address_free(void)
+{
+    return nvh_tx_bound_.tx != NULL && nvh_tx_bound_.tx->ro;
+}
 
 static void let_writer_commit(hs *h)
 {
+    /* a read run's first attempt is the address-free one */
+    if (hs_read_run) assert_int_equal(reading_address_free(), h->attempts == 0);
     if (h->attempts++) return;                     /* once: the first attempt */
     atomic_store(&h->phase, 1);
     while (atomic_load(&h->phase) != 2) sched_yield();
@@ -186,7 +202,10 @@ static int hs_read(nvh_pool *pool, void *arg)
     h->a = balance(a);
     if (h->at == AT_BETWEEN_OPENS) let_writer_commit(h);
     const obj *c = nvh_tx_open_read(pool, &b->o[1], sizeof(obj));
-    if (!c) return nvh_errcode();
+    if (!c) {
+        h->open_refused = true;
+        return nvh_errcode();
+    }
     if (h->at == AT_BEFORE_COMMIT) let_writer_commit(h);
     h->c = balance(c);
     return NVH_OK;
@@ -215,6 +234,12 @@ static void *hs_writer(void *p)
     return NULL;
 }
 
+/* The handshake's reader runs as nvh_tx_run_read (address-free reads). */
+static int warm(nvh_pool *pool, void *arg)
+{
+    return nvh_tx_open_read(pool, arg, 8) ? NVH_OK : nvh_errcode();
+}
+
 /* Runs one reader transaction with the writer committing at h->at; returns
  * nvh_tx_run's code. */
 static int handshake(int at, bool validate, hs *h)
@@ -222,12 +247,15 @@ static int handshake(int at, bool validate, hs *h)
     const char *path = test_path("txinplace-hs");
     nvh_pool *pool = nvh_pool_create(path, LAYOUT, 16 * MIB, NVH_DOMAIN_PROCESS);
     assert_non_null(pool);
-    *h = (hs){pool, bank_setup(pool), at, 0, 0, 0, 0};
+    *h = (hs){pool, bank_setup(pool), at, 0, 0, 0, 0, false};
     h->b->link = (uint64_t)((char *)&h->b->o[1] - (char *)h->b);
+    /* the ownership records exist (a pool's first object transaction
+     * allocates them, and reads with addresses) */
+    assert_int_equal(nvh_tx_run(pool, warm, h->b), NVH_OK);
     pthread_t t;
     pthread_create(&t, NULL, hs_writer, h);
     nvh_tx_test_otm_no_validate_ = !validate;
-    int rc = nvh_tx_run(pool, hs_read, h);
+    int rc = hs_read_run ? nvh_tx_run_read(pool, hs_read, h) : nvh_tx_run(pool, hs_read, h);
     nvh_tx_test_otm_no_validate_ = 0;
     if (atomic_load(&h->phase) == 0) atomic_store(&h->phase, 3);
     pthread_join(t, NULL);
@@ -291,6 +319,70 @@ static void doomed_pointer_retried(void **state)
     assert_int_equal(h.attempts, 1);
 }
 
+/* The same through nvh_tx_run_read: its first attempt keeps no read set,
+ * the clock word checked at each open and at the end stands for it. */
+static void read_run_writer_between_opens(void **state)
+{
+    hs_read_run = true;
+    writer_between_opens(state);
+    writer_before_commit(state);
+    /* validation at the later open: the doomed attempt stops there */
+    hs h;
+    assert_int_equal(handshake(AT_BETWEEN_OPENS, true, &h), NVH_OK);
+    assert_true(h.open_refused);
+    hs_read_run = false;
+}
+
+static void read_run_doomed_pointer_retried(void **state)
+{
+    hs_read_run = true;
+    doomed_pointer_retried(state);
+    hs_read_run = false;
+}
+
+static void read_run_no_validation_commits_a_mix(void **state)
+{
+    hs_read_run = true;
+    no_validation_commits_a_mix(state);
+    hs_read_run = false;
+}
+
+/* A read run that also writes a word (nvh_tx_write_word: no object write,
+ * so its first attempt stays address-free up to the commit): the commit
+ * validates the reads although the read set is empty. Without that, the
+ * word written from a stale read commits (attempts 1, INIT). */
+typedef struct rw_word { hs h; uint64_t seen; } rw_word;
+static int read_then_word(nvh_pool *pool, void *arg)
+{
+    rw_word *r = arg;
+    const obj *a = nvh_tx_open_read(pool, &r->h.b->o[0], sizeof(obj));
+    if (!a) return nvh_errcode();
+    r->seen = balance(a);
+    let_writer_commit(&r->h);
+    return nvh_tx_write_word(pool, &r->h.b->pad[0], r->seen);
+}
+
+static void read_run_word_write_validated(void **state)
+{
+    (void)state;
+    const char *path = test_path("txinplace-rword");
+    nvh_pool *pool = nvh_pool_create(path, LAYOUT, 16 * MIB, NVH_DOMAIN_PROCESS);
+    assert_non_null(pool);
+    rw_word r = {{pool, bank_setup(pool), AT_BEFORE_COMMIT, 0, 0, 0, 0, false}, 0};
+    assert_int_equal(nvh_tx_run(pool, warm, r.h.b), NVH_OK);
+    pthread_t th;
+    pthread_create(&th, NULL, hs_writer, &r.h);
+    hs_read_run = true;
+    assert_int_equal(nvh_tx_run_read(pool, read_then_word, &r), NVH_OK);
+    hs_read_run = false;
+    pthread_join(th, NULL);
+    assert_int_equal(r.h.attempts, 2);
+    assert_int_equal(r.seen, INIT - 100);
+    assert_int_equal(ld(&r.h.b->pad[0]), INIT - 100);
+    assert_int_equal(nvh_pool_close(pool), NVH_OK);
+    unlink(path);
+}
+
 /* An error the transaction derived from a torn view is retried too. */
 typedef struct torn { hs h; bool errored; } torn;
 static int torn_read(nvh_pool *pool, void *arg)
@@ -311,7 +403,7 @@ static void doomed_error_retried(void **state)
     const char *path = test_path("txinplace-torn");
     nvh_pool *pool = nvh_pool_create(path, LAYOUT, 16 * MIB, NVH_DOMAIN_PROCESS);
     assert_non_null(pool);
-    torn t = {{pool, bank_setup(pool), AT_BEFORE_COMMIT, 0, 0, 0, 0}, false};
+    torn t = {{pool, bank_setup(pool), AT_BEFORE_COMMIT, 0, 0, 0, 0, false}, false};
     pthread_t th;
     pthread_create(&th, NULL, hs_writer, &t.h);
     assert_int_equal(nvh_tx_run(pool, torn_read, &t), NVH_OK);
@@ -811,7 +903,10 @@ static void *stress_writer(void *p)
     return NULL;
 }
 
-typedef struct sr { nvh_pool *pool; bank *b; _Atomic int *stop; uint64_t ok, bad, runs; } sr;
+typedef struct sr {
+    nvh_pool *pool; bank *b; _Atomic int *stop; uint64_t ok, bad, runs;
+    bool read_run;              /* nvh_tx_run_read (address-free first attempts) */
+} sr;
 typedef struct sum { bank *b; uint64_t total; bool torn; } sum;
 static int sum_inplace(nvh_pool *pool, void *arg)
 {
@@ -833,7 +928,9 @@ static void *stress_reader(void *p)
     while (!atomic_load(r->stop)) {
         sum s = {r->b, 0, false};
         r->runs++;
-        if (nvh_tx_run(r->pool, sum_inplace, &s) != NVH_OK) { r->bad++; continue; }
+        int rc = r->read_run ? nvh_tx_run_read(r->pool, sum_inplace, &s)
+                             : nvh_tx_run(r->pool, sum_inplace, &s);
+        if (rc != NVH_OK) { r->bad++; continue; }
         if (s.torn || s.total != (uint64_t)NOBJ * INIT) r->bad++;
         else r->ok++;
     }
@@ -857,7 +954,7 @@ static void stress(void **state)
         pthread_create(&tw[i], NULL, stress_writer, &w[i]);
     }
     for (unsigned i = 0; i < R; i++) {
-        r[i] = (sr){pool, b, &stop, 0, 0, 0};
+        r[i] = (sr){pool, b, &stop, 0, 0, 0, i % 2 == 1};
         pthread_create(&tr[i], NULL, stress_reader, &r[i]);
     }
     for (unsigned i = 0; i < W; i++) pthread_join(tw[i], NULL);
@@ -902,6 +999,10 @@ int main(void)
         cmocka_unit_test(run_open_bounds),
         cmocka_unit_test(doomed_pointer_retried),
         cmocka_unit_test(doomed_error_retried),
+        cmocka_unit_test(read_run_writer_between_opens),
+        cmocka_unit_test(read_run_doomed_pointer_retried),
+        cmocka_unit_test(read_run_no_validation_commits_a_mix),
+        cmocka_unit_test(read_run_word_write_validated),
         cmocka_unit_test(no_reuse_under_reader),
         cmocka_unit_test(idle_reader_revoked),
         cmocka_unit_test(idle_reader_no_revoke_holds),
