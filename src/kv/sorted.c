@@ -111,10 +111,11 @@ kv_sorted *kv_sorted_open(nvh_pool *pool, nvh_off_t root, kv_cmp_fn cmp, void *c
                  (unsigned long long)root);
         return NULL;
     }
-    if (h->version != KVS_VERSION && h->version != KVS_HDR_VERSION_SLABS) {
+    if (h->version != KVS_VERSION && h->version != KVS_HDR_VERSION_SLABS &&
+        h->version != KVS_HDR_VERSION_REC8) {
         nvh_fail(NVH_E_VERSION, "sorted tree at offset %llu: format version %u, this library "
-                 "reads %u and %u", (unsigned long long)root, h->version, KVS_VERSION,
-                 KVS_HDR_VERSION_SLABS);
+                 "reads %u to %u", (unsigned long long)root, h->version, KVS_VERSION,
+                 KVS_HDR_VERSION_REC8);
         return NULL;
     }
     kv_sorted *t = aligned_alloc(64, NVH_ALIGN_UP(sizeof *t, (size_t)64));
@@ -142,6 +143,13 @@ int kv_sorted_set_slabs_(kv_sorted *t, uint64_t rec_max, uint64_t slab_max)
         return nvh_fail(NVH_E_INVAL, "kv_sorted_set_slabs_: bad sizes");
     t->slab_rec_max = rec_max;
     t->slab_max = slab_max;
+    return NVH_OK;
+}
+
+int kv_sorted_set_rec16_(kv_sorted *t, int on)
+{
+    if (!t) return nvh_fail(NVH_E_INVAL, "kv_sorted_set_rec16_: NULL tree");
+    t->rec16 = on;
     return NVH_OK;
 }
 
@@ -280,7 +288,7 @@ int kvs_ent_cmp(const kv_sorted *t, const kvs_ent *a, const kvs_ent *b)
         int c = kvs_sum_cmp(a->prefix, a->klen, b->prefix, b->klen);
         if (c != 2) return c;
     }
-    return kvs_cmp(t, a->r->data, a->r->klen, b->r->data, b->r->klen);
+    return kvs_cmp(t, kvs_rec_key(a->r), kvs_rec_klen(a->r), kvs_rec_key(b->r), kvs_rec_klen(b->r));
 }
 
 int kvs_sum_sort(const kv_sorted *t, const kvs_cleaf *c, const uint64_t *recs, kvs_ent *e,
@@ -328,7 +336,7 @@ int kvs_sum_sort(const kv_sorted *t, const kvs_cleaf *c, const uint64_t *recs, k
             for (; j > i; j--) {
                 const kvs_rec *rj = kvs_ent_rec(t, &e[j - 1], &err);
                 if (!rj) return err;
-                if (kvs_bytes_cmp(rj->data, rj->klen, rx->data, rx->klen) <= 0) break;
+                if (kvs_bytes_cmp(kvs_rec_key(rj), kvs_rec_klen(rj), kvs_rec_key(rx), kvs_rec_klen(rx)) <= 0) break;
                 e[j] = e[j - 1];
             }
             e[j] = x;
@@ -359,8 +367,8 @@ int kvs_leaf_sorted(const kv_sorted *t, const kvs_cleaf *c, kvs_ent *out, unsign
         for (unsigned i = 0; i < m; i++) {
             if (!out[i].r && !(out[i].r = kvs_rec_get_in(t, out[i].rec, size)))
                 return kvs_corrupt(t, out[i].rec, "record");
-            out[i].klen = out[i].r->klen;
-            out[i].prefix = kvs_prefix(out[i].r->data, out[i].klen);
+            out[i].klen = kvs_rec_klen(out[i].r);
+            out[i].prefix = kvs_prefix(kvs_rec_key(out[i].r), out[i].klen);
         }
         *n = m;
         return NVH_OK;
@@ -375,8 +383,8 @@ int kvs_leaf_sorted(const kv_sorted *t, const kvs_cleaf *c, kvs_ent *out, unsign
         /* the summary from the record itself, not the slot's: a reader
          * racing a slot's reuse may see the next key's summary with the
          * old record (the record's first line is read anyway) */
-        e.klen = e.r->klen;
-        e.prefix = kvs_prefix(e.r->data, e.klen);
+        e.klen = kvs_rec_klen(e.r);
+        e.prefix = kvs_prefix(kvs_rec_key(e.r), e.klen);
         e.hash = KVS_LOADR(&c->w[i].hash);
         e.slot = i;
         unsigned j = m;
@@ -423,8 +431,8 @@ static int kvs_leaf_cached(const kv_sorted *t, const kvs_cleaf *c, uint64_t tag,
         const kvs_rec *rp = kvs_rec_get_in(t, r, size);
         if (!rp) return kvs_corrupt(t, r, "record");
         out[i].r = rp;
-        out[i].klen = rp->klen;
-        out[i].prefix = kvs_prefix(rp->data, rp->klen);
+        out[i].klen = kvs_rec_klen(rp);
+        out[i].prefix = kvs_prefix(kvs_rec_key(rp), kvs_rec_klen(rp));
         out[i].hash = KVS_LOADR(&c->w[out[i].slot].hash);
     }
     *n = m;
@@ -533,7 +541,7 @@ void kvs_perm_change(const kv_sorted *t, kvs_cleaf *c, int add, int del)
                 const kvs_rec *rm = kvs_rec_get(t, KVS_LOADR(&c->rec[s]));
                 if (!ra) ra = kvs_rec_get(t, KVS_LOADR(&c->rec[add]));
                 if (!rm || !ra) { KVS_STORE(&c->ptag, 0); return; }
-                d = kvs_cmp(t, rm->data, rm->klen, ra->data, ra->klen);
+                d = kvs_cmp(t, kvs_rec_key(rm), kvs_rec_klen(rm), kvs_rec_key(ra), kvs_rec_klen(ra));
             }
             if (d < 0) lo = mid + 1;
             else hi = mid;
@@ -691,7 +699,7 @@ static int kvs_build(kv_sorted *t)
             rc = kvs_leaf_sorted(t, c, ents, &m);
             if (rc) { free(c); break; }
             kvs_leaf_cache(c, 0, ents, m);
-            c->sep = kvs_skey_new(ents[0].r->data, ents[0].r->klen);
+            c->sep = kvs_skey_new(kvs_rec_key(ents[0].r), kvs_rec_klen(ents[0].r));
             if (!c->sep) { free(c); rc = nvh_fail(NVH_E_NOMEM, "sorted tree: out of memory"); break; }
         }
         if (n == cap) {
@@ -778,7 +786,7 @@ static inline uint32_t kvs_fp_match(const kvs_cleaf *c, uint8_t f)
 }
 
 /* Record lines a lookup asks for at once (header, key, the value's start). */
-#define KVS_REC_LOOKUP_LINES 3u
+#define KVS_REC_LOOKUP_LINES 2u
 
 int kvs_leaf_find(const kv_sorted *t, const kvs_cleaf *c, const void *k, size_t kl,
                   uint64_t kp, uint32_t kh, uint64_t *rec, int *err)
@@ -803,8 +811,8 @@ int kvs_leaf_find(const kv_sorted *t, const kvs_cleaf *c, const void *k, size_t 
             *err = kvs_corrupt(t, r, "record");
             return -1;
         }
-        if (t->cmp ? kvs_cmp(t, k, kl, rp->data, rp->klen) == 0
-                   : (rp->klen == kl && kvs_key_eq(rp->data, k, kl))) {
+        if (t->cmp ? kvs_cmp(t, k, kl, kvs_rec_key(rp), kvs_rec_klen(rp)) == 0
+                   : (kvs_rec_klen(rp) == kl && kvs_key_eq(kvs_rec_key(rp), k, kl))) {
             *rec = r;
             return (int)i;
         }
@@ -822,7 +830,7 @@ static inline bool kvs_dead(const kvs_cleaf *c)
 
 static inline int kvs_emit(const kvs_rec *r, kv_entry_fn fn, void *arg)
 {
-    return fn ? fn(r->data, r->klen, kvs_rec_val(r), r->vlen, arg) : NVH_OK;
+    return fn ? fn(kvs_rec_key(r), kvs_rec_klen(r), kvs_rec_val(r), kvs_rec_vlen(r), arg) : NVH_OK;
 }
 
 int kv_sorted_get(kv_sorted *t, const void *k, size_t kl, kv_entry_fn fn, void *arg)
@@ -859,7 +867,7 @@ static inline int kvs_ent_vs(const kv_sorted *t, const kvs_ent *e, const void *k
         int c = kvs_sum_cmp(e->prefix, e->klen, kp, kl);
         if (c != 2) return c;
     }
-    return kvs_cmp(t, e->r->data, e->r->klen, k, kl);
+    return kvs_cmp(t, kvs_rec_key(e->r), kvs_rec_klen(e->r), k, kl);
 }
 
 /* kv_sorted_seek; pos (not NULL) receives where the entry found stands,
@@ -1137,7 +1145,7 @@ static int kvs_scan(kv_sorted *t, kvs_bound lo, kvs_bound hi, kv_entry_fn fn, vo
         if (last >= 0) {
             /* the cursor: the leaf's last key passed on (the next leaf's keys
              * are all above it; after a descent they are filtered) */
-            memcpy(cur, ents[last].r->data, ents[last].klen);
+            memcpy(cur, kvs_rec_key(ents[last].r), ents[last].klen);
             c0.k = cur;
             c0.kl = ents[last].klen;
             c0.kp = ents[last].prefix;

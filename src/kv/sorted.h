@@ -67,5 +67,9 @@ int kv_sorted_bytes_known(kv_sorted *t);
  * carved from slabs of at most slab_max bytes; larger ones are allocator
  * objects (rec_max 0: every record, as a version-1 tree holds them). */
 int kv_sorted_set_slabs_(kv_sorted *t, uint64_t rec_max, uint64_t slab_max);
+/* Tests only: carve records with the 16-byte header and raise the tree to
+ * version 2 only, as the library before version 3 wrote them (a generator
+ * of old-format trees). */
+int kv_sorted_set_rec16_(kv_sorted *t, int on);
 
 #endif /* NVH_KV_SORTED_H */

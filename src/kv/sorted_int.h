@@ -29,13 +29,18 @@
  * ========================================================================== */
 #define KVS_HDR_MAGIC 0x4853564bu   /* "KVSH" */
 #define KVS_LEAF_MAGIC 0x4c53564bu  /* "KVSL" */
-#define KVS_REC_MAGIC 0x5253564bu   /* "KVSR" */
+#define KVS_REC_MAGIC 0x5253564bu   /* "KVSR": kvs_rec16 */
+#define KVS_REC8_MAGIC 0x3852u      /* "R8": kvs_rec8 */
 #define KVS_SLAB_MAGIC 0x4253564bu  /* "KVSB" */
 #define KVS_VERSION 1u              /* leaves, slabs; the header of a tree
                                        whose records are all allocator objects */
 #define KVS_HDR_VERSION_SLABS 2u    /* header: records may live in slabs
                                        (hdr->slabs); a library that reads only
                                        version 1 refuses the tree            */
+#define KVS_HDR_VERSION_REC8 3u     /* header: carved records may have the
+                                       8-byte header (kvs_rec8); a library
+                                       that reads only versions 1-2 refuses
+                                       the tree                              */
 
 #define KVS_CAP 32u                 /* slots per leaf                         */
 #define KVS_GEN_LOG2 6u             /* iterators' retire-count stripes: 64    */
@@ -149,13 +154,38 @@ static inline bool kvs_moved_of(const kvs_leaf *n, const kvs_leaf *src, uint64_t
 static_assert(offsetof(kvs_leaf, slot) == 64, "kvs_leaf.slot");
 static_assert(sizeof(kvs_leaf) == 64 + 24 * KVS_CAP, "kvs_leaf size");
 
-typedef struct kvs_rec {
+/* Records come in two layouts, told apart by their first bytes (a record
+ * is 64 B aligned and never changes once a slot names it):
+ *  - kvs_rec16: magic KVS_REC_MAGIC (32 bits), a 16-byte header: every
+ *    record of a tree of version 1 or 2, and allocator-object records
+ *    (larger than a slab takes) of any version;
+ *  - kvs_rec8: magic KVS_REC8_MAGIC (16 bits), an 8-byte header: what this
+ *    library carves from slabs, only into trees of version 3 (the first
+ *    slab of a session raises the version, durable before any slot names a
+ *    record in it; KVS_HDR_VERSION_REC8). With 16-byte keys and 100-byte
+ *    values a record takes 2 lines instead of 3.
+ * kvs_rec is only ever a pointer to either: read it through kvs_rec_klen,
+ * kvs_rec_vlen, kvs_rec_key, kvs_rec_val. */
+typedef struct kvs_rec kvs_rec;
+
+typedef struct kvs_rec16 {
     uint32_t magic;                 /* KVS_REC_MAGIC                         */
     uint32_t klen;                  /* 1..KVS_KEY_MAX                        */
     uint64_t vlen;                  /* 0..KVS_VALUE_MAX                      */
     uint8_t data[];                 /* key, then value                       */
-} kvs_rec;
-static_assert(sizeof(kvs_rec) == 16, "kvs_rec size");
+} kvs_rec16;
+static_assert(sizeof(kvs_rec16) == 16, "kvs_rec16 size");
+
+typedef struct kvs_rec8 {
+    uint16_t magic;                 /* KVS_REC8_MAGIC                        */
+    uint16_t klen;                  /* 1..KVS_KEY_MAX                        */
+    uint32_t vlen;                  /* 0..KVS_VALUE_MAX (carved: far less)   */
+    uint8_t data[];                 /* key, then value                       */
+} kvs_rec8;
+static_assert(sizeof(kvs_rec8) == 8, "kvs_rec8 size");
+static_assert(offsetof(kvs_rec8, klen) == 2 && offsetof(kvs_rec8, vlen) == 4, "kvs_rec8");
+/* the 16-bit magic differs from the low half of the 32-bit one */
+static_assert((KVS_REC_MAGIC & 0xffffu) != KVS_REC8_MAGIC, "record magics");
 
 /* ==========================================================================
  * DRAM state
@@ -409,6 +439,8 @@ struct kv_sorted {
     uint64_t slab_rec_max;          /* larger records are allocator objects
                                        (0: all, as a version-1 tree's)       */
     uint64_t slab_max;              /* largest slab a carver makes           */
+    int rec16;                      /* tests: carve 16-byte record headers,
+                                       tree version 2 (kv_sorted_set_rec16_) */
     kvs_carver carv[KVS_CARVERS];
 };
 
@@ -486,19 +518,53 @@ static inline int kvs_sum_cmp(uint64_t pa, size_t la, uint64_t pb, size_t lb)
 /* ==========================================================================
  * Records
  * ========================================================================== */
+static inline bool kvs_rec_is8(const kvs_rec *r)
+{
+    return ((const kvs_rec8 *)(const void *)r)->magic == KVS_REC8_MAGIC;
+}
+static inline uint32_t kvs_rec_klen(const kvs_rec *r)
+{
+    return kvs_rec_is8(r) ? ((const kvs_rec8 *)(const void *)r)->klen
+                          : ((const kvs_rec16 *)(const void *)r)->klen;
+}
+static inline uint64_t kvs_rec_vlen(const kvs_rec *r)
+{
+    return kvs_rec_is8(r) ? ((const kvs_rec8 *)(const void *)r)->vlen
+                          : ((const kvs_rec16 *)(const void *)r)->vlen;
+}
+static inline const uint8_t *kvs_rec_key(const kvs_rec *r)
+{
+    return (const uint8_t *)r + (kvs_rec_is8(r) ? sizeof(kvs_rec8) : sizeof(kvs_rec16));
+}
+static inline const uint8_t *kvs_rec_val(const kvs_rec *r) { return kvs_rec_key(r) + kvs_rec_klen(r); }
+/* Bytes a record takes, its header included. */
+static inline uint64_t kvs_rec_bytes(const kvs_rec *r)
+{
+    return (uint64_t)(kvs_rec_key(r) - (const uint8_t *)r) + kvs_rec_klen(r) + kvs_rec_vlen(r);
+}
+
 /* A record offset from a slot, validated before anything follows it: inside
  * the pool, aligned, its magic and lengths sane. NULL if not. */
 static inline kvs_rec *kvs_rec_get_in(const kv_sorted *t, uint64_t off, uint64_t size)
 {
-    if (off == 0 || (off & 63) || off > size - sizeof(kvs_rec) || size < sizeof(kvs_rec))
+    if (off == 0 || (off & 63) || size < sizeof(kvs_rec16) || off > size - sizeof(kvs_rec16))
         return NULL;
-    kvs_rec *r = nvh_ptr(t->pool, off);
-    uint32_t kl = r->klen;
-    uint64_t vl = r->vlen;
-    if (r->magic != KVS_REC_MAGIC || kl == 0 || kl > KVS_KEY_MAX || vl > KVS_VALUE_MAX ||
-        sizeof(kvs_rec) + kl + vl > size - off)
-        return NULL;
-    return r;
+    void *p = nvh_ptr(t->pool, off);
+    uint64_t kl, vl, h;
+    if (((const kvs_rec8 *)p)->magic == KVS_REC8_MAGIC) {
+        const kvs_rec8 *r = p;
+        kl = r->klen;
+        vl = r->vlen;
+        h = sizeof *r;
+    } else {
+        const kvs_rec16 *r = p;
+        if (r->magic != KVS_REC_MAGIC) return NULL;
+        kl = r->klen;
+        vl = r->vlen;
+        h = sizeof *r;
+    }
+    if (kl == 0 || kl > KVS_KEY_MAX || vl > KVS_VALUE_MAX || h + kl + vl > size - off) return NULL;
+    return p;
 }
 /* The same, for callers that read the pool's size once for many records
  * (the size only grows). */
@@ -506,8 +572,6 @@ static inline kvs_rec *kvs_rec_get(const kv_sorted *t, uint64_t off)
 {
     return kvs_rec_get_in(t, off, nvh_pool_size(t->pool));
 }
-static inline const uint8_t *kvs_rec_key(const kvs_rec *r) { return r->data; }
-static inline const uint8_t *kvs_rec_val(const kvs_rec *r) { return r->data + r->klen; }
 
 /* A leaf offset read from the pool, validated (NULL if not a leaf of t). */
 static inline kvs_leaf *kvs_leaf_get(const kv_sorted *t, uint64_t off)

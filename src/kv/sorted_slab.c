@@ -233,10 +233,13 @@ void *kvs_slab_carve(kv_sorted *t, size_t size, kvs_carve *cr)
     s->size = ss;
     s->next = t->hdr->slabs;
     nvh_flush(t->pool, s, sizeof *s);
-    if (t->hdr->version < KVS_HDR_VERSION_SLABS) {
+    if (t->rec16) {
+        if (t->hdr->version < KVS_HDR_VERSION_SLABS) t->hdr->version = KVS_HDR_VERSION_SLABS;
+    } else if (t->hdr->version < KVS_HDR_VERSION_REC8) {
         /* durable at the same fence, before any slot can name a record in
-         * a slab: a library that reads only version 1 refuses the tree */
-        t->hdr->version = KVS_HDR_VERSION_SLABS;
+         * a slab (records carved here have the 8-byte header): a library
+         * that reads only versions 1 and 2 refuses the tree */
+        t->hdr->version = KVS_HDR_VERSION_REC8;
     }
     nvh_flush(t->pool, &t->hdr->slabs, sizeof t->hdr->slabs);     /* line 0: version too */
     si->off = nvh_off(t->pool, s);

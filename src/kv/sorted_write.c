@@ -287,30 +287,57 @@ int kvs_pending_recover(kv_sorted *t, uint64_t live)
 /* ==========================================================================
  * Records
  * ========================================================================== */
+/* Does a record of (kl, vl) go into a slab (else: an allocator object)? */
+static inline bool kvs_rec_carved(const kv_sorted *t, size_t kl, size_t vl)
+{
+    return (t->rec16 ? sizeof(kvs_rec16) : sizeof(kvs_rec8)) + kl + vl <= t->slab_rec_max;
+}
+
 /* A record holding (k, v), written and flushed (durable at the next
  * fence): carved from a slab (cr->si set; cr->fresh if its slab is new and
- * owes its activation, which kvs_data_fence does) or, above slab_rec_max,
- * a reserved allocator object (activated with the slot word as its link). */
+ * owes its activation, which kvs_data_fence does), with the 8-byte header
+ * (the slab's creation made the tree version 3 first), or, above
+ * slab_rec_max, a reserved allocator object with the 16-byte header
+ * (activated with the slot word as its link). */
 static kvs_rec *kvs_rec_make(kv_sorted *t, const void *k, size_t kl, const void *v, size_t vl,
                              kvs_carve *cr)
 {
-    size_t need = sizeof(kvs_rec) + kl + vl;
-    kvs_rec *r;
     cr->cv = NULL;
     cr->si = NULL;
     cr->fresh = NULL;
-    if (need <= t->slab_rec_max) r = kvs_slab_carve(t, (need + 63) & ~(size_t)63, cr);
-    else r = nvh_reserve(t->pool, need);
+    uint8_t *d;
+    void *r;
+    size_t h;
+    if (kvs_rec_carved(t, kl, vl) && !t->rec16) {
+        h = sizeof(kvs_rec8);
+        kvs_rec8 *r8 = kvs_slab_carve(t, (h + kl + vl + 63) & ~(size_t)63, cr);
+        if (r8) {
+            r8->magic = KVS_REC8_MAGIC;
+            r8->klen = (uint16_t)kl;
+            r8->vlen = (uint32_t)vl;
+        }
+        r = r8;
+    } else {
+        h = sizeof(kvs_rec16);
+        kvs_rec16 *r16 = kvs_rec_carved(t, kl, vl)
+                             ? kvs_slab_carve(t, (h + kl + vl + 63) & ~(size_t)63, cr)
+                             : nvh_reserve(t->pool, h + kl + vl);
+        if (r16) {
+            r16->magic = KVS_REC_MAGIC;
+            r16->klen = (uint32_t)kl;
+            r16->vlen = vl;
+        }
+        r = r16;
+    }
     if (!r) {
-        nvh_fail_context(nvh_errcode(), "sorted tree: no space for a record of %zu bytes", need);
+        nvh_fail_context(nvh_errcode(), "sorted tree: no space for a record of %zu bytes",
+                         h + kl + vl);
         return NULL;
     }
-    r->magic = KVS_REC_MAGIC;
-    r->klen = (uint32_t)kl;
-    r->vlen = vl;
-    memcpy(r->data, k, kl);
-    nvh_flush(t->pool, r, sizeof *r + kl);
-    if (vl) nvh_memcpy_nodrain(t->pool, r->data + kl, v, vl);
+    d = (uint8_t *)r + h;
+    memcpy(d, k, kl);
+    nvh_flush(t->pool, r, h + kl);
+    if (vl) nvh_memcpy_nodrain(t->pool, d + kl, v, vl);
     return r;
 }
 
@@ -424,7 +451,7 @@ static int kvs_key_vs(const kv_sorted *t, const void *k, size_t kl, uint64_t kp,
         if (c != 2) return c;
     }
     const kvs_rec *r = kvs_ent_rec(t, e, err);
-    return r ? kvs_cmp(t, k, kl, r->data, e->klen) : 0;
+    return r ? kvs_cmp(t, k, kl, kvs_rec_key(r), e->klen) : 0;
 }
 
 /* The entries of locked companion c in key order: from its cached order
@@ -552,7 +579,7 @@ static int kvs_split_insert(kv_sorted *t, kvs_cleaf *c, const void *k, size_t kl
      * step 1's), or an allocator object activated with a queue entry as its
      * link at step 1 */
     unsigned j = KVS_PENDING;
-    bool big = sizeof(kvs_rec) + kl + vl > t->slab_rec_max;
+    bool big = !kvs_rec_carved(t, kl, vl);
     if (big && (rc = kvs_pend_take(t, &j))) return rc;
     kvs_carve cr;
     kvs_rec *r = kvs_rec_make(t, k, kl, v, vl, &cr);
@@ -580,7 +607,7 @@ static int kvs_split_insert(kv_sorted *t, kvs_cleaf *c, const void *k, size_t kl
     unsigned nkeep = upper ? mid : n - mid;
     kvs_cleaf *cl = kvs_cleaf_keep(c, keep, nkeep), *cn = kvs_cleaf_of(nl, ne_, nn);
     const kvs_ent *lb = upper ? &ne_[0] : &e[mid];
-    kvs_skey *sep = kvs_skey_new(lb->r->data, lb->klen);
+    kvs_skey *sep = kvs_skey_new(kvs_rec_key(lb->r), lb->klen);
     if (!cl || !cn || !sep) {
         free(cl); free(cn); free(sep);
         nvh_cancel(pool, mem);
@@ -765,7 +792,7 @@ static int kvs_overwrite(kv_sorted *t, kvs_cleaf *c, int i, uint64_t old, const 
         if (!osi) kvs_pend_drop(t, j);
         return rc;
     }
-    int64_t dv = (int64_t)vl - (int64_t)((const kvs_rec *)nvh_ptr(pool, old))->vlen;
+    int64_t dv = (int64_t)vl - (int64_t)kvs_rec_vlen((const kvs_rec *)nvh_ptr(pool, old));
     KVS_STORE(&c->rec[i], nvh_off(pool, r));
     c->w[i].was = 0;
     kvs_bytes_add(t, 0, dv);
@@ -930,7 +957,7 @@ static int kvs_remove_one(kv_sorted *t, const void *k, size_t kl)
     __atomic_sub_fetch(&t->count, 1, __ATOMIC_RELAXED);
     {
         const kvs_rec *ro = nvh_ptr(pool, old);
-        kvs_bytes_add(t, -(int64_t)ro->klen, -(int64_t)ro->vlen);
+        kvs_bytes_add(t, -(int64_t)kvs_rec_klen(ro), -(int64_t)kvs_rec_vlen(ro));
     }
     if (osi) kvs_slab_release(t, osi);
     else kvs_pend_ready(t, j);

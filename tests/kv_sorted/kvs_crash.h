@@ -33,6 +33,9 @@ typedef struct run_cfg {
     uint64_t rec_max, slab_max;     /* kv_sorted_set_slabs_ (0, 0: defaults) */
     unsigned v1_ops;                /* the first ops write allocator records
                                        only, as a version-1 tree holds them */
+    unsigned v2_ops;                /* the first ops write 16-byte record
+                                       headers, as a version-2 tree holds
+                                       them; then the tree is reopened      */
 } run_cfg;
 
 static run_cfg g_run;
@@ -90,6 +93,7 @@ static int workload(nvh_pool *pool, void *arg)
     nvh_off_t *link = nvh_root(pool, NULL);
     kv_sorted *t = kv_sorted_open(pool, link[0], NULL, NULL);
     if (!t) return 1;
+    if (g_run.v2_ops && kv_sorted_set_rec16_(t, 1) != NVH_OK) return 1;
     if (g_run.v1_ops && kv_sorted_set_slabs_(t, 0, 64 << 10) != NVH_OK) return 1;
     else if (!g_run.v1_ops && g_run.slab_max &&
              kv_sorted_set_slabs_(t, g_run.rec_max, g_run.slab_max) != NVH_OK)
@@ -105,6 +109,15 @@ static int workload(nvh_pool *pool, void *arg)
             uint64_t rm = g_run.slab_max ? g_run.rec_max : KVS_SLAB_REC_MAX;
             uint64_t sm = g_run.slab_max ? g_run.slab_max : KVS_SLAB_MAX;
             if (kv_sorted_set_slabs_(t, rm, sm) != NVH_OK) return 1;
+        }
+        if (g_run.v2_ops && i == g_run.v2_ops) {
+            /* the old library's session ends, this one's begins */
+            const kvs_hdr *h = nvh_ptr(pool, link[0]);
+            if (h->version != KVS_HDR_VERSION_SLABS) return 1;
+            if (kv_sorted_close(t) != NVH_OK) return 1;
+            if (!(t = kv_sorted_open(pool, link[0], NULL, NULL))) return 1;
+            if (g_run.slab_max && kv_sorted_set_slabs_(t, g_run.rec_max, g_run.slab_max) != NVH_OK)
+                return 1;
         }
         op o = op_at(i, &rng);
         int want = model_apply(ver, &clock, o);

@@ -17,13 +17,13 @@
 static void every_fence_lines(void **state)
 {
     (void)state;
-    run((run_cfg){11, 90, 200, 30, 2, 0, 0, 0}, NVH_CRASH_LINES, 0, 2);
+    run((run_cfg){11, 90, 200, 30, 2, 0, 0, 0, 0}, NVH_CRASH_LINES, 0, 2);
 }
 
 static void every_fence_words(void **state)
 {
     (void)state;
-    run((run_cfg){12, 90, 200, 30, 2, 0, 0, 0}, NVH_CRASH_WORDS, 0, 1);
+    run((run_cfg){12, 90, 200, 30, 2, 0, 0, 0, 0}, NVH_CRASH_WORDS, 0, 1);
 }
 
 /* inserts of new keys in random order (every third 4096 bytes long): a
@@ -34,20 +34,20 @@ static void every_fence_words(void **state)
 static void every_fence_splits(void **state)
 {
     (void)state;
-    run((run_cfg){16, 400, 170, 0, 3, 0, 0, 0}, NVH_CRASH_LINES, 0, 2);
+    run((run_cfg){16, 400, 170, 0, 3, 0, 0, 0, 0}, NVH_CRASH_LINES, 0, 2);
 }
 
 static void every_fence_splits_words(void **state)
 {
     (void)state;
-    run((run_cfg){17, 400, 170, 5, 3, 0, 0, 0}, NVH_CRASH_WORDS, 0, 1);
+    run((run_cfg){17, 400, 170, 5, 3, 0, 0, 0, 0}, NVH_CRASH_WORDS, 0, 1);
 }
 
 /* overwrites and removes of a few keys: queued frees at every step */
 static void every_fence_updates(void **state)
 {
     (void)state;
-    run((run_cfg){13, 6, 80, 35, 3, 0, 0, 0}, NVH_CRASH_LINES, 0, 1);
+    run((run_cfg){13, 6, 80, 35, 3, 0, 0, 0, 0}, NVH_CRASH_LINES, 0, 1);
 }
 
 /* A leaf drop frees the leaf with one nvh_free whose link (the previous
@@ -85,7 +85,7 @@ static void every_fence_drop_then_split(void **state)
         if (r % 4) script[n++] = (op){0, m->ord[r]};
     km_free(m);
     g_script = script;
-    run((run_cfg){18, N, n, 30, 0, 0, 0, 0}, NVH_CRASH_LINES, 0, 2);
+    run((run_cfg){18, N, n, 30, 0, 0, 0, 0, 0}, NVH_CRASH_LINES, 0, 2);
     g_script = NULL;
 }
 
@@ -93,13 +93,13 @@ static void every_fence_drop_then_split(void **state)
 static void sampled_long(void **state)
 {
     (void)state;
-    run((run_cfg){14, 1500, 6000, 30, 0, 0, 0, 0}, NVH_CRASH_LINES, 150, 1);
+    run((run_cfg){14, 1500, 6000, 30, 0, 0, 0, 0, 0}, NVH_CRASH_LINES, 150, 1);
 }
 
 static void sampled_long_words(void **state)
 {
     (void)state;
-    run((run_cfg){15, 400, 3000, 40, 5, 0, 0, 0}, NVH_CRASH_WORDS, 100, 1);
+    run((run_cfg){15, 400, 3000, 40, 5, 0, 0, 0, 0}, NVH_CRASH_WORDS, 100, 1);
 }
 
 int main(void)
