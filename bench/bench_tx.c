@@ -41,7 +41,9 @@
  * for latency/...-dur, gups/U and gsps/1, whose subjects run interleaved
  * (each run times every subject once), also min_ns_per_op, cpu_ns_per_op,
  * pair_ratio and pair_ratio_cpu (PMDK's ns ÷ the subject's in the same run,
- * median over runs).
+ * median over runs) and clean_frac; these count only chunks of a run during
+ * which the thread ran undisturbed, and a subject whose runs are not steady
+ * state gets a WARNING (--strict: the program fails), see measure_rounds.
  * The ratio column divides ns_per_op by PMDK's in the same case (< 1: faster).
  * PMDK runs with PMEM_IS_PMEM_FORCE=1 on /dev/shm (the whole program re-runs
  * itself as a child with that environment, since libpmem reads it at load).
@@ -55,6 +57,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -68,7 +71,8 @@ static const bench_info info = {
     .summary = "durable transactions: NVTM Table 3, GUPS/GSPS, hybrid logging, vs PMDK",
     .baseline = "pmdk",
     .ratio_metric = "ns_per_op",
-    .usage = NULL,
+    .usage = "  --strict     fail (exit 1) when a subject's runs are not steady state\n"
+             "               (disturbed runs, absurd spread): its ratios are not valid\n",
 };
 
 /* ==========================================================================
@@ -434,6 +438,21 @@ static void gsps_floor(void *p, uint64_t iters)
  * the same run: above 1 is faster than PMDK), `min_ns_per_op` (the least
  * disturbed run) and `cpu_ns_per_op` (thread CPU time: preemption by other
  * processes excluded).
+ *
+ * Steady state only. A run is timed in chunks of about 1/RUN_CHUNKS of its
+ * length, and a chunk during which the thread was switched out (getrusage's
+ * context switches: preempted by another process, or blocked) or took a
+ * page fault does not count: the run goes on until the clean chunks add up
+ * to its iterations (at most RUN_CAP times them in all). On a 2-core machine
+ * shared with other work a 16 ms run is preempted for several milliseconds
+ * at a time, so one subject's run can take 10-40x its on-CPU time while the
+ * next subject's is not touched; pair ratios of such runs are noise. A
+ * subject whose clean chunks did not reach half its iterations in some run
+ * ("disturbed"), whose runs spread more than SPREAD_MAX (max ÷ min), or
+ * most of whose chunks did not count (faults in steady state, say), gets a
+ * WARNING line naming the case,
+ * and with --strict the program fails: its ratios must not be quoted.
+ * clean_frac is the share of timed chunks that counted.
  * -------------------------------------------------------------------------- */
 
 static double cpu_now_ns(void)
@@ -443,6 +462,100 @@ static double cpu_now_ns(void)
     return (double)ts.tv_sec * 1e9 + (double)ts.tv_nsec;
 }
 
+#define RUN_CHUNKS 32u          /* chunks per run                            */
+#define RUN_CAP 4u              /* at most this many times the iterations    */
+#define SPREAD_MAX 2.0          /* runs' max ÷ min beyond which: WARNING      */
+
+static int tx_strict;           /* --strict: a WARNING fails the program      */
+
+typedef struct run_fig {
+    double ns, cpu_ns;          /* per op, over the clean chunks              */
+    uint64_t chunks, clean;     /* chunks timed, chunks that counted          */
+    uint64_t faults;            /* page faults, all chunks                   */
+    bool disturbed;             /* clean chunks short of half the iterations */
+} run_fig;
+
+static uint64_t rusage_switches(const struct rusage *r)
+{
+    return (uint64_t)r->ru_nvcsw + (uint64_t)r->ru_nivcsw;
+}
+
+static uint64_t rusage_faults(const struct rusage *r)
+{
+    return (uint64_t)r->ru_minflt + (uint64_t)r->ru_majflt;
+}
+
+static run_fig timed_run(bench_body_fn body, void *ctx, uint64_t iters)
+{
+    run_fig f = {0};
+    uint64_t chunk = iters / RUN_CHUNKS ? iters / RUN_CHUNKS : 1;
+    uint64_t clean_iters = 0, done = 0;
+    double wall = 0, cpu = 0, all_wall = 0, all_cpu = 0;
+    while (clean_iters < iters && done < (uint64_t)RUN_CAP * iters) {
+        struct rusage r0, r1;
+        getrusage(RUSAGE_THREAD, &r0);
+        double c0 = cpu_now_ns();
+        uint64_t t0 = bench_now_ns();
+        body(ctx, chunk);
+        uint64_t t1 = bench_now_ns();
+        double c1 = cpu_now_ns();
+        getrusage(RUSAGE_THREAD, &r1);
+        done += chunk;
+        f.chunks++;
+        all_wall += (double)(t1 - t0);
+        all_cpu += c1 - c0;
+        uint64_t flt = rusage_faults(&r1) - rusage_faults(&r0);
+        f.faults += flt;
+        if (rusage_switches(&r1) != rusage_switches(&r0) || flt) continue;
+        f.clean++;
+        clean_iters += chunk;
+        wall += (double)(t1 - t0);
+        cpu += c1 - c0;
+    }
+    f.disturbed = clean_iters * 2 < iters;
+    if (clean_iters) {
+        f.ns = wall / (double)clean_iters;
+        f.cpu_ns = cpu / (double)clean_iters;
+    } else {
+        f.ns = all_wall / (double)done;
+        f.cpu_ns = all_cpu / (double)done;
+    }
+    return f;
+}
+
+/* The guard: WARNING (with --strict an error) when a subject's figures of
+ * this case are not steady-state measurements. */
+static void check_runs(env *e, const char *c, const char *subj, const run_fig *f, unsigned runs,
+                       const double *ns)
+{
+    const bench_opts *o = e->opts;
+    unsigned disturbed = 0;
+    uint64_t chunks = 0, clean = 0, faults = 0;
+    for (unsigned r = 0; r < runs; r++) {
+        disturbed += f[r].disturbed;
+        chunks += f[r].chunks;
+        clean += f[r].clean;
+        faults += f[r].faults;
+    }
+    bench_summary s = bench_summarize(ns, runs);
+    bench_emit(o, c, subj, "clean_frac", bench_exact(chunks ? (double)clean / chunks : 0), "");
+    char why[160] = "";
+    if (disturbed)
+        snprintf(why, sizeof why, "%u of %u runs disturbed (fewer than half the iterations "
+                 "ran without a context switch or fault)", disturbed, runs);
+    else if (s.min > 0 && s.max / s.min > SPREAD_MAX)
+        snprintf(why, sizeof why, "runs spread %.0f..%.0f ns (max/min %.1f > %.1f)", s.min, s.max,
+                 s.max / s.min, SPREAD_MAX);
+    else if (clean * 2 < chunks)
+        snprintf(why, sizeof why, "only %llu of %llu chunks ran undisturbed",
+                 (unsigned long long)clean, (unsigned long long)chunks);
+    if (!why[0]) return;
+    if (tx_strict)
+        bench_error(o, "%s %s: %s; its ratios are not valid", c, subj, why);
+    else
+        bench_note(o, "WARNING: %s %s: %s; do not quote its ratios", c, subj, why);
+}
+
 static void measure_rounds(env *e, const char *c, const subj *sj, unsigned ns_, loop_ctx *x,
                            double scale)
 {
@@ -450,6 +563,7 @@ static void measure_rounds(env *e, const char *c, const subj *sj, unsigned ns_, 
     enum { MAXS = 8 };
     uint64_t iters[MAXS];
     double wall[MAXS][64], cpu[MAXS][64];
+    run_fig fig[MAXS][64];
     unsigned runs = o->runs > 64 ? 64 : o->runs;
     int pm = -1;
     for (unsigned k = 0; k < ns_ && k < MAXS; k++) {
@@ -463,14 +577,15 @@ static void measure_rounds(env *e, const char *c, const subj *sj, unsigned ns_, 
         for (unsigned k = 0; k < ns_ && k < MAXS; k++) {
             if (!iters[k]) continue;
             if (sj[k].kind == 0) nvh_tx_protocol_set(x->pool, sj[k].proto);
-            double c0 = cpu_now_ns();
-            wall[k][r] = bench_time_ns(sj[k].body, x, iters[k]) / iters[k];
-            cpu[k][r] = (cpu_now_ns() - c0) / iters[k];
+            fig[k][r] = timed_run(sj[k].body, x, iters[k]);
+            wall[k][r] = fig[k][r].ns;
+            cpu[k][r] = fig[k][r].cpu_ns;
             nvh_tx_protocol_set(x->pool, NVH_TX_PROTO_AUTO);
         }
     for (unsigned k = 0; k < ns_ && k < MAXS; k++) {
         if (!iters[k]) continue;
         emit(o, c, sj[k].name, wall[k], runs);
+        check_runs(e, c, sj[k].name, fig[k], runs, wall[k]);
         bench_summary w = bench_summarize(wall[k], runs);
         bench_emit(o, c, sj[k].name, "min_ns_per_op", bench_exact(w.min), "ns");
         bench_emit(o, c, sj[k].name, "cpu_ns_per_op", bench_summarize(cpu[k], runs), "ns");
@@ -827,11 +942,14 @@ int main(int argc, char **argv)
 {
     bench_opts opts;
     bench_parse(&opts, &info, argc, argv);
-    if (opts.argc) bench_usage_error(&opts, "unknown option: %s", opts.argv[0]);
+    for (int i = 0; i < opts.argc; i++) {
+        if (strcmp(opts.argv[i], "--strict") == 0) tx_strict = 1;
+        else bench_usage_error(&opts, "unknown option: %s", opts.argv[i]);
+    }
     if (!opts.child) {
         /* libpmem reads PMEM_IS_PMEM_FORCE when it loads: run in a child */
         const char *envs[] = {"PMEM_IS_PMEM_FORCE=1", NULL};
-        const char *args[] = {NULL};
+        const char *args[] = {tx_strict ? "--strict" : NULL, NULL};
         bench_run_child(&opts, envs, args);
         return bench_finish(&opts);
     }
