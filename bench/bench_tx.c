@@ -41,7 +41,8 @@
  * for latency/...-dur, gups/U and gsps/1, whose subjects run interleaved
  * (each run times every subject once), also min_ns_per_op, cpu_ns_per_op,
  * pair_ratio and pair_ratio_cpu (PMDK's ns ÷ the subject's in the same run,
- * median over runs) and clean_frac; these count only chunks of a run during
+ * median over runs), clean_frac and all_ns_per_op (every chunk, the
+ * disturbed ones too); the others count only chunks of a run during
  * which the thread ran undisturbed, and a subject whose runs are not steady
  * state gets a WARNING (--strict: the program fails), see measure_rounds.
  * The ratio column divides ns_per_op by PMDK's in the same case (< 1: faster).
@@ -467,9 +468,15 @@ static double cpu_now_ns(void)
 #define SPREAD_MAX 2.0          /* runs' max ÷ min beyond which: WARNING      */
 
 static int tx_strict;           /* --strict: a WARNING fails the program      */
+/* Test hook (tests/tx/bench_guard.sh): NVH_BENCH_TX_DISTURB=SUBJECT:half or
+ * SUBJECT:all sleeps 1 ms inside every other (every) timed chunk of that
+ * subject, a disturbance the guard must exclude (half) or report (all). */
+static const char *disturb_subj;
+static unsigned disturb_every;  /* 2: every other chunk, 1: every chunk */
 
 typedef struct run_fig {
     double ns, cpu_ns;          /* per op, over the clean chunks              */
+    double all_ns;              /* per op, over every chunk                   */
     uint64_t chunks, clean;     /* chunks timed, chunks that counted          */
     uint64_t faults;            /* page faults, all chunks                   */
     bool disturbed;             /* clean chunks short of half the iterations */
@@ -485,7 +492,7 @@ static uint64_t rusage_faults(const struct rusage *r)
     return (uint64_t)r->ru_minflt + (uint64_t)r->ru_majflt;
 }
 
-static run_fig timed_run(bench_body_fn body, void *ctx, uint64_t iters)
+static run_fig timed_run(bench_body_fn body, void *ctx, uint64_t iters, unsigned disturb)
 {
     run_fig f = {0};
     uint64_t chunk = iters / RUN_CHUNKS ? iters / RUN_CHUNKS : 1;
@@ -497,6 +504,7 @@ static run_fig timed_run(bench_body_fn body, void *ctx, uint64_t iters)
         double c0 = cpu_now_ns();
         uint64_t t0 = bench_now_ns();
         body(ctx, chunk);
+        if (disturb && f.chunks % disturb == 0) usleep(1000);
         uint64_t t1 = bench_now_ns();
         double c1 = cpu_now_ns();
         getrusage(RUSAGE_THREAD, &r1);
@@ -513,6 +521,7 @@ static run_fig timed_run(bench_body_fn body, void *ctx, uint64_t iters)
         cpu += c1 - c0;
     }
     f.disturbed = clean_iters * 2 < iters;
+    f.all_ns = all_wall / (double)done;
     if (clean_iters) {
         f.ns = wall / (double)clean_iters;
         f.cpu_ns = cpu / (double)clean_iters;
@@ -577,7 +586,8 @@ static void measure_rounds(env *e, const char *c, const subj *sj, unsigned ns_, 
         for (unsigned k = 0; k < ns_ && k < MAXS; k++) {
             if (!iters[k]) continue;
             if (sj[k].kind == 0) nvh_tx_protocol_set(x->pool, sj[k].proto);
-            fig[k][r] = timed_run(sj[k].body, x, iters[k]);
+            unsigned dis = disturb_subj && !strcmp(disturb_subj, sj[k].name) ? disturb_every : 0;
+            fig[k][r] = timed_run(sj[k].body, x, iters[k], dis);
             wall[k][r] = fig[k][r].ns;
             cpu[k][r] = fig[k][r].cpu_ns;
             nvh_tx_protocol_set(x->pool, NVH_TX_PROTO_AUTO);
@@ -587,6 +597,9 @@ static void measure_rounds(env *e, const char *c, const subj *sj, unsigned ns_, 
         emit(o, c, sj[k].name, wall[k], runs);
         check_runs(e, c, sj[k].name, fig[k], runs, wall[k]);
         bench_summary w = bench_summarize(wall[k], runs);
+        double all[64];
+        for (unsigned r = 0; r < runs; r++) all[r] = fig[k][r].all_ns;
+        bench_emit(o, c, sj[k].name, "all_ns_per_op", bench_summarize(all, runs), "ns");
         bench_emit(o, c, sj[k].name, "min_ns_per_op", bench_exact(w.min), "ns");
         bench_emit(o, c, sj[k].name, "cpu_ns_per_op", bench_summarize(cpu[k], runs), "ns");
         if (pm >= 0 && (int)k != pm) {
@@ -945,6 +958,13 @@ int main(int argc, char **argv)
     for (int i = 0; i < opts.argc; i++) {
         if (strcmp(opts.argv[i], "--strict") == 0) tx_strict = 1;
         else bench_usage_error(&opts, "unknown option: %s", opts.argv[i]);
+    }
+    const char *dis = getenv("NVH_BENCH_TX_DISTURB");
+    if (dis && strchr(dis, ':')) {
+        static char name[64];
+        snprintf(name, sizeof name, "%.*s", (int)(strchr(dis, ':') - dis), dis);
+        disturb_subj = name;
+        disturb_every = strcmp(strchr(dis, ':') + 1, "all") == 0 ? 1 : 2;
     }
     if (!opts.child) {
         /* libpmem reads PMEM_IS_PMEM_FORCE when it loads: run in a child */
