@@ -6,7 +6,8 @@
  *        SFENCE on /dev/shm), nodur = process domain (no flush, no fence).
  *        pmdk: TX_BEGIN/pmemobj_tx_add_range_direct (no read isolation: its
  *        "read" is a plain load); nvheap-undo: nvheap's calls with the
- *        two-fence protocol forced (nvh_tx_protocol_set)
+ *        two-fence protocol forced (nvh_tx_protocol_set); floor-1f (write,
+ *        read-write): the one-fence transaction with no library code (t3_floor)
  *   gups/U        1 thread, 1 M-element array, U random 8-byte updates per
  *                 transaction (Fig. 4). nvheap: nvh_tx_add_ranges (one call
  *                 for the U words) then in-place updates; nvheap-obj:
@@ -153,7 +154,7 @@ static void measure_nv(env *e, const char *c, const char *subj, bench_body_fn bo
 typedef struct subj {
     const char *name;
     bench_body_fn body;
-    int kind;                   /* 0 nvheap (counts), 1 pmdk, 2 floor-2f  */
+    int kind;                   /* 0 nvheap (counts), 1 pmdk, 2 floor-2f, 3 floor-1f */
     nvh_tx_protocol proto;      /* nvheap subjects                         */
 } subj;
 static void measure_rounds(env *e, const char *c, const subj *sj, unsigned ns_, loop_ctx *x,
@@ -207,6 +208,8 @@ static void t3_pm(void *p, uint64_t iters)
     }
 }
 
+static void t3_floor(void *p, uint64_t iters);
+
 static void table3(env *e)
 {
     static const char *names[] = {"empty", "read", "write", "read-write"};
@@ -225,8 +228,9 @@ static void table3(env *e)
                 {"nvheap", t3_nv, 0, NVH_TX_PROTO_AUTO},
                 {"pmdk", t3_pm, 1, NVH_TX_PROTO_AUTO},
                 {"nvheap-undo", t3_nv, 0, NVH_TX_PROTO_UNDO},
+                {"floor-1f", t3_floor, 3, NVH_TX_PROTO_AUTO},
             };
-            measure_rounds(e, c, sj, k == K_WRITE || k == K_RW ? 3 : 2, &x, 0.25);
+            measure_rounds(e, c, sj, k == K_WRITE || k == K_RW ? 4 : 2, &x, 0.25);
         }
 }
 
@@ -410,6 +414,28 @@ static void floor_tx(loop_ctx *x, uint64_t *log, uint64_t **w, unsigned u, uint6
     for (unsigned k = 0; k < u; k++) bench_clwb(w[k]);      /* data: next fence */
 }
 
+/* floor-1f (latency/write-dur, read-write-dur): the one-fence transaction
+ * on one word with no library code: the previous transaction's data line's
+ * CLWB, one non-temporal redo line {tid, 1, offset, new value}, SFENCE
+ * (committed), the store in place (written back before the next fence).
+ * The least any design that makes the commit durable before it returns can
+ * do: 1 fence, 2 lines. */
+static void t3_floor(void *p, uint64_t iters)
+{
+    loop_ctx *x = p;
+    uint64_t *a = x->arr, *b = x->arr + 8;
+    for (uint64_t i = 0; i < iters; i++) {
+        uint64_t v = (x->kind == K_RW ? *(volatile uint64_t *)b : 0) + i;
+        uint64_t tid = ++x->e->floor_tid;
+        uint64_t *dst = x->e->floor_log + (tid & 1) * FLOOR_LINES * 8;
+        uint64_t line[8] = {tid, 1, (uint64_t)((char *)a - (char *)x->arr), v, 0, 0, 0, 0};
+        floor_nt_line(dst, line);
+        bench_clwb(a);                                      /* the previous value */
+        bench_sfence();                                     /* THE fence */
+        *a = v;
+    }
+}
+
 static void gups_floor(void *p, uint64_t iters)
 {
     loop_ctx *x = p;
@@ -577,7 +603,7 @@ static void measure_rounds(env *e, const char *c, const subj *sj, unsigned ns_, 
     int pm = -1;
     for (unsigned k = 0; k < ns_ && k < MAXS; k++) {
         if (sj[k].kind == 1) pm = (int)k;
-        if (sj[k].kind == 2 && !e->floor_log) { iters[k] = 0; continue; }
+        if (sj[k].kind >= 2 && !e->floor_log) { iters[k] = 0; continue; }
         if (sj[k].kind == 0) nvh_tx_protocol_set(x->pool, sj[k].proto);
         iters[k] = bench_calibrate(o, sj[k].body, x, scale);
         nvh_tx_protocol_set(x->pool, NVH_TX_PROTO_AUTO);
@@ -624,6 +650,10 @@ static void measure_rounds(env *e, const char *c, const subj *sj, unsigned ns_, 
             unsigned nl = (x->u + 2) / 3;
             bench_emit(o, c, sj[k].name, "fences_per_op", bench_exact(2), "fences");
             bench_emit(o, c, sj[k].name, "lines_per_op", bench_exact(2.0 * nl + x->u), "lines");
+        } else if (sj[k].kind == 3) {
+            /* exact, by construction: one redo line and the data line */
+            bench_emit(o, c, sj[k].name, "fences_per_op", bench_exact(1), "fences");
+            bench_emit(o, c, sj[k].name, "lines_per_op", bench_exact(2), "lines");
         }
     }
 }
