@@ -470,7 +470,11 @@ static void gsps_floor(void *p, uint64_t iters)
  * length, and a chunk during which the thread was switched out (getrusage's
  * context switches: preempted by another process, or blocked) or took a
  * page fault does not count: the run goes on until the clean chunks add up
- * to its iterations (at most RUN_CAP times them in all). On a 2-core machine
+ * to its iterations (at most RUN_CAP times them in all), and its figure is
+ * the median of the clean chunks' ns per op (so that a chunk stretched by
+ * what the guest cannot see, such as the host descheduling this virtual
+ * CPU, which also counts as the thread's CPU time, does not move it either;
+ * cpu_ns_per_op likewise). On a 2-core machine
  * shared with other work a 16 ms run is preempted for several milliseconds
  * at a time, so one subject's run can take 10-40x its on-CPU time while the
  * next subject's is not touched; pair ratios of such runs are noise. A
@@ -523,8 +527,9 @@ static run_fig timed_run(bench_body_fn body, void *ctx, uint64_t iters, unsigned
     run_fig f = {0};
     uint64_t chunk = iters / RUN_CHUNKS ? iters / RUN_CHUNKS : 1;
     uint64_t clean_iters = 0, done = 0;
-    double wall = 0, cpu = 0, all_wall = 0, all_cpu = 0;
-    while (clean_iters < iters && done < (uint64_t)RUN_CAP * iters) {
+    double all_wall = 0, all_cpu = 0;
+    double cw[RUN_CAP * RUN_CHUNKS + 1], cc[RUN_CAP * RUN_CHUNKS + 1];   /* clean chunks */
+    while (clean_iters < iters && f.chunks < RUN_CAP * RUN_CHUNKS) {
         struct rusage r0, r1;
         getrusage(RUSAGE_THREAD, &r0);
         double c0 = cpu_now_ns();
@@ -541,16 +546,15 @@ static run_fig timed_run(bench_body_fn body, void *ctx, uint64_t iters, unsigned
         uint64_t flt = rusage_faults(&r1) - rusage_faults(&r0);
         f.faults += flt;
         if (rusage_switches(&r1) != rusage_switches(&r0) || flt) continue;
-        f.clean++;
+        cw[f.clean] = (double)(t1 - t0) / (double)chunk;
+        cc[f.clean++] = (c1 - c0) / (double)chunk;
         clean_iters += chunk;
-        wall += (double)(t1 - t0);
-        cpu += c1 - c0;
     }
     f.disturbed = clean_iters * 2 < iters;
     f.all_ns = all_wall / (double)done;
-    if (clean_iters) {
-        f.ns = wall / (double)clean_iters;
-        f.cpu_ns = cpu / (double)clean_iters;
+    if (f.clean) {
+        f.ns = bench_median(cw, (unsigned)f.clean);
+        f.cpu_ns = bench_median(cc, (unsigned)f.clean);
     } else {
         f.ns = all_wall / (double)done;
         f.cpu_ns = all_cpu / (double)done;
