@@ -474,16 +474,15 @@ static void gsps_floor(void *p, uint64_t iters)
  * the median of the clean chunks' ns per op (so that a chunk stretched by
  * what the guest cannot see, such as the host descheduling this virtual
  * CPU, which also counts as the thread's CPU time, does not move it either;
- * cpu_ns_per_op likewise). On a 2-core machine
- * shared with other work a 16 ms run is preempted for several milliseconds
- * at a time, so one subject's run can take 10-40x its on-CPU time while the
- * next subject's is not touched; pair ratios of such runs are noise. A
- * subject whose clean chunks did not reach half its iterations in some run
+ * cpu_ns_per_op likewise). On a machine shared with other work, a run can
+ * be preempted for most of its length while the next subject's run is not
+ * touched: whole-run wall-clock pair ratios are then noise. A subject whose
+ * clean chunks did not reach half its iterations in some run
  * ("disturbed"), whose runs spread more than SPREAD_MAX (max ÷ min), or
  * most of whose chunks did not count (faults in steady state, say), gets a
- * WARNING line naming the case,
- * and with --strict the program fails: its ratios must not be quoted.
- * clean_frac is the share of timed chunks that counted.
+ * WARNING line naming the case, and with --strict the program fails: its
+ * ratios must not be quoted. clean_frac is the share of timed chunks that
+ * counted, all_ns_per_op the figure over every chunk.
  * -------------------------------------------------------------------------- */
 
 static double cpu_now_ns(void)
@@ -505,7 +504,7 @@ static const char *disturb_subj;
 static unsigned disturb_every;  /* 2: every other chunk, 1: every chunk */
 
 typedef struct run_fig {
-    double ns, cpu_ns;          /* per op, over the clean chunks              */
+    double ns, cpu_ns;          /* per op: median over the clean chunks       */
     double all_ns;              /* per op, over every chunk                   */
     uint64_t chunks, clean;     /* chunks timed, chunks that counted          */
     uint64_t faults;            /* page faults, all chunks                   */
