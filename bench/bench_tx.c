@@ -469,7 +469,9 @@ static void gsps_floor(void *p, uint64_t iters)
  * Steady state only. A run is timed in chunks of about 1/RUN_CHUNKS of its
  * length, and a chunk during which the thread was switched out (getrusage's
  * context switches: preempted by another process, or blocked) or took a
- * page fault does not count: the run goes on until the clean chunks add up
+ * page fault, or whose wall-clock and thread CPU times disagree by more than
+ * CLOCK_AGREE (the one busy thread's should be equal), does not count: the
+ * run goes on until the clean chunks add up
  * to its iterations (at most RUN_CAP times them in all), and its figure is
  * the median of the clean chunks' ns per op (so that a chunk stretched by
  * what the guest cannot see, such as the host descheduling this virtual
@@ -495,6 +497,7 @@ static double cpu_now_ns(void)
 #define RUN_CHUNKS 32u          /* chunks per run                            */
 #define RUN_CAP 4u              /* at most this many times the iterations    */
 #define SPREAD_MAX 2.0          /* runs' max ÷ min beyond which: WARNING      */
+#define CLOCK_AGREE 1.25        /* a chunk's wall ÷ CPU time (and CPU ÷ wall) */
 
 static int tx_strict;           /* --strict: a WARNING fails the program      */
 /* Test hook (tests/tx/bench_guard.sh): NVH_BENCH_TX_DISTURB=SUBJECT:half or
@@ -545,6 +548,11 @@ static run_fig timed_run(bench_body_fn body, void *ctx, uint64_t iters, unsigned
         uint64_t flt = rusage_faults(&r1) - rusage_faults(&r0);
         f.faults += flt;
         if (rusage_switches(&r1) != rusage_switches(&r0) || flt) continue;
+        /* one thread, busy throughout: its wall and CPU time agree unless
+         * the guest's clocks do not (the virtual CPU descheduled by the
+         * host, a clock correction) */
+        double w = (double)(t1 - t0), cp = c1 - c0;
+        if (w > CLOCK_AGREE * cp || cp > CLOCK_AGREE * w) continue;
         cw[f.clean] = (double)(t1 - t0) / (double)chunk;
         cc[f.clean++] = (c1 - c0) / (double)chunk;
         clean_iters += chunk;
@@ -563,7 +571,7 @@ static run_fig timed_run(bench_body_fn body, void *ctx, uint64_t iters, unsigned
 
 /* The guard: WARNING (with --strict an error) when a subject's figures of
  * this case are not steady-state measurements. */
-static void check_runs(env *e, const char *c, const char *subj, const run_fig *f, unsigned runs,
+static bool check_runs(env *e, const char *c, const char *subj, const run_fig *f, unsigned runs,
                        const double *ns)
 {
     const bench_opts *o = e->opts;
@@ -587,11 +595,12 @@ static void check_runs(env *e, const char *c, const char *subj, const run_fig *f
     else if (clean * 2 < chunks)
         snprintf(why, sizeof why, "only %llu of %llu chunks ran undisturbed",
                  (unsigned long long)clean, (unsigned long long)chunks);
-    if (!why[0]) return;
+    if (!why[0]) return true;
     if (tx_strict)
         bench_error(o, "%s %s: %s; its ratios are not valid", c, subj, why);
     else
         bench_note(o, "WARNING: %s %s: %s; do not quote its ratios", c, subj, why);
+    return false;
 }
 
 static void measure_rounds(env *e, const char *c, const subj *sj, unsigned ns_, loop_ctx *x,
@@ -621,17 +630,21 @@ static void measure_rounds(env *e, const char *c, const subj *sj, unsigned ns_, 
             cpu[k][r] = fig[k][r].cpu_ns;
             nvh_tx_protocol_set(x->pool, NVH_TX_PROTO_AUTO);
         }
+    /* pair ratios only between subjects whose runs pass the check: a
+     * disturbed peer makes every ratio of the case meaningless */
+    bool valid[MAXS];
+    for (unsigned k = 0; k < ns_ && k < MAXS; k++)
+        valid[k] = iters[k] && check_runs(e, c, sj[k].name, fig[k], runs, wall[k]);
     for (unsigned k = 0; k < ns_ && k < MAXS; k++) {
         if (!iters[k]) continue;
         emit(o, c, sj[k].name, wall[k], runs);
-        check_runs(e, c, sj[k].name, fig[k], runs, wall[k]);
         bench_summary w = bench_summarize(wall[k], runs);
         double all[64];
         for (unsigned r = 0; r < runs; r++) all[r] = fig[k][r].all_ns;
         bench_emit(o, c, sj[k].name, "all_ns_per_op", bench_summarize(all, runs), "ns");
         bench_emit(o, c, sj[k].name, "min_ns_per_op", bench_exact(w.min), "ns");
         bench_emit(o, c, sj[k].name, "cpu_ns_per_op", bench_summarize(cpu[k], runs), "ns");
-        if (pm >= 0 && (int)k != pm) {
+        if (pm >= 0 && (int)k != pm && valid[k] && valid[pm]) {
             double q[64];
             for (unsigned r = 0; r < runs; r++) q[r] = wall[pm][r] / wall[k][r];
             bench_emit(o, c, sj[k].name, "pair_ratio", bench_summarize(q, runs), "x");
