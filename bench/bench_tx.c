@@ -569,6 +569,27 @@ static run_fig timed_run(bench_body_fn body, void *ctx, uint64_t iters, unsigned
     return f;
 }
 
+/* Iterations for a run of about opts->time_ns * scale, like bench_calibrate
+ * but from the lesser of each trial call's wall and CPU time: a trial call
+ * that was preempted (wall) or whose CPU clock ran ahead would otherwise
+ * make every run of the subject far too short. */
+static uint64_t tx_calibrate(const bench_opts *o, bench_body_fn body, void *ctx, double scale)
+{
+    double target = o->time_ns * scale;
+    uint64_t iters = 1;
+    for (;;) {
+        double c0 = cpu_now_ns();
+        double w = bench_time_ns(body, ctx, iters);
+        double cp = cpu_now_ns() - c0;
+        double t = w < cp ? w : cp;
+        if (t >= target / 8 || iters >= ((uint64_t)1 << 40)) {
+            double n = t > 0 ? target * (double)iters / t : (double)iters * 8;
+            return n < 1 ? 1 : (uint64_t)n;
+        }
+        iters *= t < target / 64 ? 8 : 2;
+    }
+}
+
 /* The guard: WARNING (with --strict an error) when a subject's figures of
  * this case are not steady-state measurements. */
 static bool check_runs(env *e, const char *c, const char *subj, const run_fig *f, unsigned runs,
@@ -584,7 +605,6 @@ static bool check_runs(env *e, const char *c, const char *subj, const run_fig *f
         faults += f[r].faults;
     }
     bench_summary s = bench_summarize(ns, runs);
-    bench_emit(o, c, subj, "clean_frac", bench_exact(chunks ? (double)clean / chunks : 0), "");
     char why[160] = "";
     if (disturbed)
         snprintf(why, sizeof why, "%u of %u runs disturbed (fewer than half the iterations "
@@ -617,7 +637,7 @@ static void measure_rounds(env *e, const char *c, const subj *sj, unsigned ns_, 
         if (sj[k].kind == 1) pm = (int)k;
         if (sj[k].kind >= 2 && !e->floor_log) { iters[k] = 0; continue; }
         if (sj[k].kind == 0) nvh_tx_protocol_set(x->pool, sj[k].proto);
-        iters[k] = bench_calibrate(o, sj[k].body, x, scale);
+        iters[k] = tx_calibrate(o, sj[k].body, x, scale);
         nvh_tx_protocol_set(x->pool, NVH_TX_PROTO_AUTO);
     }
     for (unsigned r = 0; r < runs; r++)
@@ -638,6 +658,13 @@ static void measure_rounds(env *e, const char *c, const subj *sj, unsigned ns_, 
     for (unsigned k = 0; k < ns_ && k < MAXS; k++) {
         if (!iters[k]) continue;
         emit(o, c, sj[k].name, wall[k], runs);
+        uint64_t chunks = 0, clean = 0;
+        for (unsigned r = 0; r < runs; r++) {
+            chunks += fig[k][r].chunks;
+            clean += fig[k][r].clean;
+        }
+        bench_emit(o, c, sj[k].name, "clean_frac", bench_exact(chunks ? (double)clean / chunks : 0),
+                   "");
         bench_summary w = bench_summarize(wall[k], runs);
         double all[64];
         for (unsigned r = 0; r < runs; r++) all[r] = fig[k][r].all_ns;
