@@ -6,7 +6,8 @@
  *        SFENCE on /dev/shm), nodur = process domain (no flush, no fence).
  *        pmdk: TX_BEGIN/pmemobj_tx_add_range_direct (no read isolation: its
  *        "read" is a plain load); nvheap-undo: nvheap's calls with the
- *        two-fence protocol forced (nvh_tx_protocol_set)
+ *        two-fence protocol forced (nvh_tx_protocol_set); floor-1f (write,
+ *        read-write): the one-fence transaction with no library code (t3_floor)
  *   gups/U        1 thread, 1 M-element array, U random 8-byte updates per
  *                 transaction (Fig. 4). nvheap: nvh_tx_add_ranges (one call
  *                 for the U words) then in-place updates; nvheap-obj:
@@ -41,7 +42,10 @@
  * for latency/...-dur, gups/U and gsps/1, whose subjects run interleaved
  * (each run times every subject once), also min_ns_per_op, cpu_ns_per_op,
  * pair_ratio and pair_ratio_cpu (PMDK's ns ÷ the subject's in the same run,
- * median over runs).
+ * median over runs), clean_frac and all_ns_per_op (every chunk, the
+ * disturbed ones too); the others count only chunks of a run during
+ * which the thread ran undisturbed, and a subject whose runs are not steady
+ * state gets a WARNING (--strict: the program fails), see measure_rounds.
  * The ratio column divides ns_per_op by PMDK's in the same case (< 1: faster).
  * PMDK runs with PMEM_IS_PMEM_FORCE=1 on /dev/shm (the whole program re-runs
  * itself as a child with that environment, since libpmem reads it at load).
@@ -55,6 +59,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -68,7 +73,8 @@ static const bench_info info = {
     .summary = "durable transactions: NVTM Table 3, GUPS/GSPS, hybrid logging, vs PMDK",
     .baseline = "pmdk",
     .ratio_metric = "ns_per_op",
-    .usage = NULL,
+    .usage = "  --strict     fail (exit 1) when a subject's runs are not steady state\n"
+             "               (disturbed runs, absurd spread): its ratios are not valid\n",
 };
 
 /* ==========================================================================
@@ -148,7 +154,7 @@ static void measure_nv(env *e, const char *c, const char *subj, bench_body_fn bo
 typedef struct subj {
     const char *name;
     bench_body_fn body;
-    int kind;                   /* 0 nvheap (counts), 1 pmdk, 2 floor-2f  */
+    int kind;                   /* 0 nvheap (counts), 1 pmdk, 2 floor-2f, 3 floor-1f */
     nvh_tx_protocol proto;      /* nvheap subjects                         */
 } subj;
 static void measure_rounds(env *e, const char *c, const subj *sj, unsigned ns_, loop_ctx *x,
@@ -202,6 +208,8 @@ static void t3_pm(void *p, uint64_t iters)
     }
 }
 
+static void t3_floor(void *p, uint64_t iters);
+
 static void table3(env *e)
 {
     static const char *names[] = {"empty", "read", "write", "read-write"};
@@ -220,8 +228,9 @@ static void table3(env *e)
                 {"nvheap", t3_nv, 0, NVH_TX_PROTO_AUTO},
                 {"pmdk", t3_pm, 1, NVH_TX_PROTO_AUTO},
                 {"nvheap-undo", t3_nv, 0, NVH_TX_PROTO_UNDO},
+                {"floor-1f", t3_floor, 3, NVH_TX_PROTO_AUTO},
             };
-            measure_rounds(e, c, sj, k == K_WRITE || k == K_RW ? 3 : 2, &x, 0.25);
+            measure_rounds(e, c, sj, k == K_WRITE || k == K_RW ? 4 : 2, &x, 0.25);
         }
 }
 
@@ -405,6 +414,28 @@ static void floor_tx(loop_ctx *x, uint64_t *log, uint64_t **w, unsigned u, uint6
     for (unsigned k = 0; k < u; k++) bench_clwb(w[k]);      /* data: next fence */
 }
 
+/* floor-1f (latency/write-dur, read-write-dur): the one-fence transaction
+ * on one word with no library code: the previous transaction's data line's
+ * CLWB, one non-temporal redo line {tid, 1, offset, new value}, SFENCE
+ * (committed), the store in place (written back before the next fence).
+ * The least any design that makes the commit durable before it returns can
+ * do: 1 fence, 2 lines. */
+static void t3_floor(void *p, uint64_t iters)
+{
+    loop_ctx *x = p;
+    uint64_t *a = x->arr, *b = x->arr + 8;
+    for (uint64_t i = 0; i < iters; i++) {
+        uint64_t v = (x->kind == K_RW ? *(volatile uint64_t *)b : 0) + i;
+        uint64_t tid = ++x->e->floor_tid;
+        uint64_t *dst = x->e->floor_log + (tid & 1) * FLOOR_LINES * 8;
+        uint64_t line[8] = {tid, 1, (uint64_t)((char *)a - (char *)x->arr), v, 0, 0, 0, 0};
+        floor_nt_line(dst, line);
+        bench_clwb(a);                                      /* the previous value */
+        bench_sfence();                                     /* THE fence */
+        *a = v;
+    }
+}
+
 static void gups_floor(void *p, uint64_t iters)
 {
     loop_ctx *x = p;
@@ -434,6 +465,26 @@ static void gsps_floor(void *p, uint64_t iters)
  * the same run: above 1 is faster than PMDK), `min_ns_per_op` (the least
  * disturbed run) and `cpu_ns_per_op` (thread CPU time: preemption by other
  * processes excluded).
+ *
+ * Steady state only. A run is timed in chunks of about 1/RUN_CHUNKS of its
+ * length, and a chunk during which the thread was switched out (getrusage's
+ * context switches: preempted by another process, or blocked) or took a
+ * page fault, or whose wall-clock and thread CPU times disagree by more than
+ * CLOCK_AGREE (the one busy thread's should be equal), does not count: the
+ * run goes on until the clean chunks add up
+ * to its iterations (at most RUN_CAP times them in all), and its figure is
+ * the median of the clean chunks' ns per op (so that a chunk stretched by
+ * what the guest cannot see, such as the host descheduling this virtual
+ * CPU, which also counts as the thread's CPU time, does not move it either;
+ * cpu_ns_per_op likewise). On a machine shared with other work, a run can
+ * be preempted for most of its length while the next subject's run is not
+ * touched: whole-run wall-clock pair ratios are then noise. A subject whose
+ * clean chunks did not reach half its iterations in some run
+ * ("disturbed"), whose runs spread more than SPREAD_MAX (max ÷ min), or
+ * most of whose chunks did not count (faults in steady state, say), gets a
+ * WARNING line naming the case, and with --strict the program fails: its
+ * ratios must not be quoted. clean_frac is the share of timed chunks that
+ * counted, all_ns_per_op the figure over every chunk.
  * -------------------------------------------------------------------------- */
 
 static double cpu_now_ns(void)
@@ -443,6 +494,135 @@ static double cpu_now_ns(void)
     return (double)ts.tv_sec * 1e9 + (double)ts.tv_nsec;
 }
 
+#define RUN_CHUNKS 32u          /* chunks per run                            */
+#define RUN_CAP 4u              /* at most this many times the iterations    */
+#define SPREAD_MAX 2.0          /* runs' max ÷ min beyond which: WARNING      */
+#define CLOCK_AGREE 1.25        /* a chunk's wall ÷ CPU time (and CPU ÷ wall) */
+
+static int tx_strict;           /* --strict: a WARNING fails the program      */
+/* Test hook (tests/tx/bench_guard.sh): NVH_BENCH_TX_DISTURB=SUBJECT:half or
+ * SUBJECT:all sleeps 1 ms inside every other (every) timed chunk of that
+ * subject, a disturbance the guard must exclude (half) or report (all). */
+static const char *disturb_subj;
+static unsigned disturb_every;  /* 2: every other chunk, 1: every chunk */
+
+typedef struct run_fig {
+    double ns, cpu_ns;          /* per op: median over the clean chunks       */
+    double all_ns;              /* per op, over every chunk                   */
+    uint64_t chunks, clean;     /* chunks timed, chunks that counted          */
+    uint64_t faults;            /* page faults, all chunks                   */
+    bool disturbed;             /* clean chunks short of half the iterations */
+} run_fig;
+
+static uint64_t rusage_switches(const struct rusage *r)
+{
+    return (uint64_t)r->ru_nvcsw + (uint64_t)r->ru_nivcsw;
+}
+
+static uint64_t rusage_faults(const struct rusage *r)
+{
+    return (uint64_t)r->ru_minflt + (uint64_t)r->ru_majflt;
+}
+
+static run_fig timed_run(bench_body_fn body, void *ctx, uint64_t iters, unsigned disturb)
+{
+    run_fig f = {0};
+    uint64_t chunk = iters / RUN_CHUNKS ? iters / RUN_CHUNKS : 1;
+    uint64_t clean_iters = 0, done = 0;
+    double all_wall = 0, all_cpu = 0;
+    double cw[RUN_CAP * RUN_CHUNKS + 1], cc[RUN_CAP * RUN_CHUNKS + 1];   /* clean chunks */
+    while (clean_iters < iters && f.chunks < RUN_CAP * RUN_CHUNKS) {
+        struct rusage r0, r1;
+        getrusage(RUSAGE_THREAD, &r0);
+        double c0 = cpu_now_ns();
+        uint64_t t0 = bench_now_ns();
+        body(ctx, chunk);
+        if (disturb && f.chunks % disturb == 0) usleep(1000);
+        uint64_t t1 = bench_now_ns();
+        double c1 = cpu_now_ns();
+        getrusage(RUSAGE_THREAD, &r1);
+        done += chunk;
+        f.chunks++;
+        all_wall += (double)(t1 - t0);
+        all_cpu += c1 - c0;
+        uint64_t flt = rusage_faults(&r1) - rusage_faults(&r0);
+        f.faults += flt;
+        if (rusage_switches(&r1) != rusage_switches(&r0) || flt) continue;
+        /* one thread, busy throughout: its wall and CPU time agree unless
+         * the guest's clocks do not (the virtual CPU descheduled by the
+         * host, a clock correction) */
+        double w = (double)(t1 - t0), cp = c1 - c0;
+        if (w > CLOCK_AGREE * cp || cp > CLOCK_AGREE * w) continue;
+        cw[f.clean] = (double)(t1 - t0) / (double)chunk;
+        cc[f.clean++] = (c1 - c0) / (double)chunk;
+        clean_iters += chunk;
+    }
+    f.disturbed = clean_iters * 2 < iters;
+    f.all_ns = all_wall / (double)done;
+    if (f.clean) {
+        f.ns = bench_median(cw, (unsigned)f.clean);
+        f.cpu_ns = bench_median(cc, (unsigned)f.clean);
+    } else {
+        f.ns = all_wall / (double)done;
+        f.cpu_ns = all_cpu / (double)done;
+    }
+    return f;
+}
+
+/* Iterations for a run of about opts->time_ns * scale, like bench_calibrate
+ * but from the lesser of each trial call's wall and CPU time: a trial call
+ * that was preempted (wall) or whose CPU clock ran ahead would otherwise
+ * make every run of the subject far too short. */
+static uint64_t tx_calibrate(const bench_opts *o, bench_body_fn body, void *ctx, double scale)
+{
+    double target = o->time_ns * scale;
+    uint64_t iters = 1;
+    for (;;) {
+        double c0 = cpu_now_ns();
+        double w = bench_time_ns(body, ctx, iters);
+        double cp = cpu_now_ns() - c0;
+        double t = w < cp ? w : cp;
+        if (t >= target / 8 || iters >= ((uint64_t)1 << 40)) {
+            double n = t > 0 ? target * (double)iters / t : (double)iters * 8;
+            return n < 1 ? 1 : (uint64_t)n;
+        }
+        iters *= t < target / 64 ? 8 : 2;
+    }
+}
+
+/* The guard: WARNING (with --strict an error) when a subject's figures of
+ * this case are not steady-state measurements. */
+static bool check_runs(env *e, const char *c, const char *subj, const run_fig *f, unsigned runs,
+                       const double *ns)
+{
+    const bench_opts *o = e->opts;
+    unsigned disturbed = 0;
+    uint64_t chunks = 0, clean = 0, faults = 0;
+    for (unsigned r = 0; r < runs; r++) {
+        disturbed += f[r].disturbed;
+        chunks += f[r].chunks;
+        clean += f[r].clean;
+        faults += f[r].faults;
+    }
+    bench_summary s = bench_summarize(ns, runs);
+    char why[160] = "";
+    if (disturbed)
+        snprintf(why, sizeof why, "%u of %u runs disturbed (fewer than half the iterations "
+                 "ran without a context switch or fault)", disturbed, runs);
+    else if (s.min > 0 && s.max / s.min > SPREAD_MAX)
+        snprintf(why, sizeof why, "runs spread %.0f..%.0f ns (max/min %.1f > %.1f)", s.min, s.max,
+                 s.max / s.min, SPREAD_MAX);
+    else if (clean * 2 < chunks)
+        snprintf(why, sizeof why, "only %llu of %llu chunks ran undisturbed",
+                 (unsigned long long)clean, (unsigned long long)chunks);
+    if (!why[0]) return true;
+    if (tx_strict)
+        bench_error(o, "%s %s: %s; its ratios are not valid", c, subj, why);
+    else
+        bench_note(o, "WARNING: %s %s: %s; do not quote its ratios", c, subj, why);
+    return false;
+}
+
 static void measure_rounds(env *e, const char *c, const subj *sj, unsigned ns_, loop_ctx *x,
                            double scale)
 {
@@ -450,31 +630,48 @@ static void measure_rounds(env *e, const char *c, const subj *sj, unsigned ns_, 
     enum { MAXS = 8 };
     uint64_t iters[MAXS];
     double wall[MAXS][64], cpu[MAXS][64];
+    run_fig fig[MAXS][64];
     unsigned runs = o->runs > 64 ? 64 : o->runs;
     int pm = -1;
     for (unsigned k = 0; k < ns_ && k < MAXS; k++) {
         if (sj[k].kind == 1) pm = (int)k;
-        if (sj[k].kind == 2 && !e->floor_log) { iters[k] = 0; continue; }
+        if (sj[k].kind >= 2 && !e->floor_log) { iters[k] = 0; continue; }
         if (sj[k].kind == 0) nvh_tx_protocol_set(x->pool, sj[k].proto);
-        iters[k] = bench_calibrate(o, sj[k].body, x, scale);
+        iters[k] = tx_calibrate(o, sj[k].body, x, scale);
         nvh_tx_protocol_set(x->pool, NVH_TX_PROTO_AUTO);
     }
     for (unsigned r = 0; r < runs; r++)
         for (unsigned k = 0; k < ns_ && k < MAXS; k++) {
             if (!iters[k]) continue;
             if (sj[k].kind == 0) nvh_tx_protocol_set(x->pool, sj[k].proto);
-            double c0 = cpu_now_ns();
-            wall[k][r] = bench_time_ns(sj[k].body, x, iters[k]) / iters[k];
-            cpu[k][r] = (cpu_now_ns() - c0) / iters[k];
+            unsigned dis = disturb_subj && !strcmp(disturb_subj, sj[k].name) ? disturb_every : 0;
+            fig[k][r] = timed_run(sj[k].body, x, iters[k], dis);
+            wall[k][r] = fig[k][r].ns;
+            cpu[k][r] = fig[k][r].cpu_ns;
             nvh_tx_protocol_set(x->pool, NVH_TX_PROTO_AUTO);
         }
+    /* pair ratios only between subjects whose runs pass the check: a
+     * disturbed peer makes every ratio of the case meaningless */
+    bool valid[MAXS];
+    for (unsigned k = 0; k < ns_ && k < MAXS; k++)
+        valid[k] = iters[k] && check_runs(e, c, sj[k].name, fig[k], runs, wall[k]);
     for (unsigned k = 0; k < ns_ && k < MAXS; k++) {
         if (!iters[k]) continue;
         emit(o, c, sj[k].name, wall[k], runs);
+        uint64_t chunks = 0, clean = 0;
+        for (unsigned r = 0; r < runs; r++) {
+            chunks += fig[k][r].chunks;
+            clean += fig[k][r].clean;
+        }
+        bench_emit(o, c, sj[k].name, "clean_frac", bench_exact(chunks ? (double)clean / chunks : 0),
+                   "");
         bench_summary w = bench_summarize(wall[k], runs);
+        double all[64];
+        for (unsigned r = 0; r < runs; r++) all[r] = fig[k][r].all_ns;
+        bench_emit(o, c, sj[k].name, "all_ns_per_op", bench_summarize(all, runs), "ns");
         bench_emit(o, c, sj[k].name, "min_ns_per_op", bench_exact(w.min), "ns");
         bench_emit(o, c, sj[k].name, "cpu_ns_per_op", bench_summarize(cpu[k], runs), "ns");
-        if (pm >= 0 && (int)k != pm) {
+        if (pm >= 0 && (int)k != pm && valid[k] && valid[pm]) {
             double q[64];
             for (unsigned r = 0; r < runs; r++) q[r] = wall[pm][r] / wall[k][r];
             bench_emit(o, c, sj[k].name, "pair_ratio", bench_summarize(q, runs), "x");
@@ -496,6 +693,10 @@ static void measure_rounds(env *e, const char *c, const subj *sj, unsigned ns_, 
             unsigned nl = (x->u + 2) / 3;
             bench_emit(o, c, sj[k].name, "fences_per_op", bench_exact(2), "fences");
             bench_emit(o, c, sj[k].name, "lines_per_op", bench_exact(2.0 * nl + x->u), "lines");
+        } else if (sj[k].kind == 3) {
+            /* exact, by construction: one redo line and the data line */
+            bench_emit(o, c, sj[k].name, "fences_per_op", bench_exact(1), "fences");
+            bench_emit(o, c, sj[k].name, "lines_per_op", bench_exact(2), "lines");
         }
     }
 }
@@ -827,11 +1028,21 @@ int main(int argc, char **argv)
 {
     bench_opts opts;
     bench_parse(&opts, &info, argc, argv);
-    if (opts.argc) bench_usage_error(&opts, "unknown option: %s", opts.argv[0]);
+    for (int i = 0; i < opts.argc; i++) {
+        if (strcmp(opts.argv[i], "--strict") == 0) tx_strict = 1;
+        else bench_usage_error(&opts, "unknown option: %s", opts.argv[i]);
+    }
+    const char *dis = getenv("NVH_BENCH_TX_DISTURB");
+    if (dis && strchr(dis, ':')) {
+        static char name[64];
+        snprintf(name, sizeof name, "%.*s", (int)(strchr(dis, ':') - dis), dis);
+        disturb_subj = name;
+        disturb_every = strcmp(strchr(dis, ':') + 1, "all") == 0 ? 1 : 2;
+    }
     if (!opts.child) {
         /* libpmem reads PMEM_IS_PMEM_FORCE when it loads: run in a child */
         const char *envs[] = {"PMEM_IS_PMEM_FORCE=1", NULL};
-        const char *args[] = {NULL};
+        const char *args[] = {tx_strict ? "--strict" : NULL, NULL};
         bench_run_child(&opts, envs, args);
         return bench_finish(&opts);
     }
@@ -877,6 +1088,12 @@ int main(int argc, char **argv)
     nvh_pool_info_get(e.pool, &pi);
     bench_note(&opts, "nvheap: pmem domain on %s (%s); PMDK: PMEM_IS_PMEM_FORCE=1 on the same "
                "directory", opts.dir, pi.flush_instruction);
+    if (e.floor_log && strcmp(pi.flush_instruction, "clwb") != 0) {
+        /* the floors execute CLWB themselves (valgrind, for one, hides it) */
+        e.floor_log = NULL;
+        bench_note(&opts, "floor subjects skipped: they need CLWB (the pool uses %s)",
+                   pi.flush_instruction);
+    }
     table3(&e);
     gups(&e);
     gups_mt(&e);
