@@ -629,6 +629,24 @@ static void tree_objects(tenv *e, uint64_t *leaves, uint64_t *slabs, uint64_t *a
     *srecs = o.srecs;
 }
 
+/* n random overwrites and removes (one in three) of the model's keys, the
+ * model kept in step. */
+static void random_updates(kv_sorted *t, km_model *m, uint64_t *rng, uint8_t *vb, int n)
+{
+    for (int i = 0; i < n; i++) {
+        uint32_t id = (uint32_t)(km_rng(rng) % m->n);
+        if (km_rng(rng) % 3 == 0) {
+            int want = m->ver[id] ? NVH_OK : NVH_E_NOTFOUND;
+            assert_int_equal(kv_sorted_remove(t, m->keys[id], m->klen[id]), want);
+            m->ver[id] = 0;
+        } else {
+            m->ver[id] += 1;
+            size_t vl = km_val(id, m->ver[id], vb);
+            assert_int_equal(kv_sorted_put(t, m->keys[id], m->klen[id], vb, vl), NVH_OK);
+        }
+    }
+}
+
 /* A tree written with every record an allocator object — what format 3's
  * library wrote (header version 1, no slab list) — opens, reads and takes
  * updates: overwrites and removes of its records (queued frees) next to
@@ -662,18 +680,7 @@ static void version1_tree(void **state)
     assert_int_equal(objs, 1 + leaves + 1000);
     /* this library: reads, then updates with slab records */
     assert_true(km_equals(e.t, m));
-    for (int i = 0; i < 2500; i++) {
-        uint32_t id = (uint32_t)(km_rng(&rng) % 1500);
-        if (km_rng(&rng) % 3 == 0) {
-            int want = m->ver[id] ? NVH_OK : NVH_E_NOTFOUND;
-            assert_int_equal(kv_sorted_remove(e.t, m->keys[id], m->klen[id]), want);
-            m->ver[id] = 0;
-        } else {
-            m->ver[id] += 1;
-            size_t vl = km_val(id, m->ver[id], vb);
-            assert_int_equal(kv_sorted_put(e.t, m->keys[id], m->klen[id], vb, vl), NVH_OK);
-        }
-    }
+    random_updates(e.t, m, &rng, vb, 2500);
     assert_int_equal(h->version, KVS_HDR_VERSION_REC8);
     assert_int_equal(kv_sorted_check(e.t), NVH_OK);
     assert_true(km_equals(e.t, m));
@@ -748,18 +755,7 @@ static void version2_tree(void **state)
     assert_int_equal(kv_sorted_check(e.t), NVH_OK);
     assert_true(km_equals(e.t, m));
     assert_int_equal(h->version, KVS_HDR_VERSION_SLABS);    /* reads change nothing */
-    for (int i = 0; i < 2500; i++) {
-        uint32_t id = (uint32_t)(km_rng(&rng) % 1500);
-        if (km_rng(&rng) % 3 == 0) {
-            int want = m->ver[id] ? NVH_OK : NVH_E_NOTFOUND;
-            assert_int_equal(kv_sorted_remove(e.t, m->keys[id], m->klen[id]), want);
-            m->ver[id] = 0;
-        } else {
-            m->ver[id] += 1;
-            size_t vl = km_val(id, m->ver[id], vb);
-            assert_int_equal(kv_sorted_put(e.t, m->keys[id], m->klen[id], vb, vl), NVH_OK);
-        }
-    }
+    random_updates(e.t, m, &rng, vb, 2500);
     assert_int_equal(h->version, KVS_HDR_VERSION_REC8);
     assert_int_equal(kv_sorted_check(e.t), NVH_OK);
     assert_true(km_equals(e.t, m));
