@@ -629,6 +629,16 @@ static void tree_objects(tenv *e, uint64_t *leaves, uint64_t *slabs, uint64_t *a
     *srecs = o.srecs;
 }
 
+/* Version 1 of the model's first n keys put, the model kept in step. */
+static void first_puts(kv_sorted *t, km_model *m, uint8_t *vb, uint32_t n)
+{
+    for (uint32_t id = 0; id < n; id++) {
+        m->ver[id] = 1;
+        size_t vl = km_val(id, 1, vb);
+        assert_int_equal(kv_sorted_put(t, m->keys[id], m->klen[id], vb, vl), NVH_OK);
+    }
+}
+
 /* n random overwrites and removes (one in three) of the model's keys, the
  * model kept in step. */
 static void random_updates(kv_sorted *t, km_model *m, uint64_t *rng, uint8_t *vb, int n)
@@ -662,11 +672,7 @@ static void version1_tree(void **state)
     km_model *m = km_new(1500);
     uint8_t vb[KM_VALMAX];
     uint64_t rng = 7;
-    for (uint32_t id = 0; id < 1000; id++) {
-        m->ver[id] = 1;
-        size_t vl = km_val(id, 1, vb);
-        assert_int_equal(kv_sorted_put(e.t, m->keys[id], m->klen[id], vb, vl), NVH_OK);
-    }
+    first_puts(e.t, m, vb, 1000);
     env_close(&e);
     uint64_t leaves, slabs, arecs, srecs, objs = 0;
     env_open(&e, NULL, NULL);
@@ -739,11 +745,7 @@ static void version2_tree(void **state)
     km_model *m = km_new(1500);
     uint8_t vb[KM_VALMAX];
     uint64_t rng = 11;
-    for (uint32_t id = 0; id < 1000; id++) {
-        m->ver[id] = 1;
-        size_t vl = km_val(id, 1, vb);
-        assert_int_equal(kv_sorted_put(e.t, m->keys[id], m->klen[id], vb, vl), NVH_OK);
-    }
+    first_puts(e.t, m, vb, 1000);
     env_close(&e);
     uint64_t n16, n8;
     env_open(&e, NULL, NULL);
