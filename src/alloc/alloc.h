@@ -481,7 +481,8 @@ struct nvh_heap {
     nvh_chunk *chunks;          /* max_chunks entries                         */
     uint32_t *pview;            /* per block: length of the region that starts
                                    there in the persistent tiling, 0 = none   */
-    _Atomic int16_t *owner;     /* chunk -> arena, -1 = none                  */
+    _Atomic int16_t *owner;     /* chunk -> arena index + 1, 0 = none (see
+                                   nvh_owner_get)                              */
     nvh_extent *huge; size_t nhuge, huge_cap; /* free chunk extents           */
 
     nvh_arena arenas[NVH_RINGS];
@@ -603,6 +604,40 @@ static inline uint64_t nvh_block_off(const nvh_heap *h, uint64_t block)
 static inline uint64_t nvh_chunk_of_block(const nvh_heap *h, uint64_t block)
 {
     return block >> h->bpc_shift;
+}
+/* The owner table holds arena index + 1, so "no owner" is 0: the table is
+ * sized by the reservable heap (the growth limit, up to millions of chunks)
+ * but comes zeroed from the allocator, and an open touches none of it; only
+ * the entries of chunks the pool actually uses ever get a page. Every read
+ * and write of owner[] goes through these. */
+static inline int16_t nvh_owner_code(unsigned arena) { return (int16_t)(arena + 1); }
+/* chunk c's owner arena index, or -1 (none, or c beyond the table) */
+static inline int nvh_owner_get(nvh_heap *h, uint64_t c, memory_order mo)
+{
+    return c < h->max_chunks ? (int)atomic_load_explicit(&h->owner[c], mo) - 1 : -1;
+}
+static inline void nvh_owner_set(nvh_heap *h, uint64_t c, unsigned arena, memory_order mo)
+{
+    atomic_store_explicit(&h->owner[c], nvh_owner_code(arena), mo);
+}
+/* claim unowned chunk c for arena; the owner it has after the call */
+static inline int nvh_owner_claim(nvh_heap *h, uint64_t c, unsigned arena)
+{
+    int16_t own = atomic_load_explicit(&h->owner[c], memory_order_acquire);
+    if (own == 0 &&
+        atomic_compare_exchange_strong_explicit(&h->owner[c], &own, nvh_owner_code(arena),
+                                                memory_order_acq_rel, memory_order_acquire))
+        own = nvh_owner_code(arena);
+    return (int)own - 1;
+}
+/* Chunks whose DRAM state (chunks[], owner[]) may be non-zero: those inside
+ * the pool's current size. Walks over the tables (close) stop here, not at
+ * max_chunks, so they cost what the pool uses, not what it may grow to. */
+static inline uint64_t nvh_chunks_mapped(const nvh_heap *h, uint64_t pool_size)
+{
+    uint64_t n = pool_size > h->chunks_off ? (pool_size - h->chunks_off + h->chunk_size - 1) /
+                                                 h->chunk_size : 0;
+    return n < h->max_chunks ? n : h->max_chunks;
 }
 /* Header zones (docs/FORMAT.md "Header chunks"). Region headers live
  * outside the chunks they describe, so a chunk's data area is all of it:
