@@ -976,11 +976,24 @@ static inline void nvh_redo_appended_(nvh_arena *a, const struct nvh_rec *head,
         for (unsigned i = 0; i < nlinks; i++) a->last_links[a->nlast_links++] = links[i].addr;
 }
 
-/* pmem with CLWB: the fast path below streams the record and issues CLWB */
+/* pmem with CLWB: the links' write-backs can start early (preflush) */
 static inline bool nvh_pmem_clwb_(const nvh_heap *h)
 {
 #if defined(__x86_64__)
     return h->pool->ctx.domain == NVH_DOMAIN_PMEM && h->pool->ctx.flush_kind == NVH_FLUSH_CLWB;
+#else
+    (void)h;
+    return false;
+#endif
+}
+
+/* pmem with any flush instruction (CLWB, CLFLUSHOPT, CLFLUSH): the fast path
+ * below streams the record and writes the links back itself. Only the
+ * fences-only configuration (no flush instruction) takes the generic path. */
+static inline bool nvh_pmem_flush_(const nvh_heap *h)
+{
+#if defined(__x86_64__)
+    return h->pool->ctx.domain == NVH_DOMAIN_PMEM && h->pool->ctx.flush_kind != NVH_FLUSH_NONE;
 #else
     (void)h;
     return false;
@@ -1011,7 +1024,8 @@ static inline void nvh_redo_preflush(nvh_heap *h, nvh_arena *a)
 
 /* nvh_redo_append, inlined for the common case of every activate and free:
  * a one-line record (at most 2 links) that fits the ring without a retire,
- * in the process domain or the pmem domain with CLWB. The same stores,
+ * in the process domain or the pmem domain with a flush instruction (the
+ * link write-backs use the pool's: CLWB, CLFLUSHOPT or CLFLUSH). The same stores,
  * flushes, fence and statistics as the generic path (which every other case
  * takes: the crash simulator's sim domain, msync, multi-line records), but
  * without the call and with the pmem line streamed by four inline MOVNTDQ
@@ -1023,7 +1037,7 @@ nvh_redo_append1(nvh_heap *h, nvh_arena *a, struct nvh_rec *head,
                 const struct nvh_link_entry *links, unsigned nlinks)
 {
     nvh_persist_ctx_ *ctx = &h->pool->ctx;
-    bool pmem = nvh_pmem_clwb_(h);
+    bool pmem = nvh_pmem_flush_(h);
     if (__builtin_expect(nlinks > 2 || a->ring_pos >= NVH_RING_LINES ||
                              a->ring_used >= NVH_RING_LINES ||
                              (!pmem && ctx->domain != NVH_DOMAIN_PROCESS), 0))
@@ -1048,9 +1062,18 @@ nvh_redo_append1(nvh_heap *h, nvh_arena *a, struct nvh_rec *head,
         _mm_stream_si128((__m128i *)(void *)(dst + 32), x2);
         _mm_stream_si128((__m128i *)(void *)(dst + 48), x3);
         nvh_wclose(h, dst, 64);
-        if (!a->links_clwb)     /* else issued by nvh_redo_preflush */
-            for (unsigned i = 0; i < a->nlast_links; i++)
-                __asm__ volatile("clwb %0" : "+m"(*(volatile char *)(h->base + a->last_links[i])));
+        if (!a->links_clwb) {   /* else issued by nvh_redo_preflush */
+            unsigned k = ctx->flush_kind;
+            for (unsigned i = 0; i < a->nlast_links; i++) {
+                volatile char *l = (volatile char *)(h->base + a->last_links[i]);
+                if (k == NVH_FLUSH_CLWB) __asm__ volatile("clwb %0" : "+m"(*l));
+                else if (k == NVH_FLUSH_CLFLUSHOPT) __asm__ volatile("clflushopt %0" : "+m"(*l));
+                else __asm__ volatile("clflush %0" : "+m"(*l));
+            }
+        }
+        /* also with CLFLUSH (which nvh_drain leaves unfenced): the streamed
+         * record line is ordered only by a fence, and the link stores that
+         * follow must not reach the media before it */
         __asm__ volatile("sfence" ::: "memory");
         nvh_stat_add_(ctx, NVH_STAT_NT_BYTES, 64);
     } else
