@@ -1,5 +1,5 @@
 /* test_alloc_open.c — opening and closing a pool's heap costs what the pool
- * uses, not what it may grow to (docs/ALLOC.md §1):
+ * uses, not what it may grow to (docs/ALLOC.md §3):
  *   - the per-chunk tables are sized by the growth limit (64 GiB by default:
  *     a million entries at the smallest chunk size), yet an open and a close
  *     of a small pool touch no more pages of them with a 64 GiB limit than
