@@ -16,6 +16,20 @@
 #include <sys/resource.h>
 #include <time.h>
 
+/* TSan's mmap and munmap interceptors touch shadow memory in proportion to
+ * the mapping's size (the tables are mapped either way), so page faults
+ * measure the sanitizer there, not the heap: the fault checks are skipped */
+#if defined(__SANITIZE_THREAD__)
+#define FAULTS_MEASURABLE 0
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define FAULTS_MEASURABLE 0
+#endif
+#endif
+#ifndef FAULTS_MEASURABLE
+#define FAULTS_MEASURABLE 1
+#endif
+
 #define LAYOUT "allocopen"
 #define MIB ((uint64_t)1 << 20)
 #define GIB ((uint64_t)1 << 30)
@@ -100,8 +114,10 @@ static void open_cost_independent_of_limit(void **state)
         /* a million chunks at 64 KiB: 2 MiB of owner entries and 32 MiB of
          * chunk records (512 + 8192 pages) if either walk covered the limit;
          * a few pages of slack for the allocator's own bookkeeping */
-        assert_true(b.open_flt <= s.open_flt + 16);
-        assert_true(b.close_flt <= s.close_flt + 16);
+        if (FAULTS_MEASURABLE) {
+            assert_true(b.open_flt <= s.open_flt + 16);
+            assert_true(b.close_flt <= s.close_flt + 16);
+        }
         unlink(small);
         unlink(big);
     }
