@@ -56,7 +56,7 @@ activate_off(nvh_heap *h, uint64_t off, const struct nvh_link_entry *links, unsi
 {
     uint64_t rel = off - h->chunks_off, b = rel / NVH_BLOCK, in = rel % NVH_BLOCK;
     uint64_t c = nvh_chunk_of_block(h, b);
-    int16_t own = c < h->max_chunks ? atomic_load(&h->owner[c]) : -1;
+    int own = nvh_owner_get(h, c, memory_order_acquire);
     if (own < 0) return nvh_fail(NVH_E_BADPTR, "offset %llu is not a reservation",
                                  (unsigned long long)off);
     nvh_arena *a = &h->arenas[own];

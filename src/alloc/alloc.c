@@ -50,7 +50,7 @@ int nvh_heap_usable(nvh_heap *h, uint64_t off, uint64_t *usable)
      * header: a reservation's header is not ours yet (another thread's
      * activation may be writing a free remainder's header there now). */
     uint64_t c = nvh_chunk_of_block(h, b);
-    int16_t own = c < h->max_chunks ? atomic_load(&h->owner[c]) : -1;
+    int own = nvh_owner_get(h, c, memory_order_acquire);
     if (own >= 0) {
         nvh_arena *a = &h->arenas[own];
         int found = 0;           /* 1: an object, -1: not one (DRAM is the truth) */

@@ -481,7 +481,8 @@ struct nvh_heap {
     nvh_chunk *chunks;          /* max_chunks entries                         */
     uint32_t *pview;            /* per block: length of the region that starts
                                    there in the persistent tiling, 0 = none   */
-    _Atomic int16_t *owner;     /* chunk -> arena, -1 = none                  */
+    _Atomic int16_t *owner;     /* chunk -> arena index + 1, 0 = none (see
+                                   nvh_owner_get)                              */
     nvh_extent *huge; size_t nhuge, huge_cap; /* free chunk extents           */
 
     nvh_arena arenas[NVH_RINGS];
@@ -603,6 +604,40 @@ static inline uint64_t nvh_block_off(const nvh_heap *h, uint64_t block)
 static inline uint64_t nvh_chunk_of_block(const nvh_heap *h, uint64_t block)
 {
     return block >> h->bpc_shift;
+}
+/* The owner table holds arena index + 1, so "no owner" is 0: the table is
+ * sized by the reservable heap (the growth limit, up to millions of chunks)
+ * but comes zeroed from the allocator, and an open touches none of it; only
+ * the entries of chunks the pool actually uses ever get a page. Every read
+ * and write of owner[] goes through these. */
+static inline int16_t nvh_owner_code(unsigned arena) { return (int16_t)(arena + 1); }
+/* chunk c's owner arena index, or -1 (none, or c beyond the table) */
+static inline int nvh_owner_get(nvh_heap *h, uint64_t c, memory_order mo)
+{
+    return c < h->max_chunks ? (int)atomic_load_explicit(&h->owner[c], mo) - 1 : -1;
+}
+static inline void nvh_owner_set(nvh_heap *h, uint64_t c, unsigned arena, memory_order mo)
+{
+    atomic_store_explicit(&h->owner[c], nvh_owner_code(arena), mo);
+}
+/* claim unowned chunk c for arena; the owner it has after the call */
+static inline int nvh_owner_claim(nvh_heap *h, uint64_t c, unsigned arena)
+{
+    int16_t own = atomic_load_explicit(&h->owner[c], memory_order_acquire);
+    if (own == 0 &&
+        atomic_compare_exchange_strong_explicit(&h->owner[c], &own, nvh_owner_code(arena),
+                                                memory_order_acq_rel, memory_order_acquire))
+        own = nvh_owner_code(arena);
+    return (int)own - 1;
+}
+/* Chunks whose DRAM state (chunks[], owner[]) may be non-zero: those inside
+ * the pool's current size. Walks over the tables (close) stop here, not at
+ * max_chunks, so they cost what the pool uses, not what it may grow to. */
+static inline uint64_t nvh_chunks_mapped(const nvh_heap *h, uint64_t pool_size)
+{
+    uint64_t n = pool_size > h->chunks_off ? (pool_size - h->chunks_off + h->chunk_size - 1) /
+                                                 h->chunk_size : 0;
+    return n < h->max_chunks ? n : h->max_chunks;
 }
 /* Header zones (docs/FORMAT.md "Header chunks"). Region headers live
  * outside the chunks they describe, so a chunk's data area is all of it:
@@ -941,11 +976,24 @@ static inline void nvh_redo_appended_(nvh_arena *a, const struct nvh_rec *head,
         for (unsigned i = 0; i < nlinks; i++) a->last_links[a->nlast_links++] = links[i].addr;
 }
 
-/* pmem with CLWB: the fast path below streams the record and issues CLWB */
+/* pmem with CLWB: the links' write-backs can start early (preflush) */
 static inline bool nvh_pmem_clwb_(const nvh_heap *h)
 {
 #if defined(__x86_64__)
     return h->pool->ctx.domain == NVH_DOMAIN_PMEM && h->pool->ctx.flush_kind == NVH_FLUSH_CLWB;
+#else
+    (void)h;
+    return false;
+#endif
+}
+
+/* pmem with any flush instruction (CLWB, CLFLUSHOPT, CLFLUSH): the fast path
+ * below streams the record and writes the links back itself. Only the
+ * fences-only configuration (no flush instruction) takes the generic path. */
+static inline bool nvh_pmem_flush_(const nvh_heap *h)
+{
+#if defined(__x86_64__)
+    return h->pool->ctx.domain == NVH_DOMAIN_PMEM && h->pool->ctx.flush_kind != NVH_FLUSH_NONE;
 #else
     (void)h;
     return false;
@@ -976,7 +1024,8 @@ static inline void nvh_redo_preflush(nvh_heap *h, nvh_arena *a)
 
 /* nvh_redo_append, inlined for the common case of every activate and free:
  * a one-line record (at most 2 links) that fits the ring without a retire,
- * in the process domain or the pmem domain with CLWB. The same stores,
+ * in the process domain or the pmem domain with a flush instruction (the
+ * link write-backs use the pool's: CLWB, CLFLUSHOPT or CLFLUSH). The same stores,
  * flushes, fence and statistics as the generic path (which every other case
  * takes: the crash simulator's sim domain, msync, multi-line records), but
  * without the call and with the pmem line streamed by four inline MOVNTDQ
@@ -988,7 +1037,7 @@ nvh_redo_append1(nvh_heap *h, nvh_arena *a, struct nvh_rec *head,
                 const struct nvh_link_entry *links, unsigned nlinks)
 {
     nvh_persist_ctx_ *ctx = &h->pool->ctx;
-    bool pmem = nvh_pmem_clwb_(h);
+    bool pmem = nvh_pmem_flush_(h);
     if (__builtin_expect(nlinks > 2 || a->ring_pos >= NVH_RING_LINES ||
                              a->ring_used >= NVH_RING_LINES ||
                              (!pmem && ctx->domain != NVH_DOMAIN_PROCESS), 0))
@@ -1013,9 +1062,18 @@ nvh_redo_append1(nvh_heap *h, nvh_arena *a, struct nvh_rec *head,
         _mm_stream_si128((__m128i *)(void *)(dst + 32), x2);
         _mm_stream_si128((__m128i *)(void *)(dst + 48), x3);
         nvh_wclose(h, dst, 64);
-        if (!a->links_clwb)     /* else issued by nvh_redo_preflush */
-            for (unsigned i = 0; i < a->nlast_links; i++)
-                __asm__ volatile("clwb %0" : "+m"(*(volatile char *)(h->base + a->last_links[i])));
+        if (!a->links_clwb) {   /* else issued by nvh_redo_preflush */
+            unsigned k = ctx->flush_kind;
+            for (unsigned i = 0; i < a->nlast_links; i++) {
+                volatile char *l = (volatile char *)(h->base + a->last_links[i]);
+                if (k == NVH_FLUSH_CLWB) __asm__ volatile("clwb %0" : "+m"(*l));
+                else if (k == NVH_FLUSH_CLFLUSHOPT) __asm__ volatile("clflushopt %0" : "+m"(*l));
+                else __asm__ volatile("clflush %0" : "+m"(*l));
+            }
+        }
+        /* also with CLFLUSH (which nvh_drain leaves unfenced): the streamed
+         * record line is ordered only by a fence, and the link stores that
+         * follow must not reach the media before it */
         __asm__ volatile("sfence" ::: "memory");
         nvh_stat_add_(ctx, NVH_STAT_NT_BYTES, 64);
     } else

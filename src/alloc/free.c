@@ -51,10 +51,10 @@ lock_owner(nvh_heap *h, uint64_t c, uint64_t block)
 {
     for (;;) {
         /* an owned chunk without the call (nvh_owner_arena claims it if not) */
-        int16_t own = atomic_load_explicit(&h->owner[c], memory_order_acquire);
+        int own = nvh_owner_get(h, c, memory_order_acquire);
         nvh_arena *a = own >= 0 ? &h->arenas[own] : nvh_owner_arena(h, block);
         nvh_alock_lock(&a->lock);
-        if (atomic_load_explicit(&h->owner[c], memory_order_acquire) == (int16_t)a->index)
+        if (nvh_owner_get(h, c, memory_order_acquire) == (int)a->index)
             return a;
         nvh_alock_unlock(&a->lock);
     }

@@ -149,13 +149,33 @@ static int heap_validate(nvh_pool *pool, const struct nvh_heap_hdr *hh, uint64_t
 /* ==========================================================================
  * Open / close
  * ========================================================================== */
+/* The per-chunk and per-block tables are sized by the reservable heap (the
+ * growth limit) but cost only what the pool uses: anonymous mappings whose
+ * untouched pages are never materialised, and whose "nothing here" value is
+ * zero (owner[] holds arena + 1), so opening a pool writes none of them.
+ * (calloc would do for the first open, but once glibc raised its mmap
+ * threshold it serves such sizes from recycled memory it must clear.) */
+static void *table_map(uint64_t bytes)
+{
+    void *p = mmap(NULL, bytes ? bytes : 1, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    return p == MAP_FAILED ? NULL : p;
+}
+
+static void table_unmap(void *p, uint64_t bytes)
+{
+    if (p) munmap(p, bytes ? bytes : 1);
+}
+
 static void heap_free(nvh_heap *h)
 {
     if (!h) return;
     nvh_named_stop(h);          /* its thread reads the heap: stop it first */
     for (unsigned i = 0; i < NVH_RINGS; i++) nvh_arena_fini(&h->arenas[i]);
     if (h->chunks) {
-        for (uint64_t c = 0; c < h->max_chunks; c++) {
+        /* only chunks inside the pool ever got DRAM state */
+        uint64_t n = nvh_chunks_mapped(h, nvh_pool_size(h->pool));
+        for (uint64_t c = 0; c < n; c++) {
             nvh_chunk *ch = &h->chunks[c];
             if (ch->runs) {
                 /* every block of a run points at it: free it at its first
@@ -169,10 +189,10 @@ static void heap_free(nvh_heap *h)
                 free(ch->runs);
             }
         }
-        free(h->chunks);
+        table_unmap(h->chunks, h->max_chunks * sizeof *h->chunks);
     }
-    if (h->pview) munmap(h->pview, (h->max_chunks * h->bpc) * sizeof(uint32_t));
-    free((void *)h->owner);
+    table_unmap(h->pview, (h->max_chunks * h->bpc) * sizeof(uint32_t));
+    table_unmap((void *)h->owner, h->max_chunks * sizeof *h->owner);
     free(h->huge);
     free(h->pending);
     nvh_named_fini(h);
@@ -295,18 +315,15 @@ static int heap_open_locked(nvh_pool *pool, bool create)
     uint64_t max = pool->max_size > nvh_pool_size(pool) ? pool->max_size : nvh_pool_size(pool);
     h->max_chunks = max > h->chunks_off ? (max - h->chunks_off) / h->chunk_size : 0;
     if (h->max_chunks == 0) h->max_chunks = 1;
-    h->chunks = calloc(h->max_chunks, sizeof *h->chunks);
-    h->owner = malloc(h->max_chunks * sizeof *h->owner);
-    /* one u32 per block of the whole reservable heap: untouched pages are
-     * never materialised, so this costs only what is used */
-    h->pview = mmap(NULL, h->max_chunks * h->bpc * sizeof(uint32_t), PROT_READ | PROT_WRITE,
-                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-    if (h->pview == MAP_FAILED) h->pview = NULL;
+    /* per chunk, and one u32 per block, of the whole reservable heap, all
+     * zero = empty (table_map) */
+    h->chunks = table_map(h->max_chunks * sizeof *h->chunks);
+    h->owner = table_map(h->max_chunks * sizeof *h->owner);
+    h->pview = table_map(h->max_chunks * h->bpc * sizeof(uint32_t));
     if (!h->chunks || !h->owner || !h->pview) {
         heap_free(h);
         return nvh_fail(NVH_E_NOMEM, "out of memory for the heap of %s", pool->path);
     }
-    for (uint64_t c = 0; c < h->max_chunks; c++) atomic_init(&h->owner[c], -1);
     for (unsigned i = 0; i < NVH_RINGS; i++) nvh_arena_init(h, &h->arenas[i], i);
     atomic_init(&h->narenas, default_arenas());
     atomic_init(&h->fifo_delay_ns, env_u64("NVHEAP_FIFO_DELAY_NS", 0));
@@ -390,7 +407,7 @@ void nvh_heap_quiesce_(nvh_pool *pool)
     for (uint64_t c = 0; c < n; c++) {
         nvh_chunk *ch = &h->chunks[c];
         if ((space[c / 64] >> (c % 64)) & 1) continue;
-        if (atomic_load_explicit(&h->owner[c], memory_order_acquire) < 0 || !ch->arena_chunk ||
+        if (nvh_owner_get(h, c, memory_order_acquire) < 0 || !ch->arena_chunk ||
             !ch->runs || atomic_load(&ch->full_mark) ||
             !__atomic_load_n(&ch->scanned, __ATOMIC_ACQUIRE))
             continue;
@@ -711,7 +728,7 @@ static void scan_arena_chunk(nvh_heap *h, nvh_arena *a, uint64_t c)
         }
         b += r->blocks;
     }
-    atomic_store_explicit(&h->owner[c], (int16_t)a->index, memory_order_release);
+    nvh_owner_set(h, c, a->index, memory_order_release);
     __atomic_store_n(&ch->scanned, true, __ATOMIC_RELEASE);
     /* a full chunk is skipped by the next session's scan (it never gets
      * DRAM state, frees into it take the unscanned path) */
@@ -763,7 +780,7 @@ static int scan_step(nvh_heap *h, nvh_arena *a)
         /* resynchronised inside the chunk: an arena chunk with a bad first header */
         nvh_chunk *ch = nvh_chunk_get(h, c);
         ch->arena_chunk = true;
-        atomic_store_explicit(&h->owner[c], (int16_t)a->index, memory_order_relaxed);
+        nvh_owner_set(h, c, a->index, memory_order_relaxed);
         nvh_quarantine_add(h, b, q - b);
         nvh_pview_set(h, b, q - b);
         /* scan the rest with a temporary cursor: reuse scan_arena_chunk logic */
@@ -825,7 +842,7 @@ int nvh_chunk_claim(nvh_heap *h, nvh_arena *a, bool scan_only)
         uint64_t lc = a->last_claim - 1;
         a->last_claim = 0;
         if (!atomic_load_explicit(&h->chunks[lc].full_mark, memory_order_relaxed) &&
-            atomic_load_explicit(&h->owner[lc], memory_order_relaxed) == (int16_t)a->index &&
+            nvh_owner_get(h, lc, memory_order_relaxed) == (int)a->index &&
             nvh_chunk_full_dram(h, a, lc))
             fullmap_set(h, lc);    /* durable at the next fence (the claim's
                                       or the record's): a lost bit only costs
@@ -854,12 +871,8 @@ int nvh_chunk_claim(nvh_heap *h, nvh_arena *a, bool scan_only)
          * it meanwhile: the scan could see the freed slot and hand it out
          * before the free's record was retired — the TSan report of
          * test_alloc_threads.) */
-        int16_t own = atomic_load_explicit(&h->owner[sc], memory_order_acquire);
-        if (own < 0 && atomic_compare_exchange_strong_explicit(
-                           &h->owner[sc], &own, (int16_t)a->index, memory_order_acq_rel,
-                           memory_order_acquire))
-            own = (int16_t)a->index;
-        nvh_arena *other = own != (int16_t)a->index ? &h->arenas[own] : NULL;
+        int own = nvh_owner_claim(h, sc, a->index);
+        nvh_arena *other = own != (int)a->index ? &h->arenas[own] : NULL;
         if (other && !nvh_alock_try(&other->lock)) {
             pthread_mutex_unlock(&h->lock);
             return NVH_E_BUSY;
@@ -952,7 +965,7 @@ int nvh_chunk_claim(nvh_heap *h, nvh_arena *a, bool scan_only)
     }
     ch->arena_chunk = true;
     nvh_pview_set(h, c * h->bpc, h->bpc);
-    atomic_store_explicit(&h->owner[c], (int16_t)a->index, memory_order_release);
+    nvh_owner_set(h, c, a->index, memory_order_release);
     __atomic_store_n(&ch->scanned, true, __ATOMIC_RELEASE);
     a->last_claim = c + 1;
     pthread_mutex_unlock(&h->lock);
@@ -1105,10 +1118,7 @@ nvh_arena *nvh_owner_arena(nvh_heap *h, uint64_t block)
 {
     uint64_t c = nvh_chunk_of_block(h, block);
     if (c >= h->max_chunks) return NULL;
-    int16_t own = atomic_load_explicit(&h->owner[c], memory_order_acquire);
-    if (own < 0) {
-        int16_t mine = (int16_t)nvh_arena_mine(h)->index;
-        if (atomic_compare_exchange_strong(&h->owner[c], &own, mine)) own = mine;
-    }
+    int own = nvh_owner_get(h, c, memory_order_acquire);
+    if (own < 0) own = nvh_owner_claim(h, c, nvh_arena_mine(h)->index);
     return &h->arenas[own];
 }

@@ -223,6 +223,12 @@ uint64_t nvh_redo_append(nvh_heap *h, nvh_arena *a, struct nvh_rec *head,
      * newest record of a ring has links in flight, which replay restores. */
     for (unsigned i = 0; i < a->nlast_links; i++)
         nvh_flush(pool, h->base + a->last_links[i], 8);
+#if defined(__x86_64__)
+    /* nvh_drain issues no SFENCE after CLFLUSH (ordered by itself), but the
+     * streamed record line is ordered only by a fence: without one the link
+     * stores that follow could reach the media before the record */
+    if (flushed && pool->ctx.flush_kind == NVH_FLUSH_CLFLUSH) __asm__ volatile("sfence" ::: "memory");
+#endif
     nvh_drain(pool);
     nvh_redo_appended_(a, head, links, nlinks, nlines, seq);
     return seq;

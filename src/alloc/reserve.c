@@ -212,7 +212,7 @@ static int reserve_huge(nvh_heap *h, nvh_arena *a, size_t size, uint64_t *off)
         }
         return rc;
     }
-    atomic_store_explicit(&h->owner[c], (int16_t)a->index, memory_order_release);
+    nvh_owner_set(h, c, a->index, memory_order_release);
     if (rem != UINT64_MAX) {            /* not fresh: may span free regions */
         pthread_mutex_lock(&h->lock);
         rc = span_merge(h, a, c * h->bpc, nch * h->bpc, true);
@@ -330,9 +330,9 @@ int nvh_cancel(nvh_pool *pool, void *ptr)
     nvh_named_drop_pending(h, off);
     uint64_t rel = off - h->chunks_off, b = rel / NVH_BLOCK;
     uint64_t c = nvh_chunk_of_block(h, b);
-    if (c >= h->max_chunks || atomic_load(&h->owner[c]) < 0)
-        return nvh_fail(NVH_E_BADPTR, "%p is not a reservation", ptr);
-    nvh_arena *a = &h->arenas[atomic_load(&h->owner[c])];
+    int own = nvh_owner_get(h, c, memory_order_acquire);
+    if (own < 0) return nvh_fail(NVH_E_BADPTR, "%p is not a reservation", ptr);
+    nvh_arena *a = &h->arenas[own];
     nvh_alock_lock(&a->lock);
     rc = nvh_fail(NVH_E_BADPTR, "%p is not a reservation", ptr);
     nvh_run *run = nvh_run_lookup(h, b);

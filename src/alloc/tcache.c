@@ -31,7 +31,8 @@ static void tc_return(nvh_heap *h, nvh_tcache *tc)
         while (tc->n[cls]) {
             uint64_t off = tc->off[cls][--tc->n[cls]];
             uint64_t rel = off - h->chunks_off, b = rel / NVH_BLOCK;
-            nvh_arena *a = &h->arenas[atomic_load(&h->owner[nvh_chunk_of_block(h, b)])];
+            nvh_arena *a =
+                &h->arenas[nvh_owner_get(h, nvh_chunk_of_block(h, b), memory_order_acquire)];
             nvh_alock_lock(&a->lock);
             nvh_run *run = nvh_run_lookup(h, b);
             unsigned slot = 0;
