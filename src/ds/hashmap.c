@@ -325,6 +325,10 @@ bool nvh_hm_link_collect_(struct nvh_hmap *m, struct hm_stripe *st, const uint64
         bool clash = prev == avoid;
         if (seg0)                              /* parents may be shared: see above */
             for (unsigned j = 0; j < n; j++) clash |= st->ahead[j].pred == prev;
+#ifndef NDEBUG
+        else                                   /* debug builds check the argument */
+            for (unsigned j = 0; j < n; j++) NVH_ASSERT(st->ahead[j].pred != prev);
+#endif
         if (clash) break;                      /* a later batch links it */
         st->link_cursor += step;
         st->ahead[n].d = d, st->ahead[n].check = check;
