@@ -255,12 +255,19 @@ static int hm_link_stripe_roots(struct nvh_hmap *m)
  * 0 fills (nb == 2^base) can two buckets of a batch share a parent (32 and
  * 64 both have parent 0), and only then are the batch's words compared. */
 /* The batch below reads, for each bucket, its dummy, its parent's dummy
- * and the first nodes of the parent's run: misses one after the other,
- * bucket after bucket (right after a doubling a batch is full, 32 buckets).
- * Start the dummies' and parents' misses together, then, once the parents
- * have arrived, the first node after each: the walks then mostly hit. */
+ * and the nodes of the parent's run up to the bucket's place: misses one
+ * after the other, bucket after bucket (right after a doubling a batch is
+ * full, 32 buckets), and each walk's second node depends on its first.
+ * Start the misses of every bucket's walk together, one level at a time:
+ * the dummies and parents, then (once the parents have arrived) the first
+ * node after each, then the node after that where the walk goes on past
+ * the first (at load 1-2 the place is mostly within two nodes). A node is
+ * read only after a linked parent (an unlinked one holds garbage), under
+ * the stripe lock: its run is the stripe's own. */
 static void hm_link_prefetch(const struct nvh_hmap *m, uint64_t b, uint64_t nb)
 {
+    uint64_t first[HM_LINK_BATCH], key[HM_LINK_BATCH];
+    unsigned n = 0;
     uint64_t b0 = b;
     for (unsigned i = 0; i < HM_LINK_BATCH && b < nb; i++, b += m->nstripes) {
         if (b == 0) continue;
@@ -270,7 +277,19 @@ static void hm_link_prefetch(const struct nvh_hmap *m, uint64_t b, uint64_t nb)
     b = b0;
     for (unsigned i = 0; i < HM_LINK_BATCH && b < nb; i++, b += m->nstripes) {
         if (b == 0) continue;
-        uint64_t next = hm_ld(&hm_dummy(m, hm_parent(b))->next);
+        uint64_t pb = hm_parent(b);
+        const struct nvh_hm_dummy *parent = hm_dummy(m, pb);
+        if (!hm_dummy_ready(m, pb, parent)) continue;
+        uint64_t next = hm_ld(&parent->next);
+        if (!next) continue;
+        __builtin_prefetch(nvh_ptr(m->pool, next));
+        first[n] = next;
+        key[n++] = hm_dummy_so(b);
+    }
+    for (unsigned i = 0; i < n; i++) {
+        const struct nvh_hm_link *x = hm_at(m, first[i]);
+        if (x->so_key >= key[i]) continue;
+        uint64_t next = hm_ld(&x->next);
         if (next) __builtin_prefetch(nvh_ptr(m->pool, next));
     }
 }
