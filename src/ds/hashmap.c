@@ -254,45 +254,23 @@ static int hm_link_stripe_roots(struct nvh_hmap *m)
  * parents, distinct predecessor nodes, distinct words. Only while segment
  * 0 fills (nb == 2^base) can two buckets of a batch share a parent (32 and
  * 64 both have parent 0), and only then are the batch's words compared. */
-/* The batch below reads, for each bucket, its dummy, its parent's dummy
- * and the nodes of the parent's run up to the bucket's place: misses one
- * after the other, bucket after bucket (right after a doubling a batch is
- * full, 32 buckets), and each walk's second node depends on its first.
- * Start the misses of every bucket's walk together, one level at a time:
- * the dummies and parents, then (once the parents have arrived) the first
- * node after each, then the node after that where the walk goes on past
- * the first (at load 1-2 the place is mostly within two nodes). A node is
- * read only after a linked parent (an unlinked one holds garbage), under
- * the stripe lock: its run is the stripe's own. */
-static void hm_link_prefetch(const struct nvh_hmap *m, uint64_t b, uint64_t nb)
-{
-    uint64_t first[HM_LINK_BATCH], key[HM_LINK_BATCH];
-    unsigned n = 0;
-    uint64_t b0 = b;
-    for (unsigned i = 0; i < HM_LINK_BATCH && b < nb; i++, b += m->nstripes) {
-        if (b == 0) continue;
-        __builtin_prefetch(hm_dummy(m, b), 1);
-        __builtin_prefetch(hm_dummy(m, hm_parent(b)));
-    }
-    b = b0;
-    for (unsigned i = 0; i < HM_LINK_BATCH && b < nb; i++, b += m->nstripes) {
-        if (b == 0) continue;
-        uint64_t pb = hm_parent(b);
-        const struct nvh_hm_dummy *parent = hm_dummy(m, pb);
-        if (!hm_dummy_ready(m, pb, parent)) continue;
-        uint64_t next = hm_ld(&parent->next);
-        if (!next) continue;
-        __builtin_prefetch(nvh_ptr(m->pool, next));
-        first[n] = next;
-        key[n++] = hm_dummy_so(b);
-    }
-    for (unsigned i = 0; i < n; i++) {
-        const struct nvh_hm_link *x = hm_at(m, first[i]);
-        if (x->so_key >= key[i]) continue;
-        uint64_t next = hm_ld(&x->next);
-        if (next) __builtin_prefetch(nvh_ptr(m->pool, next));
-    }
-}
+/* The batch reads, for each bucket, its dummy, its parent's dummy and the
+ * nodes of the parent's run up to the bucket's place: misses one after the
+ * other, bucket after bucket (right after a doubling a batch is full, 32
+ * buckets), and each walk's second node depends on its first. So the
+ * batch is gathered first and its misses started one level at a time: the
+ * dummies and parents, then (once the parents have arrived) the first node
+ * after each linked parent, then the node after that where the walk goes
+ * on past the first (at load 1-2 the place is mostly within two nodes);
+ * the walks then mostly hit. What the gathering computes (dummy, mark,
+ * parent, whether it is linked) is kept for the walks. A node is read only
+ * after a linked parent (an unlinked one holds garbage), under the stripe
+ * lock: its run is the stripe's own. */
+struct hm_cand {
+    struct nvh_hm_dummy *d, *parent;   /* parent NULL: bucket 0 (never linked later) */
+    uint64_t b, check, so, first;
+    bool parent_ready;
+};
 
 bool nvh_hm_link_collect_(struct nvh_hmap *m, struct hm_stripe *st, const uint64_t *avoid)
 {
@@ -316,22 +294,41 @@ bool nvh_hm_link_collect_(struct nvh_hmap *m, struct hm_stripe *st, const uint64
     struct nvh_hm_dummy *const seg = m->seg_ptr[k];
     const uint64_t seg_off = m->seg_off[k], first = seg0 ? 0 : nb / 2;
     const uint64_t step = m->nstripes;
-    hm_link_prefetch(m, st->link_cursor, nb);
-    for (unsigned looked = 0; looked < 4 * HM_LINK_BATCH && st->ahead_n < HM_LINK_BATCH &&
-                              st->link_cursor < nb; looked++) {
+
+    struct hm_cand c[HM_LINK_BATCH];
+    unsigned nc = 0;
+    for (uint64_t b = st->link_cursor; nc < HM_LINK_BATCH && b < nb; b += step, nc++) {
+        c[nc].b = b;
+        c[nc].d = &seg[b - first];
+        __builtin_prefetch(c[nc].d, 1);
+        c[nc].check = hm_dummy_check(m->seed, b, seg_off);
+        c[nc].parent = b ? hm_dummy(m, hm_parent(b)) : NULL;
+        if (b) __builtin_prefetch(c[nc].parent);
+    }
+    for (unsigned i = 0; i < nc; i++) {
+        c[i].parent_ready = c[i].parent && hm_dummy_ready(m, hm_parent(c[i].b), c[i].parent);
+        c[i].first = c[i].parent_ready ? hm_ld(&c[i].parent->next) : 0;
+        if (c[i].first) __builtin_prefetch(nvh_ptr(m->pool, c[i].first));
+        c[i].so = hm_dummy_so(c[i].b);
+    }
+    for (unsigned i = 0; i < nc; i++) {
+        if (!c[i].first) continue;
+        const struct nvh_hm_link *x = hm_at(m, c[i].first);
+        if (x->so_key >= c[i].so) continue;
+        uint64_t next = hm_ld(&x->next);
+        if (next) __builtin_prefetch(nvh_ptr(m->pool, next));
+    }
+
+    for (unsigned i = 0; i < nc && st->ahead_n < HM_LINK_BATCH; i++) {
         unsigned n = st->ahead_n;
-        uint64_t b = st->link_cursor;
-        struct nvh_hm_dummy *d = &seg[b - first];
-        uint64_t check = hm_dummy_check(m->seed, b, seg_off);
-        if (hm_ld(&d->check) == check) {
+        struct nvh_hm_dummy *d = c[i].d;
+        if (!c[i].parent || hm_ld(&d->check) == c[i].check) {   /* linked (bucket 0: always) */
             st->link_cursor += step;
             continue;
         }
-        uint64_t pb = hm_parent(b);
-        struct nvh_hm_dummy *parent = hm_dummy(m, pb);
-        if (!hm_dummy_ready(m, pb, parent)) return false;
-        uint64_t so = hm_dummy_so(b), d_off = seg_off + (b - first) * sizeof *d;
-        uint64_t *prev = &parent->next;
+        if (!c[i].parent_ready) return false;
+        uint64_t so = c[i].so, d_off = seg_off + (c[i].b - first) * sizeof *d;
+        uint64_t *prev = &c[i].parent->next;
         bool linked = false;
         for (;;) {
             uint64_t cur = *prev;
@@ -350,7 +347,7 @@ bool nvh_hm_link_collect_(struct nvh_hmap *m, struct hm_stripe *st, const uint64
 #endif
         if (clash) break;                      /* a later batch links it */
         st->link_cursor += step;
-        st->ahead[n].d = d, st->ahead[n].check = check;
+        st->ahead[n].d = d, st->ahead[n].check = c[i].check;
         st->ahead_n = n + 1;
         if (linked) {        /* a crash left it linked, unmarked; or this handle
                                 linked it with its mark still waiting */
