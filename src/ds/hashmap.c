@@ -91,20 +91,26 @@ void nvh_hm_count_changed_(struct nvh_hmap *m, int64_t delta, bool force)
  * Buckets: linking a dummy into the list
  * ========================================================================== */
 
-/* Step 3 of linking dummy d of `bucket`: its mark is kept in m->marks until
- * the caller's next fence has made the link durable (nvh_hm_settle_ writes
- * it then); a full list settles first. */
+/* Step 3 of linking dummy d: its mark (`check`, hm_dummy_check) is kept in
+ * st->marks until the caller's next fence has made the link durable
+ * (nvh_hm_settle_ writes it then); a full list settles first. */
 static void hm_mark_later(struct nvh_hmap *m, struct hm_stripe *st, struct nvh_hm_dummy *d,
-                          uint64_t bucket)
+                          uint64_t check)
 {
     if (st->nmarks == sizeof st->marks / sizeof st->marks[0]) nvh_hm_settle_(m, st, true);
+    st->marks[st->nmarks].d = d;
+    st->marks[st->nmarks].check = check;
+    st->nmarks++;
+    st->buckets_inited++;
+}
+
+/* The mark of `bucket`'s dummy (its segment from the DRAM directory). */
+static inline uint64_t hm_bucket_check(const struct nvh_hmap *m, uint64_t bucket)
+{
     unsigned s;
     uint64_t i;
     hm_locate(m->base_log2, bucket, &s, &i);
-    st->marks[st->nmarks].d = d;
-    st->marks[st->nmarks].check = hm_dummy_check(m->seed, bucket, m->seg_off[s]);
-    st->nmarks++;
-    st->buckets_inited++;
+    return hm_dummy_check(m->seed, bucket, m->seg_off[s]);
 }
 
 /* Link dummy `bucket` after its parent's position. One fence of its own:
@@ -180,7 +186,7 @@ static struct nvh_hm_dummy *hm_init_bucket(struct nvh_hmap *m, struct hm_stripe 
         nvh_protect_close_(m->pool, prev, 8);
         st->link_unfenced = true;
     }
-    hm_mark_later(m, st, d, bucket);
+    hm_mark_later(m, st, d, hm_bucket_check(m, bucket));
     return d;
 }
 
@@ -190,7 +196,7 @@ static struct nvh_hm_dummy *hm_init_bucket(struct nvh_hmap *m, struct hm_stripe 
  * linker) finds the dummy linked and marks it again (hm_init_bucket,
  * hm_link_collect). Its link is durable before it is stored, so a mark that
  * reaches the media by eviction never claims an unlinked dummy. */
-void nvh_hm_settle_(struct nvh_hmap *m, struct hm_stripe *st, bool drain)
+void nvh_hm_settle_slow_(struct nvh_hmap *m, struct hm_stripe *st, bool drain)
 {
     if (drain && st->link_unfenced) nvh_drain(m->pool);
     st->link_unfenced = false;
@@ -233,72 +239,120 @@ static int hm_link_stripe_roots(struct nvh_hmap *m)
  * dummy takes the word `avoid` (the put's own link): a batch stops before
  * such a bucket. Returns false if the batch stopped at a bucket whose
  * parent is not linked (only nvh_hm_link_ahead_ links a parent: its own
- * fence). */
-/* The batch below reads, for each bucket, its dummy, its parent's dummy
- * and the first nodes of the parent's run: misses one after the other,
- * bucket after bucket (right after a doubling a batch is full, 32 buckets).
- * Start the dummies' and parents' misses together, then, once the parents
- * have arrived, the first node after each: the walks then mostly hit. */
-static void hm_link_prefetch(const struct nvh_hmap *m, uint64_t b, uint64_t nb)
-{
-    uint64_t b0 = b;
-    for (unsigned i = 0; i < HM_LINK_BATCH && b < nb; i++, b += m->nstripes) {
-        if (b == 0) continue;
-        __builtin_prefetch(hm_dummy(m, b), 1);
-        __builtin_prefetch(hm_dummy(m, hm_parent(b)));
-    }
-    b = b0;
-    for (unsigned i = 0; i < HM_LINK_BATCH && b < nb; i++, b += m->nstripes) {
-        if (b == 0) continue;
-        uint64_t next = hm_ld(&hm_dummy(m, hm_parent(b))->next);
-        if (next) __builtin_prefetch(nvh_ptr(m->pool, next));
-    }
-}
+ * fence).
+ *
+ * Why two dummies of one batch never share a predecessor once the table
+ * has doubled (nb > 2^base): the batch's buckets b are in the newest
+ * segment, [nb/2, nb), so their parents p = b - nb/2 are distinct buckets
+ * of the table before the doubling. Split order sorts by the low bits
+ * first, so the keys of the nodes of p's class (h63 or bucket index
+ * congruent to p mod nb/2) form one interval of the list's key space, and
+ * the intervals of distinct p are disjoint. b lies in p's interval, and its
+ * predecessor is the last node of key below b's, found walking from p's
+ * dummy (linked: checked), whose key is the interval's smallest: the
+ * predecessor's key is in [key(p), key(b)), inside p's interval. Distinct
+ * parents, distinct predecessor nodes, distinct words. Only while segment
+ * 0 fills (nb == 2^base) can two buckets of a batch share a parent (32 and
+ * 64 both have parent 0), and only then are the batch's words compared. */
+/* The batch reads, for each bucket, its dummy, its parent's dummy and the
+ * nodes of the parent's run up to the bucket's place: misses one after the
+ * other, bucket after bucket (right after a doubling a batch is full, 32
+ * buckets), and each walk's second node depends on its first. So the
+ * batch is gathered first and its misses started one level at a time: the
+ * dummies and parents, then (once the parents have arrived) the first node
+ * after each linked parent, then the node after that where the walk goes
+ * on past the first (at load 1-2 the place is mostly within two nodes);
+ * the walks then mostly hit. What the gathering computes (dummy, mark,
+ * parent, whether it is linked) is kept for the walks. A node is read only
+ * after a linked parent (an unlinked one holds garbage), under the stripe
+ * lock: its run is the stripe's own. */
+struct hm_cand {
+    struct nvh_hm_dummy *d, *parent;   /* parent NULL: bucket 0 (never linked later) */
+    uint64_t b, check, so, first;
+    bool parent_ready;
+};
 
-static bool hm_link_collect(struct nvh_hmap *m, struct hm_stripe *st, const uint64_t *avoid)
+bool nvh_hm_link_collect_(struct nvh_hmap *m, struct hm_stripe *st, const uint64_t *avoid)
 {
     /* A stripe links only its own buckets (b = its index mod nstripes) of
      * the newest segment; a resize by another stripe moves it on to the
      * new one. */
     uint64_t nb = hm_ld(&m->nbuckets);
+    const uint64_t base_n = UINT64_C(1) << m->base_log2;
     if (st->cursor_nb != nb) {
         st->cursor_nb = nb;
-        st->link_cursor = (nb > (UINT64_C(1) << m->base_log2) ? nb / 2 : 0) +
-                          (uint64_t)(st - m->stripes);
+        st->link_cursor = (nb > base_n ? nb / 2 : 0) + (uint64_t)(st - m->stripes);
     }
     st->ahead_n = 0;
-    hm_link_prefetch(m, st->link_cursor, nb);
-    for (unsigned looked = 0; looked < 4 * HM_LINK_BATCH && st->ahead_n < HM_LINK_BATCH &&
-                              st->link_cursor < nb; looked++) {
+    if (st->link_cursor >= nb) return true;
+    /* The newest segment's place in the DRAM directory: its pointer and
+     * offset were stored before the bucket count that made it reachable
+     * (hm_load_directory, nvh_hm_maybe_grow_), and nb was loaded with
+     * acquire. Segment 0 (nb == 2^base) starts at bucket 0. */
+    const bool seg0 = nb == base_n;
+    const unsigned k = seg0 ? 0 : (unsigned)__builtin_ctzll(nb) - m->base_log2;
+    struct nvh_hm_dummy *const seg = m->seg_ptr[k];
+    const uint64_t seg_off = m->seg_off[k], first = seg0 ? 0 : nb / 2;
+    const uint64_t step = m->nstripes;
+
+    struct hm_cand c[HM_LINK_BATCH];
+    unsigned nc = 0;
+    for (uint64_t b = st->link_cursor; nc < HM_LINK_BATCH && b < nb; b += step, nc++) {
+        c[nc].b = b;
+        c[nc].d = &seg[b - first];
+        __builtin_prefetch(c[nc].d, 1);
+        c[nc].check = hm_dummy_check(m->seed, b, seg_off);
+        c[nc].parent = b ? hm_dummy(m, hm_parent(b)) : NULL;
+        if (b) __builtin_prefetch(c[nc].parent);
+    }
+    for (unsigned i = 0; i < nc; i++) {
+        c[i].parent_ready = c[i].parent && hm_dummy_ready(m, hm_parent(c[i].b), c[i].parent);
+        c[i].first = c[i].parent_ready ? hm_ld(&c[i].parent->next) : 0;
+        if (c[i].first) __builtin_prefetch(nvh_ptr(m->pool, c[i].first));
+        c[i].so = hm_dummy_so(c[i].b);
+    }
+    for (unsigned i = 0; i < nc; i++) {
+        if (!c[i].first) continue;
+        const struct nvh_hm_link *x = hm_at(m, c[i].first);
+        if (x->so_key >= c[i].so) continue;
+        uint64_t next = hm_ld(&x->next);
+        if (next) __builtin_prefetch(nvh_ptr(m->pool, next));
+    }
+
+    for (unsigned i = 0; i < nc && st->ahead_n < HM_LINK_BATCH; i++) {
         unsigned n = st->ahead_n;
-        uint64_t b = st->link_cursor;
-        struct nvh_hm_dummy *d = hm_dummy(m, b);
-        if (hm_dummy_ready(m, b, d)) {
-            st->link_cursor += m->nstripes;
+        struct nvh_hm_dummy *d = c[i].d;
+        if (!c[i].parent || hm_ld(&d->check) == c[i].check) {   /* linked (bucket 0: always) */
+            st->link_cursor += step;
             continue;
         }
-        uint64_t pb = hm_parent(b);
-        struct nvh_hm_dummy *parent = hm_dummy(m, pb);
-        if (!hm_dummy_ready(m, pb, parent)) return false;
-        uint64_t so = hm_dummy_so(b), d_off = nvh_off(m->pool, d);
-        uint64_t *prev = &parent->next;
+        if (!c[i].parent_ready) return false;
+        uint64_t so = c[i].so, d_off = seg_off + (c[i].b - first) * sizeof *d;
+        uint64_t *prev = &c[i].parent->next;
         bool linked = false;
         for (;;) {
             uint64_t cur = *prev;
             if (cur == d_off) { linked = true; break; }
-            if (cur == 0 || hm_at(m, cur)->so_key > so) break;
-            prev = &hm_at(m, cur)->next;
+            if (cur == 0) break;
+            struct nvh_hm_link *x = hm_at(m, cur);
+            if (x->so_key > so) break;
+            prev = &x->next;
         }
         bool clash = prev == avoid;
-        for (unsigned k = 0; k < n; k++) clash |= st->ahead[k].pred == prev;
+        if (seg0)                              /* parents may be shared: see above */
+            for (unsigned j = 0; j < n; j++) clash |= st->ahead[j].pred == prev;
+#ifndef NDEBUG
+        else                                   /* debug builds check the argument */
+            for (unsigned j = 0; j < n; j++) NVH_ASSERT(st->ahead[j].pred != prev);
+#endif
         if (clash) break;                      /* a later batch links it */
-        st->link_cursor += m->nstripes;
-        st->ahead[n].d = d, st->ahead[n].bucket = b;
+        st->link_cursor += step;
+        st->ahead[n].d = d, st->ahead[n].check = c[i].check;
         st->ahead_n = n + 1;
         if (linked) {        /* a crash left it linked, unmarked; or this handle
                                 linked it with its mark still waiting */
             bool waiting = false;
-            for (unsigned k = 0; k < st->nmarks; k++) waiting |= st->marks[k].d == d;
+            for (unsigned j = 0; j < st->nmarks; j++) waiting |= st->marks[j].d == d;
             if (waiting) st->ahead_n = n;
             else st->ahead[n].pred = NULL;
             continue;
@@ -315,12 +369,7 @@ static bool hm_link_collect(struct nvh_hmap *m, struct hm_stripe *st, const uint
     return true;
 }
 
-bool nvh_hm_link_prepare_(struct nvh_hmap *m, struct hm_stripe *st, const uint64_t *avoid)
-{
-    return hm_link_collect(m, st, avoid);
-}
-
-void nvh_hm_link_publish_(struct nvh_hmap *m, struct hm_stripe *st)
+void nvh_hm_link_publish_slow_(struct nvh_hmap *m, struct hm_stripe *st)
 {
     for (unsigned k = 0; k < st->ahead_n; k++) {
         uint64_t *pred = st->ahead[k].pred;
@@ -331,17 +380,17 @@ void nvh_hm_link_publish_(struct nvh_hmap *m, struct hm_stripe *st)
             nvh_protect_close_(m->pool, pred, 8);
             st->link_unfenced = true;
         }
-        hm_mark_later(m, st, st->ahead[k].d, st->ahead[k].bucket);
+        hm_mark_later(m, st, st->ahead[k].d, st->ahead[k].check);
     }
     st->ahead_n = 0;
 }
 
 void nvh_hm_link_ahead_(struct nvh_hmap *m, struct hm_stripe *st)
 {
-    if (!hm_link_collect(m, st, NULL) && st->ahead_n == 0) {
+    if (!nvh_hm_link_collect_(m, st, NULL) && st->ahead_n == 0) {
         /* rare (after a crash): link the parent first, its own fence */
         if (!hm_init_bucket(m, st, hm_parent(st->link_cursor))) return;
-        hm_link_collect(m, st, NULL);
+        nvh_hm_link_collect_(m, st, NULL);
     }
     if (st->ahead_n == 0) return;
     nvh_drain(m->pool);                        /* every dummy complete */

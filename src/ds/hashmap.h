@@ -140,7 +140,7 @@ struct hm_stripe {
     uint64_t link_cursor;    /* next bucket the eager linker looks at        */
     uint64_t cursor_nb;      /* the bucket count link_cursor was set for     */
     unsigned ahead_n;        /* dummies of the eager batch being linked      */
-    struct { struct nvh_hm_dummy *d; uint64_t *pred; uint64_t bucket; } ahead[HM_LINK_BATCH];
+    struct { struct nvh_hm_dummy *d; uint64_t *pred; uint64_t check; } ahead[HM_LINK_BATCH];
     uint64_t buckets_inited; /* dummies linked by this stripe's writers      */
 } __attribute__((aligned(64)));
 
@@ -413,8 +413,17 @@ struct nvh_hm_node *nvh_hm_find_(struct nvh_hmap *m, struct nvh_hm_link *start, 
 
 /* After a fence (or with drain = true: after one it issues if a dummy link
  * is unfenced), store the marks of the dummies linked since (not flushed:
- * a lost mark costs only a longer walk, hashmap.c). */
-void nvh_hm_settle_(struct nvh_hmap *m, struct hm_stripe *st, bool drain);
+ * a lost mark costs only a longer walk, hashmap.c). Inline: a put calls it
+ * twice and mostly finds nothing to do. */
+void nvh_hm_settle_slow_(struct nvh_hmap *m, struct hm_stripe *st, bool drain);
+static inline void nvh_hm_settle_(struct nvh_hmap *m, struct hm_stripe *st, bool drain)
+{
+    if (st->nmarks == 0 && !(drain && st->link_unfenced)) {
+        st->link_unfenced = false;
+        return;
+    }
+    nvh_hm_settle_slow_(m, st, drain);
+}
 
 /* Link one not-yet-linked bucket of the newest segment (after an insert),
  * so that by the next doubling every bucket is linked and reads never start
@@ -423,10 +432,25 @@ void nvh_hm_link_ahead_(struct nvh_hmap *m, struct hm_stripe *st);
 /* The same folded into a put's fences: prepare writes the next batch's
  * dummies (flushed, not fenced; none takes the word `avoid`, the put's own
  * link) before the put's content fence; publish stores their predecessor
- * links after that fence (durable with the put's activation fence). */
-bool nvh_hm_link_prepare_(struct nvh_hmap *m, struct hm_stripe *st, const uint64_t *avoid); /* false: blocked
-                                                                         by an unlinked parent */
-void nvh_hm_link_publish_(struct nvh_hmap *m, struct hm_stripe *st);
+ * links after that fence (durable with the put's activation fence).
+ * Prepare returns false when blocked by an unlinked parent. Both are inline
+ * for the common put, whose stripe has linked its buckets of the newest
+ * segment already. */
+bool nvh_hm_link_collect_(struct nvh_hmap *m, struct hm_stripe *st, const uint64_t *avoid);
+void nvh_hm_link_publish_slow_(struct nvh_hmap *m, struct hm_stripe *st);
+static inline bool nvh_hm_link_prepare_(struct nvh_hmap *m, struct hm_stripe *st,
+                                        const uint64_t *avoid)
+{
+    if (st->cursor_nb == hm_ld(&m->nbuckets) && st->link_cursor >= st->cursor_nb) {
+        st->ahead_n = 0;
+        return true;
+    }
+    return nvh_hm_link_collect_(m, st, avoid);
+}
+static inline void nvh_hm_link_publish_(struct nvh_hmap *m, struct hm_stripe *st)
+{
+    if (st->ahead_n) nvh_hm_link_publish_slow_(m, st);
+}
 
 /* Salvage a damaged list in place (nvheap check --repair): each link to
  * something a walk must not follow (hm_node_at, key order, a cycle), to an

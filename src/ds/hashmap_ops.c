@@ -140,11 +140,26 @@ static inline void hm_fill_value(nvh_pool *pool, struct nvh_hm_node *e, size_t k
 /* Entries up to this size are reserved before the search (hm_write). */
 #define HM_EARLY_RESERVE 1024u
 
-/* Start the miss on the dummy of h63's bucket (a hint: no lock needed,
+/* Where a write's search starts, computed before its stripe lock: the
+ * bucket (of the bucket count then), its dummy and the mark that says it
+ * is linked. The dummy's miss is started at once (a hint: no lock needed,
  * the directory is published before the bucket count). */
-static inline void hm_prefetch_bucket(const struct nvh_hmap *m, uint64_t h63)
+struct hm_where {
+    uint64_t nb;
+    struct nvh_hm_dummy *d;
+    uint64_t check;
+};
+
+static inline void hm_where_of(const struct nvh_hmap *m, uint64_t h63, struct hm_where *w)
 {
-    __builtin_prefetch(hm_dummy(m, h63 & (hm_ld(&m->nbuckets) - 1)));
+    w->nb = hm_ld(&m->nbuckets);
+    uint64_t bucket = h63 & (w->nb - 1);
+    unsigned s;
+    uint64_t i;
+    hm_locate(m->base_log2, bucket, &s, &i);
+    w->d = &m->seg_ptr[s][i];
+    __builtin_prefetch(w->d);
+    w->check = hm_dummy_check(m->seed, bucket, m->seg_off[s]);
 }
 
 /* Start the miss on the first node after the bucket's dummy (or the
@@ -154,10 +169,25 @@ static inline void hm_prefetch_bucket(const struct nvh_hmap *m, uint64_t h63)
  * start (hm_start_ro: it reads only marked dummies, which writers change
  * with atomic stores); the node is never dereferenced here, so one freed
  * meanwhile costs nothing. */
-static inline void hm_prefetch_run(const struct nvh_hmap *m, uint64_t h63)
+static inline void hm_prefetch_run(const struct nvh_hmap *m, uint64_t h63,
+                                   const struct hm_where *w)
 {
-    uint64_t next = hm_ld(&hm_start_ro(m, h63)->next);
+    const struct nvh_hm_dummy *start =
+        __builtin_expect(hm_ld(&w->d->check) == w->check, 1) ? w->d : hm_start_ro(m, h63);
+    uint64_t next = hm_ld(&start->next);
     if (next) __builtin_prefetch(nvh_ptr(m->pool, next));
+}
+
+/* The dummy a write searches from, under its stripe lock: the one found
+ * before the lock if it is still the bucket's and marked (a mark, once
+ * stored, stays while the map is open; the recheck costs a load of a line
+ * just read), else the bucket's dummy linked now if need be. */
+static inline struct nvh_hm_dummy *hm_write_bucket(struct nvh_hmap *m, struct hm_stripe *st,
+                                                   uint64_t h63, const struct hm_where *w)
+{
+    if (__builtin_expect(hm_ld(&m->nbuckets) == w->nb && hm_ld(&w->d->check) == w->check, 1))
+        return w->d;
+    return nvh_hm_bucket_(m, st, h63);
 }
 
 /* A write that stops before publishing: unlock, give the early
@@ -207,12 +237,13 @@ static int hm_write(struct nvh_hmap *m, const void *key, size_t klen, const void
      * unflushed) before taking the lock, so that both overlap with the
      * lock and the search. A reservation is DRAM only: the rare write that
      * fails below cancels it. A large entry is reserved after the search. */
-    hm_prefetch_bucket(m, h63);
+    struct hm_where w;
+    hm_where_of(m, h63, &w);
     struct nvh_hm_node *e = NULL;
     if (size <= HM_EARLY_RESERVE) {
         e = hm_reserve(pool, size);
         if (!e) return nvh_errcode();
-        hm_prefetch_run(m, h63);
+        hm_prefetch_run(m, h63, &w);
         nvh_protect_open_(pool, e, size);       /* closed after fence 1 (or abort) */
         hm_fill_header(e, so, key, klen, vlen);
         if (vlen) memcpy(e->data + klen, val, vlen);
@@ -220,7 +251,7 @@ static int hm_write(struct nvh_hmap *m, const void *key, size_t klen, const void
 
     struct hm_stripe *st = hm_stripe_of(m, h63);
     hm_lock(st);
-    struct nvh_hm_dummy *d = nvh_hm_bucket_(m, st, h63);
+    struct nvh_hm_dummy *d = hm_write_bucket(m, st, h63, &w);
     if (!d) return hm_write_abort(m, st, e, size, nvh_errcode());
     uint64_t *prev;
     struct nvh_hm_node *old = nvh_hm_find_(m, (struct nvh_hm_link *)d, so, key, (uint32_t)klen,

@@ -239,6 +239,34 @@ static void test_resize(void **state)
     unlink(path);
 }
 
+/* The eager linker's batches while segment 0 fills: a map of 2^8 buckets
+ * starts with buckets 0..31 linked (one per writer stripe), so a stripe's
+ * batch holds buckets that share a parent (32 + s, 64 + s, 128 + s all
+ * have parent s) and can share a predecessor word when the parent's run
+ * is short: such a batch must stop before the second (one store would be
+ * lost and a marked dummy left out of the list). After the first doubling
+ * parents are distinct and the linker no longer compares (hashmap.c). */
+static void test_seg0_batches(void **state)
+{
+    (void)state;
+    const char *path;
+    nvh_pool *pool = new_pool("hm-seg0", &path);
+    nvh_hmap *m = new_map(pool, 8, 10000);      /* never doubles */
+    uint8_t k[HM_KEYBUF], v[HM_VALBUF];
+    nvh_hmap_stats st;
+    for (uint32_t id = 0; id < 400; id++) {
+        size_t kl = hm_key(id, k), vl = hm_val(id, 1, v);
+        assert_int_equal(nvh_hmap_insert(m, k, kl, v, vl), NVH_OK);
+        if (id < 64 || id % 16 == 0) check_ok(m);
+    }
+    assert_int_equal(nvh_hmap_check(m, &st), NVH_OK);
+    assert_int_equal(st.buckets_linked, 256);
+    for (uint32_t id = 0; id < 400; id++) assert_true(hm_key_matches(m, id, 1));
+    nvh_hmap_close(m);
+    nvh_pool_close(pool);
+    unlink(path);
+}
+
 /* ---------------------------------------------------------------------------
  * Costs: fences and lines per operation (the figures docs/HASHMAP.md quotes)
  * ------------------------------------------------------------------------- */
@@ -678,7 +706,8 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_basic_ops), cmocka_unit_test(test_property),
-        cmocka_unit_test(test_resize),    cmocka_unit_test(test_costs),
+        cmocka_unit_test(test_resize),    cmocka_unit_test(test_seg0_batches),
+        cmocka_unit_test(test_costs),
         cmocka_unit_test(test_destroy),   cmocka_unit_test(test_threads),
         cmocka_unit_test(test_readonly),  cmocka_unit_test(test_get_fn),
         cmocka_unit_test(test_read_section),
