@@ -47,6 +47,49 @@ void kvs_cleaf_free(kvs_cleaf *c)
     free(c);
 }
 
+/* A companion no reader holds any more (under smo): kept as a spare. */
+static void kvs_cleaf_spare(kv_sorted *t, kvs_cleaf *c)
+{
+    if (t->ncspare >= KVS_CSPARE) {
+        kvs_cleaf_free(c);
+        return;
+    }
+    c->next = t->cspare;
+    t->cspare = c;
+    t->ncspare++;
+}
+
+/* An index node no reader holds any more (under smo): kept as a spare. */
+static void kvs_inode_spare(kv_sorted *t, void *n)
+{
+    if (t->nispare >= KVS_CSPARE) {
+        free(n);
+        return;
+    }
+    memcpy(n, &t->ispare, sizeof(void *));
+    t->ispare = n;
+    t->nispare++;
+}
+
+kvs_inode *kvs_inode_take(kv_sorted *t)
+{
+    void *n = t->ispare;
+    if (!n) return malloc(sizeof(kvs_inode));
+    memcpy(&t->ispare, n, sizeof(void *));
+    t->nispare--;
+    return n;
+}
+
+kvs_cleaf *kvs_cleaf_take(kv_sorted *t)
+{
+    kvs_cleaf *c = t->cspare;
+    if (!c) return kvs_cleaf_new();
+    t->cspare = c->next;
+    t->ncspare--;
+    memset(c, 0, sizeof *c);
+    return c;
+}
+
 void kvs_reclaim(kv_sorted *t, int wait)
 {
     while (t->nret) {
@@ -54,7 +97,8 @@ void kvs_reclaim(kv_sorted *t, int wait)
         size_t k = 0;
         for (size_t i = 0; i < t->nret; i++) {
             if (t->ret[i].epoch < min) {
-                if (t->ret[i].kind == KVS_R_CLEAF) kvs_cleaf_free(t->ret[i].p);
+                if (t->ret[i].kind == KVS_R_CLEAF) kvs_cleaf_spare(t, t->ret[i].p);
+                else if (t->ret[i].kind == KVS_R_INODE) kvs_inode_spare(t, t->ret[i].p);
                 else free(t->ret[i].p);
             } else {
                 t->ret[k++] = t->ret[i];
@@ -167,6 +211,18 @@ static void kvs_free_dram(kv_sorted *t)
     free(t->ret);
     t->ret = NULL;
     t->nret = t->capret = 0;
+    while (t->cspare) {
+        kvs_cleaf *c = t->cspare;
+        t->cspare = c->next;
+        kvs_cleaf_free(c);
+    }
+    t->ncspare = 0;
+    while (t->ispare) {
+        void *n = t->ispare;
+        memcpy(&t->ispare, n, sizeof(void *));
+        free(n);
+    }
+    t->nispare = 0;
     kvs_slab_fini(t);
 }
 

@@ -320,7 +320,7 @@ typedef struct kvs_inode {
 /* Retired DRAM objects (index nodes, separators, companions), freed once no
  * reader can hold them (common/epoch.c: stamped at the retire). Records are
  * not retired here: the allocator holds freed space back from readers. */
-enum { KVS_R_MEM, KVS_R_CLEAF };
+enum { KVS_R_MEM, KVS_R_CLEAF, KVS_R_INODE };
 typedef struct kvs_retired {
     uint64_t epoch;
     void *p;
@@ -400,6 +400,16 @@ struct kv_sorted {
     kvs_cleaf *head;                /* first companion (smo)                  */
     kvs_retired *ret;               /* smo                                    */
     size_t nret, capret;
+    /* Companions whose readers have all left, kept for the next splits
+     * (smo): a split needs two, and aligned_alloc of one costs as much as
+     * the rest of the split's DRAM work. Linked by next; at most
+     * KVS_CSPARE. */
+    kvs_cleaf *cspare;
+    uint32_t ncspare;
+    /* Index nodes likewise, for the path copies of splits (smo): linked
+     * through their first word; at most KVS_CSPARE. */
+    void *ispare;
+    uint32_t nispare;
 
     _Alignas(64) uint64_t count;    /* atomic: live entries once built        */
     /* Key and value bytes (nvh_kv_stats): writers add their changes since
@@ -626,6 +636,13 @@ int kvs_retire(kv_sorted *t, uint32_t kind, void *p);
  * (under smo). */
 void kvs_reclaim(kv_sorted *t, int wait);
 void kvs_cleaf_free(kvs_cleaf *c);
+/* A zeroed companion (under smo): a spare one, else a new one; NULL if out
+ * of memory. */
+kvs_cleaf *kvs_cleaf_take(kv_sorted *t);
+#define KVS_CSPARE 64u
+/* An index node's memory (under smo): a spare one, else malloc'd; its
+ * contents undefined. NULL if out of memory. */
+kvs_inode *kvs_inode_take(kv_sorted *t);
 
 static inline void kvs_spin_lock(uint32_t *l)
 {

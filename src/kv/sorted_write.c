@@ -395,9 +395,9 @@ static void kvs_slot_set(kvs_slot *s, const kvs_ent *e)
     s->klen = e->klen;
 }
 
-static kvs_cleaf *kvs_cleaf_of(kvs_leaf *l, const kvs_ent *e, unsigned n)
+static kvs_cleaf *kvs_cleaf_of(kv_sorted *t, kvs_leaf *l, const kvs_ent *e, unsigned n)
 {
-    kvs_cleaf *c = kvs_cleaf_new();
+    kvs_cleaf *c = kvs_cleaf_take(t);
     if (!c) return NULL;
     c->p = l;
     for (unsigned i = 0; i < n; i++) {
@@ -421,7 +421,7 @@ static int kvs_first_leaf(kv_sorted *t)
     if (!mem) return nvh_fail_context(nvh_errcode(), "sorted tree: no space for a leaf");
     kvs_leaf *l = kvs_leaf_init(t, mem);
     nvh_persist(pool, l, sizeof *l);
-    kvs_cleaf *c = kvs_cleaf_of(l, NULL, 0);
+    kvs_cleaf *c = kvs_cleaf_of(t, l, NULL, 0);
     kvs_inode *r = c ? kvs_ix_build(&c, 1) : NULL;
     if (!r) {
         free(c);
@@ -438,7 +438,7 @@ static int kvs_first_leaf(kv_sorted *t)
     kvs_inode *old = t->root;
     t->head = c;
     KVS_STORE(&t->root, r);
-    return kvs_retire(t, KVS_R_MEM, old);
+    return kvs_retire(t, KVS_R_INODE, old);
 }
 
 
@@ -504,9 +504,10 @@ static uint64_t kvs_split_tag(kv_sorted *t)
 
 /* Companion of c's persistent leaf keeping only the entries e[0..n) (in
  * key order, in their slots). */
-static kvs_cleaf *kvs_cleaf_keep(const kvs_cleaf *c, const kvs_ent *e, unsigned n)
+static kvs_cleaf *kvs_cleaf_keep(kv_sorted *t, const kvs_cleaf *c, const kvs_ent *e,
+                                  unsigned n)
 {
-    kvs_cleaf *d = kvs_cleaf_new();
+    kvs_cleaf *d = kvs_cleaf_take(t);
     if (!d) return NULL;
     d->p = c->p;
     for (unsigned i = 0; i < n; i++) {
@@ -607,7 +608,7 @@ static int kvs_split_insert(kv_sorted *t, kvs_cleaf *c, const void *k, size_t kl
      * of L, N, and the lower bound of the upper leaf */
     const kvs_ent *keep = upper ? e : e + mid;
     unsigned nkeep = upper ? mid : n - mid;
-    kvs_cleaf *cl = kvs_cleaf_keep(c, keep, nkeep), *cn = kvs_cleaf_of(nl, ne_, nn);
+    kvs_cleaf *cl = kvs_cleaf_keep(t, c, keep, nkeep), *cn = kvs_cleaf_of(t, nl, ne_, nn);
     const kvs_ent *lb = upper ? &ne_[0] : &e[mid];
     kvs_skey *sep = kvs_skey_new(lb->v.key, lb->klen);
     if (!cl || !cn || !sep) {
