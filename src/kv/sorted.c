@@ -585,6 +585,22 @@ void kvs_perm_change(const kv_sorted *t, kvs_cleaf *c, int add, int del)
         const kvs_rv *ra = NULL;    /* the new entry's record, once read */
         if (m >= KVS_CAP) { KVS_STORE(&c->ptag, 0); return; }
         unsigned lo = 0, hi = m;   /* first entry above the new key */
+        if (!t->cmp) {
+            /* bytewise: the first entry whose prefix is not below the new
+             * key's, without a branch on each comparison (random keys
+             * mispredict half of them); that is the answer unless its
+             * prefix ties, which the search below settles */
+            const uint64_t ap = c->w[add].pfx;
+            unsigned len = m;
+            while (len > 0) {
+                unsigned half = len / 2;
+                bool below = c->w[perm[lo + half]].pfx < ap;
+                lo = below ? lo + half + 1 : lo;
+                len = below ? len - half - 1 : half;
+            }
+            if (lo == m || c->w[perm[lo]].pfx != ap) hi = lo;
+            else lo = 0;
+        }
         while (lo < hi) {
             unsigned mid = (lo + hi) / 2, s = perm[mid];
             /* bytewise: the summaries decide unless they tie */
