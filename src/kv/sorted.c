@@ -47,6 +47,49 @@ void kvs_cleaf_free(kvs_cleaf *c)
     free(c);
 }
 
+/* A companion no reader holds any more (under smo): kept as a spare. */
+static void kvs_cleaf_spare(kv_sorted *t, kvs_cleaf *c)
+{
+    if (t->ncspare >= KVS_CSPARE) {
+        kvs_cleaf_free(c);
+        return;
+    }
+    c->next = t->cspare;
+    t->cspare = c;
+    t->ncspare++;
+}
+
+/* An index node no reader holds any more (under smo): kept as a spare. */
+static void kvs_inode_spare(kv_sorted *t, void *n)
+{
+    if (t->nispare >= KVS_CSPARE) {
+        free(n);
+        return;
+    }
+    memcpy(n, &t->ispare, sizeof(void *));
+    t->ispare = n;
+    t->nispare++;
+}
+
+kvs_inode *kvs_inode_take(kv_sorted *t)
+{
+    void *n = t->ispare;
+    if (!n) return malloc(sizeof(kvs_inode));
+    memcpy(&t->ispare, n, sizeof(void *));
+    t->nispare--;
+    return n;
+}
+
+kvs_cleaf *kvs_cleaf_take(kv_sorted *t)
+{
+    kvs_cleaf *c = t->cspare;
+    if (!c) return kvs_cleaf_new();
+    t->cspare = c->next;
+    t->ncspare--;
+    memset(c, 0, sizeof *c);
+    return c;
+}
+
 void kvs_reclaim(kv_sorted *t, int wait)
 {
     while (t->nret) {
@@ -54,7 +97,8 @@ void kvs_reclaim(kv_sorted *t, int wait)
         size_t k = 0;
         for (size_t i = 0; i < t->nret; i++) {
             if (t->ret[i].epoch < min) {
-                if (t->ret[i].kind == KVS_R_CLEAF) kvs_cleaf_free(t->ret[i].p);
+                if (t->ret[i].kind == KVS_R_CLEAF) kvs_cleaf_spare(t, t->ret[i].p);
+                else if (t->ret[i].kind == KVS_R_INODE) kvs_inode_spare(t, t->ret[i].p);
                 else free(t->ret[i].p);
             } else {
                 t->ret[k++] = t->ret[i];
@@ -167,6 +211,18 @@ static void kvs_free_dram(kv_sorted *t)
     free(t->ret);
     t->ret = NULL;
     t->nret = t->capret = 0;
+    while (t->cspare) {
+        kvs_cleaf *c = t->cspare;
+        t->cspare = c->next;
+        kvs_cleaf_free(c);
+    }
+    t->ncspare = 0;
+    while (t->ispare) {
+        void *n = t->ispare;
+        memcpy(&t->ispare, n, sizeof(void *));
+        free(n);
+    }
+    t->nispare = 0;
     kvs_slab_fini(t);
 }
 
@@ -288,7 +344,7 @@ int kvs_ent_cmp(const kv_sorted *t, const kvs_ent *a, const kvs_ent *b)
         int c = kvs_sum_cmp(a->prefix, a->klen, b->prefix, b->klen);
         if (c != 2) return c;
     }
-    return kvs_cmp(t, kvs_rec_key(a->r), kvs_rec_klen(a->r), kvs_rec_key(b->r), kvs_rec_klen(b->r));
+    return kvs_cmp(t, a->v.key, a->v.klen, b->v.key, b->v.klen);
 }
 
 int kvs_sum_sort(const kv_sorted *t, const kvs_cleaf *c, const uint64_t *recs, kvs_ent *e,
@@ -320,7 +376,7 @@ int kvs_sum_sort(const kv_sorted *t, const kvs_cleaf *c, const uint64_t *recs, k
     for (unsigned i = 0; i < m; i++) {
         unsigned s = lo[i] & 0xff;
         e[i] = (kvs_ent){.rec = recs[s], .prefix = pk[i], .hash = KVS_LOADR(&c->w[s].hash),
-                         .klen = lo[i] >> 8, .r = NULL, .slot = s};
+                         .klen = lo[i] >> 8, .v = {NULL, NULL, 0, 0}, .slot = s};
     }
     int err = 0;
     for (unsigned i = 0; i + 1 < m; i++) {
@@ -330,13 +386,13 @@ int kvs_sum_sort(const kv_sorted *t, const kvs_cleaf *c, const uint64_t *recs, k
         while (k < m && e[k].prefix == e[i].prefix) k++;
         for (unsigned a = i + 1; a < k; a++) {
             kvs_ent x = e[a];
-            const kvs_rec *rx = kvs_ent_rec(t, &x, &err);
+            const kvs_rv *rx = kvs_ent_rec(t, &x, &err);
             if (!rx) return err;
             unsigned j = a;
             for (; j > i; j--) {
-                const kvs_rec *rj = kvs_ent_rec(t, &e[j - 1], &err);
+                const kvs_rv *rj = kvs_ent_rec(t, &e[j - 1], &err);
                 if (!rj) return err;
-                if (kvs_bytes_cmp(kvs_rec_key(rj), kvs_rec_klen(rj), kvs_rec_key(rx), kvs_rec_klen(rx)) <= 0) break;
+                if (kvs_bytes_cmp(rj->key, rj->klen, rx->key, rx->klen) <= 0) break;
                 e[j] = e[j - 1];
             }
             e[j] = x;
@@ -365,10 +421,10 @@ int kvs_leaf_sorted(const kv_sorted *t, const kvs_cleaf *c, kvs_ent *out, unsign
         int rc = kvs_sum_sort(t, c, recs, out, &m);
         if (rc) return rc;
         for (unsigned i = 0; i < m; i++) {
-            if (!out[i].r && !(out[i].r = kvs_rec_get_in(t, out[i].rec, size)))
+            if (!out[i].v.key && !kvs_rec_view_in(t, out[i].rec, size, &out[i].v))
                 return kvs_corrupt(t, out[i].rec, "record");
-            out[i].klen = kvs_rec_klen(out[i].r);
-            out[i].prefix = kvs_prefix(kvs_rec_key(out[i].r), out[i].klen);
+            out[i].klen = out[i].v.klen;
+            out[i].prefix = kvs_prefix(out[i].v.key, out[i].klen);
         }
         *n = m;
         return NVH_OK;
@@ -378,13 +434,12 @@ int kvs_leaf_sorted(const kv_sorted *t, const kvs_cleaf *c, kvs_ent *out, unsign
         if (kvs_slot_free(r)) continue;
         kvs_ent e;
         e.rec = r;
-        e.r = kvs_rec_get(t, r);
-        if (!e.r) return kvs_corrupt(t, r, "record");
+        if (!kvs_rec_view(t, r, &e.v)) return kvs_corrupt(t, r, "record");
         /* the summary from the record itself, not the slot's: a reader
          * racing a slot's reuse may see the next key's summary with the
          * old record (the record's first line is read anyway) */
-        e.klen = kvs_rec_klen(e.r);
-        e.prefix = kvs_prefix(kvs_rec_key(e.r), e.klen);
+        e.klen = e.v.klen;
+        e.prefix = kvs_prefix(e.v.key, e.klen);
         e.hash = KVS_LOADR(&c->w[i].hash);
         e.slot = i;
         unsigned j = m;
@@ -428,11 +483,9 @@ static int kvs_leaf_cached(const kv_sorted *t, const kvs_cleaf *c, uint64_t tag,
     for (unsigned i = 0; i < m; i++) {
         uint64_t r = out[i].rec;
         if (kvs_slot_free(r)) return KVS_RETRY;   /* the version moved */
-        const kvs_rec *rp = kvs_rec_get_in(t, r, size);
-        if (!rp) return kvs_corrupt(t, r, "record");
-        out[i].r = rp;
-        out[i].klen = kvs_rec_klen(rp);
-        out[i].prefix = kvs_prefix(kvs_rec_key(rp), kvs_rec_klen(rp));
+        if (!kvs_rec_view_in(t, r, size, &out[i].v)) return kvs_corrupt(t, r, "record");
+        out[i].klen = out[i].v.klen;
+        out[i].prefix = kvs_prefix(out[i].v.key, out[i].v.klen);
         out[i].hash = KVS_LOADR(&c->w[out[i].slot].hash);
     }
     *n = m;
@@ -446,7 +499,7 @@ static int kvs_leaf_cached(const kv_sorted *t, const kvs_cleaf *c, uint64_t tag,
  * corrupt record (nvh_errcode()). */
 #define KVS_STEP_AHEAD 8u
 static int kvs_leaf_cached_one(const kv_sorted *t, const kvs_cleaf *c, uint64_t tag, uint32_t v,
-                               unsigned i, int dir, const kvs_rec **r)
+                               unsigned i, int dir, kvs_rv *r)
 {
     unsigned m = (unsigned)(tag >> 32) & 0xff;
     if (!kvs_ptag_valid_for(tag, v) || i >= m) return 0;
@@ -469,13 +522,11 @@ static int kvs_leaf_cached_one(const kv_sorted *t, const kvs_cleaf *c, uint64_t 
     }
     uint64_t off = KVS_LOAD(&c->rec[s]);
     if (kvs_slot_free(off)) return 0;
-    const kvs_rec *rp = kvs_rec_get_in(t, off, size);
-    if (!rp) {
+    if (!kvs_rec_view_in(t, off, size, r)) {
         kvs_corrupt(t, off, "record");
         return -1;
     }
     if (KVS_LOAD(&c->ver) != v || KVS_LOAD(&c->dead)) return 0;
-    *r = rp;
     return 1;
 }
 
@@ -530,18 +581,38 @@ void kvs_perm_change(const kv_sorted *t, kvs_cleaf *c, int add, int del)
         m--;
     }
     if (add >= 0) {
-        const kvs_rec *ra = NULL;
+        kvs_rv rabuf;
+        const kvs_rv *ra = NULL;    /* the new entry's record, once read */
         if (m >= KVS_CAP) { KVS_STORE(&c->ptag, 0); return; }
         unsigned lo = 0, hi = m;   /* first entry above the new key */
+        if (!t->cmp) {
+            /* bytewise: the first entry whose prefix is not below the new
+             * key's, without a branch on each comparison (random keys
+             * mispredict half of them); that is the answer unless its
+             * prefix ties, which the search below settles */
+            const uint64_t ap = c->w[add].pfx;
+            unsigned len = m;
+            while (len > 0) {
+                unsigned half = len / 2;
+                bool below = c->w[perm[lo + half]].pfx < ap;
+                lo = below ? lo + half + 1 : lo;
+                len = below ? len - half - 1 : half;
+            }
+            if (lo == m || c->w[perm[lo]].pfx != ap) hi = lo;
+            else lo = 0;
+        }
         while (lo < hi) {
             unsigned mid = (lo + hi) / 2, s = perm[mid];
             /* bytewise: the summaries decide unless they tie */
             int d = t->cmp ? 2 : kvs_sum_cmp(c->w[s].pfx, c->w[s].klen, c->w[add].pfx, c->w[add].klen);
             if (d == 2) {
-                const kvs_rec *rm = kvs_rec_get(t, KVS_LOADR(&c->rec[s]));
-                if (!ra) ra = kvs_rec_get(t, KVS_LOADR(&c->rec[add]));
-                if (!rm || !ra) { KVS_STORE(&c->ptag, 0); return; }
-                d = kvs_cmp(t, kvs_rec_key(rm), kvs_rec_klen(rm), kvs_rec_key(ra), kvs_rec_klen(ra));
+                kvs_rv rm;
+                if (!ra && kvs_rec_view(t, KVS_LOADR(&c->rec[add]), &rabuf)) ra = &rabuf;
+                if (!ra || !kvs_rec_view(t, KVS_LOADR(&c->rec[s]), &rm)) {
+                    KVS_STORE(&c->ptag, 0);
+                    return;
+                }
+                d = kvs_cmp(t, rm.key, rm.klen, ra->key, ra->klen);
             }
             if (d < 0) lo = mid + 1;
             else hi = mid;
@@ -699,7 +770,7 @@ static int kvs_build(kv_sorted *t)
             rc = kvs_leaf_sorted(t, c, ents, &m);
             if (rc) { free(c); break; }
             kvs_leaf_cache(c, 0, ents, m);
-            c->sep = kvs_skey_new(kvs_rec_key(ents[0].r), kvs_rec_klen(ents[0].r));
+            c->sep = kvs_skey_new(ents[0].v.key, ents[0].v.klen);
             if (!c->sep) { free(c); rc = nvh_fail(NVH_E_NOMEM, "sorted tree: out of memory"); break; }
         }
         if (n == cap) {
@@ -768,58 +839,6 @@ static int kvs_key_ok(const void *k, size_t kl, const char *fn)
     return NVH_OK;
 }
 
-/* Slots of c whose fingerprint is f: bit i set for slot i. Exact byte
- * matches per fingerprint word (no false positives from the bit trick:
- * each byte's high bit is tested apart from the carry of the others). */
-static inline uint32_t kvs_fp_match(const kvs_cleaf *c, uint8_t f)
-{
-    const uint64_t lo7 = UINT64_C(0x7f7f7f7f7f7f7f7f), ones = UINT64_C(0x0101010101010101);
-    uint32_t m = 0;
-    for (unsigned w = 0; w < KVS_CAP / 8; w++) {
-        uint64_t x = KVS_LOADR(&c->fp[w]) ^ (ones * f);
-        uint64_t z = ~(((x & lo7) + lo7) | x | lo7);     /* 0x80 where a byte is 0 */
-        /* gather the 8 high bits into one byte (bit j: byte j) */
-        uint64_t b = ((z >> 7) * UINT64_C(0x0102040810204080)) >> 56;
-        m |= (uint32_t)b << (8 * w);
-    }
-    return m;
-}
-
-/* Record lines a lookup asks for at once (header, key, the value's start). */
-#define KVS_REC_LOOKUP_LINES 2u
-
-int kvs_leaf_find(const kv_sorted *t, const kvs_cleaf *c, const void *k, size_t kl,
-                  uint64_t kp, uint32_t kh, uint64_t *rec, int *err)
-{
-    (void)kp;
-    /* bytewise: only the slots whose fingerprint matches, then the key in
-     * their record (read anyway for the value: checking the slot's hash
-     * first would cost a line of the companion on every lookup to save a
-     * record read on one in ~8); a custom comparator decides equality
-     * itself, so every slot is a candidate */
-    uint32_t m = t->cmp ? UINT32_MAX : kvs_fp_match(c, kvs_fp(kh));
-    uint64_t size = nvh_pool_size(t->pool);
-    for (; m; m &= m - 1) {
-        unsigned i = (unsigned)__builtin_ctz(m);
-        uint64_t r = KVS_LOAD(&c->rec[i]);
-        if (kvs_slot_free(r)) continue;
-        /* the record's first lines at once: its header and key decide, and
-         * the caller reads the value next */
-        if (r < size) kvs_prefetch(nvh_ptr(t->pool, r), KVS_REC_LOOKUP_LINES);
-        const kvs_rec *rp = kvs_rec_get_in(t, r, size);
-        if (!rp) {
-            *err = kvs_corrupt(t, r, "record");
-            return -1;
-        }
-        if (t->cmp ? kvs_cmp(t, k, kl, kvs_rec_key(rp), kvs_rec_klen(rp)) == 0
-                   : (kvs_rec_klen(rp) == kl && kvs_key_eq(kvs_rec_key(rp), k, kl))) {
-            *rec = r;
-            return (int)i;
-        }
-    }
-    return -1;
-}
-
 /* Has c been replaced or removed? Readers ask after reading its slots (all
  * acquire loads, so this load is not hoisted above them): a companion
  * never changes once dead, so a "no" means what was read was current. */
@@ -828,9 +847,9 @@ static inline bool kvs_dead(const kvs_cleaf *c)
     return KVS_LOAD(&c->dead) != 0;
 }
 
-static inline int kvs_emit(const kvs_rec *r, kv_entry_fn fn, void *arg)
+static inline int kvs_emit(const kvs_rv *r, kv_entry_fn fn, void *arg)
 {
-    return fn ? fn(kvs_rec_key(r), kvs_rec_klen(r), kvs_rec_val(r), kvs_rec_vlen(r), arg) : NVH_OK;
+    return fn ? fn(r->key, r->klen, r->val, r->vlen, arg) : NVH_OK;
 }
 
 int kv_sorted_get(kv_sorted *t, const void *k, size_t kl, kv_entry_fn fn, void *arg)
@@ -847,12 +866,13 @@ int kv_sorted_get(kv_sorted *t, const void *k, size_t kl, kv_entry_fn fn, void *
         kvs_cleaf *c = kvs_ix_find(t, root, k, kl, kp, NULL);
         if (!c) { rc = NVH_E_NOTFOUND; break; }
         uint64_t rec = 0;
+        kvs_rv rv = {NULL, NULL, 0, 0};
         int err = 0;
-        int i = kvs_leaf_find(t, c, k, kl, kp, kh, &rec, &err);
+        int i = kvs_leaf_find(t, c, k, kl, kh, &rec, &rv, &err);
         if (kvs_dead(c)) continue;
         if (err) { rc = err; break; }
         if (i < 0) { rc = NVH_E_NOTFOUND; break; }
-        rc = kvs_emit(nvh_ptr(t->pool, rec), fn, arg);
+        rc = kvs_emit(&rv, fn, arg);
         break;
     }
     nvh_epoch_exit_();
@@ -867,7 +887,7 @@ static inline int kvs_ent_vs(const kv_sorted *t, const kvs_ent *e, const void *k
         int c = kvs_sum_cmp(e->prefix, e->klen, kp, kl);
         if (c != 2) return c;
     }
-    return kvs_cmp(t, kvs_rec_key(e->r), kvs_rec_klen(e->r), k, kl);
+    return kvs_cmp(t, e->v.key, e->v.klen, k, kl);
 }
 
 /* kv_sorted_seek; pos (not NULL) receives where the entry found stands,
@@ -927,7 +947,7 @@ retry:
             }
             if (hit >= 0) {
                 if (pos) *pos = (kv_sorted_pos){c, gen, ver, (uint32_t)hit};
-                rc = kvs_emit(ents[hit].r, fn, arg);
+                rc = kvs_emit(&ents[hit].v, fn, arg);
                 goto out;
             }
             if (up) {
@@ -980,7 +1000,7 @@ static int kvs_step(kv_sorted *t, int dir, kv_entry_fn fn, void *arg, kv_sorted_
         return KVS_RETRY;
     unsigned n;
     uint32_t ver;
-    const kvs_rec *r = NULL;
+    kvs_rv r;
     int e;
     /* the cached order: one entry of it, or past its end the next leaf */
     uint64_t tag = KVS_LOAD(&c->ptag);
@@ -991,7 +1011,7 @@ static int kvs_step(kv_sorted *t, int dir, kv_entry_fn fn, void *arg, kv_sorted_
             if ((e = kvs_leaf_cached_one(t, c, tag, pos->ver, to, dir, &r)) < 0) return nvh_errcode();
             if (e == 1) {
                 pos->idx = to;
-                return kvs_emit(r, fn, arg);
+                return kvs_emit(&r, fn, arg);
             }
         } else if (dir > 0 && pos->idx + 1 == n) {
             goto next_leaf;
@@ -1005,11 +1025,11 @@ static int kvs_step(kv_sorted *t, int dir, kv_entry_fn fn, void *arg, kv_sorted_
     if (dir < 0) {
         if (pos->idx == 0) goto prev_leaf;
         pos->idx--;
-        return kvs_emit(ents[pos->idx].r, fn, arg);
+        return kvs_emit(&ents[pos->idx].v, fn, arg);
     }
     if (pos->idx + 1 < n) {
         pos->idx++;
-        return kvs_emit(ents[pos->idx].r, fn, arg);
+        return kvs_emit(&ents[pos->idx].v, fn, arg);
     }
 next_leaf: {
         /* its keys are all above c's while c is live (and at the version
@@ -1029,10 +1049,10 @@ next_leaf: {
             rc = kvs_leaf_read(t, nx, ents, &n, &ver);
             if (rc) return rc;
             if (n == 0) return KVS_RETRY;
-            r = ents[0].r;
+            r = ents[0].v;
         }
         *pos = (kv_sorted_pos){nx, gen, ver, 0};
-        return kvs_emit(r, fn, arg);
+        return kvs_emit(&r, fn, arg);
     }
 prev_leaf: {
         /* pv precedes c while both are live and pv->next is c: its last
@@ -1057,13 +1077,13 @@ prev_leaf: {
             rc = kvs_leaf_read(t, pv, ents, &n, &ver);
             if (rc) return rc;
             if (n == 0) return KVS_RETRY;
-            r = ents[n - 1].r;
+            r = ents[n - 1].v;
         }
         /* still neighbours at those versions */
         if (KVS_LOAD(&pv->next) != c || KVS_LOAD(&c->ver) != pos->ver || kvs_dead(c))
             return KVS_RETRY;
         *pos = (kv_sorted_pos){pv, gen, ver, n - 1};
-        return kvs_emit(r, fn, arg);
+        return kvs_emit(&r, fn, arg);
     }
 }
 
@@ -1138,14 +1158,14 @@ static int kvs_scan(kv_sorted *t, kvs_bound lo, kvs_bound hi, kv_entry_fn fn, vo
             cnt++;
             last = (int)i;
             if (fn) {
-                rc = kvs_emit(ents[i].r, fn, arg);
+                rc = kvs_emit(&ents[i].v, fn, arg);
                 if (rc) goto done;
             }
         }
         if (last >= 0) {
             /* the cursor: the leaf's last key passed on (the next leaf's keys
              * are all above it; after a descent they are filtered) */
-            memcpy(cur, kvs_rec_key(ents[last].r), ents[last].klen);
+            memcpy(cur, ents[last].v.key, ents[last].klen);
             c0.k = cur;
             c0.kl = ents[last].klen;
             c0.kp = ents[last].prefix;

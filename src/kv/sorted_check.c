@@ -79,29 +79,29 @@ static int chk_run(kv_sorted *t)
                 }
                 continue;
             }
-            const kvs_rec *r = kvs_rec_get(t, s->rec);
-            if (!r) { rc = kvs_corrupt(t, s->rec, "record"); break; }
-            if (kvs_rec_is8(r) && t->hdr->version < KVS_HDR_VERSION_REC8) {
+            kvs_rv r;
+            if (!kvs_rec_view(t, s->rec, &r)) { rc = kvs_corrupt(t, s->rec, "record"); break; }
+            if (kvs_rec_is8(nvh_ptr(t->pool, s->rec)) && t->hdr->version < KVS_HDR_VERSION_REC8) {
                 rc = kvs_corrupt(t, s->rec, "record (8-byte header in a tree of version 1 or 2)");
                 break;
             }
             if (scount) {
                 long si = kvs_slab_find(t, s->rec);
-                if (si >= 0 && s->rec + kvs_rec_bytes(r) > t->sl[si]->end) {
+                if (si >= 0 && s->rec + kvs_rv_bytes(t, s->rec, &r) > t->sl[si]->end) {
                     rc = kvs_corrupt(t, s->rec, "record (crosses its slab's end)");
                     break;
                 }
                 if (si >= 0) scount[si]++;
             }
-            if (kvs_rec_klen(r) != s->klen || kvs_prefix(kvs_rec_key(r), kvs_rec_klen(r)) != s->prefix ||
-                kvs_hash(kvs_rec_key(r), kvs_rec_klen(r)) != s->hash || c->w[i].klen != s->klen ||
+            if (r.klen != s->klen || kvs_prefix(r.key, r.klen) != s->prefix ||
+                kvs_hash(r.key, r.klen) != s->hash || c->w[i].klen != s->klen ||
                 c->w[i].hash != s->hash || c->w[i].pfx != s->prefix ||
                 kvs_fp_at(c, i) != kvs_fp(s->hash)) {
                 rc = kvs_corrupt(t, off_s, "leaf slot (summary does not match its record)");
                 break;
             }
             const kvs_skey *lo = NULL;
-            if (kvs_ix_find(t, root, kvs_rec_key(r), kvs_rec_klen(r), s->prefix, &lo) != c) {
+            if (kvs_ix_find(t, root, r.key, r.klen, s->prefix, &lo) != c) {
                 rc = kvs_corrupt(t, off_s, "leaf slot (key outside the leaf's range)");
                 break;
             }
@@ -120,11 +120,11 @@ static int chk_run(kv_sorted *t)
             if (!ok) { rc = kvs_corrupt(t, cur, "leaf (cached key order of its companion)"); break; }
         }
         for (unsigned i = 0; i < n; i++) {
-            if (have_last && kvs_cmp(t, last, lastlen, kvs_rec_key(e[i].r), e[i].klen) >= 0) {
+            if (have_last && kvs_cmp(t, last, lastlen, e[i].v.key, e[i].klen) >= 0) {
                 rc = kvs_corrupt(t, e[i].rec, "record (keys not ascending: duplicate or out of order)");
                 break;
             }
-            memcpy(last, kvs_rec_key(e[i].r), e[i].klen);
+            memcpy(last, e[i].v.key, e[i].klen);
             lastlen = e[i].klen;
             have_last = 1;
         }

@@ -245,9 +245,9 @@ static int ix_path(kv_sorted *t, kvs_cleaf *c, ix_step *path, int *depth)
     }
 }
 
-static kvs_inode *ix_copy(const kvs_inode *n)
+static kvs_inode *ix_copy(kv_sorted *t, const kvs_inode *n)
 {
-    kvs_inode *x = malloc(sizeof *x);
+    kvs_inode *x = kvs_inode_take(t);
     if (x) memcpy(x, n, sizeof *x);
     return x;
 }
@@ -277,7 +277,7 @@ static int ix_publish(kv_sorted *t, kvs_inode *r, ix_step *path, int depth)
     KVS_STORE(&t->root, r);
     int rc = NVH_OK;
     for (int d = 0; d <= depth; d++) {
-        int e = kvs_retire(t, KVS_R_MEM, path[d].n);
+        int e = kvs_retire(t, KVS_R_INODE, path[d].n);
         if (e && !rc) rc = e;
     }
     return rc;
@@ -292,7 +292,7 @@ int kvs_ix_replace(kv_sorted *t, kvs_cleaf *old, kvs_cleaf *a, kvs_cleaf *b, kvs
     int nf = 0;
     /* carry: what replaces the child at the level above (x), and an extra
      * node (y, lower bound sy) to insert after it when x split */
-    kvs_inode *x = ix_copy(path[depth].n);
+    kvs_inode *x = ix_copy(t, path[depth].n);
     if (!x) goto nomem;
     fresh[nf++] = x;
     unsigned i = path[depth].i;
@@ -340,7 +340,7 @@ int kvs_ix_replace(kv_sorted *t, kvs_cleaf *old, kvs_cleaf *a, kvs_cleaf *b, kvs
             }
             break;
         }
-        kvs_inode *p = ix_copy(path[d - 1].n);
+        kvs_inode *p = ix_copy(t, path[d - 1].n);
         if (!p) goto nomem;
         fresh[nf++] = p;
         p->child[path[d - 1].i] = x;
@@ -369,7 +369,7 @@ int kvs_ix_remove(kv_sorted *t, kvs_cleaf *c)
     kvs_skey *dropped = NULL;
     for (; d >= 0; d--) {
         if (path[d].n->n > 1 || d == 0) {
-            x = ix_copy(path[d].n);
+            x = ix_copy(t, path[d].n);
             if (!x) goto nomem;
             fresh[nf++] = x;
             /* the entry's separator leaves the index, or (entry 0) its
@@ -384,7 +384,7 @@ int kvs_ix_remove(kv_sorted *t, kvs_cleaf *c)
         return kvs_corrupt(t, nvh_off(t->pool, c->p), "sorted index (removing the last leaf)");
     }
     for (int e = d - 1; e >= 0; e--) {
-        kvs_inode *p = ix_copy(path[e].n);
+        kvs_inode *p = ix_copy(t, path[e].n);
         if (!p) goto nomem;
         fresh[nf++] = p;
         p->child[path[e].i] = x;

@@ -164,8 +164,8 @@ static_assert(sizeof(kvs_leaf) == 64 + 24 * KVS_CAP, "kvs_leaf size");
  *    slab of a session raises the version, durable before any slot names a
  *    record in it; KVS_HDR_VERSION_REC8). With 16-byte keys and 100-byte
  *    values a record takes 2 lines instead of 3.
- * kvs_rec is only ever a pointer to either: read it through kvs_rec_klen,
- * kvs_rec_vlen, kvs_rec_key, kvs_rec_val. */
+ * kvs_rec is only ever a pointer to either: read it through its view
+ * (kvs_rv, kvs_rec_view). */
 typedef struct kvs_rec kvs_rec;
 
 typedef struct kvs_rec16 {
@@ -320,7 +320,7 @@ typedef struct kvs_inode {
 /* Retired DRAM objects (index nodes, separators, companions), freed once no
  * reader can hold them (common/epoch.c: stamped at the retire). Records are
  * not retired here: the allocator holds freed space back from readers. */
-enum { KVS_R_MEM, KVS_R_CLEAF };
+enum { KVS_R_MEM, KVS_R_CLEAF, KVS_R_INODE };
 typedef struct kvs_retired {
     uint64_t epoch;
     void *p;
@@ -400,6 +400,16 @@ struct kv_sorted {
     kvs_cleaf *head;                /* first companion (smo)                  */
     kvs_retired *ret;               /* smo                                    */
     size_t nret, capret;
+    /* Companions whose readers have all left, kept for the next splits
+     * (smo): a split needs two, and aligned_alloc of one costs as much as
+     * the rest of the split's DRAM work. Linked by next; at most
+     * KVS_CSPARE. */
+    kvs_cleaf *cspare;
+    uint32_t ncspare;
+    /* Index nodes likewise, for the path copies of splits (smo): linked
+     * through their first word; at most KVS_CSPARE. */
+    void *ispare;
+    uint32_t nispare;
 
     _Alignas(64) uint64_t count;    /* atomic: live entries once built        */
     /* Key and value bytes (nvh_kv_stats): writers add their changes since
@@ -517,60 +527,61 @@ static inline int kvs_sum_cmp(uint64_t pa, size_t la, uint64_t pb, size_t lb)
 
 /* ==========================================================================
  * Records
- * ========================================================================== */
+ * ==========================================================================
+ * A record is decoded once, where it is validated (kvs_rec_view_in): the
+ * view says where its key and value are and how long, so that the code
+ * that compares, copies or emits it does not test the header's layout
+ * again at every field. */
+typedef struct kvs_rv {
+    const uint8_t *key;             /* NULL: not read                        */
+    const uint8_t *val;
+    uint64_t vlen;
+    uint32_t klen;
+} kvs_rv;
+
+/* Has the record the 8-byte header (else the 16-byte one)? */
 static inline bool kvs_rec_is8(const kvs_rec *r)
 {
     return ((const kvs_rec8 *)(const void *)r)->magic == KVS_REC8_MAGIC;
 }
-static inline uint32_t kvs_rec_klen(const kvs_rec *r)
-{
-    return kvs_rec_is8(r) ? ((const kvs_rec8 *)(const void *)r)->klen
-                          : ((const kvs_rec16 *)(const void *)r)->klen;
-}
-static inline uint64_t kvs_rec_vlen(const kvs_rec *r)
-{
-    return kvs_rec_is8(r) ? ((const kvs_rec8 *)(const void *)r)->vlen
-                          : ((const kvs_rec16 *)(const void *)r)->vlen;
-}
-static inline const uint8_t *kvs_rec_key(const kvs_rec *r)
-{
-    return (const uint8_t *)r + (kvs_rec_is8(r) ? sizeof(kvs_rec8) : sizeof(kvs_rec16));
-}
-static inline const uint8_t *kvs_rec_val(const kvs_rec *r) { return kvs_rec_key(r) + kvs_rec_klen(r); }
-/* Bytes a record takes, its header included. */
-static inline uint64_t kvs_rec_bytes(const kvs_rec *r)
-{
-    return (uint64_t)(kvs_rec_key(r) - (const uint8_t *)r) + kvs_rec_klen(r) + kvs_rec_vlen(r);
-}
 
 /* A record offset from a slot, validated before anything follows it: inside
- * the pool, aligned, its magic and lengths sane. NULL if not. */
-static inline kvs_rec *kvs_rec_get_in(const kv_sorted *t, uint64_t off, uint64_t size)
+ * the pool, aligned, its magic and lengths sane; *v its view. false if not. */
+static inline bool kvs_rec_view_in(const kv_sorted *t, uint64_t off, uint64_t size, kvs_rv *v)
 {
     if (off == 0 || (off & 63) || size < sizeof(kvs_rec16) || off > size - sizeof(kvs_rec16))
-        return NULL;
-    void *p = nvh_ptr(t->pool, off);
+        return false;
+    const uint8_t *p = nvh_ptr(t->pool, off);
     uint64_t kl, vl, h;
-    if (((const kvs_rec8 *)p)->magic == KVS_REC8_MAGIC) {
-        const kvs_rec8 *r = p;
+    if (kvs_rec_is8((const kvs_rec *)(const void *)p)) {
+        const kvs_rec8 *r = (const void *)p;
         kl = r->klen;
         vl = r->vlen;
         h = sizeof *r;
     } else {
-        const kvs_rec16 *r = p;
-        if (r->magic != KVS_REC_MAGIC) return NULL;
+        const kvs_rec16 *r = (const void *)p;
+        if (r->magic != KVS_REC_MAGIC) return false;
         kl = r->klen;
         vl = r->vlen;
         h = sizeof *r;
     }
-    if (kl == 0 || kl > KVS_KEY_MAX || vl > KVS_VALUE_MAX || h + kl + vl > size - off) return NULL;
-    return p;
+    if (kl == 0 || kl > KVS_KEY_MAX || vl > KVS_VALUE_MAX || h + kl + vl > size - off) return false;
+    v->key = p + h;
+    v->val = p + h + kl;
+    v->vlen = vl;
+    v->klen = (uint32_t)kl;
+    return true;
 }
 /* The same, for callers that read the pool's size once for many records
  * (the size only grows). */
-static inline kvs_rec *kvs_rec_get(const kv_sorted *t, uint64_t off)
+static inline bool kvs_rec_view(const kv_sorted *t, uint64_t off, kvs_rv *v)
 {
-    return kvs_rec_get_in(t, off, nvh_pool_size(t->pool));
+    return kvs_rec_view_in(t, off, nvh_pool_size(t->pool), v);
+}
+/* Bytes record off (viewed as v) takes, its header included. */
+static inline uint64_t kvs_rv_bytes(const kv_sorted *t, uint64_t off, const kvs_rv *v)
+{
+    return (uint64_t)(v->key - (const uint8_t *)nvh_ptr(t->pool, off)) + v->klen + v->vlen;
 }
 
 /* A leaf offset read from the pool, validated (NULL if not a leaf of t). */
@@ -625,6 +636,13 @@ int kvs_retire(kv_sorted *t, uint32_t kind, void *p);
  * (under smo). */
 void kvs_reclaim(kv_sorted *t, int wait);
 void kvs_cleaf_free(kvs_cleaf *c);
+/* A zeroed companion (under smo): a spare one, else a new one; NULL if out
+ * of memory. */
+kvs_cleaf *kvs_cleaf_take(kv_sorted *t);
+#define KVS_CSPARE 64u
+/* An index node's memory (under smo): a spare one, else malloc'd; its
+ * contents undefined. NULL if out of memory. */
+kvs_inode *kvs_inode_take(kv_sorted *t);
 
 static inline void kvs_spin_lock(uint32_t *l)
 {
@@ -705,12 +723,12 @@ void kvs_ix_free(kv_sorted *t, kvs_inode *n);
 /* Drop a reference to a separator; retired (or freed at once: now) at 0. */
 void kvs_skey_unref(kv_sorted *t, kvs_skey *s, int now);
 
-/* A live entry of a leaf, with its record (validated). */
+/* A live entry of a leaf, with its record's view (validated) once read. */
 typedef struct kvs_ent {
     uint64_t rec;
     uint64_t prefix;
     uint32_t hash, klen;
-    const kvs_rec *r;
+    kvs_rv v;                       /* v.key NULL: the record not read yet   */
     uint32_t slot;                  /* its slot in the leaf                   */
 } kvs_ent;
 /* The live entries of companion c in key order (readers: check c->dead
@@ -718,25 +736,82 @@ typedef struct kvs_ent {
 int kvs_leaf_sorted(const kv_sorted *t, const kvs_cleaf *c, kvs_ent *out, unsigned *n);
 /* Bytewise order only: the live entries of c (record words recs[], as the
  * caller loaded them) sorted by the companion's summaries (prefix, length),
- * records read only where keys of over 8 bytes share their prefix; e->r
+ * records read only where keys of over 8 bytes share their prefix; e->v.key
  * NULL unless read. Readers check c's version afterwards (the summaries
  * match the record words while it has not moved). */
 int kvs_sum_sort(const kv_sorted *t, const kvs_cleaf *c, const uint64_t *recs, kvs_ent *e,
                  unsigned *n);
-/* e's record, read (and validated) on first use. */
-static inline const kvs_rec *kvs_ent_rec(const kv_sorted *t, kvs_ent *e, int *err)
+/* e's record, read (and validated) on first use: its view, NULL (and *err
+ * set) if corrupt. */
+static inline const kvs_rv *kvs_ent_rec(const kv_sorted *t, kvs_ent *e, int *err)
 {
-    if (!e->r && !(e->r = kvs_rec_get(t, e->rec))) *err = kvs_corrupt(t, e->rec, "record");
-    return e->r;
+    if (e->v.key) return &e->v;
+    if (kvs_rec_view(t, e->rec, &e->v)) return &e->v;
+    e->v.key = NULL;
+    *err = kvs_corrupt(t, e->rec, "record");
+    return NULL;
 }
 int kvs_ent_cmp(const kv_sorted *t, const kvs_ent *a, const kvs_ent *b);
 
 /* ==========================================================================
+ * Leaf search
+ * ========================================================================== */
+/* Slots of c whose fingerprint is f: bit i set for slot i. Exact byte
+ * matches per fingerprint word (no false positives from the bit trick:
+ * each byte's high bit is tested apart from the carry of the others). */
+static inline uint32_t kvs_fp_match(const kvs_cleaf *c, uint8_t f)
+{
+    const uint64_t lo7 = UINT64_C(0x7f7f7f7f7f7f7f7f), ones = UINT64_C(0x0101010101010101);
+    uint32_t m = 0;
+    for (unsigned w = 0; w < KVS_CAP / 8; w++) {
+        uint64_t x = KVS_LOADR(&c->fp[w]) ^ (ones * f);
+        uint64_t z = ~(((x & lo7) + lo7) | x | lo7);     /* 0x80 where a byte is 0 */
+        /* gather the 8 high bits into one byte (bit j: byte j) */
+        uint64_t b = ((z >> 7) * UINT64_C(0x0102040810204080)) >> 56;
+        m |= (uint32_t)b << (8 * w);
+    }
+    return m;
+}
+
+/* Record lines a lookup asks for at once (header, key, the value's start). */
+#define KVS_REC_LOOKUP_LINES 2u
+
+/* Leaf search: slot of key k in companion c, or -1 (readers and writers);
+ * *rec and *v: its record and the record's view. Inline: the view stays in
+ * registers for the caller that emits or replaces the record. */
+static inline int kvs_leaf_find(const kv_sorted *t, const kvs_cleaf *c, const void *k, size_t kl,
+                  uint32_t kh, uint64_t *rec, kvs_rv *v, int *err)
+{
+    /* bytewise: only the slots whose fingerprint matches, then the key in
+     * their record (read anyway for the value: checking the slot's hash
+     * first would cost a line of the companion on every lookup to save a
+     * record read on one in ~8); a custom comparator decides equality
+     * itself, so every slot is a candidate */
+    uint32_t m = t->cmp ? UINT32_MAX : kvs_fp_match(c, kvs_fp(kh));
+    uint64_t size = nvh_pool_size(t->pool);
+    for (; m; m &= m - 1) {
+        unsigned i = (unsigned)__builtin_ctz(m);
+        uint64_t r = KVS_LOAD(&c->rec[i]);
+        if (kvs_slot_free(r)) continue;
+        /* the record's first lines at once: its header and key decide, and
+         * the caller reads the value next */
+        if (r < size) kvs_prefetch(nvh_ptr(t->pool, r), KVS_REC_LOOKUP_LINES);
+        if (!kvs_rec_view_in(t, r, size, v)) {
+            *err = kvs_corrupt(t, r, "record");
+            return -1;
+        }
+        if (t->cmp ? kvs_cmp(t, k, kl, v->key, v->klen) == 0
+                   : (v->klen == kl && kvs_key_eq(v->key, k, kl))) {
+            *rec = r;
+            return (int)i;
+        }
+    }
+    return -1;
+}
+
+/* ==========================================================================
  * Write path (sorted_write.c)
  * ========================================================================== */
-/* Leaf search: slot of key k in companion c, or -1 (readers and writers). */
-int kvs_leaf_find(const kv_sorted *t, const kvs_cleaf *c, const void *k, size_t kl,
-                  uint64_t kp, uint32_t kh, uint64_t *rec, int *err);
 /* Apply the queued frees found in the header at the build (under smo): bit
  * j of live set if pend[j]'s record is referenced by a live slot. */
 int kvs_pending_recover(kv_sorted *t, uint64_t live);

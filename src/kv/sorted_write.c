@@ -300,7 +300,7 @@ static inline bool kvs_rec_carved(const kv_sorted *t, size_t kl, size_t vl)
  * slab_rec_max, a reserved allocator object with the 16-byte header
  * (activated with the slot word as its link). */
 static kvs_rec *kvs_rec_make(kv_sorted *t, const void *k, size_t kl, const void *v, size_t vl,
-                             kvs_carve *cr)
+                             kvs_carve *cr, kvs_rv *view)
 {
     cr->cv = NULL;
     cr->si = NULL;
@@ -335,6 +335,7 @@ static kvs_rec *kvs_rec_make(kv_sorted *t, const void *k, size_t kl, const void 
         return NULL;
     }
     d = (uint8_t *)r + h;
+    if (view) *view = (kvs_rv){d, d + kl, vl, (uint32_t)kl};
     memcpy(d, k, kl);
     nvh_flush(t->pool, r, h + kl);
     if (vl) nvh_memcpy_nodrain(t->pool, d + kl, v, vl);
@@ -394,9 +395,9 @@ static void kvs_slot_set(kvs_slot *s, const kvs_ent *e)
     s->klen = e->klen;
 }
 
-static kvs_cleaf *kvs_cleaf_of(kvs_leaf *l, const kvs_ent *e, unsigned n)
+static kvs_cleaf *kvs_cleaf_of(kv_sorted *t, kvs_leaf *l, const kvs_ent *e, unsigned n)
 {
-    kvs_cleaf *c = kvs_cleaf_new();
+    kvs_cleaf *c = kvs_cleaf_take(t);
     if (!c) return NULL;
     c->p = l;
     for (unsigned i = 0; i < n; i++) {
@@ -420,7 +421,7 @@ static int kvs_first_leaf(kv_sorted *t)
     if (!mem) return nvh_fail_context(nvh_errcode(), "sorted tree: no space for a leaf");
     kvs_leaf *l = kvs_leaf_init(t, mem);
     nvh_persist(pool, l, sizeof *l);
-    kvs_cleaf *c = kvs_cleaf_of(l, NULL, 0);
+    kvs_cleaf *c = kvs_cleaf_of(t, l, NULL, 0);
     kvs_inode *r = c ? kvs_ix_build(&c, 1) : NULL;
     if (!r) {
         free(c);
@@ -437,7 +438,7 @@ static int kvs_first_leaf(kv_sorted *t)
     kvs_inode *old = t->root;
     t->head = c;
     KVS_STORE(&t->root, r);
-    return kvs_retire(t, KVS_R_MEM, old);
+    return kvs_retire(t, KVS_R_INODE, old);
 }
 
 
@@ -450,8 +451,8 @@ static int kvs_key_vs(const kv_sorted *t, const void *k, size_t kl, uint64_t kp,
         int c = kvs_sum_cmp(kp, kl, e->prefix, e->klen);
         if (c != 2) return c;
     }
-    const kvs_rec *r = kvs_ent_rec(t, e, err);
-    return r ? kvs_cmp(t, k, kl, kvs_rec_key(r), e->klen) : 0;
+    const kvs_rv *r = kvs_ent_rec(t, e, err);
+    return r ? kvs_cmp(t, k, kl, r->key, r->klen) : 0;
 }
 
 /* The entries of locked companion c in key order: from its cached order
@@ -460,7 +461,7 @@ static int kvs_key_vs(const kv_sorted *t, const void *k, size_t kl, uint64_t kp,
  * checked again after the order was read all the same), else sorted by the
  * companion's summaries (bytewise order: a record is read only where two
  * prefixes tie; a custom order reads them all). The summaries come from the
- * companion: e->r stays NULL until kvs_ent_rec reads it. */
+ * companion: e->v.key stays NULL until kvs_ent_rec reads it. */
 static int kvs_ents_of(const kv_sorted *t, const kvs_cleaf *c, kvs_ent *e, unsigned *n)
 {
     uint64_t tag = KVS_LOAD(&c->ptag);
@@ -477,7 +478,7 @@ static int kvs_ents_of(const kv_sorted *t, const kvs_cleaf *c, kvs_ent *e, unsig
             ok = s < KVS_CAP && !kvs_slot_free(c->rec[s]);
             if (!ok) break;
             e[i] = (kvs_ent){.rec = c->rec[s], .prefix = c->w[s].pfx, .hash = c->w[s].hash,
-                             .klen = c->w[s].klen, .r = NULL, .slot = s};
+                             .klen = c->w[s].klen, .v = {NULL, NULL, 0, 0}, .slot = s};
         }
         if (ok && m == c->live) {
             *n = m;
@@ -503,9 +504,10 @@ static uint64_t kvs_split_tag(kv_sorted *t)
 
 /* Companion of c's persistent leaf keeping only the entries e[0..n) (in
  * key order, in their slots). */
-static kvs_cleaf *kvs_cleaf_keep(const kvs_cleaf *c, const kvs_ent *e, unsigned n)
+static kvs_cleaf *kvs_cleaf_keep(kv_sorted *t, const kvs_cleaf *c, const kvs_ent *e,
+                                  unsigned n)
 {
-    kvs_cleaf *d = kvs_cleaf_new();
+    kvs_cleaf *d = kvs_cleaf_take(t);
     if (!d) return NULL;
     d->p = c->p;
     for (unsigned i = 0; i < n; i++) {
@@ -582,7 +584,8 @@ static int kvs_split_insert(kv_sorted *t, kvs_cleaf *c, const void *k, size_t kl
     bool big = !kvs_rec_carved(t, kl, vl);
     if (big && (rc = kvs_pend_take(t, &j))) return rc;
     kvs_carve cr;
-    kvs_rec *r = kvs_rec_make(t, k, kl, v, vl, &cr);
+    kvs_rv rv;
+    kvs_rec *r = kvs_rec_make(t, k, kl, v, vl, &cr, &rv);
     void *mem = r ? nvh_reserve(pool, sizeof(kvs_leaf)) : NULL;
     if (!mem) {
         rc = r ? nvh_fail_context(nvh_errcode(), "sorted tree: no space to split a leaf") : nvh_errcode();
@@ -595,7 +598,7 @@ static int kvs_split_insert(kv_sorted *t, kvs_cleaf *c, const void *k, size_t kl
     ke->prefix = kp;
     ke->hash = kh;
     ke->klen = (uint32_t)kl;
-    ke->r = r;
+    ke->v = rv;
     kvs_leaf *nl = kvs_leaf_init(t, mem);
     for (unsigned i = 0; i < nn; i++) kvs_slot_set(&nl->slot[i], &ne_[i]);
     nl->next = upper ? old->next : nvh_off(pool, old);
@@ -605,9 +608,9 @@ static int kvs_split_insert(kv_sorted *t, kvs_cleaf *c, const void *k, size_t kl
      * of L, N, and the lower bound of the upper leaf */
     const kvs_ent *keep = upper ? e : e + mid;
     unsigned nkeep = upper ? mid : n - mid;
-    kvs_cleaf *cl = kvs_cleaf_keep(c, keep, nkeep), *cn = kvs_cleaf_of(nl, ne_, nn);
+    kvs_cleaf *cl = kvs_cleaf_keep(t, c, keep, nkeep), *cn = kvs_cleaf_of(t, nl, ne_, nn);
     const kvs_ent *lb = upper ? &ne_[0] : &e[mid];
-    kvs_skey *sep = kvs_skey_new(kvs_rec_key(lb->r), lb->klen);
+    kvs_skey *sep = kvs_skey_new(lb->v.key, lb->klen);
     if (!cl || !cn || !sep) {
         free(cl); free(cn); free(sep);
         nvh_cancel(pool, mem);
@@ -767,8 +770,8 @@ static int kvs_smo_drop(kv_sorted *t, kvs_cleaf *c)
  * record: a carved one leaves its slab's live count at once (its slab is
  * freed when that reaches 0, by a later data fence); an allocator object
  * is queued in the same data fence and owed its free to the next write's. */
-static int kvs_overwrite(kv_sorted *t, kvs_cleaf *c, int i, uint64_t old, const void *k,
-                         size_t kl, const void *v, size_t vl)
+static int kvs_overwrite(kv_sorted *t, kvs_cleaf *c, int i, uint64_t old, uint64_t old_vlen,
+                         const void *k, size_t kl, const void *v, size_t vl)
 {
     nvh_pool *pool = t->pool;
     kvs_slot *s = &c->p->slot[i];
@@ -778,7 +781,7 @@ static int kvs_overwrite(kv_sorted *t, kvs_cleaf *c, int i, uint64_t old, const 
     int rc;
     if (!osi && (rc = kvs_pend_take(t, &j))) return rc;
     kvs_carve cr;
-    kvs_rec *r = kvs_rec_make(t, k, kl, v, vl, &cr);
+    kvs_rec *r = kvs_rec_make(t, k, kl, v, vl, &cr, NULL);
     if (!r) {
         rc = nvh_errcode();
         if (!osi) kvs_pend_release(t, j);
@@ -792,7 +795,7 @@ static int kvs_overwrite(kv_sorted *t, kvs_cleaf *c, int i, uint64_t old, const 
         if (!osi) kvs_pend_drop(t, j);
         return rc;
     }
-    int64_t dv = (int64_t)vl - (int64_t)kvs_rec_vlen((const kvs_rec *)nvh_ptr(pool, old));
+    int64_t dv = (int64_t)vl - (int64_t)old_vlen;
     KVS_STORE(&c->rec[i], nvh_off(pool, r));
     c->w[i].was = 0;
     kvs_bytes_add(t, 0, dv);
@@ -815,7 +818,7 @@ static int kvs_insert(kv_sorted *t, kvs_cleaf *c, int i, const void *k, size_t k
     s->hash = kh;
     s->klen = (uint32_t)kl;
     kvs_carve cr;
-    kvs_rec *r = kvs_rec_make(t, k, kl, v, vl, &cr);
+    kvs_rec *r = kvs_rec_make(t, k, kl, v, vl, &cr, NULL);
     if (!r) return nvh_errcode();
     nvh_flush(pool, &s->prefix, 16);
     int rc = kvs_data_fence(t, &cr);
@@ -864,10 +867,11 @@ static int kvs_put_one(kv_sorted *t, const void *k, size_t kl, const void *v, si
             continue;
         }
         uint64_t old = 0;
+        kvs_rv ov = {NULL, NULL, 0, 0};
         int err = 0;
-        int i = kvs_leaf_find(t, c, k, kl, kp, kh, &old, &err);
+        int i = kvs_leaf_find(t, c, k, kl, kh, &old, &ov, &err);
         if (err) rc = err;
-        else if (i >= 0) rc = kvs_overwrite(t, c, i, old, k, kl, v, vl);
+        else if (i >= 0) rc = kvs_overwrite(t, c, i, old, ov.vlen, k, kl, v, vl);
         else {
             i = kvs_free_slot(c);
             if (i < 0)              /* c dies; unlocks it */
@@ -911,8 +915,9 @@ static int kvs_remove_one(kv_sorted *t, const void *k, size_t kl)
     kvs_cleaf *c = kvs_lock_leaf(t, k, kl, kp);
     if (!c) return NVH_E_NOTFOUND;
     uint64_t old = 0;
+    kvs_rv ov = {NULL, NULL, 0, 0};
     int err = 0, rc;
-    int i = kvs_leaf_find(t, c, k, kl, kp, kh, &old, &err);
+    int i = kvs_leaf_find(t, c, k, kl, kh, &old, &ov, &err);
     kvs_slot *s = i >= 0 ? &c->p->slot[i] : NULL;
     unsigned j = 0;
     kvs_slabi *osi = NULL;
@@ -955,10 +960,7 @@ static int kvs_remove_one(kv_sorted *t, const void *k, size_t kl)
     kvs_ver_end(c);
     c->live--;
     __atomic_sub_fetch(&t->count, 1, __ATOMIC_RELAXED);
-    {
-        const kvs_rec *ro = nvh_ptr(pool, old);
-        kvs_bytes_add(t, -(int64_t)kvs_rec_klen(ro), -(int64_t)kvs_rec_vlen(ro));
-    }
+    kvs_bytes_add(t, -(int64_t)ov.klen, -(int64_t)ov.vlen);
     if (osi) kvs_slab_release(t, osi);
     else kvs_pend_ready(t, j);
     if (c->live == 0) return kvs_smo_drop(t, c);
