@@ -287,7 +287,12 @@ static bool file_within(struct cap_inst *cap, size_t held, size_t bound)
 
 static void decay_(struct cap_inst *cap, bool settle)
 {
-    size_t in_use = cap->span_bytes;
+    /* large blocks the thread heaps keep (large.c) are spans in use here,
+     * but free to the program: they count as held, like the instance's */
+    size_t kept = atomic_load_explicit(&cap->lkeep_bytes, memory_order_relaxed);
+    if (kept > cap->span_bytes)
+        kept = cap->span_bytes;
+    size_t in_use = cap->span_bytes - kept;
     size_t allow = in_use / 2;
     size_t recent = settle ? 0 : recent_peak(cap);
     recent += recent / 2;
@@ -298,13 +303,13 @@ static void decay_(struct cap_inst *cap, bool settle)
         floor = cap->decay_min;
     if (allow < floor)
         allow = floor;
-    size_t held = cap->dirty_bytes + cap->lc_bytes;
+    size_t held = cap->dirty_bytes + cap->lc_bytes + kept;
     if (held <= allow)
         return;
     if (!settle && in_use > floor && file_within(cap, held, in_use))
         return;
     cap->file_slack = 0;
-    while (cap->dirty_bytes + cap->lc_bytes > allow / 2) {
+    while (cap->dirty_bytes + cap->lc_bytes + kept > allow / 2) {
         if (cap->dhead)
             punch(cap, cap->dhead);
         else if (cap->lc_old)
