@@ -54,7 +54,8 @@
                                      class and the 7 below it (up to 2x)       */
 #define NVH_CAP_LCACHE_BYTES ((size_t)4 << 20) /* a thread heap's kept large
                                                   blocks: at least this ...  */
-#define NVH_CAP_LKEEP_SHARE 4u    /* ... or a quarter of its large bytes in use */
+#define NVH_CAP_LKEEP_SHARE 1u    /* ... or its large bytes in use (recent
+                                     peak), within the file's bound (large.c) */
 #define NVH_CAP_LKEEP_STEP ((size_t)1 << 20) /* heaps' kept bytes are published
                                                 to the instance in such steps */
 #define NVH_CAP_RBATCH 62u                     /* cross-thread frees per push   */
@@ -184,6 +185,7 @@ struct cap_lkeep {
     size_t pub;              /* of them, counted in cap->lkeep_bytes          */
     size_t low;              /* fewest kept since the heap's last decay       */
     size_t live;             /* bytes of the heap's large blocks in use       */
+    size_t peak, peak_prev;  /* most live in this decay window, the last one  */
 };
 
 /* A thread's heap in one instance. Only its thread touches it, except the
@@ -293,9 +295,12 @@ struct cap_inst {
      * of a block that went there is still found as a double free */
     struct cap_span above_top;
     /* heaps' kept large blocks (published in steps, large.c): in use for the
-     * span counts, free for the allowance (span.c decay_); a line of its own
-     * (heaps add to it without the lock) */
+     * span counts, free for the allowance (span.c decay_); and how far they
+     * may grow before the allowance must be applied again (set by decay_:
+     * a heap that publishes past it sheds its oldest to the instance). A
+     * line of their own (heaps add to the sum without the lock). */
     _Alignas(64) _Atomic size_t lkeep_bytes;
+    _Atomic size_t lkeep_room;
 };
 
 _Static_assert(offsetof(struct cap_inst, lock) / 64 != offsetof(struct cap_inst, map) / 64 &&
@@ -385,9 +390,11 @@ static inline bool nvh_cap_contains_(const struct cap_inst *cap, const void *p)
 }
 
 /* ---- large.c: a thread heap's large blocks ---------------------------------- */
-/* A kept block of n blocks' large class or one of the next
- * NVH_CAP_LCACHE_REACH - 1 (NULL: none), in use again; owner only. */
-struct cap_span *nvh_cap_lkeep_take_(struct cap_heap *h, uint32_t n);
+/* A kept block of n blocks' large class or one of the next reach - 1
+ * (NULL: none), in use again; owner only (or under the lock for an orphan). */
+struct cap_span *nvh_cap_lkeep_take_(struct cap_heap *h, uint32_t n, unsigned reach);
+/* The heap took the large block s (its kept one or a new one). */
+void nvh_cap_lkeep_took_(struct cap_heap *h, struct cap_span *s);
 /* Keep the owner's freed large block s (false: it does not fit the heap's
  * allowance or is not of a large class; the caller frees it). May give the
  * oldest kept blocks to the instance (takes the lock unless `locked`). */

@@ -827,6 +827,7 @@ static NVH_CAP_NOINLINE void heap_decay_now(struct cap_heap *h, uint64_t t)
     h->decay_ms = t;
     remote_flush(h);
     heap_drain(h, false);
+    nvh_cap_large_drain_(h, false);
     for (unsigned c = 0; c < NVH_CAP_CLASSES; c++) {
         struct cap_span *p = h->cur[c];
         if (p != &cap_sentinel && p->used == 0) {
@@ -978,7 +979,7 @@ static void *large_alloc_top(struct cap_heap *h, size_t size)
         return NULL;
     s->roomy = 1;
     s->heap = h;
-    h->lk.live += (size_t)n << NVH_CAP_BLOCK_SHIFT;
+    nvh_cap_lkeep_took_(h, s);
     return (void *)s->start;
 }
 
@@ -999,7 +1000,7 @@ static void *large_alloc(struct cap_heap *h, size_t size, size_t align, bool *ze
     /* the heap's kept blocks (its own frees, and those other threads handed
      * back), else the instance's */
     nvh_cap_large_drain_(h, false);
-    struct cap_span *s = nvh_cap_lkeep_take_(h, n);
+    struct cap_span *s = nvh_cap_lkeep_take_(h, n, NVH_CAP_LCACHE_REACH);
     if (!s) {
         pthread_mutex_lock(&cap->lock);
         s = nvh_cap_span_reuse_(cap, n);
@@ -1012,7 +1013,7 @@ static void *large_alloc(struct cap_heap *h, size_t size, size_t align, bool *ze
         }
         s->heap = h;
     }
-    h->lk.live += (size_t)s->blocks << NVH_CAP_BLOCK_SHIFT;
+    nvh_cap_lkeep_took_(h, s);
     uintptr_t user = s->start;
     if (align > NVH_CAP_BLOCK)
         user = (user + align - 1) & ~(uintptr_t)(align - 1);

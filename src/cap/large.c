@@ -32,26 +32,38 @@ static inline size_t sbytes(const struct cap_span *s)
     return (size_t)s->blocks << NVH_CAP_BLOCK_SHIFT;
 }
 
+/* Half the most large bytes the heap had in use over this decay window and
+ * the last: a heap that frees a batch and takes it again within that keeps
+ * it, as the instance's allowance does (span.c decay_). */
 static inline size_t lk_budget(const struct cap_lkeep *k)
 {
-    size_t b = k->live / NVH_CAP_LKEEP_SHARE;
+    size_t p = k->peak > k->peak_prev ? k->peak : k->peak_prev;
+    size_t b = (p > k->live ? p : k->live) / NVH_CAP_LKEEP_SHARE;
     return b > NVH_CAP_LCACHE_BYTES ? b : NVH_CAP_LCACHE_BYTES;
 }
 
 /* Publish the heap's kept bytes to the instance when they moved by a step
  * (or to zero): the instance reads the sum only under its lock, for the
- * allowance, where a step per heap is precision enough. */
-static inline void lk_publish(struct cap_heap *h)
+ * allowance, where a step per heap is precision enough. Returns by how much
+ * the heaps' sum went past the room the instance's allowance left them
+ * (cap->lkeep_room): the heap then sheds that much (lk_shed), and the
+ * instance applies its allowance to what it is given. */
+static inline size_t lk_publish(struct cap_heap *h)
 {
     struct cap_lkeep *k = &h->lk;
     size_t d = k->bytes > k->pub ? k->bytes - k->pub : k->pub - k->bytes;
     if (d < NVH_CAP_LKEEP_STEP && (k->bytes || !k->pub))
-        return;
-    if (k->bytes > k->pub)
-        atomic_fetch_add_explicit(&h->cap->lkeep_bytes, d, memory_order_relaxed);
-    else
-        atomic_fetch_sub_explicit(&h->cap->lkeep_bytes, d, memory_order_relaxed);
+        return 0;
+    struct cap_inst *cap = h->cap;
+    bool up = k->bytes > k->pub;
     k->pub = k->bytes;
+    if (!up) {
+        atomic_fetch_sub_explicit(&cap->lkeep_bytes, d, memory_order_relaxed);
+        return 0;
+    }
+    size_t sum = atomic_fetch_add_explicit(&cap->lkeep_bytes, d, memory_order_relaxed) + d;
+    size_t room = atomic_load_explicit(&cap->lkeep_room, memory_order_relaxed);
+    return sum > room ? sum - room : 0;
 }
 
 static void lk_link(struct cap_heap *h, struct cap_span *s)
@@ -115,13 +127,13 @@ static unsigned lk_first(const struct cap_lkeep *k, unsigned from, unsigned to)
     return to;
 }
 
-struct cap_span *nvh_cap_lkeep_take_(struct cap_heap *h, uint32_t n)
+struct cap_span *nvh_cap_lkeep_take_(struct cap_heap *h, uint32_t n, unsigned reach)
 {
     struct cap_lkeep *k = &h->lk;
     if (!k->bytes || n <= 16 || n > NVH_CAP_LARGE_ROUND_MAX)
         return NULL;
     unsigned c = nvh_cap_large_class_(n);
-    unsigned to = c + NVH_CAP_LCACHE_REACH < NVH_CAP_LCLASSES ? c + NVH_CAP_LCACHE_REACH : NVH_CAP_LCLASSES;
+    unsigned to = c + reach < NVH_CAP_LCLASSES ? c + reach : NVH_CAP_LCLASSES;
     unsigned f = lk_first(k, c, to);
     if (f == to)
         return NULL;
@@ -129,6 +141,14 @@ struct cap_span *nvh_cap_lkeep_take_(struct cap_heap *h, uint32_t n)
     lk_unlink(h, s);
     lk_publish(h);
     return s;
+}
+
+void nvh_cap_lkeep_took_(struct cap_heap *h, struct cap_span *s)
+{
+    struct cap_lkeep *k = &h->lk;
+    k->live += sbytes(s);
+    if (k->live > k->peak)
+        k->peak = k->live;
 }
 
 /* Give the oldest kept blocks to the instance until `keep` bytes are left. */
@@ -150,6 +170,26 @@ static void lk_shed(struct cap_heap *h, size_t keep, bool locked)
         pthread_mutex_unlock(&cap->lock);
 }
 
+/* The heaps' kept blocks went past the room the instance left them: with
+ * the room brought up to date (the allowance follows the bytes in use and
+ * their recent peak), shed what is still over it, and a quarter more. */
+static NVH_CAP_NOINLINE void lk_over(struct cap_heap *h, bool locked)
+{
+    struct cap_inst *cap = h->cap;
+    if (!locked)
+        pthread_mutex_lock(&cap->lock);
+    nvh_cap_span_decay_(cap);
+    size_t sum = atomic_load_explicit(&cap->lkeep_bytes, memory_order_relaxed);
+    size_t room = atomic_load_explicit(&cap->lkeep_room, memory_order_relaxed);
+    if (sum > room) {
+        size_t over = sum - room;
+        size_t keep = h->lk.bytes > over ? h->lk.bytes - over : 0;
+        lk_shed(h, keep - keep / 4, true);
+    }
+    if (!locked)
+        pthread_mutex_unlock(&cap->lock);
+}
+
 bool nvh_cap_lkeep_put_(struct cap_heap *h, struct cap_span *s, bool locked)
 {
     size_t budget = lk_budget(&h->lk);
@@ -161,7 +201,8 @@ bool nvh_cap_lkeep_put_(struct cap_heap *h, struct cap_span *s, bool locked)
      * at its allowance takes the lock once per several frees, not each */
     if (h->lk.bytes > budget)
         lk_shed(h, budget - budget / 4, locked);
-    lk_publish(h);
+    if (lk_publish(h))
+        lk_over(h, locked);
     return true;
 }
 
@@ -172,6 +213,8 @@ void nvh_cap_lkeep_release_(struct cap_heap *h, bool all, bool locked)
     size_t idle = all ? k->bytes : k->low;
     lk_shed(h, k->bytes - (idle < k->bytes ? idle : k->bytes), locked);
     k->low = k->bytes;
+    k->peak_prev = all ? 0 : k->peak;
+    k->peak = k->live;
 }
 
 static void lk_live_sub(struct cap_lkeep *k, size_t bytes)

@@ -285,6 +285,14 @@ static bool file_within(struct cap_inst *cap, size_t held, size_t bound)
     return true;
 }
 
+/* How far the heaps' kept large blocks may grow while what the instance
+ * holds stays within `bound` (large.c lk_publish). */
+static void lkeep_room(struct cap_inst *cap, size_t bound)
+{
+    size_t own = cap->dirty_bytes + cap->lc_bytes;
+    atomic_store_explicit(&cap->lkeep_room, bound > own ? bound - own : 0, memory_order_relaxed);
+}
+
 static void decay_(struct cap_inst *cap, bool settle)
 {
     /* large blocks the thread heaps keep (large.c) are spans in use here,
@@ -304,10 +312,14 @@ static void decay_(struct cap_inst *cap, bool settle)
     if (allow < floor)
         allow = floor;
     size_t held = cap->dirty_bytes + cap->lc_bytes + kept;
-    if (held <= allow)
+    if (held <= allow) {
+        lkeep_room(cap, allow);
         return;
-    if (!settle && in_use > floor && file_within(cap, held, in_use))
+    }
+    if (!settle && in_use > floor && file_within(cap, held, in_use)) {
+        lkeep_room(cap, cap->file_slack);
         return;
+    }
     cap->file_slack = 0;
     while (cap->dirty_bytes + cap->lc_bytes + kept > allow / 2) {
         if (cap->dhead)
@@ -317,6 +329,7 @@ static void decay_(struct cap_inst *cap, bool settle)
         else
             break;
     }
+    lkeep_room(cap, allow);
 }
 
 static void decay(struct cap_inst *cap)
@@ -374,8 +387,14 @@ static void account(struct cap_inst *cap, struct cap_span *s, bool add)
     size_t now = add ? (cap->span_bytes += bytes) : (cap->span_bytes -= bytes);
     if (now > cap->span_peak)
         cap->span_peak = now;
-    if (add && now > cap->win_cur)
-        cap->win_cur = now;
+    if (add) {
+        /* the recent peak of what the program has in use: not the large
+         * blocks the heaps keep (large.c) */
+        size_t kept = atomic_load_explicit(&cap->lkeep_bytes, memory_order_relaxed);
+        size_t live = now > kept ? now - kept : 0;
+        if (live > cap->win_cur)
+            cap->win_cur = live;
+    }
 }
 
 /* The first n blocks of the free span s (taken out of the bins); the rest
