@@ -294,7 +294,8 @@ struct cap_inst {
      * (span.c trim_top): a free span over the whole range, so a second free
      * of a block that went there is still found as a double free */
     struct cap_span above_top;
-    /* heaps' kept large blocks (published in steps, large.c): in use for the
+    /* heaps' kept large blocks (published in steps, large.c) and those on
+     * their way back to their owners: in use for the
      * span counts, free for the allowance (span.c decay_); and how far they
      * may grow before the allowance must be applied again (set by decay_:
      * a heap that publishes past it sheds its oldest to the instance). A

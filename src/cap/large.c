@@ -157,15 +157,26 @@ static void lk_shed(struct cap_heap *h, size_t keep, bool locked)
     struct cap_inst *cap = h->cap;
     if (h->lk.bytes <= keep)
         return;
+    /* taken out and published first (under the lock, which the instance's
+     * counts are read under): the instance applies its allowance as it is
+     * given each one, and must count none twice, nor any as in use */
     if (!locked)
         pthread_mutex_lock(&cap->lock);
+    struct cap_span *list = NULL;
     while (h->lk.bytes > keep) {
         struct cap_span *s = h->lk.old;
         lk_unlink(h, s);
+        s->next = list;
+        list = s;
+    }
+    lk_publish(h);
+    while (list) {
+        struct cap_span *s = list;
+        list = s->next;
+        s->next = NULL;
+        s->cached = 1;   /* (until the instance has it: still not in use) */
         nvh_cap_span_cache_(cap, s);
     }
-    /* published before the instance's next allowance check: exact at zero */
-    lk_publish(h);
     if (!locked)
         pthread_mutex_unlock(&cap->lock);
 }
@@ -272,6 +283,10 @@ void nvh_cap_large_drain_(struct cap_heap *h, bool locked)
     if (!atomic_load_explicit(&h->lremote, memory_order_relaxed))
         return;
     struct cap_span *s = atomic_exchange_explicit(&h->lremote, NULL, memory_order_acquire);
+    size_t bytes = 0;
+    for (struct cap_span *q = s; q; q = q->next)
+        bytes += sbytes(q);
+    atomic_fetch_sub_explicit(&h->cap->lkeep_bytes, bytes, memory_order_relaxed);
     while (s) {
         struct cap_span *next = s->next;
         s->next = NULL;
@@ -284,6 +299,9 @@ void nvh_cap_large_drain_(struct cap_heap *h, bool locked)
 void nvh_cap_large_push_(struct cap_heap *h, struct cap_span *s)
 {
     s->cached = 1;   /* freed: a second free is a double free */
+    /* on its way back it is free memory to the instance's allowance (the
+     * owner may take a while), counted with the heaps' kept blocks */
+    atomic_fetch_add_explicit(&h->cap->lkeep_bytes, sbytes(s), memory_order_relaxed);
     struct cap_span *old = atomic_load_explicit(&h->lremote, memory_order_relaxed);
     do {
         s->next = old;
