@@ -354,6 +354,10 @@ void nvh_cap_span_cache_(struct cap_inst *cap, struct cap_span *s);
 /* Under cap->lock: a kept block of n blocks' class or the next one (NULL:
  * none); it is in use again. */
 struct cap_span *nvh_cap_span_reuse_(struct cap_inst *cap, uint32_t n);
+/* Under cap->lock: a thread heap's large blocks were `extra` bytes more in
+ * use lately than now (large.c: it takes and frees them without the
+ * lock, so the instance did not see its peak); for the recent peak. */
+void nvh_cap_span_note_peak_(struct cap_inst *cap, size_t extra);
 /* Under cap->lock: apply the allowance now (a heap's periodic decay). */
 void nvh_cap_span_decay_(struct cap_inst *cap);
 /* Milliseconds of a coarse monotonic clock (vDSO, no system call). */

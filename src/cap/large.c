@@ -181,6 +181,17 @@ static void lk_shed(struct cap_heap *h, size_t keep, bool locked)
         pthread_mutex_unlock(&cap->lock);
 }
 
+/* The instance's recent peak of the bytes in use is taken where spans come
+ * into use under its lock: tell it how far above its present large bytes in
+ * use this heap was lately (under the lock). */
+static void lk_note_peak(struct cap_heap *h)
+{
+    struct cap_lkeep *k = &h->lk;
+    size_t p = k->peak > k->peak_prev ? k->peak : k->peak_prev;
+    if (p > k->live)
+        nvh_cap_span_note_peak_(h->cap, p - k->live);
+}
+
 /* The heaps' kept blocks went past the room the instance left them: with
  * the room brought up to date (the allowance follows the bytes in use and
  * their recent peak), shed what is still over it, and a quarter more. */
@@ -189,6 +200,7 @@ static NVH_CAP_NOINLINE void lk_over(struct cap_heap *h, bool locked)
     struct cap_inst *cap = h->cap;
     if (!locked)
         pthread_mutex_lock(&cap->lock);
+    lk_note_peak(h);
     nvh_cap_span_decay_(cap);
     size_t sum = atomic_load_explicit(&cap->lkeep_bytes, memory_order_relaxed);
     size_t room = atomic_load_explicit(&cap->lkeep_room, memory_order_relaxed);
@@ -222,6 +234,8 @@ void nvh_cap_lkeep_release_(struct cap_heap *h, bool all, bool locked)
     struct cap_lkeep *k = &h->lk;
     /* what stayed kept through the whole window was not needed in it */
     size_t idle = all ? k->bytes : k->low;
+    if (!all && locked)
+        lk_note_peak(h);
     lk_shed(h, k->bytes - (idle < k->bytes ? idle : k->bytes), locked);
     k->low = k->bytes;
     k->peak_prev = all ? 0 : k->peak;

@@ -245,6 +245,15 @@ static size_t recent_peak(struct cap_inst *cap)
     return cap->win_cur > cap->win_prev ? cap->win_cur : cap->win_prev;
 }
 
+void nvh_cap_span_note_peak_(struct cap_inst *cap, size_t extra)
+{
+    (void)recent_peak(cap);   /* (a new window first) */
+    size_t kept = atomic_load_explicit(&cap->lkeep_bytes, memory_order_relaxed);
+    size_t live = (cap->span_bytes > kept ? cap->span_bytes - kept : 0) + extra;
+    if (live > cap->win_cur)
+        cap->win_cur = live;
+}
+
 /* The dirty allowance. Two bounds on the spans the file holds (in use plus
  * dirty, kept large blocks included):
  *  - 1.5 times the bytes in use (dirty <= in use / 2): churn at a steady
