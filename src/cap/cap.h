@@ -139,14 +139,13 @@ struct cap_span {
     uint8_t pad0_[3];
     uint32_t bsize;            /* page: block size                             */
     struct cap_heap *heap;     /* page: owner; fixed while it has live blocks;
-                                  large: the heap that took it (its frees go
-                                  back there, large.c)                      */
+                                  large: the heap that took it last (or
+                                  adopted it at a free: large.c)          */
     uint64_t inv;              /* page: ceil(2^40 / bsize): interior check     */
     uintptr_t user;            /* large: the pointer handed out (aligned ones) */
     union {                    /* free: bin list; page: avail list;
                                   kept large: class list (instance's, or its
-                                  heap's); large freed by another thread: its
-                                  owner's lremote list (next)               */
+                                  heap's)                                   */
         struct { struct cap_span *next, *prev; };
         struct cap_links link;
     };
@@ -184,7 +183,9 @@ struct cap_lkeep {
     size_t bytes;            /* kept                                          */
     size_t pub;              /* of them, counted in cap->lkeep_bytes          */
     size_t low;              /* fewest kept since the heap's last decay       */
-    size_t live;             /* bytes of the heap's large blocks in use       */
+    size_t live;             /* bytes of the heap's large blocks in use (those
+                                another heap freed stay counted: it is only
+                                the allowance's base, which the room bounds) */
     size_t peak, peak_prev;  /* most live in this decay window, the last one  */
 };
 
@@ -204,7 +205,6 @@ struct cap_heap {
     /* written by other threads (one CAS per batch of frees): a line of its
      * own, apart from what the owner's malloc reads (fine_max) */
     _Alignas(64) _Atomic(uintptr_t) remote; /* batches (and lone blocks, tagged) */
-    _Atomic(struct cap_span *) lremote; /* its large blocks other threads freed */
     _Atomic int orphan;
     _Alignas(64) uint64_t decay_ms;  /* last time it gave idle memory back    */
     struct cap_span *empty[NVH_CAP_EMPTY_PAGES];
@@ -294,8 +294,7 @@ struct cap_inst {
      * (span.c trim_top): a free span over the whole range, so a second free
      * of a block that went there is still found as a double free */
     struct cap_span above_top;
-    /* heaps' kept large blocks (published in steps, large.c) and those on
-     * their way back to their owners: in use for the
+    /* heaps' kept large blocks (published in steps, large.c): in use for the
      * span counts, free for the allowance (span.c decay_); and how far they
      * may grow before the allowance must be applied again (set by decay_:
      * a heap that publishes past it sheds its oldest to the instance). A
@@ -394,7 +393,7 @@ static inline bool nvh_cap_contains_(const struct cap_inst *cap, const void *p)
     return (uintptr_t)p - cap->base < cap->size;
 }
 
-/* ---- large.c: a thread heap's large blocks ---------------------------------- */
+/* ---- large.c: a thread heap's kept large blocks ---------------------------- */
 /* A kept block of n blocks' large class or one of the next reach - 1
  * (NULL: none), in use again; owner only (or under the lock for an orphan). */
 struct cap_span *nvh_cap_lkeep_take_(struct cap_heap *h, uint32_t n, unsigned reach);
@@ -407,15 +406,11 @@ bool nvh_cap_lkeep_put_(struct cap_heap *h, struct cap_span *s, bool locked);
 /* Give kept blocks to the instance: all of them, or (idle) those the heap
  * did not need since its last decay. Takes the lock unless `locked`. */
 void nvh_cap_lkeep_release_(struct cap_heap *h, bool all, bool locked);
-/* A large block h took, freed by another thread (or by a thread with no
- * heap): queued for h without a lock; if h is an orphan, freed at once
- * under the lock. */
-void nvh_cap_large_push_(struct cap_heap *h, struct cap_span *s);
+/* h frees the large block s that another heap took: h becomes its owner. */
+void nvh_cap_lkeep_adopt_(struct cap_heap *h, struct cap_span *s);
 /* The owner's free of its large block s (kept, or given to the instance);
- * h NULL: a block nobody owns, given to the instance. */
+ * h NULL: given to the instance. */
 void nvh_cap_large_free_own_(struct cap_inst *cap, struct cap_heap *h, struct cap_span *s, bool locked);
-/* Take the large frees other threads queued for h. */
-void nvh_cap_large_drain_(struct cap_heap *h, bool locked);
 
 /* ---- heap.c: the allocator ----------------------------------------------- */
 /* Results of free/usable-size checks (the front ends turn them into glibc's

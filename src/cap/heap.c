@@ -827,7 +827,6 @@ static NVH_CAP_NOINLINE void heap_decay_now(struct cap_heap *h, uint64_t t)
     h->decay_ms = t;
     remote_flush(h);
     heap_drain(h, false);
-    nvh_cap_large_drain_(h, false);
     for (unsigned c = 0; c < NVH_CAP_CLASSES; c++) {
         struct cap_span *p = h->cur[c];
         if (p != &cap_sentinel && p->used == 0) {
@@ -997,9 +996,7 @@ static void *large_alloc(struct cap_heap *h, size_t size, size_t align, bool *ze
     uint32_t n = nvh_cap_large_round_((uint32_t)((size + pad + NVH_CAP_BLOCK - 1) >> NVH_CAP_BLOCK_SHIFT));
     bool zero = false;
     heap_decay(h);
-    /* the heap's kept blocks (its own frees, and those other threads handed
-     * back), else the instance's */
-    nvh_cap_large_drain_(h, false);
+    /* the heap's kept blocks (those its thread freed), else the instance's */
     struct cap_span *s = nvh_cap_lkeep_take_(h, n, NVH_CAP_LCACHE_REACH);
     if (!s) {
         pthread_mutex_lock(&cap->lock);
@@ -1026,14 +1023,12 @@ static void *large_alloc(struct cap_heap *h, size_t size, size_t align, bool *ze
 }
 
 /* A free of a large block by the calling thread's heap h (NULL: it has
- * none): the owner keeps it; another thread hands it back to the owner. */
+ * none, the instance takes the block): the freeing heap keeps it (large.c). */
 static void large_free(struct cap_inst *cap, struct cap_heap *h, struct cap_span *s)
 {
-    struct cap_heap *o = s->heap;
-    if (o && o != h)
-        nvh_cap_large_push_(o, s);
-    else
-        nvh_cap_large_free_own_(cap, o, s, false);
+    if (h && s->heap != h)
+        nvh_cap_lkeep_adopt_(h, s);
+    nvh_cap_large_free_own_(cap, h, s, false);
 }
 
 /* The class of a request in h: on h's grid (class_round). Up to CAP_LINEAR
@@ -1246,8 +1241,6 @@ void *nvh_cap_realloc_(struct cap_heap *h, void *p, size_t size, int *bad)
         pthread_mutex_unlock(&cap->lock);
         if (ok) {
             s->roomy = 1;
-            if (s->heap == h)
-                h->lk.live += (size_t)(s->blocks - (uint32_t)(usable >> NVH_CAP_BLOCK_SHIFT)) << NVH_CAP_BLOCK_SHIFT;
             return p;
         }
     }
@@ -1296,7 +1289,6 @@ static void heap_abandon(struct cap_heap *h)
     remote_flush(h);
     h->rdest = NULL;
     heap_drain(h, false);
-    nvh_cap_large_drain_(h, false);
     heap_release_caches(h, false, true);
     pthread_mutex_lock(&cap->lock);
     if (h->rout) {
@@ -1311,7 +1303,6 @@ static void heap_abandon(struct cap_heap *h)
     h->nspare = 0;
     atomic_store(&h->orphan, 1);
     heap_drain(h, true);
-    nvh_cap_large_drain_(h, true);   /* frees pushed before the flag showed */
     /* empty current pages go back; pages with live blocks wait for their
      * frees (drained by whoever frees into an orphan) or for an adopter */
     for (unsigned c = 0; c < NVH_CAP_CLASSES; c++) {
@@ -1357,7 +1348,6 @@ void nvh_cap_trim_(struct cap_inst *cap)
                 page_retire(h, p, false);
             }
         }
-        nvh_cap_large_drain_(h, false);
         heap_release_caches(h, false, true);
     }
     pthread_mutex_lock(&cap->lock);

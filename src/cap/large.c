@@ -1,23 +1,24 @@
-/* large.c — a thread heap's large blocks (over NVH_CAP_CLASS_MAX): the
- * freed blocks it keeps for its next large requests, and the frees of its
- * large blocks by other threads, handed back to it.
+/* large.c — a thread heap's kept large blocks (over NVH_CAP_CLASS_MAX):
+ * the freed blocks it keeps for its next large requests, without the lock.
  *
- * A large block belongs to the heap that took it (span->heap). Its owner's
- * free keeps it whole, mapped and resident, in the heap's lists of kept
- * blocks per large class; the owner's next request of that class or of the
- * next NVH_CAP_LCACHE_REACH - 1 takes it back. Neither takes the instance
- * lock: with blocks of mixed sizes a thread of a program that keeps a set of
- * large buffers and replaces them (the large loop of bench/run cap) finds a
- * kept block for nearly every request, where a handful of kept blocks of
- * about the same size (the cache this replaces) sent most of its calls to
- * the span allocator and the two threads queued on its lock. A free by
- * another thread pushes the block onto the owner's `lremote` list (one CAS)
- * and the owner takes the list at its next large request, so blocks that
- * travel between threads (producer and consumer) come back to the thread
- * that asks for them again without the lock either.
+ * A thread's free of a large block keeps it whole, mapped and resident, in
+ * its heap's lists of kept blocks per large class (the heap becomes its
+ * owner if another heap took it); the heap's next request of that class or
+ * of the next NVH_CAP_LCACHE_REACH - 1 takes it back. Neither takes the
+ * instance lock: with blocks of mixed sizes a thread of a program that
+ * keeps a set of large buffers and replaces them (the large loop of
+ * bench/run cap) finds a kept block for nearly every request, where a
+ * handful of kept blocks of about the same size (the cache this replaces)
+ * sent most of its calls to the span allocator and two threads queued on
+ * its lock. The freeing thread keeps the block rather than handing it back
+ * to the heap that took it: threads that trade large blocks both ways then
+ * reuse what they receive, and memory never waits in the list of an owner
+ * that is not running (handed back, a loaded machine's threads ran short of
+ * blocks while their freed ones waited, and carved new spans: xlarge/2 of
+ * bench/run cap faulted a quarter more).
  *
- * File space: a heap keeps at most the larger of NVH_CAP_LCACHE_BYTES and a
- * quarter of its large bytes in use (NVH_CAP_LKEEP_SHARE); beyond that the
+ * File space: a heap keeps at most the larger of NVH_CAP_LCACHE_BYTES and
+ * its recent peak of large bytes in use (NVH_CAP_LKEEP_SHARE); beyond that the
  * oldest go to the instance (one lock for several), which keeps them in its
  * own lists until its allowance punches them. What heaps keep is published
  * in NVH_CAP_LKEEP_STEP steps (cap->lkeep_bytes), and the instance's
@@ -244,9 +245,15 @@ void nvh_cap_lkeep_release_(struct cap_heap *h, bool all, bool locked)
 
 static void lk_live_sub(struct cap_lkeep *k, size_t bytes)
 {
-    /* (a block grown in place by another thread's realloc is larger than
-     * what its owner counted: the count is only the allowance's base) */
+    /* (a block grown in place by realloc is larger than what its owner
+     * counted: the count is only the allowance's base) */
     k->live = k->live > bytes ? k->live - bytes : 0;
+}
+
+void nvh_cap_lkeep_adopt_(struct cap_heap *h, struct cap_span *s)
+{
+    s->heap = h;
+    h->lk.live += sbytes(s);   /* (taken off again by the free) */
 }
 
 void nvh_cap_large_free_own_(struct cap_inst *cap, struct cap_heap *h, struct cap_span *s, bool locked)
@@ -290,44 +297,4 @@ void nvh_cap_large_free_own_(struct cap_inst *cap, struct cap_heap *h, struct ca
         nvh_cap_span_cache_(cap, s);
     if (!locked)
         pthread_mutex_unlock(&cap->lock);
-}
-
-void nvh_cap_large_drain_(struct cap_heap *h, bool locked)
-{
-    if (!atomic_load_explicit(&h->lremote, memory_order_relaxed))
-        return;
-    struct cap_span *s = atomic_exchange_explicit(&h->lremote, NULL, memory_order_acquire);
-    size_t bytes = 0;
-    for (struct cap_span *q = s; q; q = q->next)
-        bytes += sbytes(q);
-    atomic_fetch_sub_explicit(&h->cap->lkeep_bytes, bytes, memory_order_relaxed);
-    while (s) {
-        struct cap_span *next = s->next;
-        s->next = NULL;
-        s->cached = 0;
-        nvh_cap_large_free_own_(h->cap, h, s, locked);
-        s = next;
-    }
-}
-
-void nvh_cap_large_push_(struct cap_heap *h, struct cap_span *s)
-{
-    s->cached = 1;   /* freed: a second free is a double free */
-    /* on its way back it is free memory to the instance's allowance (the
-     * owner may take a while), counted with the heaps' kept blocks */
-    atomic_fetch_add_explicit(&h->cap->lkeep_bytes, sbytes(s), memory_order_relaxed);
-    struct cap_span *old = atomic_load_explicit(&h->lremote, memory_order_relaxed);
-    do {
-        s->next = old;
-    } while (!atomic_compare_exchange_weak_explicit(&h->lremote, &old, s, memory_order_release,
-                                                    memory_order_relaxed));
-    /* an orphan has no thread to take the list: free it here (seq_cst pairs
-     * with the orphaning thread's store of the flag and its last drain) */
-    if (nvh_cap_unlikely(atomic_load(&h->orphan))) {
-        struct cap_inst *cap = h->cap;
-        pthread_mutex_lock(&cap->lock);
-        if (atomic_load(&h->orphan))
-            nvh_cap_large_drain_(h, true);
-        pthread_mutex_unlock(&cap->lock);
-    }
 }

@@ -1,8 +1,9 @@
 /* test_cap_large.c — the capacity allocator's large blocks (src/cap/large.c):
  * a thread heap keeps its freed large blocks and serves its next large
- * requests from them without the instance lock; frees by other threads go
- * back to the owner; the file stays within its bounds while threads trade
- * large blocks and shrinks once they are all freed. */
+ * requests from them without the instance lock; a block another thread
+ * took is kept by the thread that frees it; the file stays within its
+ * bounds while threads trade large blocks and shrinks once they are all
+ * freed. */
 #include "test_util.h"
 
 #include "cap/cap.h"
@@ -82,34 +83,47 @@ static void test_large_churn_lock_free(void **state)
     nvh_cap_trim_(&cap);
 }
 
-/* Large blocks freed by another thread go back to the heap that took them:
+/* Large blocks another thread took are kept by the thread that frees them:
  * its next requests of those sizes get them again, with no call of the
- * span allocator. A second free of a block on its way back, or kept by its
- * owner, is a double free. (The heap holds 32 MiB of other large blocks:
- * the allowance lets it keep 16 MiB of freed ones.) */
+ * span allocator. A second free of a kept block is a double free. (The
+ * freeing thread holds 32 MiB of other large blocks: the allowance lets it
+ * keep 16 MiB of freed ones.) */
 enum { XN = 24 };
-static unsigned char *xp[XN];
+static unsigned char *xp[XN], *old[XN];
+static size_t sz[XN];
 static int xrc[XN + 1];
+static uint64_t xcalls;
 
 static void *free_them(void *arg)
 {
     (void)arg;
-    nvh_cap_free_(&cap, nvh_cap_alloc_(heap(), 16));   /* a heap of its own */
+    struct cap_heap *h = heap();
+    void *ballast[8];
+    for (unsigned i = 0; i < 8; i++)
+        ballast[i] = nvh_cap_alloc_(h, (size_t)4 << 20);
     for (unsigned i = 0; i < XN; i++)
         xrc[i] = nvh_cap_free_(&cap, xp[i]);
-    xrc[XN] = nvh_cap_free_(&cap, xp[0]);   /* again: in flight to the owner */
+    xrc[XN] = nvh_cap_free_(&cap, xp[0]);   /* again: kept by this thread */
+    uint64_t calls0 = cap.span_calls;
+    for (unsigned i = XN; i-- > 0;) {
+        xp[i] = nvh_cap_alloc_(h, sz[i]);
+        bool found = false;
+        for (unsigned j = 0; j < XN; j++)
+            found |= xp[i] == old[j];
+        if (!found)
+            xp[i] = NULL;
+    }
+    xcalls = cap.span_calls - calls0;
+    for (unsigned i = 0; i < 8; i++)
+        nvh_cap_free_(&cap, ballast[i]);
     return NULL;
 }
 
-static void test_large_xthread_back_to_owner(void **state)
+static void test_large_xthread_kept_by_freer(void **state)
 {
     (void)state;
     struct cap_heap *h = heap();
     nvh_cap_trim_(&cap);
-    void *ballast[8];
-    for (unsigned i = 0; i < 8; i++)
-        assert_non_null(ballast[i] = nvh_cap_alloc_(h, (size_t)4 << 20));
-    static size_t sz[XN];
     for (unsigned i = 0; i < XN; i++) {
         sz[i] = (size_t)(i % 8 + 1) * 100000;
         xp[i] = nvh_cap_alloc_(h, sz[i]);
@@ -117,7 +131,6 @@ static void test_large_xthread_back_to_owner(void **state)
         xp[i][0] = xp[i][sz[i] - 1] = (unsigned char)i;
     }
     void *guard = nvh_cap_alloc_(h, 100000);   /* none of them at the top */
-    static unsigned char *old[XN];
     memcpy(old, xp, sizeof old);
     pthread_t t;
     assert_int_equal(pthread_create(&t, NULL, free_them, NULL), 0);
@@ -125,24 +138,15 @@ static void test_large_xthread_back_to_owner(void **state)
     for (unsigned i = 0; i < XN; i++)
         assert_int_equal(xrc[i], CAP_OK);
     assert_int_equal(xrc[XN], CAP_DOUBLE);
-    uint64_t calls0 = cap.span_calls;
-    for (unsigned i = XN; i-- > 0;) {
-        xp[i] = nvh_cap_alloc_(h, sz[i]);
-        assert_non_null(xp[i]);
-        bool found = false;
-        for (unsigned j = 0; j < XN; j++)
-            found |= xp[i] == old[j];
-        assert_true(found);
-    }
-    assert_int_equal(cap.span_calls, calls0);
-    /* a kept block freed again by its owner */
+    for (unsigned i = 0; i < XN; i++)
+        assert_non_null(xp[i]);   /* each one of the blocks it freed */
+    assert_int_equal(xcalls, 0);
+    /* the blocks are in use (the exited thread's heap took them): free */
     assert_int_equal(nvh_cap_free_(&cap, xp[0]), CAP_OK);
     assert_int_equal(nvh_cap_free_(&cap, xp[0]), CAP_DOUBLE);
     for (unsigned i = 1; i < XN; i++)
         assert_int_equal(nvh_cap_free_(&cap, xp[i]), CAP_OK);
     assert_int_equal(nvh_cap_free_(&cap, guard), CAP_OK);
-    for (unsigned i = 0; i < 8; i++)
-        assert_int_equal(nvh_cap_free_(&cap, ballast[i]), CAP_OK);
     nvh_cap_trim_(&cap);
 }
 
@@ -241,7 +245,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_large_churn_lock_free),
-        cmocka_unit_test(test_large_xthread_back_to_owner),
+        cmocka_unit_test(test_large_xthread_kept_by_freer),
         cmocka_unit_test(test_large_trade_file),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
