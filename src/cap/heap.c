@@ -14,8 +14,8 @@
  * touches the owner's cache lines once per batch.
  *
  * Objects above 64 KiB are spans of their own (span.c), rounded to large
- * classes; the heap that took one keeps it when freed, for reuse without
- * the lock, and other threads' frees are handed back to it (large.c).
+ * classes; the heap of the thread that frees one keeps it, for reuse
+ * without the lock (large.c).
  *
  * Checks ("where cheap"): the block map finds the span of any pointer inside
  * the range; a pointer that is not the start of a block of a page (one
