@@ -12,10 +12,9 @@
  * sent most of its calls to the span allocator and two threads queued on
  * its lock. The freeing thread keeps the block rather than handing it back
  * to the heap that took it: threads that trade large blocks both ways then
- * reuse what they receive, and memory never waits in the list of an owner
- * that is not running (handed back, a loaded machine's threads ran short of
- * blocks while their freed ones waited, and carved new spans: xlarge/2 of
- * bench/run cap faulted a quarter more).
+ * reuse what they receive, and freed memory never waits in the list of an
+ * owner that is not running while the freeing thread, short of blocks,
+ * carves new spans and faults their pages in (docs/CAP.md).
  *
  * File space: a heap keeps at most the larger of NVH_CAP_LCACHE_BYTES and
  * its recent peak of large bytes in use (NVH_CAP_LKEEP_SHARE); beyond that the
