@@ -8,11 +8,13 @@
  *              global span allocator (bins, coalescing, hole punching), fork
  *   heap.c     thread heaps: size classes, pages, malloc/free fast paths,
  *              cross-thread frees, large objects, realloc
+ *   large.c    a thread heap's kept large blocks and the large frees other
+ *              threads hand back to it (no lock on the common large path)
  *   part.c     the in-process API on a region of a pool (nvh_cap_*)
  *   preload.c  the LD_PRELOAD malloc family (built only into libnvheap-cap.so)
  *
- * The core (span.c, heap.c) uses nothing of libnvheap but its headers, so the
- * preload library is these two files and preload.c alone. */
+ * The core (span.c, heap.c, large.c) uses nothing of libnvheap but its
+ * headers, so the preload library is these three files and preload.c alone. */
 #ifndef NVH_CAP_H
 #define NVH_CAP_H
 
@@ -47,11 +49,15 @@
 #define NVH_CAP_EMPTY_PAGES 4u                 /* empty small pages per thread  */
 #define NVH_CAP_EMPTY_SHARE 64u   /* their unpunched bytes: at most 1/64 of the
                                      heap's pages (heap.c empty_keep)          */
-#define NVH_CAP_LCACHE 4u                      /* freed large spans per thread  */
 #define NVH_CAP_LCLASSES 80u                   /* large classes, 17 .. 16384 blocks */
 #define NVH_CAP_LCACHE_REACH 8u   /* a kept large block serves requests of its
                                      class and the 7 below it (up to 2x)       */
-#define NVH_CAP_LCACHE_BYTES ((size_t)4 << 20)
+#define NVH_CAP_LCACHE_BYTES ((size_t)4 << 20) /* a thread heap's kept large
+                                                  blocks: at least this ...  */
+#define NVH_CAP_LKEEP_SHARE 1u    /* ... or its large bytes in use (recent
+                                     peak), within the file's bound (large.c) */
+#define NVH_CAP_LKEEP_STEP ((size_t)1 << 20) /* heaps' kept bytes are published
+                                                to the instance in such steps */
 #define NVH_CAP_RBATCH 62u                     /* cross-thread frees per push   */
 #define NVH_CAP_RSPARE 16u                     /* spare batch nodes per thread  */
 #define NVH_CAP_DECAY_MS 100u             /* window of the recent peak (ms)  */
@@ -132,11 +138,14 @@ struct cap_span {
                                   (2: a thread's kept one, taken whole)       */
     uint8_t pad0_[3];
     uint32_t bsize;            /* page: block size                             */
-    struct cap_heap *heap;     /* page: owner; fixed while it has live blocks  */
+    struct cap_heap *heap;     /* page: owner; fixed while it has live blocks;
+                                  large: the heap that took it last (or
+                                  adopted it at a free: large.c)          */
     uint64_t inv;              /* page: ceil(2^40 / bsize): interior check     */
     uintptr_t user;            /* large: the pointer handed out (aligned ones) */
     union {                    /* free: bin list; page: avail list;
-                                  instance-cached large: class list        */
+                                  kept large: class list (instance's, or its
+                                  heap's)                                   */
         struct { struct cap_span *next, *prev; };
         struct cap_links link;
     };
@@ -150,7 +159,7 @@ struct cap_span {
     uint8_t pad1_[4];
     uintptr_t bump, end;       /* page: never-used blocks [bump, end)          */
     union {                    /* free + dirty: punch queue (oldest first);
-                                  instance-cached large: age queue;
+                                  kept large: age queue;
                                   page: its heap's list of free tails      */
         struct { struct cap_span *dnext, *dprev; };
         struct cap_links dlink;
@@ -162,6 +171,23 @@ _Static_assert(offsetof(struct cap_span, free) == 64, "cap_span: owner line");
 _Static_assert(sizeof(struct cap_span) == 128, "cap_span: two lines");
 
 struct cap_inst;
+
+/* A thread heap's kept large blocks (large.c): freed blocks of large
+ * classes it took, kept whole and mapped for its next large requests, one
+ * LIFO list per class (next/prev) plus an age list (dnext toward younger).
+ * Owner only (under the instance lock while the heap is an orphan). */
+struct cap_lkeep {
+    struct cap_span *cls[NVH_CAP_LCLASSES];
+    uint64_t map[(NVH_CAP_LCLASSES + 63) / 64]; /* classes with a block      */
+    struct cap_span *old, *young;
+    size_t bytes;            /* kept                                          */
+    size_t pub;              /* of them, counted in cap->lkeep_bytes          */
+    size_t low;              /* fewest kept since the heap's last decay       */
+    size_t live;             /* bytes of the heap's large blocks in use (those
+                                another heap freed stay counted: it is only
+                                the allowance's base, which the room bounds) */
+    size_t peak, peak_prev;  /* most live in this decay window, the last one  */
+};
 
 /* A thread's heap in one instance. Only its thread touches it, except the
  * `remote` list (other threads push frees) and while it is an orphan (its
@@ -184,9 +210,7 @@ struct cap_heap {
     struct cap_span *empty[NVH_CAP_EMPTY_PAGES];
     unsigned nempty;
     size_t empty_bytes;              /* of them, bytes that may hold pages     */
-    struct cap_span *lcache[NVH_CAP_LCACHE];
-    unsigned nlcache;
-    size_t lcache_bytes;
+    struct cap_lkeep lk;             /* kept large blocks (large.c)           */
     struct cap_span *rkeep;          /* a freed grown block, for the next one */
     /* outgoing cross-thread frees, batched per destination heap */
     struct cap_heap *rdest;
@@ -270,6 +294,13 @@ struct cap_inst {
      * (span.c trim_top): a free span over the whole range, so a second free
      * of a block that went there is still found as a double free */
     struct cap_span above_top;
+    /* heaps' kept large blocks (published in steps, large.c): in use for the
+     * span counts, free for the allowance (span.c decay_); and how far they
+     * may grow before the allowance must be applied again (set by decay_:
+     * a heap that publishes past it sheds its oldest to the instance). A
+     * line of their own (heaps add to the sum without the lock). */
+    _Alignas(64) _Atomic size_t lkeep_bytes;
+    _Atomic size_t lkeep_room;
 };
 
 _Static_assert(offsetof(struct cap_inst, lock) / 64 != offsetof(struct cap_inst, map) / 64 &&
@@ -322,6 +353,10 @@ void nvh_cap_span_cache_(struct cap_inst *cap, struct cap_span *s);
 /* Under cap->lock: a kept block of n blocks' class or the next one (NULL:
  * none); it is in use again. */
 struct cap_span *nvh_cap_span_reuse_(struct cap_inst *cap, uint32_t n);
+/* Under cap->lock: a thread heap's large blocks were `extra` bytes more in
+ * use lately than now (large.c: it takes and frees them without the
+ * lock, so the instance did not see its peak); for the recent peak. */
+void nvh_cap_span_note_peak_(struct cap_inst *cap, size_t extra);
 /* Under cap->lock: apply the allowance now (a heap's periodic decay). */
 void nvh_cap_span_decay_(struct cap_inst *cap);
 /* Milliseconds of a coarse monotonic clock (vDSO, no system call). */
@@ -357,6 +392,25 @@ static inline bool nvh_cap_contains_(const struct cap_inst *cap, const void *p)
 {
     return (uintptr_t)p - cap->base < cap->size;
 }
+
+/* ---- large.c: a thread heap's kept large blocks ---------------------------- */
+/* A kept block of n blocks' large class or one of the next reach - 1
+ * (NULL: none), in use again; owner only (or under the lock for an orphan). */
+struct cap_span *nvh_cap_lkeep_take_(struct cap_heap *h, uint32_t n, unsigned reach);
+/* The heap took the large block s (its kept one or a new one). */
+void nvh_cap_lkeep_took_(struct cap_heap *h, struct cap_span *s);
+/* Keep the owner's freed large block s (false: it does not fit the heap's
+ * allowance or is not of a large class; the caller frees it). May give the
+ * oldest kept blocks to the instance (takes the lock unless `locked`). */
+bool nvh_cap_lkeep_put_(struct cap_heap *h, struct cap_span *s, bool locked);
+/* Give kept blocks to the instance: all of them, or (idle) those the heap
+ * did not need since its last decay. Takes the lock unless `locked`. */
+void nvh_cap_lkeep_release_(struct cap_heap *h, bool all, bool locked);
+/* h frees the large block s that another heap took: h becomes its owner. */
+void nvh_cap_lkeep_adopt_(struct cap_heap *h, struct cap_span *s);
+/* The owner's free of its large block s (kept, or given to the instance);
+ * h NULL: given to the instance. */
+void nvh_cap_large_free_own_(struct cap_inst *cap, struct cap_heap *h, struct cap_span *s, bool locked);
 
 /* ---- heap.c: the allocator ----------------------------------------------- */
 /* Results of free/usable-size checks (the front ends turn them into glibc's

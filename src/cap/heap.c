@@ -13,8 +13,9 @@
  * block's key there. So neither path takes a lock, and the freeing thread
  * touches the owner's cache lines once per batch.
  *
- * Objects above 64 KiB are spans of their own (span.c), rounded to 4 KiB;
- * each thread keeps a few freed ones for reuse without the lock.
+ * Objects above 64 KiB are spans of their own (span.c), rounded to large
+ * classes; the heap of the thread that frees one keeps it, for reuse
+ * without the lock (large.c).
  *
  * Checks ("where cheap"): the block map finds the span of any pointer inside
  * the range; a pointer that is not the start of a block of a page (one
@@ -816,11 +817,13 @@ NVH_CAP_INLINE void *take(struct cap_span *p)
  * everything holds less than a tenth of its peak in the file at its first
  * slow path two windows later, and one that keeps allocating keeps its
  * pages. */
-static void heap_release_caches(struct cap_heap *h, bool locked);
+static void heap_release_caches(struct cap_heap *h, bool locked, bool all);
 
 static NVH_CAP_NOINLINE void heap_decay_now(struct cap_heap *h, uint64_t t)
 {
     struct cap_inst *cap = h->cap;
+    /* no slow path for two windows: the kept large blocks all go back */
+    bool idle = t - h->decay_ms >= 2u * NVH_CAP_DECAY_MS;
     h->decay_ms = t;
     remote_flush(h);
     heap_drain(h, false);
@@ -831,7 +834,7 @@ static NVH_CAP_NOINLINE void heap_decay_now(struct cap_heap *h, uint64_t t)
             page_retire(h, p, false);
         }
     }
-    heap_release_caches(h, false);   /* the kept empty pages too */
+    heap_release_caches(h, false, idle);   /* the kept empty pages too */
     pthread_mutex_lock(&cap->lock);
     nvh_cap_span_decay_(cap);
     pthread_mutex_unlock(&cap->lock);
@@ -974,6 +977,8 @@ static void *large_alloc_top(struct cap_heap *h, size_t size)
     if (!s)
         return NULL;
     s->roomy = 1;
+    s->heap = h;
+    nvh_cap_lkeep_took_(h, s);
     return (void *)s->start;
 }
 
@@ -989,23 +994,10 @@ static void *large_alloc(struct cap_heap *h, size_t size, size_t align, bool *ze
         return NULL;
     }
     uint32_t n = nvh_cap_large_round_((uint32_t)((size + pad + NVH_CAP_BLOCK - 1) >> NVH_CAP_BLOCK_SHIFT));
-    struct cap_span *s = NULL;
     bool zero = false;
     heap_decay(h);
-    /* the thread's cache: a block of the same size, else the smallest one
-     * up to a quarter bigger */
-    unsigned pick = h->nlcache;
-    for (unsigned i = 0; i < h->nlcache; i++) {
-        uint32_t b = h->lcache[i]->blocks;
-        if (b >= n && b <= n + n / 4 && (pick == h->nlcache || b < h->lcache[pick]->blocks))
-            pick = i;
-    }
-    if (pick < h->nlcache) {
-        s = h->lcache[pick];
-        h->lcache[pick] = h->lcache[--h->nlcache];
-        h->lcache_bytes -= (size_t)s->blocks << NVH_CAP_BLOCK_SHIFT;
-        s->cached = 0;
-    }
+    /* the heap's kept blocks (those its thread freed), else the instance's */
+    struct cap_span *s = nvh_cap_lkeep_take_(h, n, NVH_CAP_LCACHE_REACH);
     if (!s) {
         pthread_mutex_lock(&cap->lock);
         s = nvh_cap_span_reuse_(cap, n);
@@ -1016,7 +1008,9 @@ static void *large_alloc(struct cap_heap *h, size_t size, size_t align, bool *ze
             errno = ENOMEM;
             return NULL;
         }
+        s->heap = h;
     }
+    nvh_cap_lkeep_took_(h, s);
     uintptr_t user = s->start;
     if (align > NVH_CAP_BLOCK)
         user = (user + align - 1) & ~(uintptr_t)(align - 1);
@@ -1028,54 +1022,13 @@ static void *large_alloc(struct cap_heap *h, size_t size, size_t align, bool *ze
     return (void *)user;
 }
 
+/* A free of a large block by the calling thread's heap h (NULL: it has
+ * none, the instance takes the block): the freeing heap keeps it (large.c). */
 static void large_free(struct cap_inst *cap, struct cap_heap *h, struct cap_span *s)
 {
-    size_t bytes = (size_t)s->blocks << NVH_CAP_BLOCK_SHIFT;
-    /* a block at the top goes back at once: the top stays free to grow into;
-     * so does a block grown by realloc (it coalesces, and the next growing
-     * block starts where it did, on pages that are still mapped) */
-    bool at_top = s->start + bytes ==
-                  cap->base + atomic_load_explicit(&cap->top_hint, memory_order_relaxed);
-    /* a grown block: the thread keeps one, the largest, for its next
-     * growing buffer (large_alloc_top); it stays a large span in use,
-     * marked cached. The largest, so that a buffer that outgrew the kept
-     * one is copied once, not again by every later buffer of that size. */
-    if (h && s->roomy && bytes <= NVH_CAP_LCACHE_BYTES &&
-        !atomic_load_explicit(&h->orphan, memory_order_relaxed)) {
-        struct cap_span *old = h->rkeep;
-        if (!old || old->blocks < s->blocks) {
-            s->cached = 1;
-            h->rkeep = s;
-            if (!old)
-                return;
-            s = old;   /* the smaller one goes back */
-        }
-        pthread_mutex_lock(&cap->lock);
-        nvh_cap_span_free_(cap, s);
-        pthread_mutex_unlock(&cap->lock);
-        return;
-    }
-    if (h && !at_top && !s->roomy && bytes <= NVH_CAP_LCACHE_BYTES / 2 &&
-        !atomic_load_explicit(&h->orphan, memory_order_relaxed)) {
-        s->cached = 1;
-        while (h->nlcache == NVH_CAP_LCACHE || h->lcache_bytes + bytes > NVH_CAP_LCACHE_BYTES) {
-            struct cap_span *old = h->lcache[0];
-            h->lcache[0] = h->lcache[--h->nlcache];
-            h->lcache_bytes -= (size_t)old->blocks << NVH_CAP_BLOCK_SHIFT;
-            pthread_mutex_lock(&cap->lock);
-            nvh_cap_span_cache_(cap, old);
-            pthread_mutex_unlock(&cap->lock);
-        }
-        h->lcache[h->nlcache++] = s;
-        h->lcache_bytes += bytes;
-        return;
-    }
-    pthread_mutex_lock(&cap->lock);
-    if (at_top || s->roomy)
-        nvh_cap_span_free_(cap, s);
-    else
-        nvh_cap_span_cache_(cap, s);
-    pthread_mutex_unlock(&cap->lock);
+    if (h && s->heap != h)
+        nvh_cap_lkeep_adopt_(h, s);
+    nvh_cap_large_free_own_(cap, h, s, false);
 }
 
 /* The class of a request in h: on h's grid (class_round). Up to CAP_LINEAR
@@ -1304,10 +1257,12 @@ void *nvh_cap_realloc_(struct cap_heap *h, void *p, size_t size, int *bad)
 }
 
 /* ---- thread exit, trim ------------------------------------------------------------ */
-static void heap_release_caches(struct cap_heap *h, bool locked)
+/* The heap's kept pages and blocks go to the instance; its kept large
+ * blocks all of them, or (!all, a decay) those it did not need lately. */
+static void heap_release_caches(struct cap_heap *h, bool locked, bool all)
 {
     struct cap_inst *cap = h->cap;
-    if (!h->nlcache && !h->nempty && !h->rkeep)
+    if (!h->lk.bytes && !h->nempty && !h->rkeep)
         return;
     if (!locked)
         pthread_mutex_lock(&cap->lock);
@@ -1315,11 +1270,7 @@ static void heap_release_caches(struct cap_heap *h, bool locked)
         nvh_cap_span_free_(cap, h->rkeep);
         h->rkeep = NULL;
     }
-    while (h->nlcache) {
-        struct cap_span *s = h->lcache[--h->nlcache];
-        nvh_cap_span_cache_(cap, s);
-    }
-    h->lcache_bytes = 0;
+    nvh_cap_lkeep_release_(h, all, true);
     while (h->nempty) {
         struct cap_span *p = h->empty[--h->nempty];
         empty_unkeep(h, p);
@@ -1338,7 +1289,7 @@ static void heap_abandon(struct cap_heap *h)
     remote_flush(h);
     h->rdest = NULL;
     heap_drain(h, false);
-    heap_release_caches(h, false);
+    heap_release_caches(h, false, true);
     pthread_mutex_lock(&cap->lock);
     if (h->rout) {
         nvh_cap_rbatch_put_(cap, h->rout);
@@ -1397,7 +1348,7 @@ void nvh_cap_trim_(struct cap_inst *cap)
                 page_retire(h, p, false);
             }
         }
-        heap_release_caches(h, false);
+        heap_release_caches(h, false, true);
     }
     pthread_mutex_lock(&cap->lock);
     nvh_cap_span_purge_(cap);

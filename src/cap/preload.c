@@ -3,9 +3,9 @@
  *
  *   LD_PRELOAD=libnvheap-cap.so  NVHEAP_CAP_DIR=/mnt/pmem  program ...
  *
- * Built as one translation unit with heap.c and span.c (included below), so
- * the fast paths inline into malloc and free; only the names of the malloc
- * family are exported (preload.map). Not part of libnvheap.
+ * Built as one translation unit with heap.c, span.c and large.c (included
+ * below), so the fast paths inline into malloc and free; only the names of
+ * the malloc family are exported (preload.map). Not part of libnvheap.
  *
  * Bootstrap: the instance is made by the first call (or the constructor,
  * whichever comes first) without dlsym. Allocations made while it is being
@@ -15,6 +15,7 @@
  * reserved range is ours, any other is glibc's. */
 #include "heap.c"
 #include "span.c"
+#include "large.c"
 
 #include <dlfcn.h>
 #include <malloc.h>

@@ -245,6 +245,15 @@ static size_t recent_peak(struct cap_inst *cap)
     return cap->win_cur > cap->win_prev ? cap->win_cur : cap->win_prev;
 }
 
+void nvh_cap_span_note_peak_(struct cap_inst *cap, size_t extra)
+{
+    (void)recent_peak(cap);   /* (a new window first) */
+    size_t kept = atomic_load_explicit(&cap->lkeep_bytes, memory_order_relaxed);
+    size_t live = (cap->span_bytes > kept ? cap->span_bytes - kept : 0) + extra;
+    if (live > cap->win_cur)
+        cap->win_cur = live;
+}
+
 /* The dirty allowance. Two bounds on the spans the file holds (in use plus
  * dirty, kept large blocks included):
  *  - 1.5 times the bytes in use (dirty <= in use / 2): churn at a steady
@@ -285,9 +294,22 @@ static bool file_within(struct cap_inst *cap, size_t held, size_t bound)
     return true;
 }
 
+/* How far the heaps' kept large blocks may grow while what the instance
+ * holds stays within `bound` (large.c lk_publish). */
+static void lkeep_room(struct cap_inst *cap, size_t bound)
+{
+    size_t own = cap->dirty_bytes + cap->lc_bytes;
+    atomic_store_explicit(&cap->lkeep_room, bound > own ? bound - own : 0, memory_order_relaxed);
+}
+
 static void decay_(struct cap_inst *cap, bool settle)
 {
-    size_t in_use = cap->span_bytes;
+    /* large blocks the thread heaps keep (large.c) are spans in use here,
+     * but free to the program: they count as held, like the instance's */
+    size_t kept = atomic_load_explicit(&cap->lkeep_bytes, memory_order_relaxed);
+    if (kept > cap->span_bytes)
+        kept = cap->span_bytes;
+    size_t in_use = cap->span_bytes - kept;
     size_t allow = in_use / 2;
     size_t recent = settle ? 0 : recent_peak(cap);
     recent += recent / 2;
@@ -298,13 +320,17 @@ static void decay_(struct cap_inst *cap, bool settle)
         floor = cap->decay_min;
     if (allow < floor)
         allow = floor;
-    size_t held = cap->dirty_bytes + cap->lc_bytes;
-    if (held <= allow)
+    size_t held = cap->dirty_bytes + cap->lc_bytes + kept;
+    if (held <= allow) {
+        lkeep_room(cap, allow);
         return;
-    if (!settle && in_use > floor && file_within(cap, held, in_use))
+    }
+    if (!settle && in_use > floor && file_within(cap, held, in_use)) {
+        lkeep_room(cap, cap->file_slack);
         return;
+    }
     cap->file_slack = 0;
-    while (cap->dirty_bytes + cap->lc_bytes > allow / 2) {
+    while (cap->dirty_bytes + cap->lc_bytes + kept > allow / 2) {
         if (cap->dhead)
             punch(cap, cap->dhead);
         else if (cap->lc_old)
@@ -312,6 +338,7 @@ static void decay_(struct cap_inst *cap, bool settle)
         else
             break;
     }
+    lkeep_room(cap, allow);
 }
 
 static void decay(struct cap_inst *cap)
@@ -369,8 +396,14 @@ static void account(struct cap_inst *cap, struct cap_span *s, bool add)
     size_t now = add ? (cap->span_bytes += bytes) : (cap->span_bytes -= bytes);
     if (now > cap->span_peak)
         cap->span_peak = now;
-    if (add && now > cap->win_cur)
-        cap->win_cur = now;
+    if (add) {
+        /* the recent peak of what the program has in use: not the large
+         * blocks the heaps keep (large.c) */
+        size_t kept = atomic_load_explicit(&cap->lkeep_bytes, memory_order_relaxed);
+        size_t live = now > kept ? now - kept : 0;
+        if (live > cap->win_cur)
+            cap->win_cur = live;
+    }
 }
 
 /* The first n blocks of the free span s (taken out of the bins); the rest
