@@ -274,6 +274,8 @@ typedef struct nvh_lane {
     bool unfenced;              /* flushed log lines not yet fenced             */
     uint32_t nt_lines;          /* non-temporal lines not yet in the statistics
                                    (counted at the next fence, nvh_txlog_nt_count_) */
+    uint32_t wb_lines;          /* lines written back with nvh_txlog_wb_line_,
+                                   likewise counted at the next fence          */
     nvh_recref *recs; size_t nrecs, recs_cap;
     nvh_win *wins; size_t nwins, wins_cap;   /* open write windows (above)  */
     uint64_t chain_bytes[2];    /* bytes of segments in each slot's chain       */
@@ -400,6 +402,9 @@ int nvh_txlog_intent(nvh_txlog *lg, nvh_lane *lane, unsigned kind, uint64_t obj,
  * records (record.c, filter_lanes). */
 #define NVH_TXLOG_HELP_MEETING (~0ull)
 void nvh_txlog_fence(nvh_txlog *lg, nvh_lane *lane, uint64_t help_mask);
+/* nvh_txlog_words, then its FENCE 1 (helping the lanes the records meet),
+ * in one call; on failure what was written is fenced too. */
+int nvh_txlog_words_fenced(nvh_txlog *lg, nvh_lane *lane, const uint64_t *offs, unsigned n);
 /* Commit: capture the new bytes from their places into the records (redo),
  * flush the data in place, write the commit record (with commit order cseq,
  * from the lane's clock), FENCE 2. */
@@ -424,6 +429,11 @@ static inline int nvh_txlog_commit_reserve(nvh_txlog *lg, nvh_lane *lane)
  * retirement on the commit path. Returns false (nothing done) if the
  * transaction does not qualify; the caller then uses nvh_txlog_commit. */
 bool nvh_txlog_commit_lazy(nvh_txlog *lg, nvh_lane *lane, uint64_t cseq);
+/* nvh_txlog_commit_lazy without its checks, for a caller that knows the
+ * transaction qualifies and more (the in-place fast path, tx.c): every
+ * record an 8-byte word, 1 to NVH_REDO_MAX of them, a version 5 directory
+ * (lane->redo_commits), an unprotected pool. Cannot fail. */
+void nvh_txlog_commit_lazy_words(nvh_txlog *lg, nvh_lane *lane, uint64_t cseq);
 /* After commit or abort: state IDLE, flushed (not fenced); lane marked
  * retire-pending. */
 void nvh_txlog_retire(nvh_txlog *lg, nvh_lane *lane);
@@ -450,6 +460,23 @@ static inline int nvh_txlog_win_open(nvh_txlog *lg, nvh_lane *lane, const void *
 static inline void nvh_txlog_win_close_all(nvh_txlog *lg, nvh_lane *lane)
 {
     if (__builtin_expect(lane->nwins != 0, 0)) nvh_txlog_win_close_all_(lg, lane);
+}
+
+/* nvh_txlog_room(lg, lane, 0) for a transaction's first record (lane->seg
+ * NULL): the slot's first segment, validated earlier, taken without the
+ * call when the pool is unprotected (no window to open); else the call. */
+static inline int nvh_txlog_room_first_(nvh_txlog *lg, nvh_lane *lane)
+{
+    struct nvh_seg *h = lane->head_seg[lane->slot];
+    if (__builtin_expect(h != NULL && lane->seg == NULL, 1) && !nvh_txlog_protected_(lg->pool)) {
+        lane->seg = h;
+        lane->seg_nrec_cap = h->nrec_cap;
+        lane->seg_data_cap = h->data_cap;
+        lane->rec_next = 0;
+        lane->data_next = 0;
+        return NVH_OK;
+    }
+    return nvh_txlog_room(lg, lane, 0);
 }
 
 /* One-fence word transaction (lane->redo != NULL, nothing else logged in
@@ -530,12 +557,31 @@ static inline void nvh_txlog_line_(nvh_lane *lane, nvh_pool *pool, void *dst, co
  * before every fence of the log, which every line written precedes. */
 static inline void nvh_txlog_nt_count_(nvh_pool *pool, nvh_lane *lane)
 {
-    uint32_t n = lane->nt_lines;
-    if (!n) return;
-    lane->nt_lines = 0;
+    uint32_t n = lane->nt_lines, wb = lane->wb_lines;
+    if (!(n | wb)) return;
+    lane->nt_lines = lane->wb_lines = 0;
     nvh_persist_ctx_ *ctx = NVH_CTX_(pool);
-    nvh_stat_add_(ctx, NVH_STAT_LINES, n);
+    nvh_stat_add_(ctx, NVH_STAT_LINES, (uint64_t)n + wb);
     nvh_stat_add_(ctx, NVH_STAT_NT_BYTES, (uint64_t)n * NVH_CACHELINE);
+}
+
+/* Start the write-back of the line holding p (a log line the caller stored
+ * into with cached stores, e.g. the retire word), counted into the
+ * statistics at the next fence as nvh_txlog_line_'s lines are: in the pmem
+ * domain with CLWB one instruction, not nvh_flush's statistics stripe
+ * lookup and domain switch. The next nvh_txlog_drain_ makes it durable. */
+static inline void nvh_txlog_wb_line_(nvh_lane *lane, nvh_pool *pool, const void *p)
+{
+#if defined(__x86_64__)
+    nvh_persist_ctx_ *ctx = NVH_CTX_(pool);
+    if (__builtin_expect(ctx->domain == NVH_DOMAIN_PMEM && ctx->flush_kind == NVH_FLUSH_CLWB, 1)) {
+        __asm__ volatile("clwb %0" : "+m"(*(volatile char *)p));
+        lane->wb_lines++;
+        return;
+    }
+#endif
+    (void)lane;
+    nvh_flush(pool, p, 1);
 }
 
 /* The log's fence: nvh_txlog_nt_count_ and nvh_drain, with one statistics
@@ -549,10 +595,11 @@ static inline void nvh_txlog_drain_(nvh_pool *pool, nvh_lane *lane)
         unsigned stripe = nvh_thread_stripe_;
         if (__builtin_expect(stripe == 0, 0)) stripe = nvh_assign_stripe_();
         _Atomic uint64_t *v = ctx->stats[stripe - 1].value;
-        uint64_t n = lane->nt_lines;
-        lane->nt_lines = 0;
+        uint64_t n = lane->nt_lines, wb = lane->wb_lines;
+        lane->nt_lines = lane->wb_lines = 0;
         atomic_store_explicit(&v[NVH_STAT_LINES],
-                              atomic_load_explicit(&v[NVH_STAT_LINES], memory_order_relaxed) + n,
+                              atomic_load_explicit(&v[NVH_STAT_LINES], memory_order_relaxed) +
+                                  n + wb,
                               memory_order_relaxed);
         atomic_store_explicit(&v[NVH_STAT_NT_BYTES],
                               atomic_load_explicit(&v[NVH_STAT_NT_BYTES], memory_order_relaxed) +

@@ -105,11 +105,14 @@ static int first_record(nvh_txlog *lg, nvh_lane *lane, bool inline_word)
     lane->seg = NULL;
     lane->seg_nrec_cap = lane->seg_data_cap = 0;
     /* the header and retire lines are written until the transaction ends */
-    int rc = nvh_txlog_win_open(lg, lane, lane->hdr, sizeof *lane->hdr);
-    if (rc == NVH_OK && !lane->retire_v1)
-        rc = nvh_txlog_win_open(lg, lane, (const void *)lane->retire_word, sizeof(uint64_t));
-    if (rc != NVH_OK) return rc;
-    rc = nvh_txlog_room(lg, lane, 0);
+    int rc;
+    if (nvh_txlog_protected_(lg->pool)) {
+        rc = nvh_txlog_win_open(lg, lane, lane->hdr, sizeof *lane->hdr);
+        if (rc == NVH_OK && !lane->retire_v1)
+            rc = nvh_txlog_win_open(lg, lane, (const void *)lane->retire_word, sizeof(uint64_t));
+        if (rc != NVH_OK) return rc;
+    }
+    rc = nvh_txlog_room_first_(lg, lane);
     if (rc != NVH_OK) return rc;
     atomic_store_explicit(&lane->sh.state, NVH_LS_MAKE(lane->tid, lane->slot, NVH_LS_ACTIVE),
                           memory_order_relaxed);
@@ -178,11 +181,17 @@ static inline void filter_words(nvh_lane *lane, const uint64_t *offs, unsigned n
     bits[0] = bits[1] = bits[2] = bits[3] = 0;
     for (unsigned i = 0; i < n; i++) {
         unsigned g = (unsigned)(offs[i] >> 20) & 255u;
-        bits[g >> 6] |= 1ull << (g & 63);
+        uint64_t cbit = 1ull << (g & 63);
+        bits[g >> 6] |= cbit;
         fine[i] = (uint16_t)fine_granule(offs[i]);
-        if (publish) fine_publish(lane, fine[i]);
+        if (publish) {
+            /* filter_publish's effect, per word: only the words of the
+             * filter these bits are in are read */
+            if (!(atomic_load_explicit(&lane->wfilter[g >> 6], memory_order_relaxed) & cbit))
+                atomic_fetch_or_explicit(&lane->wfilter[g >> 6], cbit, memory_order_seq_cst);
+            fine_publish(lane, fine[i]);
+        }
     }
-    if (publish) filter_publish(lane, bits);
 }
 
 /* The lanes of `mask` whose filter meets a transaction's bytes: only their
@@ -270,6 +279,30 @@ static inline void filter_record(nvh_lane *lane, uint64_t off, uint64_t len)
     }
 }
 
+/* filter_record(lane, off, 8) for an aligned word (one fine granule),
+ * always in line: the word paths call it once per word. */
+static inline __attribute__((always_inline)) void filter_word(nvh_lane *lane, uint64_t off)
+{
+    unsigned c = (unsigned)(off >> 20) & 255u;
+    uint64_t cbit = 1ull << (c & 63u);
+    lane->tx_bits[c >> 6] |= cbit;
+    unsigned g = fine_granule(off);
+    if (__builtin_expect(!nvh_txlog_test_no_filter_publish_, 1)) {
+        if (!(atomic_load_explicit(&lane->wfilter[c >> 6], memory_order_relaxed) & cbit))
+            atomic_fetch_or_explicit(&lane->wfilter[c >> 6], cbit, memory_order_seq_cst);
+        fine_publish(lane, g);
+    }
+    unsigned nf = lane->tx_nfine;
+    if (nf > NVH_FILTER_TX_FINE) return;
+    for (unsigned k = 0; k < nf; k++)
+        if (lane->tx_fine[k] == g) return;
+    if (nf == NVH_FILTER_TX_FINE) lane->tx_nfine = nf + 1;      /* too many: coarse */
+    else {
+        lane->tx_fine[nf] = (uint16_t)g;
+        lane->tx_nfine = nf + 1;
+    }
+}
+
 static inline int new_record(nvh_txlog *lg, nvh_lane *lane, unsigned kind, uint64_t off,
                              uint64_t len, uint64_t data_bytes, nvh_recref **out, char **data_out)
 {
@@ -313,7 +346,7 @@ static int word_inline(nvh_txlog *lg, nvh_lane *lane, uint64_t off)
         lane->nrecs = 0;
         return rc;
     }
-    filter_record(lane, off, 8);
+    filter_word(lane, off);
     lane->w0 = true;
     uint64_t old;
     memcpy(&old, NVH_CTX_(lg->pool)->base + off, 8);
@@ -374,7 +407,7 @@ int nvh_txlog_words(nvh_txlog *lg, nvh_lane *lane, const uint64_t *offs, unsigne
     struct nvh_txrec *slot = (struct nvh_txrec *)((char *)lane->seg + 64) + lane->rec_next;
     for (; i < n; i++, slot++) {
         uint64_t off = offs[i];
-        filter_record(lane, off, 8);
+        filter_word(lane, off);
         uint64_t old;
         memcpy(&old, base + off, 8);
         nvh_recref *ref = &lane->recs[lane->nrecs];
@@ -576,7 +609,7 @@ static inline void retire_own_pending(nvh_txlog *lg, nvh_lane *lane)
     if (cur < rw)                 /* protected pools: retire_max_ opens the window */
         retire_max_(lg->pool, lane->retire_word, lane->redo_pend);
     else
-        nvh_flush(lg->pool, (void *)lane->retire_word, sizeof(uint64_t));
+        nvh_txlog_wb_line_(lane, lg->pool, (const void *)lane->retire_word);
     /* after the retire store: a helper that sees 0 here flushes the retire
      * line (retire_pending) and so makes this store durable */
     atomic_store_explicit(&lane->pend[0].tid, 0, memory_order_release);
@@ -643,7 +676,10 @@ static inline void commit_flush(nvh_txlog *lg, nvh_lane *lane, unsigned slot, bo
         flush_own_pending(lg, lane);
 }
 
-void nvh_txlog_fence(nvh_txlog *lg, nvh_lane *lane, uint64_t help_mask)
+/* nvh_txlog_fence, in line where the word paths call it with a constant
+ * mask (the commit's FENCE 2: 0, nothing to help) */
+static inline __attribute__((always_inline)) void fence_(nvh_txlog *lg, nvh_lane *lane,
+                                                        uint64_t help_mask)
 {
     help_todo todo;
     todo.n = 0;
@@ -675,6 +711,22 @@ void nvh_txlog_fence(nvh_txlog *lg, nvh_lane *lane, uint64_t help_mask)
     if (atomic_load_explicit(&lane->retire_pending, memory_order_relaxed))
         atomic_store_explicit(&lane->retire_pending, 0, memory_order_relaxed);
     if (lane->redo_pend) retire_own_pending(lg, lane);
+}
+
+void nvh_txlog_fence(nvh_txlog *lg, nvh_lane *lane, uint64_t help_mask)
+{
+    fence_(lg, lane, help_mask);
+}
+
+int nvh_txlog_words_fenced(nvh_txlog *lg, nvh_lane *lane, const uint64_t *offs, unsigned n)
+{
+    size_t before = lane->nrecs;
+    int rc = nvh_txlog_words(lg, lane, offs, n);
+    /* on failure too, what was written is fenced: the caller's rollback
+     * undoes from records it must find durable */
+    if (__builtin_expect(rc == NVH_OK, 1) || lane->nrecs != before)
+        fence_(lg, lane, NVH_TXLOG_HELP_MEETING);
+    return rc;
 }
 
 /* ==========================================================================
@@ -764,9 +816,9 @@ static inline void pend_publish(nvh_lane *lane, unsigned slot, uint64_t tid, uin
     lane->redo_slot = slot ^ 1u;
 }
 
-static void redo_lines_write(nvh_lane *lane, nvh_pool *pool, struct nvh_redo_line *dst,
-                             uint64_t tid, uint64_t cseq, const uint64_t *offs,
-                             const uint64_t *vals, unsigned n);
+static inline __attribute__((always_inline)) void
+redo_lines_write(nvh_lane *lane, nvh_pool *pool, struct nvh_redo_line *dst, uint64_t tid,
+                 uint64_t cseq, const uint64_t *offs, const uint64_t *vals, unsigned n);
 
 /* Why this is safe (docs/TX.md): the undo records were durable before the
  * caller stored (FENCE 1). A crash before FENCE 2 completes finds either a
@@ -780,6 +832,57 @@ static void redo_lines_write(nvh_lane *lane, nvh_pool *pool, struct nvh_redo_lin
  * made the data durable and this transaction retired (retire_own_pending,
  * or the one-fence commit's hdr_pend retirement). Other lanes find it in
  * pend[] exactly like a one-fence transaction. */
+/* The end of a lazy commit, after its FENCE 2: publish it as pending, its
+ * data written back (not fenced), the lane's transaction over. */
+static inline __attribute__((always_inline)) void lazy_end_(nvh_txlog *lg, nvh_lane *lane,
+                                                           unsigned slot, uint64_t cseq,
+                                                           const uint64_t *offs, unsigned n)
+{
+    /* the data: flushed, not fenced (durable at this lane's next fence) */
+    pend_publish(lane, slot, lane->tid, cseq, offs, n);
+    commit_flush(lg, lane, slot, false);
+    /* the retire line is stored next at this lane's next fence
+     * (retire_own_pending), right after that fence; the commit's fence
+     * (active_written) fetched it for writing, so that the store then hits
+     * instead of holding the transaction's stores behind a memory read */
+    lane->hdr_pend = lane->tid;
+    /* no retirement now: the transaction is over for this lane */
+    lane->active_written = false;
+    lane->nrecs = 0;
+}
+
+/* Version 5: the redo lines alone are the commit record. The header keeps
+ * ACTIVE(tid) and the records their old words; recovery reads an ACTIVE
+ * header with valid redo lines of its tid (or of a later tid of the lane)
+ * as committed (recover.c). The caller checked that every record is an
+ * 8-byte word, 1 <= n <= NVH_REDO_MAX, and opened the lines' window. */
+static inline __attribute__((always_inline)) void lazy_v5_(nvh_txlog *lg, nvh_lane *lane,
+                                                          uint64_t cseq, unsigned n)
+{
+    nvh_pool *pool = lg->pool;
+    unsigned slot = lane->redo_slot;
+    struct nvh_redo_line *dst = lane->redo[slot];
+    unsigned nlines = (n + NVH_REDO_WORDS_PER_LINE - 1) / NVH_REDO_WORDS_PER_LINE;
+    uint64_t offs[NVH_REDO_MAX], vals[NVH_REDO_MAX];
+    char *base = pool->ctx.base;
+    for (unsigned i = 0; i < n; i++) {
+        offs[i] = lane->recs[i].sh.off;
+        memcpy(&vals[i], base + offs[i], 8);
+    }
+    if (__builtin_expect(!nvh_txlog_test_no_lazy_redo_, 1))
+        redo_lines_write(lane, pool, dst, lane->tid, cseq, offs, vals, n);
+    lane->bytes_logged += nlines * 64;
+    fence_(lg, lane, 0);               /* FENCE 2: the transaction is durable */
+    lazy_end_(lg, lane, slot, cseq, offs, n);
+}
+
+void nvh_txlog_commit_lazy_words(nvh_txlog *lg, nvh_lane *lane, uint64_t cseq)
+{
+    NVH_ASSERT(lane->redo_commits && lane->nrecs >= 1 && lane->nrecs <= NVH_REDO_MAX &&
+               !nvh_txlog_protected_(lg->pool));
+    lazy_v5_(lg, lane, cseq, (unsigned)lane->nrecs);
+}
+
 bool nvh_txlog_commit_lazy(nvh_txlog *lg, nvh_lane *lane, uint64_t cseq)
 {
     nvh_pool *pool = lg->pool;
@@ -795,22 +898,11 @@ bool nvh_txlog_commit_lazy(nvh_txlog *lg, nvh_lane *lane, uint64_t cseq)
     if (nvh_txlog_protected_(pool) &&
         nvh_txlog_win_open(lg, lane, dst, nlines * sizeof *dst) != NVH_OK)
         return false;
-    uint64_t offs[NVH_REDO_MAX], vals[NVH_REDO_MAX];
     if (__builtin_expect(lane->redo_commits, 1)) {
-        /* version 5: the redo lines alone are the commit record. The header
-         * keeps ACTIVE(tid) and the records their old words; recovery reads
-         * an ACTIVE header with valid redo lines of its tid (or of a later
-         * tid of the lane) as committed (recover.c) */
-        char *base = pool->ctx.base;
-        for (size_t i = 0; i < n; i++) {
-            offs[i] = lane->recs[i].sh.off;
-            memcpy(&vals[i], base + offs[i], 8);
-        }
-        if (!nvh_txlog_test_no_lazy_redo_)
-            redo_lines_write(lane, pool, dst, lane->tid, cseq, offs, vals, (unsigned)n);
-        lane->bytes_logged += nlines * 64;
-        goto fence;
+        lazy_v5_(lg, lane, cseq, (unsigned)n);
+        return true;
     }
+    uint64_t offs[NVH_REDO_MAX], vals[NVH_REDO_MAX];
     struct nvh_lane_hdr *h = &lane->sh;
     /* version 4: the commit CRC's input in one buffer (nvh_txlog_commit's chain: tid,
      * count, cseq, then every record's crc and new word), one CRC call */
@@ -840,22 +932,8 @@ bool nvh_txlog_commit_lazy(nvh_txlog *lg, nvh_lane *lane, uint64_t cseq)
     if (!nvh_txlog_test_no_lazy_redo_)
         redo_lines_write(lane, pool, dst, lane->tid, cseq, offs, vals, (unsigned)n);
     lane->bytes_logged += (n + 1 + nlines) * 64;
-fence:
-    nvh_txlog_fence(lg, lane, 0);      /* FENCE 2: the transaction is durable */
-    /* the data: flushed, not fenced (durable at this lane's next fence) */
-    pend_publish(lane, slot, lane->tid, cseq, offs, (unsigned)n);
-    commit_flush(lg, lane, slot, false);
-    /* the retire line is stored next at this lane's next fence
-     * (retire_own_pending), right after that fence: fetch it for writing
-     * now, while the thread works, so that the store then hits instead of
-     * holding the transaction's stores behind a memory read (the fence
-     * made the line's write-back complete, and a CLWB that evicts left it
-     * out of the cache) */
-    if (!lane->retire_v1) nvh_prefetchw_((const void *)lane->retire_word);
-    lane->hdr_pend = lane->tid;
-    /* no retirement now: the transaction is over for this lane */
-    lane->active_written = false;
-    lane->nrecs = 0;
+    fence_(lg, lane, 0);               /* FENCE 2: the transaction is durable */
+    lazy_end_(lg, lane, slot, cseq, offs, (unsigned)n);
     return true;
 }
 
@@ -937,11 +1015,15 @@ uint32_t nvh_redo_line_crc(const struct nvh_redo_line *l)
  * line is built as eight words (little-endian x86: bytes 16..19 are n, idx,
  * nlines, nwords, 20..23 the CRC) and checksummed from them, not through a
  * zeroed struct filled byte by byte. */
-static void redo_lines_write(nvh_lane *lane, nvh_pool *pool, struct nvh_redo_line *dst,
-                             uint64_t tid, uint64_t cseq, const uint64_t *offs,
-                             const uint64_t *vals, unsigned n)
+static inline __attribute__((always_inline)) void
+redo_lines_write(nvh_lane *lane, nvh_pool *pool, struct nvh_redo_line *dst, uint64_t tid,
+                 uint64_t cseq, const uint64_t *offs, const uint64_t *vals, unsigned n)
 {
     unsigned nlines = (n + NVH_REDO_WORDS_PER_LINE - 1) / NVH_REDO_WORDS_PER_LINE;
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    /* bytes 16..19 of every line: n (of this line), idx, nlines, nwords */
+    uint64_t counts = (uint64_t)nlines << 16 | (uint64_t)n << 24;
+#endif
     for (unsigned l = 0; l < nlines; l++) {
         unsigned first = l * NVH_REDO_WORDS_PER_LINE;
         unsigned k = n - first < NVH_REDO_WORDS_PER_LINE ? n - first : NVH_REDO_WORDS_PER_LINE;
@@ -949,11 +1031,11 @@ static void redo_lines_write(nvh_lane *lane, nvh_pool *pool, struct nvh_redo_lin
         static_assert(NVH_REDO_WORDS_PER_LINE == 2 && offsetof(struct nvh_redo_line, n) == 16 &&
                       offsetof(struct nvh_redo_line, crc) == 20 &&
                       offsetof(struct nvh_redo_line, reserved) == 56, "redo line as words");
+        bool two = k > 1;
         uint64_t w[8] = {
-            tid, cseq,
-            (uint64_t)k | (uint64_t)l << 8 | (uint64_t)nlines << 16 | (uint64_t)n << 24,
+            tid, cseq, counts | (uint64_t)k | (uint64_t)l << 8,
             offs[first], vals[first],
-            k > 1 ? offs[first + 1] : 0, k > 1 ? vals[first + 1] : 0, 0,
+            two ? offs[first + 1] : 0, two ? vals[first + 1] : 0, 0,
         };
         /* nvh_redo_line_crc's value: computed with the crc field 0 */
         w[2] |= (uint64_t)(nvh_txlog_crc(0, w, sizeof w) ^ 0xa5a5a5a5u) << 32;

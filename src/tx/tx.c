@@ -276,6 +276,10 @@ static int commit_one_fence(nvh_tx *tx)
 
 int nvh_tx_commit(nvh_pool *pool)
 {
+    /* the bound transaction (no lookup); nvh_tx_commit_tx_ begins the lane
+     * if nvh_tx_run left that out */
+    if (__builtin_expect(nvh_tx_bound_.pool == pool && pool != NULL, 1))
+        return nvh_tx_commit_tx_(nvh_tx_bound_.tx);
     nvh_tx *tx = nvh_tx_cur_(pool, true);
     if (!tx) return nvh_errcode();
     return nvh_tx_commit_tx_(tx);
@@ -299,19 +303,23 @@ int nvh_tx_commit_tx_(nvh_tx *tx)
     /* the in-place fast path's transaction (add_words_fast: nothing but its
      * words logged; no object opened, nothing given as a value, allocated
      * or freed): the lazy commit without the general checks and hooks */
-    if (tx->fw_n && tx->fw_n == lane->nrecs && !tx->wbn && !tx->nw && !tx->nallocs &&
-        !tx->nfrees && !tx->rv && !tx->dd_n &&
-        atomic_load_explicit(&tx->st->protocol, memory_order_relaxed) == NVH_TX_PROTO_AUTO) {
-        uint64_t clock = lane->clock;
-        lane->clock = clock + 1;
-        if (__builtin_expect(nvh_txlog_commit_lazy(lg, lane, clock + 1), 1)) {
-            nvh_tx_unbind_(tx);
-            nvh_txlog_win_close_all(lg, lane);
-            tx->commits++;
-            tx_reset(tx);
-            return NVH_OK;
-        }
-        lane->clock = clock;
+    if (tx->fw_n && tx->fw_n == lane->nrecs && !(tx->wbn | tx->nw | tx->nallocs | tx->nfrees |
+                                                  tx->rv | tx->dd_n) &&
+        atomic_load_explicit(&tx->st->protocol, memory_order_relaxed) == NVH_TX_PROTO_AUTO &&
+        !nvh_txlog_protected_(tx->pool)) {
+        /* fw_n words (1 to NVH_REDO_MAX, add_words_fast's bound) and nothing
+         * else: nvh_txlog_commit_lazy_words' conditions hold */
+        lane->clock++;
+        nvh_txlog_commit_lazy_words(lg, lane, lane->clock);
+        nvh_tx_unbind_(tx);
+        tx->commits++;
+        /* tx_reset for this shape: nothing allocated, freed, read, written
+         * by value, deduped by the table or copied (rv 0: no object open,
+         * so no arena use); no window (unprotected) */
+        tx->status = NVH_TXS_NONE;
+        tx->depth = 0;
+        tx->fw_n = 0;
+        return NVH_OK;
     }
     uint64_t wv = 0;
     int rc;
@@ -469,6 +477,11 @@ static inline int add_words_fast(nvh_tx *tx, const nvh_tx_range *ranges, unsigne
         if (ranges[i].len != 8 || (a & 7) || (unsigned)ranges[i].hint > NVH_TX_HINT_WORD ||
             span < 8 || a - lo > span - 8)
             return NVH_TX_NOT_TAKEN;
+        /* the word's line fetched for writing now: its old value is read
+         * below while logging, the caller stores into it after FENCE 1, and
+         * the words of one call are then fetched in parallel, not one
+         * miss after another with the logging of the previous word between */
+        nvh_prefetchw_((const void *)a);
         uint64_t off = a - base;
         bool dup = false;
         for (size_t j = 0; j < have && !dup; j++) dup = lane->recs[j].sh.off == off;
@@ -476,14 +489,11 @@ static inline int add_words_fast(nvh_tx *tx, const nvh_tx_range *ranges, unsigne
         if (!dup) offs[k++] = off;
     }
     if (!k) return NVH_OK;                      /* every word logged (and fenced) before */
-    int rc = nvh_txlog_words(tx->lg, lane, offs, k);
-    if (rc != NVH_OK) {
-        if (lane->nrecs != have) nvh_txlog_fence(tx->lg, lane, NVH_TXLOG_HELP_MEETING);
-        return nvh_tx_failed_(tx, rc);
-    }
+    /* the records, then FENCE 1: the undo records are durable before the
+     * caller stores (on failure, what was written is fenced too) */
+    int rc = nvh_txlog_words_fenced(tx->lg, lane, offs, k);
+    if (rc != NVH_OK) return nvh_tx_failed_(tx, rc);
     tx->fw_n = lane->nrecs;
-    /* FENCE 1: the undo records are durable before the caller stores */
-    nvh_txlog_fence(tx->lg, lane, NVH_TXLOG_HELP_MEETING);
     return NVH_OK;
 }
 
