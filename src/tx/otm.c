@@ -816,26 +816,25 @@ static inline nvh_tx_fnmem *fnmem_of(nvh_tx *tx, nvh_tx_fn fn)
 }
 _Static_assert(NVH_TX_FNMEM == 8, "fnmem_of takes 3 bits");
 
-/* Start fn address-free? */
+/* Start fn address-free? (one load and compare: the read-only run's cost) */
 static inline bool fnmem_ro(const nvh_tx_fnmem *m, nvh_tx_fn fn)
 {
-    return m->fn == (uintptr_t)fn && m->n >= m->need;
+    return m->ro_fn == (uintptr_t)fn;
 }
 
 /* fn ran read-only (an ordinary attempt). */
 static inline void fnmem_read(nvh_tx_fnmem *m, nvh_tx_fn fn)
 {
-    if (m->fn == (uintptr_t)fn) {
-        if (m->n < UINT16_MAX) m->n++;
-    } else {
-        *m = (nvh_tx_fnmem){(uintptr_t)fn, 1, 1};
-    }
+    if (m->fn != (uintptr_t)fn) *m = (nvh_tx_fnmem){0, (uintptr_t)fn, 0, 1};
+    if (m->n < UINT16_MAX) m->n++;
+    if (m->n >= m->need) m->ro_fn = (uintptr_t)fn;
 }
 
 /* fn wrote; guessed: in an attempt started address-free on its memory. */
 static void fnmem_wrote(nvh_tx_fnmem *m, nvh_tx_fn fn, bool guessed)
 {
     if (m->fn != (uintptr_t)fn || nvh_tx_test_fnmem_sticky_) return;
+    m->ro_fn = 0;
     m->n = 0;
     if (guessed && m->need < NVH_TX_FN_NEED_MAX) m->need = (uint16_t)(m->need * 2);
 }

@@ -76,10 +76,10 @@ enum { NVH_TXS_NONE = 0, NVH_TXS_ACTIVE = 1, NVH_TXS_ABORTED = 2 };
 #define NVH_TX_FNMEM 8u         /* nvh_tx_run's remembered functions */
 
 /* nvh_tx_run's memory of one function (otm.c, "Which first attempt"),
- * direct-mapped by fn: its last n runs only read; its first attempt is the
- * address-free one while n >= need (need doubles each time that guess met
- * a write). */
-typedef struct nvh_tx_fnmem { uintptr_t fn; uint16_t n, need; } nvh_tx_fnmem;
+ * direct-mapped by fn: its last n runs only read; ro_fn is fn once
+ * n >= need (its first attempt is then the address-free one), need doubles
+ * each time that guess met a write. */
+typedef struct nvh_tx_fnmem { uintptr_t ro_fn, fn; uint16_t n, need; } nvh_tx_fnmem;
 
 typedef struct nvh_tx {
     _Alignas(64) nvh_pool *pool;
