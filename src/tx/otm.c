@@ -847,8 +847,9 @@ int nvh_tx_test_ro_write_ = 0;
  * conflicts under the contention policy. Out of line, so the common run
  * saves few registers and keeps no error buffer on its stack. */
 static __attribute__((noinline)) int run_rest(nvh_pool *pool, nvh_tx *tx, nvh_tx_fn fn,
-                                              void *arg, int rc, bool ro, nvh_tx_fnmem *m)
+                                              void *arg, int rc, bool ro)
 {
+    nvh_tx_fnmem *m = fnmem_of(tx, fn);
     /* ro: the first attempt was address-free (tx->ro is cleared by its
      * end); guessed: on fn's memory, not nvh_tx_run_read's word */
     bool guessed = ro && fnmem_ro(m, fn);
@@ -923,7 +924,7 @@ static __attribute__((noinline)) int run_lookup(nvh_pool *pool, nvh_tx_fn fn, vo
         if (!ro) fnmem_read(m, fn);
         return NVH_OK;
     }
-    return run_rest(pool, tx, fn, arg, rc, ro, m);
+    return run_rest(pool, tx, fn, arg, rc, ro);
 }
 
 /* The first attempt is the address-free one for a function whose last runs
@@ -934,18 +935,17 @@ int nvh_tx_run(nvh_pool *pool, nvh_tx_fn fn, void *arg)
     nvh_tx *tx = nvh_tx_cached_(pool);
     if (__builtin_expect(!tx || !fn || tx->status != NVH_TXS_NONE, 0))
         return run_lookup(pool, fn, arg, false);
-    nvh_tx_fnmem *m = fnmem_of(tx, fn);
-    bool ro = fnmem_ro(m, fn);
+    bool ro = fnmem_ro(fnmem_of(tx, fn), fn);
     if (__builtin_expect(ro && tx->ro_off, 0)) {
         tx->ro_off--;
         ro = false;
     }
     int rc;
     if (__builtin_expect(run_attempt(pool, tx, fn, arg, &rc, ro), 1)) {
-        if (!ro) fnmem_read(m, fn);
+        if (!ro) fnmem_read(fnmem_of(tx, fn), fn);
         return NVH_OK;
     }
-    return run_rest(pool, tx, fn, arg, rc, ro, m);
+    return run_rest(pool, tx, fn, arg, rc, ro);
 }
 
 /* nvh_tx_run whose first attempt is the address-free one whatever fn's
@@ -962,5 +962,5 @@ int nvh_tx_run_read(nvh_pool *pool, nvh_tx_fn fn, void *arg)
         return run_lookup(pool, fn, arg, true);
     int rc;
     if (__builtin_expect(run_attempt(pool, tx, fn, arg, &rc, true), 1)) return NVH_OK;
-    return run_rest(pool, tx, fn, arg, rc, true, fnmem_of(tx, fn));
+    return run_rest(pool, tx, fn, arg, rc, true);
 }
