@@ -935,17 +935,21 @@ int nvh_tx_run(nvh_pool *pool, nvh_tx_fn fn, void *arg)
     nvh_tx *tx = nvh_tx_cached_(pool);
     if (__builtin_expect(!tx || !fn || tx->status != NVH_TXS_NONE, 0))
         return run_lookup(pool, fn, arg, false);
-    bool ro = fnmem_ro(fnmem_of(tx, fn), fn);
-    if (__builtin_expect(ro && tx->ro_off, 0)) {
-        tx->ro_off--;
-        ro = false;
-    }
     int rc;
-    if (__builtin_expect(run_attempt(pool, tx, fn, arg, &rc, ro), 1)) {
-        if (!ro) fnmem_read(fnmem_of(tx, fn), fn);
+    /* each start a copy of the attempt with ro constant (no flag kept
+     * across fn's call) */
+    if (fnmem_ro(fnmem_of(tx, fn), fn)) {
+        if (__builtin_expect(!tx->ro_off, 1)) {
+            if (__builtin_expect(run_attempt(pool, tx, fn, arg, &rc, true), 1)) return NVH_OK;
+            return run_rest(pool, tx, fn, arg, rc, true);
+        }
+        tx->ro_off--;
+    }
+    if (__builtin_expect(run_attempt(pool, tx, fn, arg, &rc, false), 1)) {
+        fnmem_read(fnmem_of(tx, fn), fn);
         return NVH_OK;
     }
-    return run_rest(pool, tx, fn, arg, rc, ro);
+    return run_rest(pool, tx, fn, arg, rc, false);
 }
 
 /* nvh_tx_run whose first attempt is the address-free one whatever fn's
