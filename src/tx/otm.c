@@ -927,6 +927,28 @@ static __attribute__((noinline)) int run_lookup(nvh_pool *pool, nvh_tx_fn fn, vo
     return run_rest(pool, tx, fn, arg, rc, ro);
 }
 
+/* nvh_tx_run's two starts, each a copy of the attempt with ro constant
+ * (no flag kept across fn's call), entered by a tail call: the dispatch
+ * below saves no registers. */
+static __attribute__((noinline)) int run_start_ro(nvh_pool *pool, nvh_tx *tx, nvh_tx_fn fn,
+                                                  void *arg)
+{
+    int rc;
+    if (__builtin_expect(run_attempt(pool, tx, fn, arg, &rc, true), 1)) return NVH_OK;
+    return run_rest(pool, tx, fn, arg, rc, true);
+}
+
+static __attribute__((noinline)) int run_start(nvh_pool *pool, nvh_tx *tx, nvh_tx_fn fn,
+                                               void *arg)
+{
+    int rc;
+    if (__builtin_expect(run_attempt(pool, tx, fn, arg, &rc, false), 1)) {
+        fnmem_read(fnmem_of(tx, fn), fn);
+        return NVH_OK;
+    }
+    return run_rest(pool, tx, fn, arg, rc, false);
+}
+
 /* The first attempt is the address-free one for a function whose last runs
  * only read (its memory, above), else the ordinary one. */
 int nvh_tx_run(nvh_pool *pool, nvh_tx_fn fn, void *arg)
@@ -935,21 +957,11 @@ int nvh_tx_run(nvh_pool *pool, nvh_tx_fn fn, void *arg)
     nvh_tx *tx = nvh_tx_cached_(pool);
     if (__builtin_expect(!tx || !fn || tx->status != NVH_TXS_NONE, 0))
         return run_lookup(pool, fn, arg, false);
-    int rc;
-    /* each start a copy of the attempt with ro constant (no flag kept
-     * across fn's call) */
     if (fnmem_ro(fnmem_of(tx, fn), fn)) {
-        if (__builtin_expect(!tx->ro_off, 1)) {
-            if (__builtin_expect(run_attempt(pool, tx, fn, arg, &rc, true), 1)) return NVH_OK;
-            return run_rest(pool, tx, fn, arg, rc, true);
-        }
+        if (__builtin_expect(!tx->ro_off, 1)) return run_start_ro(pool, tx, fn, arg);
         tx->ro_off--;
     }
-    if (__builtin_expect(run_attempt(pool, tx, fn, arg, &rc, false), 1)) {
-        fnmem_read(fnmem_of(tx, fn), fn);
-        return NVH_OK;
-    }
-    return run_rest(pool, tx, fn, arg, rc, false);
+    return run_start(pool, tx, fn, arg);
 }
 
 /* nvh_tx_run whose first attempt is the address-free one whatever fn's
