@@ -25,6 +25,7 @@
 #ifndef NVH_BENCH_APPS_H
 #define NVH_BENCH_APPS_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -124,24 +125,42 @@ static inline void *app_nvh_wr(app_be *be, void *obj, size_t size)
 static inline void *app_nvh_alloc(app_be *be, size_t size) { return nvh_tx_alloc(be->ctx, size); }
 
 typedef struct app_nvh_call { app_be *be; app_fn fn; void *arg; } app_nvh_call;
-static inline int app_nvh_body(nvh_pool *pool, void *p)
+static inline int app_nvh_call_fn(app_nvh_call *c)
 {
-    (void)pool;
-    app_nvh_call *c = p;
     int rc = c->fn(c->be, c->arg);
     /* a NULL from rd/wr/alloc: nvh_errcode() says whether it was a conflict */
     return rc ? (nvh_errcode() != NVH_OK ? nvh_errcode() : NVH_E_ABORTED) : NVH_OK;
 }
-/* A read-only operation (the lock PMDK's backend takes for it is a read
- * lock, or a stripe without a PMDK transaction) runs as nvh_tx_run_read:
- * the same information on both sides. */
+/* Two trampolines, one per kind of operation: a program calling nvheap
+ * directly passes each operation's own function to nvh_tx_run, and
+ * nvh_tx_run picks the first attempt from what that function did before
+ * (address-free after runs that only read); one trampoline for every
+ * operation would mix lookups and updates under one function. The two
+ * must stay distinct functions (no identical-code folding). */
+#if defined(__GNUC__) && !defined(__clang__)
+#define APP_NVH_DISTINCT __attribute__((unused, no_icf))
+#else
+#define APP_NVH_DISTINCT __attribute__((unused))
+#endif
+static APP_NVH_DISTINCT int app_nvh_body(nvh_pool *pool, void *p)
+{
+    (void)pool;
+    return app_nvh_call_fn(p);
+}
+static APP_NVH_DISTINCT int app_nvh_body_read(nvh_pool *pool, void *p)
+{
+    (void)pool;
+    return app_nvh_call_fn(p);
+}
+/* Every operation runs through plain nvh_tx_run; PMDK's backend takes a
+ * read lock (or a stripe without a PMDK transaction) for the operations
+ * that go to app_nvh_body_read. */
 static inline int app_nvh_run(app_be *be, app_lock lock, uint64_t key, app_fn fn, void *arg)
 {
     (void)key;
     app_nvh_call c = {be, fn, arg};
-    if (lock == APP_LOCK_READ || lock == APP_LOCK_KEY_READ)
-        return nvh_tx_run_read(be->ctx, app_nvh_body, &c);
-    return nvh_tx_run(be->ctx, app_nvh_body, &c);
+    bool read = lock == APP_LOCK_READ || lock == APP_LOCK_KEY_READ;
+    return nvh_tx_run(be->ctx, read ? app_nvh_body_read : app_nvh_body, &c);
 }
 
 static inline app_be app_nvh_backend(nvh_pool *pool)

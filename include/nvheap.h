@@ -1019,16 +1019,20 @@ const void *nvh_tx_open_read_copy(nvh_pool *pool, const void *obj, size_t size);
 void *nvh_tx_open_write(nvh_pool *pool, void *obj, size_t size);
 
 /* Run fn in a transaction, retrying on conflicts (fn returns NVH_OK to
- * commit, anything else to abort and return that code). */
+ * commit, anything else to abort and return that code). The calling thread
+ * remembers what fn did in its last runs: after a run of fn that only read
+ * objects, the next one starts without a read set (each open, and the end,
+ * check that no object commit began since the snapshot; cheaper opens),
+ * and a write there (or a commit that began) retries fn at once with a
+ * read set, and fn's next runs start with one again. Either way the
+ * guarantees are the same; the choice only costs a writing run a few
+ * instructions. */
 typedef int (*nvh_tx_fn)(nvh_pool *pool, void *arg);
 int nvh_tx_run(nvh_pool *pool, nvh_tx_fn fn, void *arg);
 
-/* nvh_tx_run for a fn that only opens objects for read (a lookup, a
- * traversal): the same guarantees, cheaper opens. Its first attempt keeps
- * no read set: each open, and the end, checks that no object commit began
- * since the transaction's snapshot, and any commit that did (or a write by
- * fn) retries fn at once as nvh_tx_run would run it. Anything fn may do in
- * nvh_tx_run it may do here (a write only costs that retry). */
+/* nvh_tx_run whose first attempt is the one without a read set whatever
+ * fn did before (a hint: the caller knows fn only reads, e.g. its first
+ * run). Same guarantees; a write by fn only costs the retry. */
 int nvh_tx_run_read(nvh_pool *pool, nvh_tx_fn fn, void *arg);
 
 /* Make every committed transaction's retirement durable (two fences if a

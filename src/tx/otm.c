@@ -241,7 +241,7 @@ static bool record_reads(nvh_tx *tx)
     /* address-free reads (nvh_tx_run_read): nothing to record them from;
      * the clock moved or the transaction wants a read set: a conflict
      * (nvh_tx_run_read retries recording) */
-    if (tx->ro) return false;
+    if (tx->ro && !nvh_tx_test_ro_write_) return false;
     nvh_pool *pool = tx->pool;
     for (size_t i = 0; i < tx->nr; i++) {
         nvh_rentry *e = &tx->rset[i];
@@ -793,6 +793,55 @@ static inline __attribute__((always_inline)) bool run_attempt(nvh_pool *pool, nv
     return true;
 }
 
+/* ==========================================================================
+ * Which first attempt: nvh_tx_run's memory of its functions
+ * ==========================================================================
+ * A function that only reads is best run address-free (tx->ro: no read set
+ * at all), but a write there is a conflict that runs the function again;
+ * the caller does not say which kind fn is, so nvh_tx_run remembers, per
+ * thread (in the descriptor) and per function: a small direct-mapped table
+ * of n, the function's read-only runs in a row. Its first attempt is the
+ * address-free one once n >= need; a run that writes sets n to 0, and one
+ * whose address-free guess met a write also doubles need (up to
+ * NVH_TX_FN_NEED_MAX), so a function that mixes reads and writes settles
+ * on the ordinary attempt. What it costs a writing run: the slot's hash
+ * and one compare before the attempt (a function that never ran read-only
+ * has no entry), and n = 0 in run_rest, which a write reaches anyway. */
+#define NVH_TX_FN_NEED_MAX 1024u
+
+static inline nvh_tx_fnmem *fnmem_of(nvh_tx *tx, nvh_tx_fn fn)
+{
+    uint64_t h = (uint64_t)(uintptr_t)fn * 0x9E3779B97F4A7C15ull;
+    return &tx->fnmem[h >> (64 - 3)];
+}
+_Static_assert(NVH_TX_FNMEM == 8, "fnmem_of takes 3 bits");
+
+/* Start fn address-free? (one load and compare: the read-only run's cost) */
+static inline bool fnmem_ro(const nvh_tx_fnmem *m, nvh_tx_fn fn)
+{
+    return m->ro_fn == (uintptr_t)fn;
+}
+
+/* fn ran read-only (an ordinary attempt). */
+static inline void fnmem_read(nvh_tx_fnmem *m, nvh_tx_fn fn)
+{
+    if (m->fn != (uintptr_t)fn) *m = (nvh_tx_fnmem){0, (uintptr_t)fn, 0, 1};
+    if (m->n < UINT16_MAX) m->n++;
+    if (m->n >= m->need) m->ro_fn = (uintptr_t)fn;
+}
+
+/* fn wrote; guessed: in an attempt started address-free on its memory. */
+static void fnmem_wrote(nvh_tx_fnmem *m, nvh_tx_fn fn, bool guessed)
+{
+    if (m->fn != (uintptr_t)fn || nvh_tx_test_fnmem_sticky_) return;
+    m->ro_fn = 0;
+    m->n = 0;
+    if (guessed && m->need < NVH_TX_FN_NEED_MAX) m->need = (uint16_t)(m->need * 2);
+}
+
+int nvh_tx_test_fnmem_sticky_ = 0;
+int nvh_tx_test_ro_write_ = 0;
+
 /* The rest of nvh_tx_run after an attempt that did not end on the
  * read-only path (rc: begin's or fn's code): commit or abort, and retry
  * conflicts under the contention policy. Out of line, so the common run
@@ -800,9 +849,13 @@ static inline __attribute__((always_inline)) bool run_attempt(nvh_pool *pool, nv
 static __attribute__((noinline)) int run_rest(nvh_pool *pool, nvh_tx *tx, nvh_tx_fn fn,
                                               void *arg, int rc, bool ro)
 {
-    /* ro: nvh_tx_run_read's first attempt (tx->ro is cleared by its end) */
+    nvh_tx_fnmem *m = fnmem_of(tx, fn);
+    /* ro: the first attempt was address-free (tx->ro is cleared by its
+     * end); guessed: on fn's memory, not nvh_tx_run_read's word */
+    bool guessed = ro && fnmem_ro(m, fn);
     for (unsigned attempt = 0;; attempt++) {
         bool conflicted;
+        if (rc == NVH_OK && !nvh_tx_reads_only_(tx)) fnmem_wrote(m, fn, false);
         if (rc == NVH_OK) {
             rc = nvh_tx_commit_tx_(tx);
             conflicted = rc == NVH_E_ABORTED && tx->conflict;
@@ -827,19 +880,28 @@ static __attribute__((noinline)) int run_rest(nvh_pool *pool, nvh_tx *tx, nvh_tx
         tx->retries++;
         if (ro) {
             /* an address-free attempt fails on any object commit during it
-             * (or on a write): retry at once with a read set, and let the
-             * next runs record too (a thread whose reads meet commits) */
-            tx->ro_off = NVH_TX_RO_OFF;
+             * (the clock moved: let the thread's next read runs record, its
+             * reads meet commits) or on a write (fn's memory learns it):
+             * retry at once with a read set */
+            if (atomic_load_explicit(&tx->st->gclock, memory_order_acquire) != tx->rv)
+                tx->ro_off = NVH_TX_RO_OFF;
+            else
+                fnmem_wrote(m, fn, guessed);
             ro = false;
         } else {
             backoff(tx, attempt);
         }
-        if (run_attempt(pool, tx, fn, arg, &rc, false)) return NVH_OK;
+        if (run_attempt(pool, tx, fn, arg, &rc, false)) {
+            fnmem_read(m, fn);
+            return NVH_OK;
+        }
     }
 }
 
-/* nvh_tx_run without the thread's descriptor cached, or nested. */
-static __attribute__((noinline)) int run_lookup(nvh_pool *pool, nvh_tx_fn fn, void *arg, bool ro)
+/* nvh_tx_run without the thread's descriptor cached, or nested (read:
+ * nvh_tx_run_read's first attempt). */
+static __attribute__((noinline)) int run_lookup(nvh_pool *pool, nvh_tx_fn fn, void *arg,
+                                                bool read)
 {
     if (!fn) return nvh_fail(NVH_E_INVAL, "nvh_tx_run: fn is NULL");
     nvh_tx *tx = nvh_tx_cur_(pool, false);     /* caches it (nvh_tx_last_) */
@@ -851,34 +913,64 @@ static __attribute__((noinline)) int run_lookup(nvh_pool *pool, nvh_tx_fn fn, vo
         if (rc != NVH_OK) { nvh_tx_abort(pool); return rc; }
         return nvh_tx_commit(pool);
     }
+    nvh_tx_fnmem *m = fnmem_of(tx, fn);
+    bool ro = read || fnmem_ro(m, fn);
     if (ro && tx->ro_off) {
         tx->ro_off--;
         ro = false;
     }
     int rc;
-    if (run_attempt(pool, tx, fn, arg, &rc, ro)) return NVH_OK;
+    if (run_attempt(pool, tx, fn, arg, &rc, ro)) {
+        if (!ro) fnmem_read(m, fn);
+        return NVH_OK;
+    }
     return run_rest(pool, tx, fn, arg, rc, ro);
 }
 
+/* nvh_tx_run's two starts, each a copy of the attempt with ro constant
+ * (no flag kept across fn's call), entered by a tail call: the dispatch
+ * below saves no registers. */
+static __attribute__((noinline)) int run_start_ro(nvh_pool *pool, nvh_tx *tx, nvh_tx_fn fn,
+                                                  void *arg)
+{
+    int rc;
+    if (__builtin_expect(run_attempt(pool, tx, fn, arg, &rc, true), 1)) return NVH_OK;
+    return run_rest(pool, tx, fn, arg, rc, true);
+}
+
+static __attribute__((noinline)) int run_start(nvh_pool *pool, nvh_tx *tx, nvh_tx_fn fn,
+                                               void *arg)
+{
+    int rc;
+    if (__builtin_expect(run_attempt(pool, tx, fn, arg, &rc, false), 1)) {
+        fnmem_read(fnmem_of(tx, fn), fn);
+        return NVH_OK;
+    }
+    return run_rest(pool, tx, fn, arg, rc, false);
+}
+
+/* The first attempt is the address-free one for a function whose last runs
+ * only read (its memory, above), else the ordinary one. */
 int nvh_tx_run(nvh_pool *pool, nvh_tx_fn fn, void *arg)
 {
     /* the cached descriptor, valid while no pool closed since (gen) */
     nvh_tx *tx = nvh_tx_cached_(pool);
     if (__builtin_expect(!tx || !fn || tx->status != NVH_TXS_NONE, 0))
         return run_lookup(pool, fn, arg, false);
-    int rc;
-    if (__builtin_expect(run_attempt(pool, tx, fn, arg, &rc, false), 1)) return NVH_OK;
-    return run_rest(pool, tx, fn, arg, rc, false);
+    if (fnmem_ro(fnmem_of(tx, fn), fn)) {
+        if (__builtin_expect(!tx->ro_off, 1)) return run_start_ro(pool, tx, fn, arg);
+        tx->ro_off--;
+    }
+    return run_start(pool, tx, fn, arg);
 }
 
-/* nvh_tx_run for a function that only reads objects: its first attempt
- * reads address-free (tx->ro: an open checks the clock word and notes
- * nothing; the commit is the same check), so a read no object commit
- * overlapped costs no read-set store. Anything that needs the reads as a
- * set (the clock moved, an open for write, a commit with writes) is a
- * conflict there, retried at once as nvh_tx_run's attempts, and the
- * thread's next NVH_TX_RO_OFF read runs record (reads that meet commits
- * would otherwise run twice). */
+/* nvh_tx_run whose first attempt is the address-free one whatever fn's
+ * memory says (the caller knows fn only reads): an open checks the clock
+ * word and notes nothing; the commit is the same check. Anything that
+ * needs the reads as a set (the clock moved, an open for write, a commit
+ * with writes) is a conflict there, retried at once as nvh_tx_run's
+ * attempts, and the thread's next NVH_TX_RO_OFF read runs record (reads
+ * that meet commits would otherwise run twice). */
 int nvh_tx_run_read(nvh_pool *pool, nvh_tx_fn fn, void *arg)
 {
     nvh_tx *tx = nvh_tx_cached_(pool);

@@ -73,6 +73,13 @@ enum { NVH_TXS_NONE = 0, NVH_TXS_ACTIVE = 1, NVH_TXS_ABORTED = 2 };
 /* One per lane, each on lines of its own (every field is written by its
  * owner on every transaction; neighbours must not share a line). */
 #define NVH_TX_WB_INLINE 8u     /* buffered words kept in nvh_tx itself */
+#define NVH_TX_FNMEM 8u         /* nvh_tx_run's remembered functions */
+
+/* nvh_tx_run's memory of one function (otm.c, "Which first attempt"),
+ * direct-mapped by fn: its last n runs only read; ro_fn is fn once
+ * n >= need (its first attempt is then the address-free one), need doubles
+ * each time that guess met a write. */
+typedef struct nvh_tx_fnmem { uintptr_t ro_fn, fn; uint16_t n, need; } nvh_tx_fnmem;
 
 typedef struct nvh_tx {
     _Alignas(64) nvh_pool *pool;
@@ -105,8 +112,10 @@ typedef struct nvh_tx {
                                      (nvh_tx_run_read's first attempt): valid
                                      while gclock == rv, nothing to record
                                      them into; otm.c */
-    uint8_t ro_off;               /* nvh_tx_run_read runs left that record
-                                     (after an address-free attempt failed) */
+    uint8_t ro_off;               /* read runs left that record (after an
+                                     address-free attempt met a commit) */
+    /* nvh_tx_run's memory of its functions (otm.c, "Which first attempt") */
+    nvh_tx_fnmem fnmem[NVH_TX_FNMEM];
     nvh_rentry *rset; size_t nr, rcap;
     nvh_wentry *wset; size_t nw, wcap;
     char *arena; size_t arena_used, arena_cap;  /* snapshots and copies */
@@ -289,6 +298,10 @@ extern int nvh_tx_test_abort_no_fence_;
 /* test hook (negative control of test_tx_proto): the two-fence object
  * commit helps no other lane at its first fence */
 extern int nvh_tx_test_otm_no_help_;
+/* test hooks (negative controls of test_tx_otm_inplace): nvh_tx_run's
+ * memory of a function never learns a write; an address-free attempt takes
+ * an open for write (no conflict, its reads never recorded) */
+extern int nvh_tx_test_fnmem_sticky_, nvh_tx_test_ro_write_;
 void nvh_tx_otm_release_(nvh_tx *tx, uint64_t wv, bool committed);
 /* Pool close, before the pool's transaction state is freed (every close of
  * a writable pool): the calling thread forgets an object transaction of it

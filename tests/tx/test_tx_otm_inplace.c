@@ -164,6 +164,10 @@ typedef struct hs {
 } hs;
 
 static bool hs_read_run;
+/* the reader runs as plain nvh_tx_run after runs that only read (its memory
+ * of hs_read picks the address-free first attempt); hs_training: those
+ * runs (no writer) */
+static bool hs_auto, hs_training;
 
 /* The calling thread's transaction reads address-free (nvh_tx_run_read's
  * first attempt). */
@@ -174,6 +178,7 @@ static bool reading_address_free(void)
 
 static void let_writer_commit(hs *h)
 {
+    if (hs_training) return;
     /* a read run's first attempt is the address-free one */
     if (hs_read_run) assert_int_equal(reading_address_free(), h->attempts == 0);
     if (h->attempts++) return;                     /* once: the first attempt */
@@ -255,7 +260,18 @@ static int handshake(int at, bool validate, hs *h)
     pthread_t t;
     pthread_create(&t, NULL, hs_writer, h);
     nvh_tx_test_otm_no_validate_ = !validate;
-    int rc = hs_read_run ? nvh_tx_run_read(pool, hs_read, h) : nvh_tx_run(pool, hs_read, h);
+    int rc;
+    if (hs_read_run && hs_auto) {
+        /* nvh_tx_run learns that hs_read only reads */
+        hs_training = true;
+        for (int i = 0; i < 3; i++) assert_int_equal(nvh_tx_run(pool, hs_read, h), NVH_OK);
+        hs_training = false;
+        h->attempts = 0;
+        h->open_refused = false;
+        rc = nvh_tx_run(pool, hs_read, h);
+    } else {
+        rc = hs_read_run ? nvh_tx_run_read(pool, hs_read, h) : nvh_tx_run(pool, hs_read, h);
+    }
     nvh_tx_test_otm_no_validate_ = 0;
     if (atomic_load(&h->phase) == 0) atomic_store(&h->phase, 3);
     pthread_join(t, NULL);
@@ -358,6 +374,7 @@ static int read_then_word(nvh_pool *pool, void *arg)
     const obj *a = nvh_tx_open_read(pool, &r->h.b->o[0], sizeof(obj));
     if (!a) return nvh_errcode();
     r->seen = balance(a);
+    if (hs_training) return NVH_OK;                /* read-only runs */
     let_writer_commit(&r->h);
     return nvh_tx_write_word(pool, &r->h.b->pad[0], r->seen);
 }
@@ -373,7 +390,14 @@ static void read_run_word_write_validated(void **state)
     pthread_t th;
     pthread_create(&th, NULL, hs_writer, &r.h);
     hs_read_run = true;
-    assert_int_equal(nvh_tx_run_read(pool, read_then_word, &r), NVH_OK);
+    if (hs_auto) {
+        hs_training = true;
+        for (int i = 0; i < 3; i++) assert_int_equal(nvh_tx_run(pool, read_then_word, &r), NVH_OK);
+        hs_training = false;
+        assert_int_equal(nvh_tx_run(pool, read_then_word, &r), NVH_OK);
+    } else {
+        assert_int_equal(nvh_tx_run_read(pool, read_then_word, &r), NVH_OK);
+    }
     hs_read_run = false;
     pthread_join(th, NULL);
     assert_int_equal(r.h.attempts, 2);
@@ -381,6 +405,223 @@ static void read_run_word_write_validated(void **state)
     assert_int_equal(ld(&r.h.b->pad[0]), INIT - 100);
     assert_int_equal(nvh_pool_close(pool), NVH_OK);
     unlink(path);
+}
+
+/* The read_run_* tests again through plain nvh_tx_run, after runs of the
+ * same function that only read: its first attempt is the address-free one
+ * (asserted at the writer's handshake) and every guarantee holds. */
+static void auto_writer_between_opens(void **state)
+{
+    hs_auto = true;
+    read_run_writer_between_opens(state);
+    hs_auto = false;
+}
+
+static void auto_doomed_pointer_retried(void **state)
+{
+    hs_auto = true;
+    read_run_doomed_pointer_retried(state);
+    hs_auto = false;
+}
+
+static void auto_no_validation_commits_a_mix(void **state)
+{
+    hs_auto = true;
+    read_run_no_validation_commits_a_mix(state);
+    hs_auto = false;
+}
+
+static void auto_word_write_validated(void **state)
+{
+    hs_auto = true;
+    read_run_word_write_validated(state);
+    hs_auto = false;
+}
+
+/* ---------------------------------------------------------------------------
+ * nvh_tx_run's memory of its functions (which first attempt)
+ * ------------------------------------------------------------------------- */
+/* Reads o[0]; with write set, also adds 1 to every word of o[2] (in the
+ * open's copy) and records whether the attempt was address-free. */
+typedef struct rmw { bank *b; bool write; bool ro_seen; unsigned attempts; } rmw;
+static int maybe_write(nvh_pool *pool, void *arg)
+{
+    rmw *m = arg;
+    m->attempts++;
+    m->ro_seen = reading_address_free();
+    const obj *a = nvh_tx_open_read(pool, &m->b->o[0], sizeof(obj));
+    if (!a || balance(a) == UINT64_MAX) return a ? NVH_E_INVAL : nvh_errcode();
+    if (!m->write) return NVH_OK;
+    obj *c = nvh_tx_open_write(pool, &m->b->o[2], sizeof(obj));
+    if (!c) return nvh_errcode();
+    for (unsigned k = 0; k < 8; k++) c->w[k]++;
+    return NVH_OK;
+}
+static int only_read(nvh_pool *pool, void *arg)
+{
+    rmw *m = arg;
+    m->ro_seen = reading_address_free();
+    return nvh_tx_open_read(pool, &m->b->o[1], sizeof(obj)) ? NVH_OK : nvh_errcode();
+}
+
+static uint64_t retries(nvh_pool *pool)
+{
+    nvh_tx_stats st;
+    assert_int_equal(nvh_tx_stats_get(pool, &st), NVH_OK);
+    return st.retries;
+}
+
+/* One function read-only 99 times, then writing: the 100th run starts
+ * address-free, its write retries it once as an ordinary attempt, and
+ * commits exactly once (durable, after a reopen); the next writing run
+ * starts ordinary (the memory learnt the write). A read-only function
+ * interleaved on the same thread keeps its address-free start. A function
+ * that alternates settles on the ordinary start. Fails with the memory
+ * never learning a write (every writing run retried), or with a write
+ * taken in the address-free attempt (no retry). */
+static void auto_choice_learns_writes(void **state)
+{
+    (void)state;
+    const char *path = test_path("txinplace-auto");
+    nvh_pool *pool = nvh_pool_create(path, LAYOUT, 16 * MIB, NVH_DOMAIN_PMEM);
+    assert_non_null(pool);
+    bank *b = bank_setup(pool);
+    assert_int_equal(nvh_tx_run(pool, warm, b), NVH_OK);
+    rmw m = {b, false, false, 0};
+    for (int i = 0; i < 99; i++) {
+        assert_int_equal(nvh_tx_run(pool, maybe_write, &m), NVH_OK);
+        assert_int_equal(m.ro_seen, i > 0);        /* learnt after one run */
+    }
+    uint64_t r0 = retries(pool);
+    m.write = true;
+    m.attempts = 0;
+    assert_int_equal(nvh_tx_run(pool, maybe_write, &m), NVH_OK);
+    assert_int_equal(m.attempts, 2);               /* address-free, then ordinary */
+    assert_false(m.ro_seen);
+    assert_int_equal(retries(pool) - r0, 1);
+    assert_int_equal(balance(&b->o[2]), INIT + 1);
+    /* the next writing runs start ordinary: no retry */
+    for (int i = 0; i < 10; i++) {
+        m.attempts = 0;
+        assert_int_equal(nvh_tx_run(pool, maybe_write, &m), NVH_OK);
+        assert_int_equal(m.attempts, 1);
+        assert_false(m.ro_seen);
+    }
+    assert_int_equal(retries(pool) - r0, 1);
+    assert_int_equal(balance(&b->o[2]), INIT + 11);
+
+    /* a read-only and a writing function alternating on one thread */
+    rmw q = {b, false, false, 0};
+    for (int i = 0; i < 50; i++) {
+        assert_int_equal(nvh_tx_run(pool, only_read, &q), NVH_OK);
+        assert_int_equal(q.ro_seen, i > 0);
+        m.attempts = 0;
+        assert_int_equal(nvh_tx_run(pool, maybe_write, &m), NVH_OK);
+        assert_int_equal(m.attempts, 1);
+    }
+    assert_int_equal(retries(pool) - r0, 1);
+    assert_int_equal(balance(&b->o[2]), INIT + 61);
+
+    /* one function alternating reads and writes: at most the first guess
+     * after each read-only streak is wrong, and need grows */
+    uint64_t r1 = retries(pool);
+    for (int i = 0; i < 100; i++) {
+        m.write = i % 2;
+        assert_int_equal(nvh_tx_run(pool, maybe_write, &m), NVH_OK);
+    }
+    assert_true(retries(pool) - r1 <= 2);
+    assert_int_equal(balance(&b->o[2]), INIT + 111);
+
+    /* nvh_tx_run_read still starts address-free whatever the memory says */
+    m.write = false;
+    assert_int_equal(nvh_tx_run_read(pool, maybe_write, &m), NVH_OK);
+    assert_true(m.ro_seen);
+    assert_int_equal(nvh_pool_close(pool), NVH_OK);
+    pool = nvh_pool_open(path, LAYOUT, NVH_DOMAIN_PMEM);
+    assert_non_null(pool);
+    b = nvh_ptr(pool, ((nvh_off_t *)nvh_root(pool, NULL))[0]);
+    assert_int_equal(balance(&b->o[2]), INIT + 111);
+    assert_int_equal(nvh_pool_close(pool), NVH_OK);
+    unlink(path);
+}
+
+/* Negative control: with the memory never learning a write, every writing
+ * run after the read-only streak runs twice. */
+static void auto_sticky_memory_retries_every_write(void **state)
+{
+    (void)state;
+    const char *path = test_path("txinplace-auto");
+    nvh_pool *pool = nvh_pool_create(path, LAYOUT, 16 * MIB, NVH_DOMAIN_PROCESS);
+    assert_non_null(pool);
+    bank *b = bank_setup(pool);
+    rmw m = {b, false, false, 0};
+    for (int i = 0; i < 5; i++) assert_int_equal(nvh_tx_run(pool, maybe_write, &m), NVH_OK);
+    nvh_tx_test_fnmem_sticky_ = 1;
+    m.write = true;
+    uint64_t r0 = retries(pool);
+    for (int i = 0; i < 5; i++) assert_int_equal(nvh_tx_run(pool, maybe_write, &m), NVH_OK);
+    nvh_tx_test_fnmem_sticky_ = 0;
+    assert_int_equal(retries(pool) - r0, 5);
+    assert_int_equal(nvh_pool_close(pool), NVH_OK);
+    unlink(path);
+}
+
+/* A function read-only until now reads an object address-free, another
+ * thread commits a change to it, then the function writes a value derived
+ * from its read: the address-free attempt must not take the write (it
+ * could not validate the read); the retry reads the new value. Negative
+ * control (nvh_tx_test_ro_write_): the write is taken and the other
+ * thread's change is lost. */
+typedef struct incr { hs h; bool write; } incr;
+static int read_then_add(nvh_pool *pool, void *arg)
+{
+    incr *c = arg;
+    const obj *a = nvh_tx_open_read(pool, &c->h.b->o[0], sizeof(obj));
+    if (!a) return nvh_errcode();
+    uint64_t v = balance(a);
+    if (!c->write) return NVH_OK;
+    if (c->h.attempts++ == 0) {
+        assert_true(reading_address_free());
+        atomic_store(&c->h.phase, 1);
+        while (atomic_load(&c->h.phase) != 2) sched_yield();
+    }
+    obj *w = nvh_tx_open_write(pool, &c->h.b->o[0], sizeof(obj));
+    if (!w) return nvh_errcode();
+    for (unsigned k = 0; k < 8; k++) w->w[k] = v + 1;
+    return NVH_OK;
+}
+
+static uint64_t write_after_read_only_streak(bool take_write)
+{
+    const char *path = test_path("txinplace-auto-hs");
+    nvh_pool *pool = nvh_pool_create(path, LAYOUT, 16 * MIB, NVH_DOMAIN_PROCESS);
+    assert_non_null(pool);
+    incr c = {{pool, bank_setup(pool), AT_BEFORE_COMMIT, 0, 0, 0, 0, false}, false};
+    for (int i = 0; i < 99; i++) assert_int_equal(nvh_tx_run(pool, read_then_add, &c), NVH_OK);
+    pthread_t t;
+    pthread_create(&t, NULL, hs_writer, &c.h);     /* moves 100 out of o[0] */
+    c.write = true;
+    nvh_tx_test_ro_write_ = take_write;
+    assert_int_equal(nvh_tx_run(pool, read_then_add, &c), NVH_OK);
+    nvh_tx_test_ro_write_ = 0;
+    pthread_join(t, NULL);
+    assert_int_equal(c.h.attempts, take_write ? 1 : 2);
+    uint64_t v = balance(&c.h.b->o[0]);
+    assert_int_equal(nvh_pool_close(pool), NVH_OK);
+    unlink(path);
+    return v;
+}
+
+static void auto_write_after_reads_atomic(void **state)
+{
+    (void)state;
+    assert_int_equal(write_after_read_only_streak(false), INIT - 100 + 1);
+}
+
+static void auto_ro_write_taken_loses_update(void **state)
+{
+    (void)state;
+    assert_int_equal(write_after_read_only_streak(true), INIT + 1);
 }
 
 /* An error the transaction derived from a torn view is retried too. */
@@ -906,13 +1147,20 @@ static void *stress_writer(void *p)
 typedef struct sr {
     nvh_pool *pool; bank *b; _Atomic int *stop; uint64_t ok, bad, runs;
     bool read_run;              /* nvh_tx_run_read (address-free first attempts) */
+    bool mixed;                 /* every 8th run of sum_inplace also transfers */
 } sr;
-typedef struct sum { bank *b; uint64_t total; bool torn; } sum;
+typedef struct sum { bank *b; uint64_t total; bool torn; xfer *x; } sum;
 static int sum_inplace(nvh_pool *pool, void *arg)
 {
     sum *s = arg;
     s->total = 0;
     s->torn = false;
+    if (s->x) {
+        /* the same function writes now and then: nvh_tx_run's memory of
+         * it flips between its first attempts */
+        int rc = transfer(pool, s->x);
+        if (rc != NVH_OK) return rc;
+    }
     for (unsigned i = 0; i < NOBJ; i++) {
         const obj *o = nvh_tx_open_read(pool, &s->b->o[i], sizeof(obj));
         if (!o) return nvh_errcode();
@@ -925,8 +1173,11 @@ static int sum_inplace(nvh_pool *pool, void *arg)
 static void *stress_reader(void *p)
 {
     sr *r = p;
+    uint64_t rng = 99;
     while (!atomic_load(r->stop)) {
-        sum s = {r->b, 0, false};
+        xfer x = {r->b, (unsigned)(mix(&rng) % NOBJ), 0, 1 + mix(&rng) % 50};
+        do x.to = (unsigned)(mix(&rng) % NOBJ); while (x.to == x.from);
+        sum s = {r->b, 0, false, r->mixed && r->runs % 8 == 7 ? &x : NULL};
         r->runs++;
         int rc = r->read_run ? nvh_tx_run_read(r->pool, sum_inplace, &s)
                              : nvh_tx_run(r->pool, sum_inplace, &s);
@@ -944,7 +1195,7 @@ static void stress(void **state)
     nvh_pool *pool = nvh_pool_create(path, LAYOUT, 16 * MIB, NVH_DOMAIN_PROCESS);
     assert_non_null(pool);
     bank *b = bank_setup(pool);
-    enum { W = 2, R = 2 };
+    enum { W = 2, R = 3 };
     _Atomic int stop = 0;
     sw w[W];
     sr r[R];
@@ -954,7 +1205,7 @@ static void stress(void **state)
         pthread_create(&tw[i], NULL, stress_writer, &w[i]);
     }
     for (unsigned i = 0; i < R; i++) {
-        r[i] = (sr){pool, b, &stop, 0, 0, 0, i % 2 == 1};
+        r[i] = (sr){pool, b, &stop, 0, 0, 0, i == 1, i == 2};
         pthread_create(&tr[i], NULL, stress_reader, &r[i]);
     }
     for (unsigned i = 0; i < W; i++) pthread_join(tw[i], NULL);
@@ -1003,6 +1254,14 @@ int main(void)
         cmocka_unit_test(read_run_doomed_pointer_retried),
         cmocka_unit_test(read_run_no_validation_commits_a_mix),
         cmocka_unit_test(read_run_word_write_validated),
+        cmocka_unit_test(auto_writer_between_opens),
+        cmocka_unit_test(auto_doomed_pointer_retried),
+        cmocka_unit_test(auto_no_validation_commits_a_mix),
+        cmocka_unit_test(auto_word_write_validated),
+        cmocka_unit_test(auto_choice_learns_writes),
+        cmocka_unit_test(auto_sticky_memory_retries_every_write),
+        cmocka_unit_test(auto_write_after_reads_atomic),
+        cmocka_unit_test(auto_ro_write_taken_loses_update),
         cmocka_unit_test(no_reuse_under_reader),
         cmocka_unit_test(idle_reader_revoked),
         cmocka_unit_test(idle_reader_no_revoke_holds),
