@@ -38,7 +38,8 @@
 #define NVH_CAP_FINE_BYTES ((size_t)32 << 20) /* pages of a heap on the fine grid */
 #define NVH_CAP_BORROW_BYTES ((size_t)4 << 20) /* a heap with fewer bytes of pages
                                                   borrows blocks of the next
-                                                  class (heap.c borrow)     */
+                                                  classes (heap.c borrow)   */
+#define NVH_CAP_BORROW_UP 3u      /* lenders: the next 3 coarse classes up      */
 #define NVH_CAP_FINE_PAGE ((size_t)32 << 10)  /* fine grid: target page of classes
                                                  <= 8 KiB (heap.c page_blocks) */
 #define NVH_CAP_CLASSES ((1u << NVH_CAP_CLASS_SHIFT) * (13u - NVH_CAP_CLASS_SHIFT) + 1u) /* 0 unused */
