@@ -39,7 +39,7 @@
 #define NVH_CAP_BORROW_BYTES ((size_t)4 << 20) /* a heap with fewer bytes of pages
                                                   borrows blocks of the next
                                                   classes (heap.c borrow)   */
-#define NVH_CAP_BORROW_UP 3u      /* lenders: the next 3 coarse classes up      */
+#define NVH_CAP_BORROW_UP 1u      /* lenders: the next coarse class up (heap.c) */
 #define NVH_CAP_FINE_PAGE ((size_t)32 << 10)  /* fine grid: target page of classes
                                                  <= 8 KiB (heap.c page_blocks) */
 #define NVH_CAP_CLASSES ((1u << NVH_CAP_CLASS_SHIFT) * (13u - NVH_CAP_CLASS_SHIFT) + 1u) /* 0 unused */
@@ -54,7 +54,7 @@
                                      class and the 7 below it (up to 2x)       */
 #define NVH_CAP_LCACHE_BYTES ((size_t)4 << 20)
 #define NVH_CAP_RBATCH 62u                     /* cross-thread frees per push   */
-#define NVH_CAP_RSPARE 16u                     /* spare batch nodes per thread  */
+#define NVH_CAP_RSPARE 64u                     /* spare batch nodes per thread  */
 #define NVH_CAP_DECAY_MS 100u             /* window of the recent peak (ms)  */
 #define NVH_CAP_GROW_STEP ((size_t)64 << 20)   /* device free-space check step  */
 #define NVH_CAP_TRIM_MIN ((size_t)128 << 10)   /* smallest free top given back  */

@@ -604,7 +604,12 @@ NVH_CAP_INLINE void local_free(struct cap_heap *h, struct cap_span *p, struct ca
  * bit tells them apart: blocks are 16-byte aligned, batches 64. */
 #define RLONE ((uintptr_t)1)
 
-/* An empty batch from the thread's spares, else from the instance. */
+/* An empty batch from the thread's spares, else from the instance, which
+ * then gives NVH_CAP_RSPARE / 2 more at once: a thread frees in bursts (a
+ * batch of the program's hand-offs: hundreds of blocks) and its drains
+ * return batches in bursts, so one lock per batch was a lock per 62 frees
+ * (the xsmall/2 loop of bench/run cap: 30,000 of them per 2 M operations,
+ * about 900 with this). */
 static struct cap_rbatch *rbatch_get(struct cap_heap *h)
 {
     struct cap_rbatch *b = h->rspare;
@@ -618,6 +623,14 @@ static struct cap_rbatch *rbatch_get(struct cap_heap *h)
     struct cap_inst *cap = h->cap;
     pthread_mutex_lock(&cap->lock);
     b = nvh_cap_rbatch_new_(cap);
+    for (unsigned i = 0; b && i < NVH_CAP_RSPARE / 2; i++) {
+        struct cap_rbatch *x = nvh_cap_rbatch_new_(cap);
+        if (!x)
+            break;
+        x->next = (uintptr_t)h->rspare;
+        h->rspare = x;
+        h->nspare++;
+    }
     pthread_mutex_unlock(&cap->lock);
     return b;
 }
@@ -862,9 +875,9 @@ NVH_CAP_INLINE void heap_decay(struct cap_heap *h)
  * third of the live bytes. A class of 64 B .. 8 KiB whose blocks are all in
  * use, and that would carve never-used blocks of its page p (its current
  * page, or the avail page it is about to make current), first takes a free
- * block of one of the next NVH_CAP_BORROW_UP coarse classes up (nearest
- * first; at most about twice its size) from that class's current page or
- * one of its first avail pages, if that page lies below p: the classes then
+ * block of the next coarse class up (a quarter bigger at most; the next
+ * NVH_CAP_BORROW_UP classes, nearest first) from that class's current page
+ * or one of its first avail pages, if that page lies below p: the classes then
  * fill their high-water marks together, which is less than filling each
  * apart (a sum of peaks is more than the peak of the sum). The block stays
  * one of its page's (free and usable size follow the page). Not for an
@@ -880,10 +893,12 @@ NVH_CAP_INLINE void heap_decay(struct cap_heap *h)
  * below p, and never instead of a new page: blocks lent from pages higher
  * up keep those pages, and the top of the range, in use after the heap
  * shrank ([Moraru11] Table 2 at 1/1: 63 % total fragmentation against
- * 57.5 % without borrowing; 57.1 % lending only from below). Lending from
- * one class up, only to a current page, left the small loop's file at
- * 1.41-1.59 x live over seeds; from three up, also to an avail page about
- * to carve, at 1.26-1.45 x (docs/CAP.md). */
+ * 57.5 % without borrowing; 57.1 % lending only from below). Lending only
+ * to a current page, only from the lender's current page, left the small
+ * loop's file at 1.41-1.59 x live over 40 seeds; with the avail pages on
+ * both sides 1.32-1.51 x; lending from three classes up 1.27-1.44 x, but
+ * each borrowed block is a slow path, and the loop's CPU time rose by a
+ * fifth (docs/CAP.md). */
 static void *borrow(struct cap_heap *h, unsigned c, const struct cap_span *p, bool exact)
 {
     size_t cs = class_size(c);

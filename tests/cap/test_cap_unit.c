@@ -88,9 +88,11 @@ static void test_class_tight(void **state)
  * leave short tails and hands the tails out as blocks of smaller classes:
  * once the heap is big (twice NVH_CAP_FINE_BYTES asked for), 64 MiB more of
  * blocks of sizes uniform in 10 B .. 4 KiB ([Moraru11] Table 2) take pages
- * within 1.3 % of the bytes asked for (1.05 %; 1.48 % with the tails left
- * unused; the coarse classes alone: over 9 %). A small heap keeps the
- * coarse classes. */
+ * within 1.45 % of the bytes asked for (1.40 %; 1.05 % without the small
+ * heap's borrowing in the first 4 MiB, or with NVH_CAP_BORROW_UP 3, which
+ * shift where the classes' current pages stand when the measured part
+ * starts; 1.48 % with the tails left unused; the coarse classes alone: over
+ * 9 %). A small heap keeps the coarse classes. */
 static size_t fine_usable_small, fine_usable_big;
 static double fine_ratio;
 
@@ -139,7 +141,7 @@ static void test_fine_classes(void **state)
     pthread_join(t, NULL);
     assert_int_equal(fine_usable_small, 2560);
     fprintf(stderr, "  fine classes: pages %.2f %% over the bytes asked for\n", 100.0 * (fine_ratio - 1));
-    assert_true(fine_ratio < 1.013);
+    assert_true(fine_ratio < 1.0145);
     assert_int_equal(fine_usable_big, 2112);
 }
 
@@ -1060,6 +1062,44 @@ static void test_tail_class_base(void **state)
     munmap(raw, sz + al);
 }
 
+/* A thread that frees into other heaps takes its batches of cross-thread
+ * frees from the instance NVH_CAP_RSPARE / 2 + 1 at a time (one lock), not
+ * one per lock (heap.c rbatch_get): after its first cross-thread free it
+ * holds the spares, and 32 full batches later it has not asked again. */
+static struct cap_inst c12;
+static void *rbatch_thread(void *arg)
+{
+    void **blk = arg;
+    struct cap_heap *h = nvh_cap_heap_(&c12);
+    assert_non_null(h);
+    assert_int_equal(h->nspare, 0);
+    assert_int_equal(nvh_cap_free_(&c12, blk[0]), CAP_OK);
+    assert_int_equal(h->nspare, NVH_CAP_RSPARE / 2);
+    for (unsigned i = 1; i < 33 * NVH_CAP_RBATCH; i++)
+        assert_int_equal(nvh_cap_free_(&c12, blk[i]), CAP_OK);
+    assert_int_equal(h->nspare, 0);
+    return NULL;
+}
+
+static void test_rbatch_bulk(void **state)
+{
+    (void)state;
+    assert_int_equal(nvh_cap_init_file_(&c12, "/dev/shm", (size_t)1 << 30), 0);
+    struct cap_heap *h = nvh_cap_heap_(&c12);
+    assert_non_null(h);
+    enum { N = 33 * NVH_CAP_RBATCH };
+    static void *blk[N];
+    for (unsigned i = 0; i < N; i++)
+        assert_non_null(blk[i] = nvh_cap_alloc_(h, 64));
+    pthread_t t;
+    pthread_create(&t, NULL, rbatch_thread, blk);
+    pthread_join(t, NULL);
+    void *q = nvh_cap_alloc_(h, 64);   /* a slow path drains the frees */
+    assert_non_null(q);
+    assert_int_equal(nvh_cap_free_(&c12, q), CAP_OK);
+    nvh_cap_destroy_(&c12);
+}
+
 /* a descriptor per instance, close-on-exec, and no name in the directory */
 static void test_file_is_anonymous(void **state)
 {
@@ -1097,6 +1137,7 @@ int main(void)
         cmocka_unit_test(test_empty_pages_punched),
         cmocka_unit_test(test_small_loop_file),
         cmocka_unit_test(test_tail_class_base),
+        cmocka_unit_test(test_rbatch_bulk),
         cmocka_unit_test(test_populate),
         cmocka_unit_test(test_file_is_anonymous),
     };
