@@ -345,19 +345,17 @@ static void fine_update(struct cap_heap *h)
 /* Kept empty pages: reused by any class without the lock, but their pages
  * hold file space. A small heap's file would hold them on top of its
  * classes' high-water marks (the small loop of bench/run cap: 56-80 KiB of
- * kept pages against 0.5 MiB live), and a class that takes one carves it
- * from its start, leaving the pages its former class touched further up in
- * the file. So a heap of less than NVH_CAP_BORROW_BYTES of pages punches
- * every page it keeps, a bigger one those beyond an allowance of
- * 1/NVH_CAP_EMPTY_SHARE of its pages (the range stays the heap's; a class
- * that takes one faults its pages in again as it carves them): a big heap's
- * few kept pages fit within it and are never punched (a medium-size heap
- * empties and refills pages every ~100 operations). p->dbytes: the bytes of a kept page that may hold file
+ * kept pages against 0.5 MiB live), so the ones beyond an allowance of
+ * 1/NVH_CAP_EMPTY_SHARE of the heap's pages are punched as they are kept
+ * (the range stays the heap's; a class that takes one faults its pages in
+ * again as it carves them). A big heap's few kept pages fit within it and
+ * are never punched. Punching every page a small heap keeps holds the small
+ * loop's file lower (docs/CAP.md) but costs the loops that empty and refill
+ * pages often (realloc, xsmall) a punch and refaults each time. p->dbytes: the bytes of a kept page that may hold file
  * pages; p->hole: it was punched. */
 static void empty_keep(struct cap_heap *h, struct cap_span *p, size_t touched)
 {
-    if (touched && (h->page_bytes < NVH_CAP_BORROW_BYTES ||
-                    h->empty_bytes + touched > h->page_bytes / NVH_CAP_EMPTY_SHARE)) {
+    if (touched && h->empty_bytes + touched > h->page_bytes / NVH_CAP_EMPTY_SHARE) {
         if (madvise((void *)p->start, touched, MADV_REMOVE) == 0) {
             atomic_fetch_add_explicit(&h->cap->empty_punches, 1, memory_order_relaxed);
             p->hole = 1;
@@ -896,7 +894,8 @@ NVH_CAP_INLINE void heap_decay(struct cap_heap *h)
  * 57.5 % without borrowing; 57.1 % lending only from below). Lending only
  * to a current page, only from the lender's current page, left the small
  * loop's file at 1.41-1.59 x live over 40 seeds; with the avail pages on
- * both sides 1.32-1.51 x; lending from three classes up 1.27-1.44 x, but
+ * both sides 1.36-1.55 x; lending from three classes up (and punching every
+ * kept page of a small heap) 1.27-1.44 x, but
  * each borrowed block is a slow path, and the loop's CPU time rose by a
  * fifth (docs/CAP.md). */
 static void *borrow(struct cap_heap *h, unsigned c, const struct cap_span *p, bool exact)
