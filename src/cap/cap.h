@@ -40,7 +40,8 @@
 #define NVH_CAP_FINE_BYTES ((size_t)32 << 20) /* pages of a heap on the fine grid */
 #define NVH_CAP_BORROW_BYTES ((size_t)4 << 20) /* a heap with fewer bytes of pages
                                                   borrows blocks of the next
-                                                  class (heap.c borrow)     */
+                                                  classes (heap.c borrow)   */
+#define NVH_CAP_BORROW_UP 1u      /* lenders: the next coarse class up (heap.c) */
 #define NVH_CAP_FINE_PAGE ((size_t)32 << 10)  /* fine grid: target page of classes
                                                  <= 8 KiB (heap.c page_blocks) */
 #define NVH_CAP_CLASSES ((1u << NVH_CAP_CLASS_SHIFT) * (13u - NVH_CAP_CLASS_SHIFT) + 1u) /* 0 unused */
@@ -59,7 +60,7 @@
 #define NVH_CAP_LKEEP_STEP ((size_t)1 << 20) /* heaps' kept bytes are published
                                                 to the instance in such steps */
 #define NVH_CAP_RBATCH 62u                     /* cross-thread frees per push   */
-#define NVH_CAP_RSPARE 16u                     /* spare batch nodes per thread  */
+#define NVH_CAP_RSPARE 64u                     /* spare batch nodes per thread  */
 #define NVH_CAP_DECAY_MS 100u             /* window of the recent peak (ms)  */
 #define NVH_CAP_GROW_STEP ((size_t)64 << 20)   /* device free-space check step  */
 #define NVH_CAP_TRIM_MIN ((size_t)128 << 10)   /* smallest free top given back  */

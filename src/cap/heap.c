@@ -301,7 +301,13 @@ static void tail_unlink(struct cap_heap *h, struct cap_span *p)
 
 /* The class of a tail of t bytes at address a on grid S: the largest class
  * of the grid that fits in t and whose size's power-of-two factor divides
- * a; 0 if none (t < 16). */
+ * a and is at most 4 KiB; 0 if none (t < 16). A page starts on 4 KiB, so
+ * that much alignment of a class's blocks is a property of the class;
+ * more would depend on where the system placed the range (a medium page's
+ * tail would go to a 32 KiB class on one run and a 28 KiB one on the next,
+ * and the medium loop's file, set by which blocks keep which pages, ranged
+ * over 0.9-1.33 x live with one sequence). Aligned requests above 4 KiB
+ * take no class blocks (nvh_cap_alloc_aligned_). */
 static unsigned tail_class(size_t t, uintptr_t a, unsigned S)
 {
     if (t < 16)
@@ -309,7 +315,8 @@ static unsigned tail_class(size_t t, uintptr_t a, unsigned S)
     unsigned c = size_class(t & ~(size_t)15);
     for (; c; c--) {
         size_t cs = class_size(c);
-        if (cs <= t && class_round(cs, S) == cs && (a & ((cs & (0 - cs)) - 1)) == 0)
+        size_t al = cs & (0 - cs);
+        if (cs <= t && class_round(cs, S) == cs && al <= NVH_CAP_BLOCK && (a & (al - 1)) == 0)
             break;
     }
     return c;
@@ -343,7 +350,9 @@ static void fine_update(struct cap_heap *h)
  * 1/NVH_CAP_EMPTY_SHARE of the heap's pages are punched as they are kept
  * (the range stays the heap's; a class that takes one faults its pages in
  * again as it carves them). A big heap's few kept pages fit within it and
- * are never punched. p->dbytes: the bytes of a kept page that may hold file
+ * are never punched. Punching every page a small heap keeps holds the small
+ * loop's file lower (docs/CAP.md) but costs the loops that empty and refill
+ * pages often (realloc, xsmall) a punch and refaults each time. p->dbytes: the bytes of a kept page that may hold file
  * pages; p->hole: it was punched. */
 static void empty_keep(struct cap_heap *h, struct cap_span *p, size_t touched)
 {
@@ -594,7 +603,12 @@ NVH_CAP_INLINE void local_free(struct cap_heap *h, struct cap_span *p, struct ca
  * bit tells them apart: blocks are 16-byte aligned, batches 64. */
 #define RLONE ((uintptr_t)1)
 
-/* An empty batch from the thread's spares, else from the instance. */
+/* An empty batch from the thread's spares, else from the instance, which
+ * then gives NVH_CAP_RSPARE / 2 more at once: a thread frees in bursts (a
+ * batch of the program's hand-offs: hundreds of blocks) and its drains
+ * return batches in bursts, so one lock per batch was a lock per 62 frees
+ * (the xsmall/2 loop of bench/run cap: 30,000 of them per 2 M operations,
+ * about 900 with this). */
 static struct cap_rbatch *rbatch_get(struct cap_heap *h)
 {
     struct cap_rbatch *b = h->rspare;
@@ -608,6 +622,14 @@ static struct cap_rbatch *rbatch_get(struct cap_heap *h)
     struct cap_inst *cap = h->cap;
     pthread_mutex_lock(&cap->lock);
     b = nvh_cap_rbatch_new_(cap);
+    for (unsigned i = 0; b && i < NVH_CAP_RSPARE / 2; i++) {
+        struct cap_rbatch *x = nvh_cap_rbatch_new_(cap);
+        if (!x)
+            break;
+        x->next = (uintptr_t)h->rspare;
+        h->rspare = x;
+        h->nspare++;
+    }
     pthread_mutex_unlock(&cap->lock);
     return b;
 }
@@ -852,32 +874,58 @@ NVH_CAP_INLINE void heap_decay(struct cap_heap *h)
  * per class those high-water marks stand well above the classes' means: in
  * the small loop of bench/run cap (2,000 blocks of 16 B .. 1 KiB) they are a
  * third of the live bytes. A class of 64 B .. 8 KiB whose blocks are all in
- * use, and whose current page p would carve more never-used blocks, first
- * takes a free block of the next class up (a quarter bigger at most) from
- * that class's current page, if it lies below p: the
- * two classes then fill their high-water marks together, which is less
- * than filling each apart (a sum of peaks is more than the peak of the
- * sum). The block stays one of its page's (free and usable size follow the
- * page). Not for an aligned request (exact): a block of the next class need
- * not have the alignment of the class asked for. Only in a heap of less
- * than NVH_CAP_BORROW_BYTES of pages: a bigger heap's classes hold more
- * blocks each, their high-water marks closer to their means, and a heap
- * that carves a lot (blocks in flight to other threads) would pay a slow
- * path per borrowed block where carving gives it 4 KiB of blocks at once.
- * For that reason too a class carves its first blocks itself: one that
- * lived on borrowed blocks alone (a few blocks per class, freed and asked
- * for again, as in the xsmall loop) would take a slow path for each. Only
- * from a page below p, and never instead of a new page: blocks lent from
- * pages higher up keep those pages, and the top of the range, in use after
- * the heap shrank ([Moraru11] Table 2 at 1/1: 63 % total fragmentation
- * against 57.5 % without borrowing; 57.1 % lending only from below). */
+ * use, and that would carve never-used blocks of its page p (its current
+ * page, or the avail page it is about to make current), first takes a free
+ * block of the next coarse class up (a quarter bigger at most; the next
+ * NVH_CAP_BORROW_UP classes, nearest first) from that class's current page
+ * or one of its first avail pages, if that page lies below p: the classes then
+ * fill their high-water marks together, which is less than filling each
+ * apart (a sum of peaks is more than the peak of the sum). The block stays
+ * one of its page's (free and usable size follow the page). Not for an
+ * aligned request (exact): a block of another class need not have the
+ * alignment of the class asked for. Only in a heap of less than
+ * NVH_CAP_BORROW_BYTES of pages: a bigger heap's classes hold more blocks
+ * each, their high-water marks closer to their means, and a heap that
+ * carves a lot (blocks in flight to other threads) would pay a slow path
+ * per borrowed block where carving gives it 4 KiB of blocks at once. For
+ * that reason too a class carves its first blocks itself: one that lived on
+ * borrowed blocks alone (a few blocks per class, freed and asked for again,
+ * as in the xsmall loop) would take a slow path for each. Only from a page
+ * below p, and never instead of a new page: blocks lent from pages higher
+ * up keep those pages, and the top of the range, in use after the heap
+ * shrank ([Moraru11] Table 2 at 1/1: 63 % total fragmentation against
+ * 57.5 % without borrowing; 57.1 % lending only from below). Lending only
+ * to a current page, only from the lender's current page, left the small
+ * loop's file at 1.41-1.59 x live over 40 seeds; with the avail pages on
+ * both sides 1.36-1.55 x; lending from three classes up (and punching every
+ * kept page of a small heap) 1.27-1.44 x, but
+ * each borrowed block is a slow path, and the loop's CPU time rose by a
+ * fifth (docs/CAP.md). */
 static void *borrow(struct cap_heap *h, unsigned c, const struct cap_span *p, bool exact)
 {
     size_t cs = class_size(c);
     if (exact || h->page_bytes >= NVH_CAP_BORROW_BYTES || cs < 64 || cs >= NVH_CAP_SMALL_MAX)
         return NULL;
-    struct cap_span *q = h->cur[size_class(class_round(cs + 1, NVH_CAP_COARSE_SHIFT))];
-    return q->free && q->start < p->start ? take(q) : NULL;
+    for (unsigned up = 0; up < NVH_CAP_BORROW_UP && cs < NVH_CAP_SMALL_MAX; up++) {
+        unsigned n = size_class(class_round(cs + 1, NVH_CAP_COARSE_SHIFT));
+        cs = class_size(n);
+        struct cap_span *q = h->cur[n];
+        if (q->free && q->start < p->start)
+            return take(q);
+        /* the lender's other pages with freed blocks (the first few) */
+        unsigned k = 0;
+        for (q = h->avail[n]; q && k < 4; q = q->next, k++) {
+            if (q->free && q->start < p->start) {
+                void *b = take(q);
+                if (!q->free && q->bump >= q->end) {   /* an avail page has a block to give */
+                    avail_remove(h, q);
+                    q->pstate = CAP_PG_FULL;
+                }
+                return b;
+            }
+        }
+    }
+    return NULL;
 }
 
 static NVH_CAP_NOINLINE void *alloc_slow(struct cap_heap *h, unsigned c, bool exact)
@@ -923,7 +971,11 @@ static NVH_CAP_NOINLINE void *alloc_slow(struct cap_heap *h, unsigned c, bool ex
         avail_remove(h, p);
         p->pstate = CAP_PG_CUR;
         h->cur[c] = p;
-        if (p->free || page_extend(h, p))
+        if (p->free)
+            return take(p);
+        if (p->bump > p->start && (b = borrow(h, c, p, exact)))
+            return b;
+        if (page_extend(h, p))
             return take(p);
     }
     p = page_new(h, c);

@@ -89,10 +89,10 @@ static void test_class_tight(void **state)
  * once the heap is big (twice NVH_CAP_FINE_BYTES asked for), 64 MiB more of
  * blocks of sizes uniform in 10 B .. 4 KiB ([Moraru11] Table 2) take pages
  * within 1.45 % of the bytes asked for (1.40 %; 1.05 % without the small
- * heap's borrowing in the first 4 MiB, which shifts where the classes'
- * current pages stand when the measured part starts; 1.48 % with the tails
- * left unused; the coarse classes alone: over 9 %). A small heap keeps the
- * coarse classes. */
+ * heap's borrowing in the first 4 MiB, or with NVH_CAP_BORROW_UP 3, which
+ * shift where the classes' current pages stand when the measured part
+ * starts; 1.48 % with the tails left unused; the coarse classes alone: over
+ * 9 %). A small heap keeps the coarse classes. */
 static size_t fine_usable_small, fine_usable_big;
 static double fine_ratio;
 
@@ -140,6 +140,7 @@ static void test_fine_classes(void **state)
     pthread_create(&t, NULL, fine_thread, NULL);
     pthread_join(t, NULL);
     assert_int_equal(fine_usable_small, 2560);
+    fprintf(stderr, "  fine classes: pages %.2f %% over the bytes asked for\n", 100.0 * (fine_ratio - 1));
     assert_true(fine_ratio < 1.0145);
     assert_int_equal(fine_usable_big, 2112);
 }
@@ -969,10 +970,16 @@ static void test_empty_pages_punched(void **state)
 
 /* The issue's file-space target on bench/run cap's small loop (each thread
  * keeps 2,000 blocks of 16 B .. 1 KiB, log-uniform, and replaces a random
- * one per operation; the bench's sequences of its threads 0 and 1): at the
- * bench's sample, halfway through 1 M operations, the file holds at most
- * 1.5 times the bytes live. The classes' high-water marks (borrow) and kept
- * empty pages (empty_keep) put it above that. */
+ * one per operation; the bench's sequence of thread `id` for ids 0 .. 11,
+ * the bench's two threads and ten more seeds): at the bench's sample,
+ * halfway through 1 M operations, the file holds at most 1.5 times the
+ * bytes live for the bench's two sequences, and at most 1.55 times for
+ * every one of the twelve (1.59 lending only to current pages; 1.51 now,
+ * sequence 2; a heap's decay, every 100 ms of wall time, falling inside a
+ * slow run moves it by about 0.02: 1.52 under ASan; docs/CAP.md: 1.5 for
+ * all of them costs CPU). The classes'
+ * high-water marks (borrow) and kept empty pages (empty_keep) put it above
+ * that. */
 static uint64_t xs_rnd(uint64_t *s)
 {
     *s ^= *s << 13;
@@ -987,7 +994,8 @@ static void test_small_loop_file(void **state)
     enum { SLOTS = 2000, OPS = 1000000 };
     static unsigned char *slot[SLOTS];
     static size_t size[SLOTS];
-    for (unsigned id = 0; id < 2; id++) {
+    double worst = 0;
+    for (unsigned id = 0; id < 12; id++) {
         static struct cap_inst c10;
         assert_int_equal(nvh_cap_init_file_(&c10, "/dev/shm", (size_t)1 << 30), 0);
         struct cap_heap *h = nvh_cap_heap_(&c10);
@@ -1013,11 +1021,90 @@ static void test_small_loop_file(void **state)
         nvh_cap_counters_(&c10, &c);
         fprintf(stderr, "  small loop, thread %u: file %zu KiB, live %zu KiB (%.2fx)\n", id,
                 c.file_bytes >> 10, held >> 10, (double)c.file_bytes / (double)held);
-        assert_true(c.file_bytes * 2 <= held * 3);
+        if (id < 2)
+            assert_true(c.file_bytes * 2 <= held * 3);
+        if ((double)c.file_bytes / (double)held > worst)
+            worst = (double)c.file_bytes / (double)held;
         for (unsigned k = 0; k < SLOTS; k++)
             assert_int_equal(nvh_cap_free_(&c10, slot[k]), CAP_OK);
         nvh_cap_destroy_(&c10);
     }
+    fprintf(stderr, "  small loop: worst %.2fx\n", worst);
+    assert_true(worst <= 1.55);
+}
+
+/* A page's tail is offered as a block of a class whose alignment the tail's
+ * address has, counting only alignments up to 4 KiB (every page starts on
+ * one; aligned requests above 4 KiB never take class blocks): alignments
+ * above that would depend on where the system placed the range, and so
+ * would which blocks pin which pages (the medium loop's file ranged over
+ * 0.9 - 1.33 x live with the same sequence). A region at a 2 MiB boundary:
+ * the first page of class 40960 (12 blocks in 512 KiB) ends in a 32 KiB
+ * tail at a 32 KiB boundary; it is offered as a 28672 B block (7 x 4 KiB),
+ * the same as on any other base. */
+static void test_tail_class_base(void **state)
+{
+    (void)state;
+    static struct cap_inst c11;
+    size_t sz = (size_t)64 << 20, al = (size_t)2 << 20;
+    char *raw = mmap(NULL, sz + al, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    assert_true(raw != MAP_FAILED);
+    char *base = (char *)(((uintptr_t)raw + al - 1) & ~(uintptr_t)(al - 1));
+    assert_int_equal(nvh_cap_init_region_(&c11, base, sz), 0);
+    struct cap_heap *h = nvh_cap_heap_(&c11);
+    assert_non_null(h);
+    void *p[12];
+    for (unsigned i = 0; i < 12; i++)
+        assert_non_null(p[i] = nvh_cap_alloc_(h, 40000));
+    struct cap_span *s = nvh_cap_span_of_(&c11, p[0]);
+    assert_ptr_equal(nvh_cap_span_of_(&c11, p[11]), s);
+    assert_int_equal(s->end % 32768, 0);
+    void *t = nvh_cap_alloc_(h, 28000);
+    assert_ptr_equal(t, (void *)s->end);
+    assert_int_equal(nvh_cap_usable_(&c11, t), 28672);
+    assert_int_equal(nvh_cap_free_(&c11, t), CAP_OK);
+    for (unsigned i = 0; i < 12; i++)
+        assert_int_equal(nvh_cap_free_(&c11, p[i]), CAP_OK);
+    nvh_cap_destroy_(&c11);
+    munmap(raw, sz + al);
+}
+
+/* A thread that frees into other heaps takes its batches of cross-thread
+ * frees from the instance NVH_CAP_RSPARE / 2 + 1 at a time (one lock), not
+ * one per lock (heap.c rbatch_get): after its first cross-thread free it
+ * holds the spares, and 32 full batches later it has not asked again. */
+static struct cap_inst c12;
+static void *rbatch_thread(void *arg)
+{
+    void **blk = arg;
+    struct cap_heap *h = nvh_cap_heap_(&c12);
+    assert_non_null(h);
+    assert_int_equal(h->nspare, 0);
+    assert_int_equal(nvh_cap_free_(&c12, blk[0]), CAP_OK);
+    assert_int_equal(h->nspare, NVH_CAP_RSPARE / 2);
+    for (unsigned i = 1; i < 33 * NVH_CAP_RBATCH; i++)
+        assert_int_equal(nvh_cap_free_(&c12, blk[i]), CAP_OK);
+    assert_int_equal(h->nspare, 0);
+    return NULL;
+}
+
+static void test_rbatch_bulk(void **state)
+{
+    (void)state;
+    assert_int_equal(nvh_cap_init_file_(&c12, "/dev/shm", (size_t)1 << 30), 0);
+    struct cap_heap *h = nvh_cap_heap_(&c12);
+    assert_non_null(h);
+    enum { N = 33 * NVH_CAP_RBATCH };
+    static void *blk[N];
+    for (unsigned i = 0; i < N; i++)
+        assert_non_null(blk[i] = nvh_cap_alloc_(h, 64));
+    pthread_t t;
+    pthread_create(&t, NULL, rbatch_thread, blk);
+    pthread_join(t, NULL);
+    void *q = nvh_cap_alloc_(h, 64);   /* a slow path drains the frees */
+    assert_non_null(q);
+    assert_int_equal(nvh_cap_free_(&c12, q), CAP_OK);
+    nvh_cap_destroy_(&c12);
 }
 
 /* a descriptor per instance, close-on-exec, and no name in the directory */
@@ -1056,6 +1143,8 @@ int main(void)
         cmocka_unit_test(test_borrow),
         cmocka_unit_test(test_empty_pages_punched),
         cmocka_unit_test(test_small_loop_file),
+        cmocka_unit_test(test_tail_class_base),
+        cmocka_unit_test(test_rbatch_bulk),
         cmocka_unit_test(test_populate),
         cmocka_unit_test(test_file_is_anonymous),
     };
