@@ -47,11 +47,14 @@
  * Helpers
  * ========================================================================== */
 /* An 8-byte store that bypasses the cache (NT variant, pmem domain only:
- * in the other domains the simulator/msync must see the store). */
+ * in the other domains the simulator/msync must see the store). Not with
+ * CLFLUSH: nvh_drain then issues no SFENCE, which a streamed store needs to
+ * be ordered and durable, so the word is stored and flushed instead. */
 static inline void bt_store_nt(struct nvh_btree *t, uint64_t *dst, uint64_t v)
 {
 #if defined(__x86_64__)
-    if (nvh_pool_domain(t->pool) == NVH_DOMAIN_PMEM) {
+    if (nvh_pool_domain(t->pool) == NVH_DOMAIN_PMEM &&
+        NVH_CTX_(t->pool)->flush_kind != NVH_FLUSH_CLFLUSH) {
         __asm__ volatile("movnti %1, %0" : "=m"(*dst) : "r"(v));
         return;
     }

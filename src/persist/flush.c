@@ -114,6 +114,10 @@ void nvh_memcpy_nt_(nvh_pool *pool, void *dst, const void *src, size_t len)
     size_t body = len & ~(size_t)(NVH_CACHELINE - 1);
     stream_lines(d, s, body);
     if (body) {
+        /* With CLFLUSH, nvh_drain issues no SFENCE (CLFLUSH orders itself),
+         * but streamed stores are ordered and made durable only by one: the
+         * copy fences them here, as PMDK does in that mode. */
+        if (pool->ctx.flush_kind == NVH_FLUSH_CLFLUSH) __asm__ volatile("sfence" ::: "memory");
         nvh_stat_add_(&pool->ctx, NVH_STAT_LINES, body / NVH_CACHELINE);
         nvh_stat_add_(&pool->ctx, NVH_STAT_NT_BYTES, body);
     }
