@@ -314,11 +314,7 @@ static inline int seg_use(nvh_txlog *lg, nvh_lane *lane, struct nvh_seg *n)
 {
     int rc = nvh_txlog_win_open(lg, lane, n, n->size);
     if (rc != NVH_OK) return rc;
-    lane->seg = n;
-    lane->seg_nrec_cap = n->nrec_cap;
-    lane->seg_data_cap = n->data_cap;
-    lane->rec_next = 0;
-    lane->data_next = 0;
+    nvh_txlog_seg_set_(lane, n);
     return NVH_OK;
 }
 

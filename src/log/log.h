@@ -465,15 +465,21 @@ static inline void nvh_txlog_win_close_all(nvh_txlog *lg, nvh_lane *lane)
 /* nvh_txlog_room(lg, lane, 0) for a transaction's first record (lane->seg
  * NULL): the slot's first segment, validated earlier, taken without the
  * call when the pool is unprotected (no window to open); else the call. */
+/* The lane's records go into segment n from its start. */
+static inline void nvh_txlog_seg_set_(nvh_lane *lane, struct nvh_seg *n)
+{
+    lane->seg = n;
+    lane->seg_nrec_cap = n->nrec_cap;
+    lane->seg_data_cap = n->data_cap;
+    lane->rec_next = 0;
+    lane->data_next = 0;
+}
+
 static inline int nvh_txlog_room_first_(nvh_txlog *lg, nvh_lane *lane)
 {
     struct nvh_seg *h = lane->head_seg[lane->slot];
     if (__builtin_expect(h != NULL && lane->seg == NULL, 1) && !nvh_txlog_protected_(lg->pool)) {
-        lane->seg = h;
-        lane->seg_nrec_cap = h->nrec_cap;
-        lane->seg_data_cap = h->data_cap;
-        lane->rec_next = 0;
-        lane->data_next = 0;
+        nvh_txlog_seg_set_(lane, h);
         return NVH_OK;
     }
     return nvh_txlog_room(lg, lane, 0);

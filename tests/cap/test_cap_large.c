@@ -4,34 +4,10 @@
  * took is kept by the thread that frees it; the file stays within its
  * bounds while threads trade large blocks and shrinks once they are all
  * freed. */
-#include "test_util.h"
-
-#include "cap/cap.h"
+#include "cap_unit.h"
 
 #include <pthread.h>
 #include <time.h>
-
-static struct cap_inst cap;
-
-static int setup(void **state)
-{
-    (void)state;
-    return nvh_cap_init_file_(&cap, "/dev/shm", (size_t)8 << 30);
-}
-
-static int teardown(void **state)
-{
-    (void)state;
-    nvh_cap_destroy_(&cap);
-    return 0;
-}
-
-static struct cap_heap *heap(void)
-{
-    struct cap_heap *h = nvh_cap_heap_(&cap);
-    assert_non_null(h);
-    return h;
-}
 
 static uint64_t rnd(uint64_t *s)
 {

@@ -2,36 +2,12 @@
  * on a file instance: every size class, alignment, usable sizes, realloc,
  * calloc, bad-pointer detection, cross-thread frees, orphaned heaps, and
  * the file giving its space back after frees. */
-#include "test_util.h"
-
-#include "cap/cap.h"
+#include "cap_unit.h"
 
 #include <pthread.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
 #include <time.h>
-
-static struct cap_inst cap;
-
-static int setup(void **state)
-{
-    (void)state;
-    return nvh_cap_init_file_(&cap, "/dev/shm", (size_t)8 << 30);
-}
-
-static int teardown(void **state)
-{
-    (void)state;
-    nvh_cap_destroy_(&cap);
-    return 0;
-}
-
-static struct cap_heap *heap(void)
-{
-    struct cap_heap *h = nvh_cap_heap_(&cap);
-    assert_non_null(h);
-    return h;
-}
 
 static void test_sizes(void **state)
 {
