@@ -20,15 +20,20 @@ static nvh_pool *new_pool(const char *name, const char **path_out)
     return pool;
 }
 
-static nvh_hmap *new_map(nvh_pool *pool, unsigned base, unsigned pct)
+static nvh_hmap *new_map_seeded(nvh_pool *pool, unsigned base, unsigned pct, uint64_t seed)
 {
     nvh_off_t *slot = nvh_root(pool, NULL);
-    nvh_hmap_options o = {.initial_buckets_log2 = base, .max_load_pct = pct};
+    nvh_hmap_options o = {.initial_buckets_log2 = base, .max_load_pct = pct, .seed = seed};
     assert_int_equal(nvh_hmap_create(pool, slot, &o), NVH_OK);
     assert_true(*slot != 0);
     nvh_hmap *m = nvh_hmap_open(pool, *slot);
     assert_non_null(m);
     return m;
+}
+
+static nvh_hmap *new_map(nvh_pool *pool, unsigned base, unsigned pct)
+{
+    return new_map_seeded(pool, base, pct, 0);   /* 0: seed from the pool */
 }
 
 static void check_ok(nvh_hmap *m)
@@ -254,11 +259,7 @@ static void test_seg0_batches(void **state)
     for (uint64_t seed = 1; seed <= 8; seed++) {
         const char *path;
         nvh_pool *pool = new_pool("hm-seg0", &path);
-        nvh_off_t *slot = nvh_root(pool, NULL);
-        nvh_hmap_options o = {.initial_buckets_log2 = 8, .max_load_pct = 10000, .seed = seed};
-        assert_int_equal(nvh_hmap_create(pool, slot, &o), NVH_OK);   /* never doubles */
-        nvh_hmap *m = nvh_hmap_open(pool, *slot);
-        assert_non_null(m);
+        nvh_hmap *m = new_map_seeded(pool, 8, 10000, seed);     /* never doubles */
         uint8_t k[HM_KEYBUF], v[HM_VALBUF];
         nvh_hmap_stats st;
         for (uint32_t id = 0; id < 400; id++) {
@@ -280,6 +281,13 @@ static void test_seg0_batches(void **state)
 /* ---------------------------------------------------------------------------
  * Costs: fences and lines per operation (the figures docs/HASHMAP.md quotes)
  * ------------------------------------------------------------------------- */
+/* A zero-padded 64 B key "PREFIX-i" (test_costs: fixed-size keys). */
+static void cost_key(uint8_t k[64], const char *prefix, unsigned i)
+{
+    memset(k, 0, 64);
+    snprintf((char *)k, 64, "%s-%u", prefix, i);
+}
+
 static void test_costs(void **state)
 {
     (void)state;
@@ -292,30 +300,26 @@ static void test_costs(void **state)
     nvh_stats s;
     /* warm every bucket up: linking a bucket is a one-time cost */
     for (unsigned i = 0; i < n; i++) {
-        memset(k, 0, sizeof k);
-        snprintf((char *)k, sizeof k, "warm-%u", i);
+        cost_key(k, "warm", i);
         nvh_hmap_put(m, k, sizeof k, v, sizeof v);
     }
     nvh_stats_reset(pool);
     for (unsigned i = 0; i < n; i++) {
-        memset(k, 0, sizeof k);
-        snprintf((char *)k, sizeof k, "key-%u", i);
+        cost_key(k, "key", i);
         assert_int_equal(nvh_hmap_put(m, k, sizeof k, v, sizeof v), NVH_OK);
     }
     nvh_stats_get(pool, &s);
     double put_f = (double)s.fences / n, put_l = (double)s.lines_flushed / n;
     nvh_stats_reset(pool);
     for (unsigned i = 0; i < n; i++) {
-        memset(k, 0, sizeof k);
-        snprintf((char *)k, sizeof k, "key-%u", i);
+        cost_key(k, "key", i);
         assert_int_equal(nvh_hmap_update(m, k, sizeof k, v, sizeof v), NVH_OK);
     }
     nvh_stats_get(pool, &s);
     double upd_f = (double)s.fences / n;
     nvh_stats_reset(pool);
     for (unsigned i = 0; i < n; i++) {
-        memset(k, 0, sizeof k);
-        snprintf((char *)k, sizeof k, "key-%u", i);
+        cost_key(k, "key", i);
         assert_int_equal(nvh_hmap_get(m, k, sizeof k, NULL, NULL), NVH_OK);
     }
     nvh_stats_get(pool, &s);
@@ -323,8 +327,7 @@ static void test_costs(void **state)
     assert_int_equal(s.lines_flushed, 0);
     nvh_stats_reset(pool);
     for (unsigned i = 0; i < n; i++) {
-        memset(k, 0, sizeof k);
-        snprintf((char *)k, sizeof k, "key-%u", i);
+        cost_key(k, "key", i);
         assert_int_equal(nvh_hmap_delete(m, k, sizeof k), NVH_OK);
     }
     nvh_stats_get(pool, &s);
@@ -335,8 +338,7 @@ static void test_costs(void **state)
     memset(big, 'b', sizeof big);
     nvh_stats_reset(pool);
     for (unsigned i = 0; i < n / 8; i++) {
-        memset(k, 0, sizeof k);
-        snprintf((char *)k, sizeof k, "big-%u", i);
+        cost_key(k, "big", i);
         assert_int_equal(nvh_hmap_put(m, k, sizeof k, big, sizeof big), NVH_OK);
     }
     nvh_stats_get(pool, &s);
@@ -360,8 +362,7 @@ static void test_costs(void **state)
     const unsigned g = 16384;
     nvh_stats_reset(pool);
     for (unsigned i = 0; i < g; i++) {
-        memset(k, 0, sizeof k);
-        snprintf((char *)k, sizeof k, "grow-%u", i);
+        cost_key(k, "grow", i);
         assert_int_equal(nvh_hmap_put(m, k, sizeof k, v, sizeof v), NVH_OK);
     }
     nvh_stats_get(pool, &s);
